@@ -1,0 +1,11 @@
+"""rwrouter: a hybrid Prometheus remote-write router.
+
+Receives remote write 1.0 requests, applies Prometheus-exact relabel configs, and fans series out
+to several destinations (for example a SigV4-signed Amazon Managed Service for Prometheus
+workspace and a self-hosted Prometheus).
+"""
+
+__version__ = "0.1.0"
+USER_AGENT = f"rwrouter/{__version__}"
+
+__all__ = ["USER_AGENT", "__version__"]

@@ -1,0 +1,82 @@
+"""rwrouter's exceptions.
+
+Every error the router raises derives from :class:`RwrouterError`::
+
+    RwrouterError
+    ├── ConfigError            the configuration is invalid; names the YAML key path
+    ├── RequestError           the sender's mistake; carries the HTTP status to answer (4xx)
+    │   ├── DecodeError        400: body is not a valid snappy-block remote write 1.0 request
+    │   ├── TooLargeError      413: body or declared decoded size over the configured limit
+    │   └── UnsupportedError   415: another Content-Encoding or Content-Type
+    └── DeliveryError          a send to a destination failed; carries the retry decision
+
+A :class:`RequestError` never becomes a 5xx answer, and it never affects the next request.
+"""
+
+from __future__ import annotations
+
+
+class RwrouterError(Exception):
+    """Base of every rwrouter error."""
+
+
+class ConfigError(RwrouterError):
+    """The configuration is invalid.
+
+    ``path`` is the YAML key path of the offending value, e.g.
+    ``remote_write[1].write_relabel_configs[2].regex``; ``str()`` gives ``"<path>: <reason>"``.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}" if path else reason)
+
+
+class RequestError(RwrouterError):
+    """A remote write request the router refuses; ``status`` is the 4xx status to answer.
+
+    The message is one line, meant for the sender (it is the response body).
+    """
+
+    status = 400
+
+
+class DecodeError(RequestError):
+    """400: undecodable snappy, bad protobuf, invalid UTF-8, duplicate label names, empty body."""
+
+    status = 400
+
+
+class TooLargeError(RequestError):
+    """413: the body, or the decoded size its snappy header declares, is over the limit."""
+
+    status = 413
+
+
+class UnsupportedError(RequestError):
+    """415: a Content-Encoding or Content-Type the router does not accept."""
+
+    status = 415
+
+
+class DeliveryError(RwrouterError):
+    """A send to a destination failed.
+
+    ``status`` is the HTTP status (``None`` for a connection error or timeout), ``retryable`` the
+    retry decision (RW 1.0 spec: retry 5xx and network errors, never other 4xx, 429 by config),
+    ``retry_after`` the delay the destination asked for, in seconds (``None`` if it did not).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None,
+        retryable: bool,
+        retry_after: float | None = None,
+    ) -> None:
+        self.status = status
+        self.retryable = retryable
+        self.retry_after = retry_after
+        super().__init__(message)
