@@ -1,0 +1,12 @@
+"""Prometheus relabeling: config schema, validation, compilation and the engine (pure).
+
+Public API (Prometheus relabel semantics, ``model/relabel/relabel.go``):
+
+- ``Action``: the 11 actions.
+- ``RelabelConfig``: one validated, compiled rule (frozen).
+- ``parse_relabel_configs(raw, path) -> tuple[RelabelConfig, ...]``: from the YAML value (a list
+  of mappings); raises ``rwrouter.errors.ConfigError`` naming ``path[i].key``.
+- ``process(labels, rules) -> tuple[tuple[str, str], ...] | None``: apply rules in order; ``None``
+  when a keep/drop/keepequal/dropequal rule dropped the series, else the label set sorted by name
+  (possibly empty: the caller does not send a label-less series).
+"""
