@@ -1,0 +1,351 @@
+"""Remote write 1.0 codec: snappy block framing and a label-only protobuf walk (pure).
+
+The router never turns samples, exemplars or native histograms into Python numbers: a series is
+split into the raw bytes of its ``Label`` fields (the relabel cache key) and the raw bytes of
+everything else (``rest``), which is forwarded bit for bit — so a staleness marker
+(``0x7ff0000000000002``) arrives unchanged. Only labels are ever decoded and re-encoded.
+
+Wire schema (RW 1.0 spec, field numbers from ``prompb``): WriteRequest{timeseries=1, metadata=3},
+TimeSeries{labels=1, samples=2, exemplars=3, histograms=4}, Label{name=1, value=2},
+Sample{value=1 double, timestamp=2 int64}, MetricMetadata{type=1, metric_family_name=2, help=4,
+unit=5}. Everything forwarded is checked for well-formed framing and the wire type of every known
+field, and every string for UTF-8, so one malformed request is refused whole (400) instead of
+making a destination reject a batch that also carries other requests' series.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import snappy
+
+from rwrouter.errors import DecodeError, TooLargeError
+
+SNAPPY_FRAMED_MAGIC = b"\xff\x06\x00\x00sNaPpY"
+
+# Wire types (protobuf encoding spec).
+_VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
+
+# Expected wire types of the fields we forward; packed repeated scalars may also come as LEN.
+_SAMPLE_FIELDS = {1: (_I64,), 2: (_VARINT,)}
+_EXEMPLAR_FIELDS = {1: (_LEN,), 2: (_I64,), 3: (_VARINT,)}
+_HISTOGRAM_FIELDS = {
+    1: (_VARINT,), 2: (_I64,), 3: (_I64,), 4: (_VARINT,), 5: (_I64,), 6: (_VARINT,), 7: (_I64,),
+    8: (_LEN,), 9: (_LEN, _VARINT), 10: (_LEN, _I64), 11: (_LEN,), 12: (_LEN, _VARINT),
+    13: (_LEN, _I64), 14: (_VARINT,), 15: (_VARINT,), 16: (_LEN, _I64),
+}
+_METADATA_FIELDS = {1: (_VARINT,), 2: (_LEN,), 4: (_LEN,), 5: (_LEN,)}
+_METADATA_STRINGS = frozenset((2, 4, 5))
+
+
+@dataclass(frozen=True, slots=True)
+class RawSeries:
+    """One TimeSeries as received.
+
+    ``labels``: the raw bytes of its Label fields (each ``0a <len> <Label>``), in received order.
+    ``rest``: the raw bytes of all its other fields (samples, exemplars, histograms), unchanged.
+    ``samples``/``exemplars``/``histograms``: how many of each it carries.
+    """
+
+    labels: bytes
+    rest: bytes
+    samples: int
+    exemplars: int
+    histograms: int
+
+
+@dataclass(frozen=True, slots=True)
+class WriteRequestParts:
+    """A decoded WriteRequest: its series and the raw payloads of its MetricMetadata entries."""
+
+    series: list[RawSeries]
+    metadata: list[bytes]
+
+
+def decompress(body: bytes, *, max_decoded_bytes: int) -> bytes:
+    """Undo the snappy block compression of a remote write body.
+
+    The declared uncompressed length (the leading varint) is checked against
+    ``max_decoded_bytes`` before anything is decompressed.
+
+    Raises:
+        DecodeError: empty body, the snappy framed/stream format, a corrupt block.
+        TooLargeError: the declared decoded length is over ``max_decoded_bytes`` (bytes).
+    """
+    if not body:
+        raise DecodeError("empty body: expected a snappy-compressed WriteRequest")
+    if body.startswith(SNAPPY_FRAMED_MAGIC[:4]):
+        raise DecodeError(
+            "body uses the snappy framed (stream) format; "
+            "remote write needs the snappy block format"
+        )
+    try:
+        declared, _ = read_varint(body, 0, len(body))
+    except DecodeError:
+        raise DecodeError("snappy block header: bad uncompressed-length varint") from None
+    if declared > max_decoded_bytes:
+        raise TooLargeError(
+            f"snappy header declares {declared} decoded bytes, over the limit of "
+            f"{max_decoded_bytes}"
+        )
+    try:
+        data: bytes = snappy.decompress(body)
+    except Exception as exc:  # python-snappy raises several types for corrupt input
+        raise DecodeError(f"undecodable snappy block: {str(exc) or type(exc).__name__}") from None
+    return data
+
+
+def compress(data: bytes) -> bytes:
+    """Snappy block compression (what remote write bodies use)."""
+    out: bytes = snappy.compress(data)
+    return out
+
+
+def read_varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    """Decode a base-128 varint at ``pos``; returns (value, position after it).
+
+    Raises DecodeError when it is truncated or longer than 10 bytes.
+    """
+    result = 0
+    shift = 0
+    while pos < end:
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+        if shift >= 70:
+            break
+    raise DecodeError("bad protobuf: truncated or overlong varint")
+
+
+def encode_varint(value: int) -> bytes:
+    """Encode a non-negative int as a base-128 varint."""
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _skip(buf: bytes, pos: int, wire_type: int, end: int, what: str) -> int:
+    """Return the position after a field's value of ``wire_type`` starting at ``pos``."""
+    if wire_type == _VARINT:
+        return read_varint(buf, pos, end)[1]
+    if wire_type == _LEN:
+        length, pos = read_varint(buf, pos, end)
+        new = pos + length
+    elif wire_type == _I64:
+        new = pos + 8
+    elif wire_type == _I32:
+        new = pos + 4
+    else:
+        raise DecodeError(f"bad protobuf: wire type {wire_type} in {what}")
+    if new > end:
+        raise DecodeError(f"bad protobuf: field runs past the end of {what}")
+    return new
+
+
+def _fields(
+    buf: bytes, pos: int, end: int, what: str
+) -> Iterator[tuple[int, int, int, int, int]]:
+    """Yield (field number, wire type, field start, value start, value end) for each field of
+    buf[pos:end]; a LEN field's value excludes its length prefix."""
+    while pos < end:
+        head = pos
+        key, pos = read_varint(buf, pos, end)
+        field, wire_type = key >> 3, key & 7
+        if field == 0:
+            raise DecodeError(f"bad protobuf: field number 0 in {what}")
+        start = pos
+        if wire_type == _LEN:
+            length, start = read_varint(buf, pos, end)
+            pos = start + length
+            if pos > end:
+                raise DecodeError(f"bad protobuf: field runs past the end of {what}")
+        else:
+            pos = _skip(buf, pos, wire_type, end, what)
+        yield field, wire_type, head, start, pos
+
+
+def _check_message(
+    buf: bytes, start: int, end: int, expected: dict[int, tuple[int, ...]], what: str
+) -> None:
+    """Check the framing of a message and the wire types of its known fields."""
+    for field, wire_type, _, _, _ in _fields(buf, start, end, what):
+        allowed = expected.get(field)
+        if allowed is not None and wire_type not in allowed:
+            raise DecodeError(f"bad protobuf: field {field} of {what} has wire type {wire_type}")
+
+
+def _utf8(buf: bytes, start: int, end: int, what: str) -> str:
+    try:
+        return buf[start:end].decode("utf-8")
+    except UnicodeDecodeError:
+        raise DecodeError(f"invalid UTF-8 in {what}: {buf[start:end]!r}") from None
+
+
+def decode_label(buf: bytes, start: int, end: int, what: str = "label") -> tuple[str, str]:
+    """Decode one Label message payload into (name, value); checks UTF-8 (400 otherwise)."""
+    name = value = ""
+    for field, wire_type, _, vstart, vend in _fields(buf, start, end, what):
+        if field in (1, 2):
+            if wire_type != _LEN:
+                raise DecodeError(f"bad protobuf: {what} field {field} has wire type {wire_type}")
+            text = _utf8(buf, vstart, vend, f"{what} {'name' if field == 1 else 'value'}")
+            if field == 1:
+                name = text
+            else:
+                value = text
+    return name, value
+
+
+def decode_labels(raw: bytes) -> tuple[tuple[str, str], ...]:
+    """Decode the raw Label fields of a series (``RawSeries.labels``) into a valid label set.
+
+    Returns (name, value) pairs sorted by name, with empty-valued labels removed (an empty value
+    means "absent", RW 1.0 spec). Raises DecodeError for invalid UTF-8, an empty label name or a
+    repeated label name.
+    """
+    labels: dict[str, str] = {}
+    for field, _, _, start, end in _fields(raw, 0, len(raw), "series"):
+        if field != 1:
+            continue
+        name, value = decode_label(raw, start, end)
+        if not name:
+            raise DecodeError(f"label with an empty name (value {value!r})")
+        if name in labels:
+            raise DecodeError(f"duplicate label name {name!r}")
+        labels[name] = value
+    return tuple(sorted((n, v) for n, v in labels.items() if v))
+
+
+def encode_labels(labels: tuple[tuple[str, str], ...]) -> bytes:
+    """Encode a label set as the Label fields of a TimeSeries (``0a <len> <Label>`` each)."""
+    out = bytearray()
+    for name, value in labels:
+        n = name.encode()
+        v = value.encode()
+        payload = b"\x0a" + encode_varint(len(n)) + n + b"\x12" + encode_varint(len(v)) + v
+        out += b"\x0a" + encode_varint(len(payload)) + payload
+    return bytes(out)
+
+
+def frame_series(labels: bytes, rest: bytes) -> bytes:
+    """One ``timeseries`` field of a WriteRequest: encoded labels + the series' raw other fields."""
+    return b"\x0a" + encode_varint(len(labels) + len(rest)) + labels + rest
+
+
+def frame_metadata(payload: bytes) -> bytes:
+    """One ``metadata`` field of a WriteRequest around a raw MetricMetadata payload."""
+    return b"\x1a" + encode_varint(len(payload)) + payload
+
+
+def metadata_family(payload: bytes) -> str:
+    """The ``metric_family_name`` of a raw (already validated) MetricMetadata payload."""
+    family = ""
+    for field, _, _, start, end in _fields(payload, 0, len(payload), "metadata"):
+        if field == 2:
+            family = payload[start:end].decode("utf-8")
+    return family
+
+
+def parse_write_request(data: bytes) -> WriteRequestParts:
+    """Split a decompressed WriteRequest into raw series and raw metadata payloads.
+
+    Checks the framing of everything that will be forwarded, the wire type of every known field
+    and the UTF-8 of metadata and exemplar label strings. Series labels are checked for UTF-8
+    by :func:`decode_labels` (once per distinct label set, via the relabel cache). Unknown
+    top-level fields are skipped; unknown TimeSeries fields travel in ``rest``.
+
+    Raises DecodeError (400) for any malformed input.
+    """
+    series: list[RawSeries] = []
+    metadata: list[bytes] = []
+    for field, wire_type, _, start, end in _fields(data, 0, len(data), "WriteRequest"):
+        if field == 1 or field == 3:
+            if wire_type != _LEN:
+                raise DecodeError(f"bad protobuf: WriteRequest field {field} is not a message")
+            if field == 1:
+                series.append(split_series(data[start:end]))
+            else:
+                metadata.append(_check_metadata(data, start, end))
+    return WriteRequestParts(series, metadata)
+
+
+def _check_metadata(data: bytes, start: int, end: int) -> bytes:
+    for field, wire_type, _, vstart, vend in _fields(data, start, end, "metadata"):
+        allowed = _METADATA_FIELDS.get(field)
+        if allowed is not None and wire_type not in allowed:
+            raise DecodeError(f"bad protobuf: metadata field {field} has wire type {wire_type}")
+        if field in _METADATA_STRINGS:
+            _utf8(data, vstart, vend, "metadata")
+    return data[start:end]
+
+
+def split_series(ts: bytes) -> RawSeries:
+    """Split one TimeSeries payload into raw label fields and raw other fields (see RawSeries).
+
+    Fast path: labels come first and contiguous (what every sender does); interleaved fields are
+    handled too. Raises DecodeError for malformed framing or wire types.
+    """
+    end = len(ts)
+    pos = 0
+    # Fast scan of the leading Label fields: tag 0x0a, one-byte length, payload.
+    while pos < end and ts[pos] == 0x0A:
+        if pos + 1 < end and ts[pos + 1] < 0x80:
+            pos += 2 + ts[pos + 1]
+        else:
+            length, vstart = read_varint(ts, pos + 1, end)
+            pos = vstart + length
+    if pos > end:
+        raise DecodeError("bad protobuf: label runs past the end of its series")
+    labels_end = pos
+    samples = exemplars = histograms = 0
+    extra_labels: list[bytes] = []
+    rest_parts: list[bytes] = []
+    rest_start = pos
+    for field, wire_type, head, start, stop in _fields(ts, pos, end, "series"):
+        if wire_type != _LEN and field in (1, 2, 3, 4):
+            raise DecodeError(f"bad protobuf: series field {field} has wire type {wire_type}")
+        if field == 2:
+            samples += 1
+            _check_message(ts, start, stop, _SAMPLE_FIELDS, "sample")
+        elif field == 3:
+            exemplars += 1
+            _check_exemplar(ts, start, stop)
+        elif field == 4:
+            histograms += 1
+            _check_message(ts, start, stop, _HISTOGRAM_FIELDS, "histogram")
+        elif field == 1:  # a label after other fields: move it to the label part
+            rest_parts.append(ts[rest_start:head])
+            extra_labels.append(ts[head:stop])
+            rest_start = stop
+    if not extra_labels:
+        return RawSeries(ts[:labels_end], ts[labels_end:], samples, exemplars, histograms)
+    rest_parts.append(ts[rest_start:])
+    labels = ts[:labels_end] + b"".join(extra_labels)
+    return RawSeries(labels, b"".join(rest_parts), samples, exemplars, histograms)
+
+
+def _check_exemplar(ts: bytes, start: int, stop: int) -> None:
+    for field, wire_type, _, vstart, vend in _fields(ts, start, stop, "exemplar"):
+        allowed = _EXEMPLAR_FIELDS.get(field)
+        if allowed is not None and wire_type not in allowed:
+            raise DecodeError(f"bad protobuf: exemplar field {field} has wire type {wire_type}")
+        if field == 1:
+            decode_label(ts, vstart, vend, "exemplar label")
+
+
+def strip_fields(rest: bytes, field_numbers: frozenset[int]) -> bytes:
+    """``rest`` without the given TimeSeries fields (e.g. exemplars=3 when a destination has
+    ``send_exemplars: false``); the other fields keep their bytes and order."""
+    parts = [
+        rest[head:stop]
+        for field, _, head, _, stop in _fields(rest, 0, len(rest), "series")
+        if field not in field_numbers
+    ]
+    return b"".join(parts)
