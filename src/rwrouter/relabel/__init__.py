@@ -10,3 +10,25 @@ Public API (Prometheus relabel semantics, ``model/relabel/relabel.go``):
   when a keep/drop/keepequal/dropequal rule dropped the series, else the label set sorted by name
   (possibly empty: the caller does not send a label-less series).
 """
+
+from rwrouter.relabel.engine import process
+from rwrouter.relabel.rules import (
+    DEFAULT,
+    DEFAULT_REGEX,
+    Action,
+    Regex,
+    RelabelConfig,
+    parse_relabel_config,
+    parse_relabel_configs,
+)
+
+__all__ = [
+    "DEFAULT",
+    "DEFAULT_REGEX",
+    "Action",
+    "Regex",
+    "RelabelConfig",
+    "parse_relabel_config",
+    "parse_relabel_configs",
+    "process",
+]

@@ -1,0 +1,139 @@
+"""The relabel engine: apply compiled rules to one label set (pure).
+
+Source of the rules: Prometheus ``model/relabel/relabel.go`` (``Process`` / ``relabel``), one
+function per action. Each action function takes the rule, the working label dict (mutated in
+place) and the source value, and returns whether the series is kept.
+
+Setting a label to "" deletes it (Prometheus ``labels.Builder.Set``). Labels starting with ``__``
+are not removed after the rules (write relabeling).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Mapping
+
+from rwrouter.relabel.casemap import go_lower, go_upper
+from rwrouter.relabel.rules import DEFAULT_REGEX, Action, RelabelConfig, is_valid_label_name
+from rwrouter.relabel.template import expand
+
+Labels = dict[str, str]
+LabelTuple = tuple[tuple[str, str], ...]
+
+
+def _set(labels: Labels, name: str, value: str) -> None:
+    if value:
+        labels[name] = value
+    else:
+        labels.pop(name, None)
+
+
+def _drop(rule: RelabelConfig, labels: Labels, value: str) -> bool:
+    return rule.regex.pattern.search(value) is None
+
+
+def _keep(rule: RelabelConfig, labels: Labels, value: str) -> bool:
+    return rule.regex.pattern.search(value) is not None
+
+
+def _dropequal(rule: RelabelConfig, labels: Labels, value: str) -> bool:
+    return labels.get(rule.target_label, "") != value
+
+
+def _keepequal(rule: RelabelConfig, labels: Labels, value: str) -> bool:
+    return labels.get(rule.target_label, "") == value
+
+
+def _replace(rule: RelabelConfig, labels: Labels, value: str) -> bool:
+    target, replacement = rule.target_label, rule.replacement
+    # Prometheus's fast path: add or delete a fixed label pair.
+    if value == "" and rule.regex is DEFAULT_REGEX and "$" not in target + replacement:
+        _set(labels, target, replacement)
+        return True
+    match = rule.regex.pattern.search(value)
+    if match is None:
+        return True
+    if "$" in target:
+        target = expand(rule.target_template, match)
+        if not is_valid_label_name(target):
+            return True
+    _set(labels, target, expand(rule.replacement_template, match))
+    return True
+
+
+def _lowercase(rule: RelabelConfig, labels: Labels, value: str) -> bool:
+    _set(labels, rule.target_label, go_lower(value))
+    return True
+
+
+def _uppercase(rule: RelabelConfig, labels: Labels, value: str) -> bool:
+    _set(labels, rule.target_label, go_upper(value))
+    return True
+
+
+def _hashmod(rule: RelabelConfig, labels: Labels, value: str) -> bool:
+    digest = hashlib.md5(value.encode("utf-8"), usedforsecurity=False).digest()
+    # Last 8 bytes of the digest, big-endian unsigned, as Prometheus does.
+    _set(labels, rule.target_label, str(int.from_bytes(digest[8:], "big") % rule.modulus))
+    return True
+
+
+def _labelmap(rule: RelabelConfig, labels: Labels, value: str) -> bool:
+    search = rule.regex.pattern.search
+    for name, label_value in list(labels.items()):  # the label set before this rule
+        match = search(name)
+        if match is not None:
+            _set(labels, expand(rule.replacement_template, match), label_value)
+    return True
+
+
+def _labeldrop(rule: RelabelConfig, labels: Labels, value: str) -> bool:
+    search = rule.regex.pattern.search
+    for name in [name for name in labels if search(name) is not None]:
+        del labels[name]
+    return True
+
+
+def _labelkeep(rule: RelabelConfig, labels: Labels, value: str) -> bool:
+    search = rule.regex.pattern.search
+    for name in [name for name in labels if search(name) is None]:
+        del labels[name]
+    return True
+
+
+_ACTIONS: dict[Action, Callable[[RelabelConfig, Labels, str], bool]] = {
+    Action.REPLACE: _replace,
+    Action.KEEP: _keep,
+    Action.DROP: _drop,
+    Action.KEEPEQUAL: _keepequal,
+    Action.DROPEQUAL: _dropequal,
+    Action.HASHMOD: _hashmod,
+    Action.LABELMAP: _labelmap,
+    Action.LABELDROP: _labeldrop,
+    Action.LABELKEEP: _labelkeep,
+    Action.LOWERCASE: _lowercase,
+    Action.UPPERCASE: _uppercase,
+}
+
+
+def _source_value(rule: RelabelConfig, labels: Labels) -> str:
+    names = rule.source_labels
+    if len(names) == 1:
+        return labels.get(names[0], "")
+    return rule.separator.join([labels.get(name, "") for name in names])
+
+
+def process(
+    labels: Mapping[str, str] | Iterable[tuple[str, str]], rules: Iterable[RelabelConfig]
+) -> LabelTuple | None:
+    """Apply ``rules`` in order to ``labels`` (Prometheus relabel semantics).
+
+    ``labels`` is a mapping or pairs of (name, value); it is not modified. Returns ``None`` when
+    a keep/drop/keepequal/dropequal rule dropped the series, else the resulting label set as
+    (name, value) pairs sorted by name — possibly empty (the caller does not send those).
+    """
+    working: Labels = dict(labels)
+    for rule in rules:
+        if not _ACTIONS[rule.action](rule, working, _source_value(rule, working)):
+            return None
+    return tuple(sorted(working.items()))

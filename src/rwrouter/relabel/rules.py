@@ -1,0 +1,307 @@
+"""Relabel rule schema, parsing, validation and compilation (pure).
+
+Source of the rules: Prometheus ``model/relabel/relabel.go`` (``Config``, ``DefaultRelabelConfig``,
+``Config.Validate``, ``NewRegexp``) with the legacy label-name scheme
+``[a-zA-Z_][a-zA-Z0-9_]*``. Validation error texts are Prometheus's; the key path is ours.
+
+YAML value handling (mirrors ``gopkg.in/yaml.v2`` as Prometheus uses it):
+
+- a missing key takes the default (``action: replace``, ``separator: ";"``, ``regex: "(.*)"``,
+  ``replacement: "$1"``); an explicit ``null`` takes the *zero* value (``""``, ``0``, no source
+  labels), and ``regex: null`` becomes the empty regex, as in Prometheus;
+- string fields accept strings and plain integers (``replacement: 1`` is ``"1"``); other scalars
+  (floats, booleans) are refused because their YAML text cannot be recovered after parsing.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import re2  # type: ignore[import-untyped]
+
+from rwrouter.errors import ConfigError
+from rwrouter.relabel.template import Template, compile_template
+
+
+class Action(enum.StrEnum):
+    """The 11 relabel actions (Prometheus relabel semantics)."""
+
+    REPLACE = "replace"
+    KEEP = "keep"
+    DROP = "drop"
+    KEEPEQUAL = "keepequal"
+    DROPEQUAL = "dropequal"
+    HASHMOD = "hashmod"
+    LABELMAP = "labelmap"
+    LABELDROP = "labeldrop"
+    LABELKEEP = "labelkeep"
+    LOWERCASE = "lowercase"
+    UPPERCASE = "uppercase"
+
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+# Prometheus's relabelTargetLegacy: a label name that may contain $var / ${var} references.
+_RELABEL_TARGET = re2.compile(r"^(?:(?:[a-zA-Z_]|\$(?:\{\w+\}|\w+))+\w*)+$", _RE2_OPTIONS)
+
+
+def is_valid_label_name(name: str) -> bool:
+    """Legacy Prometheus label name: ``[a-zA-Z_][a-zA-Z0-9_]*``."""
+    return name.isascii() and name.isidentifier()
+
+
+def go_quote(text: str) -> str:
+    """Go's ``%q`` for the texts that appear in error messages (quotes, backslash, controls)."""
+    out = ['"']
+    for char in text:
+        if char in '"\\':
+            out.append("\\" + char)
+        elif char == "\n":
+            out.append("\\n")
+        elif char == "\t":
+            out.append("\\t")
+        elif char == "\r":
+            out.append("\\r")
+        elif not char.isprintable() and ord(char) < 0x100:
+            out.append(f"\\x{ord(char):02x}")
+        elif not char.isprintable():
+            out.append(f"\\u{ord(char):04x}" if ord(char) < 0x10000 else f"\\U{ord(char):08x}")
+        else:
+            out.append(char)
+    out.append('"')
+    return "".join(out)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Regex:
+    """A relabel regex: ``text`` as written, compiled anchored and dot-all as ``^(?s:text)$``.
+
+    Equality is by text. Build with :meth:`Regex.compile`.
+    """
+
+    text: str
+    pattern: Any = field(repr=False)
+
+    @classmethod
+    def compile(cls, text: str) -> Regex:
+        """Compile ``text`` with RE2; raises ``ValueError`` with RE2's reason if it is invalid."""
+        try:
+            pattern = re2.compile(f"^(?s:{text})$", _RE2_OPTIONS)
+        except re2.error as exc:
+            reason = exc.args[0] if exc.args else "invalid"
+            if isinstance(reason, bytes):
+                reason = reason.decode("utf-8", "replace")
+            raise ValueError(f"error parsing regexp: {reason}") from None
+        return cls(text=text, pattern=pattern)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Regex) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+
+#: The default regex object. Like Prometheus (which compares the pointer), "regex not set" means
+#: *this object*: an explicit ``regex: "(.*)"`` is a different, non-default regex.
+DEFAULT_REGEX = Regex.compile("(.*)")
+
+
+@dataclass(frozen=True, slots=True)
+class RelabelConfig:
+    """One validated, compiled relabel rule (Prometheus ``relabel.Config``).
+
+    Build through :func:`parse_relabel_configs` (which validates). The defaults below are the
+    only place they are declared; templates are compiled against ``regex`` on construction.
+    """
+
+    action: Action = Action.REPLACE
+    source_labels: tuple[str, ...] = ()
+    separator: str = ";"
+    regex: Regex = DEFAULT_REGEX
+    modulus: int = 0
+    target_label: str = ""
+    replacement: str = "$1"
+    target_template: Template = field(init=False, repr=False, compare=False)
+    replacement_template: Template = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        pattern = self.regex.pattern
+        groups = {"group_index": pattern.groupindex, "groups": pattern.groups}
+        object.__setattr__(self, "target_template", compile_template(self.target_label, **groups))
+        object.__setattr__(
+            self, "replacement_template", compile_template(self.replacement, **groups)
+        )
+
+
+DEFAULT = RelabelConfig()
+
+_STRING_KEYS = ("separator", "regex", "target_label", "replacement")
+_KNOWN_KEYS = frozenset(("source_labels", "modulus", "action", *_STRING_KEYS))
+_TARGET_REQUIRED = frozenset(
+    (
+        Action.REPLACE,
+        Action.HASHMOD,
+        Action.LOWERCASE,
+        Action.UPPERCASE,
+        Action.KEEPEQUAL,
+        Action.DROPEQUAL,
+    )
+)
+_NO_REPLACEMENT = frozenset(
+    (Action.LOWERCASE, Action.UPPERCASE, Action.KEEPEQUAL, Action.DROPEQUAL)
+)
+
+
+def _string(value: object, path: str) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise ConfigError(path, f"expected a string, got {type(value).__name__}")
+
+
+def _source_labels(value: object, path: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple):
+        raise ConfigError(path, "expected a list of label names")
+    names = []
+    for index, item in enumerate(value):
+        name = _string(item, f"{path}[{index}]")
+        if not is_valid_label_name(name):
+            raise ConfigError(f"{path}[{index}]", f"{go_quote(name)} is not a valid label name")
+        names.append(name)
+    return tuple(names)
+
+
+def _modulus(value: object, path: str) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
+        raise ConfigError(path, "expected an unsigned 64-bit integer")
+    return value
+
+
+def _action(value: object, path: str) -> Action | None:
+    """``None`` for an explicit null (Prometheus: "relabel action cannot be empty")."""
+    if value is None:
+        return None
+    text = _string(value, path)
+    try:
+        return Action(text.lower())
+    except ValueError:
+        raise ConfigError(path, f"unknown relabel action {go_quote(text)}") from None
+
+
+def _fields(raw: Mapping[Any, Any], path: str) -> dict[str, Any]:
+    for key in raw:
+        if key not in _KNOWN_KEYS:
+            raise ConfigError(f"{path}.{key}", "unknown key")
+    fields: dict[str, Any] = {}
+    for key in _STRING_KEYS:
+        if key in raw:
+            fields[key] = _string(raw[key], f"{path}.{key}")
+    if "source_labels" in raw:
+        fields["source_labels"] = _source_labels(raw["source_labels"], f"{path}.source_labels")
+    if "modulus" in raw:
+        fields["modulus"] = _modulus(raw["modulus"], f"{path}.modulus")
+    if "action" in raw:
+        fields["action"] = _action(raw["action"], f"{path}.action")
+    if "regex" in fields:
+        try:
+            fields["regex"] = Regex.compile(fields["regex"])
+        except ValueError as exc:
+            raise ConfigError(f"{path}.regex", str(exc)) from None
+    return fields
+
+
+def parse_relabel_config(raw: object, path: str) -> RelabelConfig:
+    """Parse and validate one rule (a YAML mapping); errors name ``path.key``."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(path, "expected a mapping")
+    fields = _fields(raw, path)
+    if "action" in fields and fields["action"] is None:
+        raise ConfigError(f"{path}.action", "relabel action cannot be empty")
+    rule = RelabelConfig(**fields)
+    validate(rule, path=path, source_labels_set=raw.get("source_labels") is not None)
+    return rule
+
+
+def parse_relabel_configs(raw: object, path: str) -> tuple[RelabelConfig, ...]:
+    """Parse a YAML list of rules (``None`` is no rules); errors name ``path[i].key``.
+
+    Raises :class:`rwrouter.errors.ConfigError`.
+    """
+    if raw is None:
+        return ()
+    if not isinstance(raw, list | tuple):
+        raise ConfigError(path, "expected a list of relabel rules")
+    return tuple(parse_relabel_config(item, f"{path}[{index}]") for index, item in enumerate(raw))
+
+
+def validate(rule: RelabelConfig, *, path: str, source_labels_set: bool) -> None:
+    """Prometheus ``Config.Validate`` (same order, same texts); raises ``ConfigError``.
+
+    ``source_labels_set`` is whether ``source_labels`` was given (even as ``[]``): labeldrop and
+    labelkeep refuse it, as Prometheus refuses a non-nil list.
+    """
+    action, target = rule.action, rule.target_label
+    if action is Action.HASHMOD and rule.modulus == 0:
+        raise ConfigError(
+            f"{path}.modulus", "relabel configuration for hashmod requires non-zero modulus"
+        )
+    if action in _TARGET_REQUIRED and target == "":
+        raise ConfigError(
+            f"{path}.target_label",
+            f"relabel configuration for {action} action requires 'target_label' value",
+        )
+    if action is Action.REPLACE and not _is_valid_replace_target(target):
+        raise _invalid_target(path, rule)
+    if action in _NO_REPLACEMENT and not is_valid_label_name(target):
+        raise _invalid_target(path, rule)
+    if action in _NO_REPLACEMENT and rule.replacement != DEFAULT.replacement:
+        reason = f"'replacement' can not be set for {action} action"
+        raise ConfigError(f"{path}.replacement", reason)
+    if action is Action.LABELMAP and _RELABEL_TARGET.search(rule.replacement) is None:
+        reason = f"{go_quote(rule.replacement)} is invalid 'replacement' for {action} action"
+        raise ConfigError(f"{path}.replacement", reason)
+    if action is Action.HASHMOD and not is_valid_label_name(target):
+        raise _invalid_target(path, rule)
+    _validate_field_sets(rule, path=path, source_labels_set=source_labels_set)
+
+
+def _is_valid_replace_target(target: str) -> bool:
+    if "$" not in target:
+        return is_valid_label_name(target)
+    return _RELABEL_TARGET.search(target) is not None
+
+
+def _invalid_target(path: str, rule: RelabelConfig) -> ConfigError:
+    reason = f"{go_quote(rule.target_label)} is invalid 'target_label' for {rule.action} action"
+    return ConfigError(f"{path}.target_label", reason)
+
+
+def _validate_field_sets(rule: RelabelConfig, *, path: str, source_labels_set: bool) -> None:
+    action = rule.action
+    common_changed = (
+        rule.modulus != DEFAULT.modulus
+        or rule.separator != DEFAULT.separator
+        or rule.replacement != DEFAULT.replacement
+    )
+    if action in (Action.KEEPEQUAL, Action.DROPEQUAL) and (
+        rule.regex is not DEFAULT_REGEX or common_changed
+    ):
+        raise ConfigError(
+            path,
+            f"{action} action requires only 'source_labels' and `target_label`, "
+            "and no other fields",
+        )
+    if action in (Action.LABELDROP, Action.LABELKEEP) and (
+        source_labels_set or rule.target_label != DEFAULT.target_label or common_changed
+    ):
+        raise ConfigError(path, f"{action} action requires only 'regex', and no other fields")
