@@ -1,0 +1,161 @@
+"""Per-destination request authentication: none, basic auth, Authorization header, SigV4.
+
+Each scheme turns the destination's headers into the headers of one attempt. Secrets from files
+(``password_file``, ``credentials_file``) are read at send time, as Prometheus does, so a rotated
+file is picked up without a restart. SigV4 signs every attempt anew (fresh ``X-Amz-Date``) from
+``get_frozen_credentials()`` (see :mod:`rwrouter.auth.credentials`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Protocol
+
+from rwrouter.auth import sigv4
+from rwrouter.auth.credentials import CredentialsSource, open_source, sign
+from rwrouter.errors import ConfigError
+
+
+class Authenticator(Protocol):
+    """How one destination authenticates its requests."""
+
+    kind: str
+
+    async def headers(self, *, url: str, body: bytes, base: Mapping[str, str]) -> dict[str, str]:
+        """The headers of one attempt: ``base`` (protocol + configured headers) plus auth."""
+        ...
+
+    async def refresh_after(self, *, status: int, body_text: str) -> bool:
+        """After a rejection: refresh credentials if that can help; True means retry once."""
+        ...
+
+    def expiry(self) -> float | None:
+        """When the credentials expire (unix seconds), if they do."""
+        ...
+
+
+class NoAuth:
+    """No authentication."""
+
+    kind = "none"
+
+    async def headers(self, *, url: str, body: bytes, base: Mapping[str, str]) -> dict[str, str]:
+        return dict(base)
+
+    async def refresh_after(self, *, status: int, body_text: str) -> bool:
+        return False
+
+    def expiry(self) -> float | None:
+        return None
+
+
+class HeaderAuth(NoAuth):
+    """An ``Authorization`` header: ``Basic`` from user + password, or ``<type> <credentials>``.
+
+    ``secret``/``secret_file``: the password (basic) or credentials; the file is read per
+    request (it is small) so rotation needs no restart.
+    """
+
+    def __init__(
+        self,
+        *,
+        scheme: str,
+        secret: str | None,
+        secret_file: str | None,
+        username: str | None = None,
+    ) -> None:
+        self.kind = "basic_auth" if username is not None else "authorization"
+        self._scheme = scheme
+        self._secret = secret
+        self._secret_file = Path(secret_file) if secret_file else None
+        self._username = username
+
+    async def headers(self, *, url: str, body: bytes, base: Mapping[str, str]) -> dict[str, str]:
+        secret = self._secret or ""
+        if self._secret_file is not None:
+            secret = (await asyncio.to_thread(self._secret_file.read_text)).strip()
+        if self._username is not None:
+            token = base64.b64encode(f"{self._username}:{secret}".encode()).decode()
+            value = f"Basic {token}"
+        else:
+            value = f"{self._scheme} {secret}"
+        return {**base, "Authorization": value}
+
+
+class SigV4(NoAuth):
+    """AWS SigV4 (Amazon Managed Service for Prometheus: service ``aps``)."""
+
+    kind = "sigv4"
+
+    def __init__(self, source: CredentialsSource) -> None:
+        self.source = source
+
+    async def headers(self, *, url: str, body: bytes, base: Mapping[str, str]) -> dict[str, str]:
+        credentials = await self.source.frozen()
+        return sign(
+            method="POST",
+            url=url,
+            headers=base,
+            body=body,
+            credentials=credentials,
+            region=self.source.region,
+            service=self.source.service,
+        )
+
+    async def refresh_after(self, *, status: int, body_text: str) -> bool:
+        if not sigv4.is_expired_token_response(status=status, body_text=body_text):
+            return False
+        await self.source.force_refresh()
+        return True
+
+    def expiry(self) -> float | None:
+        return self.source.expiry()
+
+
+async def authenticator_for(destination: object, *, path: str) -> Authenticator:
+    """Build the authenticator of a destination config (``sigv4``, ``basic_auth``,
+    ``authorization`` or none). Raises ConfigError (naming ``path``) when SigV4 has no region
+    and none is set in the environment; CredentialsError when no AWS credentials are found."""
+    v4 = getattr(destination, "sigv4", None)
+    if v4 is not None:
+        region = v4.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        if not region:
+            raise ConfigError(f"{path}.sigv4.region", "not set, and AWS_REGION is not set either")
+        source = await open_source(
+            None,
+            region=region,
+            service=v4.service,
+            access_key=v4.access_key,
+            secret_key=_text(v4.secret_key),
+            profile=v4.profile,
+            role_arn=v4.role_arn,
+        )
+        return SigV4(source)
+    basic = getattr(destination, "basic_auth", None)
+    if basic is not None:
+        return HeaderAuth(
+            scheme="Basic",
+            secret=_text(basic.password),
+            secret_file=basic.password_file,
+            username=basic.username,
+        )
+    authz = getattr(destination, "authorization", None)
+    if authz is not None:
+        return HeaderAuth(
+            scheme=authz.type,
+            secret=_text(authz.credentials),
+            secret_file=authz.credentials_file,
+        )
+    return NoAuth()
+
+
+def _text(secret: object) -> str | None:
+    """The plain text of a config secret (``Secret`` hides it from str/repr)."""
+    if secret is None:
+        return None
+    reveal = getattr(secret, "reveal", None)
+    return str(reveal()) if callable(reveal) else str(secret)

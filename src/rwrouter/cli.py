@@ -1,0 +1,141 @@
+"""Command line: ``rwrouter run``, ``rwrouter check-config``, ``rwrouter demo``.
+
+``rwrouter run --config FILE`` runs the router. Without ``--config`` it runs its embedded
+default, the local demo pipeline (same as ``rwrouter demo``). Exit codes: 0 clean stop, 1 runtime
+failure, 2 bad configuration or usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+import time
+from collections.abc import Sequence
+
+from rwrouter import __version__
+from rwrouter.errors import ConfigError, RwrouterError
+
+log = logging.getLogger("rwrouter")
+
+
+class LogfmtFormatter(logging.Formatter):
+    """One line per record: ``ts=... level=... logger=... <key=value message>``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+        ts += f".{int(record.msecs):03d}Z"
+        message = record.getMessage().replace("\n", " ")
+        if "=" not in message.split(" ", 1)[0]:
+            message = "msg=" + _quote(message)
+        line = f"ts={ts} level={record.levelname.lower()} logger={record.name} {message}"
+        if record.exc_info:
+            line += " exc=" + _quote(self.formatException(record.exc_info).replace("\n", " | "))
+        return line
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def setup_logging(level: str) -> None:
+    """Log one-line records to stderr at ``level`` (debug, info, warning, error)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(LogfmtFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    logging.getLogger("botocore").setLevel(logging.WARNING)
+
+
+async def serve(config_path: str, *, drain_timeout: float) -> int:
+    """Run the router until SIGTERM/SIGINT; then stop accepting and drain the queues."""
+    from rwrouter.config import load_config
+    from rwrouter.server.runner import RouterServer
+
+    config = load_config(config_path)
+    server = RouterServer(config)
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("msg=%s drain_timeout=%.0fs", '"stopping: draining queues"', drain_timeout)
+    await server.stop(drain_timeout=drain_timeout)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if args.config is None:
+        log.info('msg="no --config given: running the embedded default, the local demo pipeline"')
+        return cmd_demo(args)
+    return asyncio.run(serve(args.config, drain_timeout=args.drain_timeout))
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    from rwrouter.config import describe_config, load_config
+
+    config = load_config(args.file)
+    print(describe_config(config))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from rwrouter.demo.pipeline import run_demo
+
+    return run_demo(
+        nodes=getattr(args, "nodes", 2),
+        duration=getattr(args, "duration", None),
+        workdir=getattr(args, "workdir", None),
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rwrouter", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"rwrouter {__version__}")
+    parser.add_argument("--log-level", default="info",
+                        choices=["debug", "info", "warning", "error"])  # fmt: skip
+    sub = parser.add_subparsers(dest="command")
+    run = sub.add_parser("run", help="run the router (without --config: the local demo)")
+    run.add_argument("--config", help="YAML configuration file")
+    run.add_argument("--drain-timeout", type=float, default=30.0,
+                     help="seconds to keep sending queued data after SIGTERM (default 30)")
+    run.set_defaults(func=cmd_run)
+    check = sub.add_parser("check-config", help="validate a configuration and describe it")
+    check.add_argument("file")
+    check.set_defaults(func=cmd_check_config)
+    demo = sub.add_parser("demo", help="run the local demo pipeline (needs Debian's prometheus)")
+    demo.add_argument("--nodes", type=int, default=2, help="simulated GPU nodes (8 GPUs each)")
+    demo.add_argument("--duration", type=float, default=None,
+                      help="stop after this many seconds (default: run until Ctrl-C)")
+    demo.add_argument("--workdir", default=None, help="where to keep the demo's data")
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``rwrouter`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    setup_logging(args.log_level)
+    if args.command is None:
+        args = parser.parse_args([*(argv or sys.argv[1:]), "run"])
+    try:
+        code: int = args.func(args)
+    except ConfigError as exc:
+        print(f"rwrouter: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except RwrouterError as exc:
+        print(f"rwrouter: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""rwrouter's own metrics, on an injected prometheus-client registry (the only importer of
+prometheus_client). Names follow Prometheus conventions: ``_total`` counters, base units
+(seconds, bytes), ``destination`` labels carrying the remote_write ``name``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
+
+from rwrouter import __version__
+
+disable_created_metrics()  # no *_created series: they double the exposition for no use here
+
+_SEND_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+class Metrics:
+    """All self-metrics. Build one per process with its own ``CollectorRegistry``."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        Gauge("rwrouter_build_info", "Build information.", ["version"], registry=r).labels(
+            __version__
+        ).set(1)
+        self.requests = Counter(
+            "rwrouter_received_requests",
+            "Remote write requests received, by the HTTP status answered.",
+            ["code"],
+            registry=r,
+        )
+        self.received_series = Counter(
+            "rwrouter_received_series", "Series received in accepted requests.", registry=r
+        )
+        self.received_samples = Counter(
+            "rwrouter_received_samples",
+            "Samples, exemplars and histograms received in accepted requests.",
+            registry=r,
+        )
+        self.received_metadata = Counter(
+            "rwrouter_received_metadata", "Metadata entries received.", registry=r
+        )
+        self.request_duration = Histogram(
+            "rwrouter_receive_duration_seconds",
+            "Time to decode, route and enqueue a remote write request.",
+            registry=r,
+        )
+        self.sent_samples = Counter(
+            "rwrouter_sent_samples",
+            "Samples (incl. exemplars and histograms) delivered with a 2xx answer.",
+            ["destination"],
+            registry=r,
+        )
+        self.sent_metadata = Counter(
+            "rwrouter_sent_metadata", "Metadata entries delivered.", ["destination"], registry=r
+        )
+        self.sent_requests = Counter(
+            "rwrouter_sent_requests",
+            "Requests sent to a destination, by HTTP status ('error' for no answer).",
+            ["destination", "code"],
+            registry=r,
+        )
+        self.sent_bytes = Counter(
+            "rwrouter_sent_bytes",
+            "Compressed request bytes sent (every attempt).",
+            ["destination"],
+            registry=r,
+        )
+        self.dropped_samples = Counter(
+            "rwrouter_samples_dropped",
+            "Samples not delivered to a destination, by reason: relabel (its rules dropped the "
+            "series), invalid (no metric name left), 4xx (refused by the destination), "
+            "queue_full (refused with 503 at receive time).",
+            ["destination", "reason"],
+            registry=r,
+        )
+        self.dropped_metadata = Counter(
+            "rwrouter_metadata_dropped",
+            "Metadata entries not delivered, by reason (queue_full, 4xx).",
+            ["destination", "reason"],
+            registry=r,
+        )
+        self.refused_requests = Counter(
+            "rwrouter_refused_requests",
+            "Remote write requests refused whole, by reason (decode, too_large, unsupported, "
+            "queue_full).",
+            ["reason"],
+            registry=r,
+        )
+        self.retries = Counter(
+            "rwrouter_retries",
+            "Send attempts that will be retried, by reason (network, 5xx, 429, expired_token).",
+            ["destination", "reason"],
+            registry=r,
+        )
+        self.send_duration = Histogram(
+            "rwrouter_send_duration_seconds",
+            "Duration of one send attempt to a destination.",
+            ["destination"],
+            buckets=_SEND_BUCKETS,
+            registry=r,
+        )
+        self.queue_samples = Gauge(
+            "rwrouter_queue_samples",
+            "Samples waiting or in flight in a destination's in-memory queue.",
+            ["destination"],
+            registry=r,
+        )
+        self.queue_capacity = Gauge(
+            "rwrouter_queue_capacity_samples",
+            "Capacity of a destination's in-memory queue (capacity x max_shards).",
+            ["destination"],
+            registry=r,
+        )
+        self.shards = Gauge(
+            "rwrouter_shards", "Concurrent senders of a destination.", ["destination"], registry=r
+        )
+        self.credentials_expiry = _ExpiryCollector()
+        r.register(self.credentials_expiry)
+        self.cache_entries = Gauge(
+            "rwrouter_relabel_cache_entries", "Label sets in the relabel cache.", registry=r
+        )
+        self.cache_lookups = Counter(
+            "rwrouter_relabel_cache_lookups",
+            "Relabel cache lookups, by result (hit, miss).",
+            ["result"],
+            registry=r,
+        )
+
+    def watch(self, gauge: Gauge, read: Callable[[], float], *labels: str) -> None:
+        """Make ``gauge`` (with ``labels``) report ``read()`` at every scrape."""
+        (gauge.labels(*labels) if labels else gauge).set_function(read)
+
+    def exposition(self) -> tuple[bytes, str]:
+        """The text exposition of the registry and its content type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class _ExpiryCollector(Collector):
+    """``rwrouter_credentials_expiry_timestamp_seconds{destination}``: when a destination's
+    SigV4 credentials expire (unix seconds); absent while they do not expire or are unknown."""
+
+    def __init__(self) -> None:
+        self.sources: dict[str, Callable[[], float | None]] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "rwrouter_credentials_expiry_timestamp_seconds",
+            "When the SigV4 credentials of a destination expire (unix seconds).",
+            labels=["destination"],
+        )
+        for name, read in self.sources.items():
+            value = read()
+            if value is not None:
+                family.add_metric([name], value)
+        yield family

@@ -1,0 +1,240 @@
+"""One destination: a bounded in-memory queue split into shards, a sender per shard, retries.
+
+Per-series order: a series always goes to the same shard (hash of its label set) and a shard
+has one batch in flight at a time, retried until it succeeds or is refused, so a later sample of
+a series can never overtake an earlier one (RW 1.0 spec). A full queue is never a silent loss:
+:meth:`Destination.has_room` lets the receive side answer 503 before anything is enqueued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine
+from contextlib import suppress
+from typing import Any
+
+from rwrouter import USER_AGENT
+from rwrouter.auth.credentials import CredentialsError
+from rwrouter.auth.schemes import Authenticator
+from rwrouter.auth.sigv4 import REMOTE_WRITE_HEADERS
+from rwrouter.config import DestinationConfig
+from rwrouter.metrics import Metrics
+from rwrouter.routing import RoutedSeries
+from rwrouter.sending.batching import ShardBuffer, shard_of
+from rwrouter.sending.retry import RetryPolicy
+from rwrouter.sending.transport import Answer, Transport, TransportError
+from rwrouter.wire import compress
+
+log = logging.getLogger("rwrouter.sending")
+
+METADATA_QUEUE_LIMIT = 10_000  # entries; Prometheus resends all metadata every minute anyway
+
+
+class Destination:
+    """A remote_write destination's queue and senders.
+
+    ``capacity`` (samples) = ``queue_config.capacity`` x ``max_shards`` (Prometheus's capacity
+    is per shard). Clocks, randomness and sleep are injectable for tests.
+    """
+
+    def __init__(
+        self,
+        *,
+        config: DestinationConfig,
+        transport: Transport,
+        auth: Authenticator,
+        metrics: Metrics,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        rand: Callable[[], float] = random.random,
+        sleep: Callable[[float], Coroutine[Any, Any, None]] = asyncio.sleep,
+    ) -> None:
+        self.config = config
+        self.name = config.name
+        q = config.queue_config
+        self.capacity = q.capacity * q.max_shards
+        self._transport = transport
+        self.auth = auth
+        self._metrics = metrics
+        self._clock, self._wall, self._rand, self._sleep = clock, wall_clock, rand, sleep
+        self._policy = RetryPolicy(
+            min_backoff=q.min_backoff,
+            max_backoff=q.max_backoff,
+            retry_on_http_429=q.retry_on_http_429,
+        )
+        self._base_headers = {**dict(config.headers), **REMOTE_WRITE_HEADERS}
+        self._shards = [ShardBuffer() for _ in range(q.max_shards)]
+        self._wake = [asyncio.Event() for _ in self._shards]
+        self._metadata: deque[bytes] = deque()
+        self._metadata_wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closing = False
+        self.pending = 0
+        metrics.queue_capacity.labels(self.name).set(self.capacity)
+        metrics.shards.labels(self.name).set(len(self._shards))
+        metrics.watch(metrics.queue_samples, lambda: self.pending, self.name)
+        metrics.credentials_expiry.sources[self.name] = auth.expiry
+
+    def has_room(self, samples: int) -> bool:
+        """Whether ``samples`` more fit in the queue (an empty queue takes any request)."""
+        return self.pending == 0 or self.pending + samples <= self.capacity
+
+    def enqueue(self, routed: RoutedSeries, metadata: list[bytes]) -> None:
+        """Add routed series (and metadata entries) to the shards. Never blocks, never awaits."""
+        now = self._clock()
+        shards, wake = self._shards, self._wake
+        n_shards = len(shards)
+        batch_full = self.config.queue_config.max_samples_per_send
+        for frame, key, count in zip(routed.frames, routed.keys, routed.counts, strict=True):
+            i = shard_of(key, n_shards)
+            buf = shards[i]
+            if not buf.frames or buf.samples + count >= batch_full:
+                wake[i].set()
+            buf.add(frame, count, now=now)
+        self.pending += routed.samples
+        if metadata and self.config.metadata_config.send:
+            overflow = len(self._metadata) + len(metadata) - METADATA_QUEUE_LIMIT
+            for _ in range(max(0, overflow)):
+                self._metadata.popleft()
+            if overflow > 0:
+                self._metrics.dropped_metadata.labels(self.name, "queue_full").inc(overflow)
+            self._metadata.extend(metadata)
+            self._metadata_wake.set()
+
+    async def start(self) -> None:
+        """Open the transport and start one sender per shard plus the metadata sender."""
+        await self._transport.start()
+        self._tasks = [asyncio.create_task(self._shard_loop(i)) for i in range(len(self._shards))]
+        self._tasks.append(asyncio.create_task(self._metadata_loop()))
+
+    async def stop(self, *, timeout: float) -> int:
+        """Send what is queued for up to ``timeout`` seconds, then stop; returns the number of
+        samples abandoned (counted as dropped, reason ``shutdown``)."""
+        self._closing = True
+        for event in (*self._wake, self._metadata_wake):
+            event.set()
+        if self._tasks:
+            _, running = await asyncio.wait(self._tasks, timeout=timeout)
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+        await self._transport.close()
+        abandoned = self.pending
+        if abandoned:
+            self._metrics.dropped_samples.labels(self.name, "shutdown").inc(abandoned)
+            log.warning("destination=%s abandoned_samples=%d msg=%s", self.name, abandoned,
+                        '"queue not drained before the shutdown timeout"')  # fmt: skip
+        return abandoned
+
+    async def _shard_loop(self, i: int) -> None:
+        buf, wake = self._shards[i], self._wake[i]
+        q = self.config.queue_config
+        while True:
+            if not buf.frames:
+                if self._closing:
+                    return
+                wake.clear()
+                await wake.wait()
+                continue
+            now = self._clock()
+            deadline = 0.0 if self._closing else q.batch_send_deadline
+            if not buf.ready(max_samples=q.max_samples_per_send, deadline=deadline, now=now):
+                wake.clear()
+                assert buf.first_at is not None
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), deadline - (now - buf.first_at))
+                continue
+            frames, samples = buf.take(max_samples=q.max_samples_per_send)
+            try:
+                if await self._deliver(b"".join(frames), samples, "samples"):
+                    self._metrics.sent_samples.labels(self.name).inc(samples)
+            finally:
+                self.pending -= samples
+
+    async def _metadata_loop(self) -> None:
+        limit = self.config.metadata_config.max_samples_per_send
+        while True:
+            if not self._metadata:
+                if self._closing:
+                    return
+                self._metadata_wake.clear()
+                await self._metadata_wake.wait()
+                continue
+            batch = [self._metadata.popleft() for _ in range(min(limit, len(self._metadata)))]
+            if await self._deliver(b"".join(batch), len(batch), "metadata"):
+                self._metrics.sent_metadata.labels(self.name).inc(len(batch))
+
+    async def _deliver(self, raw: bytes, count: int, kind: str) -> bool:
+        """Send one batch with retries; True when delivered, False when refused for good."""
+        body = compress(raw)
+        attempt = 0
+        refreshed = False
+        while True:
+            answer = await self._attempt(body)
+            status = answer.status if isinstance(answer, Answer) else None
+            if status is not None and 200 <= status < 300:
+                return True
+            text = answer.text if isinstance(answer, Answer) else str(answer)
+            if status is not None and not refreshed:
+                refreshed = await self._refresh(status, text)
+                if refreshed:
+                    continue
+            retry_after = answer.headers.get("Retry-After") if isinstance(answer, Answer) else None
+            decision = self._policy.decide(
+                status, attempt=attempt, retry_after=retry_after, now=self._wall(),
+                rand=self._rand(),
+            )  # fmt: skip
+            if not decision.retry:
+                self._refused(kind, count, status, text)
+                return False
+            self._metrics.retries.labels(self.name, decision.reason).inc()
+            if attempt == 0 or attempt & (attempt - 1) == 0:  # log attempts 1, 2, 4, 8, ...
+                log.warning("destination=%s kind=%s status=%s attempt=%d retry_in=%.3fs error=%r",
+                            self.name, kind, status or "none", attempt + 1, decision.delay,
+                            text[:200])  # fmt: skip
+            await self._sleep(decision.delay)
+            attempt += 1
+
+    async def _attempt(self, body: bytes) -> Answer | Exception:
+        """One signed POST; the answer, or the error that prevented one."""
+        started = self._clock()
+        try:
+            headers = await self.auth.headers(
+                url=self._transport.url, body=body, base=self._base_headers
+            )
+            headers["User-Agent"] = USER_AGENT
+            self._metrics.sent_bytes.labels(self.name).inc(len(body))
+            answer: Answer | Exception = await self._transport.post(body, headers)
+        except (TransportError, CredentialsError) as exc:
+            answer = exc
+        code = str(answer.status) if isinstance(answer, Answer) else "error"
+        self._metrics.sent_requests.labels(self.name, code).inc()
+        self._metrics.send_duration.labels(self.name).observe(self._clock() - started)
+        return answer
+
+    async def _refresh(self, status: int, text: str) -> bool:
+        """Refresh credentials after a 403 expired-token answer; True means retry now."""
+        try:
+            refreshed = await self.auth.refresh_after(status=status, body_text=text)
+        except CredentialsError as exc:
+            log.warning("destination=%s msg=%s error=%r", self.name,
+                        '"credential refresh failed"', str(exc))  # fmt: skip
+            return False
+        if refreshed:
+            self._metrics.retries.labels(self.name, "expired_token").inc()
+        return refreshed
+
+    def _refused(self, kind: str, count: int, status: int | None, text: str) -> None:
+        """Count and log a batch refused for good (4xx other than a retried 429)."""
+        if kind == "samples":
+            self._metrics.dropped_samples.labels(self.name, "4xx").inc(count)
+        else:
+            self._metrics.dropped_metadata.labels(self.name, "4xx").inc(count)
+        log.error(
+            "destination=%s kind=%s status=%s dropped=%d msg=%s body=%r",
+            self.name, kind, status, count, '"refused by destination, not retried"', text[:1024],
+        )  # fmt: skip

@@ -1,0 +1,153 @@
+"""The fan-out service: routes each decoded write request and enqueues it for every destination.
+
+Admission is all-or-nothing: when a destination that would receive part of a request has no
+room, nothing of the request is enqueued anywhere and the receive side answers 503 (the sender
+retries the whole request from its WAL), so a full queue never loses acknowledged data and
+never duplicates part of a request.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from dataclasses import dataclass
+
+from rwrouter.auth.schemes import authenticator_for
+from rwrouter.config import Config, DestinationConfig, TLSConfig
+from rwrouter.metrics import Metrics
+from rwrouter.routing import Route, Router
+from rwrouter.sending.destination import Destination
+from rwrouter.sending.transport import Transport
+from rwrouter.wire import WriteRequestParts
+
+log = logging.getLogger("rwrouter.fanout")
+
+_TLS_VERSIONS = {
+    "TLS10": ssl.TLSVersion.TLSv1,
+    "TLS11": ssl.TLSVersion.TLSv1_1,
+    "TLS12": ssl.TLSVersion.TLSv1_2,
+    "TLS13": ssl.TLSVersion.TLSv1_3,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """What happened to one request: ``full`` names the destinations without room (then
+    nothing was enqueued); ``series``/``samples`` count what was received."""
+
+    full: tuple[str, ...]
+    series: int
+    samples: int
+    metadata: int
+
+
+class FanOut:
+    """The router's core service: a :class:`Router` and its destinations."""
+
+    def __init__(self, *, router: Router, destinations: list[Destination], metrics: Metrics):
+        self.router = router
+        self.destinations = destinations
+        self._metrics = metrics
+        self._hits = self._misses = 0
+
+    def accept(self, parts: WriteRequestParts) -> Accepted:
+        """Route a decoded request and enqueue it everywhere, or nowhere if a queue is full.
+
+        Raises DecodeError when a series has invalid labels (nothing is enqueued).
+        """
+        routed = self.router.route(parts)
+        self._count_cache()
+        full = tuple(
+            dest.name
+            for dest, series in zip(self.destinations, routed.series, strict=True)
+            if series.samples and not dest.has_room(series.samples)
+        )
+        m = self._metrics
+        if full:
+            for dest, series in zip(self.destinations, routed.series, strict=True):
+                if dest.name in full:
+                    m.dropped_samples.labels(dest.name, "queue_full").inc(series.samples)
+            return Accepted(full, routed.series_in, routed.samples_in, len(parts.metadata))
+        for i, dest in enumerate(self.destinations):
+            dest.enqueue(routed.series[i], routed.metadata[i])
+        for (i, reason), samples in routed.dropped.items():
+            m.dropped_samples.labels(self.destinations[i].name, reason).inc(samples)
+        return Accepted((), routed.series_in, routed.samples_in, len(parts.metadata))
+
+    def _count_cache(self) -> None:
+        router, m = self.router, self._metrics
+        if router.hits != self._hits:
+            m.cache_lookups.labels("hit").inc(router.hits - self._hits)
+            self._hits = router.hits
+        if router.misses != self._misses:
+            m.cache_lookups.labels("miss").inc(router.misses - self._misses)
+            self._misses = router.misses
+
+    async def start(self) -> None:
+        """Start every destination's senders."""
+        for dest in self.destinations:
+            await dest.start()
+
+    async def stop(self, *, timeout: float) -> None:
+        """Drain every destination for up to ``timeout`` seconds, then stop."""
+        for dest in self.destinations:
+            await dest.stop(timeout=timeout)
+
+
+async def build_fanout(config: Config, metrics: Metrics) -> FanOut:
+    """Build the router and one :class:`Destination` per ``remote_write`` entry.
+
+    Raises ConfigError / CredentialsError when a destination's auth cannot be set up.
+    """
+    routes = [
+        Route(
+            name=d.name,
+            rules=d.write_relabel_configs,
+            fallback=d.fallback,
+            send_exemplars=d.send_exemplars,
+            send_native_histograms=d.send_native_histograms,
+        )
+        for d in config.remote_write
+    ]
+    router = Router(global_rules=config.relabel_configs, routes=routes)
+    metrics.watch(metrics.cache_entries, lambda: len(router))
+    destinations = []
+    for i, dest in enumerate(config.remote_write):
+        auth = await authenticator_for(dest, path=f"remote_write[{i}]")
+        destinations.append(
+            Destination(config=dest, transport=_transport(dest), auth=auth, metrics=metrics)
+        )
+        log.info("destination=%s url=%s auth=%s fallback=%s rules=%d", dest.name,
+                 _redact(dest.url), auth.kind, dest.fallback,
+                 len(dest.write_relabel_configs))  # fmt: skip
+    return FanOut(router=router, destinations=destinations, metrics=metrics)
+
+
+def _transport(dest: DestinationConfig) -> Transport:
+    return Transport(
+        url=dest.url,
+        timeout=dest.remote_timeout,
+        ssl_context=_ssl_context(dest.tls_config) if dest.tls_config else None,
+        server_hostname=dest.tls_config.server_name if dest.tls_config else None,
+        proxy=dest.proxy_url,
+    )
+
+
+def _ssl_context(tls: TLSConfig) -> ssl.SSLContext:
+    """An SSL context from a ``tls_config`` (Prometheus field semantics)."""
+    ctx = ssl.create_default_context(cafile=tls.ca_file)
+    if tls.cert_file and tls.key_file:
+        ctx.load_cert_chain(tls.cert_file, tls.key_file)
+    if tls.insecure_skip_verify:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    if tls.min_version:
+        ctx.minimum_version = _TLS_VERSIONS[tls.min_version]
+    return ctx
+
+
+def _redact(url: str) -> str:
+    """A URL without userinfo, for logs."""
+    scheme, sep, rest = url.partition("://")
+    host, at, tail = rest.partition("@")
+    return f"{scheme}{sep}{tail}" if at and "/" not in host else url

@@ -1,0 +1,89 @@
+"""HTTP transport to one destination (aiohttp client).
+
+Sends a ready-made body as ``bytes`` (so aiohttp sets Content-Length; never chunked — a streamed
+body would break the SigV4 payload hash) with exactly the headers it is given; aiohttp adds
+only Host (the destination's own, with the port only when it is not the default one) and
+Content-Length. Incoming client headers never reach this layer.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import aiohttp
+
+BODY_HEAD_BYTES = 1024  # how much of an error answer is kept for logs
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A destination's answer: status, headers, and the first KiB of its body."""
+
+    status: int
+    headers: Mapping[str, str]
+    body_head: bytes
+
+    @property
+    def text(self) -> str:
+        """The kept part of the body as text (undecodable bytes replaced)."""
+        return self.body_head.decode("utf-8", "replace").strip()
+
+
+class TransportError(Exception):
+    """No answer: connection refused or reset, TLS failure, DNS failure, or timeout."""
+
+
+class Transport:
+    """One aiohttp session per destination. ``timeout``: seconds for a whole attempt
+    (Prometheus ``remote_timeout``)."""
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        timeout: float,
+        ssl_context: ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
+        proxy: str | None = None,
+    ) -> None:
+        self.url = url
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
+        self._server_hostname = server_hostname
+        self._proxy = proxy
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        """Open the connection pool."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=self._timeout,
+                skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"),
+                auto_decompress=False,
+            )
+
+    async def close(self) -> None:
+        """Close the connection pool."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def post(self, body: bytes, headers: Mapping[str, str]) -> Answer:
+        """POST ``body`` with ``headers``; returns the answer, or raises TransportError."""
+        if self._session is None:
+            raise RuntimeError("transport not started")
+        try:
+            async with self._session.post(
+                self.url,
+                data=body,
+                headers=dict(headers),
+                ssl=self._ssl,
+                server_hostname=self._server_hostname,
+                proxy=self._proxy,
+            ) as resp:
+                head = await resp.content.read(BODY_HEAD_BYTES)
+                return Answer(resp.status, dict(resp.headers), head)
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise TransportError(f"{type(exc).__name__}: {exc}".rstrip(": ")) from exc

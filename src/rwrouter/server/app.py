@@ -1,0 +1,149 @@
+"""The receive side: an aiohttp web application (the only aiohttp.web importer).
+
+Endpoints: ``POST /api/v1/write`` and ``POST /api/v1/push`` (remote write 1.0), ``GET /metrics``,
+``GET /-/healthy``, ``GET /-/ready``. Other methods on a known path get 405 (aiohttp).
+
+Answers (RW 1.0 spec; the sender's mistakes are 4xx with a one-line reason, never 5xx):
+204 accepted; 400 undecodable body; 413 body or declared decoded size over the limit; 415 another
+Content-Encoding or Content-Type (RW 2.0 included, until it is supported); 503 with
+``Retry-After`` when a destination queue is full (nothing of the request was enqueued).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from aiohttp import web
+
+from rwrouter.config import ServerConfig
+from rwrouter.errors import RequestError, TooLargeError, UnsupportedError
+from rwrouter.metrics import Metrics
+from rwrouter.sending.fanout import FanOut
+from rwrouter.wire import decompress, parse_write_request
+
+log = logging.getLogger("rwrouter.server")
+
+FANOUT = web.AppKey("fanout", FanOut)
+METRICS = web.AppKey("metrics", Metrics)
+SETTINGS = web.AppKey("settings", ServerConfig)
+READY = web.AppKey("ready", list)  # [bool]: set once the destinations run
+
+WRITE_PATHS = ("/api/v1/write", "/api/v1/push")
+RW2_CONTENT_TYPE = "io.prometheus.write.v2.request"
+_REASONS = {400: "decode", 413: "too_large", 415: "unsupported"}
+
+
+def check_headers(content_encoding: str | None, content_type: str | None) -> None:
+    """Refuse (415) a Content-Encoding other than snappy, or a Content-Type other than
+    ``application/x-protobuf`` for ``prometheus.WriteRequest`` (RW 1.0). Absent headers are
+    accepted, as Prometheus's own receiver does."""
+    if content_encoding and content_encoding.strip().lower() != "snappy":
+        raise UnsupportedError(
+            f"unsupported Content-Encoding {content_encoding!r}: remote write needs snappy"
+        )
+    if not content_type:
+        return
+    media, _, params = content_type.partition(";")
+    if media.strip().lower() != "application/x-protobuf":
+        raise UnsupportedError(
+            f"unsupported Content-Type {content_type!r}: expected application/x-protobuf"
+        )
+    for param in params.split(";"):
+        key, _, value = param.partition("=")
+        proto = value.strip().strip('"').lower()
+        if key.strip().lower() == "proto" and proto not in ("", "prometheus.writerequest"):
+            if proto == RW2_CONTENT_TYPE:
+                raise UnsupportedError(
+                    "remote write 2.0 (io.prometheus.write.v2.Request) is not supported yet; "
+                    "send remote write 1.0 (prometheus.WriteRequest)"
+                )
+            raise UnsupportedError(f"unsupported protobuf message {value.strip()!r}")
+
+
+async def read_body(request: web.Request, *, limit: int) -> bytes:
+    """The request body, refusing (413) more than ``limit`` bytes before reading it all."""
+    if request.content_length is not None and request.content_length > limit:
+        raise TooLargeError(f"body of {request.content_length} bytes is over the limit of {limit}")
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise TooLargeError(f"body is over the limit of {limit} bytes") from None
+
+
+async def handle_write(request: web.Request) -> web.Response:
+    """Receive one remote write 1.0 request; route and enqueue it (see module docstring)."""
+    app = request.app
+    metrics, settings, fanout = app[METRICS], app[SETTINGS], app[FANOUT]
+    started = time.perf_counter()
+    try:
+        check_headers(
+            request.headers.get("Content-Encoding"), request.headers.get("Content-Type")
+        )
+        body = await read_body(request, limit=settings.max_request_bytes)
+        parts = parse_write_request(
+            decompress(body, max_decoded_bytes=settings.max_decoded_bytes)
+        )
+        accepted = fanout.accept(parts)
+    except RequestError as exc:
+        metrics.requests.labels(str(exc.status)).inc()
+        metrics.refused_requests.labels(_REASONS.get(exc.status, "bad_request")).inc()
+        log.info("remote=%s status=%d reason=%r", request.remote, exc.status, str(exc))
+        return web.Response(status=exc.status, text=f"{exc}\n")
+    if accepted.full:
+        metrics.requests.labels("503").inc()
+        metrics.refused_requests.labels("queue_full").inc()
+        retry_after = max(1, round(settings.queue_full_retry_after))
+        return web.Response(
+            status=503,
+            headers={"Retry-After": str(retry_after)},
+            text=f"queue full for destination(s) {', '.join(accepted.full)}; retry later\n",
+        )
+    metrics.requests.labels("204").inc()
+    metrics.received_series.inc(accepted.series)
+    metrics.received_samples.inc(accepted.samples)
+    metrics.received_metadata.inc(accepted.metadata)
+    metrics.request_duration.observe(time.perf_counter() - started)
+    return web.Response(status=204)
+
+
+async def handle_metrics(request: web.Request) -> web.Response:
+    """Prometheus text exposition of rwrouter's own metrics."""
+    body, content_type = request.app[METRICS].exposition()
+    response = web.Response(body=body)
+    response.headers["Content-Type"] = content_type
+    return response
+
+
+async def handle_healthy(request: web.Request) -> web.Response:
+    """200 while the process serves HTTP."""
+    return web.Response(text="rwrouter is healthy.\n")
+
+
+async def handle_ready(request: web.Request) -> web.Response:
+    """200 once the destinations' senders run; 503 before that and while shutting down."""
+    if request.app[READY][0]:
+        return web.Response(text="rwrouter is ready.\n")
+    return web.Response(status=503, text="rwrouter is not ready.\n")
+
+
+async def handle_index(request: web.Request) -> web.Response:
+    """A plain-text list of the endpoints and destinations."""
+    lines = ["rwrouter", "", "POST /api/v1/write (also /api/v1/push): remote write 1.0", ""]
+    lines += ["GET /metrics", "GET /-/healthy", "GET /-/ready", "", "destinations:"]
+    for dest in request.app[FANOUT].destinations:
+        lines.append(f"  {dest.name}: queued samples {dest.pending} / {dest.capacity}")
+    return web.Response(text="\n".join(lines) + "\n")
+
+
+def make_app(*, fanout: FanOut, metrics: Metrics, settings: ServerConfig) -> web.Application:
+    """Build the web application; the caller starts and stops ``fanout`` (see cli.run)."""
+    app = web.Application(client_max_size=settings.max_request_bytes)
+    app[FANOUT], app[METRICS], app[SETTINGS], app[READY] = fanout, metrics, settings, [False]
+    for path in WRITE_PATHS:
+        app.router.add_post(path, handle_write)
+    app.router.add_get("/metrics", handle_metrics)
+    app.router.add_get("/-/healthy", handle_healthy)
+    app.router.add_get("/-/ready", handle_ready)
+    app.router.add_get("/", handle_index)
+    return app

@@ -1,0 +1,68 @@
+"""Lifecycle of a running router: build, start (destinations first, then the listener), stop
+(listener first, then drain the queues). Used by ``rwrouter run``, the demo and the tests."""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+
+from rwrouter.config import Config
+from rwrouter.metrics import Metrics
+from rwrouter.sending.fanout import FanOut, build_fanout
+from rwrouter.server.app import READY, make_app
+
+log = logging.getLogger("rwrouter.server")
+
+
+class RouterServer:
+    """A router listening on ``config.server.listen_address`` (port 0 picks a free port).
+
+    ``await start()``, then ``url``/``port``; ``await stop(drain_timeout=...)`` (seconds).
+    """
+
+    def __init__(self, config: Config, *, metrics: Metrics | None = None) -> None:
+        self.config = config
+        self.metrics = metrics if metrics is not None else Metrics()
+        self.fanout: FanOut | None = None
+        self._runner: web.AppRunner | None = None
+        self._app: web.Application | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        """Base URL of the listener, e.g. ``http://127.0.0.1:9250``."""
+        host = self.config.server.listen_host or "127.0.0.1"
+        host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+        return f"http://{host}:{self.port}"
+
+    async def start(self) -> None:
+        """Start the destinations' senders, then listen. Raises OSError if the port is taken."""
+        self.fanout = await build_fanout(self.config, self.metrics)
+        await self.fanout.start()
+        settings = self.config.server
+        self._app = make_app(fanout=self.fanout, metrics=self.metrics, settings=settings)
+        self._runner = web.AppRunner(self._app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(
+            self._runner, settings.listen_host or None, settings.listen_port, reuse_address=True
+        )
+        await site.start()
+        server = site._server  # aiohttp keeps the bound sockets there
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else settings.listen_port
+        self._app[READY][0] = True
+        log.info("msg=%s url=%s destinations=%d", '"listening"', self.url,
+                 len(self.fanout.destinations))  # fmt: skip
+
+    async def stop(self, *, drain_timeout: float = 30.0) -> None:
+        """Stop accepting requests, then send what is queued for up to ``drain_timeout``
+        seconds (in-memory queues: what is left then is lost and counted)."""
+        if self._app is not None:
+            self._app[READY][0] = False
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self.fanout is not None:
+            await self.fanout.stop(timeout=drain_timeout)
+            self.fanout = None
