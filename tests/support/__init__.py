@@ -1,0 +1,1 @@
+"""Test support shared by the suites: real Prometheus peers, a capture server, RW bodies."""
