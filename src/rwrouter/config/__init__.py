@@ -1,0 +1,62 @@
+"""Configuration: YAML (Prometheus ``remote_write`` syntax) -> frozen config objects.
+
+Public API:
+
+- ``parse_config(text, *, env, source="<string>", base_dir=None) -> Config``: pure; ``${VAR}`` from
+  ``env``; raises ``rwrouter.errors.ConfigError`` whose ``path`` is the YAML key path, e.g.
+  ``remote_write[1].queue_config.max_shards``.
+- ``load_config(path, *, env=None) -> Config``: reads the file (env defaults to ``os.environ``)
+  and checks that every ``*_file`` is readable (``check_files``).
+- ``describe_config(config) -> str``: what ``rwrouter check-config FILE`` prints; no secrets.
+- The dataclasses (``Config``, ``ServerConfig``, ``DestinationConfig``, ``QueueConfig``,
+  ``MetadataConfig``, ``SigV4Config``, ``BasicAuth``, ``Authorization``, ``TLSConfig``) and
+  ``Secret``; ``parse_duration``/``format_duration`` (float seconds) and
+  ``parse_size``/``format_size`` (int bytes).
+
+Module layout: ``values`` (scalar syntax) <- ``model`` (dataclasses) <- ``parse`` (YAML, pure)
+<- ``load`` (files), ``describe`` (text).
+"""
+
+from rwrouter.config.describe import describe_config, describe_rule
+from rwrouter.config.load import check_files, load_config
+from rwrouter.config.model import (
+    Authorization,
+    BasicAuth,
+    Config,
+    DestinationConfig,
+    MetadataConfig,
+    QueueConfig,
+    ServerConfig,
+    SigV4Config,
+    TLSConfig,
+)
+from rwrouter.config.parse import parse_config
+from rwrouter.config.values import (
+    Secret,
+    format_duration,
+    format_size,
+    parse_duration,
+    parse_size,
+)
+
+__all__ = [
+    "Authorization",
+    "BasicAuth",
+    "Config",
+    "DestinationConfig",
+    "MetadataConfig",
+    "QueueConfig",
+    "Secret",
+    "ServerConfig",
+    "SigV4Config",
+    "TLSConfig",
+    "check_files",
+    "describe_config",
+    "describe_rule",
+    "format_duration",
+    "format_size",
+    "load_config",
+    "parse_config",
+    "parse_duration",
+    "parse_size",
+]

@@ -1,0 +1,223 @@
+"""The HTTP client sections of a destination (pure): url, headers, auth, tls_config, proxy_url.
+
+``${VAR}`` is expanded here, and only here: in the URLs, header values, credential fields and
+``*_file`` paths. Errors name the key path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from rwrouter.config.model import Authorization, BasicAuth, SigV4Config, TLSConfig
+from rwrouter.config.values import Fields, Secret, expand_env, field_names, kind_of
+from rwrouter.errors import ConfigError
+
+__all__ = ["NOT_SUPPORTED", "Context", "auth", "env_string", "headers", "http_url", "tls"]
+
+NOT_SUPPORTED = "not supported by rwrouter"
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+# Prometheus `reservedHeaders` (config/config.go); Authorization and X-Amz-* are refused apart.
+_RESERVED_HEADERS = frozenset(
+    (
+        "host",
+        "content-encoding",
+        "content-length",
+        "content-type",
+        "user-agent",
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "www-authenticate",
+        "accept-encoding",
+        "x-prometheus-remote-write-version",
+        "x-prometheus-remote-read-version",
+    )
+)
+_TLS_VERSIONS = ("TLS10", "TLS11", "TLS12", "TLS13")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Context:
+    """What the parser needs besides the YAML: the environment, the config file's directory."""
+
+    env: Mapping[str, str]
+    base_dir: str | None
+
+
+def env_string(f: Fields, key: str, ctx: Context) -> str | None:
+    value = f.string(key)
+    return None if value is None else expand_env(value, ctx.env, f.at(key))
+
+
+def _file(f: Fields, key: str, ctx: Context) -> str | None:
+    value = env_string(f, key, ctx)
+    if value is not None and not value:
+        raise ConfigError(f.at(key), "must not be empty")
+    if value is None or ctx.base_dir is None:
+        return value
+    return os.path.join(ctx.base_dir, value)
+
+
+def http_url(value: str | None, path: str, *, userinfo: bool) -> str:
+    if not value:
+        raise ConfigError(path, "is required (an http:// or https:// URL)")
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError as exc:
+        raise ConfigError(path, f"invalid URL {value!r}: {exc}") from None
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or any(c.isspace() for c in value)
+    ):
+        raise ConfigError(path, f"expected an http:// or https:// URL with a host, got {value!r}")
+    if not userinfo and (parts.username is not None or parts.password is not None):
+        raise ConfigError(path, "credentials in the URL are not supported; use basic_auth")
+    return value
+
+
+def headers(f: Fields, ctx: Context, *, sigv4: bool) -> tuple[tuple[str, str], ...]:
+    raw = f.raw("headers") or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f.at("headers"), "expected a mapping of header name to value")
+    seen: set[str] = set()
+    headers = []
+    for name, value in raw.items():
+        path = f"{f.at('headers')}.{name}"
+        lower = str(name).lower()
+        if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name) or lower in seen:
+            raise ConfigError(path, "invalid or repeated header name")
+        if lower == "authorization":
+            raise ConfigError(
+                path, "reserved header: set it with basic_auth, authorization or sigv4 instead"
+            )
+        if lower in _RESERVED_HEADERS or lower.startswith("x-amz-"):
+            raise ConfigError(path, "reserved header: rwrouter sets it itself, it must not be set")
+        if sigv4 and lower == "x-scope-orgid":
+            raise ConfigError(path, "must not be sent to a sigv4 (managed workspace) destination")
+        if not isinstance(value, str):
+            raise ConfigError(path, f"expected a string, got {kind_of(value)} (quote it)")
+        expanded = expand_env(value, ctx.env, path)
+        if "\r" in expanded or "\n" in expanded:
+            raise ConfigError(path, "header value must not contain a line break")
+        seen.add(lower)
+        headers.append((name, expanded))
+    return tuple(headers)
+
+
+def auth(f: Fields, ctx: Context) -> dict[str, Any]:
+    """The (at most one) auth section: ``{"sigv4": SigV4Config}`` etc., or ``{}``."""
+    parsers = {"sigv4": _sigv4, "basic_auth": _basic_auth, "authorization": _authorization}
+    present = [key for key in parsers if key in f.nulls or f.has(key)]
+    if len(present) > 1:
+        raise ConfigError(
+            f.at(present[1]),
+            f"cannot be combined with {present[0]} "
+            "(at most one of sigv4, basic_auth, authorization)",
+        )
+    if not present:
+        return {}
+    key = present[0]
+    if key in f.nulls:
+        hint = " (write `sigv4: {}` for the AWS default credential chain)" if key == "sigv4" else ""
+        raise ConfigError(f.at(key), f"is empty{hint}")
+    return {key: parsers[key](f, ctx)}
+
+
+def _sigv4(parent: Fields, ctx: Context) -> SigV4Config:
+    f = Fields(
+        parent.raw("sigv4"),
+        parent.at("sigv4"),
+        known=field_names(SigV4Config),
+        unsupported=dict.fromkeys(("external_id", "use_fips_sts_endpoint"), NOT_SUPPORTED),
+    )
+    values = {
+        key: env_string(f, key, ctx)
+        for key in ("region", "access_key", "secret_key", "profile", "role_arn")
+    }
+    if (values["access_key"] is None) != (values["secret_key"] is None):
+        missing = "secret_key" if values["secret_key"] is None else "access_key"
+        raise ConfigError(f.at(missing), "access_key and secret_key must be set together")
+    secret = values.pop("secret_key")
+    service = f.string("service", SigV4Config().service)
+    if not service:
+        raise ConfigError(f.at("service"), "must not be empty")
+    return SigV4Config(
+        secret_key=None if secret is None else Secret(secret), service=service, **values
+    )
+
+
+def _basic_auth(parent: Fields, ctx: Context) -> BasicAuth:
+    f = Fields(
+        parent.raw("basic_auth"),
+        parent.at("basic_auth"),
+        known=field_names(BasicAuth),
+        unsupported=dict.fromkeys(("username_file", "username_ref", "password_ref"), NOT_SUPPORTED),
+    )
+    username = env_string(f, "username", ctx)
+    if not username:
+        raise ConfigError(f.at("username"), "is required")
+    password = env_string(f, "password", ctx)
+    if password is not None and f.has("password_file"):
+        raise ConfigError(f.at("password_file"), "at most one of password and password_file")
+    return BasicAuth(
+        username=username,
+        password=None if password is None else Secret(password),
+        password_file=_file(f, "password_file", ctx),
+    )
+
+
+def _authorization(parent: Fields, ctx: Context) -> Authorization:
+    f = Fields(
+        parent.raw("authorization"),
+        parent.at("authorization"),
+        known=field_names(Authorization),
+        unsupported={"credentials_ref": NOT_SUPPORTED},
+    )
+    kind = f.string("type", Authorization().type) or ""
+    if not _HEADER_NAME.fullmatch(kind) or kind.lower() == "basic":
+        raise ConfigError(f.at("type"), f"invalid type {kind!r} (for Basic, use basic_auth)")
+    credentials = env_string(f, "credentials", ctx)
+    if (credentials is None) == (not f.has("credentials_file")):
+        raise ConfigError(f.path, "exactly one of credentials and credentials_file is required")
+    return Authorization(
+        type=kind,
+        credentials=None if credentials is None else Secret(credentials),
+        credentials_file=_file(f, "credentials_file", ctx),
+    )
+
+
+def tls(parent: Fields, ctx: Context) -> TLSConfig:
+    f = Fields(
+        parent.raw("tls_config"),
+        parent.at("tls_config"),
+        known=field_names(TLSConfig),
+        unsupported=dict.fromkeys(
+            ("ca", "cert", "key", "ca_ref", "cert_ref", "key_ref", "max_version"), NOT_SUPPORTED
+        ),
+    )
+    if f.has("cert_file") != f.has("key_file"):
+        missing, other = (
+            ("key_file", "cert_file") if f.has("cert_file") else ("cert_file", "key_file")
+        )
+        raise ConfigError(f.at(missing), f"is required with {other}")
+    version = f.string("min_version")
+    if version is not None and version not in _TLS_VERSIONS:
+        raise ConfigError(
+            f.at("min_version"), f"expected one of {', '.join(_TLS_VERSIONS)}, got {version!r}"
+        )
+    return TLSConfig(
+        ca_file=_file(f, "ca_file", ctx),
+        cert_file=_file(f, "cert_file", ctx),
+        key_file=_file(f, "key_file", ctx),
+        server_name=f.string("server_name"),
+        insecure_skip_verify=f.boolean("insecure_skip_verify", False),
+        min_version=version,
+    )

@@ -1,0 +1,151 @@
+"""Human-readable summary of a :class:`Config` (what ``rwrouter check-config FILE`` prints).
+
+Never prints a secret: passwords, bearer credentials and secret keys show as ``<secret>``,
+header values and URL query strings / proxy user info are not shown.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit, urlunsplit
+
+from rwrouter.config.model import Config, DestinationConfig, QueueConfig
+from rwrouter.config.values import format_duration, format_size
+from rwrouter.relabel import RelabelConfig
+
+__all__ = ["describe_config", "describe_rule"]
+
+
+def describe_config(config: Config) -> str:
+    """Multi-line text: server settings, global rules, then each destination with its name, URL,
+    fallback flag, auth mode, queue settings and rules (one per line). Ends with a newline."""
+    server = config.server
+    lines = [
+        f"config: {config.source}",
+        f"server: listen_address={server.listen_address}"
+        f" max_request_bytes={format_size(server.max_request_bytes)}"
+        f" max_decoded_bytes={format_size(server.max_decoded_bytes)}"
+        f" queue_full_retry_after={format_duration(server.queue_full_retry_after)}",
+        "relabel_configs (global, applied to every series before fan-out):",
+        *_rules(config.relabel_configs),
+    ]
+    for dest in config.remote_write:
+        lines.extend(_destination(dest))
+    return "\n".join(lines) + "\n"
+
+
+def _destination(dest: DestinationConfig) -> list[str]:
+    role = (
+        "yes: receives the series no non-fallback destination kept"
+        if dest.fallback
+        else "no: receives the series its write_relabel_configs keep"
+    )
+    lines = [
+        f"destination {dest.name}:",
+        f"  url: {_safe_url(dest.url)}",
+        f"  fallback: {role}",
+        f"  auth: {_auth(dest)}",
+        f"  remote_timeout: {format_duration(dest.remote_timeout)}",
+    ]
+    if dest.headers:
+        names = ", ".join(name for name, _ in dest.headers)
+        lines.append(f"  headers: {names} (values not shown)")
+    if dest.tls_config is not None:
+        tls = dest.tls_config
+        fields = [
+            f"{k}={v}"
+            for k, v in (
+                ("ca_file", tls.ca_file),
+                ("cert_file", tls.cert_file),
+                ("key_file", tls.key_file),
+                ("server_name", tls.server_name),
+                ("min_version", tls.min_version),
+            )
+            if v is not None
+        ]
+        fields.append(f"insecure_skip_verify={_flag(tls.insecure_skip_verify)}")
+        lines.append(f"  tls_config: {' '.join(fields)}")
+    if dest.proxy_url is not None:
+        lines.append(f"  proxy_url: {_safe_url(dest.proxy_url)}")
+    meta = dest.metadata_config
+    lines += [
+        f"  queue_config: {_queue(dest.queue_config)}",
+        f"  metadata_config: send={_flag(meta.send)}"
+        f" send_interval={format_duration(meta.send_interval)}"
+        f" max_samples_per_send={meta.max_samples_per_send}",
+        f"  send_exemplars={_flag(dest.send_exemplars)}"
+        f" send_native_histograms={_flag(dest.send_native_histograms)}",
+        "  write_relabel_configs:",
+        *_rules(dest.write_relabel_configs, indent="    "),
+    ]
+    return lines
+
+
+def _auth(dest: DestinationConfig) -> str:
+    if dest.sigv4 is not None:
+        sig = dest.sigv4
+        region = sig.region or "(from the AWS environment)"
+        return f"sigv4 region={region} service={sig.service} credentials={sig.credential_source}"
+    if dest.basic_auth is not None:
+        basic = dest.basic_auth
+        if basic.password_file is not None:
+            password = f"from file {basic.password_file}"
+        else:
+            password = "<secret>" if basic.password is not None else "(empty)"
+        return f"basic_auth username={basic.username} password {password}"
+    if dest.authorization is not None:
+        auth = dest.authorization
+        source = (
+            f"from file {auth.credentials_file}"
+            if auth.credentials_file is not None
+            else "<secret> (inline)"
+        )
+        return f"authorization type={auth.type} credentials {source}"
+    return "none"
+
+
+def _queue(queue: QueueConfig) -> str:
+    return (
+        f"capacity={queue.capacity} shards={queue.min_shards}..{queue.max_shards}"
+        f" max_samples_per_send={queue.max_samples_per_send}"
+        f" batch_send_deadline={format_duration(queue.batch_send_deadline)}"
+        f" backoff={format_duration(queue.min_backoff)}..{format_duration(queue.max_backoff)}"
+        f" retry_on_http_429={_flag(queue.retry_on_http_429)}"
+    )
+
+
+def _rules(rules: tuple[RelabelConfig, ...], *, indent: str = "  ") -> list[str]:
+    if not rules:
+        return [f"{indent}(none)"]
+    return [f"{indent}[{i}] {describe_rule(rule)}" for i, rule in enumerate(rules)]
+
+
+def describe_rule(rule: RelabelConfig) -> str:
+    """One line: action, source_labels, regex, target_label, replacement (what applies)."""
+    action = rule.action.value
+    parts = [f"action={action}"]
+    if rule.source_labels:
+        parts.append(f"source_labels=[{', '.join(rule.source_labels)}]")
+        if rule.separator != ";":
+            parts.append(f"separator={rule.separator!r}")
+    parts.append(f"regex={rule.regex.text!r}")
+    if rule.target_label:
+        parts.append(f"target_label={rule.target_label}")
+    if action in ("replace", "labelmap"):
+        parts.append(f"replacement={rule.replacement!r}")
+    if action == "hashmod":
+        parts.append(f"modulus={rule.modulus}")
+    return " ".join(parts)
+
+
+def _safe_url(url: str) -> str:
+    """``url`` without user info or query string (either may carry a credential)."""
+    parts = urlsplit(url)
+    netloc = parts.netloc.rpartition("@")[2]
+    if "@" in parts.netloc:
+        netloc = f"<user info hidden>@{netloc}"
+    query = "<query hidden>" if parts.query else ""
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"

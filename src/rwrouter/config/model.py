@@ -1,0 +1,178 @@
+"""The configuration as frozen objects: one dataclass per YAML section, defaults declared once.
+
+Field names mirror the YAML keys (Prometheus ``remote_write`` syntax, ``config/config.go``).
+Units: durations are float seconds, sizes int bytes. Secrets are :class:`Secret`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rwrouter.config.values import Secret
+    from rwrouter.relabel import RelabelConfig
+
+__all__ = [
+    "Authorization",
+    "BasicAuth",
+    "Config",
+    "DestinationConfig",
+    "MetadataConfig",
+    "QueueConfig",
+    "ServerConfig",
+    "SigV4Config",
+    "TLSConfig",
+]
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerConfig:
+    """The receiving side (YAML ``server``)."""
+
+    listen_address: str = "0.0.0.0:9250"
+    """``host:port`` to bind; an IPv6 host goes in brackets (``[::]:9250``); port 0 = any free."""
+    max_request_bytes: int = 32 * MIB  # 33554432: the compressed body, as vmagent's cap
+    max_decoded_bytes: int = 64 * MIB  # 67108864: the size the snappy header declares
+    queue_full_retry_after: float = 5.0
+    """Seconds sent in ``Retry-After`` with the 503 answered when a destination queue is full."""
+
+    @property
+    def listen_host(self) -> str:
+        """The host part of ``listen_address``, without IPv6 brackets."""
+        return self.listen_address.rpartition(":")[0].strip("[]")
+
+    @property
+    def listen_port(self) -> int:
+        return int(self.listen_address.rpartition(":")[2])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueConfig:
+    """Per-destination queue and retry settings (``queue_config``; Prometheus defaults)."""
+
+    capacity: int = 10000
+    min_shards: int = 1
+    max_shards: int = 50
+    max_samples_per_send: int = 2000
+    batch_send_deadline: float = 5.0
+    min_backoff: float = 0.03
+    max_backoff: float = 5.0
+    retry_on_http_429: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MetadataConfig:
+    """Forwarding of metric metadata (``metadata_config``; Prometheus defaults)."""
+
+    send: bool = True
+    send_interval: float = 60.0
+    max_samples_per_send: int = 500
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SigV4Config:
+    """AWS SigV4 signing (``sigv4``). ``sigv4: {}`` means the default credential chain.
+
+    ``region``: when absent it is taken from the AWS environment (``AWS_REGION``, the profile).
+    ``access_key``/``secret_key``: both or neither. ``role_arn`` wraps the base credentials in an
+    STS AssumeRole. ``service`` is rwrouter's addition (``aps`` = Amazon Managed Prometheus).
+    """
+
+    region: str | None = None
+    access_key: str | None = None
+    secret_key: Secret | None = None
+    profile: str | None = None
+    role_arn: str | None = None
+    service: str = "aps"
+
+    @property
+    def credential_source(self) -> str:
+        """``static keys``, ``profile <name>`` or ``default chain``, plus ``+ role_arn <arn>``."""
+        if self.access_key is not None:
+            base = "static keys"
+        elif self.profile is not None:
+            base = f"profile {self.profile}"
+        else:
+            base = "default chain"
+        return f"{base} + role_arn {self.role_arn}" if self.role_arn else base
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BasicAuth:
+    """HTTP basic auth (``basic_auth``): ``password`` or ``password_file`` (at most one)."""
+
+    username: str
+    password: Secret | None = None
+    password_file: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Authorization:
+    """``Authorization: <type> <credentials>`` (``authorization``): credentials or a file."""
+
+    type: str = "Bearer"
+    credentials: Secret | None = None
+    credentials_file: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TLSConfig:
+    """Client TLS (``tls_config``); ``min_version`` is one of TLS10, TLS11, TLS12, TLS13."""
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    server_name: str | None = None
+    insecure_skip_verify: bool = False
+    min_version: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DestinationConfig:
+    """One ``remote_write`` entry: where a copy of the (relabeled) series goes, and how.
+
+    ``name`` is unique; when the YAML has none it is derived from the URL host. ``headers`` are
+    (name, value) pairs in file order. ``fallback``: this destination receives exactly the series
+    that no non-fallback destination kept after its own ``write_relabel_configs``. At most one of
+    ``sigv4``, ``basic_auth``, ``authorization`` is set. ``send_exemplars`` and
+    ``send_native_histograms`` default to true: the router forwards what the sender sent.
+    """
+
+    name: str
+    url: str
+    remote_timeout: float = 30.0
+    headers: tuple[tuple[str, str], ...] = ()
+    write_relabel_configs: tuple[RelabelConfig, ...] = ()
+    sigv4: SigV4Config | None = None
+    basic_auth: BasicAuth | None = None
+    authorization: Authorization | None = None
+    tls_config: TLSConfig | None = None
+    proxy_url: str | None = None
+    queue_config: QueueConfig = field(default_factory=QueueConfig)
+    metadata_config: MetadataConfig = field(default_factory=MetadataConfig)
+    send_exemplars: bool = True
+    send_native_histograms: bool = True
+    fallback: bool = False
+
+    @property
+    def auth_mode(self) -> str:
+        """``sigv4``, ``basic_auth``, ``authorization`` or ``none``."""
+        if self.sigv4 is not None:
+            return "sigv4"
+        if self.basic_auth is not None:
+            return "basic_auth"
+        return "authorization" if self.authorization is not None else "none"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Config:
+    """The whole file: ``server``, global ``relabel_configs`` (applied to every series before
+    fan-out), ``remote_write`` (at least one destination). ``source`` names where it came from."""
+
+    server: ServerConfig = field(default_factory=ServerConfig)
+    relabel_configs: tuple[RelabelConfig, ...] = ()
+    remote_write: tuple[DestinationConfig, ...]
+    source: str = "<string>"

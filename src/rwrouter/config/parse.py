@@ -1,0 +1,272 @@
+"""YAML text -> :class:`Config` (pure), in Prometheus ``remote_write`` syntax.
+
+Rules (each has a ``tests/testdata/config/<rule>.bad.yml``): unknown keys are errors; Prometheus
+keys rwrouter does not implement are errors saying "not supported by rwrouter"; ``${VAR}`` is
+expanded only in ``url``, ``headers`` values, credential fields, ``*_file`` paths and ``proxy_url``
+(never in relabel rules, where ``${1}`` is a template); every error names the key path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+import yaml  # type: ignore[import-untyped]
+
+from rwrouter.config.client import NOT_SUPPORTED, Context, auth, env_string, headers, http_url, tls
+from rwrouter.config.model import (
+    Config,
+    DestinationConfig,
+    MetadataConfig,
+    QueueConfig,
+    ServerConfig,
+)
+from rwrouter.config.values import Fields, field_names, kind_of
+from rwrouter.errors import ConfigError
+from rwrouter.relabel import RelabelConfig, parse_relabel_configs
+
+__all__ = ["parse_config"]
+
+_PROMETHEUS_ONLY = (
+    "a Prometheus setting, not read by rwrouter (its keys: server, relabel_configs, remote_write)"
+)
+_TOP_UNSUPPORTED = dict.fromkeys(
+    (
+        "global",
+        "scrape_configs",
+        "scrape_config_files",
+        "rule_files",
+        "alerting",
+        "remote_read",
+        "storage",
+        "tracing",
+        "otlp",
+        "runtime",
+    ),
+    _PROMETHEUS_ONLY,
+)
+_DEST_UNSUPPORTED = dict.fromkeys(
+    (
+        "oauth2",
+        "azuread",
+        "google_iam",
+        "follow_redirects",
+        "enable_http2",
+        "no_proxy",
+        "proxy_from_environment",
+        "proxy_connect_header",
+        "http_headers",
+        "round_robin_dns",
+        "bearer_token",
+        "bearer_token_file",
+        "enable_compression",
+    ),
+    NOT_SUPPORTED,
+)
+_RW1_MESSAGE = "prometheus.WriteRequest"
+
+
+def parse_config(
+    text: str, *, env: Mapping[str, str], source: str = "<string>", base_dir: str | None = None
+) -> Config:
+    """Parse and validate a configuration file's text; raises ConfigError naming the key path.
+
+    ``env`` supplies ``${VAR}`` values; ``base_dir``, when given, is joined to relative ``*_file``
+    paths (as Prometheus resolves them against the config file's directory). Reads no files.
+    """
+    top = Fields(
+        _load_yaml(text, source),
+        "",
+        known=("server", "relabel_configs", "remote_write"),
+        unsupported=_TOP_UNSUPPORTED,
+    )
+    ctx = Context(env=env, base_dir=base_dir)
+    return Config(
+        server=_server(Fields(top.raw("server"), "server", known=field_names(ServerConfig))),
+        relabel_configs=_rules(top.raw("relabel_configs"), "relabel_configs"),
+        remote_write=_destinations(top.raw("remote_write"), "remote_write", ctx),
+        source=source,
+    )
+
+
+def _load_yaml(text: str, source: str) -> object:
+    """``yaml.safe_load`` that also refuses duplicate keys in a mapping."""
+    loader = yaml.SafeLoader(text)
+    loader.name = source  # shown in YAML error marks
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_duplicate_keys(node, "", set())
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        raise ConfigError("", f"invalid YAML: {exc}") from None
+    finally:
+        loader.dispose()
+
+
+def _check_duplicate_keys(node: yaml.Node, path: str, seen: set[int]) -> None:
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_duplicate_keys(item, f"{path}[{i}]", seen)
+    elif isinstance(node, yaml.MappingNode):
+        lines: dict[tuple[str, str], int] = {}
+        for key, value in node.value:
+            child = f"{path}.{key.value}" if path else str(key.value)
+            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                line = key.start_mark.line + 1
+                if (key.tag, key.value) in lines:
+                    first = lines[(key.tag, key.value)]
+                    raise ConfigError(child, f"duplicate key (lines {first} and {line})")
+                lines[(key.tag, key.value)] = line
+            _check_duplicate_keys(value, child, seen)
+
+
+def _server(f: Fields) -> ServerConfig:
+    default = ServerConfig()
+    return ServerConfig(
+        listen_address=_listen_address(
+            f.string("listen_address", default.listen_address), f.at("listen_address")
+        ),
+        max_request_bytes=f.size("max_request_bytes", default.max_request_bytes),
+        max_decoded_bytes=f.size("max_decoded_bytes", default.max_decoded_bytes),
+        queue_full_retry_after=f.duration("queue_full_retry_after", default.queue_full_retry_after),
+    )
+
+
+def _listen_address(value: str | None, path: str) -> str:
+    """``host:port`` (port 0..65535; an IPv6 host in brackets), else ConfigError."""
+    text = value or ""
+    host, sep, port = text.rpartition(":")
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    valid_host = (
+        bool(bare) and not any(c.isspace() for c in bare) and (":" not in host or bare != host)
+    )
+    if not sep or not valid_host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(path, f"expected host:port (e.g. 0.0.0.0:9250, [::]:9250), got {value!r}")
+    return text
+
+
+def _rules(raw: object, path: str) -> tuple[RelabelConfig, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ConfigError(path, "expected a list of relabel rules")
+    return parse_relabel_configs(raw, path)
+
+
+def _destinations(raw: object, path: str, ctx: Context) -> tuple[DestinationConfig, ...]:
+    if raw is None or raw == []:
+        raise ConfigError(path, "at least one destination is required")
+    if not isinstance(raw, list):
+        raise ConfigError(path, f"expected a list of destinations, got {kind_of(raw)}")
+    parsed = [
+        _destination(
+            Fields(
+                item,
+                f"{path}[{i}]",
+                known=(*field_names(DestinationConfig), "protobuf_message"),
+                unsupported=_DEST_UNSUPPORTED,
+            ),
+            ctx,
+        )
+        for i, item in enumerate(raw)
+    ]
+    if all(d.fallback for d in parsed):
+        raise ConfigError(f"{path}[0].fallback", "at least one destination must not be a fallback")
+    return _named(parsed, path)
+
+
+def _named(parsed: list[DestinationConfig], path: str) -> tuple[DestinationConfig, ...]:
+    """Check explicit names are unique; name the others after their URL host (+ ``-<index>``)."""
+    taken: dict[str, int] = {}
+    for i, dest in enumerate(parsed):
+        if dest.name in taken:
+            raise ConfigError(
+                f"{path}[{i}].name",
+                f"duplicate destination name {dest.name!r} (also {path}[{taken[dest.name]}].name)",
+            )
+        if dest.name:
+            taken[dest.name] = i
+    hosts = [urlsplit(d.url).hostname or "" for d in parsed]
+    named = []
+    for i, dest in enumerate(parsed):
+        name = dest.name
+        if not name:
+            name = hosts[i] if hosts.count(hosts[i]) == 1 else f"{hosts[i]}-{i}"
+            while name in taken:
+                name = f"{name}-{i}"
+            taken[name] = i
+        named.append(dataclasses.replace(dest, name=name))
+    return tuple(named)
+
+
+def _destination(f: Fields, ctx: Context) -> DestinationConfig:
+    default = DestinationConfig(name="", url="")
+    if f.has("protobuf_message") and f.raw("protobuf_message") != _RW1_MESSAGE:
+        raise ConfigError(
+            f.at("protobuf_message"), f"{NOT_SUPPORTED} (only {_RW1_MESSAGE}, remote write 1.0)"
+        )
+    name = f.string("name")
+    if name is not None and not name.strip():
+        raise ConfigError(f.at("name"), "must not be empty")
+    auth_section = auth(f, ctx)
+    proxy = env_string(f, "proxy_url", ctx)
+    return DestinationConfig(
+        name=name or "",
+        url=http_url(env_string(f, "url", ctx), f.at("url"), userinfo=False),
+        remote_timeout=f.duration("remote_timeout", default.remote_timeout),
+        headers=headers(f, ctx, sigv4="sigv4" in auth_section),
+        write_relabel_configs=_rules(f.raw("write_relabel_configs"), f.at("write_relabel_configs")),
+        tls_config=tls(f, ctx) if f.has("tls_config") else None,
+        proxy_url=None if proxy is None else http_url(proxy, f.at("proxy_url"), userinfo=True),
+        queue_config=_queue(
+            Fields(
+                f.raw("queue_config"),
+                f.at("queue_config"),
+                known=field_names(QueueConfig),
+                unsupported={"sample_age_limit": NOT_SUPPORTED},
+            )
+        ),
+        metadata_config=_metadata(
+            Fields(
+                f.raw("metadata_config"), f.at("metadata_config"), known=field_names(MetadataConfig)
+            )
+        ),
+        send_exemplars=f.boolean("send_exemplars", default.send_exemplars),
+        send_native_histograms=f.boolean("send_native_histograms", default.send_native_histograms),
+        fallback=f.boolean("fallback", default.fallback),
+        **auth_section,
+    )
+
+
+def _queue(f: Fields) -> QueueConfig:
+    d = QueueConfig()
+    queue = QueueConfig(
+        capacity=f.integer("capacity", d.capacity, minimum=1),
+        min_shards=f.integer("min_shards", d.min_shards, minimum=1),
+        max_shards=f.integer("max_shards", d.max_shards, minimum=1),
+        max_samples_per_send=f.integer("max_samples_per_send", d.max_samples_per_send, minimum=1),
+        batch_send_deadline=f.duration("batch_send_deadline", d.batch_send_deadline),
+        min_backoff=f.duration("min_backoff", d.min_backoff),
+        max_backoff=f.duration("max_backoff", d.max_backoff),
+        retry_on_http_429=f.boolean("retry_on_http_429", d.retry_on_http_429),
+    )
+    if queue.min_shards > queue.max_shards:
+        raise ConfigError(f.at("min_shards"), f"must be <= max_shards ({queue.max_shards})")
+    if queue.min_backoff > queue.max_backoff:
+        raise ConfigError(f.at("min_backoff"), "must be <= max_backoff")
+    return queue
+
+
+def _metadata(f: Fields) -> MetadataConfig:
+    d = MetadataConfig()
+    return MetadataConfig(
+        send=f.boolean("send", d.send),
+        send_interval=f.duration("send_interval", d.send_interval),
+        max_samples_per_send=f.integer("max_samples_per_send", d.max_samples_per_send, minimum=1),
+    )
