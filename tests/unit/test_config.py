@@ -1,0 +1,477 @@
+"""rwrouter.config: one bad file per rule (Prometheus config/testdata style), good files, shipped
+configs, ${VAR} expansion, value syntax, and describe_config never printing a secret."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from rwrouter.config import (
+    Authorization,
+    BasicAuth,
+    Config,
+    MetadataConfig,
+    QueueConfig,
+    Secret,
+    ServerConfig,
+    SigV4Config,
+    TLSConfig,
+    describe_config,
+    format_duration,
+    format_size,
+    load_config,
+    parse_config,
+    parse_duration,
+    parse_size,
+)
+from rwrouter.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+TESTDATA = ROOT / "tests" / "testdata" / "config"
+ENV = {"AWS_REGION": "us-east-1"}
+RW0 = "remote_write[0]"
+
+# file stem -> substrings the error must contain (the first one is the key path).
+BAD = {
+    "unknown_top_level_key": ["remote_writes: unknown key", "did you mean 'remote_write'"],
+    "unknown_destination_key": [f"{RW0}.urll: unknown key", "did you mean 'url'"],
+    "unknown_server_key": ["server.listen_port: unknown key"],
+    "unknown_queue_key": [f"{RW0}.queue_config.max_retries: unknown key"],
+    "prometheus_top_level_key": ["global: a Prometheus setting, not read by rwrouter"],
+    "no_destinations": ["remote_write: at least one destination is required"],
+    "remote_write_not_a_list": ["remote_write: expected a list of destinations, got a mapping"],
+    "destination_not_a_mapping": [f"{RW0}: expected a mapping, got the string"],
+    "missing_url": [f"{RW0}.url: is required"],
+    "bad_url_scheme": [f"{RW0}.url: expected an http:// or https:// URL", "ftp://"],
+    "url_with_credentials": [f"{RW0}.url: credentials in the URL are not supported"],
+    "relabel_bad_regex": ["remote_write[1].write_relabel_configs[2].regex: ", "missing )"],
+    "global_relabel_bad_action": ["relabel_configs[0].action: ", "keepp"],
+    "sigv4_and_basic_auth": [f"{RW0}.basic_auth: cannot be combined with sigv4"],
+    "sigv4_access_key_without_secret_key": [
+        f"{RW0}.sigv4.secret_key: access_key and secret_key must be set together"
+    ],
+    "sigv4_empty": [f"{RW0}.sigv4: is empty", "sigv4: {}"],
+    "reserved_header": [f"{RW0}.headers.Content-Type: reserved header"],
+    "authorization_header": [f"{RW0}.headers.Authorization: reserved header", "basic_auth"],
+    "amz_header": [f"{RW0}.headers.X-Amz-Security-Token: reserved header"],
+    "scope_orgid_with_sigv4": [f"{RW0}.headers.X-Scope-OrgID: must not be sent to a sigv4"],
+    "header_value_not_a_string": [
+        f"{RW0}.headers.X-Scope-OrgID: expected a string, got an integer 1234 (quote it)"
+    ],
+    "duplicate_destination_name": [
+        "remote_write[1].name: duplicate destination name 'primary'",
+        "remote_write[0].name",
+    ],
+    "empty_destination_name": [f"{RW0}.name: must not be empty"],
+    "unset_env_var": [f"{RW0}.url: environment variable AMP_WORKSPACE_ID is not set"],
+    "bad_duration": [f"{RW0}.remote_timeout: not a valid duration string: '30'"],
+    "zero_duration": [f"{RW0}.queue_config.batch_send_deadline: must be a positive duration"],
+    "metadata_bad_send_interval": [
+        f"{RW0}.metadata_config.send_interval: not a valid duration string: '1 minute'"
+    ],
+    "not_supported_oauth2": [f"{RW0}.oauth2: not supported by rwrouter"],
+    "not_supported_follow_redirects": [f"{RW0}.follow_redirects: not supported by rwrouter"],
+    "not_supported_sample_age_limit": [
+        f"{RW0}.queue_config.sample_age_limit: not supported by rwrouter"
+    ],
+    "not_supported_protobuf_message_v2": [f"{RW0}.protobuf_message: not supported by rwrouter"],
+    "not_supported_tls_inline_cert": [f"{RW0}.tls_config.ca: not supported by rwrouter"],
+    "queue_max_shards_zero": [f"{RW0}.queue_config.max_shards: must be >= 1"],
+    "queue_min_shards_over_max": [f"{RW0}.queue_config.min_shards: must be <= max_shards (5)"],
+    "queue_min_backoff_over_max": [f"{RW0}.queue_config.min_backoff: must be <= max_backoff"],
+    "queue_capacity_not_an_integer": [
+        f"{RW0}.queue_config.capacity: expected an integer, got the string 'lots'"
+    ],
+    "bool_not_a_boolean": [f"{RW0}.send_exemplars: expected true or false, got the string 'yes'"],
+    "string_not_a_string": [f"{RW0}.name: expected a string, got an integer 123"],
+    "duplicate_yaml_key": [f"{RW0}.url: duplicate key (lines 2 and 3)"],
+    "invalid_yaml": ["invalid YAML", "invalid_yaml.bad.yml", "line 3"],
+    "all_destinations_fallback": [
+        f"{RW0}.fallback: at least one destination must not be a fallback"
+    ],
+    "bad_listen_address": ["server.listen_address: expected host:port", "'9250'"],
+    "bad_size": ["server.max_request_bytes: expected a size in bytes", "'32 megabytes'"],
+    "authorization_credentials_and_file": [
+        f"{RW0}.authorization: exactly one of credentials and credentials_file"
+    ],
+    "authorization_type_basic": [f"{RW0}.authorization.type: ", "use basic_auth"],
+    "basic_auth_password_and_file": [
+        f"{RW0}.basic_auth.password_file: at most one of password and password_file"
+    ],
+    "basic_auth_missing_username": [f"{RW0}.basic_auth.username: is required"],
+    "missing_credentials_file": [
+        f"{RW0}.authorization.credentials_file: cannot read",
+        "no-such-token.txt",
+    ],
+    "tls_bad_min_version": [f"{RW0}.tls_config.min_version: expected one of TLS10"],
+    "tls_cert_without_key": [f"{RW0}.tls_config.key_file: is required with cert_file"],
+    "proxy_url_bad_scheme": [f"{RW0}.proxy_url: expected an http:// or https:// URL"],
+}
+
+
+def test_every_bad_file_has_a_table_entry() -> None:
+    stems = {path.name.removesuffix(".bad.yml") for path in TESTDATA.glob("*.bad.yml")}
+    assert stems == set(BAD)
+
+
+@pytest.mark.parametrize(("stem", "expected"), BAD.items(), ids=list(BAD))
+def test_bad_config(stem: str, expected: list[str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(TESTDATA / f"{stem}.bad.yml", env=ENV)
+    message = str(info.value)
+    for part in expected:
+        assert part in message
+    assert message.startswith(f"{info.value.path}: ") or not info.value.path
+
+
+def test_minimal_file_takes_every_default() -> None:
+    config = load_config(TESTDATA / "minimal.good.yml", env={})
+    assert config.server == ServerConfig()
+    assert config.server.max_request_bytes == 32 * 1024 * 1024
+    assert config.server.max_decoded_bytes == 64 * 1024 * 1024
+    assert (config.server.listen_host, config.server.listen_port) == ("0.0.0.0", 9250)
+    assert config.server.queue_full_retry_after == 5.0
+    assert config.relabel_configs == ()
+    (dest,) = config.remote_write
+    assert dest.name == "prometheus"  # derived from the URL host
+    assert dest.url == "http://prometheus:9090/api/v1/write"
+    assert dest.remote_timeout == 30.0
+    assert dest.queue_config == QueueConfig(
+        capacity=10000,
+        min_shards=1,
+        max_shards=50,
+        max_samples_per_send=2000,
+        batch_send_deadline=5.0,
+        min_backoff=0.03,
+        max_backoff=5.0,
+        retry_on_http_429=False,
+    )
+    assert dest.metadata_config == MetadataConfig(
+        send=True, send_interval=60.0, max_samples_per_send=500
+    )
+    assert dest.send_exemplars and dest.send_native_histograms
+    assert not dest.fallback
+    assert dest.auth_mode == "none"
+    assert (dest.headers, dest.write_relabel_configs, dest.tls_config, dest.proxy_url) == (
+        (),
+        (),
+        None,
+        None,
+    )
+
+
+def test_pasted_prometheus_block_with_sigv4() -> None:
+    config = load_config(TESTDATA / "prometheus_sigv4_paste.good.yml", env={})
+    (dest,) = config.remote_write
+    assert dest.name == "amp"
+    assert dest.remote_timeout == 60.0
+    assert dest.sigv4 == SigV4Config(
+        region="us-west-2", role_arn="arn:aws:iam::123456789012:role/amp-ingest"
+    )
+    assert dest.sigv4.service == "aps"
+    assert dest.sigv4.credential_source == (
+        "default chain + role_arn arn:aws:iam::123456789012:role/amp-ingest"
+    )
+    assert dest.queue_config == dataclasses.replace(
+        QueueConfig(),
+        max_samples_per_send=1000,
+        max_shards=200,
+        capacity=2500,
+        retry_on_http_429=True,
+    )
+    assert dest.metadata_config.send_interval == 30.0
+    keep, labeldrop = dest.write_relabel_configs
+    assert (keep.action.value, keep.source_labels) == ("keep", ("__name__",))
+    assert keep.regex.text == "DCGM_FI_DEV_GPU_UTIL|DCGM_FI_PROF_.*"
+    assert labeldrop.action.value == "labeldrop"
+
+
+def test_full_file_reads_every_key() -> None:
+    config = load_config(TESTDATA / "full.good.yml", env={})
+    assert config.server == ServerConfig(
+        listen_address="[::]:19250",
+        max_request_bytes=1024 * 1024,
+        max_decoded_bytes=512 * 1024,
+        queue_full_retry_after=90.0,
+    )
+    assert config.server.listen_host == "::"
+    assert len(config.relabel_configs) == 1
+    mimir, fallback, inline = config.remote_write
+    assert mimir.headers == (("X-Scope-OrgID", "team-a"), ("X-Extra", "1"))
+    assert mimir.authorization == Authorization(
+        credentials_file=str(TESTDATA / "secrets" / "token.txt")
+    )
+    assert mimir.tls_config == TLSConfig(
+        ca_file=str(TESTDATA / "secrets" / "ca.crt"),
+        server_name="mimir.internal",
+        insecure_skip_verify=True,
+        min_version="TLS12",
+    )
+    assert mimir.proxy_url == "http://proxy.example.com:3128"
+    assert mimir.queue_config == QueueConfig(
+        capacity=20000,
+        min_shards=2,
+        max_shards=8,
+        max_samples_per_send=500,
+        batch_send_deadline=0.5,
+        min_backoff=0.1,
+        max_backoff=10.0,
+        retry_on_http_429=True,
+    )
+    assert mimir.metadata_config == MetadataConfig(
+        send=False, send_interval=120.0, max_samples_per_send=100
+    )
+    assert not mimir.send_exemplars and not mimir.send_native_histograms
+    assert fallback.fallback and fallback.auth_mode == "basic_auth"
+    assert fallback.basic_auth == BasicAuth(
+        username="admin", password_file=str(TESTDATA / "secrets" / "password.txt")
+    )
+    # Two unnamed destinations on the same host get the index as suffix.
+    assert (fallback.name, inline.name) == ("prometheus-1", "prometheus-2")
+    assert inline.basic_auth is not None and inline.basic_auth.password == Secret("inline-password")
+
+
+SHIPPED_ENV = {
+    "AWS_REGION": "us-east-1",
+    "AMP_WORKSPACE_ID": "ws-00000000-0000-0000-0000-000000000000",
+    "TEAM_A_WORKSPACE_ID": "ws-team-a",
+    "TEAM_B_WORKSPACE_ID": "ws-team-b",
+}
+SHIPPED = [ROOT / "config" / "rwrouter.yaml", *sorted((ROOT / "config" / "examples").glob("*"))]
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_shipped_config_parses(path: Path) -> None:
+    config = load_config(path, env=SHIPPED_ENV)
+    assert config.remote_write
+    assert "us-east-1" in config.remote_write[0].url
+    assert "${" not in describe_config(config)
+
+
+def test_shipped_default_routes_gpu_series_to_the_workspace() -> None:
+    config = load_config(ROOT / "config" / "rwrouter.yaml", env=SHIPPED_ENV)
+    workspace, self_hosted = config.remote_write
+    assert workspace.name == "workspace" and workspace.sigv4 is not None
+    assert workspace.url == (
+        "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/"
+        "ws-00000000-0000-0000-0000-000000000000/api/v1/remote_write"
+    )
+    assert workspace.queue_config.retry_on_http_429
+    (keep,) = workspace.write_relabel_configs
+    assert keep.regex.text == (
+        "DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_MEM_COPY_UTIL|DCGM_FI_PROF_.*"
+    )
+    assert self_hosted.name == "self-hosted" and self_hosted.fallback
+
+
+def test_env_expands_in_url_but_never_in_relabel_rules() -> None:
+    text = """
+remote_write:
+  - url: http://${URL_HOST}/api/v1/write
+    write_relabel_configs:
+      - source_labels: [instance]
+        regex: "(.*):.*"
+        target_label: host
+        replacement: "${1}"
+      - source_labels: [job]
+        target_label: job_copy
+        replacement: "${URL_HOST}"
+"""
+    config = parse_config(text, env={"URL_HOST": "mimir:9009", "1": "oops"})
+    (dest,) = config.remote_write
+    assert dest.url == "http://mimir:9009/api/v1/write"
+    assert dest.name == "mimir"
+    first, second = dest.write_relabel_configs
+    assert first.replacement == "${1}"
+    assert second.replacement == "${URL_HOST}"
+
+
+@pytest.mark.parametrize(
+    ("yaml_snippet", "env", "field", "expected"),
+    [
+        (
+            "headers: {X-Scope-OrgID: '${TENANT}'}",
+            {"TENANT": "t1"},
+            "headers",
+            (("X-Scope-OrgID", "t1"),),
+        ),
+        (
+            "sigv4: {region: '${R}', profile: '${P}', role_arn: '${A}'}",
+            {"R": "eu-west-1", "P": "prod", "A": "arn:x"},
+            "sigv4",
+            SigV4Config(region="eu-west-1", profile="prod", role_arn="arn:x"),
+        ),
+        (
+            "sigv4: {access_key: '${K}', secret_key: '${S}'}",
+            {"K": "AK", "S": "SK"},
+            "sigv4",
+            SigV4Config(access_key="AK", secret_key=Secret("SK")),
+        ),
+        (
+            "basic_auth: {username: '${U}', password: '${P}'}",
+            {"U": "u", "P": "p"},
+            "basic_auth",
+            BasicAuth(username="u", password=Secret("p")),
+        ),
+        (
+            "authorization: {credentials: '${T}'}",
+            {"T": "tok"},
+            "authorization",
+            Authorization(credentials=Secret("tok")),
+        ),
+        ("proxy_url: 'http://${PROXY}'", {"PROXY": "proxy:3128"}, "proxy_url", "http://proxy:3128"),
+    ],
+    ids=["headers", "sigv4-names", "sigv4-keys", "basic-auth", "authorization", "proxy-url"],
+)
+def test_env_expansion_fields(
+    yaml_snippet: str, env: dict[str, str], field: str, expected: object
+) -> None:
+    text = f"remote_write:\n  - url: http://x:1/w\n    {yaml_snippet}\n"
+    (dest,) = parse_config(text, env=env).remote_write
+    assert getattr(dest, field) == expected
+
+
+def test_unset_env_var_in_header_names_path_and_variable() -> None:
+    text = "remote_write:\n  - url: http://x:1/w\n    headers: {X-Tenant: '${TENANT}'}\n"
+    with pytest.raises(ConfigError, match=r"remote_write\[0\]\.headers\.X-Tenant: .*TENANT"):
+        parse_config(text, env={})
+
+
+def test_explicit_names_are_kept_and_derived_ones_avoid_them() -> None:
+    text = """
+remote_write:
+  - url: http://prometheus:9090/api/v1/write
+  - name: prometheus
+    url: http://other:9090/api/v1/write
+"""
+    names = [d.name for d in parse_config(text, env={}).remote_write]
+    assert names == ["prometheus-0", "prometheus"]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("0", 0.0),
+        ("0s", 0.0),
+        ("30ms", 0.03),
+        ("5s", 5.0),
+        ("1m", 60.0),
+        ("1h30m", 5400.0),
+        ("1d", 86400.0),
+        ("1w", 604800.0),
+        ("1y", 31536000.0),
+        ("2m500ms", 120.5),
+        (0, 0.0),
+    ],
+    ids=lambda v: repr(v),
+)
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text, "p") == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["30", 30, "", "1.5s", "1s1m", "1 s", "-1s", "5S", True, None, 1.5],
+    ids=lambda v: repr(v),
+)
+def test_parse_duration_rejects(text: object) -> None:
+    with pytest.raises(ConfigError, match=r"^p: "):
+        parse_duration(text, "p")
+
+
+@pytest.mark.parametrize("seconds", [0.0, 0.03, 5.0, 60.0, 90.0, 5400.0, 86400.5])
+def test_format_duration_round_trips(seconds: float) -> None:
+    assert parse_duration(format_duration(seconds), "p") == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(
+    ("value", "size"),
+    [
+        (1000, 1000),
+        ("1000", 1000),
+        ("1000B", 1000),
+        ("512KiB", 512 * 1024),
+        ("1MB", 1 << 20),
+        ("32MiB", 32 << 20),
+        ("1GB", 1 << 30),
+    ],
+    ids=lambda v: repr(v),
+)
+def test_parse_size(value: object, size: int) -> None:
+    assert parse_size(value, "p") == size
+    assert parse_size(format_size(size), "p") == size
+
+
+@pytest.mark.parametrize("value", ["1 megabyte", "1.5MB", "MB", True, [1]], ids=repr)
+def test_parse_size_rejects(value: object) -> None:
+    with pytest.raises(ConfigError, match=r"^p: expected a size"):
+        parse_size(value, "p")
+
+
+SECRETS = {
+    "PASSWORD": "pw-s3cret-1",
+    "TOKEN": "tok-s3cret-2",
+    "SECRET_KEY": "sk-s3cret-3",
+    "HEADER": "hdr-s3cret-4",
+    "QUERY": "q-s3cret-5",
+    "PROXY_PASS": "proxy-s3cret-6",
+}
+
+
+def test_describe_config_never_prints_a_secret() -> None:
+    text = """
+remote_write:
+  - name: amp
+    url: https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write
+    sigv4: {region: us-east-1, access_key: AKIDEXAMPLE, secret_key: "${SECRET_KEY}"}
+    headers: {X-Api-Key: "${HEADER}"}
+    proxy_url: "http://user:${PROXY_PASS}@proxy:3128"
+  - url: "https://mimir.example.com/api/v1/push?api_key=${QUERY}"
+    authorization: {credentials: "${TOKEN}"}
+  - url: http://prometheus:9090/api/v1/write
+    basic_auth: {username: admin, password: "${PASSWORD}"}
+    fallback: true
+"""
+    config = parse_config(text, env=SECRETS)
+    out = describe_config(config)
+    for secret in SECRETS.values():
+        assert secret not in out
+    assert "sigv4 region=us-east-1 service=aps credentials=static keys" in out
+    assert "authorization type=Bearer credentials <secret>" in out
+    assert "basic_auth username=admin password <secret>" in out
+    assert "X-Api-Key" in out
+    # The secret-typed fields hide themselves from repr as well.
+    for secret in ("pw-s3cret-1", "tok-s3cret-2", "sk-s3cret-3"):
+        assert secret not in repr(config)
+    assert config.remote_write[2].basic_auth is not None
+    assert config.remote_write[2].basic_auth.password is not None
+    assert config.remote_write[2].basic_auth.password.reveal() == "pw-s3cret-1"
+
+
+def test_describe_config_lists_destinations_auth_queue_and_rules() -> None:
+    config = load_config(ROOT / "config" / "rwrouter.yaml", env=SHIPPED_ENV)
+    out = describe_config(config)
+    assert "destination workspace:" in out
+    assert "fallback: yes" in out and "fallback: no" in out
+    assert "auth: sigv4 region=us-east-1 service=aps credentials=default chain" in out
+    assert "auth: none" in out
+    assert "retry_on_http_429=true" in out
+    assert "backoff=30ms..5s" in out
+    assert "action=keep source_labels=[__name__] regex='DCGM_FI_DEV_GPU_UTIL|" in out
+
+
+def test_secret_hides_itself() -> None:
+    secret = Secret("hunter2")
+    assert str(secret) == repr(secret) == f"{secret}" == "<secret>"
+    assert secret.reveal() == "hunter2"
+    assert secret == Secret("hunter2") and secret != Secret("other")
+
+
+def test_config_objects_are_frozen() -> None:
+    config = parse_config("remote_write: [{url: 'http://x:1/w'}]", env={})
+    assert isinstance(config, Config)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.remote_write[0].url = "http://y/"  # type: ignore[misc]
+    hash(config)
