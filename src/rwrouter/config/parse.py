@@ -214,11 +214,13 @@ def _destination(f: Fields, ctx: Context) -> DestinationConfig:
     name = f.string("name")
     if name is not None and not name.strip():
         raise ConfigError(f.at("name"), "must not be empty")
+    # url before auth: errors come in the order a reader meets the keys.
+    url = http_url(env_string(f, "url", ctx), f.at("url"), userinfo=False)
     auth_section = auth(f, ctx)
     proxy = env_string(f, "proxy_url", ctx)
     return DestinationConfig(
         name=name or "",
-        url=http_url(env_string(f, "url", ctx), f.at("url"), userinfo=False),
+        url=url,
         remote_timeout=f.duration("remote_timeout", default.remote_timeout),
         headers=headers(f, ctx, sigv4="sigv4" in auth_section),
         write_relabel_configs=_rules(f.raw("write_relabel_configs"), f.at("write_relabel_configs")),
