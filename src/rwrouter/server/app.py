@@ -76,6 +76,7 @@ async def handle_write(request: web.Request) -> web.Response:
     app = request.app
     metrics, settings, fanout = app[METRICS], app[SETTINGS], app[FANOUT]
     started = time.perf_counter()
+    body = None
     try:
         check_headers(
             request.headers.get("Content-Encoding"), request.headers.get("Content-Type")
@@ -89,7 +90,10 @@ async def handle_write(request: web.Request) -> web.Response:
         metrics.requests.labels(str(exc.status)).inc()
         metrics.refused_requests.labels(_REASONS.get(exc.status, "bad_request")).inc()
         log.info("remote=%s status=%d reason=%r", request.remote, exc.status, str(exc))
-        return web.Response(status=exc.status, text=f"{exc}\n")
+        response = web.Response(status=exc.status, text=f"{exc}\n")
+        if body is None:  # the body was not read: do not reuse the connection for the next one
+            response.force_close()
+        return response
     if accepted.full:
         metrics.requests.labels("503").inc()
         metrics.refused_requests.labels("queue_full").inc()

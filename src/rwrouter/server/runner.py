@@ -42,7 +42,11 @@ class RouterServer:
         await self.fanout.start()
         settings = self.config.server
         self._app = make_app(fanout=self.fanout, metrics=self.metrics, settings=settings)
-        self._runner = web.AppRunner(self._app, access_log=None, handle_signals=False)
+        # auto_decompress=False: aiohttp would otherwise decode gzip/deflate/br/zstd request
+        # bodies itself (and fail on bad ones before our handler could answer 415).
+        self._runner = web.AppRunner(
+            self._app, access_log=None, handle_signals=False, auto_decompress=False
+        )
         await self._runner.setup()
         site = web.TCPSite(
             self._runner, settings.listen_host or None, settings.listen_port, reuse_address=True

@@ -1,0 +1,160 @@
+"""The receive side over HTTP: answers to good and bad requests (RW 1.0 spec; issue 2 sec. 2).
+
+Every bad request gets a 4xx with a one-line reason, never a 5xx, and the next request is
+served normally.
+"""
+
+from __future__ import annotations
+
+import time
+
+import aiohttp
+import pytest
+
+from rwrouter.server.runner import RouterServer
+from tests.integration.conftest import StartRouter, eventually, metric_value, post_write
+from tests.support.capture import CaptureServer
+from tests.support.series import HEADERS, Series, build_body, encode, write_request
+
+GOOD = build_body([Series((("__name__", "up"), ("job", "a")), ((1_000, 1.0),))])
+
+
+def _label_bytes(name: bytes, value: bytes) -> bytes:
+    label = b"\x0a" + bytes([len(name)]) + name + b"\x12" + bytes([len(value)]) + value
+    return b"\x0a" + bytes([len(label)]) + label
+
+
+def _series_body(*labels: bytes) -> bytes:
+    """A snappy body with one series made of raw label fields and one sample."""
+    import snappy
+
+    sample = b"\x12\x0b\x09" + b"\x00" * 8 + b"\x10\x01"
+    payload = b"".join(labels) + sample
+    return bytes(snappy.compress(b"\x0a" + bytes([len(payload)]) + payload))
+
+
+BAD_REQUESTS = [
+    # (id, headers, body, status, reason fragment)
+    ("zero_length_body", HEADERS, b"", 400, "empty body"),
+    ("snappy_framed_format", HEADERS, bytes.fromhex("ff060000734e61507059") + b"\x00" * 8,
+     400, "framed"),
+    ("corrupt_snappy", HEADERS, b"\x0a\x01\x02\x03", 400, "snappy"),
+    ("bad_protobuf", HEADERS, encode(write_request([]))[:1] + b"\x00", 400, ""),
+    ("not_protobuf", HEADERS, bytes.fromhex("0a24") + b"\x0a\xff\xff\xff\xff\x0f" + b"x" * 30,
+     400, ""),
+    ("invalid_utf8_value", HEADERS,
+     _series_body(_label_bytes(b"__name__", b"m"), _label_bytes(b"job", b"\x66\xff\xfe")),
+     400, "UTF-8"),
+    ("duplicate_label_name", HEADERS,
+     _series_body(_label_bytes(b"__name__", b"m"), _label_bytes(b"job", b"a"),
+                  _label_bytes(b"job", b"b")),
+     400, "duplicate label name"),
+    ("declared_size_too_large", HEADERS, bytes.fromhex("ffffffff0f0061"), 413, "declares"),
+    ("gzip_encoding", {**HEADERS, "Content-Encoding": "gzip"}, GOOD, 415, "Content-Encoding"),
+    ("json_content_type", {**HEADERS, "Content-Type": "application/json"}, GOOD, 415,
+     "Content-Type"),
+    ("remote_write_2_0", {**HEADERS,
+     "Content-Type": "application/x-protobuf;proto=io.prometheus.write.v2.Request"}, GOOD, 415,
+     "2.0"),
+]  # fmt: skip
+
+ROUTER = """
+remote_write:
+  - name: all
+    url: {url}
+    queue_config: {{batch_send_deadline: 20ms, max_shards: 2}}
+server:
+  max_request_bytes: 64KiB
+"""
+
+
+@pytest.fixture
+async def router(start_router: StartRouter, fresh_capture: CaptureServer) -> RouterServer:
+    return await start_router(ROUTER.format(url=fresh_capture.url("/all")))
+
+
+@pytest.mark.parametrize(
+    ("headers", "body", "status", "reason"),
+    [case[1:] for case in BAD_REQUESTS],
+    ids=[case[0] for case in BAD_REQUESTS],
+)
+async def test_bad_request_is_4xx_with_one_line_reason_and_next_request_works(
+    router: RouterServer,
+    http: aiohttp.ClientSession,
+    fresh_capture: CaptureServer,
+    headers: dict[str, str],
+    body: bytes,
+    status: int,
+    reason: str,
+) -> None:
+    got, text, _ = await post_write(http, router, body, headers=headers)
+    assert got == status, text
+    assert reason in text
+    assert text.count("\n") == 1 and text.strip()
+    got_next, _, _ = await post_write(http, router, GOOD)
+    assert got_next == 204
+    await eventually(lambda: fresh_capture.sample_count("/all") >= 1)
+
+
+async def test_declared_size_over_limit_is_refused_fast(
+    router: RouterServer, http: aiohttp.ClientSession
+) -> None:
+    started = time.perf_counter()
+    status, _, _ = await post_write(http, router, bytes.fromhex("ffffffff0f0061"))
+    assert status in (400, 413)
+    assert time.perf_counter() - started < 0.05
+
+
+async def test_body_over_max_request_bytes_is_413(
+    router: RouterServer, http: aiohttp.ClientSession
+) -> None:
+    status, text, _ = await post_write(http, router, b"\x00" * (64 * 1024 + 1))
+    assert status == 413
+    assert "limit" in text
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"], ids=["get", "put", "delete"])
+async def test_other_methods_are_405(
+    router: RouterServer, http: aiohttp.ClientSession, method: str
+) -> None:
+    async with http.request(method, router.url + "/api/v1/write") as resp:
+        assert resp.status == 405
+
+
+@pytest.mark.parametrize("path", ["/api/v1/write", "/api/v1/push"], ids=["write", "push"])
+async def test_both_paths_accept_remote_write(
+    router: RouterServer, http: aiohttp.ClientSession, fresh_capture: CaptureServer, path: str
+) -> None:
+    status, _, _ = await post_write(http, router, GOOD, path=path)
+    assert status == 204
+    await eventually(lambda: fresh_capture.sample_count("/all") == 1)
+
+
+async def test_body_00_is_an_empty_request(
+    router: RouterServer, http: aiohttp.ClientSession
+) -> None:
+    status, _, _ = await post_write(http, router, b"\x00")
+    assert status == 204
+    assert metric_value(router, "rwrouter_received_requests_total", code="204") == 1
+
+
+async def test_refusals_are_counted(router: RouterServer, http: aiohttp.ClientSession) -> None:
+    await post_write(http, router, b"")
+    await post_write(http, router, GOOD, headers={**HEADERS, "Content-Encoding": "zstd"})
+    assert metric_value(router, "rwrouter_received_requests_total", code="400") == 1
+    assert metric_value(router, "rwrouter_refused_requests_total", reason="decode") == 1
+    assert metric_value(router, "rwrouter_refused_requests_total", reason="unsupported") == 1
+
+
+@pytest.mark.parametrize(
+    ("path", "status"),
+    [("/-/healthy", 200), ("/-/ready", 200), ("/metrics", 200)],
+    ids=["healthy", "ready", "metrics"],
+)
+async def test_operational_endpoints(
+    router: RouterServer, http: aiohttp.ClientSession, path: str, status: int
+) -> None:
+    async with http.get(router.url + path) as resp:
+        assert resp.status == status
+        if path == "/metrics":
+            assert "rwrouter_build_info" in await resp.text()
