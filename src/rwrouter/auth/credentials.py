@@ -25,12 +25,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import botocore.session  # type: ignore[import-untyped]
-from botocore.auth import SigV4Auth  # type: ignore[import-untyped]
-from botocore.awsrequest import AWSRequest  # type: ignore[import-untyped]
-from botocore.credentials import Credentials as BotoCredentials  # type: ignore[import-untyped]
-from botocore.credentials import DeferredRefreshableCredentials, RefreshableCredentials
-from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
+import botocore.session  # type: ignore[import-untyped,unused-ignore]
+from botocore.auth import SigV4Auth  # type: ignore[import-untyped,unused-ignore]
+from botocore.awsrequest import AWSRequest  # type: ignore[import-untyped,unused-ignore]
+from botocore.credentials import Credentials as BotoCredentials  # type: ignore[import-untyped,unused-ignore]
+from botocore.credentials import DeferredRefreshableCredentials, RefreshableCredentials  # type: ignore[import-untyped,unused-ignore]
+from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped,unused-ignore]
 
 from rwrouter.auth import sigv4
 from rwrouter.errors import RwrouterError
