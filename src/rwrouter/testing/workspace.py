@@ -1,0 +1,397 @@
+"""A local double of the managed workspace (Amazon Managed Service for Prometheus), for tests
+and the demo: an aiohttp server on 127.0.0.1 that verifies SigV4 (hashlib/hmac, see
+:mod:`rwrouter.testing.sigv4_verify`), applies the workspace's limits and stores what it accepts.
+
+Spec: shared/reference/managed-workspace.md "Spec: our local workspace double". Checks, first
+failing wins: 1 unknown path/method, 2 no Authorization (403 Missing Authentication Token),
+3 malformed Authorization, 4 host/x-amz-date unsigned, 5 wrong scope, 6 X-Amz-Date over 300 s
+off, 7 unknown key / bad token / expired key, 8 signature mismatch (all 403), 9 unknown
+workspace (404), 10 body over the limit (413), 11 not snappy block / bad protobuf (400),
+12 invalid series, 13 out of order / duplicate / too new (400), 14 ingestion rate (429),
+15 series cap (400). Nothing from a request failing checks 1-11 is stored.
+
+Use from async tests::
+
+    ws = WorkspaceDouble(credentials={"AKID": Key("secret")}, clock=clock)
+    await ws.start(); url = ws.url("ws-1"); ...; await ws.stop()
+
+or in a thread (:func:`run_in_thread`), or standalone:
+``python -m rwrouter.testing.workspace --port 9095 --region us-east-1 --workspace ws-1
+--access-key AKID --secret SECRET``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import snappy  # type: ignore[import-untyped,unused-ignore]
+from aiohttp import web
+from google.protobuf.message import (  # type: ignore[import-untyped,unused-ignore]
+    DecodeError as ProtobufDecodeError,
+)
+
+from rwrouter.testing.sigv4_verify import Key, Rejection, verify
+from rwrouter.testing.workspace_store import Limits, Metadata, Outcome, Series, WorkspaceStore
+from rwrouter.wire import remote_pb2
+
+if TYPE_CHECKING:
+    from rwrouter.testing.workspace_runner import ThreadedWorkspace
+
+__all__ = [
+    "Fault",
+    "Key",
+    "Limits",
+    "ManualClock",
+    "RequestRecord",
+    "WorkspaceDouble",
+    "run_in_thread",
+]
+
+_PATH = re.compile(r"/workspaces/([^/]+)/api/v1/remote_write")
+_SNAPPY_FRAMED_MAGIC = b"\xff\x06\x00\x00sNaPpY"
+#: Path of the JSON inspection endpoint (GET), a testing backdoor outside the AWS API.
+INSPECT_PATH = "/_double/state"
+
+
+class ManualClock:
+    """A settable clock for the double: ``clock()`` returns ``now`` (unix seconds)."""
+
+    def __init__(self, now: float = 1_700_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A scripted answer given instead of the normal processing (nothing is stored):
+    ``status`` with ``body`` and ``headers`` (e.g. ``{"Retry-After": "2"}``), after ``delay_s``
+    seconds; ``hang=True`` never answers and drops the connection when the double stops."""
+
+    status: int = 503
+    body: str = ""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+    hang: bool = False
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request as the double saw it. Header names are lower-case, in arrival order."""
+
+    method: str
+    path: str
+    status: int
+    reason: str  # "" when accepted, "fault" for a scripted answer, else the rejection reason
+    message: str
+    header_names: tuple[str, ...]
+    signed_headers: tuple[str, ...]
+    access_key: str | None
+    check: int | None  # the spec's number of the failing check, None when accepted
+
+
+class WorkspaceDouble:
+    """The workspace double. Not thread-safe: use it from the loop that started it.
+
+    ``credentials`` maps access key to :class:`Key` or to a ``(secret, session_token,
+    expires_at)`` tuple; it stays mutable (:meth:`add_key`, :meth:`expire_key`). ``clock``
+    returns unix seconds (signature skew, token expiry, rate limiter, too-new check).
+    """
+
+    def __init__(
+        self,
+        *,
+        region: str = "us-east-1",
+        workspaces: Iterable[str] = ("ws-1",),
+        credentials: Mapping[str, Key | tuple[str, str | None, float | None]] | None = None,
+        limits: Limits | None = None,
+        clock: Callable[[], float] = time.time,
+        service: str = "aps",
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self.region, self.service, self.clock = region, service, clock
+        self.limits = limits or Limits()
+        self.keys: dict[str, Key] = {}
+        for access_key, key in (credentials or {}).items():
+            self.keys[access_key] = key if isinstance(key, Key) else Key(*key)
+        now = clock()
+        self.stores = {ws: WorkspaceStore(limits=self.limits, now_s=now) for ws in workspaces}
+        self.latency_s = 0.0
+        self.requests: list[RequestRecord] = []
+        self.rejections: collections.Counter[str] = collections.Counter()
+        self.verified_signatures = 0
+        self._faults: collections.deque[Fault] = collections.deque()
+        self._host, self._port = host, port
+        self._runner: web.AppRunner | None = None
+        self._stopping = asyncio.Event()
+
+    # -- lifecycle -----------------------------------------------------------------------
+    async def start(self) -> None:
+        """Listen on ``host`` (127.0.0.1) and a free port unless one was given."""
+        app = web.Application(client_max_size=max(64 << 20, 4 * self.limits.max_body_bytes))
+        app.router.add_get(INSPECT_PATH, self._inspect)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._stopping = asyncio.Event()
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._host, self._port)
+        await site.start()
+        self._port = int(self._runner.addresses[0][1])
+
+    async def stop(self) -> None:
+        """Stop listening; hanging requests get their connection dropped."""
+        self._stopping.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self._host}:{self._port}"
+
+    def url(self, workspace_id: str = "ws-1") -> str:
+        """The remote write URL of a workspace (it need not exist: check 9 answers 404)."""
+        return f"{self.base_url}/workspaces/{workspace_id}/api/v1/remote_write"
+
+    # -- configuration at runtime ----------------------------------------------------------
+    def add_key(
+        self,
+        access_key: str,
+        secret: str,
+        *,
+        session_token: str | None = None,
+        expires_at: float | None = None,
+    ) -> None:
+        self.keys[access_key] = Key(secret, session_token, expires_at)
+
+    def expire_key(self, access_key: str) -> None:
+        """Make a key expired from now on (its token answers "... is expired")."""
+        key = self.keys[access_key]
+        self.keys[access_key] = Key(key.secret, key.session_token, self.clock())
+
+    def inject(self, *faults: Fault) -> None:
+        """Queue scripted answers; each request takes the next one, then normal service."""
+        self._faults.extend(faults)
+
+    def pending_faults(self) -> int:
+        return len(self._faults)
+
+    # -- inspection ------------------------------------------------------------------------
+    def series(self, workspace_id: str = "ws-1") -> dict[tuple[tuple[str, str], ...], Series]:
+        """Accepted series by label set ((name, value) pairs, sorted)."""
+        return self.stores[workspace_id].series
+
+    def find(self, workspace_id: str = "ws-1", **labels: str) -> list[Series]:
+        """Accepted series whose labels include ``labels`` (``__name__`` for the name)."""
+        wanted = set(labels.items())
+        return [s for key, s in self.series(workspace_id).items() if wanted <= set(key)]
+
+    def metadata(self, workspace_id: str = "ws-1") -> dict[str, Metadata]:
+        return self.stores[workspace_id].metadata
+
+    def sample_count(self, workspace_id: str = "ws-1") -> int:
+        """Accepted float samples plus histograms."""
+        stored = self.series(workspace_id).values()
+        return sum(len(s.samples) + len(s.histograms) for s in stored)
+
+    @property
+    def request_count(self) -> int:
+        return len(self.requests)
+
+    @property
+    def last_request(self) -> RequestRecord | None:
+        return self.requests[-1] if self.requests else None
+
+    def snapshot(self) -> dict[str, object]:
+        """A JSON-able summary (served on GET :data:`INSPECT_PATH`)."""
+        last = self.last_request
+        return {
+            "requests": self.request_count,
+            "verified_signatures": self.verified_signatures,
+            "rejections": dict(self.rejections),
+            "workspaces": {
+                ws: {
+                    "series": len(store.series),
+                    "samples": self.sample_count(ws),
+                    "metadata": len(store.metadata),
+                }
+                for ws, store in self.stores.items()
+            },
+            "last_request": None
+            if last is None
+            else {
+                "status": last.status,
+                "reason": last.reason,
+                "message": last.message,
+                "signed_headers": list(last.signed_headers),
+                "header_names": list(last.header_names),
+            },
+        }
+
+    # -- HTTP ------------------------------------------------------------------------------
+    async def _inspect(self, request: web.Request) -> web.Response:
+        return web.json_response(self.snapshot())
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        if self._faults:
+            return await self._fault(request, self._faults.popleft())
+        rejection_or_outcome, signed, access_key = self._process(request, body)
+        if isinstance(rejection_or_outcome, Rejection):
+            rejection = rejection_or_outcome
+            status, reason, message = rejection.status, rejection.reason, rejection.message
+            check: int | None = rejection.check
+            response = _aws_error(rejection.status, rejection.error_type, rejection.message)
+        else:
+            outcome = rejection_or_outcome
+            status, reason, message = outcome.status, outcome.reason, outcome.message
+            check = _CHECK_OF_REASON.get(reason)
+            response = web.Response(status=status, text=message)
+        if reason:
+            self.rejections[reason] += 1
+        self._record(request, status, reason, message, signed, access_key, check)
+        return response
+
+    def _process(
+        self, request: web.Request, body: bytes
+    ) -> tuple[Rejection | Outcome, tuple[str, ...], str | None]:
+        match = _PATH.fullmatch(request.path)
+        if request.method != "POST" or match is None:
+            rejection = Rejection(
+                1,
+                403,
+                "missing_auth",
+                "Missing Authentication Token",
+                "MissingAuthenticationTokenException",
+            )
+            return rejection, (), None
+        raw_path, _, raw_query = request.raw_path.partition("?")
+        headers: dict[str, list[str]] = {}
+        for name, value in request.headers.items():
+            headers.setdefault(name.lower(), []).append(value)
+        verdict = verify(
+            method=request.method,
+            raw_path=raw_path,
+            raw_query=raw_query,
+            headers=headers,
+            body=body,
+            keys=self.keys,
+            region=self.region,
+            service=self.service,
+            now_s=self.clock(),
+        )
+        if isinstance(verdict, Rejection):
+            return verdict, (), None
+        self.verified_signatures += 1
+        return self._ingest(match.group(1), body), verdict.signed_headers, verdict.access_key
+
+    def _ingest(self, workspace_id: str, body: bytes) -> Rejection | Outcome:
+        store = self.stores.get(workspace_id)
+        if store is None:
+            message = f"Workspace not found: {workspace_id}"
+            return Rejection(9, 404, "unknown_workspace", message, "ResourceNotFoundException")
+        if len(body) > self.limits.max_body_bytes:
+            message = (
+                f"request body too large: {len(body)} bytes, limit {self.limits.max_body_bytes}"
+            )
+            return Rejection(10, 413, "too_large", message, "ValidationException")
+        decoded = _decode(body)
+        if isinstance(decoded, str):
+            return Rejection(11, 400, "bad_body", decoded, "ValidationException")
+        return store.ingest(decoded, now_s=self.clock())
+
+    async def _fault(self, request: web.Request, fault: Fault) -> web.StreamResponse:
+        status = 0 if fault.hang else fault.status  # 0: never answered
+        self._record(request, status, "fault", fault.body, (), None, None)
+        self.rejections["fault"] += 1
+        if fault.delay_s:
+            await asyncio.sleep(fault.delay_s)
+        if fault.hang:
+            await self._stopping.wait()
+            if request.transport is not None:
+                request.transport.close()
+            raise asyncio.CancelledError
+        return web.Response(status=fault.status, text=fault.body, headers=dict(fault.headers))
+
+    def _record(
+        self,
+        request: web.Request,
+        status: int,
+        reason: str,
+        message: str,
+        signed: tuple[str, ...],
+        access_key: str | None,
+        check: int | None,
+    ) -> None:
+        names = tuple(name.lower() for name in request.headers)
+        self.requests.append(
+            RequestRecord(
+                request.method,
+                request.path,
+                status,
+                reason,
+                message,
+                names,
+                signed,
+                access_key,
+                check,
+            )
+        )
+
+
+_CHECK_OF_REASON = {
+    "invalid_series": 12,
+    "out_of_order": 13,
+    "duplicate_sample": 13,
+    "too_new": 13,
+    "rate_limited": 14,
+    "series_limit": 15,
+}
+
+
+def _decode(body: bytes) -> remote_pb2.WriteRequest | str:
+    """Check 11: the body as a WriteRequest, or the 400 message."""
+    if body.startswith(_SNAPPY_FRAMED_MAGIC):
+        return "snappy: corrupt input (framed/stream format; remote write needs the block format)"
+    try:
+        raw = snappy.uncompress(body)
+    except Exception as exc:  # python-snappy raises several types
+        return f"snappy: corrupt input: {exc}"
+    try:
+        request: remote_pb2.WriteRequest = remote_pb2.WriteRequest.FromString(raw)
+    except ProtobufDecodeError as exc:
+        return f"proto: cannot parse WriteRequest: {exc}"
+    return request
+
+
+def _aws_error(status: int, error_type: str, message: str) -> web.Response:
+    headers = {"x-amzn-ErrorType": error_type, "x-amzn-RequestId": str(uuid.uuid4())}
+    return web.json_response({"message": message}, status=status, headers=headers)
+
+
+def run_in_thread(double: WorkspaceDouble, *, timeout_s: float = 10.0) -> ThreadedWorkspace:
+    """Start ``double`` on its own event loop in a daemon thread (for the demo and sync code);
+    stop it with ``.stop()`` or use the result as a context manager."""
+    from rwrouter.testing.workspace_runner import start_in_thread
+
+    return start_in_thread(double, timeout_s=timeout_s)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    from rwrouter.testing.workspace_runner import main
+
+    raise SystemExit(main())

@@ -1,0 +1,266 @@
+"""Storage, validation and limits of one workspace of the double (checks 12-15 of the spec).
+
+Accepted data is keyed by label set. Float samples keep their raw 8-byte value bits (so the
+staleness marker ``0x7ff0000000000002`` stays itself), histograms keep their encoded protobuf
+bytes. Time is passed in (unix seconds). Messages follow Cortex's validation texts.
+Source: shared/reference/managed-workspace.md "Quotas that matter", "Answers you will see";
+Cortex ``pkg/util/validation`` and ingester error texts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from rwrouter.wire import remote_pb2, types_pb2
+
+#: A series identity: (name, value) pairs in the order received (they are validated sorted).
+Labels = tuple[tuple[str, str], ...]
+
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Workspace quotas (managed-workspace.md; defaults move between doc versions)."""
+
+    max_body_bytes: int = 1_048_576  # "about 1 MB" request size, compressed bytes
+    max_labels: int = 70
+    max_name_bytes: int = 1024
+    max_value_bytes: int = 2048
+    ingestion_rate: float = 170_000.0  # samples+metadata per second (token bucket refill)
+    ingestion_burst: float = 1_000_000.0  # bucket size
+    max_active_series: int = 50_000_000  # series ever accepted (the double never ages them out)
+    max_metadata: int = 20_000  # metrics with metadata; more are silently dropped
+    out_of_order_window_s: float = 60.0
+    too_new_s: float = 600.0  # Cortex creation_grace_period: 10 min
+
+
+@dataclass(frozen=True)
+class Exemplar:
+    labels: Labels
+    value_bits: int
+    timestamp_ms: int
+
+
+@dataclass(frozen=True)
+class Metadata:
+    type: int  # MetricMetadata.MetricType number (COUNTER 1, GAUGE 2, ...)
+    help: str
+    unit: str
+
+
+@dataclass
+class Series:
+    """One stored series: ``samples`` maps timestamp (ms) to the value's 8 raw bits (uint64),
+    ``histograms`` maps timestamp (ms) to the encoded ``Histogram`` message."""
+
+    labels: Labels
+    samples: dict[int, int] = field(default_factory=dict)
+    histograms: dict[int, bytes] = field(default_factory=dict)
+    exemplars: list[Exemplar] = field(default_factory=list)
+
+    def sample_list(self) -> list[tuple[int, int]]:
+        """(timestamp ms, value bits) in timestamp order."""
+        return sorted(self.samples.items())
+
+    def values(self) -> list[float]:
+        return [bits_to_float(bits) for _, bits in self.sample_list()]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a request did: HTTP ``status``, counter ``reason`` ("" when accepted), ``message``,
+    and what was stored (samples+histograms, metadata entries)."""
+
+    status: int
+    reason: str
+    message: str
+    stored_samples: int = 0
+    stored_metadata: int = 0
+
+
+def float_to_bits(value: float) -> int:
+    return int(struct.unpack("<Q", struct.pack("<d", value))[0])
+
+
+def bits_to_float(bits: int) -> float:
+    return float(struct.unpack("<d", struct.pack("<Q", bits))[0])
+
+
+def format_labels(labels: Labels) -> str:
+    return "{" + ", ".join(f"{n}={json.dumps(v)}" for n, v in labels) + "}"
+
+
+class WorkspaceStore:
+    """The data and limits of one workspace. Not thread-safe: one event loop owns it."""
+
+    def __init__(self, *, limits: Limits, now_s: float) -> None:
+        self.limits = limits
+        self.series: dict[Labels, Series] = {}
+        self.metadata: dict[str, Metadata] = {}
+        self._tokens = limits.ingestion_burst
+        self._refilled_at = now_s
+
+    def ingest(self, request: remote_pb2.WriteRequest, *, now_s: float) -> Outcome:
+        """Checks 12-15, storing what passes; the lowest-numbered failure is answered.
+
+        12 (invalid series) and 13 (out of order...) and 15 (series cap) reject only the
+        offending series or samples; 14 (rate limit) rejects the whole request.
+        """
+        errors: dict[int, tuple[str, str]] = {}
+        valid = []
+        for ts in request.timeseries:
+            labels: Labels = tuple((label.name, label.value) for label in ts.labels)
+            problem = validate_labels(labels, self.limits)
+            if problem:
+                errors.setdefault(12, problem)
+            else:
+                valid.append((labels, ts))
+        n_samples = sum(len(ts.samples) + len(ts.histograms) for _, ts in valid)
+        n_metadata = len(request.metadata)
+        if not self._take(n_samples + n_metadata, now_s):
+            if 12 in errors:
+                return Outcome(400, *errors[12])
+            message = (
+                f"ingestion rate limit ({self.limits.ingestion_rate:g}) exceeded while "
+                f"adding {n_samples} samples and {n_metadata} metadata"
+            )
+            return Outcome(429, "rate_limited", message)
+        stored = 0
+        for labels, ts in valid:
+            stored += self._append(labels, ts, now_ms=int(now_s * 1000), errors=errors)
+        stored_metadata = self._store_metadata(request.metadata)
+        if errors:
+            return Outcome(400, *errors[min(errors)], stored, stored_metadata)
+        return Outcome(200, "", "", stored, stored_metadata)
+
+    def _take(self, tokens: int, now_s: float) -> bool:
+        elapsed = max(0.0, now_s - self._refilled_at)
+        self._refilled_at = max(self._refilled_at, now_s)
+        rate, burst = self.limits.ingestion_rate, self.limits.ingestion_burst
+        self._tokens = min(burst, self._tokens + elapsed * rate)
+        if tokens > self._tokens:
+            return False
+        self._tokens -= tokens
+        return True
+
+    def _append(
+        self,
+        labels: Labels,
+        ts: types_pb2.TimeSeries,
+        *,
+        now_ms: int,
+        errors: dict[int, tuple[str, str]],
+    ) -> int:
+        series = self.series.get(labels)
+        if series is None:
+            if len(self.series) >= self.limits.max_active_series:
+                limit = self.limits.max_active_series
+                errors.setdefault(
+                    15, ("series_limit", f"per-user series limit of {limit} exceeded")
+                )
+                return 0
+            series = Series(labels=labels)
+        stored = 0
+        for sample in ts.samples:
+            bits = float_to_bits(sample.value)
+            stored += self._admit(series.samples, sample.timestamp, bits, labels, now_ms, errors)
+        for histogram in ts.histograms:
+            encoded = histogram.SerializeToString(deterministic=True)
+            stored += self._admit(
+                series.histograms, histogram.timestamp, encoded, labels, now_ms, errors
+            )
+        for exemplar in ts.exemplars:
+            exemplar_labels = tuple((label.name, label.value) for label in exemplar.labels)
+            value_bits = float_to_bits(exemplar.value)
+            series.exemplars.append(Exemplar(exemplar_labels, value_bits, exemplar.timestamp))
+        if series.samples or series.histograms or series.exemplars:
+            self.series[labels] = series
+        return stored
+
+    def _admit(
+        self,
+        points: dict[int, int] | dict[int, bytes],
+        timestamp: int,
+        value: int | bytes,
+        labels: Labels,
+        now_ms: int,
+        errors: dict[int, tuple[str, str]],
+    ) -> int:
+        """Store one point unless check 13 rejects it; returns 1 if a new point was stored."""
+        window_ms = int(self.limits.out_of_order_window_s * 1000)
+        problem: tuple[str, str] | None = None
+        if timestamp > now_ms + int(self.limits.too_new_s * 1000):
+            problem = ("too_new", f"timestamp too new: {timestamp} metric: {_name(labels)!r}")
+        elif timestamp in points:
+            if points[timestamp] == value:
+                return 0  # same timestamp, same value: accepted, nothing new
+            problem = (
+                "duplicate_sample",
+                "duplicate sample for timestamp. "
+                f"timestamp={timestamp}, series={format_labels(labels)}",
+            )
+        elif points and timestamp < max(points) - window_ms:
+            problem = (
+                "out_of_order",
+                f"out of order sample. timestamp={timestamp}, series={format_labels(labels)}",
+            )
+        if problem:
+            errors.setdefault(13, problem)
+            return 0
+        points[timestamp] = value  # type: ignore[assignment]
+        return 1
+
+    def _store_metadata(self, entries: Iterable[types_pb2.MetricMetadata]) -> int:
+        stored = 0
+        for entry in entries:
+            name = entry.metric_family_name
+            if name not in self.metadata and len(self.metadata) >= self.limits.max_metadata:
+                continue  # silently dropped, like the managed workspace
+            self.metadata[name] = Metadata(int(entry.type), entry.help, entry.unit)
+            stored += 1
+        return stored
+
+
+def validate_labels(labels: Labels, limits: Limits) -> tuple[str, str] | None:
+    """Check 12 for one series: ``(reason, Cortex-style message)`` or ``None`` when valid."""
+    name = _name(labels)
+    shown = format_labels(labels)
+    if not name:
+        return ("invalid_series", "sample missing metric name")
+    if not _METRIC_NAME.fullmatch(name):
+        return ("invalid_series", f"sample invalid metric name: {name!r}")
+    if len(labels) > limits.max_labels:
+        return (
+            "invalid_series",
+            f"series has too many labels (actual: {len(labels)}, "
+            f"limit: {limits.max_labels}) series: '{shown}'",
+        )
+    previous = ""
+    for label_name, value in labels:
+        problem = ""
+        if not _LABEL_NAME.fullmatch(label_name) and label_name != "__name__":
+            problem = f"sample invalid label: {label_name!r}"
+        elif len(label_name.encode()) > limits.max_name_bytes:
+            problem = f"label name too long: {label_name!r}"
+        elif not value:
+            problem = f"sample has empty label value: {label_name!r}"
+        elif len(value.encode()) > limits.max_value_bytes:
+            problem = f"label value too long: {value!r}"
+        elif label_name == previous:
+            problem = f"duplicate label name: {label_name!r}"
+        elif label_name < previous:
+            problem = f"labels not sorted: {label_name!r}"
+        if problem:
+            return ("invalid_series", f"{problem} metric: {shown!r}")
+        previous = label_name
+    return None
+
+
+def _name(labels: Labels) -> str:
+    return next((value for name, value in labels if name == "__name__"), "")
