@@ -1,0 +1,170 @@
+"""Sending: per-series order across shards, backpressure (503), isolation of a slow destination.
+
+Destinations here are small aiohttp servers in the test's own loop with behaviour the test
+needs: random latency and out-of-order rejection (like a real TSDB), or hanging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from tests.integration.conftest import StartRouter, eventually, metric_value, post_write
+from tests.support.capture import CaptureServer
+from tests.support.series import Series, build_body, decode
+
+
+class OrderCheckingSink:
+    """A destination that answers 400 "out of order sample" like a TSDB when a sample is not
+    newer than the last one stored for its series, after a random delay (0-15 ms)."""
+
+    def __init__(self, *, seed: int) -> None:
+        self.last: dict[tuple[tuple[str, str], ...], int] = {}
+        self.samples = 0
+        self.rejected = 0
+        self.in_flight: dict[tuple[tuple[str, str], ...], int] = {}
+        self.overlaps = 0
+        self._rand = random.Random(seed)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        request_obj, _ = decode(await request.read())
+        series = [tuple((lb.name, lb.value) for lb in ts.labels) for ts in request_obj.timeseries]
+        distinct = set(series)  # one batch may carry several samples of a series
+        for labels in distinct:
+            self.in_flight[labels] = self.in_flight.get(labels, 0) + 1
+            self.overlaps += self.in_flight[labels] > 1
+        try:
+            await asyncio.sleep(self._rand.uniform(0, 0.015))
+            for labels, ts in zip(series, request_obj.timeseries, strict=True):
+                for sample in ts.samples:
+                    if sample.timestamp <= self.last.get(labels, -1):
+                        self.rejected += 1
+                        return web.Response(status=400, text="out of order sample")
+                    self.last[labels] = sample.timestamp
+                    self.samples += 1
+            return web.Response(status=200)
+        finally:
+            for labels in distinct:
+                self.in_flight[labels] -= 1
+
+
+Serve = Callable[[Callable[[web.Request], Awaitable[web.StreamResponse]]], Awaitable[str]]
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Serve]:
+    """Start an aiohttp server on 127.0.0.1 with one POST handler; returns its URL."""
+    runners: list[web.AppRunner] = []
+
+    async def start(handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> str:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/{tail:.*}", handler)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        runners.append(runner)
+        return f"http://127.0.0.1:{runner.addresses[0][1]}/write"
+
+    yield start
+    for runner in runners:
+        await runner.cleanup()
+
+
+async def test_per_series_order_holds_with_many_shards(
+    start_router: StartRouter, serve: Serve, http: aiohttp.ClientSession
+) -> None:
+    sink = OrderCheckingSink(seed=7)
+    router = await start_router(f"""
+remote_write:
+  - name: tsdb
+    url: {await serve(sink.handle)}
+    queue_config: {{max_shards: 8, max_samples_per_send: 5, batch_send_deadline: 5ms}}
+""")
+    series = [(("__name__", "gpu_util"), ("gpu", str(g))) for g in range(20)]
+    requests = 40
+    for step in range(requests):
+        body = build_body([Series(labels, ((1_000 + step, float(step)),)) for labels in series])
+        assert (await post_write(http, router, body))[0] == 204
+    await eventually(lambda: sink.samples == requests * len(series), timeout=20)
+    assert sink.rejected == 0
+    assert sink.overlaps == 0  # two batches with the same series were never in flight at once
+    assert all(last == 1_000 + requests - 1 for last in sink.last.values())
+
+
+async def test_full_queue_answers_503_with_retry_after_and_enqueues_nothing(
+    start_router: StartRouter, serve: Serve, http: aiohttp.ClientSession,
+    fresh_capture: CaptureServer,
+) -> None:  # fmt: skip
+    release = asyncio.Event()
+
+    async def stuck(request: web.Request) -> web.Response:
+        await request.read()
+        await release.wait()
+        return web.Response(status=200)
+
+    router = await start_router(f"""
+server: {{queue_full_retry_after: 3s}}
+remote_write:
+  - name: stuck
+    url: {await serve(stuck)}
+    queue_config:
+      {{capacity: 10, max_shards: 1, max_samples_per_send: 10, batch_send_deadline: 5ms}}
+  - name: healthy
+    url: {fresh_capture.url("/healthy")}
+    queue_config: {{batch_send_deadline: 5ms}}
+""")
+    def body(step: int) -> bytes:
+        return build_body([Series((("__name__", "m"), ("i", str(i))), ((1_000 + step, 1.0),))
+                           for i in range(6)])  # fmt: skip
+
+    assert (await post_write(http, router, body(0)))[0] == 204  # empty queue takes anything
+    status, text, headers = await post_write(http, router, body(1))  # 6 + 6 > 10
+    assert status == 503
+    assert headers["Retry-After"] == "3"
+    assert "stuck" in text and "healthy" not in text
+    await eventually(lambda: fresh_capture.sample_count("/healthy") == 6)
+    assert metric_value(router, "rwrouter_samples_dropped_total", destination="stuck",
+                        reason="queue_full") == 6  # fmt: skip
+    release.set()
+    assert router.fanout is not None
+    stuck_queue = router.fanout.destinations[0]
+    await eventually(lambda: stuck_queue.pending == 0)
+    assert (await post_write(http, router, body(2)))[0] == 204
+    await eventually(lambda: fresh_capture.sample_count("/healthy") == 12)
+
+
+async def test_slow_destination_never_delays_another_or_the_receive_side(
+    start_router: StartRouter, serve: Serve, http: aiohttp.ClientSession,
+    fresh_capture: CaptureServer,
+) -> None:  # fmt: skip
+    async def slow(request: web.Request) -> web.Response:
+        await request.read()
+        await asyncio.sleep(30)
+        return web.Response(status=200)
+
+    router = await start_router(f"""
+remote_write:
+  - name: slow
+    url: {await serve(slow)}
+    remote_timeout: 60s
+    queue_config: {{max_shards: 2, batch_send_deadline: 5ms}}
+  - name: fast
+    url: {fresh_capture.url("/fast")}
+    queue_config: {{batch_send_deadline: 5ms}}
+""")
+    latencies = []
+    for step in range(20):
+        body = build_body([Series((("__name__", "m"), ("i", str(i))), ((1_000 + step, 1.0),))
+                           for i in range(50)])  # fmt: skip
+        started = time.perf_counter()
+        assert (await post_write(http, router, body))[0] == 204
+        latencies.append(time.perf_counter() - started)
+    await eventually(lambda: fresh_capture.sample_count("/fast") == 20 * 50, timeout=5)
+    assert max(latencies) < 0.5
