@@ -1,0 +1,412 @@
+"""Routing (rwrouter.routing): global rules, per-destination copies, fallback, drop counts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from rwrouter.errors import DecodeError
+from rwrouter.relabel import parse_relabel_configs
+from rwrouter.routing import INVALID, RELABEL, Route, RoutedRequest, Router
+from rwrouter.wire import (
+    WriteRequestParts,
+    encode_labels,
+    parse_write_request,
+    remote_pb2,
+    types_pb2,
+)
+
+Labels = Mapping[str, str]
+
+
+def rules(raw: list[dict[str, Any]] | None) -> tuple[Any, ...]:
+    return parse_relabel_configs(raw, "test")
+
+
+def route(name: str, raw: list[dict[str, Any]] | None = None, **kw: Any) -> Route:
+    return Route(name=name, rules=rules(raw), **kw)
+
+
+def request(
+    series: Sequence[Labels | tuple[Labels, int, int, int]] = (),
+    metadata: Sequence[str] = (),
+) -> WriteRequestParts:
+    """A parsed request; a series is its labels (one sample) or (labels, samples, exemplars,
+    histograms). Labels are sent in the given order."""
+    req = remote_pb2.WriteRequest()
+    for item in series:
+        labels, ns, ne, nh = item if isinstance(item, tuple) else (item, 1, 0, 0)
+        ts = req.timeseries.add()
+        for name, value in labels.items():
+            ts.labels.add(name=name, value=value)
+        for i in range(ns):
+            ts.samples.add(value=float(i), timestamp=1000 + i)
+        for i in range(ne):
+            ex = ts.exemplars.add(value=float(i), timestamp=1000 + i)
+            ex.labels.add(name="trace_id", value=f"t{i}")
+        for i in range(nh):
+            ts.histograms.add(count_int=i, sum=1.0, timestamp=1000 + i)
+    for family in metadata:
+        req.metadata.add(type=types_pb2.MetricMetadata.GAUGE, metric_family_name=family, help="h")
+    return parse_write_request(req.SerializeToString())
+
+
+def sent(out: RoutedRequest, index: int) -> list[dict[str, str]]:
+    """The label sets sent to destination ``index`` (decoded with protobuf)."""
+    req = remote_pb2.WriteRequest()
+    req.ParseFromString(b"".join(out.series[index].frames))
+    return [{lab.name: lab.value for lab in ts.labels} for ts in req.timeseries]
+
+
+def sent_series(out: RoutedRequest, index: int) -> list[types_pb2.TimeSeries]:
+    req = remote_pb2.WriteRequest()
+    req.ParseFromString(b"".join(out.series[index].frames))
+    return list(req.timeseries)
+
+
+def sent_metadata(out: RoutedRequest, index: int) -> list[str]:
+    req = remote_pb2.WriteRequest()
+    req.ParseFromString(b"".join(out.metadata[index]))
+    return [m.metric_family_name for m in req.metadata]
+
+
+GPU = {"__name__": "DCGM_FI_DEV_GPU_UTIL", "gpu": "0", "job": "dcgm"}
+NODE = {"__name__": "node_load1", "instance": "n1", "job": "node"}
+APP = {"__name__": "http_requests_total", "job": "api", "pod": "p1"}
+KEEP_GPU = [{"action": "keep", "source_labels": ["__name__"], "regex": "DCGM_.*"}]
+KEEP_NODE = [{"action": "keep", "source_labels": ["job"], "regex": "node"}]
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-destination copies
+
+
+def test_one_destinations_rules_never_leak_into_another() -> None:
+    router = Router(
+        global_rules=(),
+        routes=[
+            route("a", [{"target_label": "job", "replacement": "rewritten"},
+                        {"action": "labeldrop", "regex": "gpu"}]),
+            route("b"),
+            route("c", [{"target_label": "extra", "replacement": "c"}]),
+        ],
+    )  # fmt: skip
+    for _ in range(2):  # the cached outcome too
+        out = router.route(request([GPU]))
+        assert sent(out, 0) == [{"__name__": "DCGM_FI_DEV_GPU_UTIL", "job": "rewritten"}]
+        assert sent(out, 1) == [GPU]
+        assert sent(out, 2) == [{**GPU, "extra": "c"}]
+    assert out.dropped == {}
+
+
+def test_destination_order_does_not_matter() -> None:
+    a = route("a", [{"target_label": "job", "replacement": "x"}])
+    b = route("b")
+    first = Router(global_rules=(), routes=[a, b]).route(request([GPU]))
+    second = Router(global_rules=(), routes=[b, a]).route(request([GPU]))
+    assert sent(first, 1) == sent(second, 0) == [GPU]
+    assert sent(first, 0) == sent(second, 1) == [{**GPU, "job": "x"}]
+
+
+# ---------------------------------------------------------------------------------------------
+# Fallback
+
+FALLBACK_CASES: list[tuple[str, list[Route], list[list[dict[str, str]]]]] = [
+    (
+        "two_primaries_one_fallback",
+        [route("gpu", KEEP_GPU), route("node", KEEP_NODE), route("rest", fallback=True)],
+        [[GPU], [NODE], [APP]],
+    ),
+    (
+        "two_fallbacks",
+        [route("gpu", KEEP_GPU), route("f1", fallback=True),
+         route("f2", [{"target_label": "via", "replacement": "f2"}], fallback=True)],
+        [[GPU], [NODE, APP], [{**NODE, "via": "f2"}, {**APP, "via": "f2"}]],
+    ),
+    (
+        "fallback_listed_first",
+        [route("rest", fallback=True), route("gpu", KEEP_GPU)],
+        [[NODE, APP], [GPU]],
+    ),
+    (
+        "fallback_applies_its_own_rules",
+        [route("gpu", KEEP_GPU),
+         route("rest", [{"action": "drop", "source_labels": ["job"], "regex": "api"}],
+               fallback=True)],
+        [[GPU], [NODE]],
+    ),
+    (
+        "primary_keeping_everything_leaves_fallback_empty",
+        [route("all"), route("rest", fallback=True)],
+        [[GPU, NODE, APP], []],
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("routes", "expected"),
+    [(r, e) for _, r, e in FALLBACK_CASES],
+    ids=[n for n, _, _ in FALLBACK_CASES],
+)
+def test_fallback_gets_exactly_what_no_primary_kept(
+    routes: list[Route], expected: list[list[dict[str, str]]]
+) -> None:
+    router = Router(global_rules=(), routes=routes)
+    out = router.route(request([GPU, NODE, APP]))
+    assert [sent(out, i) for i in range(len(routes))] == expected
+    assert [s.samples for s in out.series] == [len(e) for e in expected]
+    # Not receiving a series because a primary kept it is not a drop for a fallback.
+    # (The primaries in these cases do not rewrite labels, so what they sent is what they kept.)
+    kept = {frozenset(d.items()) for r, e in zip(routes, expected, strict=True)
+            if not r.fallback for d in e}  # fmt: skip
+    for i, r in enumerate(routes):
+        if r.fallback:
+            drops = sum(n for (j, _), n in out.dropped.items() if j == i)
+            assert drops == 3 - len(kept) - len(expected[i])
+
+
+def test_fallback_receives_a_series_a_primary_left_invalid() -> None:
+    routes = [route("a", [{"action": "labeldrop", "regex": "__name__"}]),
+              route("rest", fallback=True)]  # fmt: skip
+    out = Router(global_rules=(), routes=routes).route(request([NODE]))
+    assert sent(out, 0) == []
+    assert sent(out, 1) == [NODE]
+    assert out.dropped == {(0, INVALID): 1}
+
+
+def test_primary_drop_counted_fallback_not() -> None:
+    routes = [route("gpu", KEEP_GPU), route("rest", fallback=True)]
+    out = Router(global_rules=(), routes=routes).route(request([GPU, NODE]))
+    assert out.dropped == {(0, RELABEL): 1}
+
+
+# ---------------------------------------------------------------------------------------------
+# Global rules, invalid series
+
+
+def test_global_rules_run_first() -> None:
+    global_rules = rules([{"target_label": "cluster", "replacement": "c1"},
+                          {"source_labels": ["job"], "target_label": "job",
+                           "regex": "dcgm", "replacement": "gpu"}])  # fmt: skip
+    routes = [route("gpu", [{"action": "keep", "source_labels": ["job"], "regex": "gpu"}]),
+              route("rest", fallback=True)]  # fmt: skip
+    out = Router(global_rules=global_rules, routes=routes).route(request([GPU, NODE]))
+    assert sent(out, 0) == [{**GPU, "job": "gpu", "cluster": "c1"}]
+    assert sent(out, 1) == [{**NODE, "cluster": "c1"}]
+
+
+@pytest.mark.parametrize(
+    "global_raw",
+    [
+        [{"action": "drop", "source_labels": ["__name__"], "regex": "node_.*"}],
+        [{"action": "keep", "source_labels": ["__name__"], "regex": "DCGM_.*|http_.*"}],
+        [{"action": "labeldrop", "regex": ".*"}],
+    ],
+    ids=["drop", "keep_no_match", "all_labels_removed"],
+)
+def test_global_drop_drops_for_all_destinations(global_raw: list[dict[str, Any]]) -> None:
+    routes = [route("a"), route("b", KEEP_NODE), route("rest", fallback=True)]
+    out = Router(global_rules=rules(global_raw), routes=routes).route(
+        request([(NODE, 3, 1, 0)])
+    )
+    assert out.series[0].frames == out.series[1].frames == out.series[2].frames == []
+    assert out.dropped == {(0, RELABEL): 4, (1, RELABEL): 4, (2, RELABEL): 4}
+    assert out.samples_in == 4 and out.series_in == 1
+
+
+def test_series_without_name_is_invalid_others_routed() -> None:
+    routes = [route("a", [{"action": "keep", "source_labels": ["job"], "regex": "node"},
+                          {"action": "labeldrop", "regex": "__name__"}]),
+              route("b")]  # fmt: skip
+    # Only NODE loses __name__ in "a" (GPU and APP are dropped by its keep rule).
+    out = Router(global_rules=(), routes=routes).route(request([GPU, NODE, APP]))
+    assert sent(out, 0) == []
+    assert sent(out, 1) == [GPU, NODE, APP]
+    assert out.dropped == {(0, RELABEL): 2, (0, INVALID): 1}
+
+
+def test_series_sent_without_name_is_invalid_others_routed() -> None:
+    nameless = {"job": "x", "instance": "i"}
+    out = Router(global_rules=(), routes=[route("a")]).route(
+        request([GPU, (nameless, 5, 0, 0), NODE])
+    )
+    assert sent(out, 0) == [GPU, NODE]
+    assert out.dropped == {(0, INVALID): 5}
+
+
+def test_labelkeep_removing_name_is_invalid() -> None:
+    labels = {"__name__": "up", "instance": "h:1", "job": "a", "pod": "p"}
+    routes = [route("a", [{"action": "labelkeep", "regex": "job|instance"}]), route("b")]
+    out = Router(global_rules=(), routes=routes).route(request([labels]))
+    assert sent(out, 0) == []
+    assert out.series[0].samples == 0
+    assert out.dropped == {(0, INVALID): 1}
+    assert sent(out, 1) == [labels]
+
+
+def test_empty_label_values_are_removed() -> None:
+    out = Router(global_rules=(), routes=[route("a")]).route(
+        request([{"env": "", "__name__": "m", "job": "a"}])
+    )
+    assert sent(out, 0) == [{"__name__": "m", "job": "a"}]
+    assert out.series[0].keys == [encode_labels((("__name__", "m"), ("job", "a")))]
+
+
+def test_invalid_labels_refuse_the_request_and_are_not_cached() -> None:
+    req = remote_pb2.WriteRequest()
+    ts = req.timeseries.add()
+    ts.labels.add(name="__name__", value="m")
+    ts.labels.add(name="__name__", value="n")
+    parts = parse_write_request(req.SerializeToString())
+    router = Router(global_rules=(), routes=[route("a")])
+    for _ in range(2):
+        with pytest.raises(DecodeError, match="duplicate"):
+            router.route(parts)
+    assert len(router) == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Cache
+
+
+def test_cache_hits_on_identical_request() -> None:
+    router = Router(global_rules=(), routes=[route("a"), route("b", KEEP_GPU)])
+    first = router.route(request([GPU, NODE]))
+    assert (router.hits, router.misses) == (0, 2)
+    second = router.route(request([GPU, NODE]))
+    assert (router.hits, router.misses) == (2, 2)
+    assert len(router) == 2
+    assert first.series == second.series
+    assert first.dropped == second.dropped
+
+
+def test_cache_key_is_raw_bytes_order_matters() -> None:
+    router = Router(global_rules=(), routes=[route("a")])
+    router.route(request([{"__name__": "m", "a": "1"}]))
+    out = router.route(request([{"a": "1", "__name__": "m"}]))  # same set, other order
+    assert (router.hits, router.misses) == (0, 2)
+    assert sent(out, 0) == [{"__name__": "m", "a": "1"}]
+
+
+@pytest.mark.parametrize(
+    ("cache_size", "inserted", "expected_len"),
+    [(10, 10, 10), (10, 11, 10), (10, 25, 10), (1, 5, 1), (100, 101, 91)],
+    ids=["full", "one_over_evicts_tenth", "many_over", "size_one", "hundred"],
+)
+def test_cache_eviction(cache_size: int, inserted: int, expected_len: int) -> None:
+    router = Router(global_rules=(), routes=[route("a")], cache_size=cache_size)
+    series = [{"__name__": "m", "i": str(i)} for i in range(inserted)]
+    router.route(request(series))
+    assert len(router) == expected_len
+    assert len(router) <= cache_size
+    # The newest is remembered, the oldest forgotten once over the size.
+    router.route(request([series[-1]]))
+    assert router.hits == 1
+    if inserted > cache_size:
+        router.route(request([series[0]]))
+        assert router.hits == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Metadata
+
+
+def test_metadata_routed_by_family_name() -> None:
+    routes = [
+        route("gpu", KEEP_GPU),
+        route("copy", [{"target_label": "x", "replacement": "y"}]),
+        route("rest", fallback=True),
+    ]
+    parts = request(metadata=["DCGM_FI_DEV_GPU_UTIL", "node_load1"])
+    out = Router(global_rules=(), routes=routes).route(parts)
+    assert sent_metadata(out, 0) == ["DCGM_FI_DEV_GPU_UTIL"]
+    assert sent_metadata(out, 1) == ["DCGM_FI_DEV_GPU_UTIL", "node_load1"]
+    assert sent_metadata(out, 2) == []
+    # The payload is forwarded unchanged (rules never rewrite metadata).
+    framed = [b"\x1a" + bytes([len(m)]) + m for m in parts.metadata]
+    assert out.metadata[1] == framed
+
+
+def test_metadata_fallback_and_global_drop() -> None:
+    global_rules = rules([{"action": "drop", "source_labels": ["__name__"], "regex": "go_.*"}])
+    routes = [route("gpu", KEEP_GPU), route("rest", fallback=True)]
+    parts = request(metadata=["DCGM_X", "node_load1", "go_goroutines"])
+    out = Router(global_rules=global_rules, routes=routes).route(parts)
+    assert sent_metadata(out, 0) == ["DCGM_X"]
+    assert sent_metadata(out, 1) == ["node_load1"]
+    assert out.series_in == 0 and out.samples_in == 0
+    assert out.dropped == {}
+
+
+def test_metadata_only_label_is_name() -> None:
+    # A rule matching another label never matches metadata: {__name__: family} only.
+    routes = [route("a", [{"action": "keep", "source_labels": ["job"], "regex": "api"}]),
+              route("rest", fallback=True)]  # fmt: skip
+    out = Router(global_rules=(), routes=routes).route(request(metadata=["http_requests_total"]))
+    assert sent_metadata(out, 0) == []
+    assert sent_metadata(out, 1) == ["http_requests_total"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Exemplars / native histograms per destination, counts
+
+
+def test_send_exemplars_and_histograms_off_strip_for_that_destination_only() -> None:
+    routes = [
+        route("all"),
+        route("no_ex", send_exemplars=False),
+        route("no_h", send_native_histograms=False),
+        route("neither", send_exemplars=False, send_native_histograms=False),
+    ]
+    out = Router(global_rules=(), routes=routes).route(request([(GPU, 2, 1, 1)]))
+    shapes = [
+        [(len(ts.samples), len(ts.exemplars), len(ts.histograms)) for ts in sent_series(out, i)]
+        for i in range(4)
+    ]
+    assert shapes == [[(2, 1, 1)], [(2, 0, 1)], [(2, 1, 0)], [(2, 0, 0)]]
+    # Counts are the received counts whatever was stripped.
+    assert [s.counts for s in out.series] == [[4]] * 4
+    full = sent_series(out, 0)[0]
+    for i in (1, 2, 3):
+        ts = sent_series(out, i)[0]
+        assert list(ts.samples) == list(full.samples)
+        assert list(ts.labels) == list(full.labels)
+
+
+SAMPLE_COUNT_CASES = [
+    ("samples_only", (3, 0, 0), 3),
+    ("exemplars_added", (2, 2, 0), 4),
+    ("histograms_only", (0, 0, 2), 2),
+    ("all_three", (1, 1, 1), 3),
+    ("empty_series_counts_one", (0, 0, 0), 1),
+]
+
+
+@pytest.mark.parametrize(
+    ("shape", "expected"),
+    [(s, e) for _, s, e in SAMPLE_COUNT_CASES],
+    ids=[n for n, _, _ in SAMPLE_COUNT_CASES],
+)
+def test_sample_counts(shape: tuple[int, int, int], expected: int) -> None:
+    routes = [route("a"), route("b", [{"action": "drop", "source_labels": ["job"],
+                                       "regex": "node"}])]  # fmt: skip
+    out = Router(global_rules=(), routes=routes).route(request([(NODE, *shape), (GPU, 1, 0, 0)]))
+    assert out.series[0].counts == [expected, 1]
+    assert out.series[0].samples == expected + 1
+    assert out.series[1].counts == [1]
+    assert out.series[1].samples == 1
+    assert out.dropped == {(1, RELABEL): expected}
+    assert out.samples_in == expected + 1
+    assert out.series_in == 2
+    assert out.series[0].keys[1] in out.series[0].frames[1]
+
+
+def test_drop_counts_accumulate_per_destination_and_reason() -> None:
+    routes = [route("a", KEEP_GPU), route("b", [{"action": "labeldrop", "regex": "__name__"}])]
+    out = Router(global_rules=(), routes=routes).route(
+        request([(NODE, 2, 0, 0), (APP, 3, 1, 0), (GPU, 1, 0, 0)])
+    )
+    assert out.dropped == {(0, RELABEL): 6, (1, INVALID): 7}
+    assert sent(out, 0) == [GPU]
