@@ -20,7 +20,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-import snappy
+import snappy  # type: ignore[import-untyped,unused-ignore]
 
 from rwrouter.auth.credentials import FrozenCredentials, sign
 from rwrouter.testing import sigv4_verify
@@ -52,10 +52,10 @@ def write_request(
         ts = request.timeseries.add()
         for name, value in labels:
             ts.labels.add(name=name, value=value)
-        for timestamp, value in samples:
-            ts.samples.add(value=value, timestamp=timestamp)
+        for timestamp, sample_value in samples:
+            ts.samples.add(value=sample_value, timestamp=timestamp)
     for name, kind, text in metadata:
-        request.metadata.add(metric_family_name=name, type=kind, help=text)  # type: ignore[arg-type]
+        request.metadata.add(metric_family_name=name, type=kind, help=text)
     return request
 
 
@@ -264,7 +264,10 @@ def _set(name: str, value: str) -> Callable[[dict[str, str]], None]:
 
 
 def _drop(name: str) -> Callable[[dict[str, str]], None]:
-    return lambda headers: headers.pop(name)
+    def drop(headers: dict[str, str]) -> None:
+        del headers[name]
+
+    return drop
 
 
 # (id, sign kwargs, tamper headers, send body override, url workspace, clock shift s,
@@ -323,7 +326,7 @@ REJECTIONS: list[tuple[Any, ...]] = [
 
 def _body_for(kind: str | None, good: bytes, clock: ManualClock) -> bytes:
     raw = write_request(((("__name__", "up"),), [(now_ms(clock), 1.0)])).SerializeToString()
-    bodies = {
+    bodies: dict[str | None, bytes] = {
         None: good,
         "HUGE": os.urandom(1_048_577),
         "RAWPROTO": raw,
