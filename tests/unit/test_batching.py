@@ -1,0 +1,152 @@
+"""Sharding and batching (rwrouter.sending.batching): stable shards, frame-preserving batches."""
+
+from __future__ import annotations
+
+import pytest
+
+from rwrouter.sending.batching import ShardBuffer, shard_of
+from rwrouter.wire import encode_labels
+
+# ---------------------------------------------------------------------------------------------
+# shard_of
+
+
+def _key(i: int) -> bytes:
+    return encode_labels((("__name__", "m"), ("instance", f"host-{i}:9100"), ("job", "node")))
+
+
+@pytest.mark.parametrize("shards", [1, 2, 3, 7, 50, 200], ids=lambda n: f"{n}_shards")
+def test_shard_of_stable_and_in_range(shards: int) -> None:
+    for i in range(500):
+        key = _key(i)
+        shard = shard_of(key, shards)
+        assert 0 <= shard < shards
+        assert shard_of(bytes(key), shards) == shard  # equal bytes, another object
+
+
+@pytest.mark.parametrize("shards", [4, 16, 50], ids=lambda n: f"{n}_shards")
+def test_shard_of_distribution_roughly_even(shards: int) -> None:
+    per_shard = 400
+    counts = [0] * shards
+    for i in range(shards * per_shard):
+        counts[shard_of(_key(i), shards)] += 1
+    # A uniform hash puts ~400 +- 20 in each; allow a wide margin (no flakes).
+    assert min(counts) > per_shard * 0.6
+    assert max(counts) < per_shard * 1.4
+
+
+# ---------------------------------------------------------------------------------------------
+# ShardBuffer
+
+
+def frame(n: int) -> bytes:
+    return f"frame-{n}".encode()
+
+
+def filled(counts: list[int], *, now: float = 0.0) -> ShardBuffer:
+    buf = ShardBuffer()
+    for i, count in enumerate(counts):
+        buf.add(frame(i), count, now=now)
+    return buf
+
+
+def test_empty_buffer() -> None:
+    buf = ShardBuffer()
+    assert buf.samples == 0 and buf.first_at is None
+    assert not buf.ready(max_samples=1, deadline=0.0, now=1e9)
+    assert buf.take(max_samples=10) == ([], 0)
+
+
+TAKE_CASES = [
+    # id, counts added, max_samples, frames taken (indexes), samples taken
+    ("exactly_max", [2, 3, 5], 10, [0, 1, 2], 10),
+    ("cut_before_overflowing_frame", [4, 4, 4], 10, [0, 1], 8),
+    ("never_splits_a_frame", [6, 6], 10, [0], 6),
+    ("oversized_first_frame_taken_alone", [25, 1], 10, [0], 25),
+    ("oversized_single_frame", [100], 10, [0], 100),
+    ("under_max_takes_all", [1, 1, 1], 10, [0, 1, 2], 3),
+    ("max_one", [1, 1, 1], 1, [0], 1),
+    ("stops_at_first_that_does_not_fit", [5, 6, 1], 10, [0], 5),
+]
+
+
+@pytest.mark.parametrize(
+    ("counts", "max_samples", "taken", "samples"),
+    [c[1:] for c in TAKE_CASES],
+    ids=[c[0] for c in TAKE_CASES],
+)
+def test_take(counts: list[int], max_samples: int, taken: list[int], samples: int) -> None:
+    buf = filled(counts)
+    frames, got = buf.take(max_samples=max_samples)
+    assert frames == [frame(i) for i in taken]
+    assert got == samples
+    assert buf.samples == sum(counts) - samples
+    assert [f for f, _ in buf.frames] == [frame(i) for i in range(len(taken), len(counts))]
+
+
+def test_take_drains_in_order_without_loss() -> None:
+    counts = [3, 7, 1, 12, 2, 2, 9, 4]
+    buf = filled(counts)
+    batches: list[list[bytes]] = []
+    while buf.frames:
+        frames, samples = buf.take(max_samples=10)
+        assert frames and (samples <= 10 or len(frames) == 1)
+        batches.append(frames)
+    assert [f for b in batches for f in b] == [frame(i) for i in range(len(counts))]
+    assert buf.samples == 0 and buf.first_at is None
+
+
+READY_CASES = [
+    # id, counts, added at, max_samples, deadline, now, ready
+    ("below_max_before_deadline", [3], 100.0, 10, 5.0, 104.9, False),
+    ("deadline_reached_exactly", [3], 100.0, 10, 5.0, 105.0, True),
+    ("deadline_passed", [3], 100.0, 10, 5.0, 200.0, True),
+    ("max_reached", [4, 6], 100.0, 10, 5.0, 100.0, True),
+    ("over_max", [11], 100.0, 10, 5.0, 100.0, True),
+    ("zero_deadline_flush", [1], 100.0, 10, 0.0, 100.0, True),
+]
+
+
+@pytest.mark.parametrize(
+    ("counts", "at", "max_samples", "deadline", "now", "ready"),
+    [c[1:] for c in READY_CASES],
+    ids=[c[0] for c in READY_CASES],
+)
+def test_ready(
+    counts: list[int], at: float, max_samples: int, deadline: float, now: float, ready: bool
+) -> None:
+    buf = filled(counts, now=at)
+    assert buf.ready(max_samples=max_samples, deadline=deadline, now=now) is ready
+
+
+def test_deadline_counts_from_the_oldest_frame() -> None:
+    buf = ShardBuffer()
+    buf.add(frame(0), 1, now=10.0)
+    buf.add(frame(1), 1, now=14.0)
+    assert buf.first_at == 10.0
+    assert not buf.ready(max_samples=100, deadline=5.0, now=14.9)
+    assert buf.ready(max_samples=100, deadline=5.0, now=15.0)
+
+
+def test_leftover_frames_keep_their_age() -> None:
+    buf = ShardBuffer()
+    buf.add(frame(0), 6, now=10.0)
+    buf.add(frame(1), 6, now=12.0)
+    frames, _ = buf.take(max_samples=10)
+    assert frames == [frame(0)]
+    # The leftover is not younger than when the batch was cut: it goes out no later.
+    assert buf.first_at == 10.0
+    assert buf.ready(max_samples=100, deadline=5.0, now=15.0)
+    buf.add(frame(2), 1, now=20.0)
+    assert buf.first_at == 10.0
+
+
+def test_emptied_buffer_restarts_its_clock() -> None:
+    buf = ShardBuffer()
+    buf.add(frame(0), 1, now=10.0)
+    buf.take(max_samples=10)
+    assert buf.first_at is None
+    buf.add(frame(1), 1, now=50.0)
+    assert buf.first_at == 50.0
+    assert not buf.ready(max_samples=10, deadline=5.0, now=54.0)
+    assert buf.ready(max_samples=10, deadline=5.0, now=55.0)

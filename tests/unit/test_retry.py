@@ -1,0 +1,196 @@
+"""Retry policy (rwrouter.sending.retry): RW 1.0 spec + Prometheus storage/remote semantics.
+
+Retry network errors and 5xx with exponential backoff, never other 4xx, 429 only with
+``retry_on_http_429``; Retry-After (seconds or HTTP date, RFC 9110 10.2.3) capped at max_backoff.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from email.utils import format_datetime
+
+import pytest
+
+from rwrouter.sending.retry import (
+    CLIENT_ERROR,
+    NETWORK,
+    SERVER_ERROR,
+    TOO_MANY_REQUESTS,
+    RetryPolicy,
+    parse_retry_after,
+)
+
+NOW = 1_700_000_000.0  # 2023-11-14T22:13:20Z
+POLICY = RetryPolicy(min_backoff=0.03, max_backoff=5.0)
+POLICY_429 = RetryPolicy(min_backoff=0.03, max_backoff=5.0, retry_on_http_429=True)
+
+
+def http_date(unix: float) -> str:
+    return format_datetime(datetime.fromtimestamp(unix, tz=UTC), usegmt=True)
+
+
+# (id, policy, status, attempt, retry_after, retry, delay_low, delay_high, reason)
+DECISIONS = [
+    ("network", POLICY, None, 0, None, True, 0.015, 0.03, NETWORK),
+    ("network_attempt_3", POLICY, None, 3, None, True, 0.12, 0.24, NETWORK),
+    ("500", POLICY, 500, 0, None, True, 0.015, 0.03, SERVER_ERROR),
+    ("502", POLICY, 502, 1, None, True, 0.03, 0.06, SERVER_ERROR),
+    ("503", POLICY, 503, 0, None, True, 0.015, 0.03, SERVER_ERROR),
+    ("503_retry_after_2", POLICY, 503, 0, "2", True, 2.0, 2.0, SERVER_ERROR),
+    ("599", POLICY, 599, 0, None, True, 0.015, 0.03, SERVER_ERROR),
+    ("429_not_retried_by_default", POLICY, 429, 0, None, False, 0.0, 0.0, TOO_MANY_REQUESTS),
+    ("429_retry_after_ignored_when_off", POLICY, 429, 0, "1", False, 0.0, 0.0,
+     TOO_MANY_REQUESTS),
+    ("429_retried_when_on", POLICY_429, 429, 0, None, True, 0.015, 0.03, TOO_MANY_REQUESTS),
+    ("429_retry_after_when_on", POLICY_429, 429, 2, "3", True, 3.0, 3.0, TOO_MANY_REQUESTS),
+    ("400", POLICY, 400, 0, None, False, 0.0, 0.0, CLIENT_ERROR),
+    ("400_with_retry_after", POLICY, 400, 0, "1", False, 0.0, 0.0, CLIENT_ERROR),
+    ("401", POLICY_429, 401, 0, None, False, 0.0, 0.0, CLIENT_ERROR),
+    ("403", POLICY, 403, 0, None, False, 0.0, 0.0, CLIENT_ERROR),
+    ("404", POLICY, 404, 0, None, False, 0.0, 0.0, CLIENT_ERROR),
+    ("409", POLICY, 409, 0, None, False, 0.0, 0.0, CLIENT_ERROR),
+    ("413", POLICY_429, 413, 0, None, False, 0.0, 0.0, CLIENT_ERROR),
+    ("retry_after_capped", POLICY, 503, 0, "3600", True, 5.0, 5.0, SERVER_ERROR),
+    ("retry_after_zero", POLICY, 503, 0, "0", True, 0.0, 0.0, SERVER_ERROR),
+    ("retry_after_http_date", POLICY, 503, 0, http_date(NOW + 3), True, 3.0, 3.0, SERVER_ERROR),
+    ("retry_after_past_date", POLICY, 503, 0, http_date(NOW - 60), True, 0.0, 0.0,
+     SERVER_ERROR),
+    ("retry_after_far_date_capped", POLICY, 503, 0, http_date(NOW + 86400), True, 5.0, 5.0,
+     SERVER_ERROR),
+    ("retry_after_garbage_falls_back", POLICY, 503, 2, "soon", True, 0.06, 0.12, SERVER_ERROR),
+    ("retry_after_negative_falls_back", POLICY, 500, 0, "-5", True, 0.015, 0.03, SERVER_ERROR),
+    ("retry_after_fraction_falls_back", POLICY, 500, 0, "1.5", True, 0.015, 0.03,
+     SERVER_ERROR),
+    ("retry_after_empty_falls_back", POLICY, 500, 0, "", True, 0.015, 0.03, SERVER_ERROR),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("policy", "status", "attempt", "retry_after", "retry", "low", "high", "reason"),
+    [c[1:] for c in DECISIONS],
+    ids=[c[0] for c in DECISIONS],
+)
+@pytest.mark.parametrize("rand", [0.0, 0.5, 0.999], ids=["rand0", "rand_half", "rand_max"])
+def test_decide(
+    policy: RetryPolicy,
+    status: int | None,
+    attempt: int,
+    retry_after: str | None,
+    retry: bool,
+    low: float,
+    high: float,
+    reason: str,
+    rand: float,
+) -> None:
+    decision = policy.decide(status, attempt=attempt, retry_after=retry_after, now=NOW, rand=rand)
+    assert decision.retry is retry
+    assert decision.reason == reason
+    assert low - 1e-9 <= decision.delay <= high + 1e-9
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, None),
+        ("", None),
+        ("2", 2.0),
+        (" 7 ", 7.0),
+        ("120", 120.0),
+        (http_date(NOW + 10), 10.0),
+        ("Tue, 14 Nov 2023 22:13:30 GMT", 10.0),  # IMF-fixdate
+        ("Tuesday, 14-Nov-23 22:13:30 GMT", 10.0),  # obsolete RFC 850 form
+        (http_date(NOW - 1), 0.0),
+        ("Thu, 01 Jan 1970 00:00:00 GMT", 0.0),
+        ("garbage", None),
+        ("1e3", None),
+        ("0x10", None),
+        ("-1", None),
+        ("Tue, 14 Nov 99999 22:13:30 GMT", None),
+        ("Tue, 14 Nov 2023 25:13:30 GMT", None),
+    ],
+    ids=[
+        "missing", "empty", "seconds", "seconds_with_spaces", "seconds_large", "http_date",
+        "imf_fixdate_literal", "rfc850_date", "past_date", "epoch", "garbage", "exponent",
+        "hex", "negative", "year_out_of_range", "hour_out_of_range",
+    ],
+)  # fmt: skip
+def test_parse_retry_after(value: str | None, expected: float | None) -> None:
+    got = parse_retry_after(value, now=NOW)
+    if expected is None:
+        assert got is None
+    else:
+        assert got == pytest.approx(expected)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="parse_retry_after: str.isdigit() accepts non-ASCII digits such as '²' that float() "
+    "rejects, so decide() raises ValueError instead of falling back to backoff",
+    raises=ValueError,
+)
+@pytest.mark.parametrize("value", ["²", "1²", "³"], ids=["superscript_two", "mixed", "cube"])
+def test_non_ascii_digits_fall_back_to_backoff(value: str) -> None:
+    decision = POLICY.decide(503, attempt=0, retry_after=value, now=NOW, rand=0.0)
+    assert decision.retry and decision.delay == pytest.approx(0.015)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="parse_retry_after: the asctime HTTP-date form (RFC 9110 5.6.7: recipients MUST "
+    "accept it, as GMT) parses to a naive datetime and is ignored",
+)
+def test_retry_after_asctime_date() -> None:
+    assert parse_retry_after("Tue Nov 14 22:13:30 2023", now=NOW) == pytest.approx(10.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Backoff
+
+
+@pytest.mark.parametrize(
+    ("attempt", "rand", "expected"),
+    [
+        (0, 0.0, 0.015),
+        (0, 0.999, 0.03 * 0.9995),
+        (1, 0.0, 0.03),
+        (2, 0.0, 0.06),
+        (4, 0.0, 0.24),
+        (4, 0.999, 0.48 * 0.9995),
+        (7, 0.0, 1.92),
+        (8, 0.0, 2.5),  # 0.03 * 256 = 7.68 -> capped at 5.0
+        (8, 0.999, 5.0 * 0.9995),
+        (62, 0.999, 5.0 * 0.9995),
+        (63, 0.0, 2.5),
+        (10_000, 0.0, 2.5),
+        (10**18, 0.999, 5.0 * 0.9995),
+    ],
+    ids=[
+        "first_rand0", "first_rand_max", "second", "third", "fifth", "fifth_rand_max",
+        "eighth_below_cap", "ninth_capped", "ninth_capped_rand_max", "attempt_62", "attempt_63",
+        "attempt_10k", "attempt_1e18",
+    ],
+)  # fmt: skip
+def test_backoff(attempt: int, rand: float, expected: float) -> None:
+    got = POLICY.backoff(attempt, rand=rand)
+    assert got == pytest.approx(expected)
+    assert math.isfinite(got)
+
+
+def test_backoff_grows_then_caps_and_jitter_bounds() -> None:
+    policy = RetryPolicy(min_backoff=0.1, max_backoff=3.0)
+    previous = 0.0
+    for attempt in range(200):
+        low = policy.backoff(attempt, rand=0.0)
+        high = policy.backoff(attempt, rand=0.999999)
+        base = min(3.0, 0.1 * 2**attempt)
+        assert low == pytest.approx(base / 2)
+        assert base / 2 <= high < base
+        assert low >= previous  # never shrinks
+        previous = low
+    assert previous == pytest.approx(1.5)
+
+
+def test_decide_huge_attempt_does_not_overflow() -> None:
+    decision = POLICY.decide(None, attempt=2**80, now=NOW, rand=0.5)
+    assert decision.retry and decision.delay == pytest.approx(5.0 * 0.75)
