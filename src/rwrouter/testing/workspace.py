@@ -99,6 +99,7 @@ class RequestRecord:
     signed_headers: tuple[str, ...]
     access_key: str | None
     check: int | None  # the spec's number of the failing check, None when accepted
+    received_at: float = 0.0  # time.monotonic() when the request arrived
 
 
 class WorkspaceDouble:
@@ -349,6 +350,7 @@ class WorkspaceDouble:
                 signed,
                 access_key,
                 check,
+                time.monotonic(),
             )
         )
 
