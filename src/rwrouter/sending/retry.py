@@ -9,6 +9,7 @@ capped at ``max_backoff``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC
 from email.utils import parsedate_to_datetime
 
 # Reasons (label values of rwrouter_retries_total / log fields).
@@ -81,12 +82,12 @@ def parse_retry_after(value: str | None, *, now: float) -> float | None:
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():
         return float(value)
     try:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):
         return None
-    if when.tzinfo is None:
-        return None
+    if when.tzinfo is None:  # the asctime form carries no zone: it is GMT (RFC 9110 5.6.7)
+        when = when.replace(tzinfo=UTC)
     return max(0.0, when.timestamp() - now)
