@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 
 from rwrouter.config import Config, parse_config
+from rwrouter.metrics import Metrics
 from rwrouter.server.runner import RouterServer
 from tests.support.capture import CaptureServer
 from tests.support.series import HEADERS
@@ -80,7 +81,8 @@ async def eventually(predicate: Callable[[], bool], *, timeout: float = 10.0) ->
         await asyncio.sleep(0.02)
 
 
-def metric_value(router: RouterServer, name: str, **labels: str) -> float:
+def metric_value(source: RouterServer | Metrics, name: str, **labels: str) -> float:
     """Current value of one of the router's own metrics (0 when absent)."""
-    value = router.metrics.registry.get_sample_value(name, labels)
+    metrics = source.metrics if isinstance(source, RouterServer) else source
+    value = metrics.registry.get_sample_value(name, labels)
     return 0.0 if value is None else value

@@ -15,9 +15,16 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from rwrouter.auth.schemes import NoAuth
+from rwrouter.config import parse_config
+from rwrouter.metrics import Metrics
+from rwrouter.routing import Route, Router
+from rwrouter.sending.destination import Destination
+from rwrouter.sending.transport import Transport
+from rwrouter.wire import parse_write_request
 from tests.integration.conftest import StartRouter, eventually, metric_value, post_write
 from tests.support.capture import CaptureServer
-from tests.support.series import Series, build_body, decode
+from tests.support.series import Series, build_body, decode, write_request
 
 
 class OrderCheckingSink:
@@ -85,7 +92,8 @@ async def test_per_series_order_holds_with_many_shards(
 remote_write:
   - name: tsdb
     url: {await serve(sink.handle)}
-    queue_config: {{max_shards: 8, max_samples_per_send: 5, batch_send_deadline: 5ms}}
+    queue_config:
+      {{min_shards: 8, max_shards: 8, max_samples_per_send: 5, batch_send_deadline: 5ms}}
 """)
     series = [(("__name__", "gpu_util"), ("gpu", str(g))) for g in range(20)]
     requests = 40
@@ -168,3 +176,47 @@ remote_write:
         latencies.append(time.perf_counter() - started)
     await eventually(lambda: fresh_capture.sample_count("/fast") == 20 * 50, timeout=5)
     assert max(latencies) < 0.5
+
+
+async def test_resharding_under_load_keeps_per_series_order(serve: Serve) -> None:
+    """A slow destination makes the destination grow from 1 shard; samples keep their order
+    through every resharding (frames re-hashed in order, one batch in flight per series)."""
+    sink = OrderCheckingSink(seed=11)
+    sink_url = await serve(sink.handle)
+    config = parse_config(f"""
+remote_write:
+  - name: tsdb
+    url: {sink_url}
+    queue_config:
+      {{min_shards: 1, max_shards: 6, max_samples_per_send: 20, batch_send_deadline: 5ms}}
+""", env={})  # fmt: skip
+    metrics = Metrics()
+    dest_config = config.remote_write[0]
+    router = Router(global_rules=(), routes=[Route(name="tsdb")])
+    dest = Destination(
+        config=dest_config,
+        transport=Transport(url=dest_config.url, timeout=10),
+        auth=NoAuth(),
+        metrics=metrics,
+        reshard_interval=0.2,
+    )
+    await dest.start()
+    shard_counts = set()
+    try:
+        series = [(("__name__", "gpu_util"), ("gpu", str(g))) for g in range(60)]
+        steps = 60
+        for step in range(steps):
+            body = write_request([Series(labels, ((1_000 + step, 1.0),)) for labels in series])
+            routed = router.route(parse_write_request(body.SerializeToString()))
+            dest.enqueue(routed.series[0], [])
+            shard_counts.add(dest.shards)
+            await asyncio.sleep(0.02)
+        await eventually(lambda: sink.samples == steps * len(series), timeout=30)
+    finally:
+        await dest.stop(timeout=5)
+    assert max(shard_counts) > 1, "the load never made the destination reshard"
+    assert sink.rejected == 0 and sink.overlaps == 0
+    assert metric_value(metrics, "rwrouter_sent_samples_total", destination="tsdb") == (
+        steps * len(series)
+    )
+

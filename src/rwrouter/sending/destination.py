@@ -4,6 +4,12 @@ Per-series order: a series always goes to the same shard (hash of its label set)
 has one batch in flight at a time, retried until it succeeds or is refused, so a later sample of
 a series can never overtake an earlier one (RW 1.0 spec). A full queue is never a silent loss:
 :meth:`Destination.has_room` lets the receive side answer 503 before anything is enqueued.
+
+Shards are dynamic between ``min_shards`` and ``max_shards``, as in Prometheus: every
+``reshard_interval`` seconds the needed number is computed from the send time per sample and the
+incoming rate (:func:`~rwrouter.sending.batching.desired_shards`); to change it, every sender
+finishes its batch in flight, the waiting frames are re-hashed into the new shards in order
+(:func:`~rwrouter.sending.batching.reshard`), and new senders start.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from rwrouter.auth.sigv4 import REMOTE_WRITE_HEADERS
 from rwrouter.config import DestinationConfig
 from rwrouter.metrics import Metrics
 from rwrouter.routing import RoutedSeries
-from rwrouter.sending.batching import ShardBuffer, shard_of
+from rwrouter.sending.batching import ShardBuffer, desired_shards, reshard, shard_of
 from rwrouter.sending.retry import RetryPolicy
 from rwrouter.sending.transport import Answer, Transport, TransportError
 from rwrouter.wire import compress
@@ -32,6 +38,7 @@ from rwrouter.wire import compress
 log = logging.getLogger("rwrouter.sending")
 
 METADATA_QUEUE_LIMIT = 10_000  # entries; Prometheus resends all metadata every minute anyway
+RESHARD_INTERVAL = 10.0  # seconds, as Prometheus's shardUpdateDuration
 
 
 class Destination:
@@ -52,6 +59,7 @@ class Destination:
         wall_clock: Callable[[], float] = time.time,
         rand: Callable[[], float] = random.random,
         sleep: Callable[[float], Coroutine[Any, Any, None]] = asyncio.sleep,
+        reshard_interval: float = RESHARD_INTERVAL,
     ) -> None:
         self.config = config
         self.name = config.name
@@ -67,12 +75,18 @@ class Destination:
             retry_on_http_429=q.retry_on_http_429,
         )
         self._base_headers = {**dict(config.headers), **REMOTE_WRITE_HEADERS}
-        self._shards = [ShardBuffer() for _ in range(q.max_shards)]
+        self._shards = [ShardBuffer() for _ in range(q.min_shards)]
         self._wake = [asyncio.Event() for _ in self._shards]
         self._metadata: deque[bytes] = deque()
         self._metadata_wake = asyncio.Event()
+        self._shard_tasks: list[asyncio.Task[None]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
+        self._closed = asyncio.Event()  # set with _closing: ends the resharding loop
+        self._reshard_task: asyncio.Task[None] | None = None
+        self._pausing = False
+        self._reshard_interval = reshard_interval
+        self._stats = _IntervalStats()
         self.pending = 0
         metrics.queue_capacity.labels(self.name).set(self.capacity)
         metrics.shards.labels(self.name).set(len(self._shards))
@@ -94,8 +108,9 @@ class Destination:
             buf = shards[i]
             if not buf.frames or buf.samples + count >= batch_full:
                 wake[i].set()
-            buf.add(frame, count, now=now)
+            buf.add(frame, count, now=now, key=key)
         self.pending += routed.samples
+        self._stats.samples_in += routed.samples
         if metadata and self.config.metadata_config.send:
             overflow = len(self._metadata) + len(metadata) - METADATA_QUEUE_LIMIT
             for _ in range(max(0, overflow)):
@@ -105,20 +120,38 @@ class Destination:
             self._metadata.extend(metadata)
             self._metadata_wake.set()
 
+    @property
+    def shards(self) -> int:
+        """The number of shards (concurrent senders) now."""
+        return len(self._shards)
+
     async def start(self) -> None:
-        """Open the transport and start one sender per shard plus the metadata sender."""
+        """Open the transport and start the senders: one per shard, metadata, resharding."""
         await self._transport.start()
-        self._tasks = [asyncio.create_task(self._shard_loop(i)) for i in range(len(self._shards))]
-        self._tasks.append(asyncio.create_task(self._metadata_loop()))
+        self._start_shards()
+        self._tasks = [asyncio.create_task(self._metadata_loop())]
+        self._reshard_task = asyncio.create_task(self._reshard_loop())
+
+    def _start_shards(self) -> None:
+        self._shard_tasks = [
+            asyncio.create_task(self._shard_loop(i)) for i in range(len(self._shards))
+        ]
+        self._metrics.shards.labels(self.name).set(len(self._shards))
 
     async def stop(self, *, timeout: float) -> int:
         """Send what is queued for up to ``timeout`` seconds, then stop; returns the number of
         samples abandoned (counted as dropped, reason ``shutdown``)."""
         self._closing = True
+        self._closed.set()
+        deadline = self._clock() + timeout
+        if self._reshard_task is not None:  # a resharding under way completes first
+            await asyncio.wait([self._reshard_task], timeout=timeout)
         for event in (*self._wake, self._metadata_wake):
             event.set()
-        if self._tasks:
-            _, running = await asyncio.wait(self._tasks, timeout=timeout)
+        tasks = [*self._shard_tasks, *self._tasks]
+        if tasks:
+            remaining = max(0.0, deadline - self._clock())
+            _, running = await asyncio.wait(tasks, timeout=remaining)
             for task in running:
                 task.cancel()
             await asyncio.gather(*running, return_exceptions=True)
@@ -133,7 +166,7 @@ class Destination:
     async def _shard_loop(self, i: int) -> None:
         buf, wake = self._shards[i], self._wake[i]
         q = self.config.queue_config
-        while True:
+        while not self._pausing:
             if not buf.frames:
                 if self._closing:
                     return
@@ -149,11 +182,46 @@ class Destination:
                     await asyncio.wait_for(wake.wait(), deadline - (now - buf.first_at))
                 continue
             frames, samples = buf.take(max_samples=q.max_samples_per_send)
+            started = self._clock()
             try:
                 if await self._deliver(b"".join(frames), samples, "samples"):
                     self._metrics.sent_samples.labels(self.name).inc(samples)
+                    self._stats.delivered(samples, self._clock() - started)
             finally:
                 self.pending -= samples
+
+    async def _reshard_loop(self) -> None:
+        """Every ``reshard_interval`` seconds, change the shard count if the load asks for it."""
+        q = self.config.queue_config
+        while not self._closing:
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._closed.wait(), self._reshard_interval)
+            stats, self._stats = self._stats, _IntervalStats()
+            if stats.failures or self._closing:
+                continue  # more senders do not help a failing destination
+            wanted = desired_shards(
+                current=len(self._shards), min_shards=q.min_shards, max_shards=q.max_shards,
+                samples_in=stats.samples_in, samples_out=stats.samples_out,
+                send_seconds=stats.send_seconds, pending=self.pending,
+                interval=self._reshard_interval,
+            )  # fmt: skip
+            if wanted != len(self._shards):
+                await self._reshard(wanted)
+
+    async def _reshard(self, shards: int) -> None:
+        """Let every sender finish its batch in flight, re-hash what waits, restart senders."""
+        log.info("destination=%s msg=%s from=%d to=%d", self.name, '"resharding"',
+                 len(self._shards), shards)  # fmt: skip
+        self._pausing = True
+        for event in self._wake:
+            event.set()
+        await asyncio.gather(*self._shard_tasks, return_exceptions=True)
+        self._shards = reshard(self._shards, shards)  # no await from here: enqueue waits
+        self._wake = [asyncio.Event() for _ in self._shards]
+        for event in self._wake:
+            event.set()
+        self._pausing = False
+        self._start_shards()
 
     async def _metadata_loop(self) -> None:
         limit = self.config.metadata_config.max_samples_per_send
@@ -192,6 +260,7 @@ class Destination:
                 self._refused(kind, count, status, text)
                 return False
             self._metrics.retries.labels(self.name, decision.reason).inc()
+            self._stats.failures += 1
             if attempt == 0 or attempt & (attempt - 1) == 0:  # log attempts 1, 2, 4, 8, ...
                 log.warning("destination=%s kind=%s status=%s attempt=%d retry_in=%.3fs error=%r",
                             self.name, kind, status or "none", attempt + 1, decision.delay,
@@ -238,3 +307,17 @@ class Destination:
             "destination=%s kind=%s status=%s dropped=%d msg=%s body=%r",
             self.name, kind, status, count, '"refused by destination, not retried"', text[:1024],
         )  # fmt: skip
+
+
+class _IntervalStats:
+    """What happened since the last resharding decision."""
+
+    __slots__ = ("failures", "samples_in", "samples_out", "send_seconds")
+
+    def __init__(self) -> None:
+        self.samples_in = self.samples_out = self.failures = 0
+        self.send_seconds = 0.0
+
+    def delivered(self, samples: int, seconds: float) -> None:
+        self.samples_out += samples
+        self.send_seconds += seconds
