@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rwrouter.sending.batching import ShardBuffer, shard_of
+from rwrouter.sending.batching import ShardBuffer, desired_shards, reshard, shard_of
 from rwrouter.wire import encode_labels
 
 # ---------------------------------------------------------------------------------------------
@@ -150,3 +150,60 @@ def test_emptied_buffer_restarts_its_clock() -> None:
     assert buf.first_at == 50.0
     assert not buf.ready(max_samples=10, deadline=5.0, now=54.0)
     assert buf.ready(max_samples=10, deadline=5.0, now=55.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# reshard and desired_shards
+
+
+def test_reshard_keeps_every_frame_and_per_series_order() -> None:
+    keys = [_key(i) for i in range(30)]
+    old = [ShardBuffer() for _ in range(3)]
+    for step in range(5):
+        for i, key in enumerate(keys):
+            frame_bytes = f"{i}:{step}".encode()
+            old[shard_of(key, 3)].add(frame_bytes, 1, now=float(step), key=key)
+    new = reshard(old, 7)
+    assert len(new) == 7
+    assert sum(buf.samples for buf in new) == 150
+    for i, key in enumerate(keys):
+        buf = new[shard_of(key, 7)]
+        parts = [f.decode().split(":") for f, _ in buf.frames]
+        steps = [step for series, step in parts if series == str(i)]
+        assert steps == ["0", "1", "2", "3", "4"]
+    assert all(buf.first_at == 0.0 for buf in new if buf.frames)
+    assert all(len(buf.keys) == len(buf.frames) for buf in new)
+
+
+def test_reshard_of_empty_buffers() -> None:
+    new = reshard([ShardBuffer(), ShardBuffer()], 4)
+    assert [buf.samples for buf in new] == [0, 0, 0, 0]
+    assert all(buf.first_at is None for buf in new)
+
+
+SHARD_CASES = [
+    # id, current, in samples, out samples, send seconds, pending, expected
+    ("no_deliveries_keeps_current", 3, 10_000, 0, 0.0, 50_000, 3),
+    ("within_30_percent_keeps_current", 4, 100_000, 100_000, 40.0, 0, 4),
+    ("slow_sends_grow", 1, 100_000, 100_000, 30.0, 0, 3),
+    ("backlog_grows_more", 1, 100_000, 100_000, 30.0, 1_000_000, 18),
+    ("capped_at_max", 1, 10_000_000, 100_000, 100.0, 0, 50),
+    ("idle_shrinks_to_min", 20, 1_000, 1_000, 0.01, 0, 2),
+]
+
+
+@pytest.mark.parametrize(
+    ("current", "samples_in", "samples_out", "send_seconds", "pending", "expected"),
+    [c[1:] for c in SHARD_CASES],
+    ids=[c[0] for c in SHARD_CASES],
+)
+def test_desired_shards(
+    current: int, samples_in: int, samples_out: int, send_seconds: float, pending: int,
+    expected: int,
+) -> None:  # fmt: skip
+    got = desired_shards(
+        current=current, min_shards=2 if current == 20 else 1, max_shards=50,
+        samples_in=samples_in, samples_out=samples_out, send_seconds=send_seconds,
+        pending=pending, interval=10.0,
+    )  # fmt: skip
+    assert got == expected
