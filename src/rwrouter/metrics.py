@@ -88,7 +88,8 @@ class Metrics:
         )
         self.dropped_metadata = Counter(
             "rwrouter_metadata_dropped",
-            "Metadata entries not delivered, by reason (queue_full, 4xx).",
+            "Metadata entries not delivered, by reason (queue_full, 4xx, invalid: no family "
+            "name).",
             ["destination", "reason"],
             registry=r,
         )

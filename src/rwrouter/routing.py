@@ -10,7 +10,8 @@ Rules (rwrouter's routing semantics, built on Prometheus relabel semantics):
    is not sent either (reason ``invalid``: every receiver would reject it, and with it the rest
    of the batch).
 5. Metadata entries are routed by applying the same rules to the label set
-   ``{__name__: <metric family name>}``; the entry itself is forwarded unchanged.
+   ``{__name__: <metric family name>}``; the entry itself is forwarded unchanged. An entry
+   without a family name is sent nowhere (counted as ``invalid``).
 
 The outcome of a label set depends only on its raw bytes, so it is computed once and cached (the
 same series return every scrape). Samples, exemplars and histograms are never decoded: a routed
@@ -74,6 +75,7 @@ class RoutedRequest:
     dropped: dict[tuple[int, str], int]
     samples_in: int = 0
     series_in: int = 0
+    metadata_invalid: int = 0  # entries without a metric family name: sent nowhere
 
 
 # Per destination: encoded output labels, or the drop reason (a str) — or None for a fallback
@@ -162,6 +164,9 @@ class Router:
         out.series_in = len(parts.series)
         for payload in parts.metadata:
             family = metadata_family(payload)
+            if not family:
+                out.metadata_invalid += 1
+                continue
             for i, res in enumerate(self.route_labels((("__name__", family),))):
                 if isinstance(res, bytes):
                     out.metadata[i].append(frame_metadata(payload))

@@ -349,6 +349,14 @@ def test_metadata_only_label_is_name() -> None:
     assert sent_metadata(out, 1) == ["http_requests_total"]
 
 
+def test_metadata_without_family_name_is_sent_nowhere_and_counted() -> None:
+    routes = [route("a"), route("rest", fallback=True)]
+    out = Router(global_rules=(), routes=routes).route(request(metadata=["", "up"]))
+    assert sent_metadata(out, 0) == ["up"]
+    assert sent_metadata(out, 1) == []
+    assert out.metadata_invalid == 1
+
+
 # ---------------------------------------------------------------------------------------------
 # Exemplars / native histograms per destination, counts
 

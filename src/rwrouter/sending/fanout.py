@@ -72,6 +72,9 @@ class FanOut:
             dest.enqueue(routed.series[i], routed.metadata[i])
         for (i, reason), samples in routed.dropped.items():
             m.dropped_samples.labels(self.destinations[i].name, reason).inc(samples)
+        if routed.metadata_invalid:
+            for dest in self.destinations:
+                m.dropped_metadata.labels(dest.name, "invalid").inc(routed.metadata_invalid)
         return Accepted((), routed.series_in, routed.samples_in, len(parts.metadata))
 
     def _count_cache(self) -> None:
