@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-import yaml  # type: ignore[import-untyped]
+import yaml
 
 from rwrouter.config.client import NOT_SUPPORTED, Context, auth, env_string, headers, http_url, tls
 from rwrouter.config.model import (

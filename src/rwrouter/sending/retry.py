@@ -69,7 +69,7 @@ class RetryPolicy:
     def backoff(self, attempt: int, *, rand: float) -> float:
         """Exponential backoff with jitter: ``min_backoff * 2**attempt`` capped at
         ``max_backoff``, then scaled into [50%, 100%] of that by ``rand``."""
-        base = min(self.max_backoff, self.min_backoff * (2 ** min(attempt, 62)))
+        base: float = min(self.max_backoff, self.min_backoff * 2.0 ** min(attempt, 62))
         return base * (0.5 + rand / 2)
 
 
@@ -90,4 +90,4 @@ def parse_retry_after(value: str | None, *, now: float) -> float | None:
         return None
     if when.tzinfo is None:  # the asctime form carries no zone: it is GMT (RFC 9110 5.6.7)
         when = when.replace(tzinfo=UTC)
-    return max(0.0, when.timestamp() - now)
+    return max(0.0, float(when.timestamp()) - now)

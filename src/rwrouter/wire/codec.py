@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import snappy
+import snappy  # type: ignore[import-untyped,unused-ignore]
 
 from rwrouter.errors import DecodeError, TooLargeError
 
@@ -28,14 +28,14 @@ SNAPPY_FRAMED_MAGIC = b"\xff\x06\x00\x00sNaPpY"
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 
 # Expected wire types of the fields we forward; packed repeated scalars may also come as LEN.
-_SAMPLE_FIELDS = {1: (_I64,), 2: (_VARINT,)}
-_EXEMPLAR_FIELDS = {1: (_LEN,), 2: (_I64,), 3: (_VARINT,)}
-_HISTOGRAM_FIELDS = {
+_SAMPLE_FIELDS: dict[int, tuple[int, ...]] = {1: (_I64,), 2: (_VARINT,)}
+_EXEMPLAR_FIELDS: dict[int, tuple[int, ...]] = {1: (_LEN,), 2: (_I64,), 3: (_VARINT,)}
+_HISTOGRAM_FIELDS: dict[int, tuple[int, ...]] = {
     1: (_VARINT,), 2: (_I64,), 3: (_I64,), 4: (_VARINT,), 5: (_I64,), 6: (_VARINT,), 7: (_I64,),
     8: (_LEN,), 9: (_LEN, _VARINT), 10: (_LEN, _I64), 11: (_LEN,), 12: (_LEN, _VARINT),
     13: (_LEN, _I64), 14: (_VARINT,), 15: (_VARINT,), 16: (_LEN, _I64),
 }
-_METADATA_FIELDS = {1: (_VARINT,), 2: (_LEN,), 4: (_LEN,), 5: (_LEN,)}
+_METADATA_FIELDS: dict[int, tuple[int, ...]] = {1: (_VARINT,), 2: (_LEN,), 4: (_LEN,), 5: (_LEN,)}
 _METADATA_STRINGS = frozenset((2, 4, 5))
 
 
