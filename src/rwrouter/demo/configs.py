@@ -1,0 +1,115 @@
+"""Configuration files the demo writes: the sender Prometheus's ``prometheus.yml``, the
+self-hosted Prometheus's (no scraping: it only receives remote write) and ``rwrouter.yaml``.
+
+All are YAML text built from plain values, so what the demo runs is what the user can read in
+its work directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import yaml  # type: ignore[import-untyped,unused-ignore]
+
+#: Series the managed workspace keeps (shared/reference/workload.md "Routing").
+ALLOWLIST = "DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_MEM_COPY_UTIL|DCGM_FI_PROF_.*"
+SCRAPE_JOB = "gpu-node"
+#: ``job`` set per exporter kind by metric relabeling (workload.md's jobs), by name prefix.
+JOB_BY_PREFIX = (("DCGM_.*", "dcgm-exporter"), ("node_.*", "node-exporter"),
+                 ("container_.*", "kubelet"))  # fmt: skip
+
+
+def _duration(seconds: float) -> str:
+    """Prometheus duration text (``5s``, ``1500ms``)."""
+    millis = round(seconds * 1000)
+    return f"{millis // 1000}s" if millis % 1000 == 0 else f"{millis}ms"
+
+
+def sender_config(
+    *, targets: Sequence[str], scrape_interval_s: float, router_url: str
+) -> str:
+    """The sender: scrapes every exporter node, remote-writes everything to rwrouter.
+    (``cluster`` comes from the exporters' own labels.)"""
+    relabel = [
+        {"source_labels": ["__name__"], "regex": regex, "target_label": "job",
+         "replacement": job}
+        for regex, job in JOB_BY_PREFIX
+    ]  # fmt: skip
+    deadline = min(5.0, scrape_interval_s)
+    config = {
+        "global": {
+            "scrape_interval": _duration(scrape_interval_s),
+            "scrape_timeout": _duration(min(10.0, scrape_interval_s)),
+            "evaluation_interval": _duration(scrape_interval_s),
+            "external_labels": {"prometheus": "demo-sender"},
+        },
+        "scrape_configs": [
+            {
+                "job_name": SCRAPE_JOB,
+                "static_configs": [{"targets": list(targets)}],
+                "metric_relabel_configs": relabel,
+            }
+        ],
+        "remote_write": [
+            {
+                "name": "rwrouter",
+                "url": f"{router_url}/api/v1/write",
+                "queue_config": {
+                    "batch_send_deadline": _duration(deadline),
+                    "max_backoff": "1s",
+                },
+            }
+        ],
+    }
+    return _dump(config, "sender Prometheus: scrapes the exporter nodes, writes to rwrouter")
+
+
+def self_hosted_config() -> str:
+    """The self-hosted store: no scrape targets; data arrives by remote write only."""
+    config = {"global": {"external_labels": {"prometheus": "demo-self-hosted"}}}
+    return _dump(config, "self-hosted Prometheus: receives rwrouter's fallback destination")
+
+
+def router_config(
+    *,
+    listen_port: int,
+    workspace_url: str,
+    region: str,
+    access_key: str,
+    secret_key: str,
+    self_hosted_url: str,
+    batch_send_deadline_s: float,
+) -> str:
+    """rwrouter's config: the allowlisted DCGM series to the workspace, the rest to the
+    self-hosted Prometheus (``fallback: true``)."""
+    queue = {"batch_send_deadline": _duration(batch_send_deadline_s), "max_backoff": "2s"}
+    config = {
+        "server": {"listen_address": f"127.0.0.1:{listen_port}"},
+        "remote_write": [
+            {
+                "name": "workspace",
+                "url": workspace_url,
+                "sigv4": {"region": region, "access_key": access_key, "secret_key": secret_key},
+                "write_relabel_configs": [
+                    {"source_labels": ["__name__"], "regex": ALLOWLIST, "action": "keep"}
+                ],
+                "queue_config": {**queue, "retry_on_http_429": True},
+            },
+            {
+                "name": "self-hosted",
+                "url": f"{self_hosted_url}/api/v1/write",
+                "fallback": True,
+                "queue_config": queue,
+            },
+        ],
+    }
+    return _dump(
+        config,
+        "rwrouter demo config: critical GPU series -> the workspace double (SigV4), the rest ->"
+        " the self-hosted Prometheus.\n# Check it with: rwrouter check-config <this file>",
+    )
+
+
+def _dump(config: object, title: str) -> str:
+    body = yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
+    return f"# {title}\n# Written by `rwrouter demo`.\n{body}"

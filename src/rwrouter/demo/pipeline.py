@@ -1,0 +1,319 @@
+"""The local demo pipeline: a synthetic GPU fleet, a real Prometheus, rwrouter and two stores.
+
+    exporter nodes --scrape--> sender Prometheus --remote_write--> rwrouter (subprocess)
+        --SigV4--> workspace double (allowlisted DCGM series)
+        --fallback--> self-hosted Prometheus (everything else)
+
+Everything listens on 127.0.0.1 with free ports. :class:`DemoPipeline` starts (and stops) the
+parts, usable from tests with a short scrape interval; :func:`run_demo` is ``rwrouter demo``:
+it prints a summary every ~10 s until Ctrl-C, SIGTERM or ``duration`` seconds, then stops
+everything (terminate, wait, kill after a timeout) and returns 0.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+
+from rwrouter.demo.configs import router_config, self_hosted_config, sender_config
+from rwrouter.demo.exporter import ExporterFleet
+from rwrouter.demo.summary import (
+    SERIES_BY_NAME,
+    Summary,
+    format_summary,
+    names_of,
+    router_counters,
+    series_by_name,
+)
+from rwrouter.testing.prometheus import (
+    INSTALL_HINT,
+    PrometheusNotFoundError,
+    PrometheusProcess,
+    free_port,
+    prometheus_binary,
+)
+from rwrouter.testing.workspace import INSPECT_PATH, Key, WorkspaceDouble, run_in_thread
+from rwrouter.testing.workspace_runner import ThreadedWorkspace
+
+REGION = "us-east-1"
+WORKSPACE_ID = "ws-demo"
+#: Static demo credentials, known to the double only (not AWS keys).
+ACCESS_KEY = "AKIAIOSFODNN7DEMOKEY"
+SECRET_KEY = "demo-secret-key-not-for-aws"
+SUMMARY_EVERY_S = 10.0
+
+#: A series' label set as the double keys it, and its samples {timestamp ms: value bits}.
+LabelSet = tuple[tuple[str, str], ...]
+
+
+class RouterProcess:
+    """``python -m rwrouter run --config FILE`` as a subprocess, log in ``log_path``."""
+
+    def __init__(self, *, config_path: Path, port: int, log_path: Path) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        self.log_path = log_path
+        with log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "rwrouter", "run", "--config", str(config_path),
+                 "--drain-timeout", "5"],
+                stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+
+    def wait_ready(self, *, timeout_s: float) -> None:
+        """Poll ``/-/ready``; ``RuntimeError`` with the log tail on exit or timeout."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"rwrouter exited early:\n{self._log_tail()}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"rwrouter not ready in {timeout_s} s:\n{self._log_tail()}")
+
+    def _log_tail(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def stop(self, *, timeout_s: float = 10.0) -> None:
+        """SIGTERM (the router drains for up to 5 s), wait, then kill. Idempotent."""
+        stop_process(self.process, timeout_s=timeout_s)
+
+
+def stop_process(process: subprocess.Popen[bytes], *, timeout_s: float) -> None:
+    """Terminate ``process``, wait up to ``timeout_s`` seconds, then kill and reap it."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout_s)
+
+
+class DemoPipeline:
+    """All the demo's parts; ``start()`` (all or nothing), ``summary()``, ``stop()``.
+
+    ``workdir`` receives ``rwrouter.yaml``, ``rwrouter.log`` and one directory per Prometheus
+    (``sender/``, ``self-hosted/``: config, TSDB, log). ``scrape_interval_s`` is the sender's
+    scrape interval (5 in the demo, 1 in tests); batching deadlines follow it (at most 5 s).
+    """
+
+    def __init__(
+        self, *, workdir: Path, nodes: int = 2, scrape_interval_s: float = 5.0, seed: int = 1,
+        ready_timeout_s: float = 30.0,
+    ) -> None:  # fmt: skip
+        self.workdir = Path(workdir)
+        self.scrape_interval_s = scrape_interval_s
+        self.ready_timeout_s = ready_timeout_s
+        self.fleet = ExporterFleet(nodes=nodes, seed=seed)
+        self.double = WorkspaceDouble(
+            region=REGION, workspaces=(WORKSPACE_ID,), credentials={ACCESS_KEY: Key(SECRET_KEY)}
+        )
+        self.workspace: ThreadedWorkspace | None = None
+        self.self_hosted: PrometheusProcess | None = None
+        self.router: RouterProcess | None = None
+        self.sender: PrometheusProcess | None = None
+        self.started_at = 0.0
+
+    def start(self) -> None:
+        """Start every part, in data-flow order from the stores back to the exporters' scraper.
+        Raises ``PrometheusNotFoundError`` or ``RuntimeError``; started parts are stopped."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.started_at = time.monotonic()
+        try:
+            self._start_parts()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start_parts(self) -> None:
+        self.fleet.start()
+        self.workspace = run_in_thread(self.double)
+        self.self_hosted = PrometheusProcess.start(
+            self_hosted_config(), workdir=self.workdir / "self-hosted",
+            ready_timeout=self.ready_timeout_s,
+        )  # fmt: skip
+        port = free_port()
+        config_path = self.workdir / "rwrouter.yaml"
+        config_path.write_text(router_config(
+            listen_port=port, workspace_url=self.double.url(WORKSPACE_ID), region=REGION,
+            access_key=ACCESS_KEY, secret_key=SECRET_KEY, self_hosted_url=self.self_hosted.url,
+            batch_send_deadline_s=min(5.0, self.scrape_interval_s),
+        ))  # fmt: skip
+        self.router = RouterProcess(
+            config_path=config_path, port=port, log_path=self.workdir / "rwrouter.log"
+        )
+        self.router.wait_ready(timeout_s=self.ready_timeout_s)
+        self.sender = PrometheusProcess.start(
+            sender_config(targets=self.fleet.targets, scrape_interval_s=self.scrape_interval_s,
+                          router_url=self.router.url),
+            workdir=self.workdir / "sender", ready_timeout=self.ready_timeout_s,
+        )  # fmt: skip
+
+    def stop(self, *, timeout_s: float = 10.0) -> None:
+        """Stop the sender first (no new data), then rwrouter (drains), the stores and the
+        exporters. Idempotent; every part is stopped even if another fails to."""
+        parts: list[Callable[[], None]] = []
+        if self.sender is not None:
+            parts.append(functools.partial(self.sender.stop, timeout=timeout_s))
+        if self.router is not None:
+            parts.append(functools.partial(self.router.stop, timeout_s=timeout_s))
+        if self.self_hosted is not None:
+            parts.append(functools.partial(self.self_hosted.stop, timeout=timeout_s))
+        if self.workspace is not None:
+            parts.append(functools.partial(self.workspace.stop, timeout_s=timeout_s))
+        parts.append(self.fleet.stop)
+        errors: list[Exception] = []
+        for stop_part in parts:
+            try:
+                stop_part()
+            except Exception as exc:  # keep stopping the others
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    # -- inspection (safe from any thread: copies taken under the GIL) -----------------------
+    def workspace_series(self) -> dict[LabelSet, dict[int, int]]:
+        """What the double accepted: {label set: {timestamp ms: raw value bits}}."""
+        stored = dict(self.double.series(WORKSPACE_ID))
+        return {key: dict(series.samples) for key, series in stored.items()}
+
+    @property
+    def urls(self) -> dict[str, str]:
+        """Where the stores and rwrouter stay queryable while the pipeline runs."""
+        urls = {
+            "workspace double state": f"{self.double.base_url}{INSPECT_PATH}",
+            "workspace remote write": self.double.url(WORKSPACE_ID),
+        }
+        if self.self_hosted is not None:
+            urls["self-hosted Prometheus UI"] = f"{self.self_hosted.url}/graph"
+        if self.sender is not None:
+            urls["sender Prometheus UI"] = f"{self.sender.url}/targets"
+        if self.router is not None:
+            urls["rwrouter metrics"] = f"{self.router.url}/metrics"
+        urls["rwrouter config"] = str(self.workdir / "rwrouter.yaml")
+        return urls
+
+    def summary(self) -> Summary:
+        """Gather the numbers the demo prints (bounded HTTP calls)."""
+        series = self.workspace_series()
+        by_name, error = {}, ""
+        try:
+            assert self.self_hosted is not None
+            by_name = series_by_name(self.self_hosted.query(SERIES_BY_NAME))
+        except (OSError, RuntimeError, AssertionError) as exc:
+            error = str(exc)
+        return Summary(
+            elapsed_s=time.monotonic() - self.started_at,
+            workspace_by_name=names_of(series),
+            workspace_samples=sum(len(samples) for samples in series.values()),
+            verified_signatures=self.double.verified_signatures,
+            requests=self.double.request_count,
+            rejections=dict(self.double.rejections),
+            self_hosted_by_name=by_name,
+            self_hosted_error=error,
+            router=router_counters(f"{self.router.url}/metrics") if self.router else
+            router_counters("http://127.0.0.1:1/metrics"),
+            urls=self.urls,
+        )  # fmt: skip
+
+
+def ensure_prometheus() -> bool:
+    """True when ``prometheus`` is on PATH, installing it with apt-get when running as root."""
+    try:
+        prometheus_binary()
+        return True
+    except PrometheusNotFoundError:
+        pass
+    if os.geteuid() != 0:
+        print(f"rwrouter demo: the 'prometheus' binary is missing; install it with:\n"
+              f"  sudo sh -c '{INSTALL_HINT}'", file=sys.stderr)  # fmt: skip
+        return False
+    print(f"rwrouter demo: 'prometheus' is missing; running: {INSTALL_HINT}", flush=True)
+    for command in (["apt-get", "update"], ["apt-get", "install", "-y", "prometheus"]):
+        print("+ " + " ".join(command), flush=True)
+        if subprocess.run(command, check=False).returncode != 0:
+            print(f"rwrouter demo: {' '.join(command)} failed", file=sys.stderr)
+            return False
+    return shutil.which("prometheus") is not None
+
+
+def run_demo(
+    nodes: int = 2, duration: float | None = None, workdir: str | Path | None = None
+) -> int:
+    """``rwrouter demo``: run the pipeline until Ctrl-C, SIGTERM or ``duration`` seconds.
+
+    Returns 0 after a clean stop, 1 when a part fails to start, 2 when ``prometheus`` is
+    missing and cannot be installed (not root). A temp work dir is removed on exit.
+    """
+    if not ensure_prometheus():
+        return 2
+    temp = workdir is None
+    path = Path(tempfile.mkdtemp(prefix="rwrouter-demo-")) if temp else Path(str(workdir))
+    note = " (temporary: removed on exit; --workdir keeps it)" if temp else ""
+    print(f"rwrouter demo: {nodes} GPU node(s), work dir {path}{note}", flush=True)
+    pipeline = DemoPipeline(workdir=path, nodes=nodes, scrape_interval_s=5.0)
+    stop = threading.Event()
+    restore = _on_signals(stop)
+    try:
+        return _run(pipeline, stop, duration)
+    finally:
+        pipeline.stop()
+        restore()
+        if temp:
+            shutil.rmtree(path, ignore_errors=True)
+        print("rwrouter demo: stopped", flush=True)
+
+
+def _run(pipeline: DemoPipeline, stop: threading.Event, duration: float | None) -> int:
+    try:
+        pipeline.start()
+    except (RuntimeError, OSError) as exc:
+        print(f"rwrouter demo: could not start: {exc}", file=sys.stderr)
+        return 1
+    print("rwrouter demo: running; Ctrl-C to stop", flush=True)
+    for name, url in pipeline.urls.items():
+        print(f"  {name}: {url}", flush=True)
+    deadline = None if duration is None else time.monotonic() + duration
+    while not stop.is_set():
+        left = SUMMARY_EVERY_S if deadline is None else deadline - time.monotonic()
+        if stop.wait(max(0.0, min(SUMMARY_EVERY_S, left))) or (
+            deadline is not None and time.monotonic() >= deadline
+        ):
+            break
+        print(format_summary(pipeline.summary()), flush=True)
+    print(format_summary(pipeline.summary()), flush=True)
+    return 0
+
+
+def _on_signals(stop: threading.Event) -> Callable[[], None]:
+    """SIGINT/SIGTERM set ``stop`` (main thread only); returns a function restoring the old
+    handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def restore() -> None:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
+
+    return restore

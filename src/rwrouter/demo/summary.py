@@ -1,0 +1,129 @@
+"""What the demo prints: where the series went (the workspace double, the self-hosted
+Prometheus) and rwrouter's own counters, as compact readable text.
+
+Gathering is synchronous and bounded (HTTP timeouts of a few seconds); a store that does not
+answer shows up as an error line instead of stopping the demo.
+"""
+
+from __future__ import annotations
+
+import urllib.request
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+#: PromQL for "series per metric name" (instant query, 5 min lookback).
+SERIES_BY_NAME = 'count by (__name__) ({__name__=~".+"})'
+
+
+@dataclass(frozen=True)
+class RouterCounters:
+    """rwrouter's ``/metrics``: received samples, sent per destination, dropped per
+    (destination, reason)."""
+
+    received: float = 0.0
+    sent: Mapping[str, float] = field(default_factory=dict)
+    dropped: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One picture of the pipeline. ``*_by_name``: series per metric name."""
+
+    elapsed_s: float
+    workspace_by_name: Mapping[str, int]
+    workspace_samples: int
+    verified_signatures: int
+    requests: int
+    rejections: Mapping[str, int]
+    self_hosted_by_name: Mapping[str, int]
+    self_hosted_error: str
+    router: RouterCounters
+    urls: Mapping[str, str]
+
+
+def series_by_name(result: list[dict[str, object]]) -> dict[str, int]:
+    """``count by (__name__)`` query result -> {name: series}."""
+    counts: dict[str, int] = {}
+    for row in result:
+        metric, value = row["metric"], row["value"]
+        assert isinstance(metric, dict) and isinstance(value, list)
+        counts[str(metric.get("__name__", ""))] = int(float(value[1]))
+    return counts
+
+
+def names_of(series_keys: Iterable[tuple[tuple[str, str], ...]]) -> dict[str, int]:
+    """Label-set keys ((name, value) pairs) -> {metric name: series}."""
+    counter: Counter[str] = Counter()
+    for key in series_keys:
+        counter[dict(key).get("__name__", "")] += 1
+    return dict(counter)
+
+
+def router_counters(metrics_url: str, *, timeout_s: float = 3.0) -> RouterCounters:
+    """Read rwrouter's ``/metrics``; an unreachable router gives ``error``."""
+    try:
+        with urllib.request.urlopen(metrics_url, timeout=timeout_s) as response:
+            text = response.read().decode()
+    except OSError as exc:
+        return RouterCounters(error=str(exc))
+    received = 0.0
+    sent: dict[str, float] = {}
+    dropped: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = sample.labels
+            if sample.name == "rwrouter_received_samples_total":
+                received += sample.value
+            elif sample.name == "rwrouter_sent_samples_total":
+                sent[labels["destination"]] = sample.value
+            elif sample.name == "rwrouter_samples_dropped_total" and sample.value:
+                dropped[(labels["destination"], labels["reason"])] = sample.value
+    return RouterCounters(received=received, sent=sent, dropped=dropped)
+
+
+def format_summary(summary: Summary, *, top: int = 10) -> str:
+    """Readable multi-line text of ``summary``."""
+    rejected = ", ".join(f"{r}={n}" for r, n in sorted(summary.rejections.items())) or "none"
+    lines = [
+        f"── rwrouter demo, t={summary.elapsed_s:.0f}s ──",
+        f"workspace double: {sum(summary.workspace_by_name.values()):,} series, "
+        f"{summary.workspace_samples:,} samples, {summary.requests:,} requests, "
+        f"{summary.verified_signatures:,} signatures verified, rejected: {rejected}",
+        *_by_name(summary.workspace_by_name, top),
+    ]
+    if summary.self_hosted_error:
+        lines.append(f"self-hosted Prometheus: query failed: {summary.self_hosted_error}")
+    else:
+        total = sum(summary.self_hosted_by_name.values())
+        lines.append(
+            f"self-hosted Prometheus: {total:,} series in "
+            f"{len(summary.self_hosted_by_name)} metric names (top {top}):"
+        )
+        lines += _by_name(summary.self_hosted_by_name, top)
+    lines += [_router_line(summary.router), "queryable at:"]
+    lines += [f"  {name}: {url}" for name, url in summary.urls.items()]
+    return "\n".join(lines)
+
+
+def _by_name(counts: Mapping[str, int], top: int) -> list[str]:
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:top]
+    width = max((len(name) for name, _ in ranked), default=0)
+    rows = [f"    {name:<{width}} {count:>6,}" for name, count in ranked]
+    if len(counts) > top:
+        rest = sum(counts.values()) - sum(count for _, count in ranked)
+        rows.append(f"    {'... ' + str(len(counts) - top) + ' more names':<{width}} {rest:>6,}")
+    return rows
+
+
+def _router_line(router: RouterCounters) -> str:
+    if router.error:
+        return f"rwrouter: /metrics unreachable: {router.error}"
+    sent = ", ".join(f"{d}={n:,.0f}" for d, n in sorted(router.sent.items())) or "none"
+    dropped = (
+        ", ".join(f"{d}/{r}={n:,.0f}" for (d, r), n in sorted(router.dropped.items())) or "none"
+    )
+    return f"rwrouter: received {router.received:,.0f} samples; sent {sent}; dropped {dropped}"
