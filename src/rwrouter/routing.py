@@ -7,8 +7,8 @@ Rules (rwrouter's routing semantics, built on Prometheus relabel semantics):
 3. A ``fallback`` destination receives exactly the series that no non-fallback destination kept
    after its own rules (then applies its own rules too).
 4. A series left without labels is not sent (reason ``relabel``); one left without ``__name__``
-   is not sent either (reason ``invalid``: every receiver would reject it, and with it the rest
-   of the batch).
+   or with an empty label name is not sent either (reason ``invalid``: every receiver would
+   reject it, and with it the rest of the batch).
 5. Metadata entries are routed by applying the same rules to the label set
    ``{__name__: <metric family name>}``; the entry itself is forwarded unchanged. An entry
    without a family name is sent nowhere (counted as ``invalid``).
@@ -196,6 +196,7 @@ def _apply(labels: tuple[tuple[str, str], ...], rules: tuple[RelabelConfig, ...]
     result = process(labels, rules) if rules else labels
     if not result:
         return RELABEL
-    if not any(name == "__name__" for name, _ in result):
+    names = [name for name, _ in result]
+    if "__name__" not in names or "" in names:  # "" can come from a labelmap replacement
         return INVALID
     return encode_labels(result)

@@ -349,6 +349,13 @@ def test_metadata_only_label_is_name() -> None:
     assert sent_metadata(out, 1) == ["http_requests_total"]
 
 
+def test_labelmap_to_an_empty_name_makes_the_series_invalid() -> None:
+    routes = [route("a", [{"action": "labelmap", "regex": "job", "replacement": "${9}"}])]
+    out = Router(global_rules=(), routes=routes).route(request([{"__name__": "m", "job": "x"}]))
+    assert sent(out, 0) == []
+    assert out.dropped == {(0, "invalid"): 1}
+
+
 def test_metadata_without_family_name_is_sent_nowhere_and_counted() -> None:
     routes = [route("a"), route("rest", fallback=True)]
     out = Router(global_rules=(), routes=routes).route(request(metadata=["", "up"]))
