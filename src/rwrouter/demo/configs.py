@@ -25,9 +25,7 @@ def _duration(seconds: float) -> str:
     return f"{millis // 1000}s" if millis % 1000 == 0 else f"{millis}ms"
 
 
-def sender_config(
-    *, targets: Sequence[str], scrape_interval_s: float, router_url: str
-) -> str:
+def sender_config(*, targets: Sequence[str], scrape_interval_s: float, router_url: str) -> str:
     """The sender: scrapes every exporter node, remote-writes everything to rwrouter.
     (``cluster`` comes from the exporters' own labels.)"""
     relabel = [

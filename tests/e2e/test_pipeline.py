@@ -1,0 +1,202 @@
+"""End to end: the demo pipeline with real Prometheus processes and rwrouter as a subprocess.
+
+    exporter nodes -> sender Prometheus -> rwrouter -> workspace double (allowlisted DCGM, SigV4)
+                                                    -> self-hosted Prometheus (everything else)
+
+One module-scoped :class:`DemoPipeline` (2 nodes, 1 s scrape interval). Every wait is a bounded
+poll. Staleness: Prometheus marks a vanished target's series with the NaN whose bits are
+``0x7ff0000000000002``; the double must store exactly those bits, and the self-hosted TSDB only
+recognises exactly those bits as stale. The CLI smoke test runs first, before the pipeline.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+import re2
+
+from rwrouter.demo.configs import ALLOWLIST
+from rwrouter.demo.fleet import DCGM_FIELDS, GPUS_PER_NODE
+from rwrouter.demo.pipeline import DemoPipeline
+from tests.support.prometheus import prometheus_binary
+
+pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(90)]
+
+T = TypeVar("T")
+STALE_BITS = 0x7FF0000000000002
+NODES = 2
+SERIES_PER_NODE = 730
+#: up, scrape_duration_seconds, scrape_samples_scraped, scrape_samples_post_metric_relabeling,
+#: scrape_series_added
+SYNTHETIC_PER_TARGET = 5
+ALLOWED = re2.compile(ALLOWLIST)
+ALLOWED_NAMES = {name for name, _, _ in DCGM_FIELDS if ALLOWED.fullmatch(name)}
+ALLOWED_PER_NODE = len(ALLOWED_NAMES) * GPUS_PER_NODE
+
+
+def wait_for(probe: Callable[[], T | None], *, timeout: float, what: str) -> T:
+    """Poll ``probe`` every 0.2 s until it returns something truthy; fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(0.2)
+    pytest.fail(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
+
+
+def name_of(key: tuple[tuple[str, str], ...]) -> str:
+    return dict(key)["__name__"]
+
+
+def _demo_processes(marker: str) -> list[str]:
+    """Command lines of live processes mentioning ``marker`` (a unique work dir path)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if marker in cmdline and str(os.getpid()) != entry.name:
+            found.append(cmdline)
+    return found
+
+
+# -- (e) the CLI, first: it runs alone before the module's pipeline starts ---------------------
+def test_cli_demo_runs_prints_summary_and_leaves_no_process(tmp_path: Path) -> None:
+    prometheus_binary()
+    workdir = tmp_path / "cli-demo"
+    result = subprocess.run(
+        [sys.executable, "-m", "rwrouter", "demo", "--duration", "20", "--nodes", "1",
+         "--workdir", str(workdir)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    expected = (
+        "workspace double:", "self-hosted Prometheus:", "rwrouter: received",
+        "self-hosted Prometheus UI: http://127.0.0.1:", "rwrouter demo: stopped",
+    )  # fmt: skip
+    for text in expected:
+        assert text in out, out[-3000:]
+    assert "rejected: none" in out, out[-3000:]
+    assert _demo_processes(str(workdir)) == []
+    assert (workdir / "rwrouter.yaml").is_file()
+
+
+# -- the pipeline ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoPipeline]:
+    prometheus_binary()  # skip locally / fail on CI when missing
+    demo = DemoPipeline(
+        workdir=tmp_path_factory.mktemp("pipeline"), nodes=NODES, scrape_interval_s=1.0
+    )
+    demo.start()
+    try:
+        yield demo
+    finally:
+        demo.stop()
+    assert _demo_processes(str(demo.workdir)) == []
+
+
+def self_hosted_by_name(pipeline: DemoPipeline) -> dict[str, int]:
+    assert pipeline.self_hosted is not None
+    result = pipeline.self_hosted.query('count by (__name__) ({__name__=~".+"})')
+    return {row["metric"]["__name__"]: int(row["value"][1]) for row in result}
+
+
+def test_only_allowlisted_dcgm_series_reach_the_workspace_all_signed(
+    pipeline: DemoPipeline,
+) -> None:
+    expected = NODES * ALLOWED_PER_NODE
+    series = wait_for(
+        lambda: (s := pipeline.workspace_series()) and len(s) >= expected and s,
+        timeout=20, what=f"{expected} series at the workspace double",
+    )  # fmt: skip
+    names = {name_of(key) for key in series}
+    assert names == ALLOWED_NAMES
+    assert len(series) == expected
+    double = pipeline.double
+    assert dict(double.rejections) == {}
+    assert double.request_count > 0
+    assert double.verified_signatures == double.request_count
+    assert all(r.status == 200 and r.check is None for r in list(double.requests))
+
+
+def test_every_other_series_is_in_the_self_hosted_prometheus(pipeline: DemoPipeline) -> None:
+    exporter_names = {
+        name for name, _, _, _ in pipeline.fleet.nodes[0].model.families(0.0)
+    } - ALLOWED_NAMES
+    expected = NODES * (SERIES_PER_NODE - ALLOWED_PER_NODE + SYNTHETIC_PER_TARGET)
+    counts = wait_for(
+        lambda: (c := self_hosted_by_name(pipeline)) and sum(c.values()) >= expected and c,
+        timeout=20, what=f"{expected} series in the self-hosted Prometheus",
+    )  # fmt: skip
+    assert sum(counts.values()) == expected
+    assert exporter_names <= set(counts)
+    assert not set(counts) & ALLOWED_NAMES
+    assert pipeline.self_hosted is not None
+    assert pipeline.self_hosted.query(f'count({{__name__=~"{ALLOWLIST}"}})') == []
+
+
+def test_scraped_series_equal_workspace_plus_self_hosted(pipeline: DemoPipeline) -> None:
+    assert pipeline.sender is not None
+    sender = pipeline.sender
+
+    def totals() -> tuple[int, int, int] | None:
+        scraped = sender.query('count({__name__=~".+"})')
+        total = int(scraped[0]["value"][1]) if scraped else 0
+        stored = (len(pipeline.workspace_series()), sum(self_hosted_by_name(pipeline).values()))
+        return (total, *stored) if total and total == sum(stored) else None
+
+    scraped, workspace, self_hosted = wait_for(totals, timeout=20, what="equal totals")
+    assert scraped == workspace + self_hosted == NODES * (SERIES_PER_NODE + SYNTHETIC_PER_TARGET)
+
+
+def test_stopped_node_staleness_markers_are_bit_exact_and_stale(pipeline: DemoPipeline) -> None:
+    node = pipeline.fleet.nodes[1]
+    hostname, target = node.model.hostname, node.target
+    assert pipeline.self_hosted is not None
+    self_hosted = pipeline.self_hosted
+    exporter_series = f'count({{instance="{target}", __name__!~"up|scrape_.*"}})'
+    before_s = time.time()
+    node.stop()
+
+    def node_series() -> dict[tuple[tuple[str, str], ...], dict[int, int]]:
+        return {k: v for k, v in pipeline.workspace_series().items()
+                if dict(k).get("Hostname") == hostname}  # fmt: skip
+
+    def all_marked() -> list[int] | None:
+        series = node_series()
+        last = [max(samples.items()) for samples in series.values()]
+        if len(last) == ALLOWED_PER_NODE and all(bits == STALE_BITS for _, bits in last):
+            return [ts for ts, _ in last]
+        return None
+
+    marker_ts = wait_for(all_marked, timeout=20, what="staleness markers at the double")
+    for samples in node_series().values():  # real values came before the marker
+        values = [bits for ts, bits in sorted(samples.items()) if ts < min(marker_ts)]
+        assert values and all(bits != STALE_BITS for bits in values)
+        assert struct.unpack("<d", struct.pack("<Q", values[-1]))[0] >= 0
+    after_s = max(marker_ts) / 1000 + 0.5
+    wait_for(lambda: time.time() > after_s + 0.1 or None, timeout=5, what="marker time")
+    wait_for(lambda: self_hosted.query(exporter_series, time_s=after_s) == [] or None,
+             timeout=20, what="stale series in the self-hosted Prometheus")  # fmt: skip
+    before = self_hosted.query(exporter_series, time_s=before_s)
+    assert int(before[0]["value"][1]) == SERIES_PER_NODE - ALLOWED_PER_NODE
+    other = pipeline.fleet.nodes[0].target
+    still = self_hosted.query(
+        f'count({{instance="{other}", __name__!~"up|scrape_.*"}})', time_s=after_s
+    )
+    assert int(still[0]["value"][1]) == SERIES_PER_NODE - ALLOWED_PER_NODE
