@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 import time
@@ -133,6 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rwrouter: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        return 0
+    except BrokenPipeError:  # e.g. `rwrouter check-config FILE | head`: not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     return code
 

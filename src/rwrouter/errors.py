@@ -8,6 +8,7 @@ Every error the router raises derives from :class:`RwrouterError`::
     │   ├── DecodeError        400: body is not a valid snappy-block remote write 1.0 request
     │   ├── TooLargeError      413: body or declared decoded size over the configured limit
     │   └── UnsupportedError   415: another Content-Encoding or Content-Type
+    ├── CredentialsError       no usable credentials for a destination (AWS, or a secret file)
     └── DeliveryError          a send to a destination failed; carries the retry decision
 
 A :class:`RequestError` never becomes a 5xx answer, and it never affects the next request.
@@ -58,6 +59,14 @@ class UnsupportedError(RequestError):
     """415: a Content-Encoding or Content-Type the router does not accept."""
 
     status = 415
+
+
+class CredentialsError(RwrouterError):
+    """No usable credentials: no AWS credentials found, bad settings, a failed refresh (STS,
+    instance metadata, ...), or an unreadable ``password_file``/``credentials_file``.
+
+    The message says which source was tried; the underlying error is the ``__cause__``.
+    """
 
 
 class DeliveryError(RwrouterError):

@@ -82,8 +82,10 @@ class Metrics:
         self.dropped_samples = Counter(
             "rwrouter_samples_dropped",
             "Samples not delivered to a destination, by reason: relabel (its rules dropped the "
-            "series), invalid (no metric name left), 4xx (refused by the destination), "
-            "queue_full (refused with 503 at receive time).",
+            "series), invalid (no metric name left), filtered (only exemplars or histograms "
+            "the destination does not take), 4xx/3xx (refused by the destination), queue_full "
+            "(the request was refused with 503, the sender retries), shutdown (still queued "
+            "when the drain timeout ended).",
             ["destination", "reason"],
             registry=r,
         )

@@ -9,6 +9,8 @@ Rules (rwrouter's routing semantics, built on Prometheus relabel semantics):
 4. A series left without labels is not sent (reason ``relabel``); one left without ``__name__``
    or with an empty label name is not sent either (reason ``invalid``: every receiver would
    reject it, and with it the rest of the batch).
+   A destination with ``send_exemplars: false`` or ``send_native_histograms: false`` gets the
+   series without those; a series left with nothing to send is not sent (reason ``filtered``).
 5. Metadata entries are routed by applying the same rules to the label set
    ``{__name__: <metric family name>}``; the entry itself is forwarded unchanged. An entry
    without a family name is sent nowhere (counted as ``invalid``).
@@ -38,6 +40,7 @@ from rwrouter.wire import (
 # Drop reasons (label values of rwrouter_samples_dropped_total).
 RELABEL = "relabel"
 INVALID = "invalid"
+FILTERED = "filtered"  # only exemplars/histograms the destination does not take
 
 _EXEMPLARS, _HISTOGRAMS = 3, 4
 DEFAULT_CACHE_SIZE = 500_000  # label sets; ~1 KB each with their outcomes -> ~0.5 GB at most
@@ -100,6 +103,8 @@ class Router:
         self.routes = tuple(routes)
         self.cache_size = cache_size
         self._cache: dict[bytes, Outcome] = {}
+        # Per route: does it filter out exemplars or native histograms?
+        self._filters = [not (r.send_exemplars and r.send_native_histograms) for r in routes]
         self.hits = 0
         self.misses = 0
 
@@ -149,16 +154,23 @@ class Router:
             metadata=[[] for _ in routes],
             dropped={},
         )
+        filters = self._filters
         for raw in parts.series:
             n = raw.samples + raw.exemplars + raw.histograms or 1
             out.samples_in += n
             for i, res in enumerate(self.outcome(raw.labels)):
                 if isinstance(res, bytes):
+                    rest, kept = raw.rest, n
+                    if filters[i] and (raw.exemplars or raw.histograms):
+                        rest, kept = _filter(raw, routes[i])
+                        if not kept:
+                            out.dropped[(i, FILTERED)] = out.dropped.get((i, FILTERED), 0) + n
+                            continue
                     dest = out.series[i]
-                    dest.frames.append(frame_series(res, self._rest(raw, routes[i])))
+                    dest.frames.append(frame_series(res, rest))
                     dest.keys.append(res)
-                    dest.counts.append(n)
-                    dest.samples += n
+                    dest.counts.append(kept)
+                    dest.samples += kept
                 elif res is not None:
                     out.dropped[(i, res)] = out.dropped.get((i, res), 0) + n
         out.series_in = len(parts.series)
@@ -172,15 +184,6 @@ class Router:
                     out.metadata[i].append(frame_metadata(payload))
         return out
 
-    @staticmethod
-    def _rest(raw: RawSeries, route: Route) -> bytes:
-        rest = raw.rest
-        if not route.send_exemplars and raw.exemplars:
-            rest = strip_fields(rest, frozenset((_EXEMPLARS,)))
-        if not route.send_native_histograms and raw.histograms:
-            rest = strip_fields(rest, frozenset((_HISTOGRAMS,)))
-        return rest
-
     def _evict(self) -> None:
         """Forget the oldest tenth of the cache (dicts keep insertion order)."""
         drop = max(1, self.cache_size // 10)
@@ -189,6 +192,22 @@ class Router:
 
     def __len__(self) -> int:
         return len(self._cache)
+
+
+def _filter(raw: RawSeries, route: Route) -> tuple[bytes, int]:
+    """A series' raw fields without what ``route`` does not take (``send_exemplars``,
+    ``send_native_histograms``), and how many samples/exemplars/histograms are left."""
+    stripped: set[int] = set()
+    kept = raw.samples + raw.exemplars + raw.histograms
+    if not route.send_exemplars and raw.exemplars:
+        stripped.add(_EXEMPLARS)
+        kept -= raw.exemplars
+    if not route.send_native_histograms and raw.histograms:
+        stripped.add(_HISTOGRAMS)
+        kept -= raw.histograms
+    if not stripped:
+        return raw.rest, kept
+    return strip_fields(raw.rest, frozenset(stripped)), kept
 
 
 def _apply(labels: tuple[tuple[str, str], ...], rules: tuple[RelabelConfig, ...]) -> bytes | str:

@@ -22,12 +22,12 @@ from moto.server import ThreadedMotoServer
 
 from rwrouter.auth import credentials as creds_module
 from rwrouter.auth.credentials import (
-    CredentialsError,
     FrozenCredentials,
     load_source,
     open_source,
     sign,
 )
+from rwrouter.errors import CredentialsError
 
 pytestmark = pytest.mark.timeout(60)
 

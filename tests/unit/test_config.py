@@ -57,6 +57,10 @@ BAD = {
     "authorization_header": [f"{RW0}.headers.Authorization: reserved header", "basic_auth"],
     "amz_header": [f"{RW0}.headers.X-Amz-Security-Token: reserved header"],
     "scope_orgid_with_sigv4": [f"{RW0}.headers.X-Scope-OrgID: must not be sent to a sigv4"],
+    "unsigned_header_with_sigv4": [
+        f"{RW0}.headers.traceparent: cannot be sent to a sigv4 destination"
+    ],
+    "sigv4_profile_and_access_key": [f"{RW0}.sigv4.profile: profile and access_key are mutually"],
     "header_value_not_a_string": [
         f"{RW0}.headers.X-Scope-OrgID: expected a string, got an integer 1234 (quote it)"
     ],

@@ -381,13 +381,20 @@ def test_send_exemplars_and_histograms_off_strip_for_that_destination_only() -> 
         for i in range(4)
     ]
     assert shapes == [[(2, 1, 1)], [(2, 0, 1)], [(2, 1, 0)], [(2, 0, 0)]]
-    # Counts are the received counts whatever was stripped.
-    assert [s.counts for s in out.series] == [[4]] * 4
+    # Counts are what is sent: samples plus the exemplars/histograms that were kept.
+    assert [s.counts for s in out.series] == [[4], [3], [3], [2]]
     full = sent_series(out, 0)[0]
     for i in (1, 2, 3):
         ts = sent_series(out, i)[0]
         assert list(ts.samples) == list(full.samples)
         assert list(ts.labels) == list(full.labels)
+
+
+def test_series_left_with_nothing_after_filtering_is_not_sent() -> None:
+    routes = [route("all"), route("no_h", send_native_histograms=False)]
+    out = Router(global_rules=(), routes=routes).route(request([(GPU, 0, 0, 2)]))
+    assert [len(sent_series(out, i)) for i in range(2)] == [1, 0]
+    assert out.dropped == {(1, "filtered"): 2}
 
 
 SAMPLE_COUNT_CASES = [

@@ -33,17 +33,10 @@ from botocore.credentials import DeferredRefreshableCredentials, RefreshableCred
 from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped,unused-ignore]
 
 from rwrouter.auth import sigv4
-from rwrouter.errors import RwrouterError
+from rwrouter.errors import CredentialsError
 
 #: RoleSessionName of our AssumeRole calls (visible in CloudTrail).
 ROLE_SESSION_NAME = "rwrouter"
-
-
-class CredentialsError(RwrouterError):
-    """No usable AWS credentials: none found, bad settings, or a refresh (STS, IMDS...) failed.
-
-    The message says which source was tried; the botocore error is the ``__cause__``.
-    """
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Protocol
 
 from rwrouter.auth import sigv4
 from rwrouter.auth.credentials import CredentialsSource, open_source, sign
-from rwrouter.errors import ConfigError
+from rwrouter.errors import ConfigError, CredentialsError
 
 
 class Authenticator(Protocol):
@@ -77,7 +77,10 @@ class HeaderAuth(NoAuth):
     async def headers(self, *, url: str, body: bytes, base: Mapping[str, str]) -> dict[str, str]:
         secret = self._secret or ""
         if self._secret_file is not None:
-            secret = (await asyncio.to_thread(self._secret_file.read_text)).strip()
+            try:
+                secret = (await asyncio.to_thread(self._secret_file.read_text)).strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise CredentialsError(f"reading {self._secret_file} failed: {exc}") from exc
         if self._username is not None:
             token = base64.b64encode(f"{self._username}:{secret}".encode()).decode()
             value = f"Basic {token}"

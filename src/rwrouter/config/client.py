@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from rwrouter.auth.sigv4 import NEVER_SIGNED
 from rwrouter.config.model import Authorization, BasicAuth, SigV4Config, TLSConfig
 from rwrouter.config.values import Fields, Secret, expand_env, field_names, kind_of
 from rwrouter.errors import ConfigError
@@ -102,6 +103,8 @@ def headers(f: Fields, ctx: Context, *, sigv4: bool) -> tuple[tuple[str, str], .
             raise ConfigError(path, "reserved header: rwrouter sets it itself, it must not be set")
         if sigv4 and lower == "x-scope-orgid":
             raise ConfigError(path, "must not be sent to a sigv4 (managed workspace) destination")
+        if sigv4 and lower in NEVER_SIGNED:
+            raise ConfigError(path, "cannot be sent to a sigv4 destination: it would not be signed")
         if not isinstance(value, str):
             raise ConfigError(path, f"expected a string, got {kind_of(value)} (quote it)")
         expanded = expand_env(value, ctx.env, path)
@@ -145,6 +148,8 @@ def _sigv4(parent: Fields, ctx: Context) -> SigV4Config:
     if (values["access_key"] is None) != (values["secret_key"] is None):
         missing = "secret_key" if values["secret_key"] is None else "access_key"
         raise ConfigError(f.at(missing), "access_key and secret_key must be set together")
+    if values["access_key"] is not None and values["profile"] is not None:
+        raise ConfigError(f.at("profile"), "profile and access_key are mutually exclusive")
     secret = values.pop("secret_key")
     service = f.string("service", SigV4Config().service)
     if not service:

@@ -76,7 +76,7 @@ class MetadataConfig:
 class SigV4Config:
     """AWS SigV4 signing (``sigv4``). ``sigv4: {}`` means the default credential chain.
 
-    ``region``: when absent it is taken from the AWS environment (``AWS_REGION``, the profile).
+    ``region``: when absent it is taken from ``AWS_REGION`` (or ``AWS_DEFAULT_REGION``).
     ``access_key``/``secret_key``: both or neither. ``role_arn`` wraps the base credentials in an
     STS AssumeRole. ``service`` is rwrouter's addition (``aps`` = Amazon Managed Prometheus).
     """

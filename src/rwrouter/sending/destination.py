@@ -24,10 +24,10 @@ from contextlib import suppress
 from typing import Any
 
 from rwrouter import USER_AGENT
-from rwrouter.auth.credentials import CredentialsError
 from rwrouter.auth.schemes import Authenticator
 from rwrouter.auth.sigv4 import REMOTE_WRITE_HEADERS
 from rwrouter.config import DestinationConfig
+from rwrouter.errors import CredentialsError
 from rwrouter.metrics import Metrics
 from rwrouter.routing import RoutedSeries
 from rwrouter.sending.batching import ShardBuffer, desired_shards, reshard, shard_of
@@ -88,6 +88,7 @@ class Destination:
         self._reshard_interval = reshard_interval
         self._stats = _IntervalStats()
         self.pending = 0
+        self.abandoned = 0  # samples given up at shutdown (in flight or still queued)
         metrics.queue_capacity.labels(self.name).set(self.capacity)
         metrics.shards.labels(self.name).set(len(self._shards))
         metrics.watch(metrics.queue_samples, lambda: self.pending, self.name)
@@ -156,12 +157,13 @@ class Destination:
                 task.cancel()
             await asyncio.gather(*running, return_exceptions=True)
         await self._transport.close()
-        abandoned = self.pending
-        if abandoned:
-            self._metrics.dropped_samples.labels(self.name, "shutdown").inc(abandoned)
-            log.warning("destination=%s abandoned_samples=%d msg=%s", self.name, abandoned,
+        if self.pending:
+            self._metrics.dropped_samples.labels(self.name, "shutdown").inc(self.pending)
+            self.abandoned += self.pending
+        if self.abandoned:
+            log.warning("destination=%s abandoned_samples=%d msg=%s", self.name, self.abandoned,
                         '"queue not drained before the shutdown timeout"')  # fmt: skip
-        return abandoned
+        return self.abandoned
 
     async def _shard_loop(self, i: int) -> None:
         buf, wake = self._shards[i], self._wake[i]
@@ -187,6 +189,10 @@ class Destination:
                 if await self._deliver(b"".join(frames), samples, "samples"):
                     self._metrics.sent_samples.labels(self.name).inc(samples)
                     self._stats.delivered(samples, self._clock() - started)
+            except asyncio.CancelledError:  # the drain timeout ended this batch in flight
+                self._metrics.dropped_samples.labels(self.name, "shutdown").inc(samples)
+                self.abandoned += samples
+                raise
             finally:
                 self.pending -= samples
 
@@ -298,11 +304,12 @@ class Destination:
         return refreshed
 
     def _refused(self, kind: str, count: int, status: int | None, text: str) -> None:
-        """Count and log a batch refused for good (4xx other than a retried 429)."""
+        """Count and log a batch refused for good (4xx other than a retried 429; 3xx)."""
+        reason = f"{status // 100}xx" if status is not None else "refused"
         if kind == "samples":
-            self._metrics.dropped_samples.labels(self.name, "4xx").inc(count)
+            self._metrics.dropped_samples.labels(self.name, reason).inc(count)
         else:
-            self._metrics.dropped_metadata.labels(self.name, "4xx").inc(count)
+            self._metrics.dropped_metadata.labels(self.name, reason).inc(count)
         log.error(
             "destination=%s kind=%s status=%s dropped=%d msg=%s body=%r",
             self.name, kind, status, count, '"refused by destination, not retried"', text[:1024],

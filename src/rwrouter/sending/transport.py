@@ -82,6 +82,7 @@ class Transport:
                 ssl=self._ssl,
                 server_hostname=self._server_hostname,
                 proxy=self._proxy,
+                allow_redirects=False,  # a redirected POST would lose its body
             ) as resp:
                 head = await resp.content.read(BODY_HEAD_BYTES)
                 return Answer(resp.status, dict(resp.headers), head)
