@@ -62,11 +62,13 @@ class PrometheusProcess(_runner.PrometheusProcess):
         ready_timeout: float = 30.0,
         extra_args: tuple[str, ...] = (),
         workdir: Path | None = None,
+        new_session: bool = False,
     ) -> PrometheusProcess:
         try:
             prom = super().start(
-                config_text, ready_timeout=ready_timeout, extra_args=extra_args, workdir=workdir
-            )
+                config_text, ready_timeout=ready_timeout, extra_args=extra_args,
+                workdir=workdir, new_session=new_session,
+            )  # fmt: skip
         except PrometheusNotFoundError as exc:
             missing_prometheus(exc)
         assert isinstance(prom, PrometheusProcess)

@@ -33,7 +33,7 @@ def sender_config(*, targets: Sequence[str], scrape_interval_s: float, router_ur
          "replacement": job}
         for regex, job in JOB_BY_PREFIX
     ]  # fmt: skip
-    deadline = min(5.0, scrape_interval_s)
+    deadline = min(2.0, scrape_interval_s)
     config = {
         "global": {
             "scrape_interval": _duration(scrape_interval_s),

@@ -59,7 +59,8 @@ LabelSet = tuple[tuple[str, str], ...]
 
 
 class RouterProcess:
-    """``python -m rwrouter run --config FILE`` as a subprocess, log in ``log_path``."""
+    """``python -m rwrouter run --config FILE`` as a subprocess (own session: a terminal's
+    Ctrl-C reaches only the demo, which stops it in order), log in ``log_path``."""
 
     def __init__(self, *, config_path: Path, port: int, log_path: Path) -> None:
         self.url = f"http://127.0.0.1:{port}"
@@ -68,7 +69,7 @@ class RouterProcess:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "rwrouter", "run", "--config", str(config_path),
                  "--drain-timeout", "5"],
-                stdout=log, stderr=subprocess.STDOUT,
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
 
     def wait_ready(self, *, timeout_s: float) -> None:
@@ -110,7 +111,7 @@ class DemoPipeline:
 
     ``workdir`` receives ``rwrouter.yaml``, ``rwrouter.log`` and one directory per Prometheus
     (``sender/``, ``self-hosted/``: config, TSDB, log). ``scrape_interval_s`` is the sender's
-    scrape interval (5 in the demo, 1 in tests); batching deadlines follow it (at most 5 s).
+    scrape interval (5 in the demo, 1 in tests); batching deadlines follow it (at most 2 s).
     """
 
     def __init__(
@@ -146,14 +147,14 @@ class DemoPipeline:
         self.workspace = run_in_thread(self.double)
         self.self_hosted = PrometheusProcess.start(
             self_hosted_config(), workdir=self.workdir / "self-hosted",
-            ready_timeout=self.ready_timeout_s,
+            ready_timeout=self.ready_timeout_s, new_session=True,
         )  # fmt: skip
         port = free_port()
         config_path = self.workdir / "rwrouter.yaml"
         config_path.write_text(router_config(
             listen_port=port, workspace_url=self.double.url(WORKSPACE_ID), region=REGION,
             access_key=ACCESS_KEY, secret_key=SECRET_KEY, self_hosted_url=self.self_hosted.url,
-            batch_send_deadline_s=min(5.0, self.scrape_interval_s),
+            batch_send_deadline_s=min(2.0, self.scrape_interval_s),
         ))  # fmt: skip
         self.router = RouterProcess(
             config_path=config_path, port=port, log_path=self.workdir / "rwrouter.log"
@@ -163,6 +164,7 @@ class DemoPipeline:
             sender_config(targets=self.fleet.targets, scrape_interval_s=self.scrape_interval_s,
                           router_url=self.router.url),
             workdir=self.workdir / "sender", ready_timeout=self.ready_timeout_s,
+            new_session=True,
         )  # fmt: skip
 
     def stop(self, *, timeout_s: float = 10.0) -> None:
@@ -216,7 +218,7 @@ class DemoPipeline:
         try:
             assert self.self_hosted is not None
             by_name = series_by_name(self.self_hosted.query(SERIES_BY_NAME))
-        except (OSError, RuntimeError, AssertionError) as exc:
+        except (OSError, ValueError, RuntimeError, AssertionError) as exc:
             error = str(exc)
         return Summary(
             elapsed_s=time.monotonic() - self.started_at,
@@ -270,14 +272,20 @@ def run_demo(
     pipeline = DemoPipeline(workdir=path, nodes=nodes, scrape_interval_s=5.0)
     stop = threading.Event()
     restore = _on_signals(stop)
+    code = 1
     try:
-        return _run(pipeline, stop, duration)
+        code = _run(pipeline, stop, duration)
     finally:
-        pipeline.stop()
+        try:
+            pipeline.stop()
+        except Exception as exc:  # every part was still asked to stop
+            print(f"rwrouter demo: error while stopping: {exc}", file=sys.stderr)
+            code = 1
         restore()
         if temp:
             shutil.rmtree(path, ignore_errors=True)
         print("rwrouter demo: stopped", flush=True)
+    return code
 
 
 def _run(pipeline: DemoPipeline, stop: threading.Event, duration: float | None) -> int:

@@ -103,8 +103,12 @@ class PrometheusProcess:
         ready_timeout: float = 30.0,
         extra_args: tuple[str, ...] = (),
         workdir: Path | None = None,
+        new_session: bool = False,
     ) -> PrometheusProcess:
         """Start Prometheus with ``config_text`` (YAML) and wait for ``/-/ready``.
+
+        ``new_session=True`` starts it in its own session, so a terminal's Ctrl-C reaches only
+        the caller, which then stops it in order.
 
         ``workdir`` (created if needed) holds ``prometheus.yml``, ``data/`` and
         ``prometheus.log`` and is kept on :meth:`stop`; without it a temp dir is used and
@@ -129,7 +133,9 @@ class PrometheusProcess:
             *extra_args,
         ]
         with (workdir / "prometheus.log").open("wb") as log:
-            process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(
+                args, stdout=log, stderr=subprocess.STDOUT, start_new_session=new_session
+            )
         prom = cls(process, port, workdir, owns_workdir=owns)
         try:
             prom.wait_ready(timeout=ready_timeout)
@@ -194,7 +200,10 @@ class PrometheusProcess:
         if time_s is not None:
             params["time"] = f"{time_s:.3f}"
         status, body = self._request(f"/api/v1/query?{urllib.parse.urlencode(params)}")
-        payload = json.loads(body)
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            payload = {}
         if status != 200 or payload.get("status") != "success":
             raise RuntimeError(f"query {promql!r} failed ({status}): {body[:500]!r}")
         result: list[dict[str, Any]] = payload["data"]["result"]
