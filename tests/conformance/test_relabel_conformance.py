@@ -4,8 +4,12 @@ One Prometheus runs for the module with one ``remote_write`` block per rule set 
 pointing at its own path on a capture server. The series table is written to Prometheus's
 remote-write receiver; every queue relabels the series with its ``write_relabel_configs`` and
 sends what is left. We wait until Prometheus's own counters say each queue handled every fed
-sample and the capture server holds all sent samples, then compare, per rule set, the label sets
-Prometheus sent with what rwrouter produces (``rwrouter_outputs``).
+sample and the capture server holds all sent samples. The same series are posted to a real
+rwrouter process (``python -m rwrouter run``) with one destination per rule set, and we compare,
+per rule set, the label sets Prometheus sent with what rwrouter sent (``rwrouter_outputs``).
+The one intended difference: rwrouter does not send a label set left without ``__name__`` (or
+with an empty label name) and counts it as ``invalid``; the engine alone matches Prometheus
+exactly, nameless results included.
 
 Version differences: rwrouter follows *current* Prometheus (``^(?s:...)$`` dot-all regexes;
 ``replace`` deletes the *expanded* target when the replacement expands to ""). Prometheus 2.42
@@ -17,16 +21,19 @@ tests, which run after a config reload on their own series.
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
 from rwrouter.relabel import Action, parse_relabel_configs, process
+from rwrouter.testing.router import RouterProcess
 from tests.support.capture import CaptureServer
-from tests.support.prometheus import PrometheusProcess
-from tests.support.series import LabelSet, Series, build_body, label_set
+from tests.support.prometheus import PrometheusProcess, free_port
+from tests.support.series import HEADERS, LabelSet, Series, build_body, label_set
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(60)]
 
@@ -183,18 +190,66 @@ QUEUE = {"batch_send_deadline": "100ms", "max_shards": 1, "min_backoff": "10ms"}
 
 
 def rwrouter_outputs(
-    rule_sets: RuleSets, series: list[dict[str, str]]
-) -> dict[str, set[LabelSet]]:
-    """What rwrouter would send per rule set: relabeled, non-dropped, non-empty label sets.
+    capture: CaptureServer, rule_sets: RuleSets, series: list[dict[str, str]], workdir: Path
+) -> tuple[dict[str, set[LabelSet]], dict[str, float]]:
+    """What a real rwrouter process sends per rule set, fed the same series over HTTP.
 
-    The single point of comparison; it can later go through the full router over HTTP.
+    One destination per rule set (its rules as ``write_relabel_configs``) pointing at
+    ``/rw/<rule set>`` on the capture server. Returns the label sets received per rule set and
+    the samples each destination counted as ``invalid`` (label sets without ``__name__`` or
+    with an empty label name, which rwrouter does not send and Prometheus does).
     """
-    outputs: dict[str, set[LabelSet]] = {}
-    for name, raw in rule_sets.items():
-        rules = parse_relabel_configs(raw, f"remote_write[{name}].write_relabel_configs")
-        results = (process(labels, rules) for labels in series)
-        outputs[name] = {result for result in results if result}
-    return outputs
+    destinations = [
+        {"name": name, "url": capture.url(f"/rw/{name}"), "write_relabel_configs": rules,
+         "queue_config": {"batch_send_deadline": "20ms"}, "metadata_config": {"send": False}}
+        for name, rules in rule_sets.items()
+    ]  # fmt: skip
+    port = free_port()
+    config = {"server": {"listen_address": f"127.0.0.1:{port}"}, "remote_write": destinations}
+    config_path = workdir / "rwrouter.yaml"
+    config_path.write_text(yaml.safe_dump(config, allow_unicode=True, sort_keys=False))
+    router = RouterProcess(config_path=config_path, port=port, log_path=workdir / "router.log")
+    try:
+        router.wait_ready(timeout_s=20)
+        body = build_body(Series(label_set(labels), [(1_000, float(i))])
+                          for i, labels in enumerate(series))  # fmt: skip
+        request = urllib.request.Request(f"{router.url}/api/v1/write", data=body, headers=HEADERS)
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert answer.status == 204
+        deadline = time.monotonic() + 20
+        while not _router_done(router, capture, rule_sets, len(series)):
+            assert time.monotonic() < deadline, "rwrouter did not deliver everything in time"
+            time.sleep(0.05)
+        invalid = {
+            name: router.metric_value("rwrouter_samples_dropped_total", destination=name,
+                                      reason="invalid")
+            for name in rule_sets
+        }  # fmt: skip
+    finally:
+        router.stop()
+    return {name: set(capture.label_sets(f"/rw/{name}")) for name in rule_sets}, invalid
+
+
+def _router_done(
+    router: RouterProcess, capture: CaptureServer, rule_sets: RuleSets, fed: int
+) -> bool:
+    totals: dict[tuple[str, str], float] = {}
+    for sample in router.metrics():
+        if sample.name in ("rwrouter_sent_samples_total", "rwrouter_samples_dropped_total"):
+            key = (sample.labels["destination"], sample.name)
+            totals[key] = totals.get(key, 0.0) + sample.value
+    for name in rule_sets:
+        sent = totals.get((name, "rwrouter_sent_samples_total"), 0.0)
+        dropped = totals.get((name, "rwrouter_samples_dropped_total"), 0.0)
+        if sent + dropped < fed or capture.sample_count(f"/rw/{name}") < sent:
+            return False
+    return True
+
+
+def _sendable(label_sets: set[LabelSet]) -> set[LabelSet]:
+    """What rwrouter sends of what Prometheus sends: label sets with a metric name and no
+    empty label name (receivers reject the others, and with them the whole batch)."""
+    return {ls for ls in label_sets if "__name__" in dict(ls) and "" not in dict(ls)}
 
 
 def _config(capture: CaptureServer, rule_sets: RuleSets) -> str:
@@ -266,6 +321,21 @@ def prometheus_outputs(
 
 
 @pytest.fixture(scope="module")
+def router_results(
+    capture: CaptureServer, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[dict[str, set[LabelSet]], dict[str, float]]:
+    return rwrouter_outputs(capture, RULE_SETS, SERIES, tmp_path_factory.mktemp("router"))
+
+
+@pytest.fixture(scope="module")
+def router_version_diff(
+    capture: CaptureServer, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, set[LabelSet]]:
+    workdir = tmp_path_factory.mktemp("router-vd")
+    return rwrouter_outputs(capture, VERSION_DIFF_RULE_SETS, VERSION_DIFF_SERIES, workdir)[0]
+
+
+@pytest.fixture(scope="module")
 def version_diff_outputs(
     prometheus: PrometheusProcess,
     capture: CaptureServer,
@@ -286,13 +356,35 @@ def test_table_is_broad() -> None:
 
 @pytest.mark.parametrize("rule_set", list(RULE_SETS))
 def test_rwrouter_matches_prometheus(
-    rule_set: str, prometheus_outputs: Mapping[str, set[LabelSet]]
+    rule_set: str,
+    prometheus_outputs: Mapping[str, set[LabelSet]],
+    router_results: tuple[dict[str, set[LabelSet]], dict[str, float]],
 ) -> None:
-    expected = prometheus_outputs[rule_set]
-    actual = rwrouter_outputs({rule_set: RULE_SETS[rule_set]}, SERIES)[rule_set]
+    from_prometheus = prometheus_outputs[rule_set]
+    expected = _sendable(from_prometheus)
+    actual, invalid = router_results[0][rule_set], router_results[1][rule_set]
     assert actual == expected, (
         f"only rwrouter: {sorted(actual - expected)}\nonly Prometheus: {sorted(expected - actual)}"
     )
+    # What rwrouter refuses to send is exactly what it counts as invalid (one sample each).
+    assert invalid == len(from_prometheus - expected)
+
+
+def test_some_rule_sets_leave_series_rwrouter_refuses_to_send(
+    router_results: tuple[dict[str, set[LabelSet]], dict[str, float]],
+) -> None:
+    # Guards the invalid-series comparison above against being vacuous.
+    assert sum(1 for count in router_results[1].values() if count) >= 1
+
+
+def test_engine_matches_prometheus_including_nameless_results(
+    prometheus_outputs: Mapping[str, set[LabelSet]],
+) -> None:
+    """The engine alone, before the router's invalid-series filter, equals Prometheus exactly."""
+    for name, raw in RULE_SETS.items():
+        rules = parse_relabel_configs(raw, f"remote_write[{name}].write_relabel_configs")
+        results = {process(labels, rules) for labels in SERIES}
+        assert {r for r in results if r} == prometheus_outputs[name], name
 
 
 def test_prometheus_really_sent(prometheus_outputs: Mapping[str, set[LabelSet]]) -> None:
@@ -303,11 +395,12 @@ def test_prometheus_really_sent(prometheus_outputs: Mapping[str, set[LabelSet]])
 
 def test_prometheus_2_42_dot_does_not_match_newline(
     version_diff_outputs: Mapping[str, set[LabelSet]],
+    router_version_diff: Mapping[str, set[LabelSet]],
 ) -> None:
     """2.42 compiles ``^(?:...)$``: ``.`` stops at a newline. Current Prometheus and rwrouter
     compile ``^(?s:...)$``, so ``line1.line2`` keeps the series and ``(.*)`` copies the value."""
     newline = label_set(VERSION_DIFF_SERIES[0])
-    ours = rwrouter_outputs(VERSION_DIFF_RULE_SETS, VERSION_DIFF_SERIES)
+    ours = router_version_diff
 
     assert version_diff_outputs["vd_dot_matches_newline"] == set()  # 2.42 drops it
     assert ours["vd_dot_matches_newline"] == {newline}
@@ -319,13 +412,14 @@ def test_prometheus_2_42_dot_does_not_match_newline(
 
 def test_prometheus_2_42_deletes_unexpanded_target_on_empty_replacement(
     version_diff_outputs: Mapping[str, set[LabelSet]],
+    router_version_diff: Mapping[str, set[LabelSet]],
 ) -> None:
     """replace with target ``${1}`` and a replacement that expands to "": 2.42 deletes the label
     literally named ``${1}`` (none), current Prometheus and rwrouter delete the expanded one."""
     series = VERSION_DIFF_SERIES[1]
     sent = version_diff_outputs["vd_empty_replacement_expanded_target"]
     assert label_set(series) in sent  # 2.42 keeps a_b="present"
-    ours = rwrouter_outputs(VERSION_DIFF_RULE_SETS, VERSION_DIFF_SERIES)
+    ours = router_version_diff
     assert label_set({"__name__": "vd_target", "sel": "a_b"}) in ours[
         "vd_empty_replacement_expanded_target"
     ]

@@ -21,8 +21,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -44,6 +42,7 @@ from rwrouter.testing.prometheus import (
     free_port,
     prometheus_binary,
 )
+from rwrouter.testing.router import RouterProcess
 from rwrouter.testing.workspace import INSPECT_PATH, Key, WorkspaceDouble, run_in_thread
 from rwrouter.testing.workspace_runner import ThreadedWorkspace
 
@@ -56,54 +55,6 @@ SUMMARY_EVERY_S = 10.0
 
 #: A series' label set as the double keys it, and its samples {timestamp ms: value bits}.
 LabelSet = tuple[tuple[str, str], ...]
-
-
-class RouterProcess:
-    """``python -m rwrouter run --config FILE`` as a subprocess (own session: a terminal's
-    Ctrl-C reaches only the demo, which stops it in order), log in ``log_path``."""
-
-    def __init__(self, *, config_path: Path, port: int, log_path: Path) -> None:
-        self.url = f"http://127.0.0.1:{port}"
-        self.log_path = log_path
-        with log_path.open("wb") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "rwrouter", "run", "--config", str(config_path),
-                 "--drain-timeout", "5"],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
-
-    def wait_ready(self, *, timeout_s: float) -> None:
-        """Poll ``/-/ready``; ``RuntimeError`` with the log tail on exit or timeout."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"rwrouter exited early:\n{self._log_tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(f"rwrouter not ready in {timeout_s} s:\n{self._log_tail()}")
-
-    def _log_tail(self) -> str:
-        return self.log_path.read_text(errors="replace")[-4000:]
-
-    def stop(self, *, timeout_s: float = 10.0) -> None:
-        """SIGTERM (the router drains for up to 5 s), wait, then kill. Idempotent."""
-        stop_process(self.process, timeout_s=timeout_s)
-
-
-def stop_process(process: subprocess.Popen[bytes], *, timeout_s: float) -> None:
-    """Terminate ``process``, wait up to ``timeout_s`` seconds, then kill and reap it."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout_s)
 
 
 class DemoPipeline:

@@ -123,7 +123,13 @@ def _router_line(router: RouterCounters) -> str:
     if router.error:
         return f"rwrouter: /metrics unreachable: {router.error}"
     sent = ", ".join(f"{d}={n:,.0f}" for d, n in sorted(router.sent.items())) or "none"
-    dropped = (
-        ", ".join(f"{d}/{r}={n:,.0f}" for (d, r), n in sorted(router.dropped.items())) or "none"
+    # reason "relabel" is routing, not loss: a destination's rules kept those series out.
+    kept_out = ", ".join(
+        f"{d}={n:,.0f}" for (d, r), n in sorted(router.dropped.items()) if r == "relabel"
     )
-    return f"rwrouter: received {router.received:,.0f} samples; sent {sent}; dropped {dropped}"
+    lost = ", ".join(
+        f"{d}/{r}={n:,.0f}" for (d, r), n in sorted(router.dropped.items()) if r != "relabel"
+    )
+    line = f"rwrouter: received {router.received:,.0f} samples; sent {sent}"
+    line += f"; kept out by rules {kept_out}" if kept_out else ""
+    return line + f"; not delivered: {lost or 'none'}"

@@ -214,7 +214,7 @@ class PrometheusProcess:
         status, body = self._request("/metrics")
         if status != 200:
             raise RuntimeError(f"/metrics answered {status}")
-        return list(_parse_metrics(body.decode()))
+        return list(parse_metrics(body.decode()))
 
     def metric_value(self, name: str, **labels: str) -> float:
         """Sum of the samples of ``name`` whose labels include ``labels`` (0 if none)."""
@@ -245,7 +245,7 @@ class PrometheusProcess:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def _parse_metrics(text: str) -> Iterator[MetricSample]:
+def parse_metrics(text: str) -> Iterator[MetricSample]:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             yield MetricSample(sample.name, dict(sample.labels), float(sample.value))

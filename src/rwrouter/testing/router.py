@@ -1,0 +1,77 @@
+"""rwrouter as a real subprocess, for tests and the demo: ``python -m rwrouter run``.
+
+The process gets its own session, so a terminal's Ctrl-C reaches only the parent, which stops it
+in order (SIGTERM: the router stops listening and drains its queues).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from rwrouter.testing.prometheus import MetricSample, parse_metrics
+
+
+class RouterProcess:
+    """``python -m rwrouter run --config FILE`` as a subprocess (own session: a terminal's
+    Ctrl-C reaches only the demo, which stops it in order), log in ``log_path``."""
+
+    def __init__(self, *, config_path: Path, port: int, log_path: Path) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        self.log_path = log_path
+        with log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "rwrouter", "run", "--config", str(config_path),
+                 "--drain-timeout", "5"],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+
+    def wait_ready(self, *, timeout_s: float) -> None:
+        """Poll ``/-/ready``; ``RuntimeError`` with the log tail on exit or timeout."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"rwrouter exited early:\n{self._log_tail()}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"rwrouter not ready in {timeout_s} s:\n{self._log_tail()}")
+
+    def metrics(self) -> list[MetricSample]:
+        """The router's own ``/metrics``, parsed."""
+        with urllib.request.urlopen(f"{self.url}/metrics", timeout=5) as response:
+            return list(parse_metrics(response.read().decode()))
+
+    def metric_value(self, name: str, **labels: str) -> float:
+        """Sum of the samples of ``name`` whose labels include ``labels`` (0 if none)."""
+        return sum(
+            sample.value
+            for sample in self.metrics()
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
+        )
+
+    def _log_tail(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def stop(self, *, timeout_s: float = 10.0) -> None:
+        """SIGTERM (the router drains for up to 5 s), wait, then kill. Idempotent."""
+        stop_process(self.process, timeout_s=timeout_s)
+
+
+def stop_process(process: subprocess.Popen[bytes], *, timeout_s: float) -> None:
+    """Terminate ``process``, wait up to ``timeout_s`` seconds, then kill and reap it."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout_s)
