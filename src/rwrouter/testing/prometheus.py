@@ -25,7 +25,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -156,18 +156,8 @@ class PrometheusProcess:
 
     def wait_ready(self, *, timeout: float = 30.0) -> None:
         """Poll ``/-/ready`` until 200; ``RuntimeError`` (with the log tail) on exit or timeout."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"prometheus exited early:\n{self.log_text()[-4000:]}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(f"prometheus not ready in {timeout} s:\n{self.log_text()[-4000:]}")
+        wait_ready(self.url, self.process, name="prometheus", timeout=timeout,
+                   log=lambda: self.log_text()[-4000:])  # fmt: skip
 
     def _request(
         self,
@@ -243,6 +233,30 @@ class PrometheusProcess:
                 self.process.wait(timeout)
         if self._owns_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def wait_ready(
+    url: str,
+    process: subprocess.Popen[bytes],
+    *,
+    name: str,
+    timeout: float,
+    log: Callable[[], str],
+) -> None:
+    """Poll ``<url>/-/ready`` until it answers 200. ``RuntimeError`` naming the program, with
+    ``log()`` (its log tail), when ``process`` exits first or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited early:\n{log()}")
+        try:
+            with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"{name} not ready in {timeout} s:\n{log()}")
 
 
 def parse_metrics(text: str) -> Iterator[MetricSample]:

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
-from rwrouter.testing.prometheus import MetricSample, parse_metrics
+from rwrouter.testing.prometheus import MetricSample, parse_metrics, wait_ready
 
 
 class RouterProcess:
@@ -32,18 +31,7 @@ class RouterProcess:
 
     def wait_ready(self, *, timeout_s: float) -> None:
         """Poll ``/-/ready``; ``RuntimeError`` with the log tail on exit or timeout."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"rwrouter exited early:\n{self._log_tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(f"rwrouter not ready in {timeout_s} s:\n{self._log_tail()}")
+        wait_ready(self.url, self.process, name="rwrouter", timeout=timeout_s, log=self._log_tail)
 
     def metrics(self) -> list[MetricSample]:
         """The router's own ``/metrics``, parsed."""
