@@ -13,43 +13,13 @@ import logging
 import os
 import signal
 import sys
-import time
 from collections.abc import Sequence
 
 from rwrouter import __version__
 from rwrouter.errors import ConfigError, RwrouterError
+from rwrouter.logs import setup_logging
 
 log = logging.getLogger("rwrouter")
-
-
-class LogfmtFormatter(logging.Formatter):
-    """One line per record: ``ts=... level=... logger=... <key=value message>``."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-        ts += f".{int(record.msecs):03d}Z"
-        message = record.getMessage().replace("\n", " ")
-        if "=" not in message.split(" ", 1)[0]:
-            message = "msg=" + _quote(message)
-        line = f"ts={ts} level={record.levelname.lower()} logger={record.name} {message}"
-        if record.exc_info:
-            line += " exc=" + _quote(self.formatException(record.exc_info).replace("\n", " | "))
-        return line
-
-
-def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def setup_logging(level: str) -> None:
-    """Log one-line records to stderr at ``level`` (debug, info, warning, error)."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(LogfmtFormatter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    logging.getLogger("botocore").setLevel(logging.WARNING)
 
 
 async def serve(config_path: str, *, drain_timeout: float) -> int:

@@ -19,6 +19,7 @@ from rwrouter.auth.schemes import NoAuth
 from rwrouter.config import parse_config
 from rwrouter.metrics import Metrics
 from rwrouter.routing import Route, Router
+from rwrouter.sending.delivery import SPLIT_BUDGET
 from rwrouter.sending.destination import Destination
 from rwrouter.sending.transport import Transport
 from rwrouter.wire import parse_write_request
@@ -220,3 +221,71 @@ remote_write:
         steps * len(series)
     )
 
+
+
+class RollbackSink:
+    """Like Prometheus's receiver: one bad sample (here: a series named ``poison``) makes it
+    roll back the whole request and answer 400."""
+
+    def __init__(self) -> None:
+        self.stored: list[tuple[tuple[str, str], ...]] = []
+        self.requests = 0
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.requests += 1
+        decoded, _ = decode(await request.read())
+        series = [tuple((lb.name, lb.value) for lb in ts.labels) for ts in decoded.timeseries]
+        if any(dict(labels)["__name__"] == "poison" for labels in series):
+            return web.Response(status=400, text="out of bounds")
+        self.stored.extend(series)
+        return web.Response(status=200)
+
+
+@pytest.mark.parametrize("poison_at", [0, 17, 49], ids=["first", "middle", "last"])
+async def test_one_invalid_series_costs_only_itself(
+    start_router: StartRouter, serve: Serve, http: aiohttp.ClientSession, poison_at: int
+) -> None:
+    sink = RollbackSink()
+    router = await start_router(f"""
+remote_write:
+  - name: tsdb
+    url: {await serve(sink.handle)}
+    queue_config: {{max_shards: 1, max_samples_per_send: 1000, batch_send_deadline: 50ms}}
+""")
+    names = [f"ok_{i}" for i in range(50)]
+    names[poison_at] = "poison"
+    # Two requests (as from two senders) end up in one batch.
+    for part in (names[:25], names[25:]):
+        body = build_body([Series((("__name__", n),), ((1_000, 1.0),)) for n in part])
+        assert (await post_write(http, router, body))[0] == 204
+    await eventually(
+        lambda: metric_value(router, "rwrouter_samples_dropped_total", destination="tsdb",
+                             reason="4xx") == 1
+    )  # fmt: skip
+    assert sorted(dict(s)["__name__"] for s in sink.stored) == sorted(set(names) - {"poison"})
+    assert metric_value(router, "rwrouter_sent_samples_total", destination="tsdb") == 49
+    assert sink.requests <= 2 + 2 * 7  # one batch (or two), then a bisection: ~2 log2(50)
+
+
+async def test_splitting_is_bounded_when_everything_is_refused(
+    start_router: StartRouter, serve: Serve, http: aiohttp.ClientSession
+) -> None:
+    requests = []
+
+    async def refuse_all(request: web.Request) -> web.Response:
+        requests.append(await request.read())
+        return web.Response(status=400, text="bad")
+
+    router = await start_router(f"""
+remote_write:
+  - name: strict
+    url: {await serve(refuse_all)}
+    queue_config: {{max_shards: 1, max_samples_per_send: 1000, batch_send_deadline: 20ms}}
+""")
+    body = build_body([Series((("__name__", f"m{i}"),), ((1_000, 1.0),)) for i in range(300)])
+    assert (await post_write(http, router, body))[0] == 204
+    await eventually(
+        lambda: metric_value(router, "rwrouter_samples_dropped_total", destination="strict",
+                             reason="4xx") == 300
+    )  # fmt: skip
+    assert len(requests) <= 1 + SPLIT_BUDGET

@@ -77,8 +77,8 @@ TAKE_CASES = [
 )
 def test_take(counts: list[int], max_samples: int, taken: list[int], samples: int) -> None:
     buf = filled(counts)
-    frames, got = buf.take(max_samples=max_samples)
-    assert frames == [frame(i) for i in taken]
+    items, got = buf.take(max_samples=max_samples)
+    assert items == [(frame(i), counts[i]) for i in taken]
     assert got == samples
     assert buf.samples == sum(counts) - samples
     assert [f for f, _ in buf.frames] == [frame(i) for i in range(len(taken), len(counts))]
@@ -89,9 +89,9 @@ def test_take_drains_in_order_without_loss() -> None:
     buf = filled(counts)
     batches: list[list[bytes]] = []
     while buf.frames:
-        frames, samples = buf.take(max_samples=10)
-        assert frames and (samples <= 10 or len(frames) == 1)
-        batches.append(frames)
+        items, samples = buf.take(max_samples=10)
+        assert items and (samples <= 10 or len(items) == 1)
+        batches.append([f for f, _ in items])
     assert [f for b in batches for f in b] == [frame(i) for i in range(len(counts))]
     assert buf.samples == 0 and buf.first_at is None
 
@@ -132,8 +132,8 @@ def test_leftover_frames_keep_their_age() -> None:
     buf = ShardBuffer()
     buf.add(frame(0), 6, now=10.0)
     buf.add(frame(1), 6, now=12.0)
-    frames, _ = buf.take(max_samples=10)
-    assert frames == [frame(0)]
+    items, _ = buf.take(max_samples=10)
+    assert items == [(frame(0), 6)]
     # The leftover is not younger than when the batch was cut: it goes out no later.
     assert buf.first_at == 10.0
     assert buf.ready(max_samples=100, deadline=5.0, now=15.0)

@@ -47,16 +47,16 @@ class ShardBuffer:
         assert self.first_at is not None
         return self.samples >= max_samples or now - self.first_at >= deadline
 
-    def take(self, *, max_samples: int) -> tuple[list[bytes], int]:
-        """Remove and return up to ``max_samples`` samples' worth of frames (at least one frame)
-        and their sample count."""
-        frames: list[bytes] = []
+    def take(self, *, max_samples: int) -> tuple[list[tuple[bytes, int]], int]:
+        """Remove and return up to ``max_samples`` samples' worth of (frame, sample count)
+        (at least one frame), and their total sample count."""
+        frames: list[tuple[bytes, int]] = []
         taken = 0
         while self.frames and (not frames or taken + self.frames[0][1] <= max_samples):
-            frame, count = self.frames.popleft()
+            item = self.frames.popleft()
             self.keys.popleft()
-            frames.append(frame)
-            taken += count
+            frames.append(item)
+            taken += item[1]
         self.samples -= taken
         if not self.frames:  # frames left behind keep their age: they go out no later
             self.first_at = None

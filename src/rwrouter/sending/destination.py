@@ -23,17 +23,15 @@ from collections.abc import Callable, Coroutine
 from contextlib import suppress
 from typing import Any
 
-from rwrouter import USER_AGENT
 from rwrouter.auth.schemes import Authenticator
 from rwrouter.auth.sigv4 import REMOTE_WRITE_HEADERS
 from rwrouter.config import DestinationConfig
-from rwrouter.errors import CredentialsError
 from rwrouter.metrics import Metrics
 from rwrouter.routing import RoutedSeries
 from rwrouter.sending.batching import ShardBuffer, desired_shards, reshard, shard_of
+from rwrouter.sending.delivery import Deliverer
 from rwrouter.sending.retry import RetryPolicy
-from rwrouter.sending.transport import Answer, Transport, TransportError
-from rwrouter.wire import compress
+from rwrouter.sending.transport import Transport
 
 log = logging.getLogger("rwrouter.sending")
 
@@ -68,13 +66,23 @@ class Destination:
         self._transport = transport
         self.auth = auth
         self._metrics = metrics
-        self._clock, self._wall, self._rand, self._sleep = clock, wall_clock, rand, sleep
-        self._policy = RetryPolicy(
-            min_backoff=q.min_backoff,
-            max_backoff=q.max_backoff,
-            retry_on_http_429=q.retry_on_http_429,
+        self._clock = clock
+        self._deliverer = Deliverer(
+            name=config.name,
+            transport=transport,
+            auth=auth,
+            policy=RetryPolicy(
+                min_backoff=q.min_backoff,
+                max_backoff=q.max_backoff,
+                retry_on_http_429=q.retry_on_http_429,
+            ),
+            base_headers={**dict(config.headers), **REMOTE_WRITE_HEADERS},
+            metrics=metrics,
+            clock=clock,
+            wall_clock=wall_clock,
+            rand=rand,
+            sleep=sleep,
         )
-        self._base_headers = {**dict(config.headers), **REMOTE_WRITE_HEADERS}
         self._shards = [ShardBuffer() for _ in range(q.min_shards)]
         self._wake = [asyncio.Event() for _ in self._shards]
         self._metadata: deque[bytes] = deque()
@@ -183,12 +191,13 @@ class Destination:
                 with suppress(TimeoutError):
                     await asyncio.wait_for(wake.wait(), deadline - (now - buf.first_at))
                 continue
-            frames, samples = buf.take(max_samples=q.max_samples_per_send)
+            items, samples = buf.take(max_samples=q.max_samples_per_send)
             started = self._clock()
             try:
-                if await self._deliver(b"".join(frames), samples, "samples"):
-                    self._metrics.sent_samples.labels(self.name).inc(samples)
-                    self._stats.delivered(samples, self._clock() - started)
+                delivered = await self._deliverer.deliver(items, "samples")
+                if delivered:
+                    self._metrics.sent_samples.labels(self.name).inc(delivered)
+                    self._stats.delivered(delivered, self._clock() - started)
             except asyncio.CancelledError:  # the drain timeout ended this batch in flight
                 self._metrics.dropped_samples.labels(self.name, "shutdown").inc(samples)
                 self.abandoned += samples
@@ -203,7 +212,8 @@ class Destination:
             with suppress(TimeoutError):
                 await asyncio.wait_for(self._closed.wait(), self._reshard_interval)
             stats, self._stats = self._stats, _IntervalStats()
-            if stats.failures or self._closing:
+            failures, self._deliverer.failures = self._deliverer.failures, 0
+            if failures or self._closing:
                 continue  # more senders do not help a failing destination
             wanted = desired_shards(
                 current=len(self._shards), min_shards=q.min_shards, max_shards=q.max_shards,
@@ -238,91 +248,19 @@ class Destination:
                 self._metadata_wake.clear()
                 await self._metadata_wake.wait()
                 continue
-            batch = [self._metadata.popleft() for _ in range(min(limit, len(self._metadata)))]
-            if await self._deliver(b"".join(batch), len(batch), "metadata"):
-                self._metrics.sent_metadata.labels(self.name).inc(len(batch))
-
-    async def _deliver(self, raw: bytes, count: int, kind: str) -> bool:
-        """Send one batch with retries; True when delivered, False when refused for good."""
-        body = compress(raw)
-        attempt = 0
-        refreshed = False
-        while True:
-            answer = await self._attempt(body)
-            status = answer.status if isinstance(answer, Answer) else None
-            if status is not None and 200 <= status < 300:
-                return True
-            text = answer.text if isinstance(answer, Answer) else str(answer)
-            if status is not None and not refreshed:
-                refreshed = await self._refresh(status, text)
-                if refreshed:
-                    continue
-            retry_after = answer.headers.get("Retry-After") if isinstance(answer, Answer) else None
-            decision = self._policy.decide(
-                status, attempt=attempt, retry_after=retry_after, now=self._wall(),
-                rand=self._rand(),
-            )  # fmt: skip
-            if not decision.retry:
-                self._refused(kind, count, status, text)
-                return False
-            self._metrics.retries.labels(self.name, decision.reason).inc()
-            self._stats.failures += 1
-            if attempt == 0 or attempt & (attempt - 1) == 0:  # log attempts 1, 2, 4, 8, ...
-                log.warning("destination=%s kind=%s status=%s attempt=%d retry_in=%.3fs error=%r",
-                            self.name, kind, status or "none", attempt + 1, decision.delay,
-                            text[:200])  # fmt: skip
-            await self._sleep(decision.delay)
-            attempt += 1
-
-    async def _attempt(self, body: bytes) -> Answer | Exception:
-        """One signed POST; the answer, or the error that prevented one."""
-        started = self._clock()
-        try:
-            headers = await self.auth.headers(
-                url=self._transport.url, body=body, base=self._base_headers
-            )
-            headers["User-Agent"] = USER_AGENT
-            self._metrics.sent_bytes.labels(self.name).inc(len(body))
-            answer: Answer | Exception = await self._transport.post(body, headers)
-        except (TransportError, CredentialsError) as exc:
-            answer = exc
-        code = str(answer.status) if isinstance(answer, Answer) else "error"
-        self._metrics.sent_requests.labels(self.name, code).inc()
-        self._metrics.send_duration.labels(self.name).observe(self._clock() - started)
-        return answer
-
-    async def _refresh(self, status: int, text: str) -> bool:
-        """Refresh credentials after a 403 expired-token answer; True means retry now."""
-        try:
-            refreshed = await self.auth.refresh_after(status=status, body_text=text)
-        except CredentialsError as exc:
-            log.warning("destination=%s msg=%s error=%r", self.name,
-                        '"credential refresh failed"', str(exc))  # fmt: skip
-            return False
-        if refreshed:
-            self._metrics.retries.labels(self.name, "expired_token").inc()
-        return refreshed
-
-    def _refused(self, kind: str, count: int, status: int | None, text: str) -> None:
-        """Count and log a batch refused for good (4xx other than a retried 429; 3xx)."""
-        reason = f"{status // 100}xx" if status is not None else "refused"
-        if kind == "samples":
-            self._metrics.dropped_samples.labels(self.name, reason).inc(count)
-        else:
-            self._metrics.dropped_metadata.labels(self.name, reason).inc(count)
-        log.error(
-            "destination=%s kind=%s status=%s dropped=%d msg=%s body=%r",
-            self.name, kind, status, count, '"refused by destination, not retried"', text[:1024],
-        )  # fmt: skip
+            batch = [(self._metadata.popleft(), 1) for _ in range(min(limit, len(self._metadata)))]
+            delivered = await self._deliverer.deliver(batch, "metadata")
+            if delivered:
+                self._metrics.sent_metadata.labels(self.name).inc(delivered)
 
 
 class _IntervalStats:
     """What happened since the last resharding decision."""
 
-    __slots__ = ("failures", "samples_in", "samples_out", "send_seconds")
+    __slots__ = ("samples_in", "samples_out", "send_seconds")
 
     def __init__(self) -> None:
-        self.samples_in = self.samples_out = self.failures = 0
+        self.samples_in = self.samples_out = 0
         self.send_seconds = 0.0
 
     def delivered(self, samples: int, seconds: float) -> None:
