@@ -319,7 +319,7 @@ def split_series(ts: bytes) -> RawSeries:
             _check_exemplar(ts, start, stop)
         elif field == 4:
             histograms += 1
-            _check_message(ts, start, stop, _HISTOGRAM_FIELDS, "histogram")
+            _check_histogram(ts, start, stop)
         elif field == 1:  # a label after other fields: move it to the label part
             rest_parts.append(ts[rest_start:head])
             extra_labels.append(ts[head:stop])
@@ -329,6 +329,31 @@ def split_series(ts: bytes) -> RawSeries:
     rest_parts.append(ts[rest_start:])
     labels = ts[:labels_end] + b"".join(extra_labels)
     return RawSeries(labels, b"".join(rest_parts), samples, exemplars, histograms)
+
+
+_BUCKET_SPAN_FIELDS: dict[int, tuple[int, ...]] = {1: (_VARINT,), 2: (_VARINT,)}
+_SPANS, _PACKED_VARINTS, _PACKED_DOUBLES = frozenset((8, 11)), frozenset((9, 12)), frozenset(
+    (10, 13, 16)
+)
+
+
+def _check_histogram(ts: bytes, start: int, stop: int) -> None:
+    """A native histogram, down to its bucket spans and packed deltas/counts (a receiver
+    would refuse the whole batch for one malformed histogram)."""
+    for field, wire_type, _, vstart, vend in _fields(ts, start, stop, "histogram"):
+        allowed = _HISTOGRAM_FIELDS.get(field)
+        if allowed is not None and wire_type not in allowed:
+            raise DecodeError(f"bad protobuf: histogram field {field} has wire type {wire_type}")
+        if wire_type != _LEN:
+            continue
+        if field in _SPANS:
+            _check_message(ts, vstart, vend, _BUCKET_SPAN_FIELDS, "histogram bucket span")
+        elif field in _PACKED_VARINTS:
+            pos = vstart
+            while pos < vend:
+                pos = read_varint(ts, pos, vend)[1]
+        elif field in _PACKED_DOUBLES and (vend - vstart) % 8:
+            raise DecodeError(f"bad protobuf: packed doubles of histogram field {field} are cut")
 
 
 def _check_exemplar(ts: bytes, start: int, stop: int) -> None:
