@@ -6,6 +6,7 @@ Every error the router raises derives from :class:`RwrouterError`::
     ├── ConfigError            the configuration is invalid; names the YAML key path
     ├── RequestError           the sender's mistake; carries the HTTP status to answer (4xx)
     │   ├── DecodeError        400: body is not a valid snappy-block remote write 1.0 request
+    │   ├── SlowBodyError      408: the body did not arrive within the read timeout
     │   ├── TooLargeError      413: body or declared decoded size over the configured limit
     │   └── UnsupportedError   415: another Content-Encoding or Content-Type
     ├── CredentialsError       no usable credentials for a destination (AWS, or a secret file)
@@ -47,6 +48,12 @@ class DecodeError(RequestError):
     """400: undecodable snappy, bad protobuf, invalid UTF-8, duplicate label names, empty body."""
 
     status = 400
+
+
+class SlowBodyError(RequestError):
+    """408: the body did not arrive within ``server.read_timeout``."""
+
+    status = 408
 
 
 class TooLargeError(RequestError):

@@ -66,6 +66,7 @@ class RoutedSeries:
     keys: list[bytes] = field(default_factory=list)
     counts: list[int] = field(default_factory=list)
     samples: int = 0
+    nbytes: int = 0  # total length of the frames
 
 
 @dataclass(slots=True)
@@ -79,6 +80,7 @@ class RoutedRequest:
     samples_in: int = 0
     series_in: int = 0
     metadata_invalid: int = 0  # entries without a metric family name: sent nowhere
+    metadata_in: int = 0
 
 
 # Per destination: encoded output labels, or the drop reason (a str) — or None for a fallback
@@ -167,13 +169,16 @@ class Router:
                             out.dropped[(i, FILTERED)] = out.dropped.get((i, FILTERED), 0) + n
                             continue
                     dest = out.series[i]
-                    dest.frames.append(frame_series(res, rest))
+                    frame = frame_series(res, rest)
+                    dest.frames.append(frame)
                     dest.keys.append(res)
                     dest.counts.append(kept)
                     dest.samples += kept
+                    dest.nbytes += len(frame)
                 elif res is not None:
                     out.dropped[(i, res)] = out.dropped.get((i, res), 0) + n
         out.series_in = len(parts.series)
+        out.metadata_in = len(parts.metadata)
         for payload in parts.metadata:
             family = metadata_family(payload)
             if not family:

@@ -6,6 +6,7 @@ served normally.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import aiohttp
@@ -158,3 +159,81 @@ async def test_operational_endpoints(
         assert resp.status == status
         if path == "/metrics":
             assert "rwrouter_build_info" in await resp.text()
+
+
+SMALL_QUEUE = """
+server: {{read_timeout: 300ms}}
+remote_write:
+  - name: small
+    url: {url}
+    queue_config:
+      capacity: 5
+      max_shards: 2
+      max_memory_bytes: 4KiB
+      batch_send_deadline: 20ms
+"""
+
+
+@pytest.mark.parametrize(
+    ("series", "value_bytes", "reason"),
+    [(11, 1, "samples"), (3, 2000, "bytes")],
+    ids=["more_samples_than_the_queue_holds", "more_bytes_than_the_queue_holds"],
+)
+async def test_share_larger_than_a_whole_queue_is_413_not_503_forever(
+    start_router: StartRouter,
+    fresh_capture: CaptureServer,
+    http: aiohttp.ClientSession,
+    series: int,
+    value_bytes: int,
+    reason: str,
+) -> None:
+    router = await start_router(SMALL_QUEUE.format(url=fresh_capture.url("/small")))
+    body = build_body(
+        [Series((("__name__", "m"), ("i", str(i)), ("v", "x" * value_bytes)), ((1_000, 1.0),))
+         for i in range(series)]
+    )  # fmt: skip
+    status, text, _ = await post_write(http, router, body)
+    assert status == 413, text
+    assert "small" in text and "whole queue" in text
+
+
+async def test_slow_body_gets_408_and_the_next_request_works(
+    start_router: StartRouter, fresh_capture: CaptureServer, http: aiohttp.ClientSession
+) -> None:
+    router = await start_router(SMALL_QUEUE.format(url=fresh_capture.url("/small")))
+    reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
+    writer.write(
+        b"POST /api/v1/write HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n"
+        b"Content-Encoding: snappy\r\n\r\n" + b"\x00" * 10
+    )  # 10 of the 100 bytes announced, then nothing
+    await writer.drain()
+    started = time.perf_counter()
+    answer = await asyncio.wait_for(reader.read(4096), timeout=5)
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 408")
+    assert 0.25 < time.perf_counter() - started < 3
+    assert (await post_write(http, router, GOOD))[0] == 204
+
+
+async def test_a_huge_request_does_not_freeze_health_probes(
+    start_router: StartRouter, fresh_capture: CaptureServer, http: aiohttp.ClientSession
+) -> None:
+    """Decoding runs in a worker thread: while a request with a million (empty) series is
+    decoded, /-/healthy still answers promptly."""
+    import snappy
+
+    router = await start_router(ROUTER.format(url=fresh_capture.url("/all")).replace(
+        "max_request_bytes: 64KiB", "max_request_bytes: 8MiB"))  # fmt: skip
+    huge = bytes(snappy.compress(b"\x0a\x00" * 1_000_000))
+    write = asyncio.create_task(post_write(http, router, huge))
+    await asyncio.sleep(0.1)  # let the decode start
+    probes = []
+    while not write.done():
+        started = time.perf_counter()
+        async with http.get(router.url + "/-/healthy") as resp:
+            assert resp.status == 200
+        probes.append(time.perf_counter() - started)
+        await asyncio.sleep(0.05)
+    assert (await write)[0] == 204
+    assert probes, "the huge request was decoded too fast to probe during it"
+    assert max(probes) < 0.5

@@ -199,6 +199,7 @@ def test_full_file_reads_every_key() -> None:
         max_request_bytes=1024 * 1024,
         max_decoded_bytes=512 * 1024,
         queue_full_retry_after=90.0,
+        read_timeout=20.0,
     )
     assert config.server.listen_host == "::"
     assert len(config.relabel_configs) == 1
@@ -223,6 +224,7 @@ def test_full_file_reads_every_key() -> None:
         min_backoff=0.1,
         max_backoff=10.0,
         retry_on_http_429=True,
+        max_memory_bytes=64 * 1024 * 1024,
     )
     assert mimir.metadata_config == MetadataConfig(
         send=False, send_interval=120.0, max_samples_per_send=100

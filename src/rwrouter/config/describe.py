@@ -24,7 +24,8 @@ def describe_config(config: Config) -> str:
         f"server: listen_address={server.listen_address}"
         f" max_request_bytes={format_size(server.max_request_bytes)}"
         f" max_decoded_bytes={format_size(server.max_decoded_bytes)}"
-        f" queue_full_retry_after={format_duration(server.queue_full_retry_after)}",
+        f" queue_full_retry_after={format_duration(server.queue_full_retry_after)}"
+        f" read_timeout={format_duration(server.read_timeout)}",
         "relabel_configs (global, applied to every series before fan-out):",
         *_rules(config.relabel_configs),
     ]
@@ -110,6 +111,7 @@ def _queue(queue: QueueConfig) -> str:
         f" batch_send_deadline={format_duration(queue.batch_send_deadline)}"
         f" backoff={format_duration(queue.min_backoff)}..{format_duration(queue.max_backoff)}"
         f" retry_on_http_429={_flag(queue.retry_on_http_429)}"
+        f" max_memory_bytes={format_size(queue.max_memory_bytes)}"
     )
 
 

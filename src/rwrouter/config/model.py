@@ -37,6 +37,9 @@ class ServerConfig:
     max_request_bytes: int = 32 * MIB  # 33554432: the compressed body, as vmagent's cap
     max_decoded_bytes: int = 64 * MIB  # 67108864: the size the snappy header declares
     queue_full_retry_after: float = 5.0
+    read_timeout: float = 60.0
+    """Seconds a request body may take to arrive; slower ones get 408 (slow senders and
+    slowloris connections cannot pin memory and connections for ever)."""
     """Seconds sent in ``Retry-After`` with the 503 answered when a destination queue is full."""
 
     @property
@@ -51,7 +54,11 @@ class ServerConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueConfig:
-    """Per-destination queue and retry settings (``queue_config``; Prometheus defaults)."""
+    """Per-destination queue and retry settings (``queue_config``; Prometheus defaults).
+
+    ``max_memory_bytes`` is rwrouter's own: the in-memory queue holds at most ``capacity x
+    max_shards`` samples *and* at most this many bytes of encoded series, whichever comes first.
+    """
 
     capacity: int = 10000
     min_shards: int = 1
@@ -61,6 +68,7 @@ class QueueConfig:
     min_backoff: float = 0.03
     max_backoff: float = 5.0
     retry_on_http_429: bool = False
+    max_memory_bytes: int = 256 * MIB  # 268435456: rwrouter's own bound on queued series bytes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

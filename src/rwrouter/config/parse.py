@@ -135,6 +135,7 @@ def _server(f: Fields) -> ServerConfig:
         max_request_bytes=f.size("max_request_bytes", default.max_request_bytes),
         max_decoded_bytes=f.size("max_decoded_bytes", default.max_decoded_bytes),
         queue_full_retry_after=f.duration("queue_full_retry_after", default.queue_full_retry_after),
+        read_timeout=f.duration("read_timeout", default.read_timeout),
     )
 
 
@@ -257,6 +258,7 @@ def _queue(f: Fields) -> QueueConfig:
         min_backoff=f.duration("min_backoff", d.min_backoff),
         max_backoff=f.duration("max_backoff", d.max_backoff),
         retry_on_http_429=f.boolean("retry_on_http_429", d.retry_on_http_429),
+        max_memory_bytes=f.size("max_memory_bytes", d.max_memory_bytes),
     )
     if queue.min_shards > queue.max_shards:
         raise ConfigError(f.at("min_shards"), f"must be <= max_shards ({queue.max_shards})")

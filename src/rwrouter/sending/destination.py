@@ -63,6 +63,7 @@ class Destination:
         self.name = config.name
         q = config.queue_config
         self.capacity = q.capacity * q.max_shards
+        self.capacity_bytes = q.max_memory_bytes
         self._transport = transport
         self.auth = auth
         self._metrics = metrics
@@ -96,15 +97,23 @@ class Destination:
         self._reshard_interval = reshard_interval
         self._stats = _IntervalStats()
         self.pending = 0
+        self.pending_bytes = 0
         self.abandoned = 0  # samples given up at shutdown (in flight or still queued)
         metrics.queue_capacity.labels(self.name).set(self.capacity)
         metrics.shards.labels(self.name).set(len(self._shards))
         metrics.watch(metrics.queue_samples, lambda: self.pending, self.name)
         metrics.credentials_expiry.sources[self.name] = auth.expiry
 
-    def has_room(self, samples: int) -> bool:
-        """Whether ``samples`` more fit in the queue (an empty queue takes any request)."""
-        return self.pending == 0 or self.pending + samples <= self.capacity
+    def fits(self, samples: int, nbytes: int) -> bool:
+        """Whether a request's share of ``samples`` and ``nbytes`` could ever fit the queue."""
+        return samples <= self.capacity and nbytes <= self.capacity_bytes
+
+    def has_room(self, samples: int, nbytes: int) -> bool:
+        """Whether ``samples`` more samples and ``nbytes`` more bytes fit in the queue now."""
+        return (
+            self.pending + samples <= self.capacity
+            and self.pending_bytes + nbytes <= self.capacity_bytes
+        )
 
     def enqueue(self, routed: RoutedSeries, metadata: list[bytes]) -> None:
         """Add routed series (and metadata entries) to the shards. Never blocks, never awaits."""
@@ -119,6 +128,7 @@ class Destination:
                 wake[i].set()
             buf.add(frame, count, now=now, key=key)
         self.pending += routed.samples
+        self.pending_bytes += routed.nbytes
         self._stats.samples_in += routed.samples
         if metadata and self.config.metadata_config.send:
             overflow = len(self._metadata) + len(metadata) - METADATA_QUEUE_LIMIT
@@ -204,6 +214,7 @@ class Destination:
                 raise
             finally:
                 self.pending -= samples
+                self.pending_bytes -= sum(len(frame) for frame, _ in items)
 
     async def _reshard_loop(self) -> None:
         """Every ``reshard_interval`` seconds, change the shard count if the load asks for it."""

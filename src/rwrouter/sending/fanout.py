@@ -15,11 +15,12 @@ from dataclasses import dataclass
 
 from rwrouter.auth.schemes import authenticator_for
 from rwrouter.config import Config, DestinationConfig, TLSConfig
+from rwrouter.errors import TooLargeError
 from rwrouter.metrics import Metrics
-from rwrouter.routing import Route, Router
+from rwrouter.routing import Route, RoutedRequest, Router
 from rwrouter.sending.destination import Destination
 from rwrouter.sending.transport import Transport
-from rwrouter.wire import WriteRequestParts
+from rwrouter.wire import decompress, parse_write_request
 
 log = logging.getLogger("rwrouter.fanout")
 
@@ -51,24 +52,42 @@ class FanOut:
         self._metrics = metrics
         self._hits = self._misses = 0
 
-    def accept(self, parts: WriteRequestParts) -> Accepted:
-        """Route a decoded request and enqueue it everywhere, or nowhere if a queue is full.
+    def decode(self, body: bytes, *, max_decoded_bytes: int) -> RoutedRequest:
+        """Decompress, parse and route one request body. CPU-bound and independent of the
+        queues: the server runs it in a worker thread, so the event loop stays responsive.
 
-        Raises DecodeError when a series has invalid labels (nothing is enqueued).
+        Raises DecodeError / TooLargeError (see :func:`rwrouter.wire.decompress`).
         """
-        routed = self.router.route(parts)
+        parts = parse_write_request(decompress(body, max_decoded_bytes=max_decoded_bytes))
+        return self.router.route(parts)
+
+    def accept(self, routed: RoutedRequest) -> Accepted:
+        """Enqueue a routed request everywhere, or nowhere if a queue has no room (all or
+        nothing; call on the event loop).
+
+        Raises TooLargeError when a destination's share is larger than its whole queue (it
+        could never be accepted: 413, not 503 forever).
+        """
         self._count_cache()
+        pairs = list(zip(self.destinations, routed.series, strict=True))
+        for dest, series in pairs:
+            if series.samples and not dest.fits(series.samples, series.nbytes):
+                raise TooLargeError(
+                    f"request carries {series.samples} samples ({series.nbytes} bytes) for "
+                    f"destination {dest.name}, more than its whole queue holds"
+                )
         full = tuple(
             dest.name
-            for dest, series in zip(self.destinations, routed.series, strict=True)
-            if series.samples and not dest.has_room(series.samples)
+            for dest, series in pairs
+            if series.samples and not dest.has_room(series.samples, series.nbytes)
         )
         m = self._metrics
+        counts = (routed.series_in, routed.samples_in, routed.metadata_in)
         if full:
-            for dest, series in zip(self.destinations, routed.series, strict=True):
+            for dest, series in pairs:
                 if dest.name in full:
                     m.dropped_samples.labels(dest.name, "queue_full").inc(series.samples)
-            return Accepted(full, routed.series_in, routed.samples_in, len(parts.metadata))
+            return Accepted(full, *counts)
         for i, dest in enumerate(self.destinations):
             dest.enqueue(routed.series[i], routed.metadata[i])
         for (i, reason), samples in routed.dropped.items():
@@ -76,7 +95,7 @@ class FanOut:
         if routed.metadata_invalid:
             for dest in self.destinations:
                 m.dropped_metadata.labels(dest.name, "invalid").inc(routed.metadata_invalid)
-        return Accepted((), routed.series_in, routed.samples_in, len(parts.metadata))
+        return Accepted((), *counts)
 
     def _count_cache(self) -> None:
         router, m = self.router, self._metrics

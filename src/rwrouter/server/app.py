@@ -11,16 +11,19 @@ Content-Encoding or Content-Type (RW 2.0 included, until it is supported); 503 w
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
 from rwrouter.config import ServerConfig
-from rwrouter.errors import RequestError, TooLargeError, UnsupportedError
+from rwrouter.errors import RequestError, SlowBodyError, TooLargeError, UnsupportedError
+from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.sending.fanout import FanOut
-from rwrouter.wire import decompress, parse_write_request
 
 log = logging.getLogger("rwrouter.server")
 
@@ -28,10 +31,13 @@ FANOUT = web.AppKey("fanout", FanOut)
 METRICS = web.AppKey("metrics", Metrics)
 SETTINGS = web.AppKey("settings", ServerConfig)
 READY = web.AppKey("ready", list)  # [bool]: set once the destinations run
+# One worker thread decodes and routes requests in arrival order (CPU-bound work off the event
+# loop: a huge request delays only itself, not health probes or other answers).
+DECODER = web.AppKey("decoder", ThreadPoolExecutor)
 
 WRITE_PATHS = ("/api/v1/write", "/api/v1/push")
 RW2_CONTENT_TYPE = "io.prometheus.write.v2.request"
-_REASONS = {400: "decode", 413: "too_large", 415: "unsupported"}
+_REASONS = {400: "decode", 408: "slow_body", 413: "too_large", 415: "unsupported"}
 
 
 def check_headers(content_encoding: str | None, content_type: str | None) -> None:
@@ -61,14 +67,24 @@ def check_headers(content_encoding: str | None, content_type: str | None) -> Non
             raise UnsupportedError(f"unsupported protobuf message {value.strip()!r}")
 
 
-async def read_body(request: web.Request, *, limit: int) -> bytes:
-    """The request body, refusing (413) more than ``limit`` bytes before reading it all."""
+async def read_body(request: web.Request, *, limit: int, timeout: float) -> bytes:
+    """The request body, refusing (413) more than ``limit`` bytes before reading it all, and
+    (408) a body that takes more than ``timeout`` seconds to arrive."""
     if request.content_length is not None and request.content_length > limit:
         raise TooLargeError(f"body of {request.content_length} bytes is over the limit of {limit}")
     try:
-        return await request.read()
+        async with asyncio.timeout(timeout):
+            return await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise TooLargeError(f"body is over the limit of {limit} bytes") from None
+    except TimeoutError:
+        raise SlowBodyError(f"body not received within {timeout:g} s") from None
+    except ConnectionResetError:  # the sender went away
+        raise ClientGone from None
+
+
+class ClientGone(Exception):
+    """The sender closed the connection before its body was read: nothing to answer."""
 
 
 async def handle_write(request: web.Request) -> web.Response:
@@ -81,15 +97,21 @@ async def handle_write(request: web.Request) -> web.Response:
         check_headers(
             request.headers.get("Content-Encoding"), request.headers.get("Content-Type")
         )
-        body = await read_body(request, limit=settings.max_request_bytes)
-        parts = parse_write_request(
-            decompress(body, max_decoded_bytes=settings.max_decoded_bytes)
+        body = await read_body(
+            request, limit=settings.max_request_bytes, timeout=settings.read_timeout
         )
-        accepted = fanout.accept(parts)
+        routed = await asyncio.get_running_loop().run_in_executor(
+            app[DECODER],
+            functools.partial(fanout.decode, body, max_decoded_bytes=settings.max_decoded_bytes),
+        )
+        accepted = fanout.accept(routed)
+    except ClientGone:
+        metrics.refused_requests.labels("client_gone").inc()
+        return web.Response(status=400, text="connection closed before the body was read\n")
     except RequestError as exc:
         metrics.requests.labels(str(exc.status)).inc()
         metrics.refused_requests.labels(_REASONS.get(exc.status, "bad_request")).inc()
-        log.info("remote=%s status=%d reason=%r", request.remote, exc.status, str(exc))
+        log.info("remote=%s status=%d reason=%s", request.remote, exc.status, q(exc))
         response = web.Response(status=exc.status, text=f"{exc}\n")
         if body is None:  # the body was not read: do not reuse the connection for the next one
             response.force_close()
@@ -140,10 +162,16 @@ async def handle_index(request: web.Request) -> web.Response:
     return web.Response(text="\n".join(lines) + "\n")
 
 
+async def _shutdown_decoder(app: web.Application) -> None:
+    app[DECODER].shutdown(wait=True)
+
+
 def make_app(*, fanout: FanOut, metrics: Metrics, settings: ServerConfig) -> web.Application:
     """Build the web application; the caller starts and stops ``fanout`` (see cli.run)."""
     app = web.Application(client_max_size=settings.max_request_bytes)
     app[FANOUT], app[METRICS], app[SETTINGS], app[READY] = fanout, metrics, settings, [False]
+    app[DECODER] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rwrouter-decode")
+    app.on_cleanup.append(_shutdown_decoder)
     for path in WRITE_PATHS:
         app.router.add_post(path, handle_write)
     app.router.add_get("/metrics", handle_metrics)
