@@ -51,6 +51,11 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     from rwrouter.config import describe_config, load_config
 
     config = load_config(args.file)
+    for i, dest in enumerate(config.remote_write):
+        if dest.sigv4 is not None and not dest.sigv4.signing_region(os.environ):
+            raise ConfigError(
+                f"remote_write[{i}].sigv4.region", "not set, and AWS_REGION is not set either"
+            )
     print(describe_config(config))
     return 0
 

@@ -22,6 +22,8 @@ BAD: list[tuple[str, Any, str, str]] = [
     ("bad_regex", {"action": "keep", "regex": "a("}, f"{P}[0].regex", "error parsing regexp"),
     ("bad_regex_backreference", {"action": "keep", "regex": r"(a)\1"}, f"{P}[0].regex",
      "error parsing regexp"),
+    ("any_byte_escape_go_refuses", {"action": "keep", "regex": r"a\C"}, f"{P}[0].regex",
+     "invalid escape sequence"),
     ("bad_source_label", {"source_labels": ["ok", "not-ok"], "target_label": "x"},
      f"{P}[0].source_labels[1]", '"not-ok" is not a valid label name'),
     ("source_labels_not_list", {"source_labels": "a", "target_label": "x"},

@@ -125,7 +125,7 @@ async def authenticator_for(destination: object, *, path: str) -> Authenticator:
     and none is set in the environment; CredentialsError when no AWS credentials are found."""
     v4 = getattr(destination, "sigv4", None)
     if v4 is not None:
-        region = v4.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        region = v4.signing_region(os.environ)
         if not region:
             raise ConfigError(f"{path}.sigv4.region", "not set, and AWS_REGION is not set either")
         source = await open_source(

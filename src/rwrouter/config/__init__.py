@@ -17,7 +17,7 @@ Module layout: ``values`` (scalar syntax) <- ``model`` (dataclasses) <- ``parse`
 <- ``load`` (files), ``describe`` (text).
 """
 
-from rwrouter.config.describe import describe_config, describe_rule
+from rwrouter.config.describe import describe_config, describe_rule, safe_url
 from rwrouter.config.load import check_files, load_config
 from rwrouter.config.model import (
     Authorization,
@@ -59,4 +59,5 @@ __all__ = [
     "parse_config",
     "parse_duration",
     "parse_size",
+    "safe_url",
 ]

@@ -42,7 +42,7 @@ def _destination(dest: DestinationConfig) -> list[str]:
     )
     lines = [
         f"destination {dest.name}:",
-        f"  url: {_safe_url(dest.url)}",
+        f"  url: {safe_url(dest.url)}",
         f"  fallback: {role}",
         f"  auth: {_auth(dest)}",
         f"  remote_timeout: {format_duration(dest.remote_timeout)}",
@@ -66,7 +66,7 @@ def _destination(dest: DestinationConfig) -> list[str]:
         fields.append(f"insecure_skip_verify={_flag(tls.insecure_skip_verify)}")
         lines.append(f"  tls_config: {' '.join(fields)}")
     if dest.proxy_url is not None:
-        lines.append(f"  proxy_url: {_safe_url(dest.proxy_url)}")
+        lines.append(f"  proxy_url: {safe_url(dest.proxy_url)}")
     meta = dest.metadata_config
     lines += [
         f"  queue_config: {_queue(dest.queue_config)}",
@@ -139,7 +139,7 @@ def describe_rule(rule: RelabelConfig) -> str:
     return " ".join(parts)
 
 
-def _safe_url(url: str) -> str:
+def safe_url(url: str) -> str:
     """``url`` without user info or query string (either may carry a credential)."""
     parts = urlsplit(url)
     netloc = parts.netloc.rpartition("@")[2]

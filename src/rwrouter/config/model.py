@@ -6,6 +6,7 @@ Units: durations are float seconds, sizes int bytes. Secrets are :class:`Secret`
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -95,6 +96,10 @@ class SigV4Config:
     profile: str | None = None
     role_arn: str | None = None
     service: str = "aps"
+
+    def signing_region(self, env: Mapping[str, str]) -> str | None:
+        """``region``, else ``AWS_REGION``, else ``AWS_DEFAULT_REGION`` from ``env``."""
+        return self.region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None
 
     @property
     def credential_source(self) -> str:

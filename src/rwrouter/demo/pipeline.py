@@ -218,7 +218,7 @@ def run_demo(
         return 2
     temp = workdir is None
     path = Path(tempfile.mkdtemp(prefix="rwrouter-demo-")) if temp else Path(str(workdir))
-    note = " (temporary: removed on exit; --workdir keeps it)" if temp else ""
+    note = " (temporary: removed on exit; `rwrouter demo --workdir DIR` keeps it)" if temp else ""
     print(f"rwrouter demo: {nodes} GPU node(s), work dir {path}{note}", flush=True)
     pipeline = DemoPipeline(workdir=path, nodes=nodes, scrape_interval_s=5.0)
     stop = threading.Event()

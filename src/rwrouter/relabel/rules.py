@@ -87,7 +87,13 @@ class Regex:
 
     @classmethod
     def compile(cls, text: str) -> Regex:
-        """Compile ``text`` with RE2; raises ``ValueError`` with RE2's reason if it is invalid."""
+        """Compile ``text`` with RE2; raises ``ValueError`` with RE2's reason if it is invalid.
+
+        ``\\C`` (any single byte) is refused too: C++ RE2 has it, Go's regexp (Prometheus) does
+        not, and a rule Prometheus refuses must not load here either.
+        """
+        if _has_any_byte_escape(text):
+            raise ValueError("error parsing regexp: invalid escape sequence: `\\C`")
         try:
             pattern = re2.compile(f"^(?s:{text})$", _RE2_OPTIONS)
         except re2.error as exc:
@@ -102,6 +108,16 @@ class Regex:
 
     def __hash__(self) -> int:
         return hash(self.text)
+
+
+def _has_any_byte_escape(text: str) -> bool:
+    """Whether ``text`` has an unescaped ``\\C``."""
+    pos = text.find("\\")
+    while pos >= 0:
+        if text[pos + 1 : pos + 2] == "C":
+            return True
+        pos = text.find("\\", pos + 2)
+    return False
 
 
 #: The default regex object. Like Prometheus (which compares the pointer), "regex not set" means

@@ -14,7 +14,7 @@ import ssl
 from dataclasses import dataclass
 
 from rwrouter.auth.schemes import authenticator_for
-from rwrouter.config import Config, DestinationConfig, TLSConfig
+from rwrouter.config import Config, DestinationConfig, TLSConfig, safe_url
 from rwrouter.errors import TooLargeError
 from rwrouter.metrics import Metrics
 from rwrouter.routing import Route, RoutedRequest, Router
@@ -140,7 +140,7 @@ async def build_fanout(config: Config, metrics: Metrics) -> FanOut:
             Destination(config=dest, transport=_transport(dest), auth=auth, metrics=metrics)
         )
         log.info("destination=%s url=%s auth=%s fallback=%s rules=%d", dest.name,
-                 _redact(dest.url), auth.kind, dest.fallback,
+                 safe_url(dest.url), auth.kind, dest.fallback,
                  len(dest.write_relabel_configs))  # fmt: skip
     return FanOut(router=router, destinations=destinations, metrics=metrics)
 
@@ -166,10 +166,3 @@ def _ssl_context(tls: TLSConfig) -> ssl.SSLContext:
     if tls.min_version:
         ctx.minimum_version = _TLS_VERSIONS[tls.min_version]
     return ctx
-
-
-def _redact(url: str) -> str:
-    """A URL without userinfo, for logs."""
-    scheme, sep, rest = url.partition("://")
-    host, at, tail = rest.partition("@")
-    return f"{scheme}{sep}{tail}" if at and "/" not in host else url

@@ -1,0 +1,56 @@
+"""The command line as a user runs it: ``rwrouter check-config`` exit codes and output."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+AWS_ENV = {"AWS_REGION": "us-east-1", "AMP_WORKSPACE_ID": "ws-123"}
+
+CASES = [
+    # id, config text, extra env, exit code, text expected on stdout or stderr
+    ("shipped_gpu_example", (ROOT / "config/rwrouter.yaml").read_text(), AWS_ENV, 0,
+     "destination workspace:"),
+    ("missing_env_var", (ROOT / "config/rwrouter.yaml").read_text(), {}, 2,
+     "remote_write[0].url: environment variable AWS_REGION is not set"),
+    ("sigv4_without_region_anywhere", "remote_write:\n  - url: http://a/x\n    sigv4: {}\n", {},
+     2, "remote_write[0].sigv4.region: not set"),
+    ("sigv4_region_from_environment", "remote_write:\n  - url: http://a/x\n    sigv4: {}\n",
+     {"AWS_REGION": "eu-west-1"}, 0, "auth: sigv4 region=(from the AWS environment)"),
+    ("typo_names_the_key_path",
+     "remote_write:\n  - url: http://a/x\n    queue_config: {max_shard: 2}\n", {}, 2,
+     "remote_write[0].queue_config.max_shard: unknown key"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "code", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_check_config(
+    tmp_path: Path, text: str, env: dict[str, str], code: int, expected: str
+) -> None:
+    path = tmp_path / "rwrouter.yaml"
+    path.write_text(text)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "rwrouter", "check-config", str(path)],
+        env={**clean, **env}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == code, result.stderr
+    assert expected in result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_check_config_into_a_closed_pipe_is_not_an_error(tmp_path: Path) -> None:
+    path = ROOT / "config/rwrouter.yaml"
+    result = subprocess.run(
+        f"{sys.executable} -m rwrouter check-config {path} | head -1",
+        shell=True, env={**os.environ, **AWS_ENV}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.stdout.startswith("config:")
+    assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr
