@@ -60,7 +60,8 @@ class Route:
 @dataclass(slots=True)
 class RoutedSeries:
     """Series routed to one destination: framed ``timeseries`` fields, each with its shard key
-    (the encoded output labels) and its sample count (samples + exemplars + histograms, >= 1)."""
+    (the encoded output labels) and its sample count (samples + exemplars + histograms, >= 1:
+    a series carrying none is not forwarded)."""
 
     frames: list[bytes] = field(default_factory=list)
     keys: list[bytes] = field(default_factory=list)
@@ -158,7 +159,10 @@ class Router:
         )
         filters = self._filters
         for raw in parts.series:
-            n = raw.samples + raw.exemplars + raw.histograms or 1
+            n = raw.samples + raw.exemplars + raw.histograms
+            if not n:  # nothing to deliver (its labels are still checked)
+                self.outcome(raw.labels)
+                continue
             out.samples_in += n
             for i, res in enumerate(self.outcome(raw.labels)):
                 if isinstance(res, bytes):

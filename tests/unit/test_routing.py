@@ -402,8 +402,13 @@ SAMPLE_COUNT_CASES = [
     ("exemplars_added", (2, 2, 0), 4),
     ("histograms_only", (0, 0, 2), 2),
     ("all_three", (1, 1, 1), 3),
-    ("empty_series_counts_one", (0, 0, 0), 1),
 ]
+
+
+def test_series_without_samples_is_not_forwarded() -> None:
+    out = Router(global_rules=(), routes=[route("a")]).route(request([(NODE, 0, 0, 0)]))
+    assert out.series[0].frames == [] and out.dropped == {}
+    assert out.series_in == 1 and out.samples_in == 0
 
 
 @pytest.mark.parametrize(
