@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from rwrouter.errors import DecodeError, TooLargeError
 from rwrouter.wire import (
+    codec,
     compress,
     decode_labels,
     decompress,
@@ -390,6 +391,12 @@ MALFORMED: list[tuple[str, bytes]] = [
     ("sample_value_wire_type_varint", series_bytes(ld(2, b"\x08\x01"))),
     ("sample_timestamp_wire_type_i64", series_bytes(ld(2, tag(2, 1) + b"\x00" * 8))),
     ("sample_field_number_0", series_bytes(ld(2, b"\x00\x00"))),
+    ("sample_timestamp_tag_without_varint", series_bytes(label("a", "b"), ld(2, b"\x10"))),
+    ("sample_timestamp_varint_unterminated",
+     series_bytes(label("a", "b"), ld(2, b"\x09" + b"\x00" * 8 + b"\x10\x80\x80"))),
+    ("sample_value_cut", series_bytes(label("a", "b"), ld(2, b"\x09\x00\x00"))),
+    ("sample_timestamp_varint_11_bytes",
+     series_bytes(label("a", "b"), ld(2, b"\x10" + b"\xff" * 10 + b"\x01"))),
     ("exemplar_label_invalid_utf8", series_bytes(ld(3, ld(1, ld(2, b"\xff"))))),
     ("exemplar_label_wire_type", series_bytes(ld(3, ld(1, b"\x08\x01")))),
     ("exemplar_value_wire_type_varint", series_bytes(ld(3, b"\x10\x01"))),
@@ -563,3 +570,40 @@ def test_property_reencode_round_trip(
     assert [x.timestamp for x in ts.samples] == [t for _, t in samples]
     assert framed.endswith(sample_bytes)
     assert framed == series_bytes(*(label(n, v) for n, v in expected), sample_bytes)
+
+
+def _sample_field(sample: tuple[int, int]) -> bytes:
+    bits, timestamp = sample
+    return ld(2, tag(1, 1) + struct.pack("<Q", bits) + tag(2, 0) + encode_varint(timestamp % 2**64))
+
+
+@settings(max_examples=500, deadline=None)
+@given(rest=st.lists(st.one_of(
+    st.binary(max_size=14).map(lambda b: ld(2, b)),       # a sample field, any payload
+    st.binary(max_size=3),                                 # garbage
+    st.tuples(st.integers(0, 2**64 - 1), st.integers(-(2**63), 2**63 - 1)).map(_sample_field),
+), max_size=4).map(b"".join))  # fmt: skip
+def test_property_sample_fast_path_agrees_with_the_general_walk(rest: bytes) -> None:
+    """Whatever the fast path accepts, the general walk accepts with the same count."""
+    data = label("__name__", "m") + rest
+    labels_end = len(label("__name__", "m"))
+    fast = codec._plain_samples(data, labels_end, len(data))
+    if fast:
+        assert codec._split_general(data, labels_end).samples == fast
+
+
+@settings(max_examples=200, deadline=None)
+@given(samples=st.lists(st.tuples(st.floats(allow_nan=False), st.integers(-(2**63), 2**63 - 1)),
+                        min_size=1, max_size=4))  # fmt: skip
+def test_property_protobuf_encoded_samples_take_the_fast_path(
+    samples: list[tuple[float, int]],
+) -> None:
+    """protobuf omits zero values and timestamps; the fast path still counts every sample."""
+    ts = types_pb2.TimeSeries()
+    ts.labels.add(name="__name__", value="m")
+    for value, timestamp in samples:
+        ts.samples.add(value=value, timestamp=timestamp)
+    data = ts.SerializeToString()
+    labels_end = len(label("__name__", "m"))
+    assert codec._plain_samples(data, labels_end, len(data)) == len(samples)
+    assert codec.split_series(data).samples == len(samples)
