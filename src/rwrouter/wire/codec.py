@@ -123,6 +123,10 @@ def read_varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
 
 def encode_varint(value: int) -> bytes:
     """Encode a non-negative int as a base-128 varint."""
+    if value < 0x80:
+        return bytes((value,))
+    if value < 0x4000:
+        return bytes(((value & 0x7F) | 0x80, value >> 7))
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
