@@ -128,6 +128,18 @@ class Metrics:
             ["destination"],
             registry=r,
         )
+        self.queue_bytes = Gauge(
+            "rwrouter_queue_bytes",
+            "Bytes of encoded series waiting or in flight in a destination's in-memory queue.",
+            ["destination"],
+            registry=r,
+        )
+        self.queue_capacity_bytes = Gauge(
+            "rwrouter_queue_capacity_bytes",
+            "Byte bound of a destination's in-memory queue (queue_config.max_memory_bytes).",
+            ["destination"],
+            registry=r,
+        )
         self.shards = Gauge(
             "rwrouter_shards", "Concurrent senders of a destination.", ["destination"], registry=r
         )

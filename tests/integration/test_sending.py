@@ -289,3 +289,39 @@ remote_write:
                              reason="4xx") == 300
     )  # fmt: skip
     assert len(requests) <= 1 + SPLIT_BUDGET
+
+
+async def test_stop_during_a_resharding_blocked_by_a_hanging_destination(serve: Serve) -> None:
+    """stop() honours its timeout even while a resharding waits for a sender stuck on a
+    destination that never answers, and leaves no sender running afterwards."""
+    release = asyncio.Event()
+
+    async def hang(request: web.Request) -> web.Response:
+        await request.read()
+        await release.wait()
+        return web.Response(status=200)
+
+    url = await serve(hang)
+    config = parse_config(f"remote_write: [{{name: hang, url: '{url}', remote_timeout: 60s,"
+                          " queue_config: {batch_send_deadline: 5ms}}]", env={})  # fmt: skip
+    dest = Destination(
+        config=config.remote_write[0],
+        transport=Transport(url=url, timeout=60),
+        auth=NoAuth(),
+        metrics=Metrics(),
+    )
+    await dest.start()
+    router = Router(global_rules=(), routes=[Route(name="hang")])
+    body = write_request([Series((("__name__", "m"), ("i", str(i))), ((1, 1.0),))
+                          for i in range(10)])  # fmt: skip
+    dest.enqueue(router.route(parse_write_request(body.SerializeToString())).series[0], [])
+    await eventually(lambda: dest.pending == 10 and not dest._shards[0].frames)  # in flight
+    resharding = asyncio.create_task(dest._reshard(3))
+    await asyncio.sleep(0.05)
+    started = time.perf_counter()
+    abandoned = await dest.stop(timeout=0.3)
+    assert time.perf_counter() - started < 2
+    assert abandoned == 10
+    assert resharding.done()
+    assert all(task.done() for task in dest._shard_tasks)
+    release.set()

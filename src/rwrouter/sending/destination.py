@@ -102,6 +102,8 @@ class Destination:
         metrics.queue_capacity.labels(self.name).set(self.capacity)
         metrics.shards.labels(self.name).set(len(self._shards))
         metrics.watch(metrics.queue_samples, lambda: self.pending, self.name)
+        metrics.watch(metrics.queue_bytes, lambda: self.pending_bytes, self.name)
+        metrics.queue_capacity_bytes.labels(self.name).set(self.capacity_bytes)
         metrics.credentials_expiry.sources[self.name] = auth.expiry
 
     def fits(self, samples: int, nbytes: int) -> bool:
@@ -163,8 +165,10 @@ class Destination:
         self._closing = True
         self._closed.set()
         deadline = self._clock() + timeout
-        if self._reshard_task is not None:  # a resharding under way completes first
+        if self._reshard_task is not None:  # a resharding under way completes first...
             await asyncio.wait([self._reshard_task], timeout=timeout)
+            self._reshard_task.cancel()  # ...unless a sender is stuck retrying: then stop it
+            await asyncio.gather(self._reshard_task, return_exceptions=True)
         for event in (*self._wake, self._metadata_wake):
             event.set()
         tasks = [*self._shard_tasks, *self._tasks]
@@ -243,6 +247,7 @@ class Destination:
         for event in self._wake:
             event.set()
         await asyncio.gather(*self._shard_tasks, return_exceptions=True)
+        # Even when stop() came meanwhile, restart the senders: they drain what waits.
         self._shards = reshard(self._shards, shards)  # no await from here: enqueue waits
         self._wake = [asyncio.Event() for _ in self._shards]
         for event in self._wake:
