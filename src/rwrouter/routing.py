@@ -43,7 +43,8 @@ INVALID = "invalid"
 FILTERED = "filtered"  # only exemplars/histograms the destination does not take
 
 _EXEMPLARS, _HISTOGRAMS = 3, 4
-DEFAULT_CACHE_SIZE = 500_000  # label sets; ~1 KB each with their outcomes -> ~0.5 GB at most
+DEFAULT_CACHE_SIZE = 500_000  # label sets
+DEFAULT_CACHE_BYTES = 128 * 1024 * 1024  # raw + encoded label bytes held by the cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +68,7 @@ class RoutedSeries:
     keys: list[bytes] = field(default_factory=list)
     counts: list[int] = field(default_factory=list)
     samples: int = 0
-    nbytes: int = 0  # total length of the frames
+    nbytes: int = 0  # bytes held: the frames and their keys
 
 
 @dataclass(slots=True)
@@ -92,7 +93,10 @@ Outcome = tuple[bytes | str | None, ...]
 class Router:
     """Routes series and metadata to destinations; caches the outcome per raw label set.
 
-    ``cache_size``: how many distinct label sets to remember (oldest forgotten first).
+    ``cache_size``: how many distinct label sets to remember, ``cache_bytes``: how many bytes
+    of raw and encoded labels at most (oldest forgotten first when either is reached). The
+    cache is safe to use from several threads under the GIL (lookups and inserts are single
+    dict operations; eviction tolerates a concurrent one).
     """
 
     def __init__(
@@ -101,11 +105,14 @@ class Router:
         global_rules: Sequence[RelabelConfig],
         routes: Sequence[Route],
         cache_size: int = DEFAULT_CACHE_SIZE,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> None:
         self.global_rules = tuple(global_rules)
         self.routes = tuple(routes)
         self.cache_size = cache_size
+        self.cache_bytes = cache_bytes
         self._cache: dict[bytes, Outcome] = {}
+        self._cached_bytes = 0
         # Per route: does it filter out exemplars or native histograms?
         self._filters = [not (r.send_exemplars and r.send_native_histograms) for r in routes]
         self.hits = 0
@@ -122,9 +129,11 @@ class Router:
             return cached
         self.misses += 1
         result = self.route_labels(decode_labels(raw_labels))
-        if len(self._cache) >= self.cache_size:
+        size = _entry_bytes(raw_labels, result)
+        if len(self._cache) >= self.cache_size or self._cached_bytes + size > self.cache_bytes:
             self._evict()
         self._cache[raw_labels] = result
+        self._cached_bytes += size
         return result
 
     def route_labels(self, labels: tuple[tuple[str, str], ...]) -> Outcome:
@@ -178,7 +187,7 @@ class Router:
                     dest.keys.append(res)
                     dest.counts.append(kept)
                     dest.samples += kept
-                    dest.nbytes += len(frame)
+                    dest.nbytes += len(frame) + len(res)  # the frame, and its shard key
                 elif res is not None:
                     out.dropped[(i, res)] = out.dropped.get((i, res), 0) + n
         out.series_in = len(parts.series)
@@ -194,13 +203,24 @@ class Router:
         return out
 
     def _evict(self) -> None:
-        """Forget the oldest tenth of the cache (dicts keep insertion order)."""
+        """Forget the oldest tenth of the cache, and more until it is under its byte bound
+        (dicts keep insertion order)."""
         drop = max(1, self.cache_size // 10)
-        for key in list(self._cache)[:drop]:
-            del self._cache[key]
+        target = self.cache_bytes * 0.9
+        for i, key in enumerate(list(self._cache)):
+            if i >= drop and self._cached_bytes <= target:
+                break
+            outcome = self._cache.pop(key, None)
+            if outcome is not None:
+                self._cached_bytes -= _entry_bytes(key, outcome)
 
     def __len__(self) -> int:
         return len(self._cache)
+
+
+def _entry_bytes(key: bytes, outcome: Outcome) -> int:
+    """What a cache entry holds: the raw label bytes and each destination's encoded labels."""
+    return len(key) + sum(len(res) for res in outcome if isinstance(res, bytes))
 
 
 def _filter(raw: RawSeries, route: Route) -> tuple[bytes, int]:

@@ -54,7 +54,7 @@ def test_empty_buffer() -> None:
     buf = ShardBuffer()
     assert buf.samples == 0 and buf.first_at is None
     assert not buf.ready(max_samples=1, deadline=0.0, now=1e9)
-    assert buf.take(max_samples=10) == ([], 0)
+    assert buf.take(max_samples=10) == ([], 0, 0)
 
 
 TAKE_CASES = [
@@ -77,7 +77,7 @@ TAKE_CASES = [
 )
 def test_take(counts: list[int], max_samples: int, taken: list[int], samples: int) -> None:
     buf = filled(counts)
-    items, got = buf.take(max_samples=max_samples)
+    items, got, _ = buf.take(max_samples=max_samples)
     assert items == [(frame(i), counts[i]) for i in taken]
     assert got == samples
     assert buf.samples == sum(counts) - samples
@@ -89,7 +89,7 @@ def test_take_drains_in_order_without_loss() -> None:
     buf = filled(counts)
     batches: list[list[bytes]] = []
     while buf.frames:
-        items, samples = buf.take(max_samples=10)
+        items, samples, _ = buf.take(max_samples=10)
         assert items and (samples <= 10 or len(items) == 1)
         batches.append([f for f, _ in items])
     assert [f for b in batches for f in b] == [frame(i) for i in range(len(counts))]
@@ -132,7 +132,7 @@ def test_leftover_frames_keep_their_age() -> None:
     buf = ShardBuffer()
     buf.add(frame(0), 6, now=10.0)
     buf.add(frame(1), 6, now=12.0)
-    items, _ = buf.take(max_samples=10)
+    items, _, _ = buf.take(max_samples=10)
     assert items == [(frame(0), 6)]
     # The leftover is not younger than when the batch was cut: it goes out no later.
     assert buf.first_at == 10.0
@@ -207,3 +207,11 @@ def test_desired_shards(
         pending=pending, interval=10.0,
     )  # fmt: skip
     assert got == expected
+
+
+def test_take_reports_the_key_bytes_it_removes() -> None:
+    buf = ShardBuffer()
+    buf.add(frame(0), 1, now=0.0, key=b"k" * 7)
+    buf.add(frame(1), 1, now=0.0, key=b"k" * 5)
+    assert buf.take(max_samples=1)[2] == 7
+    assert buf.take(max_samples=1)[2] == 5

@@ -437,3 +437,11 @@ def test_drop_counts_accumulate_per_destination_and_reason() -> None:
     )
     assert out.dropped == {(0, RELABEL): 6, (1, INVALID): 7}
     assert sent(out, 0) == [GPU]
+
+
+def test_cache_is_bounded_in_bytes_too() -> None:
+    big = "v" * 10_000
+    router = Router(global_rules=(), routes=[route("a")], cache_size=1000, cache_bytes=100_000)
+    router.route(request([{"__name__": "m", "i": str(i), "big": big} for i in range(50)]))
+    assert router._cached_bytes <= 100_000
+    assert 0 < len(router) < 10

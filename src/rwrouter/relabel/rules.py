@@ -111,11 +111,17 @@ class Regex:
 
 
 def _has_any_byte_escape(text: str) -> bool:
-    """Whether ``text`` has an unescaped ``\\C``."""
+    """Whether ``text`` has an unescaped ``\\C`` outside ``\\Q...\\E`` quoting."""
     pos = text.find("\\")
     while pos >= 0:
-        if text[pos + 1 : pos + 2] == "C":
+        escaped = text[pos + 1 : pos + 2]
+        if escaped == "C":
             return True
+        if escaped == "Q":  # literal text up to \E (or the end)
+            end = text.find("\\E", pos + 2)
+            if end < 0:
+                return False
+            pos = end
         pos = text.find("\\", pos + 2)
     return False
 

@@ -47,20 +47,20 @@ class ShardBuffer:
         assert self.first_at is not None
         return self.samples >= max_samples or now - self.first_at >= deadline
 
-    def take(self, *, max_samples: int) -> tuple[list[tuple[bytes, int]], int]:
+    def take(self, *, max_samples: int) -> tuple[list[tuple[bytes, int]], int, int]:
         """Remove and return up to ``max_samples`` samples' worth of (frame, sample count)
-        (at least one frame), and their total sample count."""
+        (at least one frame), their total sample count, and the total length of their keys."""
         frames: list[tuple[bytes, int]] = []
-        taken = 0
+        taken = key_bytes = 0
         while self.frames and (not frames or taken + self.frames[0][1] <= max_samples):
             item = self.frames.popleft()
-            self.keys.popleft()
+            key_bytes += len(self.keys.popleft())
             frames.append(item)
             taken += item[1]
         self.samples -= taken
         if not self.frames:  # frames left behind keep their age: they go out no later
             self.first_at = None
-        return frames, taken
+        return frames, taken, key_bytes
 
 
 def reshard(old: list[ShardBuffer], shards: int) -> list[ShardBuffer]:

@@ -205,7 +205,7 @@ class Destination:
                 with suppress(TimeoutError):
                     await asyncio.wait_for(wake.wait(), deadline - (now - buf.first_at))
                 continue
-            items, samples = buf.take(max_samples=q.max_samples_per_send)
+            items, samples, keys_bytes = buf.take(max_samples=q.max_samples_per_send)
             started = self._clock()
             try:
                 delivered = await self._deliverer.deliver(items, "samples")
@@ -218,7 +218,7 @@ class Destination:
                 raise
             finally:
                 self.pending -= samples
-                self.pending_bytes -= sum(len(frame) for frame, _ in items)
+                self.pending_bytes -= sum(len(frame) for frame, _ in items) + keys_bytes
 
     async def _reshard_loop(self) -> None:
         """Every ``reshard_interval`` seconds, change the shard count if the load asks for it."""

@@ -87,4 +87,18 @@ class Transport:
                 head = await resp.content.read(BODY_HEAD_BYTES)
                 return Answer(resp.status, dict(resp.headers), head)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise TransportError(f"{type(exc).__name__}: {exc}".rstrip(": ")) from exc
+            raise TransportError(_scrub(f"{type(exc).__name__}: {exc}".rstrip(": "))) from exc
+
+
+def _scrub(text: str) -> str:
+    """An error text without URL query strings or user info (they may hold credentials)."""
+    out = []
+    for word in text.split(" "):
+        if "://" in word:
+            scheme, _, rest = word.partition("://")
+            rest = rest.rpartition("@")[2]
+            if "?" in rest:
+                rest = rest.split("?", 1)[0] + "?<query hidden>" + ("'" if word[-1:] == "'" else "")
+            word = f"{scheme}://{rest}"
+        out.append(word)
+    return " ".join(out)

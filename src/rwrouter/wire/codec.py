@@ -24,6 +24,8 @@ from rwrouter.errors import DecodeError, TooLargeError
 
 SNAPPY_FRAMED_MAGIC = b"\xff\x06\x00\x00sNaPpY"
 
+_MAX_FIELD_NUMBER = (1 << 29) - 1  # protobuf encoding spec
+
 # Wire types (protobuf encoding spec).
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 
@@ -162,8 +164,8 @@ def _fields(
         head = pos
         key, pos = read_varint(buf, pos, end)
         field, wire_type = key >> 3, key & 7
-        if field == 0:
-            raise DecodeError(f"bad protobuf: field number 0 in {what}")
+        if field == 0 or field > _MAX_FIELD_NUMBER:
+            raise DecodeError(f"bad protobuf: field number {field} in {what}")
         start = pos
         if wire_type == _LEN:
             length, start = read_varint(buf, pos, end)
