@@ -22,10 +22,10 @@ from rwrouter.routing import Route, Router
 from rwrouter.sending.delivery import SPLIT_BUDGET
 from rwrouter.sending.destination import Destination
 from rwrouter.sending.transport import Transport
-from rwrouter.wire import parse_write_request
+from rwrouter.wire import parse_write_request, remote_pb2, types_pb2
 from tests.integration.conftest import StartRouter, eventually, metric_value, post_write
 from tests.support.capture import CaptureServer
-from tests.support.series import Series, build_body, decode, write_request
+from tests.support.series import Series, build_body, decode, encode, write_request
 
 
 class OrderCheckingSink:
@@ -325,3 +325,23 @@ async def test_stop_during_a_resharding_blocked_by_a_hanging_destination(serve: 
     assert resharding.done()
     assert all(task.done() for task in dest._shard_tasks)
     release.set()
+
+
+async def test_metadata_counts_against_the_queue_byte_bound(
+    start_router: StartRouter, serve: Serve, http: aiohttp.ClientSession
+) -> None:
+    async def unavailable(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(status=503)
+
+    router = await start_router(f"""
+remote_write:
+  - name: down
+    url: {await serve(unavailable)}
+    queue_config: {{max_memory_bytes: 64KiB, min_backoff: 1s, max_backoff: 1s}}
+""")
+    entry = types_pb2.MetricMetadata(metric_family_name="m", help="h" * 10_000)
+    body = encode(remote_pb2.WriteRequest(metadata=[entry]))
+    statuses = [(await post_write(http, router, body))[0] for _ in range(10)]
+    assert statuses[:6] == [204] * 6  # 6 x ~10 KB fit in 64 KiB
+    assert statuses[6:] == [503] * 4

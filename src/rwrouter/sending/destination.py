@@ -135,11 +135,21 @@ class Destination:
         if metadata and self.config.metadata_config.send:
             overflow = len(self._metadata) + len(metadata) - METADATA_QUEUE_LIMIT
             for _ in range(max(0, overflow)):
-                self._metadata.popleft()
+                self.pending_bytes -= len(self._metadata.popleft())
             if overflow > 0:
                 self._metrics.dropped_metadata.labels(self.name, "queue_full").inc(overflow)
             self._metadata.extend(metadata)
+            self.pending_bytes += self.metadata_bytes(metadata)
             self._metadata_wake.set()
+
+    def metadata_bytes(self, metadata: list[bytes]) -> int:
+        """The queue bytes these metadata entries would take (0 when metadata is not sent)."""
+        return sum(map(len, metadata)) if self.config.metadata_config.send else 0
+
+    def refused(self, samples: int) -> None:
+        """Note samples refused (503) for want of room: they are demand all the same, and the
+        resharding decision must see it."""
+        self._stats.samples_in += samples
 
     @property
     def shards(self) -> int:
@@ -265,7 +275,10 @@ class Destination:
                 await self._metadata_wake.wait()
                 continue
             batch = [(self._metadata.popleft(), 1) for _ in range(min(limit, len(self._metadata)))]
-            delivered = await self._deliverer.deliver(batch, "metadata")
+            try:
+                delivered = await self._deliverer.deliver(batch, "metadata")
+            finally:
+                self.pending_bytes -= sum(len(entry) for entry, _ in batch)
             if delivered:
                 self._metrics.sent_metadata.labels(self.name).inc(delivered)
 

@@ -69,24 +69,29 @@ class FanOut:
         could never be accepted: 413, not 503 forever).
         """
         self._count_cache()
-        pairs = list(zip(self.destinations, routed.series, strict=True))
-        for dest, series in pairs:
-            if series.samples and not dest.fits(series.samples, series.nbytes):
+        shares = [
+            (dest, series.samples, series.nbytes + dest.metadata_bytes(metadata))
+            for dest, series, metadata in zip(
+                self.destinations, routed.series, routed.metadata, strict=True
+            )
+        ]
+        for dest, samples, nbytes in shares:
+            if nbytes and not dest.fits(samples, nbytes):
                 raise TooLargeError(
-                    f"request carries {series.samples} samples ({series.nbytes} bytes) for "
-                    f"destination {dest.name}, more than its whole queue holds"
+                    f"request carries {samples} samples ({nbytes} bytes) for destination "
+                    f"{dest.name}, more than its whole queue holds"
                 )
         full = tuple(
-            dest.name
-            for dest, series in pairs
-            if series.samples and not dest.has_room(series.samples, series.nbytes)
-        )
+            dest.name for dest, samples, nbytes in shares
+            if nbytes and not dest.has_room(samples, nbytes)
+        )  # fmt: skip
         m = self._metrics
         counts = (routed.series_in, routed.samples_in, routed.metadata_in)
         if full:
-            for dest, series in pairs:
+            for dest, samples, _ in shares:
                 if dest.name in full:
-                    m.dropped_samples.labels(dest.name, "queue_full").inc(series.samples)
+                    m.dropped_samples.labels(dest.name, "queue_full").inc(samples)
+                    dest.refused(samples)
             return Accepted(full, *counts)
         for i, dest in enumerate(self.destinations):
             dest.enqueue(routed.series[i], routed.metadata[i])
