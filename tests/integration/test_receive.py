@@ -237,3 +237,43 @@ async def test_a_huge_request_does_not_freeze_health_probes(
     assert (await write)[0] == 204
     assert probes, "the huge request was decoded too fast to probe during it"
     assert max(probes) < 0.5
+
+
+async def test_ordinary_requests_do_not_queue_behind_a_huge_one(
+    start_router: StartRouter, fresh_capture: CaptureServer, http: aiohttp.ClientSession
+) -> None:
+    import snappy
+
+    router = await start_router(ROUTER.format(url=fresh_capture.url("/all")).replace(
+        "max_request_bytes: 64KiB", "max_request_bytes: 8MiB"))  # fmt: skip
+    huge = bytes(snappy.compress(b"\x0a\x00" * 1_000_000))  # 2 MB decoded: the large lane
+    write = asyncio.create_task(post_write(http, router, huge))
+    await asyncio.sleep(0.1)
+    started = time.perf_counter()
+    assert (await post_write(http, router, GOOD))[0] == 204
+    ordinary = time.perf_counter() - started
+    assert not write.done() or ordinary < 0.5
+    assert (await write)[0] == 204
+    assert ordinary < 0.5
+
+
+async def test_a_sender_that_gave_up_gets_nothing_enqueued(
+    start_router: StartRouter, fresh_capture: CaptureServer
+) -> None:
+    """A sender whose timeout fired before the answer will send again: keeping its request
+    would duplicate it."""
+    import snappy
+
+    router = await start_router(ROUTER.format(url=fresh_capture.url("/all")).replace(
+        "max_request_bytes: 64KiB", "max_request_bytes: 8MiB"))  # fmt: skip
+    label = b"\x0a\x08__name__\x12\x01m"
+    payload = b"\x0a" + bytes([len(label)]) + label + b"\x12\x0b\x09" + b"\x00" * 8 + b"\x10\x01"
+    body = bytes(snappy.compress((b"\x0a" + bytes([len(payload)]) + payload) * 400_000))
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.2)) as impatient:
+        with pytest.raises(TimeoutError):
+            await post_write(impatient, router, body)
+    await eventually(
+        lambda: metric_value(router, "rwrouter_refused_requests_total", reason="client_gone") == 1
+    )
+    assert metric_value(router, "rwrouter_received_requests_total", code="204") == 0
+    assert fresh_capture.requests("/all") == []

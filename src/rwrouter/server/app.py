@@ -4,9 +4,13 @@ Endpoints: ``POST /api/v1/write`` and ``POST /api/v1/push`` (remote write 1.0), 
 ``GET /-/healthy``, ``GET /-/ready``. Other methods on a known path get 405 (aiohttp).
 
 Answers (RW 1.0 spec; the sender's mistakes are 4xx with a one-line reason, never 5xx):
-204 accepted; 400 undecodable body; 413 body or declared decoded size over the limit; 415 another
+204 accepted; 400 undecodable body; 408 body too slow to arrive; 413 body or declared decoded
+size over the limit, or a share larger than a destination's whole queue; 415 another
 Content-Encoding or Content-Type (RW 2.0 included, until it is supported); 503 with
-``Retry-After`` when a destination queue is full (nothing of the request was enqueued).
+``Retry-After`` when a destination queue is full or too many requests wait to be decoded
+(nothing of the request was kept; the sender retries). Bodies are decoded and routed in worker
+threads (:mod:`rwrouter.server.decoders`); a sender that gave up before its answer gets nothing
+enqueued (it will send again).
 """
 
 from __future__ import annotations
@@ -15,7 +19,6 @@ import asyncio
 import functools
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
@@ -24,6 +27,8 @@ from rwrouter.errors import RequestError, SlowBodyError, TooLargeError, Unsuppor
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.sending.fanout import FanOut
+from rwrouter.server.decoders import Busy, Decoders
+from rwrouter.wire import declared_size
 
 log = logging.getLogger("rwrouter.server")
 
@@ -31,9 +36,7 @@ FANOUT = web.AppKey("fanout", FanOut)
 METRICS = web.AppKey("metrics", Metrics)
 SETTINGS = web.AppKey("settings", ServerConfig)
 READY = web.AppKey("ready", list)  # [bool]: set once the destinations run
-# One worker thread decodes and routes requests in arrival order (CPU-bound work off the event
-# loop: a huge request delays only itself, not health probes or other answers).
-DECODER = web.AppKey("decoder", ThreadPoolExecutor)
+DECODERS = web.AppKey("decoders", Decoders)
 
 WRITE_PATHS = ("/api/v1/write", "/api/v1/push")
 RW2_CONTENT_TYPE = "io.prometheus.write.v2.request"
@@ -84,7 +87,7 @@ async def read_body(request: web.Request, *, limit: int, timeout: float) -> byte
 
 
 class ClientGone(Exception):
-    """The sender closed the connection before its body was read: nothing to answer."""
+    """The sender closed the connection before it got its answer: nothing is kept."""
 
 
 async def handle_write(request: web.Request) -> web.Response:
@@ -100,14 +103,18 @@ async def handle_write(request: web.Request) -> web.Response:
         body = await read_body(
             request, limit=settings.max_request_bytes, timeout=settings.read_timeout
         )
-        routed = await asyncio.get_running_loop().run_in_executor(
-            app[DECODER],
-            functools.partial(fanout.decode, body, max_decoded_bytes=settings.max_decoded_bytes),
+        decode = functools.partial(
+            fanout.decode, body, max_decoded_bytes=settings.max_decoded_bytes
         )
+        routed = await app[DECODERS].run(declared_size(body), decode)
+        if request.transport is None or request.transport.is_closing():
+            raise ClientGone  # the sender gave up (its timeout): it will send again
         accepted = fanout.accept(routed)
     except ClientGone:
         metrics.refused_requests.labels("client_gone").inc()
-        return web.Response(status=400, text="connection closed before the body was read\n")
+        return web.Response(status=400, text="connection closed before the answer\n")
+    except Busy as exc:
+        return _unavailable(request, "busy", f"too many {exc} requests being decoded")
     except RequestError as exc:
         metrics.requests.labels(str(exc.status)).inc()
         metrics.refused_requests.labels(_REASONS.get(exc.status, "bad_request")).inc()
@@ -117,20 +124,25 @@ async def handle_write(request: web.Request) -> web.Response:
             response.force_close()
         return response
     if accepted.full:
-        metrics.requests.labels("503").inc()
-        metrics.refused_requests.labels("queue_full").inc()
-        retry_after = max(1, round(settings.queue_full_retry_after))
-        return web.Response(
-            status=503,
-            headers={"Retry-After": str(retry_after)},
-            text=f"queue full for destination(s) {', '.join(accepted.full)}; retry later\n",
-        )
+        full = ", ".join(accepted.full)
+        return _unavailable(request, "queue_full", f"queue full for destination(s) {full}")
     metrics.requests.labels("204").inc()
     metrics.received_series.inc(accepted.series)
     metrics.received_samples.inc(accepted.samples)
     metrics.received_metadata.inc(accepted.metadata)
     metrics.request_duration.observe(time.perf_counter() - started)
     return web.Response(status=204)
+
+
+def _unavailable(request: web.Request, reason: str, text: str) -> web.Response:
+    """503 with Retry-After: nothing of the request was kept; the sender retries it."""
+    metrics, settings = request.app[METRICS], request.app[SETTINGS]
+    metrics.requests.labels("503").inc()
+    metrics.refused_requests.labels(reason).inc()
+    retry_after = max(1, round(settings.queue_full_retry_after))
+    return web.Response(
+        status=503, headers={"Retry-After": str(retry_after)}, text=f"{text}; retry later\n"
+    )
 
 
 async def handle_metrics(request: web.Request) -> web.Response:
@@ -162,16 +174,16 @@ async def handle_index(request: web.Request) -> web.Response:
     return web.Response(text="\n".join(lines) + "\n")
 
 
-async def _shutdown_decoder(app: web.Application) -> None:
-    app[DECODER].shutdown(wait=True)
+async def _shutdown_decoders(app: web.Application) -> None:
+    app[DECODERS].shutdown()
 
 
 def make_app(*, fanout: FanOut, metrics: Metrics, settings: ServerConfig) -> web.Application:
     """Build the web application; the caller starts and stops ``fanout`` (see cli.run)."""
     app = web.Application(client_max_size=settings.max_request_bytes)
     app[FANOUT], app[METRICS], app[SETTINGS], app[READY] = fanout, metrics, settings, [False]
-    app[DECODER] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rwrouter-decode")
-    app.on_cleanup.append(_shutdown_decoder)
+    app[DECODERS] = Decoders()
+    app.on_cleanup.append(_shutdown_decoders)
     for path in WRITE_PATHS:
         app.router.add_post(path, handle_write)
     app.router.add_get("/metrics", handle_metrics)

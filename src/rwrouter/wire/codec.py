@@ -98,6 +98,15 @@ def decompress(body: bytes, *, max_decoded_bytes: int) -> bytes:
     return data
 
 
+def declared_size(body: bytes) -> int:
+    """The decoded size (bytes) a snappy block body declares in its header; 0 if unreadable
+    (:func:`decompress` then says why)."""
+    try:
+        return read_varint(body, 0, min(len(body), 10))[0]
+    except DecodeError:
+        return 0
+
+
 def compress(data: bytes) -> bytes:
     """Snappy block compression (what remote write bodies use)."""
     out: bytes = snappy.compress(data)

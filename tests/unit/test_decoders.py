@@ -1,0 +1,41 @@
+"""Decoding lanes (rwrouter.server.decoders): lanes by body size, bounded backlog."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from rwrouter.server.decoders import Busy, Decoders
+
+
+async def test_a_full_lane_refuses_and_the_other_lane_still_works() -> None:
+    decoders = Decoders(large_body=100, backlog=1)
+    release = threading.Event()
+    try:
+        blocked = asyncio.create_task(decoders.run(1_000, release.wait))
+        await asyncio.sleep(0.05)
+        with pytest.raises(Busy):
+            await decoders.run(2_000, lambda: None)  # the large lane is full
+        assert await decoders.run(10, lambda: "ordinary") == "ordinary"
+        release.set()
+        assert await blocked is True
+        assert await decoders.run(2_000, lambda: "large again") == "large again"
+    finally:
+        release.set()
+        decoders.shutdown()
+
+
+async def test_errors_of_the_work_reach_the_caller_and_free_the_lane() -> None:
+    decoders = Decoders(backlog=1)
+
+    def fail() -> None:
+        raise ValueError("bad body")
+
+    try:
+        with pytest.raises(ValueError, match="bad body"):
+            await decoders.run(1, fail)
+        assert await decoders.run(1, lambda: 42) == 42
+    finally:
+        decoders.shutdown()
