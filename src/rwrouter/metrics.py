@@ -99,7 +99,7 @@ class Metrics:
         self.refused_requests = Counter(
             "rwrouter_refused_requests",
             "Remote write requests refused whole, by reason (decode, too_large, unsupported, "
-            "slow_body, client_gone, queue_full).",
+            "slow_body, client_gone, queue_full, busy).",
             ["reason"],
             registry=r,
         )
