@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from aiohttp import web
 
@@ -13,6 +14,8 @@ from rwrouter.sending.fanout import FanOut, build_fanout
 from rwrouter.server.app import READY, make_app
 
 log = logging.getLogger("rwrouter.server")
+
+REQUEST_GRACE = 5.0  # seconds requests in progress get to finish when the server stops
 
 
 class RouterServer:
@@ -45,7 +48,11 @@ class RouterServer:
         # auto_decompress=False: aiohttp would otherwise decode gzip/deflate/br/zstd request
         # bodies itself (and fail on bad ones before our handler could answer 415).
         self._runner = web.AppRunner(
-            self._app, access_log=None, handle_signals=False, auto_decompress=False
+            self._app,
+            access_log=None,
+            handle_signals=False,
+            auto_decompress=False,
+            shutdown_timeout=REQUEST_GRACE,
         )
         await self._runner.setup()
         site = web.TCPSite(
@@ -60,13 +67,15 @@ class RouterServer:
                  len(self.fanout.destinations))  # fmt: skip
 
     async def stop(self, *, drain_timeout: float = 30.0) -> None:
-        """Stop accepting requests, then send what is queued for up to ``drain_timeout``
-        seconds (in-memory queues: what is left then is lost and counted)."""
+        """Stop accepting requests (those in progress get up to :data:`REQUEST_GRACE` seconds
+        to finish), then send what is queued until ``drain_timeout`` seconds have passed in all
+        (in-memory queues: what is left then is lost and counted)."""
+        deadline = time.monotonic() + drain_timeout
         if self._app is not None:
             self._app[READY][0] = False
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
         if self.fanout is not None:
-            await self.fanout.stop(timeout=drain_timeout)
+            await self.fanout.stop(timeout=max(0.0, deadline - time.monotonic()))
             self.fanout = None
