@@ -20,6 +20,8 @@ CASES = [
      "remote_write[0].url: environment variable AWS_REGION is not set"),
     ("sigv4_without_region_anywhere", "remote_write:\n  - url: http://a/x\n    sigv4: {}\n", {},
      2, "remote_write[0].sigv4.region: not set"),
+    ("sigv4_region_from_the_aws_profile", "remote_write:\n  - url: http://a/x\n    sigv4: {}\n",
+     {"AWS_PROFILE": "writer"}, 0, "auth: sigv4"),
     ("sigv4_region_from_environment", "remote_write:\n  - url: http://a/x\n    sigv4: {}\n",
      {"AWS_REGION": "eu-west-1"}, 0, "auth: sigv4 region=(from the AWS environment)"),
     ("typo_names_the_key_path",
@@ -36,7 +38,11 @@ def test_check_config(
 ) -> None:
     path = tmp_path / "rwrouter.yaml"
     path.write_text(text)
+    aws_config = tmp_path / "aws-config"
+    aws_config.write_text("[profile writer]\nregion = eu-central-1\n")
     clean = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    clean["AWS_CONFIG_FILE"] = str(aws_config)
+    clean["AWS_SHARED_CREDENTIALS_FILE"] = str(tmp_path / "none")
     result = subprocess.run(
         [sys.executable, "-m", "rwrouter", "check-config", str(path)],
         env={**clean, **env}, capture_output=True, text=True, timeout=60,

@@ -177,6 +177,16 @@ async def open_source(config: object | None = None, **settings: str | None) -> C
     return await asyncio.to_thread(lambda: load_source(config, **settings))
 
 
+def profile_region(profile: str | None = None) -> str | None:
+    """The region of an AWS profile (``profile``, else ``AWS_PROFILE`` or ``default``) from the
+    shared config files, as botocore resolves it. BLOCKING (reads files)."""
+    try:
+        region = botocore.session.Session(profile=profile).get_config_variable("region")
+    except (BotoCoreError, ClientError):
+        return None
+    return str(region) if region else None
+
+
 def sign(
     *,
     method: str,

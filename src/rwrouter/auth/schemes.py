@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 from rwrouter.auth import sigv4
-from rwrouter.auth.credentials import CredentialsSource, open_source, sign
+from rwrouter.auth.credentials import CredentialsSource, open_source, profile_region, sign
 from rwrouter.errors import ConfigError, CredentialsError
 
 
@@ -125,9 +125,13 @@ async def authenticator_for(destination: object, *, path: str) -> Authenticator:
     and none is set in the environment; CredentialsError when no AWS credentials are found."""
     v4 = getattr(destination, "sigv4", None)
     if v4 is not None:
-        region = v4.signing_region(os.environ)
+        region = v4.signing_region(os.environ) or await asyncio.to_thread(
+            profile_region, v4.profile
+        )
         if not region:
-            raise ConfigError(f"{path}.sigv4.region", "not set, and AWS_REGION is not set either")
+            raise ConfigError(
+                f"{path}.sigv4.region", "not set, nor in AWS_REGION or the AWS profile"
+            )
         source = await open_source(
             None,
             region=region,

@@ -85,7 +85,8 @@ class MetadataConfig:
 class SigV4Config:
     """AWS SigV4 signing (``sigv4``). ``sigv4: {}`` means the default credential chain.
 
-    ``region``: when absent it is taken from ``AWS_REGION`` (or ``AWS_DEFAULT_REGION``).
+    ``region``: when absent it is taken from ``AWS_REGION``, ``AWS_DEFAULT_REGION``, or the
+    region of the AWS profile (``profile``, ``AWS_PROFILE``) in the shared config files.
     ``access_key``/``secret_key``: both or neither. ``role_arn`` wraps the base credentials in an
     STS AssumeRole. ``service`` is rwrouter's addition (``aps`` = Amazon Managed Prometheus).
     """
