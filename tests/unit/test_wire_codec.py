@@ -31,7 +31,7 @@ from rwrouter.wire import (
     strip_fields,
     types_pb2,
 )
-from rwrouter.wire.codec import encode_varint
+from rwrouter.wire.walk import encode_varint
 
 STALE_BITS = 0x7FF0000000000002  # Prometheus staleness marker
 PROM_NAN_BITS = 0x7FF8000000000001  # Prometheus "normal" NaN

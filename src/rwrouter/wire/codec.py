@@ -1,5 +1,8 @@
 """Remote write 1.0 codec: snappy block framing and a label-only protobuf walk (pure).
 
+Protobuf primitives live in :mod:`rwrouter.wire.walk`, the checks of the messages forwarded
+without decoding (samples, exemplars, histograms, metadata) in :mod:`rwrouter.wire.validate`.
+
 The router never turns samples, exemplars or native histograms into Python numbers: a series is
 split into the raw bytes of its ``Label`` fields (the relabel cache key) and the raw bytes of
 everything else (``rest``), which is forwarded bit for bit — so a staleness marker
@@ -15,31 +18,21 @@ making a destination reject a batch that also carries other requests' series.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import snappy  # type: ignore[import-untyped,unused-ignore]
 
 from rwrouter.errors import DecodeError, TooLargeError
+from rwrouter.wire.validate import (
+    check_exemplar,
+    check_histogram,
+    check_metadata,
+    check_sample,
+    decode_label,
+)
+from rwrouter.wire.walk import LEN, encode_varint, fields, read_varint
 
 SNAPPY_FRAMED_MAGIC = b"\xff\x06\x00\x00sNaPpY"
-
-_MAX_FIELD_NUMBER = (1 << 29) - 1  # protobuf encoding spec
-
-# Wire types (protobuf encoding spec).
-_VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
-
-# Expected wire types of the fields we forward; packed repeated scalars may also come as LEN.
-_SAMPLE_FIELDS: dict[int, tuple[int, ...]] = {1: (_I64,), 2: (_VARINT,)}
-_EXEMPLAR_FIELDS: dict[int, tuple[int, ...]] = {1: (_LEN,), 2: (_I64,), 3: (_VARINT,)}
-_HISTOGRAM_FIELDS: dict[int, tuple[int, ...]] = {
-    1: (_VARINT,), 2: (_I64,), 3: (_I64,), 4: (_VARINT,), 5: (_I64,), 6: (_VARINT,), 7: (_I64,),
-    8: (_LEN,), 9: (_LEN, _VARINT), 10: (_LEN, _I64), 11: (_LEN,), 12: (_LEN, _VARINT),
-    13: (_LEN, _I64), 14: (_VARINT,), 15: (_VARINT,), 16: (_LEN, _I64),
-}
-_METADATA_FIELDS: dict[int, tuple[int, ...]] = {1: (_VARINT,), 2: (_LEN,), 4: (_LEN,), 5: (_LEN,)}
-_METADATA_STRINGS = frozenset((2, 4, 5))
-
 
 @dataclass(frozen=True, slots=True)
 class RawSeries:
@@ -113,111 +106,6 @@ def compress(data: bytes) -> bytes:
     return out
 
 
-def read_varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
-    """Decode a base-128 varint at ``pos``; returns (value, position after it).
-
-    Raises DecodeError when it is truncated or longer than 10 bytes.
-    """
-    result = 0
-    shift = 0
-    while pos < end:
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-        if shift >= 70:
-            break
-    raise DecodeError("bad protobuf: truncated or overlong varint")
-
-
-def encode_varint(value: int) -> bytes:
-    """Encode a non-negative int as a base-128 varint."""
-    if value < 0x80:
-        return bytes((value,))
-    if value < 0x4000:
-        return bytes(((value & 0x7F) | 0x80, value >> 7))
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _skip(buf: bytes, pos: int, wire_type: int, end: int, what: str) -> int:
-    """Return the position after a field's value of ``wire_type`` starting at ``pos``."""
-    if wire_type == _VARINT:
-        return read_varint(buf, pos, end)[1]
-    if wire_type == _LEN:
-        length, pos = read_varint(buf, pos, end)
-        new = pos + length
-    elif wire_type == _I64:
-        new = pos + 8
-    elif wire_type == _I32:
-        new = pos + 4
-    else:
-        raise DecodeError(f"bad protobuf: wire type {wire_type} in {what}")
-    if new > end:
-        raise DecodeError(f"bad protobuf: field runs past the end of {what}")
-    return new
-
-
-def _fields(
-    buf: bytes, pos: int, end: int, what: str
-) -> Iterator[tuple[int, int, int, int, int]]:
-    """Yield (field number, wire type, field start, value start, value end) for each field of
-    buf[pos:end]; a LEN field's value excludes its length prefix."""
-    while pos < end:
-        head = pos
-        key, pos = read_varint(buf, pos, end)
-        field, wire_type = key >> 3, key & 7
-        if field == 0 or field > _MAX_FIELD_NUMBER:
-            raise DecodeError(f"bad protobuf: field number {field} in {what}")
-        start = pos
-        if wire_type == _LEN:
-            length, start = read_varint(buf, pos, end)
-            pos = start + length
-            if pos > end:
-                raise DecodeError(f"bad protobuf: field runs past the end of {what}")
-        else:
-            pos = _skip(buf, pos, wire_type, end, what)
-        yield field, wire_type, head, start, pos
-
-
-def _check_message(
-    buf: bytes, start: int, end: int, expected: dict[int, tuple[int, ...]], what: str
-) -> None:
-    """Check the framing of a message and the wire types of its known fields."""
-    for field, wire_type, _, _, _ in _fields(buf, start, end, what):
-        allowed = expected.get(field)
-        if allowed is not None and wire_type not in allowed:
-            raise DecodeError(f"bad protobuf: field {field} of {what} has wire type {wire_type}")
-
-
-def _utf8(buf: bytes, start: int, end: int, what: str) -> str:
-    try:
-        return buf[start:end].decode("utf-8")
-    except UnicodeDecodeError:
-        raise DecodeError(f"invalid UTF-8 in {what}: {buf[start:end]!r}") from None
-
-
-def decode_label(buf: bytes, start: int, end: int, what: str = "label") -> tuple[str, str]:
-    """Decode one Label message payload into (name, value); checks UTF-8 (400 otherwise)."""
-    name = value = ""
-    for field, wire_type, _, vstart, vend in _fields(buf, start, end, what):
-        if field in (1, 2):
-            if wire_type != _LEN:
-                raise DecodeError(f"bad protobuf: {what} field {field} has wire type {wire_type}")
-            text = _utf8(buf, vstart, vend, f"{what} {'name' if field == 1 else 'value'}")
-            if field == 1:
-                name = text
-            else:
-                value = text
-    return name, value
-
-
 def decode_labels(raw: bytes) -> tuple[tuple[str, str], ...]:
     """Decode the raw Label fields of a series (``RawSeries.labels``) into a valid label set.
 
@@ -226,7 +114,7 @@ def decode_labels(raw: bytes) -> tuple[tuple[str, str], ...]:
     repeated label name.
     """
     labels: dict[str, str] = {}
-    for field, _, _, start, end in _fields(raw, 0, len(raw), "series"):
+    for field, _, _, start, end in fields(raw, 0, len(raw), "series"):
         if field != 1:
             continue
         name, value = decode_label(raw, start, end)
@@ -262,7 +150,7 @@ def frame_metadata(payload: bytes) -> bytes:
 def metadata_family(payload: bytes) -> str:
     """The ``metric_family_name`` of a raw (already validated) MetricMetadata payload."""
     family = ""
-    for field, _, _, start, end in _fields(payload, 0, len(payload), "metadata"):
+    for field, _, _, start, end in fields(payload, 0, len(payload), "metadata"):
         if field == 2:
             family = payload[start:end].decode("utf-8")
     return family
@@ -280,25 +168,15 @@ def parse_write_request(data: bytes) -> WriteRequestParts:
     """
     series: list[RawSeries] = []
     metadata: list[bytes] = []
-    for field, wire_type, _, start, end in _fields(data, 0, len(data), "WriteRequest"):
+    for field, wire_type, _, start, end in fields(data, 0, len(data), "WriteRequest"):
         if field == 1 or field == 3:
-            if wire_type != _LEN:
+            if wire_type != LEN:
                 raise DecodeError(f"bad protobuf: WriteRequest field {field} is not a message")
             if field == 1:
                 series.append(split_series(data[start:end]))
             else:
-                metadata.append(_check_metadata(data, start, end))
+                metadata.append(check_metadata(data, start, end))
     return WriteRequestParts(series, metadata)
-
-
-def _check_metadata(data: bytes, start: int, end: int) -> bytes:
-    for field, wire_type, _, vstart, vend in _fields(data, start, end, "metadata"):
-        allowed = _METADATA_FIELDS.get(field)
-        if allowed is not None and wire_type not in allowed:
-            raise DecodeError(f"bad protobuf: metadata field {field} has wire type {wire_type}")
-        if field in _METADATA_STRINGS:
-            _utf8(data, vstart, vend, "metadata")
-    return data[start:end]
 
 
 def split_series(ts: bytes) -> RawSeries:
@@ -333,18 +211,18 @@ def _split_general(ts: bytes, labels_end: int) -> RawSeries:
     extra_labels: list[bytes] = []
     rest_parts: list[bytes] = []
     rest_start = pos
-    for field, wire_type, head, start, stop in _fields(ts, pos, end, "series"):
-        if wire_type != _LEN and field in (1, 2, 3, 4):
+    for field, wire_type, head, start, stop in fields(ts, pos, end, "series"):
+        if wire_type != LEN and field in (1, 2, 3, 4):
             raise DecodeError(f"bad protobuf: series field {field} has wire type {wire_type}")
         if field == 2:
             samples += 1
-            _check_message(ts, start, stop, _SAMPLE_FIELDS, "sample")
+            check_sample(ts, start, stop)
         elif field == 3:
             exemplars += 1
-            _check_exemplar(ts, start, stop)
+            check_exemplar(ts, start, stop)
         elif field == 4:
             histograms += 1
-            _check_histogram(ts, start, stop)
+            check_histogram(ts, start, stop)
         elif field == 1:  # a label after other fields: move it to the label part
             rest_parts.append(ts[rest_start:head])
             extra_labels.append(ts[head:stop])
@@ -381,46 +259,12 @@ def _plain_samples(ts: bytes, pos: int, end: int) -> int:
     return count
 
 
-_BUCKET_SPAN_FIELDS: dict[int, tuple[int, ...]] = {1: (_VARINT,), 2: (_VARINT,)}
-_SPANS, _PACKED_VARINTS, _PACKED_DOUBLES = frozenset((8, 11)), frozenset((9, 12)), frozenset(
-    (10, 13, 16)
-)
-
-
-def _check_histogram(ts: bytes, start: int, stop: int) -> None:
-    """A native histogram, down to its bucket spans and packed deltas/counts (a receiver
-    would refuse the whole batch for one malformed histogram)."""
-    for field, wire_type, _, vstart, vend in _fields(ts, start, stop, "histogram"):
-        allowed = _HISTOGRAM_FIELDS.get(field)
-        if allowed is not None and wire_type not in allowed:
-            raise DecodeError(f"bad protobuf: histogram field {field} has wire type {wire_type}")
-        if wire_type != _LEN:
-            continue
-        if field in _SPANS:
-            _check_message(ts, vstart, vend, _BUCKET_SPAN_FIELDS, "histogram bucket span")
-        elif field in _PACKED_VARINTS:
-            pos = vstart
-            while pos < vend:
-                pos = read_varint(ts, pos, vend)[1]
-        elif field in _PACKED_DOUBLES and (vend - vstart) % 8:
-            raise DecodeError(f"bad protobuf: packed doubles of histogram field {field} are cut")
-
-
-def _check_exemplar(ts: bytes, start: int, stop: int) -> None:
-    for field, wire_type, _, vstart, vend in _fields(ts, start, stop, "exemplar"):
-        allowed = _EXEMPLAR_FIELDS.get(field)
-        if allowed is not None and wire_type not in allowed:
-            raise DecodeError(f"bad protobuf: exemplar field {field} has wire type {wire_type}")
-        if field == 1:
-            decode_label(ts, vstart, vend, "exemplar label")
-
-
 def strip_fields(rest: bytes, field_numbers: frozenset[int]) -> bytes:
     """``rest`` without the given TimeSeries fields (e.g. exemplars=3 when a destination has
     ``send_exemplars: false``); the other fields keep their bytes and order."""
     parts = [
         rest[head:stop]
-        for field, _, head, _, stop in _fields(rest, 0, len(rest), "series")
+        for field, _, head, _, stop in fields(rest, 0, len(rest), "series")
         if field not in field_numbers
     ]
     return b"".join(parts)
