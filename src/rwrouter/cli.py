@@ -48,13 +48,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
-    from rwrouter.auth.credentials import profile_region
+    from rwrouter.auth.schemes import sigv4_region
     from rwrouter.config import describe_config, load_config
 
     config = load_config(args.file)
     for i, dest in enumerate(config.remote_write):
-        v4 = dest.sigv4
-        if v4 is not None and not (v4.signing_region(os.environ) or profile_region(v4.profile)):
+        if dest.sigv4 is not None and not sigv4_region(dest.sigv4):
             raise ConfigError(
                 f"remote_write[{i}].sigv4.region", "not set, nor in AWS_REGION or the AWS profile"
             )

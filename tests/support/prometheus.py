@@ -13,8 +13,7 @@ skip the real-peer suites::
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pytest
 
@@ -55,20 +54,10 @@ class PrometheusProcess(_runner.PrometheusProcess):
     the binary is missing."""
 
     @classmethod
-    def start(
-        cls,
-        config_text: str,
-        *,
-        ready_timeout: float = 30.0,
-        extra_args: tuple[str, ...] = (),
-        workdir: Path | None = None,
-        new_session: bool = False,
-    ) -> PrometheusProcess:
+    def start(cls, config_text: str, **options: Any) -> PrometheusProcess:
+        """:meth:`rwrouter.testing.prometheus.PrometheusProcess.start`, same options."""
         try:
-            prom = super().start(
-                config_text, ready_timeout=ready_timeout, extra_args=extra_args,
-                workdir=workdir, new_session=new_session,
-            )  # fmt: skip
+            prom = super().start(config_text, **options)
         except PrometheusNotFoundError as exc:
             missing_prometheus(exc)
         assert isinstance(prom, PrometheusProcess)

@@ -17,6 +17,7 @@ from typing import Protocol
 
 from rwrouter.auth import sigv4
 from rwrouter.auth.credentials import CredentialsSource, open_source, profile_region, sign
+from rwrouter.config import SigV4Config
 from rwrouter.errors import ConfigError, CredentialsError
 
 
@@ -125,9 +126,7 @@ async def authenticator_for(destination: object, *, path: str) -> Authenticator:
     and none is set in the environment; CredentialsError when no AWS credentials are found."""
     v4 = getattr(destination, "sigv4", None)
     if v4 is not None:
-        region = v4.signing_region(os.environ) or await asyncio.to_thread(
-            profile_region, v4.profile
-        )
+        region = await asyncio.to_thread(sigv4_region, v4)
         if not region:
             raise ConfigError(
                 f"{path}.sigv4.region", "not set, nor in AWS_REGION or the AWS profile"
@@ -158,6 +157,12 @@ async def authenticator_for(destination: object, *, path: str) -> Authenticator:
             secret_file=authz.credentials_file,
         )
     return NoAuth()
+
+
+def sigv4_region(v4: SigV4Config) -> str | None:
+    """The signing region of a ``sigv4`` block: its ``region``, else ``AWS_REGION`` /
+    ``AWS_DEFAULT_REGION``, else the AWS profile's region. BLOCKING (may read AWS files)."""
+    return v4.signing_region(os.environ) or profile_region(v4.profile)
 
 
 def _text(secret: object) -> str | None:
