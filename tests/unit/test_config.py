@@ -183,6 +183,7 @@ def test_pasted_prometheus_block_with_sigv4() -> None:
         max_samples_per_send=1000,
         max_shards=200,
         capacity=2500,
+        max_request_bytes=1024 * 1024,  # the sigv4 default
         retry_on_http_429=True,
     )
     assert dest.metadata_config.send_interval == 30.0

@@ -8,7 +8,7 @@ Public API:
 - ``load_config(path, *, env=None) -> Config``: reads the file (env defaults to ``os.environ``)
   and checks that every ``*_file`` is readable (``check_files``).
 - ``describe_config(config) -> str``: what ``rwrouter check-config FILE`` prints; no secrets.
-- The dataclasses (``Config``, ``ServerConfig``, ``DestinationConfig``, ``QueueConfig``,
+- The dataclasses (``Config``, ``ServerConfig``, ``StorageConfig``, ``DestinationConfig``, ``QueueConfig``,
   ``MetadataConfig``, ``SigV4Config``, ``BasicAuth``, ``Authorization``, ``TLSConfig``) and
   ``Secret``; ``parse_duration``/``format_duration`` (float seconds) and
   ``parse_size``/``format_size`` (int bytes).
@@ -28,6 +28,7 @@ from rwrouter.config.model import (
     QueueConfig,
     ServerConfig,
     SigV4Config,
+    StorageConfig,
     TLSConfig,
 )
 from rwrouter.config.parse import parse_config
@@ -49,6 +50,7 @@ __all__ = [
     "Secret",
     "ServerConfig",
     "SigV4Config",
+    "StorageConfig",
     "TLSConfig",
     "check_files",
     "describe_config",

@@ -23,10 +23,16 @@ __all__ = [
     "QueueConfig",
     "ServerConfig",
     "SigV4Config",
+    "StorageConfig",
     "TLSConfig",
 ]
 
 MIB = 1024 * 1024
+GIB = 1024 * MIB
+SIGV4_MAX_REQUEST_BYTES = 1 * MIB  # the managed workspace refuses requests over about 1 MB
+DEFAULT_MAX_REQUEST_BYTES = 8 * MIB  # other destinations (vmagent's -remoteWrite.maxBlockSize)
+FSYNC_POLICIES = ("always", "interval")
+ON_FULL_POLICIES = ("backpressure", "drop_oldest")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -38,10 +44,12 @@ class ServerConfig:
     max_request_bytes: int = 32 * MIB  # 33554432: the compressed body, as vmagent's cap
     max_decoded_bytes: int = 64 * MIB  # 67108864: the size the snappy header declares
     queue_full_retry_after: float = 5.0
+    """Seconds sent in ``Retry-After`` with the 503 answered when a destination queue is full."""
     read_timeout: float = 60.0
     """Seconds a request body may take to arrive; slower ones get 408 (slow senders and
     slowloris connections cannot pin memory and connections for ever)."""
-    """Seconds sent in ``Retry-After`` with the 503 answered when a destination queue is full."""
+    shutdown_timeout: float = 30.0
+    """Seconds the queues keep sending after SIGTERM; what is left stays on disk."""
 
     @property
     def listen_host(self) -> str:
@@ -54,11 +62,35 @@ class ServerConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class QueueConfig:
-    """Per-destination queue and retry settings (``queue_config``; Prometheus defaults).
+class StorageConfig:
+    """Where and how the durable queues live (YAML ``storage``; rwrouter's own section).
 
-    ``max_memory_bytes`` is rwrouter's own: the in-memory queue holds at most ``capacity x
-    max_shards`` samples *and* at most this many bytes of encoded series, whichever comes first.
+    ``path``: directory holding one queue per destination (``<path>/queue/<destination>/``) and
+    the dead-letter store (``<path>/rejected/<destination>/``); relative paths are relative to
+    the working directory. ``fsync``: ``always`` (fsync before answering 204: survives a power
+    loss) or ``interval`` (written before 204, fsynced every ``fsync_interval`` seconds: survives
+    a crash or kill of the process, not of the machine). ``rejected_max_bytes``: bound of each
+    destination's dead-letter store (oldest entries removed first).
+    """
+
+    path: str = "data"
+    fsync: str = "interval"
+    fsync_interval: float = 1.0
+    rejected_max_bytes: int = 64 * MIB
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueConfig:
+    """Per-destination queue and retry settings (``queue_config``; Prometheus defaults plus
+    rwrouter's own keys).
+
+    The queue is on disk (``max_disk_bytes``, the admission bound; ``on_full``: ``backpressure``
+    answers 503, ``drop_oldest`` drops the oldest queued data). ``capacity x max_shards``
+    samples and ``max_memory_bytes`` bound what is read ahead from disk into memory for the
+    senders. ``max_request_bytes``: uncompressed body bound of every request sent (when the
+    YAML omits it: 1 MiB for sigv4 destinations, 8 MiB otherwise).
+    ``max_retry_duration``: seconds a batch is retried after network errors and 5xx (0 = for
+    ever); ``max_retry_duration_on_http_429``: the same for 429 (with ``retry_on_http_429``).
     """
 
     capacity: int = 10000
@@ -69,7 +101,12 @@ class QueueConfig:
     min_backoff: float = 0.03
     max_backoff: float = 5.0
     retry_on_http_429: bool = False
-    max_memory_bytes: int = 256 * MIB  # 268435456: rwrouter's own bound on queued series bytes
+    max_memory_bytes: int = 256 * MIB  # 268435456: rwrouter's own bound on read-ahead bytes
+    max_disk_bytes: int = 1 * GIB
+    on_full: str = "backpressure"
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    max_retry_duration: float = 0.0
+    max_retry_duration_on_http_429: float = 3600.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -183,10 +220,11 @@ class DestinationConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Config:
-    """The whole file: ``server``, global ``relabel_configs`` (applied to every series before
+    """The whole file: ``server``, ``storage``, global ``relabel_configs`` (applied to every series before
     fan-out), ``remote_write`` (at least one destination). ``source`` names where it came from."""
 
     server: ServerConfig = field(default_factory=ServerConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
     relabel_configs: tuple[RelabelConfig, ...] = ()
     remote_write: tuple[DestinationConfig, ...]
     source: str = "<string>"

@@ -16,11 +16,15 @@ import yaml
 
 from rwrouter.config.client import NOT_SUPPORTED, Context, auth, env_string, headers, http_url, tls
 from rwrouter.config.model import (
+    FSYNC_POLICIES,
+    ON_FULL_POLICIES,
+    SIGV4_MAX_REQUEST_BYTES,
     Config,
     DestinationConfig,
     MetadataConfig,
     QueueConfig,
     ServerConfig,
+    StorageConfig,
 )
 from rwrouter.config.values import Fields, field_names, kind_of
 from rwrouter.errors import ConfigError
@@ -29,7 +33,8 @@ from rwrouter.relabel import RelabelConfig, parse_relabel_configs
 __all__ = ["parse_config"]
 
 _PROMETHEUS_ONLY = (
-    "a Prometheus setting, not read by rwrouter (its keys: server, relabel_configs, remote_write)"
+    "a Prometheus setting, not read by rwrouter "
+    "(its keys: server, storage, relabel_configs, remote_write)"
 )
 _TOP_UNSUPPORTED = dict.fromkeys(
     (
@@ -39,7 +44,6 @@ _TOP_UNSUPPORTED = dict.fromkeys(
         "rule_files",
         "alerting",
         "remote_read",
-        "storage",
         "tracing",
         "otlp",
         "runtime",
@@ -78,12 +82,13 @@ def parse_config(
     top = Fields(
         _load_yaml(text, source),
         "",
-        known=("server", "relabel_configs", "remote_write"),
+        known=("server", "storage", "relabel_configs", "remote_write"),
         unsupported=_TOP_UNSUPPORTED,
     )
     ctx = Context(env=env, base_dir=base_dir)
     return Config(
         server=_server(Fields(top.raw("server"), "server", known=field_names(ServerConfig))),
+        storage=_storage(Fields(top.raw("storage"), "storage", known=field_names(StorageConfig))),
         relabel_configs=_rules(top.raw("relabel_configs"), "relabel_configs"),
         remote_write=_destinations(top.raw("remote_write"), "remote_write", ctx),
         source=source,
@@ -136,7 +141,28 @@ def _server(f: Fields) -> ServerConfig:
         max_decoded_bytes=f.size("max_decoded_bytes", default.max_decoded_bytes),
         queue_full_retry_after=f.duration("queue_full_retry_after", default.queue_full_retry_after),
         read_timeout=f.duration("read_timeout", default.read_timeout),
+        shutdown_timeout=f.duration("shutdown_timeout", default.shutdown_timeout, positive=False),
     )
+
+
+def _storage(f: Fields) -> StorageConfig:
+    d = StorageConfig()
+    path = f.string("path", d.path)
+    if not path:
+        raise ConfigError(f.at("path"), "must not be empty")
+    return StorageConfig(
+        path=path,
+        fsync=_choice(f, "fsync", d.fsync, FSYNC_POLICIES),
+        fsync_interval=f.duration("fsync_interval", d.fsync_interval),
+        rejected_max_bytes=f.size("rejected_max_bytes", d.rejected_max_bytes),
+    )
+
+
+def _choice(f: Fields, key: str, default: str, choices: tuple[str, ...]) -> str:
+    value = f.string(key, default) or ""
+    if value not in choices:
+        raise ConfigError(f.at(key), f"expected one of {', '.join(choices)}, got {value!r}")
+    return value
 
 
 def _listen_address(value: str | None, path: str) -> str:
@@ -233,7 +259,8 @@ def _destination(f: Fields, ctx: Context) -> DestinationConfig:
                 f.at("queue_config"),
                 known=field_names(QueueConfig),
                 unsupported={"sample_age_limit": NOT_SUPPORTED},
-            )
+            ),
+            sigv4="sigv4" in auth_section,
         ),
         metadata_config=_metadata(
             Fields(
@@ -247,8 +274,9 @@ def _destination(f: Fields, ctx: Context) -> DestinationConfig:
     )
 
 
-def _queue(f: Fields) -> QueueConfig:
+def _queue(f: Fields, *, sigv4: bool) -> QueueConfig:
     d = QueueConfig()
+    request_bytes = SIGV4_MAX_REQUEST_BYTES if sigv4 else d.max_request_bytes
     queue = QueueConfig(
         capacity=f.integer("capacity", d.capacity, minimum=1),
         min_shards=f.integer("min_shards", d.min_shards, minimum=1),
@@ -259,6 +287,13 @@ def _queue(f: Fields) -> QueueConfig:
         max_backoff=f.duration("max_backoff", d.max_backoff),
         retry_on_http_429=f.boolean("retry_on_http_429", d.retry_on_http_429),
         max_memory_bytes=f.size("max_memory_bytes", d.max_memory_bytes),
+        max_disk_bytes=f.size("max_disk_bytes", d.max_disk_bytes),
+        on_full=_choice(f, "on_full", d.on_full, ON_FULL_POLICIES),
+        max_request_bytes=f.size("max_request_bytes", request_bytes),
+        max_retry_duration=f.duration("max_retry_duration", d.max_retry_duration, positive=False),
+        max_retry_duration_on_http_429=f.duration(
+            "max_retry_duration_on_http_429", d.max_retry_duration_on_http_429, positive=False
+        ),
     )
     if queue.min_shards > queue.max_shards:
         raise ConfigError(f.at("min_shards"), f"must be <= max_shards ({queue.max_shards})")
