@@ -15,10 +15,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
-from rwrouter.auth import sigv4
 from rwrouter.auth.credentials import CredentialsSource, open_source, profile_region, sign
 from rwrouter.config import SigV4Config
 from rwrouter.errors import ConfigError, CredentialsError
+
+#: Answers after which SigV4 credentials are refreshed and the request retried once.
+REFRESH_STATUSES = frozenset((401, 403))
 
 
 class Authenticator(Protocol):
@@ -111,7 +113,12 @@ class SigV4(NoAuth):
         )
 
     async def refresh_after(self, *, status: int, body_text: str) -> bool:
-        if not sigv4.is_expired_token_response(status=status, body_text=body_text):
+        """After a 401 or 403 (whatever its body: expired or invalid token, keys rotated,
+        signature mismatch), force a credential refresh and return True: the caller retries
+        once; a second 401/403 for the same request is final. False for any other status.
+        Raises :class:`CredentialsError` when the refresh fails. Source: managed-workspace.md
+        "Answers you will see" (403 security token expired/invalid: refresh and retry once)."""
+        if status not in REFRESH_STATUSES:
             return False
         await self.source.force_refresh()
         return True
