@@ -2,6 +2,8 @@
 
 Retry network errors and 5xx with exponential backoff, never other 4xx, 429 only with
 ``retry_on_http_429``; Retry-After (seconds or HTTP date, RFC 9110 10.2.3) capped at max_backoff.
+rwrouter's own retry budget: no retry that would start after ``max_retry_duration`` (network,
+5xx; 0 = no bound) or ``max_retry_duration_on_http_429`` (429) seconds from the first attempt.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ from email.utils import format_datetime
 
 import pytest
 
+from rwrouter.config.model import QueueConfig
 from rwrouter.sending.retry import (
     CLIENT_ERROR,
     NETWORK,
+    RETRY_BUDGET,
     SERVER_ERROR,
     TOO_MANY_REQUESTS,
     RetryPolicy,
@@ -83,7 +87,9 @@ def test_decide(
     reason: str,
     rand: float,
 ) -> None:
-    decision = policy.decide(status, attempt=attempt, retry_after=retry_after, now=NOW, rand=rand)
+    decision = policy.decide(
+        status, attempt=attempt, retry_after=retry_after, now=NOW, rand=rand, elapsed=0.0
+    )
     assert decision.retry is retry
     assert decision.reason == reason
     assert low - 1e-9 <= decision.delay <= high + 1e-9
@@ -125,7 +131,7 @@ def test_parse_retry_after(value: str | None, expected: float | None) -> None:
 
 @pytest.mark.parametrize("value", ["²", "1²", "³"], ids=["superscript_two", "mixed", "cube"])
 def test_non_ascii_digits_fall_back_to_backoff(value: str) -> None:
-    decision = POLICY.decide(503, attempt=0, retry_after=value, now=NOW, rand=0.0)
+    decision = POLICY.decide(503, attempt=0, retry_after=value, now=NOW, rand=0.0, elapsed=0.0)
     assert decision.retry and decision.delay == pytest.approx(0.015)
 
 
@@ -181,5 +187,82 @@ def test_backoff_grows_then_caps_and_jitter_bounds() -> None:
 
 
 def test_decide_huge_attempt_does_not_overflow() -> None:
-    decision = POLICY.decide(None, attempt=2**80, now=NOW, rand=0.5)
+    decision = POLICY.decide(None, attempt=2**80, now=NOW, rand=0.5, elapsed=0.0)
     assert decision.retry and decision.delay == pytest.approx(5.0 * 0.75)
+
+
+# ---------------------------------------------------------------------------------------------
+# Retry budget (max_retry_duration, max_retry_duration_on_http_429), seconds from the first
+# attempt: a retry that would start after the budget is not made.
+
+BUDGET_60 = RetryPolicy(min_backoff=1.0, max_backoff=8.0, max_retry_duration=60.0)
+BUDGET_429 = RetryPolicy(min_backoff=1.0, max_backoff=8.0, retry_on_http_429=True,
+                         max_retry_duration=10.0, max_retry_duration_on_http_429=100.0)  # fmt: skip
+UNBOUNDED = RetryPolicy(min_backoff=1.0, max_backoff=8.0, retry_on_http_429=True,
+                        max_retry_duration=0.0, max_retry_duration_on_http_429=0.0)  # fmt: skip
+
+# (id, policy, status, attempt, retry_after, elapsed, retry, delay, reason); rand is 0, so the
+# backoff of attempt n is min(8, 2**n) / 2.
+BUDGETS = [
+    ("5xx_within_budget", BUDGET_60, 503, 0, None, 10.0, True, 0.5, SERVER_ERROR),
+    ("5xx_retry_ends_exactly_at_budget", BUDGET_60, 500, 3, None, 56.0, True, 4.0,
+     SERVER_ERROR),
+    ("5xx_retry_would_start_after_budget", BUDGET_60, 500, 3, None, 56.5, False, 0.0,
+     RETRY_BUDGET),
+    ("5xx_budget_already_spent", BUDGET_60, 502, 9, None, 61.0, False, 0.0, RETRY_BUDGET),
+    ("network_within_budget", BUDGET_60, None, 1, None, 58.0, True, 1.0, NETWORK),
+    ("network_budget_exhausted", BUDGET_60, None, 1, None, 59.5, False, 0.0, RETRY_BUDGET),
+    ("retry_after_counts_against_budget", BUDGET_60, 503, 0, "5", 56.0, False, 0.0,
+     RETRY_BUDGET),
+    ("retry_after_capped_before_budget_check", BUDGET_60, 503, 0, "3600", 50.0, True, 8.0,
+     SERVER_ERROR),
+    ("4xx_is_client_error_even_over_budget", BUDGET_60, 400, 0, None, 100.0, False, 0.0,
+     CLIENT_ERROR),
+    ("zero_is_unlimited_for_5xx", UNBOUNDED, 503, 3, None, 1e9, True, 4.0, SERVER_ERROR),
+    ("zero_is_unlimited_for_network", UNBOUNDED, None, 0, None, 1e9, True, 0.5, NETWORK),
+    ("zero_is_unlimited_for_429", UNBOUNDED, 429, 0, None, 1e9, True, 0.5, TOO_MANY_REQUESTS),
+    ("429_has_its_own_longer_budget", BUDGET_429, 429, 4, None, 50.0, True, 4.0,
+     TOO_MANY_REQUESTS),
+    ("429_budget_exhausted", BUDGET_429, 429, 4, None, 96.5, False, 0.0, RETRY_BUDGET),
+    ("429_retry_after_over_its_budget", BUDGET_429, 429, 0, "8", 93.0, False, 0.0,
+     RETRY_BUDGET),
+    ("5xx_keeps_its_shorter_budget", BUDGET_429, 503, 0, None, 50.0, False, 0.0,
+     RETRY_BUDGET),
+    ("429_not_retried_when_off_whatever_the_budget", BUDGET_60, 429, 0, None, 0.0, False, 0.0,
+     TOO_MANY_REQUESTS),
+    ("default_429_budget_is_an_hour", RetryPolicy(retry_on_http_429=True), 429, 0, "5",
+     3596.0, False, 0.0, RETRY_BUDGET),
+    ("default_5xx_budget_is_unlimited", RetryPolicy(), 500, 0, None, 86400.0 * 365, True,
+     0.015, SERVER_ERROR),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("policy", "status", "attempt", "retry_after", "elapsed", "retry", "delay", "reason"),
+    [c[1:] for c in BUDGETS],
+    ids=[c[0] for c in BUDGETS],
+)
+def test_retry_budget(
+    policy: RetryPolicy,
+    status: int | None,
+    attempt: int,
+    retry_after: str | None,
+    elapsed: float,
+    retry: bool,
+    delay: float,
+    reason: str,
+) -> None:
+    decision = policy.decide(
+        status, attempt=attempt, retry_after=retry_after, now=NOW, rand=0.0, elapsed=elapsed
+    )
+    assert (decision.retry, decision.reason) == (retry, reason)
+    assert decision.delay == pytest.approx(delay)
+
+
+def test_policy_defaults_match_the_config_defaults() -> None:
+    """The policy's defaults are the documented queue_config defaults (seconds)."""
+    q = QueueConfig()
+    policy = RetryPolicy()
+    assert (policy.max_retry_duration, policy.max_retry_duration_on_http_429) == (0.0, 3600.0)
+    assert (policy.max_retry_duration, policy.max_retry_duration_on_http_429) == (
+        q.max_retry_duration, q.max_retry_duration_on_http_429)  # fmt: skip

@@ -4,6 +4,12 @@ Source: RW 1.0 spec and Prometheus ``storage/remote`` — retry connection error
 5xx with exponential backoff; never retry other 4xx; retry 429 only when ``retry_on_http_429``.
 A ``Retry-After`` answer (seconds or an HTTP date, RFC 9110 section 10.2.3) sets the delay,
 capped at ``max_backoff``.
+
+rwrouter's own rule (not in the spec, nor in Prometheus 2.x, which retries 5xx for ever): a
+retry budget in seconds, measured from the batch's first attempt (``max_retry_duration`` for
+network errors and 5xx, 0 = no bound; ``max_retry_duration_on_http_429`` for 429, 0 = no
+bound). When the next retry would start after the budget the batch is given up
+(:data:`RETRY_BUDGET`).
 """
 
 from __future__ import annotations
@@ -17,11 +23,17 @@ NETWORK = "network"
 SERVER_ERROR = "5xx"
 TOO_MANY_REQUESTS = "429"
 CLIENT_ERROR = "4xx"
+RETRY_BUDGET = "retry_budget"  # given up: the next retry would start after the budget
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """What to do after a failed attempt: ``retry`` or give up; ``delay`` in seconds."""
+    """What to do after a failed attempt: ``retry`` or give up; ``delay`` in seconds.
+
+    ``reason``: :data:`NETWORK`, :data:`SERVER_ERROR`, :data:`TOO_MANY_REQUESTS` or
+    :data:`CLIENT_ERROR` (the kind of failure), or :data:`RETRY_BUDGET` when a retryable failure
+    is given up because the budget is spent.
+    """
 
     retry: bool
     delay: float
@@ -30,11 +42,20 @@ class Decision:
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """Backoff settings in seconds (Prometheus ``queue_config`` defaults: 30 ms .. 5 s)."""
+    """Retry settings, all in seconds.
+
+    ``min_backoff``/``max_backoff``: Prometheus ``queue_config`` (defaults 30 ms .. 5 s).
+    ``retry_on_http_429``: Prometheus ``queue_config`` (default off).
+    ``max_retry_duration``: budget for network errors and 5xx (0 = no bound, as Prometheus).
+    ``max_retry_duration_on_http_429``: budget for 429 when it is retried (default 3600; 0 = no
+    bound). Budgets count from the batch's first attempt (rwrouter's own rule).
+    """
 
     min_backoff: float = 0.03
     max_backoff: float = 5.0
     retry_on_http_429: bool = False
+    max_retry_duration: float = 0.0
+    max_retry_duration_on_http_429: float = 3600.0
 
     def decide(
         self,
@@ -44,27 +65,35 @@ class RetryPolicy:
         retry_after: str | None = None,
         now: float,
         rand: float,
+        elapsed: float,
     ) -> Decision:
         """Decide after failed attempt number ``attempt`` (0 for the first).
 
         ``status``: the HTTP status, or None for a connection error or timeout.
-        ``retry_after``: the raw Retry-After header value, if any. ``now``: unix seconds.
-        ``rand``: a uniform random number in [0, 1) for the jitter.
+        ``retry_after``: the raw Retry-After header value, if any. ``now``: unix seconds (for a
+        Retry-After date). ``rand``: a uniform random number in [0, 1) for the jitter.
+        ``elapsed``: seconds since the batch's first attempt started. A retry whose start
+        (``elapsed + delay``) would fall after the budget is not made: ``retry`` False, reason
+        :data:`RETRY_BUDGET`.
         """
         if status is None:
-            reason = NETWORK
+            reason, budget = NETWORK, self.max_retry_duration
         elif status >= 500:
-            reason = SERVER_ERROR
+            reason, budget = SERVER_ERROR, self.max_retry_duration
         elif status == 429:
-            reason = TOO_MANY_REQUESTS
+            reason, budget = TOO_MANY_REQUESTS, self.max_retry_duration_on_http_429
             if not self.retry_on_http_429:
                 return Decision(False, 0.0, reason)
         else:
             return Decision(False, 0.0, CLIENT_ERROR)
         asked = parse_retry_after(retry_after, now=now)
         if asked is not None:
-            return Decision(True, min(asked, self.max_backoff), reason)
-        return Decision(True, self.backoff(attempt, rand=rand), reason)
+            delay = min(asked, self.max_backoff)
+        else:
+            delay = self.backoff(attempt, rand=rand)
+        if budget > 0 and elapsed + delay > budget:
+            return Decision(False, 0.0, RETRY_BUDGET)
+        return Decision(True, delay, reason)
 
     def backoff(self, attempt: int, *, rand: float) -> float:
         """Exponential backoff with jitter: ``min_backoff * 2**attempt`` capped at
