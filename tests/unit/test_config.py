@@ -17,6 +17,7 @@ from rwrouter.config import (
     Secret,
     ServerConfig,
     SigV4Config,
+    StorageConfig,
     TLSConfig,
     describe_config,
     format_duration,
@@ -112,6 +113,31 @@ BAD = {
     "tls_bad_min_version": [f"{RW0}.tls_config.min_version: expected one of TLS10"],
     "tls_cert_without_key": [f"{RW0}.tls_config.key_file: is required with cert_file"],
     "proxy_url_bad_scheme": [f"{RW0}.proxy_url: expected an http:// or https:// URL"],
+    "negative_shutdown_timeout": ["server.shutdown_timeout: not a valid duration string: '-30s'"],
+    "storage_bad_fsync": ["storage.fsync: expected one of always, interval, got 'sometimes'"],
+    "storage_empty_path": ["storage.path: must not be empty"],
+    "storage_not_a_mapping": ["storage: expected a mapping, got the string '/var/lib/rwrouter'"],
+    "storage_zero_fsync_interval": ["storage.fsync_interval: must be a positive duration"],
+    "unknown_storage_key": [
+        "storage.fsync_intervall: unknown key",
+        "did you mean 'fsync_interval'",
+    ],
+    "prometheus_storage_section": ["storage.tsdb: unknown key"],
+    "queue_bad_on_full": [
+        f"{RW0}.queue_config.on_full: expected one of backpressure, drop_oldest, got 'block'"
+    ],
+    "queue_max_disk_bytes_zero": [
+        f"{RW0}.queue_config.max_disk_bytes: must be at least 1 byte, got 0"
+    ],
+    "queue_negative_max_retry_duration": [
+        f"{RW0}.queue_config.max_retry_duration: not a valid duration string: '-5m'"
+    ],
+    "queue_max_retry_duration_not_a_duration": [
+        f"{RW0}.queue_config.max_retry_duration: not a valid duration string: 'forever'"
+    ],
+    "queue_max_retry_duration_429_bare_number": [
+        f"{RW0}.queue_config.max_retry_duration_on_http_429: not a valid duration string: '3600'"
+    ],
 }
 
 
@@ -137,6 +163,10 @@ def test_minimal_file_takes_every_default() -> None:
     assert config.server.max_decoded_bytes == 64 * 1024 * 1024
     assert (config.server.listen_host, config.server.listen_port) == ("0.0.0.0", 9250)
     assert config.server.queue_full_retry_after == 5.0
+    assert config.server.shutdown_timeout == 30.0
+    assert config.storage == StorageConfig(
+        path="data", fsync="interval", fsync_interval=1.0, rejected_max_bytes=64 * 1024 * 1024
+    )
     assert config.relabel_configs == ()
     (dest,) = config.remote_write
     assert dest.name == "prometheus"  # derived from the URL host
@@ -151,6 +181,12 @@ def test_minimal_file_takes_every_default() -> None:
         min_backoff=0.03,
         max_backoff=5.0,
         retry_on_http_429=False,
+        max_memory_bytes=256 * 1024 * 1024,
+        max_disk_bytes=1024 * 1024 * 1024,
+        on_full="backpressure",
+        max_request_bytes=8 * 1024 * 1024,  # not a sigv4 destination
+        max_retry_duration=0.0,  # unlimited
+        max_retry_duration_on_http_429=3600.0,
     )
     assert dest.metadata_config == MetadataConfig(
         send=True, send_interval=60.0, max_samples_per_send=500
@@ -238,6 +274,208 @@ def test_full_file_reads_every_key() -> None:
     # Two unnamed destinations on the same host get the index as suffix.
     assert (fallback.name, inline.name) == ("prometheus-1", "prometheus-2")
     assert inline.basic_auth is not None and inline.basic_auth.password == Secret("inline-password")
+
+
+def test_durable_queue_file_reads_every_new_key() -> None:
+    config = load_config(TESTDATA / "durable_queue.good.yml", env={})
+    assert config.server.shutdown_timeout == 120.0
+    assert config.storage == StorageConfig(
+        path="/var/lib/rwrouter",
+        fsync="always",
+        fsync_interval=0.25,
+        rejected_max_bytes=16 * 1024 * 1024,
+    )
+    workspace, self_hosted = config.remote_write
+    assert workspace.queue_config == dataclasses.replace(
+        QueueConfig(),
+        retry_on_http_429=True,
+        max_disk_bytes=8 * 1024 * 1024 * 1024,
+        on_full="drop_oldest",
+        max_request_bytes=512 * 1024,  # below the sigv4 default
+        max_retry_duration=6 * 3600.0,
+        max_retry_duration_on_http_429=1800.0,
+    )
+    assert self_hosted.queue_config == dataclasses.replace(
+        QueueConfig(),
+        max_disk_bytes=100 * 1024 * 1024,  # 100MB: sizes are base 2
+        max_request_bytes=2 * 1024 * 1024,
+        max_retry_duration=0.0,
+        max_retry_duration_on_http_429=0.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("auth", "queue", "expected"),
+    [
+        ("", "", 8 * 1024 * 1024),
+        ("sigv4: {region: us-east-1}", "", 1024 * 1024),
+        ("sigv4: {region: us-east-1}", "queue_config: {max_request_bytes: 4MiB}", 4 * 1024 * 1024),
+        ("sigv4: {region: us-east-1}", "queue_config: {max_request_bytes: 1000}", 1000),
+        ("", "queue_config: {max_request_bytes: 512KiB}", 512 * 1024),
+        ("basic_auth: {username: u}", "", 8 * 1024 * 1024),
+        ("authorization: {credentials: t}", "", 8 * 1024 * 1024),
+        ("sigv4: {region: us-east-1}", "queue_config:", 1024 * 1024),  # null: the default
+    ],
+    ids=[
+        "plain-8MiB",
+        "sigv4-1MiB",
+        "sigv4-raised",
+        "sigv4-lowered",
+        "plain-lowered",
+        "basic-auth-8MiB",
+        "authorization-8MiB",
+        "sigv4-null-queue-config",
+    ],
+)
+def test_max_request_bytes_default_depends_on_sigv4(auth: str, queue: str, expected: int) -> None:
+    text = "remote_write:\n  - url: http://x:1/w\n"
+    for line in (auth, queue):
+        if line:
+            text += f"    {line}\n"
+    (dest,) = parse_config(text, env={}).remote_write
+    assert dest.queue_config.max_request_bytes == expected
+
+
+def test_sigv4_default_max_request_bytes_is_per_destination() -> None:
+    text = """
+remote_write:
+  - url: https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write
+    sigv4: {}
+  - url: http://prometheus:9090/api/v1/write
+    fallback: true
+"""
+    amp, prometheus = parse_config(text, env={}).remote_write
+    assert amp.queue_config.max_request_bytes == 1024 * 1024
+    assert prometheus.queue_config.max_request_bytes == 8 * 1024 * 1024
+
+
+@pytest.mark.parametrize(
+    ("section", "expected"),
+    [
+        ("server:\n  shutdown_timeout: 0\n", ("server", "shutdown_timeout", 0.0)),
+        ("server:\n  shutdown_timeout: 0s\n", ("server", "shutdown_timeout", 0.0)),
+        ("server:\n  shutdown_timeout: 5m\n", ("server", "shutdown_timeout", 300.0)),
+        ("server:\n", ("server", "shutdown_timeout", 30.0)),
+        ("storage:\n", ("storage", "path", "data")),
+        ("storage: {}\n", ("storage", "fsync", "interval")),
+        ("storage: {path: ./spool}\n", ("storage", "path", "./spool")),
+        ("storage: {fsync: always}\n", ("storage", "fsync", "always")),
+        ("storage: {fsync_interval: 100ms}\n", ("storage", "fsync_interval", 0.1)),
+        ("storage: {rejected_max_bytes: 1GB}\n", ("storage", "rejected_max_bytes", 1 << 30)),
+    ],
+    ids=[
+        "shutdown-0",
+        "shutdown-0s",
+        "shutdown-5m",
+        "server-null",
+        "storage-null",
+        "storage-empty",
+        "storage-relative-path",
+        "fsync-always",
+        "fsync-interval",
+        "rejected-bound",
+    ],
+)
+def test_server_and_storage_values(section: str, expected: tuple[str, str, object]) -> None:
+    text = section + "remote_write:\n  - url: http://x:1/w\n"
+    config = parse_config(text, env={})
+    where, key, value = expected
+    assert getattr(getattr(config, where), key) == pytest.approx(value)
+
+
+def test_storage_path_is_taken_literally() -> None:
+    # Not ${VAR}-expanded and not joined to the config file's directory (unlike *_file paths):
+    # relative to the working directory of the process.
+    text = "storage: {path: '${STATE_DIRECTORY}/q'}\nremote_write: [{url: 'http://x:1/w'}]\n"
+    config = parse_config(text, env={"STATE_DIRECTORY": "/var/lib"}, base_dir="/etc/rwrouter")
+    assert config.storage.path == "${STATE_DIRECTORY}/q"
+
+
+QUEUE_VALUES = [
+    ("max_retry_duration: 0", "max_retry_duration", 0.0),
+    ("max_retry_duration: 1d", "max_retry_duration", 86400.0),
+    ("max_retry_duration_on_http_429: 0s", "max_retry_duration_on_http_429", 0.0),
+    ("max_retry_duration_on_http_429: 10m", "max_retry_duration_on_http_429", 600.0),
+    ("max_disk_bytes: 1", "max_disk_bytes", 1),
+    ("max_disk_bytes: 20GiB", "max_disk_bytes", 20 << 30),
+    ("on_full: drop_oldest", "on_full", "drop_oldest"),
+    ("on_full: backpressure", "on_full", "backpressure"),
+    ("on_full:", "on_full", "backpressure"),  # null: the default
+]
+
+
+@pytest.mark.parametrize(
+    ("queue", "key", "value"), QUEUE_VALUES, ids=[q for q, _, _ in QUEUE_VALUES]
+)
+def test_queue_disk_and_retry_values(queue: str, key: str, value: object) -> None:
+    text = f"remote_write:\n  - url: http://x:1/w\n    queue_config:\n      {queue}\n"
+    (dest,) = parse_config(text, env={}).remote_write
+    assert getattr(dest.queue_config, key) == value
+
+
+@pytest.mark.parametrize(
+    ("snippet", "message"),
+    [
+        (
+            "queue_config: {on_full: Drop_Oldest}",
+            "queue_config.on_full: expected one of backpressure, drop_oldest, got 'Drop_Oldest'",
+        ),
+        ("queue_config: {on_full: ''}", "queue_config.on_full: expected one of backpressure"),
+        ("queue_config: {on_full: 1}", "queue_config.on_full: expected a string"),
+        ("queue_config: {max_disk_bytes: 1.5GiB}", "queue_config.max_disk_bytes: expected a size"),
+        (
+            "queue_config: {max_request_bytes: 0}",
+            "queue_config.max_request_bytes: must be at least",
+        ),
+        ("queue_config: {max_retry_duration: 1.5h}", "max_retry_duration: not a valid duration"),
+        ("queue_config: {max_retry_duration: 60}", "max_retry_duration: not a valid duration"),
+        ("queue_config: {max_retry_duration: true}", "max_retry_duration: expected a duration"),
+    ],
+    ids=[
+        "on-full-case",
+        "on-full-empty",
+        "on-full-int",
+        "disk-fraction",
+        "request-zero",
+        "retry-fraction",
+        "retry-bare-number",
+        "retry-bool",
+    ],
+)
+def test_queue_disk_and_retry_errors(snippet: str, message: str) -> None:
+    text = f"remote_write:\n  - url: http://x:1/w\n    {snippet}\n"
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, env={})
+    assert str(info.value).startswith(f"{RW0}.queue_config.")
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ("storage: {fsync: ALWAYS}", "storage.fsync: expected one of always, interval"),
+        ("storage: {fsync: true}", "storage.fsync: expected a string, got a boolean"),
+        ("storage: {path: 12}", "storage.path: expected a string, got an integer 12"),
+        ("storage: {rejected_max_bytes: 0}", "storage.rejected_max_bytes: must be at least 1"),
+        ("storage: {fsync_interval: 1}", "storage.fsync_interval: not a valid duration"),
+        ("storage: [data]", "storage: expected a mapping, got a list"),
+        ("server: {shutdown_timeout: 30}", "server.shutdown_timeout: not a valid duration"),
+    ],
+    ids=[
+        "fsync-case",
+        "fsync-bool",
+        "path-int",
+        "rejected-zero",
+        "interval-bare-number",
+        "storage-list",
+        "shutdown-bare-number",
+    ],
+)
+def test_storage_and_shutdown_errors(section: str, message: str) -> None:
+    text = f"{section}\nremote_write:\n  - url: http://x:1/w\n"
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, env={})
+    assert str(info.value).startswith(message)
 
 
 SHIPPED_ENV = {
@@ -467,6 +705,50 @@ def test_describe_config_lists_destinations_auth_queue_and_rules() -> None:
     assert "retry_on_http_429=true" in out
     assert "backoff=30ms..5s" in out
     assert "action=keep source_labels=[__name__] regex='DCGM_FI_DEV_GPU_UTIL|" in out
+
+
+def test_describe_config_shows_storage_shutdown_and_queue_keys() -> None:
+    config = load_config(ROOT / "config" / "rwrouter.yaml", env=SHIPPED_ENV)
+    out = describe_config(config)
+    lines = out.splitlines()
+    assert lines[1].endswith(" read_timeout=1m shutdown_timeout=30s")
+    assert lines[2] == (
+        "storage: path=data (relative to the working directory) fsync=interval"
+        " fsync_interval=1s rejected_max_bytes=64MiB"
+    )
+    workspace = out[out.index("destination workspace:") : out.index("destination self-hosted:")]
+    assert "  queue_config:\n    disk: max_disk_bytes=1GiB on_full=backpressure\n" in workspace
+    assert (
+        "    sending: shards=1..50 capacity=10000 max_memory_bytes=256MiB"
+        " max_samples_per_send=2000 batch_send_deadline=5s max_request_bytes=1MiB\n"
+    ) in workspace
+    assert (
+        "    retries: backoff=30ms..5s max_retry_duration=unlimited retry_on_http_429=true"
+        " max_retry_duration_on_http_429=1h\n"
+    ) in workspace
+    self_hosted = out[out.index("destination self-hosted:") :]
+    assert "max_request_bytes=8MiB" in self_hosted
+    # The 429 limit is shown only where 429 answers are retried.
+    assert "retry_on_http_429=false\n" in self_hosted
+    assert "max_retry_duration_on_http_429" not in self_hosted
+
+
+def test_describe_config_shows_non_default_durable_settings() -> None:
+    out = describe_config(load_config(TESTDATA / "durable_queue.good.yml", env={}))
+    assert " shutdown_timeout=2m\n" in out
+    # fsync_interval is not used by fsync=always, so it is not shown.
+    assert "storage: path=/var/lib/rwrouter fsync=always rejected_max_bytes=16MiB\n" in out
+    assert "    disk: max_disk_bytes=8GiB on_full=drop_oldest\n" in out
+    assert " max_request_bytes=512KiB\n" in out
+    assert "max_retry_duration=6h retry_on_http_429=true max_retry_duration_on_http_429=30m" in out
+    assert "    disk: max_disk_bytes=100MiB on_full=backpressure\n" in out
+    assert "max_retry_duration=unlimited retry_on_http_429=false\n" in out
+
+
+def test_describe_config_relative_storage_path() -> None:
+    text = "storage: {path: spool}\nremote_write: [{url: 'http://x:1/w'}]\n"
+    out = describe_config(parse_config(text, env={}))
+    assert "storage: path=spool (relative to the working directory) fsync=interval" in out
 
 
 def test_secret_hides_itself() -> None:

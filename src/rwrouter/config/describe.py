@@ -6,9 +6,10 @@ header values and URL query strings / proxy user info are not shown.
 
 from __future__ import annotations
 
+import os
 from urllib.parse import urlsplit, urlunsplit
 
-from rwrouter.config.model import Config, DestinationConfig, QueueConfig
+from rwrouter.config.model import Config, DestinationConfig, QueueConfig, StorageConfig
 from rwrouter.config.values import format_duration, format_size
 from rwrouter.relabel import RelabelConfig
 
@@ -16,8 +17,9 @@ __all__ = ["describe_config", "describe_rule"]
 
 
 def describe_config(config: Config) -> str:
-    """Multi-line text: server settings, global rules, then each destination with its name, URL,
-    fallback flag, auth mode, queue settings and rules (one per line). Ends with a newline."""
+    """Multi-line text: server settings, storage, global rules, then each destination with its
+    name, URL, fallback flag, auth mode, queue settings and rules (one per line). Ends with a
+    newline."""
     server = config.server
     lines = [
         f"config: {config.source}",
@@ -25,7 +27,9 @@ def describe_config(config: Config) -> str:
         f" max_request_bytes={format_size(server.max_request_bytes)}"
         f" max_decoded_bytes={format_size(server.max_decoded_bytes)}"
         f" queue_full_retry_after={format_duration(server.queue_full_retry_after)}"
-        f" read_timeout={format_duration(server.read_timeout)}",
+        f" read_timeout={format_duration(server.read_timeout)}"
+        f" shutdown_timeout={format_duration(server.shutdown_timeout)}",
+        f"storage: {_storage(config.storage)}",
         "relabel_configs (global, applied to every series before fan-out):",
         *_rules(config.relabel_configs),
     ]
@@ -69,7 +73,7 @@ def _destination(dest: DestinationConfig) -> list[str]:
         lines.append(f"  proxy_url: {safe_url(dest.proxy_url)}")
     meta = dest.metadata_config
     lines += [
-        f"  queue_config: {_queue(dest.queue_config)}",
+        *_queue(dest.queue_config),
         f"  metadata_config: send={_flag(meta.send)}"
         f" send_interval={format_duration(meta.send_interval)}"
         f" max_samples_per_send={meta.max_samples_per_send}",
@@ -104,15 +108,43 @@ def _auth(dest: DestinationConfig) -> str:
     return "none"
 
 
-def _queue(queue: QueueConfig) -> str:
+def _storage(storage: StorageConfig) -> str:
+    """``path`` (said to be relative to the working directory when it is), the fsync policy
+    (with its interval only for ``interval``, the only policy using it), the dead-letter bound."""
+    where = "" if os.path.isabs(storage.path) else " (relative to the working directory)"
+    fsync = f"fsync={storage.fsync}"
+    if storage.fsync == "interval":
+        fsync += f" fsync_interval={format_duration(storage.fsync_interval)}"
     return (
-        f"capacity={queue.capacity} shards={queue.min_shards}..{queue.max_shards}"
+        f"path={storage.path}{where} {fsync}"
+        f" rejected_max_bytes={format_size(storage.rejected_max_bytes)}"
+    )
+
+
+def _queue(queue: QueueConfig) -> list[str]:
+    """Three lines: the disk queue and its admission policy, what the senders read ahead and
+    send, the retry limits (``max_retry_duration`` 0 shows as ``unlimited``; the 429 limit only
+    when 429 is retried)."""
+    retry_for = (
+        format_duration(queue.max_retry_duration) if queue.max_retry_duration else "unlimited"
+    )
+    retries = (
+        f"backoff={format_duration(queue.min_backoff)}..{format_duration(queue.max_backoff)}"
+        f" max_retry_duration={retry_for} retry_on_http_429={_flag(queue.retry_on_http_429)}"
+    )
+    if queue.retry_on_http_429:
+        limit = format_duration(queue.max_retry_duration_on_http_429)
+        retries += f" max_retry_duration_on_http_429={limit}"
+    return [
+        "  queue_config:",
+        f"    disk: max_disk_bytes={format_size(queue.max_disk_bytes)} on_full={queue.on_full}",
+        f"    sending: shards={queue.min_shards}..{queue.max_shards} capacity={queue.capacity}"
+        f" max_memory_bytes={format_size(queue.max_memory_bytes)}"
         f" max_samples_per_send={queue.max_samples_per_send}"
         f" batch_send_deadline={format_duration(queue.batch_send_deadline)}"
-        f" backoff={format_duration(queue.min_backoff)}..{format_duration(queue.max_backoff)}"
-        f" retry_on_http_429={_flag(queue.retry_on_http_429)}"
-        f" max_memory_bytes={format_size(queue.max_memory_bytes)}"
-    )
+        f" max_request_bytes={format_size(queue.max_request_bytes)}",
+        f"    retries: {retries}",
+    ]
 
 
 def _rules(rules: tuple[RelabelConfig, ...], *, indent: str = "  ") -> list[str]:
