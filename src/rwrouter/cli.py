@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from rwrouter import __version__
 from rwrouter.errors import ConfigError, RwrouterError
 from rwrouter.logs import setup_logging
+from rwrouter.rejected_cli import register as register_rejected
 
 log = logging.getLogger("rwrouter")
 
@@ -91,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="stop after this many seconds (default: run until Ctrl-C)")
     demo.add_argument("--workdir", default=None, help="where to keep the demo's data")
     demo.set_defaults(func=cmd_demo)
+    register_rejected(sub)  # rwrouter rejected list|replay (rwrouter.rejected_cli)
     return parser
 
 

@@ -1,0 +1,348 @@
+"""``rwrouter rejected list|replay``: inspect and resend the dead-letter store.
+
+Both read the configuration file of ``rwrouter run`` (``--config``): the store of destination
+``D`` is ``<storage.path>/rejected/<D>/`` (:mod:`rwrouter.sending.rejected`). They may run while
+``rwrouter run`` adds entries to the same store.
+
+- ``list [DESTINATION] [--json]``: one table per destination (time UTC, kind, status, reason,
+  series, samples, body bytes, first line of the answer), then totals. Exit 0.
+- ``replay DESTINATION [--dry-run]``: resends the entries present when it starts, oldest first,
+  as ``rwrouter run`` sends (URL, configured and remote-write headers, authentication, TLS,
+  proxy). A 2xx answer removes the entry; a refusal keeps it and is reported. Network errors,
+  5xx and (with ``retry_on_http_429``) 429 are retried :data:`REPLAY_RETRIES` times with the
+  destination's backoff; after a network error the remaining entries are not attempted.
+  Entries added meanwhile are neither sent nor removed. Exit 0 when every entry was
+  delivered, 1 otherwise (also when interrupted). ``--dry-run`` lists what would be sent.
+
+Exit 2 (usage): a DESTINATION the configuration does not name, or a bad configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rwrouter.auth.schemes import Authenticator
+    from rwrouter.config import Config, DestinationConfig
+    from rwrouter.sending.rejected import RejectedEntry, RejectedStore
+    from rwrouter.sending.retry import RetryPolicy
+    from rwrouter.sending.transport import Answer, Transport
+
+REPLAY_RETRIES = 3  # retries of one entry after network errors / 5xx before it stays
+RESPONSE_COLUMN = 60  # characters of the answer's first line shown by ``list``
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``rejected`` command (``list``, ``replay``) to the ``rwrouter`` subcommands."""
+    rejected = sub.add_parser("rejected", help="list or replay batches destinations refused")
+    actions = rejected.add_subparsers(dest="action", required=True)
+    show = actions.add_parser("list", help="list the dead-letter store")
+    show.add_argument("--config", required=True, help="the YAML configuration of rwrouter run")
+    show.add_argument("destination", nargs="?", help="only this destination (default: all)")
+    show.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    show.set_defaults(func=cmd_list)
+    replay = actions.add_parser("replay", help="resend a destination's rejected batches")
+    replay.add_argument("--config", required=True, help="the YAML configuration of rwrouter run")
+    replay.add_argument("destination", help="the destination to resend to")
+    replay.add_argument("--dry-run", action="store_true", help="show what would be sent")
+    replay.set_defaults(func=cmd_replay)
+
+
+# list ----------------------------------------------------------------------------------------
+def cmd_list(args: argparse.Namespace) -> int:
+    """``rwrouter rejected list``: print the stores; 0, or 2 for an unknown destination."""
+    from rwrouter.config import load_config
+
+    config = load_config(args.config)
+    chosen = _select(config, args.destination)
+    if chosen is None:
+        return 2
+    stores = [(dest.name, _store(config, dest)) for _, dest in chosen]
+    listed = [(name, store, store.entries()) for name, store in stores]
+    if args.json:
+        print(json.dumps(_as_json(listed), indent=2))
+    else:
+        print(_as_text(listed))
+    return 0
+
+
+def _as_text(listed: list[tuple[str, RejectedStore, list[RejectedEntry]]]) -> str:
+    lines = []
+    for name, store, entries in listed:
+        if not entries:
+            lines.append(f"destination {name}: no rejected batches ({store.directory})")
+            continue
+        lines.append(f"destination {name}: {len(entries)} rejected batches, "
+                     f"{store.size_bytes} bytes on disk ({store.directory})")  # fmt: skip
+        lines.append(f"  {'TIME (UTC)':<23}  {'KIND':<8}  {'STATUS':>6}  {'REASON':<12}  "
+                     f"{'SERIES':>7}  {'SAMPLES':>8}  {'BYTES':>9}  RESPONSE")  # fmt: skip
+        for e in entries:
+            status = _status(e.status)
+            lines.append(f"  {_utc(e.at_ms):<23}  {e.kind:<8}  {status:>6}  {e.reason:<12}  "
+                         f"{e.series:>7}  {e.samples:>8}  {e.body_bytes:>9}  "
+                         f"{_first_line(e.response)}")  # fmt: skip
+    total = _totals([e for _, _, entries in listed for e in entries])
+    if not total["entries"]:
+        lines.append("no rejected batches")
+    else:
+        lines.append(f"total: {total['entries']} batches, {total['series']} series, "
+                     f"{total['samples']} samples, {total['body_bytes']} bytes")  # fmt: skip
+    return "\n".join(lines)
+
+
+def _as_json(listed: list[tuple[str, RejectedStore, list[RejectedEntry]]]) -> dict[str, Any]:
+    """``{"destinations": [{"destination", "directory", "size_bytes", "entries": [...]}],
+    "total": {"entries", "series", "samples", "body_bytes"}}``; entries carry the
+    :class:`RejectedEntry` fields plus ``time`` (ISO 8601, UTC)."""
+    return {
+        "destinations": [
+            {
+                "destination": name,
+                "directory": str(store.directory),
+                "size_bytes": store.size_bytes,
+                "entries": [{**asdict(e), "time": _utc(e.at_ms, iso=True)} for e in entries],
+            }
+            for name, store, entries in listed
+        ],
+        "total": _totals([e for _, _, entries in listed for e in entries]),
+    }
+
+
+def _totals(entries: list[RejectedEntry]) -> dict[str, int]:
+    return {
+        "entries": len(entries),
+        "series": sum(e.series for e in entries),
+        "samples": sum(e.samples for e in entries if e.kind == "samples"),
+        "body_bytes": sum(e.body_bytes for e in entries),
+    }
+
+
+def _utc(at_ms: int, *, iso: bool = False) -> str:
+    when = datetime.fromtimestamp(at_ms / 1000, UTC)
+    if iso:
+        return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return when.strftime("%Y-%m-%d %H:%M:%S.") + f"{at_ms % 1000:03d}"
+
+
+def _status(status: int | None) -> str:
+    return "-" if status is None else str(status)
+
+
+def _carries(entry: RejectedEntry) -> str:
+    """``2 series, 5 samples`` (``0 series, 3 metadata entries`` for a metadata batch)."""
+    unit = "samples" if entry.kind == "samples" else "metadata entries"
+    return f"{entry.series} series, {entry.samples} {unit}"
+
+
+def _first_line(text: str) -> str:
+    line = text.strip().split("\n", 1)[0].strip()
+    return line if len(line) <= RESPONSE_COLUMN else line[: RESPONSE_COLUMN - 3] + "..."
+
+
+# replay --------------------------------------------------------------------------------------
+@dataclass
+class _Tally:
+    """What a replay did, in entries (and what the delivered ones carried)."""
+
+    delivered: int = 0
+    series: int = 0
+    samples: int = 0
+    metadata: int = 0
+    kept: int = 0  # refused or unreadable: left in the store
+    not_attempted: int = 0
+    gone: int = 0  # removed by ``rwrouter run`` (the bound) before it could be sent
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """``rwrouter rejected replay``: 0 when every entry was delivered, 1 otherwise, 2 for an
+    unknown destination. Raises ConfigError / CredentialsError (auth cannot be set up)."""
+    from rwrouter.config import load_config
+
+    config = load_config(args.config)
+    chosen = _select(config, args.destination)
+    if chosen is None:
+        return 2
+    ((index, dest),) = chosen
+    store = _store(config, dest)
+    entries = store.entries()
+    if not entries:
+        print(f"destination {dest.name}: no rejected batches ({store.directory})")
+        return 0
+    if args.dry_run:
+        return _dry_run(dest, store, entries)
+    try:
+        tally = asyncio.run(_replay(dest, index, store, entries))
+    except KeyboardInterrupt:
+        print("interrupted: the batches not delivered stay in the store")
+        return 1
+    _summary(dest.name, store, entries, tally)
+    return 0 if tally.delivered == len(entries) else 1
+
+
+def _dry_run(dest: DestinationConfig, store: RejectedStore, entries: list[RejectedEntry]) -> int:
+    from rwrouter.config import safe_url
+
+    print(f"dry run: would send {len(entries)} batches to {dest.name} ({safe_url(dest.url)}):")
+    for e in entries:
+        refused = f"refused {_utc(e.at_ms)}: {_status(e.status)} {e.reason}"
+        print(f"  {e.name}  {_carries(e)}, {e.body_bytes} bytes ({refused})")
+    return 0
+
+
+async def _replay(
+    dest: DestinationConfig, index: int, store: RejectedStore, entries: list[RejectedEntry]
+) -> _Tally:
+    from rwrouter.auth.schemes import authenticator_for
+    from rwrouter.auth.sigv4 import REMOTE_WRITE_HEADERS
+    from rwrouter.sending.fanout import _transport  # the transport `rwrouter run` builds
+    from rwrouter.sending.retry import RetryPolicy
+
+    q = dest.queue_config
+    auth = await authenticator_for(dest, path=f"remote_write[{index}]")
+    policy = RetryPolicy(min_backoff=q.min_backoff, max_backoff=q.max_backoff,
+                         retry_on_http_429=q.retry_on_http_429)  # fmt: skip
+    sender = _Sender(transport=_transport(dest), auth=auth, policy=policy,
+                     base={**dict(dest.headers), **REMOTE_WRITE_HEADERS})  # fmt: skip
+    tally = _Tally()
+    await sender.transport.start()
+    try:
+        for i, entry in enumerate(entries):
+            if not await _replay_one(sender, store, entry, tally):
+                tally.not_attempted = len(entries) - i - 1
+                break
+    finally:
+        await sender.transport.close()
+    return tally
+
+
+async def _replay_one(
+    sender: _Sender, store: RejectedStore, entry: RejectedEntry, tally: _Tally
+) -> bool:
+    """Send one entry and account for it; False when the destination is unreachable."""
+    try:
+        body = await asyncio.to_thread(store.body, entry)
+    except FileNotFoundError:
+        tally.gone += 1
+        print(f"gone      {entry.name}: removed meanwhile (store bound), not sent")
+        return True
+    except (OSError, ValueError) as exc:
+        tally.kept += 1
+        print(f"kept      {entry.name}: unreadable: {exc}")
+        return True
+    status, text = await sender.send(body)
+    if status is not None and 200 <= status < 300:
+        await asyncio.to_thread(store.remove, entry)
+        tally.delivered += 1
+        tally.series += entry.series
+        if entry.kind == "samples":
+            tally.samples += entry.samples
+        else:
+            tally.metadata += entry.samples
+        print(f"delivered {entry.name}: {status} ({_carries(entry)})")
+        return True
+    answer = "no answer" if status is None else str(status)
+    tally.kept += 1
+    print(f"kept      {entry.name}: {answer}: {_first_line(text)}")
+    return status is not None
+
+
+class _Sender:
+    """Sends one body as ``rwrouter run`` does, with a few retries (:data:`REPLAY_RETRIES`)."""
+
+    def __init__(
+        self, *, transport: Transport, auth: Authenticator, policy: RetryPolicy,
+        base: dict[str, str],
+    ) -> None:  # fmt: skip
+        self.transport, self.auth, self.policy, self.base = transport, auth, policy, base
+
+    async def send(self, body: bytes) -> tuple[int | None, str]:
+        """POST ``body``; returns the final status (None: no answer) and the answer's text."""
+        from rwrouter.errors import CredentialsError
+        from rwrouter.sending.transport import Answer
+
+        attempt, refreshed, started = 0, False, time.monotonic()
+        while True:
+            answer = await self._attempt(body)
+            status = answer.status if isinstance(answer, Answer) else None
+            text = answer.text if isinstance(answer, Answer) else str(answer)
+            if status is not None and 200 <= status < 300:
+                return status, text
+            if status is not None and not refreshed:
+                try:  # 401/403: refresh the credentials if that can help, and retry once
+                    refreshed = await self.auth.refresh_after(status=status, body_text=text)
+                except CredentialsError:
+                    refreshed = True
+                else:
+                    if refreshed:
+                        continue
+            retry_after = answer.headers.get("Retry-After") if isinstance(answer, Answer) else None
+            decision = self.policy.decide(status, attempt=attempt, retry_after=retry_after,
+                                          now=time.time(), rand=random.random(),
+                                          elapsed=time.monotonic() - started)  # fmt: skip
+            if not decision.retry or attempt >= REPLAY_RETRIES:
+                return status, text
+            await asyncio.sleep(decision.delay)
+            attempt += 1
+
+    async def _attempt(self, body: bytes) -> Answer | Exception:
+        """One signed POST: the Answer, or the TransportError/CredentialsError instead."""
+        from rwrouter import USER_AGENT
+        from rwrouter.errors import CredentialsError
+        from rwrouter.sending.transport import TransportError
+
+        try:
+            headers = await self.auth.headers(url=self.transport.url, body=body, base=self.base)
+            headers["User-Agent"] = USER_AGENT
+            answer: Answer | Exception = await self.transport.post(body, headers)
+        except (TransportError, CredentialsError) as exc:
+            answer = exc
+        return answer
+
+
+def _summary(name: str, store: RejectedStore, entries: list[RejectedEntry], tally: _Tally) -> None:
+    print(f"replay to {name}: delivered {tally.delivered} of {len(entries)} batches "
+          f"({tally.series} series, {tally.samples} samples, {tally.metadata} metadata); "
+          f"still in the store: {tally.kept + tally.not_attempted}")  # fmt: skip
+    if tally.not_attempted:
+        print(f"destination unreachable: {tally.not_attempted} batches not attempted (kept)")
+    if tally.gone:
+        print(f"{tally.gone} batches were removed meanwhile by the store bound (not sent)")
+    replayed = {e.name for e in entries}
+    new = [e for e in store.entries() if e.name not in replayed]
+    if new:
+        print(f"{len(new)} batches were rejected during the replay (not replayed)")
+
+
+# shared --------------------------------------------------------------------------------------
+def _select(config: Config, name: str | None) -> list[tuple[int, DestinationConfig]] | None:
+    """(index, destination) pairs for ``name`` (all when None); None (and a message on stderr)
+    when the configuration has no such destination."""
+    chosen = [(i, d) for i, d in enumerate(config.remote_write) if name in (None, d.name)]
+    if not chosen:
+        known = ", ".join(d.name for d in config.remote_write)
+        print(f"rwrouter: unknown destination {name!r} (the configuration {config.source} "
+              f"has: {known})", file=sys.stderr)  # fmt: skip
+    return chosen or None
+
+
+def _store(config: Config, dest: DestinationConfig) -> RejectedStore:
+    from rwrouter.sending.rejected import RejectedStore, rejected_dir
+
+    directory = rejected_dir(config.storage.path, dest.name)
+    return RejectedStore(directory, max_bytes=config.storage.rejected_max_bytes)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``rwrouter rejected ARGS``: the same as ``rwrouter.cli.main(["rejected", *ARGS])``."""
+    from rwrouter.cli import main as rwrouter_main
+
+    return rwrouter_main(["rejected", *(sys.argv[1:] if argv is None else argv)])

@@ -1,0 +1,268 @@
+"""``rwrouter rejected list|replay`` against a capture server on 127.0.0.1, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from rwrouter.rejected_cli import REPLAY_RETRIES, main
+from rwrouter.sending.rejected import RejectedStore, rejected_dir
+from tests.support.capture import CaptureServer
+from tests.support.series import Series, write_request
+
+T0 = 1_700_000_000.0  # unix seconds: 2023-11-14 22:13:20 UTC
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """``main`` sets up logging on the root logger (to this test's stderr): undo it after."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def write_config(tmp_path: Path, url: str, *, name: str = "self-hosted") -> Path:
+    path = tmp_path / "rwrouter.yaml"
+    path.write_text(f"""
+storage:
+  path: {tmp_path / "data"}
+remote_write:
+  - name: workspace
+    url: http://127.0.0.1:9/unused
+  - name: {name}
+    url: {url}
+    headers: {{X-Scope-OrgID: team-a}}
+    basic_auth: {{username: router, password: s3cret}}
+    queue_config: {{min_backoff: 10ms, max_backoff: 50ms}}
+""")
+    return path
+
+
+def raw_batch(i: int, n: int = 2) -> bytes:
+    series = [Series((("__name__", f"m{i}"), ("s", str(j))), ((1000 + j, float(j)),))
+              for j in range(n)]  # fmt: skip
+    return write_request(series).SerializeToString()
+
+
+def fill(tmp_path: Path, count: int, *, name: str = "self-hosted") -> RejectedStore:
+    """``count`` rejected batches of 2 series (one second apart from T0) for ``name``."""
+    clock = [T0]
+    store = RejectedStore(rejected_dir(str(tmp_path / "data"), name), max_bytes=1 << 20,
+                          wall_clock=lambda: clock[0])  # fmt: skip
+    for i in range(count):
+        clock[0] = T0 + i
+        store.add(raw=raw_batch(i), kind="samples", status=400, reason="4xx", series=2,
+                  samples=2, response=f"out of order sample {i}\nsecond line")  # fmt: skip
+    return store
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# replay ------------------------------------------------------------------------------------
+REPLAYS = [
+    # id, scripted statuses, exit code, indexes of the entries kept, requests received
+    ("accepted_all_removed", [], 0, [], 3),
+    ("refused_400_all_kept", [400, 400, 400], 1, [0, 1, 2], 3),
+    ("one_refused_others_delivered", [204, 422, 200], 1, [1], 3),
+    ("server_error_retried_then_kept", [503] * (REPLAY_RETRIES + 1), 1, [0],
+     3 + REPLAY_RETRIES),
+    ("server_error_then_accepted", [500, 502], 0, [], 5),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("statuses", "code", "kept", "requests"), [c[1:] for c in REPLAYS],
+                         ids=[c[0] for c in REPLAYS])  # fmt: skip
+def test_replay(
+    tmp_path: Path,
+    capture: CaptureServer,
+    capsys: pytest.CaptureFixture[str],
+    statuses: list[int],
+    code: int,
+    kept: list[int],
+    requests: int,
+) -> None:
+    path = f"/{tmp_path.name}"
+    capture.script(path, statuses)
+    store = fill(tmp_path, 3)
+    entries = store.entries()
+    bodies = [store.body(e) for e in entries]
+    config = write_config(tmp_path, capture.url(path))
+    assert main(["replay", "--config", str(config), "self-hosted"]) == code
+    out = capsys.readouterr().out
+    assert store.entries() == [entries[i] for i in kept]
+    received = capture.requests(path)
+    assert len(received) == requests
+    delivered = [r.body for r in received if r.status < 300]
+    assert delivered == [b for i, b in enumerate(bodies) if i not in kept]  # exactly, in order
+    assert {r.body for r in received} <= set(bodies)
+    headers = received[0].headers
+    assert headers["Content-Encoding"] == "snappy"
+    assert headers["Content-Type"] == "application/x-protobuf"
+    assert headers["X-Prometheus-Remote-Write-Version"] == "0.1.0"
+    assert headers["X-Scope-OrgID"] == "team-a"
+    assert headers["Authorization"] == "Basic cm91dGVyOnMzY3JldA=="  # router:s3cret
+    assert headers["User-Agent"].startswith("rwrouter/")
+    assert f"delivered {3 - len(kept)} of 3 batches" in out
+    assert f"still in the store: {len(kept)}" in out
+    refusal = max(statuses, default=0)  # the status answered to the kept entries
+    for i in kept:
+        assert f"kept      {entries[i].name}: {refusal}: scripted {refusal}" in out
+
+
+def test_replay_stops_when_the_destination_is_unreachable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = fill(tmp_path, 3)
+    entries = store.entries()
+    config = write_config(tmp_path, f"http://127.0.0.1:{free_port()}/api/v1/write")
+    assert main(["replay", "--config", str(config), "self-hosted"]) == 1
+    out = capsys.readouterr().out
+    assert store.entries() == entries
+    assert f"kept      {entries[0].name}: no answer: " in out
+    assert "still in the store: 3" in out
+    assert "destination unreachable: 2 batches not attempted (kept)" in out
+
+
+def test_replay_keeps_entries_rejected_meanwhile(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``rwrouter run`` adding entries during a replay: they are neither sent nor removed."""
+    store = fill(tmp_path, 2)
+    replayed = store.entries()
+    received: list[bytes] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        received.append(await request.read())
+        store.add(raw=raw_batch(9), kind="samples", status=None, reason="retry_budget",
+                  response="", series=2, samples=2)  # fmt: skip
+        return web.Response(status=204)
+
+    with _Server(handle) as url:
+        config = write_config(tmp_path, url)
+        assert main(["replay", "--config", str(config), "self-hosted"]) == 0
+    out = capsys.readouterr().out
+    left = store.entries()
+    assert len(received) == 2 and len(left) == 2
+    assert not {e.name for e in left} & {e.name for e in replayed}
+    assert "2 batches were rejected during the replay (not replayed)" in out
+
+
+def test_replay_dry_run_sends_nothing(
+    tmp_path: Path, capture: CaptureServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = f"/{tmp_path.name}"
+    store = fill(tmp_path, 2)
+    entries = store.entries()
+    config = write_config(tmp_path, capture.url(path))
+    assert main(["replay", "--config", str(config), "self-hosted", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "dry run: would send 2 batches to self-hosted" in out
+    assert all(e.name in out for e in entries)
+    assert capture.requests(path) == [] and store.entries() == entries
+
+
+# list --------------------------------------------------------------------------------------
+def test_list_table_as_a_user_runs_it(tmp_path: Path) -> None:
+    store = fill(tmp_path, 2)
+    config = write_config(tmp_path, "http://127.0.0.1:9/api/v1/write")
+    result = subprocess.run(
+        [sys.executable, "-m", "rwrouter", "rejected", "list", "--config", str(config)],
+        env=os.environ, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("destination workspace: no rejected batches")
+    directory = tmp_path / "data" / "rejected" / "self-hosted"
+    assert lines[1] == (
+        f"destination self-hosted: 2 rejected batches, {store.size_bytes} bytes on disk "
+        f"({directory})"
+    )
+    assert lines[2].split() == ["TIME", "(UTC)", "KIND", "STATUS", "REASON", "SERIES",
+                                "SAMPLES", "BYTES", "RESPONSE"]  # fmt: skip
+    body_bytes = store.entries()[0].body_bytes
+    assert lines[3].split() == ["2023-11-14", "22:13:20.000", "samples", "400", "4xx", "2", "2",
+                                str(body_bytes), "out", "of", "order", "sample", "0"]  # fmt: skip
+    assert lines[4].split()[:2] == ["2023-11-14", "22:13:21.000"]
+    bytes_total = sum(e.body_bytes for e in store.entries())
+    assert lines[5] == f"total: 2 batches, 4 series, 4 samples, {bytes_total} bytes"
+    assert len(lines) == 6 and "Traceback" not in result.stderr
+
+
+def test_list_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = fill(tmp_path, 2)
+    config = write_config(tmp_path, "http://127.0.0.1:9/api/v1/write")
+    assert main(["list", "--config", str(config), "self-hosted", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    (dest,) = listed["destinations"]
+    assert dest["destination"] == "self-hosted" and dest["size_bytes"] == store.size_bytes
+    first = dest["entries"][0]
+    assert first["time"] == "2023-11-14T22:13:20.000Z" and first["status"] == 400
+    assert first["response"] == "out of order sample 0\nsecond line"
+    assert [e["name"] for e in dest["entries"]] == [e.name for e in store.entries()]
+    body_bytes = sum(e.body_bytes for e in store.entries())
+    assert listed["total"] == {"entries": 2, "series": 4, "samples": 4, "body_bytes": body_bytes}
+
+
+def test_list_empty_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write_config(tmp_path, "http://127.0.0.1:9/api/v1/write")
+    assert main(["list", "--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "destination self-hosted: no rejected batches" in out
+    assert out.splitlines()[-1] == "no rejected batches"
+    assert not (tmp_path / "data").exists()  # listing creates nothing
+
+
+UNKNOWN = [
+    ("list", ["list", "nope"]),
+    ("list_json", ["list", "nope", "--json"]),
+    ("replay", ["replay", "nope"]),
+    ("replay_dry_run", ["replay", "nope", "--dry-run"]),
+]
+
+
+@pytest.mark.parametrize("args", [c[1] for c in UNKNOWN], ids=[c[0] for c in UNKNOWN])
+def test_unknown_destination_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    config = write_config(tmp_path, "http://127.0.0.1:9/api/v1/write")
+    assert main([args[0], "--config", str(config), *args[1:]]) == 2
+    err = capsys.readouterr().err
+    assert "unknown destination 'nope'" in err and "workspace, self-hosted" in err
+
+
+def test_bad_configuration_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text("remote_write: []\nstorage: {paht: x}\n")
+    assert main(["list", "--config", str(config)]) == 2
+    assert "configuration error: storage.paht" in capsys.readouterr().err
+
+
+class _Server:
+    """A one-handler aiohttp server in its own thread (the replay runs its own event loop)."""
+
+    def __init__(self, handler: web.Handler) -> None:
+        self._capture = CaptureServer()
+        self._capture._handle = handler  # type: ignore[method-assign]
+
+    def __enter__(self) -> str:
+        return self._capture.start().url("/api/v1/write")
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._capture.stop()
