@@ -10,6 +10,7 @@ Every error the router raises derives from :class:`RwrouterError`::
     │   ├── TooLargeError      413: body or declared decoded size over the configured limit
     │   └── UnsupportedError   415: another Content-Encoding or Content-Type
     ├── CredentialsError       no usable credentials for a destination (AWS, or a secret file)
+    ├── StorageError           a durable queue could not be written (503: nothing acknowledged)
     └── DeliveryError          a send to a destination failed; carries the retry decision
 
 A :class:`RequestError` never becomes a 5xx answer, and it never affects the next request.
@@ -74,6 +75,11 @@ class CredentialsError(RwrouterError):
 
     The message says which source was tried; the underlying error is the ``__cause__``.
     """
+
+
+class StorageError(RwrouterError):
+    """A destination's disk queue could not be written (disk full, I/O error). The request is
+    answered 503 and not acknowledged; the underlying OSError is the ``__cause__``."""
 
 
 class DeliveryError(RwrouterError):

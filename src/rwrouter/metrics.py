@@ -83,29 +83,32 @@ class Metrics:
             "rwrouter_samples_dropped",
             "Samples not delivered to a destination, by reason: relabel (its rules dropped the "
             "series), invalid (no metric name left), filtered (only exemplars or histograms "
-            "the destination does not take), 4xx/3xx (refused by the destination), queue_full "
-            "(the request was refused with 503, the sender retries), shutdown (still queued "
-            "when the drain timeout ended).",
+            "the destination does not take), 4xx/3xx (refused by the destination), "
+            "retry_budget (max_retry_duration spent), too_large (one series over "
+            "max_request_bytes), queue_full (the request was refused with 503, the sender "
+            "retries), drop_oldest (removed from a full disk queue), corrupt (a queue record "
+            "that failed its checksum).",
             ["destination", "reason"],
             registry=r,
         )
         self.dropped_metadata = Counter(
             "rwrouter_metadata_dropped",
-            "Metadata entries not delivered, by reason (queue_full, 4xx, invalid: no family "
-            "name).",
+            "Metadata entries not delivered, by reason (queue_full, 4xx, invalid: no family name).",
             ["destination", "reason"],
             registry=r,
         )
         self.refused_requests = Counter(
             "rwrouter_refused_requests",
             "Remote write requests refused whole, by reason (decode, too_large, unsupported, "
-            "slow_body, client_gone, queue_full, busy).",
+            "slow_body, client_gone, queue_full, busy, storage).",
             ["reason"],
             registry=r,
         )
         self.retries = Counter(
             "rwrouter_retries",
-            "Send attempts that will be retried, by reason (network, 5xx, 429, expired_token).",
+            "Send attempts that will be retried, by reason: the HTTP status (e.g. 503, 429), "
+            "network (no answer) or credential_refresh (401/403 answered, credentials "
+            "refreshed).",
             ["destination", "reason"],
             registry=r,
         )
@@ -116,21 +119,70 @@ class Metrics:
             buckets=_SEND_BUCKETS,
             registry=r,
         )
+        self.queue_disk_bytes = Gauge(
+            "rwrouter_queue_disk_bytes",
+            "Bytes of a destination's queue segment files on disk.",
+            ["destination"],
+            registry=r,
+        )
+        self.queue_disk_capacity_bytes = Gauge(
+            "rwrouter_queue_disk_capacity_bytes",
+            "Bound of a destination's disk queue (queue_config.max_disk_bytes).",
+            ["destination"],
+            registry=r,
+        )
+        self.queue_blocks = Gauge(
+            "rwrouter_queue_blocks",
+            "Queue blocks (a request's share each) not yet sent: on disk or in flight.",
+            ["destination"],
+            registry=r,
+        )
+        self.queue_oldest_age = Gauge(
+            "rwrouter_queue_oldest_unsent_age_seconds",
+            "Age of the oldest block read for sending and not yet done, since it was "
+            "received (0 when none).",
+            ["destination"],
+            registry=r,
+        )
+        self.queue_corrupt_records = Counter(
+            "rwrouter_queue_corrupt_records",
+            "Queue records found torn or corrupt (checksum) and skipped; their samples are lost.",
+            ["destination"],
+            registry=r,
+        )
+        self.rejected_bytes = Gauge(
+            "rwrouter_rejected_store_bytes",
+            "Bytes in a destination's dead-letter store (storage.path/rejected).",
+            ["destination"],
+            registry=r,
+        )
+        self.rejected_entries = Gauge(
+            "rwrouter_rejected_store_entries",
+            "Batches in a destination's dead-letter store.",
+            ["destination"],
+            registry=r,
+        )
+        self.rejected_batches = Counter(
+            "rwrouter_rejected_batches",
+            "Batches refused for good and stored in the dead-letter store, by reason.",
+            ["destination", "reason"],
+            registry=r,
+        )
         self.queue_samples = Gauge(
             "rwrouter_queue_samples",
-            "Samples waiting or in flight in a destination's in-memory queue.",
+            "Samples read from the disk queue and waiting or in flight in memory.",
             ["destination"],
             registry=r,
         )
         self.queue_capacity = Gauge(
             "rwrouter_queue_capacity_samples",
-            "Capacity of a destination's in-memory queue (capacity x max_shards).",
+            "Read-ahead bound of a destination's in-memory queue (capacity x max_shards).",
             ["destination"],
             registry=r,
         )
         self.queue_bytes = Gauge(
             "rwrouter_queue_bytes",
-            "Bytes of encoded series waiting or in flight in a destination's in-memory queue.",
+            "Bytes of series read from the disk queue and waiting or in flight in memory.",
             ["destination"],
             registry=r,
         )

@@ -203,14 +203,14 @@ async def _replay(
 ) -> _Tally:
     from rwrouter.auth.schemes import authenticator_for
     from rwrouter.auth.sigv4 import REMOTE_WRITE_HEADERS
-    from rwrouter.sending.fanout import _transport  # the transport `rwrouter run` builds
+    from rwrouter.sending.fanout import transport_for  # as `rwrouter run` builds it
     from rwrouter.sending.retry import RetryPolicy
 
     q = dest.queue_config
     auth = await authenticator_for(dest, path=f"remote_write[{index}]")
     policy = RetryPolicy(min_backoff=q.min_backoff, max_backoff=q.max_backoff,
                          retry_on_http_429=q.retry_on_http_429)  # fmt: skip
-    sender = _Sender(transport=_transport(dest), auth=auth, policy=policy,
+    sender = _Sender(transport=transport_for(dest), auth=auth, policy=policy,
                      base={**dict(dest.headers), **REMOTE_WRITE_HEADERS})  # fmt: skip
     tally = _Tally()
     await sender.transport.start()

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -31,19 +32,24 @@ def fresh_capture(capture: CaptureServer) -> CaptureServer:
     return capture
 
 
-def router_config(yaml_text: str, **env: str) -> Config:
-    """Parse ``yaml_text`` and listen on a free port of 127.0.0.1."""
+def router_config(yaml_text: str, storage: Path, **env: str) -> Config:
+    """Parse ``yaml_text``, listen on a free port of 127.0.0.1, keep the queues in ``storage``
+    (unless the YAML sets ``storage.path``)."""
     config = parse_config(yaml_text, env=env)
     server = dataclasses.replace(config.server, listen_address="127.0.0.1:0")
+    if "path:" not in yaml_text:
+        config = dataclasses.replace(
+            config, storage=dataclasses.replace(config.storage, path=str(storage))
+        )
     return dataclasses.replace(config, server=server)
 
 
 @pytest.fixture
-async def start_router() -> AsyncIterator[StartRouter]:
+async def start_router(tmp_path: Path) -> AsyncIterator[StartRouter]:
     started: list[RouterServer] = []
 
     async def start(yaml_text: str) -> RouterServer:
-        server = RouterServer(router_config(yaml_text))
+        server = RouterServer(router_config(yaml_text, tmp_path / f"storage-{len(started)}"))
         await server.start()
         started.append(server)
         return server

@@ -177,4 +177,4 @@ async def test_expired_token_refreshes_credentials_and_retries_once(
     assert refused.status == 403 and "expired" in refused.message
     assert (retried.status, retried.access_key) == (200, "ASIASECOND")
     assert metric_value(router, "rwrouter_retries_total", destination="workspace",
-                        reason="expired_token") == 1  # fmt: skip
+                        reason="credential_refresh") == 1  # fmt: skip

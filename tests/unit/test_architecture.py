@@ -123,6 +123,7 @@ def is_pure(name: str) -> bool:
         "rwrouter.auth.sigv4",
         "rwrouter.sending.retry",
         "rwrouter.sending.batching",
+        "rwrouter.sending.records",
         "rwrouter.errors",
         "rwrouter.config",
     )

@@ -8,9 +8,9 @@ Public API:
 - ``load_config(path, *, env=None) -> Config``: reads the file (env defaults to ``os.environ``)
   and checks that every ``*_file`` is readable (``check_files``).
 - ``describe_config(config) -> str``: what ``rwrouter check-config FILE`` prints; no secrets.
-- The dataclasses (``Config``, ``ServerConfig``, ``StorageConfig``, ``DestinationConfig``, ``QueueConfig``,
-  ``MetadataConfig``, ``SigV4Config``, ``BasicAuth``, ``Authorization``, ``TLSConfig``) and
-  ``Secret``; ``parse_duration``/``format_duration`` (float seconds) and
+- The dataclasses (``Config``, ``ServerConfig``, ``StorageConfig``, ``DestinationConfig``,
+  ``QueueConfig``, ``MetadataConfig``, ``SigV4Config``, ``BasicAuth``, ``Authorization``,
+  ``TLSConfig``) and ``Secret``; ``parse_duration``/``format_duration`` (float seconds) and
   ``parse_size``/``format_size`` (int bytes).
 
 Module layout: ``values`` (scalar syntax) <- ``model`` (dataclasses) <- ``parse`` (YAML, pure)

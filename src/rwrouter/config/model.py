@@ -220,8 +220,9 @@ class DestinationConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Config:
-    """The whole file: ``server``, ``storage``, global ``relabel_configs`` (applied to every series before
-    fan-out), ``remote_write`` (at least one destination). ``source`` names where it came from."""
+    """The whole file: ``server``, ``storage``, global ``relabel_configs`` (applied to every
+    series before fan-out), ``remote_write`` (at least one destination). ``source`` names
+    where it came from."""
 
     server: ServerConfig = field(default_factory=ServerConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)

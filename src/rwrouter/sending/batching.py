@@ -13,58 +13,84 @@ from collections import deque
 from dataclasses import dataclass, field
 
 
-def shard_of(key: bytes, shards: int) -> int:
-    """The shard of a series, from its encoded output labels (stable within a process)."""
-    return hash(key) % shards
+def shard_of(hashed: int, shards: int) -> int:
+    """The shard of a series from its shard hash (:func:`rwrouter.sending.records.shard_hash`)."""
+    return hashed % shards
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """What :meth:`ShardBuffer.take` cut: (framed series, sample count) items in order, their
+    total samples and frame bytes, and the owner of each item (whatever ``add`` was given)."""
+
+    items: list[tuple[bytes, int]]
+    samples: int
+    nbytes: int
+    owners: list[object]
 
 
 @dataclass(slots=True)
 class ShardBuffer:
-    """Frames waiting in one shard: (framed series, sample count) in arrival order, and the
-    shard key of each (``keys``, to re-shard).
+    """Frames waiting in one shard: (framed series, sample count) in arrival order, with the
+    shard hash and owner of each (``tags``: to re-shard, and to tell the owner when done).
 
-    ``samples``: total samples waiting; ``first_at``: when (seconds, any monotonic clock) the
-    oldest waiting frame arrived, or None when empty.
+    ``samples``/``nbytes``: totals waiting; ``first_at``: when (seconds, any monotonic clock)
+    the oldest waiting frame arrived, or None when empty.
     """
 
     frames: deque[tuple[bytes, int]] = field(default_factory=deque)
-    keys: deque[bytes] = field(default_factory=deque)
+    tags: deque[tuple[int, object]] = field(default_factory=deque)
     samples: int = 0
+    nbytes: int = 0
     first_at: float | None = None
 
-    def add(self, frame: bytes, count: int, *, now: float, key: bytes = b"") -> None:
+    def add(
+        self, frame: bytes, count: int, *, now: float, hashed: int = 0, owner: object = None
+    ) -> None:
         """Append a frame of ``count`` samples that arrived at ``now``."""
         if not self.frames:
             self.first_at = now
         self.frames.append((frame, count))
-        self.keys.append(key)
+        self.tags.append((hashed, owner))
         self.samples += count
+        self.nbytes += len(frame)
 
-    def ready(self, *, max_samples: int, deadline: float, now: float) -> bool:
-        """A batch should be cut: a full batch waits, or the oldest frame waited ``deadline``."""
+    def ready(self, *, max_samples: int, max_bytes: int, deadline: float, now: float) -> bool:
+        """A batch should be cut: a full batch waits (``max_samples`` samples or ``max_bytes``
+        bytes), or the oldest frame waited ``deadline`` seconds."""
         if not self.frames:
             return False
         assert self.first_at is not None
-        return self.samples >= max_samples or now - self.first_at >= deadline
+        return (
+            self.samples >= max_samples
+            or self.nbytes >= max_bytes
+            or now - self.first_at >= deadline
+        )
 
-    def take(self, *, max_samples: int) -> tuple[list[tuple[bytes, int]], int, int]:
-        """Remove and return up to ``max_samples`` samples' worth of (frame, sample count)
-        (at least one frame), their total sample count, and the total length of their keys."""
-        frames: list[tuple[bytes, int]] = []
-        taken = key_bytes = 0
-        while self.frames and (not frames or taken + self.frames[0][1] <= max_samples):
-            item = self.frames.popleft()
-            key_bytes += len(self.keys.popleft())
-            frames.append(item)
-            taken += item[1]
+    def take(self, *, max_samples: int, max_bytes: int) -> Batch:
+        """Remove and return the next batch: frames in order while the batch stays within
+        ``max_samples`` samples and ``max_bytes`` bytes (always at least one frame)."""
+        items: list[tuple[bytes, int]] = []
+        owners: list[object] = []
+        taken = size = 0
+        frames, tags = self.frames, self.tags
+        while frames:
+            frame, count = frames[0]
+            if items and (taken + count > max_samples or size + len(frame) > max_bytes):
+                break
+            items.append(frames.popleft())
+            owners.append(tags.popleft()[1])
+            taken += count
+            size += len(frame)
         self.samples -= taken
-        if not self.frames:  # frames left behind keep their age: they go out no later
+        self.nbytes -= size
+        if not frames:  # frames left behind keep their age: they go out no later
             self.first_at = None
-        return frames, taken, key_bytes
+        return Batch(items, taken, size, owners)
 
 
 def reshard(old: list[ShardBuffer], shards: int) -> list[ShardBuffer]:
-    """Move every waiting frame into ``shards`` new buffers by its key (:func:`shard_of`).
+    """Move every waiting frame into ``shards`` new buffers by its hash (:func:`shard_of`).
 
     Per-series order holds: all frames of a series sit in one old buffer, and they are moved in
     their order. A frame keeps the arrival time of the oldest frame of its old buffer.
@@ -72,9 +98,9 @@ def reshard(old: list[ShardBuffer], shards: int) -> list[ShardBuffer]:
     new = [ShardBuffer() for _ in range(shards)]
     for buf in old:
         arrived = buf.first_at if buf.first_at is not None else 0.0
-        for (frame, count), key in zip(buf.frames, buf.keys, strict=True):
-            target = new[shard_of(key, shards)]
-            target.add(frame, count, now=arrived, key=key)
+        for (frame, count), (hashed, owner) in zip(buf.frames, buf.tags, strict=True):
+            target = new[shard_of(hashed, shards)]
+            target.add(frame, count, now=arrived, hashed=hashed, owner=owner)
             first = target.first_at if target.first_at is not None else arrived
             target.first_at = min(arrived, first)
     return new

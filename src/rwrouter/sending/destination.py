@@ -1,15 +1,22 @@
-"""One destination: a bounded in-memory queue split into shards, a sender per shard, retries.
+"""One destination: a durable queue on disk, read ahead into shards, a sender per shard.
 
-Per-series order: a series always goes to the same shard (hash of its label set) and a shard
-has one batch in flight at a time, retried until it succeeds or is refused, so a later sample of
-a series can never overtake an earlier one (RW 1.0 spec). A full queue is never a silent loss:
-:meth:`Destination.has_room` lets the receive side answer 503 before anything is enqueued.
+Flow: the receive side appends a request's share (records, :mod:`rwrouter.sending.records`) to
+the destination's :class:`~rwrouter.sending.diskqueue.DiskQueue` and answers 204 once that is
+written (``storage.fsync: interval``) or fsynced (``always``). A reader reads records in order,
+as long as the in-memory read-ahead has room (``capacity x max_shards`` samples and
+``max_memory_bytes``), and hands each series to its shard. Each shard sends batches of at most
+``max_samples_per_send`` samples and ``max_request_bytes`` bytes. A record is done when all its
+series are delivered or refused for good (refused ones go to the dead-letter store); the queue
+position advances over done records in order, so a crash re-sends only records not yet done.
 
-Shards are dynamic between ``min_shards`` and ``max_shards``, as in Prometheus: every
-``reshard_interval`` seconds the needed number is computed from the send time per sample and the
-incoming rate (:func:`~rwrouter.sending.batching.desired_shards`); to change it, every sender
-finishes its batch in flight, the waiting frames are re-hashed into the new shards in order
-(:func:`~rwrouter.sending.batching.reshard`), and new senders start.
+Per-series order: a series always goes to the same shard (its shard hash) and a shard has one
+batch in flight at a time, retried until it succeeds or is refused, so a later sample of a
+series never overtakes an earlier one (RW 1.0 spec). Shards are dynamic between ``min_shards``
+and ``max_shards`` as in Prometheus (:func:`~rwrouter.sending.batching.desired_shards`): to
+change their number, every sender finishes its batch in flight and the waiting frames are
+re-hashed in order (:func:`~rwrouter.sending.batching.reshard`).
+
+Metadata entries are kept in memory only (Prometheus sends all metadata again every minute).
 """
 
 from __future__ import annotations
@@ -21,15 +28,20 @@ import time
 from collections import deque
 from collections.abc import Callable, Coroutine
 from contextlib import suppress
+from pathlib import Path
 from typing import Any
 
 from rwrouter.auth.schemes import Authenticator
 from rwrouter.auth.sigv4 import REMOTE_WRITE_HEADERS
-from rwrouter.config import DestinationConfig
+from rwrouter.config import DestinationConfig, StorageConfig
+from rwrouter.errors import DecodeError
+from rwrouter.logs import q
 from rwrouter.metrics import Metrics
-from rwrouter.routing import RoutedSeries
 from rwrouter.sending.batching import ShardBuffer, desired_shards, reshard, shard_of
-from rwrouter.sending.delivery import Deliverer
+from rwrouter.sending.delivery import Deliverer, Item, Refusal
+from rwrouter.sending.diskqueue import DiskQueue, Position
+from rwrouter.sending.records import Block, EncodedShare, decode_record
+from rwrouter.sending.rejected import RejectedStore, rejected_dir, safe_dirname
 from rwrouter.sending.retry import RetryPolicy
 from rwrouter.sending.transport import Transport
 
@@ -37,19 +49,35 @@ log = logging.getLogger("rwrouter.sending")
 
 METADATA_QUEUE_LIMIT = 10_000  # entries; Prometheus resends all metadata every minute anyway
 RESHARD_INTERVAL = 10.0  # seconds, as Prometheus's shardUpdateDuration
+READ_CHUNK_BYTES = 4 * 1024 * 1024  # record bytes read from disk at a time
+
+
+def queue_dir(storage_path: str, destination: str) -> Path:
+    """``<storage.path>/queue/<destination>`` (the name made safe for a file system)."""
+    return Path(storage_path) / "queue" / safe_dirname(destination)
+
+
+class _Record:
+    """A record read for sending: where it ends in the queue, and its series not yet done."""
+
+    __slots__ = ("end", "received_ms", "remaining")
+
+    def __init__(self, end: Position, received_ms: int, remaining: int) -> None:
+        self.end, self.received_ms, self.remaining = end, received_ms, remaining
 
 
 class Destination:
-    """A remote_write destination's queue and senders.
+    """A remote_write destination's durable queue and senders (see the module docstring).
 
-    ``capacity`` (samples) = ``queue_config.capacity`` x ``max_shards`` (Prometheus's capacity
-    is per shard). Clocks, randomness and sleep are injectable for tests.
+    Admission (event loop): :meth:`fits`, :meth:`has_room`, :meth:`make_room`, :meth:`reserve`,
+    then ``await`` :meth:`append`. Clocks, randomness and sleep are injectable for tests.
     """
 
     def __init__(
         self,
         *,
         config: DestinationConfig,
+        storage: StorageConfig,
         transport: Transport,
         auth: Authenticator,
         metrics: Metrics,
@@ -61,21 +89,28 @@ class Destination:
     ) -> None:
         self.config = config
         self.name = config.name
-        q = config.queue_config
-        self.capacity = q.capacity * q.max_shards
-        self.capacity_bytes = q.max_memory_bytes
+        q_ = config.queue_config
+        self.capacity = q_.capacity * q_.max_shards
+        self.capacity_bytes = q_.max_memory_bytes
+        self.storage = storage
+        self.queue = DiskQueue(queue_dir(storage.path, self.name), max_bytes=q_.max_disk_bytes)
+        self.rejected = RejectedStore(
+            rejected_dir(storage.path, self.name), max_bytes=storage.rejected_max_bytes
+        )
         self._transport = transport
         self.auth = auth
         self._metrics = metrics
-        self._clock = clock
+        self._clock, self._wall = clock, wall_clock
         self._deliverer = Deliverer(
             name=config.name,
             transport=transport,
             auth=auth,
             policy=RetryPolicy(
-                min_backoff=q.min_backoff,
-                max_backoff=q.max_backoff,
-                retry_on_http_429=q.retry_on_http_429,
+                min_backoff=q_.min_backoff,
+                max_backoff=q_.max_backoff,
+                retry_on_http_429=q_.retry_on_http_429,
+                max_retry_duration=q_.max_retry_duration,
+                max_retry_duration_on_http_429=q_.max_retry_duration_on_http_429,
             ),
             base_headers={**dict(config.headers), **REMOTE_WRITE_HEADERS},
             metrics=metrics,
@@ -83,84 +118,158 @@ class Destination:
             wall_clock=wall_clock,
             rand=rand,
             sleep=sleep,
+            on_rejected=self._on_rejected,
         )
-        self._shards = [ShardBuffer() for _ in range(q.min_shards)]
+        self._shards = [ShardBuffer() for _ in range(q_.min_shards)]
         self._wake = [asyncio.Event() for _ in self._shards]
+        self._read_wake = asyncio.Event()
+        self._records: deque[_Record] = deque()  # read and not yet done, in queue order
         self._metadata: deque[bytes] = deque()
+        self._metadata_bytes = 0
         self._metadata_wake = asyncio.Event()
         self._shard_tasks: list[asyncio.Task[None]] = []
         self._tasks: list[asyncio.Task[None]] = []
+        self._dead_letters: set[asyncio.Task[None]] = set()
+        self._sync_lock = asyncio.Lock()
         self._closing = False
+        self._reader_done = False
         self._closed = asyncio.Event()  # set with _closing: ends the resharding loop
         self._reshard_task: asyncio.Task[None] | None = None
         self._pausing = False
         self._reshard_interval = reshard_interval
         self._stats = _IntervalStats()
-        self.pending = 0
-        self.pending_bytes = 0
-        self.abandoned = 0  # samples given up at shutdown (in flight or still queued)
-        metrics.queue_capacity.labels(self.name).set(self.capacity)
-        metrics.shards.labels(self.name).set(len(self._shards))
-        metrics.watch(metrics.queue_samples, lambda: self.pending, self.name)
-        metrics.watch(metrics.queue_bytes, lambda: self.pending_bytes, self.name)
-        metrics.queue_capacity_bytes.labels(self.name).set(self.capacity_bytes)
-        metrics.credentials_expiry.sources[self.name] = auth.expiry
+        self.pending = 0  # samples read ahead into memory (waiting or in flight)
+        self.pending_bytes = 0  # their frame bytes, plus queued metadata
+        m, name = metrics, self.name
+        m.queue_capacity.labels(name).set(self.capacity)
+        m.queue_capacity_bytes.labels(name).set(self.capacity_bytes)
+        m.queue_disk_capacity_bytes.labels(name).set(q_.max_disk_bytes)
+        m.shards.labels(name).set(len(self._shards))
+        m.watch(m.queue_samples, lambda: self.pending, name)
+        m.watch(m.queue_bytes, lambda: self.pending_bytes, name)
+        m.watch(m.queue_disk_bytes, lambda: self.queue.size_bytes, name)
+        m.watch(m.queue_blocks, lambda: self.queue.unread_records + len(self._records), name)
+        m.watch(m.queue_oldest_age, self.oldest_unsent_age, name)
+        m.watch(m.rejected_bytes, lambda: self.rejected.size_bytes, name)
+        m.watch(m.rejected_entries, lambda: len(self.rejected), name)
+        m.credentials_expiry.sources[name] = auth.expiry
 
-    def fits(self, samples: int, nbytes: int) -> bool:
-        """Whether a request's share of ``samples`` and ``nbytes`` could ever fit the queue."""
-        return samples <= self.capacity and nbytes <= self.capacity_bytes
+    # -- admission (event loop) -----------------------------------------------------------
 
-    def has_room(self, samples: int, nbytes: int) -> bool:
-        """Whether ``samples`` more samples and ``nbytes`` more bytes fit in the queue now."""
-        return (
-            self.pending + samples <= self.capacity
-            and self.pending_bytes + nbytes <= self.capacity_bytes
+    @property
+    def on_full(self) -> str:
+        """``backpressure`` or ``drop_oldest`` (``queue_config.on_full``)."""
+        return self.config.queue_config.on_full
+
+    @property
+    def max_request_bytes(self) -> int:
+        """Uncompressed body bound of the requests sent (``queue_config.max_request_bytes``)."""
+        return self.config.queue_config.max_request_bytes
+
+    def fits(self, nbytes: int) -> bool:
+        """Whether a share of ``nbytes`` record bytes could ever fit the disk queue."""
+        return nbytes <= self.config.queue_config.max_disk_bytes
+
+    def has_room(self, nbytes: int) -> bool:
+        """Whether ``nbytes`` more record bytes fit in the disk queue now."""
+        return self.queue.has_room(nbytes)
+
+    def make_room(self, nbytes: int) -> None:
+        """``drop_oldest``: drop the oldest unsent segments until ``nbytes`` fit (counted)."""
+        dropped = self.queue.drop_oldest(nbytes)
+        if dropped.samples:
+            self._metrics.dropped_samples.labels(self.name, "drop_oldest").inc(dropped.samples)
+        if dropped.segments:
+            log.warning("destination=%s msg=%s segments=%d records=%d samples=%d", self.name,
+                        q("disk queue full: dropped the oldest data (on_full: drop_oldest)"),
+                        dropped.segments, dropped.records, dropped.samples)  # fmt: skip
+
+    def reserve(self, nbytes: int) -> None:
+        """Hold room for a share admitted and about to be appended."""
+        self.queue.reserve(nbytes)
+
+    def release(self, nbytes: int) -> None:
+        """Give back a reservation that will not be appended."""
+        self.queue.release(nbytes)
+
+    async def append(self, share: EncodedShare) -> None:
+        """Append a reserved share to the disk queue; returns once it is durable by the
+        ``storage.fsync`` policy. Raises OSError (nothing of the share stays queued)."""
+        ticket = await asyncio.to_thread(
+            self.queue.append, share.records, share.samples, reserved=share.nbytes
         )
+        self._stats.samples_in += share.total_samples
+        self._read_wake.set()
+        if self.storage.fsync == "always":
+            async with self._sync_lock:  # group commit: one fsync covers every append before
+                if self.queue.synced < ticket:
+                    await asyncio.to_thread(self.queue.sync)
 
-    def enqueue(self, routed: RoutedSeries, metadata: list[bytes]) -> None:
-        """Add routed series (and metadata entries) to the shards. Never blocks, never awaits."""
-        now = self._clock()
-        shards, wake = self._shards, self._wake
-        n_shards = len(shards)
-        batch_full = self.config.queue_config.max_samples_per_send
-        for frame, key, count in zip(routed.frames, routed.keys, routed.counts, strict=True):
-            i = shard_of(key, n_shards)
-            buf = shards[i]
-            if not buf.frames or buf.samples + count >= batch_full:
-                wake[i].set()
-            buf.add(frame, count, now=now, key=key)
-        self.pending += routed.samples
-        self.pending_bytes += routed.nbytes
-        self._stats.samples_in += routed.samples
-        if metadata and self.config.metadata_config.send:
-            overflow = len(self._metadata) + len(metadata) - METADATA_QUEUE_LIMIT
-            for _ in range(max(0, overflow)):
-                self.pending_bytes -= len(self._metadata.popleft())
-            if overflow > 0:
-                self._metrics.dropped_metadata.labels(self.name, "queue_full").inc(overflow)
-            self._metadata.extend(metadata)
-            self.pending_bytes += self.metadata_bytes(metadata)
-            self._metadata_wake.set()
-
-    def metadata_bytes(self, metadata: list[bytes]) -> int:
-        """The queue bytes these metadata entries would take (0 when metadata is not sent)."""
-        return sum(map(len, metadata)) if self.config.metadata_config.send else 0
+    def enqueue_metadata(self, metadata: list[bytes]) -> None:
+        """Queue metadata entries in memory, bounded by :data:`METADATA_QUEUE_LIMIT` entries
+        and ``max_memory_bytes`` (the oldest are dropped and counted, reason ``queue_full``).
+        Metadata never holds back samples."""
+        if not metadata or not self.config.metadata_config.send:
+            return
+        self._metadata.extend(metadata)
+        added = sum(map(len, metadata))
+        self.pending_bytes += added
+        self._metadata_bytes += added
+        dropped = 0
+        while self._metadata and (
+            len(self._metadata) > METADATA_QUEUE_LIMIT or self._metadata_bytes > self.capacity_bytes
+        ):
+            size = len(self._metadata.popleft())
+            self.pending_bytes -= size
+            self._metadata_bytes -= size
+            dropped += 1
+        if dropped:
+            self._metrics.dropped_metadata.labels(self.name, "queue_full").inc(dropped)
+        self._metadata_wake.set()
 
     def refused(self, samples: int) -> None:
-        """Note samples refused (503) for want of room: they are demand all the same, and the
-        resharding decision must see it."""
+        """Note samples refused (503) for want of room: demand all the same, for resharding."""
         self._stats.samples_in += samples
+
+    def oldest_unsent_age(self) -> float:
+        """Seconds since the oldest record read for sending and not yet done was received."""
+        if not self._records:
+            return 0.0
+        return max(0.0, self._wall() - self._records[0].received_ms / 1000)
 
     @property
     def shards(self) -> int:
         """The number of shards (concurrent senders) now."""
         return len(self._shards)
 
+    # -- lifecycle -------------------------------------------------------------------------
+
     async def start(self) -> None:
-        """Open the transport and start the senders: one per shard, metadata, resharding."""
+        """Open (recover) the disk queue, then start the reader, senders, metadata sender,
+        resharding and the fsync timer. Raises OSError when the queue cannot be opened."""
+        recovery = await asyncio.to_thread(self.queue.open)
+        if recovery.torn_records:
+            lost = "unknown" if recovery.torn_samples is None else recovery.torn_samples
+            self._metrics.queue_corrupt_records.labels(self.name).inc(recovery.torn_records)
+            if recovery.torn_samples:
+                self._metrics.dropped_samples.labels(self.name, "corrupt").inc(
+                    recovery.torn_samples
+                )
+            log.error("destination=%s msg=%s bytes=%d records=%d samples=%s", self.name,
+                      q("torn record at the end of the disk queue cut off"),
+                      recovery.torn_bytes, recovery.torn_records, lost)  # fmt: skip
+        if recovery.unsent_records:
+            log.info("destination=%s msg=%s records=%d bytes=%d", self.name,
+                     q("unsent data on disk: sending it first"), recovery.unsent_records,
+                     recovery.unsent_bytes)  # fmt: skip
         await self._transport.start()
         self._start_shards()
-        self._tasks = [asyncio.create_task(self._metadata_loop())]
+        self._tasks = [
+            asyncio.create_task(self._read_loop()),
+            asyncio.create_task(self._metadata_loop()),
+        ]
+        if self.storage.fsync == "interval":
+            self._tasks.append(asyncio.create_task(self._fsync_loop()))
         self._reshard_task = asyncio.create_task(self._reshard_loop())
 
     def _start_shards(self) -> None:
@@ -170,8 +279,9 @@ class Destination:
         self._metrics.shards.labels(self.name).set(len(self._shards))
 
     async def stop(self, *, timeout: float) -> int:
-        """Send what is queued for up to ``timeout`` seconds, then stop; returns the number of
-        samples abandoned (counted as dropped, reason ``shutdown``)."""
+        """Keep sending for up to ``timeout`` seconds (until the disk queue is empty), then
+        stop; what is not done stays on disk for the next start. Returns the number of
+        records left."""
         self._closing = True
         self._closed.set()
         deadline = self._clock() + timeout
@@ -179,60 +289,170 @@ class Destination:
             await asyncio.wait([self._reshard_task], timeout=timeout)
             self._reshard_task.cancel()  # ...unless a sender is stuck retrying: then stop it
             await asyncio.gather(self._reshard_task, return_exceptions=True)
-        for event in (*self._wake, self._metadata_wake):
+        for event in (*self._wake, self._metadata_wake, self._read_wake):
             event.set()
         tasks = [*self._shard_tasks, *self._tasks]
-        if tasks:
-            remaining = max(0.0, deadline - self._clock())
-            _, running = await asyncio.wait(tasks, timeout=remaining)
-            for task in running:
-                task.cancel()
-            await asyncio.gather(*running, return_exceptions=True)
+        remaining = max(0.0, deadline - self._clock())
+        _, running = await asyncio.wait(tasks, timeout=remaining) if tasks else ((), set())
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, *self._dead_letters, return_exceptions=True)
         await self._transport.close()
-        if self.pending:
-            self._metrics.dropped_samples.labels(self.name, "shutdown").inc(self.pending)
-            self.abandoned += self.pending
-        if self.abandoned:
-            log.warning("destination=%s abandoned_samples=%d msg=%s", self.name, self.abandoned,
-                        '"queue not drained before the shutdown timeout"')  # fmt: skip
-        return self.abandoned
+        left = self.queue.unread_records + len(self._records)
+        await asyncio.to_thread(self.queue.close)
+        if left:
+            log.warning("destination=%s records_left=%d msg=%s", self.name, left,
+                        q("not drained before the shutdown timeout: kept on disk"))  # fmt: skip
+        return left
+
+    # -- reading the disk queue ------------------------------------------------------------
+
+    def _room(self) -> int:
+        """Record bytes the reader may read now (0: the read-ahead is full)."""
+        if self.pending >= self.capacity or self.pending_bytes >= self.capacity_bytes:
+            return 0
+        return min(READ_CHUNK_BYTES, self.capacity_bytes - self.pending_bytes)
+
+    async def _read_loop(self) -> None:
+        while True:
+            room = self._room()
+            if not room or not self.queue.unread_records:
+                if self._closing and not self.queue.unread_records:
+                    self._reader_done = True
+                    for event in self._wake:
+                        event.set()
+                    return
+                self._read_wake.clear()
+                await self._read_wake.wait()
+                continue
+            batch = await asyncio.to_thread(self._read_blocks, room)
+            for block, end in batch:
+                self._dispatch(block, end)
+
+    def _read_blocks(self, room: int) -> list[tuple[Block | None, Position]]:
+        """Read and decode the next records (worker thread); None for a corrupt one."""
+        out: list[tuple[Block | None, Position]] = []
+        for record in self.queue.read(room):
+            try:
+                out.append((decode_record(record.rest), record.end))
+            except DecodeError as exc:
+                log.error("destination=%s msg=%s error=%s", self.name,
+                          q("undecodable queue record skipped"), q(exc))  # fmt: skip
+                out.append((None, record.end))
+        return out
+
+    def _dispatch(self, block: Block | None, end: Position) -> None:
+        """Hand a record's series to their shards (in order); the record waits to be done."""
+        if block is None:
+            self._metrics.queue_corrupt_records.labels(self.name).inc()
+            self._records.append(_Record(end, 0, 0))
+            self._advance()
+            return
+        record = _Record(end, block.received_ms, len(block.frames))
+        self._records.append(record)
+        now = self._clock()
+        shards, wake = self._shards, self._wake
+        n = len(shards)
+        q_ = self.config.queue_config
+        for frame, count, hashed in zip(block.frames, block.counts, block.hashes, strict=True):
+            i = shard_of(hashed, n)
+            buf = shards[i]
+            if not buf.frames or buf.samples + count >= q_.max_samples_per_send:
+                wake[i].set()
+            buf.add(frame, count, now=now, hashed=hashed, owner=record)
+        self.pending += block.samples
+        self.pending_bytes += block.nbytes
+
+    def _done(self, owners: list[object]) -> None:
+        """Series of these records are done (delivered or refused for good)."""
+        for owner in owners:
+            assert isinstance(owner, _Record)
+            owner.remaining -= 1
+        self._advance()
+
+    def _advance(self) -> None:
+        """Commit the queue position over records done, in order."""
+        end = None
+        records = self._records
+        while records and records[0].remaining <= 0:
+            end = records.popleft().end
+        if end is not None:
+            self.queue.commit(end)
+
+    # -- sending ---------------------------------------------------------------------------
 
     async def _shard_loop(self, i: int) -> None:
         buf, wake = self._shards[i], self._wake[i]
-        q = self.config.queue_config
+        q_ = self.config.queue_config
         while not self._pausing:
             if not buf.frames:
-                if self._closing:
+                if self._closing and self._reader_done:
                     return
                 wake.clear()
                 await wake.wait()
                 continue
             now = self._clock()
-            deadline = 0.0 if self._closing else q.batch_send_deadline
-            if not buf.ready(max_samples=q.max_samples_per_send, deadline=deadline, now=now):
+            deadline = 0.0 if self._closing else q_.batch_send_deadline
+            if not buf.ready(max_samples=q_.max_samples_per_send, max_bytes=q_.max_request_bytes,
+                             deadline=deadline, now=now):  # fmt: skip
                 wake.clear()
                 assert buf.first_at is not None
                 with suppress(TimeoutError):
                     await asyncio.wait_for(wake.wait(), deadline - (now - buf.first_at))
                 continue
-            items, samples, keys_bytes = buf.take(max_samples=q.max_samples_per_send)
+            batch = buf.take(max_samples=q_.max_samples_per_send, max_bytes=q_.max_request_bytes)
             started = self._clock()
-            try:
-                delivered = await self._deliverer.deliver(items, "samples")
-                if delivered:
-                    self._metrics.sent_samples.labels(self.name).inc(delivered)
-                    self._stats.delivered(delivered, self._clock() - started)
-            except asyncio.CancelledError:  # the drain timeout ended this batch in flight
-                self._metrics.dropped_samples.labels(self.name, "shutdown").inc(samples)
-                self.abandoned += samples
-                raise
-            finally:
-                self.pending -= samples
-                self.pending_bytes -= sum(len(frame) for frame, _ in items) + keys_bytes
+            delivered = await self._deliverer.deliver(batch.items, "samples")
+            if delivered:
+                self._metrics.sent_samples.labels(self.name).inc(delivered)
+                self._stats.delivered(delivered, self._clock() - started)
+            if self._dead_letters:  # refused parts are on disk before the queue moves on
+                await asyncio.gather(*self._dead_letters, return_exceptions=True)
+            self.pending -= batch.samples
+            self.pending_bytes -= batch.nbytes
+            self._done(batch.owners)
+            self._read_wake.set()
+
+    def _on_rejected(self, items: list[Item], kind: str, refusal: Refusal) -> None:
+        """A part refused for good: keep it in the dead-letter store (in a worker thread)."""
+        if kind != "samples":
+            return
+        raw = b"".join(frame for frame, _ in items)
+        samples = sum(n for _, n in items)
+        self._metrics.rejected_batches.labels(self.name, refusal.reason).inc()
+        task = asyncio.create_task(self._store_rejected(raw, len(items), samples, refusal))
+        self._dead_letters.add(task)
+        task.add_done_callback(self._dead_letters.discard)
+
+    async def _store_rejected(
+        self, raw: bytes, series: int, samples: int, refusal: Refusal
+    ) -> None:
+        try:
+            removed = await asyncio.to_thread(
+                self.rejected.add, raw=raw, kind="samples", status=refusal.status,
+                reason=refusal.reason, response=refusal.text, series=series, samples=samples,
+            )  # fmt: skip
+        except OSError as exc:
+            log.error("destination=%s msg=%s samples=%d error=%s", self.name,
+                      q("could not write the dead-letter store"), samples, q(exc))  # fmt: skip
+            return
+        if removed:
+            log.warning("destination=%s msg=%s entries=%d", self.name,
+                        q("dead-letter store full: oldest entries removed"), removed)  # fmt: skip
+
+    async def _fsync_loop(self) -> None:
+        """``storage.fsync: interval``: fsync what was appended every ``fsync_interval``."""
+        while not (self._closing and self._reader_done):
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._closed.wait(), self.storage.fsync_interval)
+            if self.queue.dirty:
+                await asyncio.to_thread(self.queue.sync)
+            if self._closing:
+                return
 
     async def _reshard_loop(self) -> None:
         """Every ``reshard_interval`` seconds, change the shard count if the load asks for it."""
-        q = self.config.queue_config
+        q_ = self.config.queue_config
         while not self._closing:
             with suppress(TimeoutError):
                 await asyncio.wait_for(self._closed.wait(), self._reshard_interval)
@@ -240,10 +460,11 @@ class Destination:
             failures, self._deliverer.failures = self._deliverer.failures, 0
             if failures or self._closing:
                 continue  # more senders do not help a failing destination
+            backlog = self.pending + self.queue.unread_samples
             wanted = desired_shards(
-                current=len(self._shards), min_shards=q.min_shards, max_shards=q.max_shards,
+                current=len(self._shards), min_shards=q_.min_shards, max_shards=q_.max_shards,
                 samples_in=stats.samples_in, samples_out=stats.samples_out,
-                send_seconds=stats.send_seconds, pending=self.pending,
+                send_seconds=stats.send_seconds, pending=backlog,
                 interval=self._reshard_interval,
             )  # fmt: skip
             if wanted != len(self._shards):
@@ -258,7 +479,7 @@ class Destination:
             event.set()
         await asyncio.gather(*self._shard_tasks, return_exceptions=True)
         # Even when stop() came meanwhile, restart the senders: they drain what waits.
-        self._shards = reshard(self._shards, shards)  # no await from here: enqueue waits
+        self._shards = reshard(self._shards, shards)  # no await from here: the reader waits
         self._wake = [asyncio.Event() for _ in self._shards]
         for event in self._wake:
             event.set()
@@ -275,10 +496,12 @@ class Destination:
                 await self._metadata_wake.wait()
                 continue
             batch = [(self._metadata.popleft(), 1) for _ in range(min(limit, len(self._metadata)))]
+            size = sum(len(entry) for entry, _ in batch)
+            self._metadata_bytes -= size
             try:
                 delivered = await self._deliverer.deliver(batch, "metadata")
             finally:
-                self.pending_bytes -= sum(len(entry) for entry, _ in batch)
+                self.pending_bytes -= size
             if delivered:
                 self._metrics.sent_metadata.labels(self.name).inc(delivered)
 

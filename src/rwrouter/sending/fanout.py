@@ -1,9 +1,12 @@
-"""The fan-out service: routes each decoded write request and enqueues it for every destination.
+"""The fan-out service: routes each decoded write request and appends it to every
+destination's durable queue.
 
-Admission is all-or-nothing: when a destination that would receive part of a request has no
-room, nothing of the request is enqueued anywhere and the receive side answers 503 (the sender
-retries the whole request from its WAL), so a full queue never loses acknowledged data and
-never duplicates part of a request.
+Admission is all-or-nothing: when a destination with ``on_full: backpressure`` that would
+receive part of a request has no room on disk, nothing of the request is kept anywhere and the
+receive side answers 503 (the sender retries the whole request from its WAL), so a full queue
+never loses acknowledged data and never duplicates part of a request. A destination with
+``on_full: drop_oldest`` makes room by dropping its oldest queued data (counted) instead.
+The request is acknowledged only once every share is durable (``storage.fsync``).
 """
 
 from __future__ import annotations
@@ -11,14 +14,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 from dataclasses import dataclass
 
 from rwrouter.auth.schemes import authenticator_for
 from rwrouter.config import Config, DestinationConfig, TLSConfig, safe_url
-from rwrouter.errors import TooLargeError
+from rwrouter.errors import StorageError, TooLargeError
+from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.routing import Route, RoutedRequest, Router
 from rwrouter.sending.destination import Destination
+from rwrouter.sending.records import EncodedShare, encode_share
 from rwrouter.sending.transport import Transport
 from rwrouter.wire import decompress, parse_write_request
 
@@ -43,6 +49,15 @@ class Accepted:
     metadata: int
 
 
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """A request decoded and routed, with each destination's share encoded as queue records
+    (in config order)."""
+
+    routed: RoutedRequest
+    shares: list[EncodedShare]
+
+
 class FanOut:
     """The router's core service: a :class:`Router` and its destinations."""
 
@@ -52,49 +67,84 @@ class FanOut:
         self._metrics = metrics
         self._hits = self._misses = 0
 
-    def decode(self, body: bytes, *, max_decoded_bytes: int) -> RoutedRequest:
-        """Decompress, parse and route one request body. CPU-bound and independent of the
-        queues: the server runs it in a worker thread, so the event loop stays responsive.
+    def decode(self, body: bytes, *, max_decoded_bytes: int) -> Decoded:
+        """Decompress, parse and route one request body, and encode each destination's share
+        as queue records. CPU-bound and independent of the queues: the server runs it in a
+        worker thread, so the event loop stays responsive.
 
         Raises DecodeError / TooLargeError (see :func:`rwrouter.wire.decompress`).
         """
         parts = parse_write_request(decompress(body, max_decoded_bytes=max_decoded_bytes))
-        return self.router.route(parts)
+        routed = self.router.route(parts)
+        received_ms = int(time.time() * 1000)
+        shares = [
+            encode_share(
+                series.frames,
+                series.keys,
+                series.counts,
+                received_ms=received_ms,
+                max_body_bytes=dest.max_request_bytes,
+            )
+            for series, dest in zip(routed.series, self.destinations, strict=True)
+        ]
+        return Decoded(routed, shares)
 
-    def accept(self, routed: RoutedRequest) -> Accepted:
-        """Enqueue a routed request everywhere, or nowhere if a queue has no room (all or
-        nothing; call on the event loop).
+    async def accept(self, decoded: Decoded) -> Accepted:
+        """Append a decoded request to every destination's disk queue, or to none if one with
+        ``on_full: backpressure`` has no room (all or nothing). Returns once the shares are
+        durable (``storage.fsync``).
 
-        Raises TooLargeError when a destination's share is larger than its whole queue (it
-        could never be accepted: 413, not 503 forever).
+        Raises TooLargeError when a destination's share is larger than its whole disk queue (it
+        could never be accepted: 413, not 503 forever); StorageError when a queue could not be
+        written (the request is not acknowledged).
         """
         self._count_cache()
-        shares = [
-            (dest, series.samples, series.nbytes + dest.metadata_bytes(metadata))
-            for dest, series, metadata in zip(
-                self.destinations, routed.series, routed.metadata, strict=True
-            )
-        ]
-        for dest, samples, nbytes in shares:
-            if nbytes and not dest.fits(samples, nbytes):
+        routed = decoded.routed
+        pairs = list(zip(self.destinations, decoded.shares, strict=True))
+        for dest, share in pairs:
+            if share.nbytes and not dest.fits(share.nbytes):
                 raise TooLargeError(
-                    f"request carries {samples} samples ({nbytes} bytes) for destination "
-                    f"{dest.name}, more than its whole queue holds"
+                    f"request carries {share.total_samples} samples ({share.nbytes} bytes) for "
+                    f"destination {dest.name}, more than its whole disk queue holds"
                 )
-        full = tuple(
-            dest.name for dest, samples, nbytes in shares
-            if nbytes and not dest.has_room(samples, nbytes)
-        )  # fmt: skip
         m = self._metrics
         counts = (routed.series_in, routed.samples_in, routed.metadata_in)
+        full = tuple(
+            dest.name for dest, share in pairs
+            if share.nbytes and dest.on_full == "backpressure" and not dest.has_room(share.nbytes)
+        )  # fmt: skip
         if full:
-            for dest, samples, _ in shares:
+            for dest, share in pairs:
                 if dest.name in full:
-                    m.dropped_samples.labels(dest.name, "queue_full").inc(samples)
-                    dest.refused(samples)
+                    m.dropped_samples.labels(dest.name, "queue_full").inc(share.total_samples)
+                    dest.refused(share.total_samples)
             return Accepted(full, *counts)
+        for dest, share in pairs:
+            if share.nbytes:
+                if not dest.has_room(share.nbytes):
+                    dest.make_room(share.nbytes)
+                dest.reserve(share.nbytes)
+        results = await asyncio.gather(
+            *(dest.append(share) for dest, share in pairs if share.nbytes),
+            return_exceptions=True,
+        )
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if failed:
+            error = failed[0]
+            if not isinstance(error, OSError):
+                raise error
+            log.error("msg=%s error=%s", q("could not write a disk queue: request refused"),
+                      q(error))  # fmt: skip
+            raise StorageError(f"could not write the disk queue: {error}") from error
         for i, dest in enumerate(self.destinations):
-            dest.enqueue(routed.series[i], routed.metadata[i])
+            dest.enqueue_metadata(routed.metadata[i])
+            share = decoded.shares[i]
+            if share.too_large:
+                m.dropped_samples.labels(dest.name, "too_large").inc(share.too_large)
+                log.error("destination=%s series=%d samples=%d max_request_bytes=%d msg=%s",
+                          dest.name, share.too_large_series, share.too_large,
+                          dest.max_request_bytes,
+                          q("series larger than max_request_bytes dropped"))  # fmt: skip
         for (i, reason), samples in routed.dropped.items():
             m.dropped_samples.labels(self.destinations[i].name, reason).inc(samples)
         if routed.metadata_invalid:
@@ -142,7 +192,13 @@ async def build_fanout(config: Config, metrics: Metrics) -> FanOut:
     for i, dest in enumerate(config.remote_write):
         auth = await authenticator_for(dest, path=f"remote_write[{i}]")
         destinations.append(
-            Destination(config=dest, transport=_transport(dest), auth=auth, metrics=metrics)
+            Destination(
+                config=dest,
+                storage=config.storage,
+                transport=transport_for(dest),
+                auth=auth,
+                metrics=metrics,
+            )
         )
         log.info("destination=%s url=%s auth=%s fallback=%s rules=%d", dest.name,
                  safe_url(dest.url), auth.kind, dest.fallback,
@@ -150,7 +206,7 @@ async def build_fanout(config: Config, metrics: Metrics) -> FanOut:
     return FanOut(router=router, destinations=destinations, metrics=metrics)
 
 
-def _transport(dest: DestinationConfig) -> Transport:
+def transport_for(dest: DestinationConfig) -> Transport:
     return Transport(
         url=dest.url,
         timeout=dest.remote_timeout,

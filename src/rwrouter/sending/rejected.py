@@ -86,8 +86,9 @@ class RejectedEntry:
     body_bytes: int
 
 
-def rejected_dir(storage_path: str | os.PathLike[str], destination: str) -> Path:
-    """``<storage_path>/rejected/<safe name>``: see the module docstring for the encoding.
+def safe_dirname(destination: str) -> str:
+    """A destination name as one safe, unambiguous directory name: percent-encoded
+    (``quote(name, safe="")``), a leading ``.`` as ``%2E``; ``unquote`` gives the name back.
 
     Raises ValueError for an empty destination name.
     """
@@ -96,7 +97,15 @@ def rejected_dir(storage_path: str | os.PathLike[str], destination: str) -> Path
     safe = quote(destination, safe="")
     if safe.startswith("."):
         safe = "%2E" + safe[1:]
-    return Path(storage_path) / "rejected" / safe
+    return safe
+
+
+def rejected_dir(storage_path: str | os.PathLike[str], destination: str) -> Path:
+    """``<storage_path>/rejected/<safe name>`` (:func:`safe_dirname`).
+
+    Raises ValueError for an empty destination name.
+    """
+    return Path(storage_path) / "rejected" / safe_dirname(destination)
 
 
 class RejectedStore:

@@ -8,9 +8,10 @@ Answers (RW 1.0 spec; the sender's mistakes are 4xx with a one-line reason, neve
 size over the limit, or a share larger than a destination's whole queue; 415 another
 Content-Encoding or Content-Type (RW 2.0 included, until it is supported); 503 with
 ``Retry-After`` when a destination queue is full or too many requests wait to be decoded
-(nothing of the request was kept; the sender retries). Bodies are decoded and routed in worker
-threads (:mod:`rwrouter.server.decoders`); a sender that gave up before its answer gets nothing
-enqueued (it will send again).
+(nothing of the request was kept; the sender retries) or when a disk queue could not be
+written. 204 means the request is in every destination's durable queue. Bodies are decoded
+and routed in worker threads (:mod:`rwrouter.server.decoders`); a sender that gave up before
+its answer gets nothing enqueued (it will send again).
 """
 
 from __future__ import annotations
@@ -23,7 +24,13 @@ import time
 from aiohttp import web
 
 from rwrouter.config import ServerConfig
-from rwrouter.errors import RequestError, SlowBodyError, TooLargeError, UnsupportedError
+from rwrouter.errors import (
+    RequestError,
+    SlowBodyError,
+    StorageError,
+    TooLargeError,
+    UnsupportedError,
+)
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.sending.fanout import FanOut
@@ -97,9 +104,7 @@ async def handle_write(request: web.Request) -> web.Response:
     started = time.perf_counter()
     body = None
     try:
-        check_headers(
-            request.headers.get("Content-Encoding"), request.headers.get("Content-Type")
-        )
+        check_headers(request.headers.get("Content-Encoding"), request.headers.get("Content-Type"))
         body = await read_body(
             request, limit=settings.max_request_bytes, timeout=settings.read_timeout
         )
@@ -109,7 +114,9 @@ async def handle_write(request: web.Request) -> web.Response:
         routed = await app[DECODERS].run(declared_size(body), decode)
         if request.transport is None or request.transport.is_closing():
             raise ClientGone  # the sender gave up (its timeout): it will send again
-        accepted = fanout.accept(routed)
+        accepted = await fanout.accept(routed)
+    except StorageError as exc:
+        return _unavailable(request, "storage", str(exc))
     except ClientGone:
         metrics.refused_requests.labels("client_gone").inc()
         return web.Response(status=400, text="connection closed before the answer\n")
@@ -170,7 +177,8 @@ async def handle_index(request: web.Request) -> web.Response:
     lines = ["rwrouter", "", "POST /api/v1/write (also /api/v1/push): remote write 1.0", ""]
     lines += ["GET /metrics", "GET /-/healthy", "GET /-/ready", "", "destinations:"]
     for dest in request.app[FANOUT].destinations:
-        lines.append(f"  {dest.name}: queued samples {dest.pending} / {dest.capacity}")
+        disk, cap = dest.queue.size_bytes, dest.config.queue_config.max_disk_bytes
+        lines.append(f"  {dest.name}: disk queue {disk} / {cap} bytes, in memory {dest.pending}")
     return web.Response(text="\n".join(lines) + "\n")
 
 

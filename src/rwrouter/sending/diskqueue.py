@@ -1,0 +1,495 @@
+"""A destination's durable queue: append-only segment files of queue records
+(:mod:`rwrouter.sending.records`) and the position before which everything is done.
+
+Files in the queue directory:
+
+- ``<sequence, 20 digits>.seg``: records back to back; a new segment starts when the current
+  one would pass ``segment_bytes``.
+- ``position``: ``u64 segment, u64 offset, u32 crc32`` (little-endian) of the committed
+  position: every record before it was delivered, refused for good, or dropped. Written in
+  place on every commit (no fsync: losing it only means sending some records twice).
+
+On :meth:`DiskQueue.open`, segments wholly before the position are removed, the last segment
+is checked record by record and cut at the first torn or corrupt record (a write cut short by a
+crash or power loss), and reading starts at the position: unsent records go out first.
+A corrupt record found later while reading skips the rest of its segment (counted).
+
+All methods are blocking and thread-safe (one lock): callers on an event loop run
+:meth:`append`, :meth:`read` and :meth:`sync` in a worker thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rwrouter.sending.records import (
+    HEADER,
+    MAX_RECORD_BYTES,
+    META_SIZE,
+    check_record,
+    record_samples,
+)
+
+log = logging.getLogger("rwrouter.queue")
+
+SUFFIX = ".seg"
+POSITION = struct.Struct("<QQI")
+MIN_SEGMENT_BYTES = 16 * 1024
+MAX_SEGMENT_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class Position:
+    """A place in the queue: segment sequence number and byte offset in it."""
+
+    segment: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedRecord:
+    """A record read back: its body (after the 8-byte header), its end and its sample count."""
+
+    rest: bytes
+    end: Position
+    samples: int
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """What :meth:`DiskQueue.open` found: unsent records and bytes, and the torn tail it cut
+    (``torn_records`` is 0 or 1; ``torn_samples`` is None when the cut header was unreadable)."""
+
+    segments: int
+    unsent_records: int
+    unsent_bytes: int
+    torn_records: int
+    torn_bytes: int
+    torn_samples: int | None
+    position_reset: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """What :meth:`DiskQueue.drop_oldest` removed: segments, and the unread records, samples and
+    bytes in them (records already read for sending are not lost: they are in memory)."""
+
+    segments: int = 0
+    records: int = 0
+    samples: int = 0
+    nbytes: int = 0
+
+
+@dataclass(slots=True)
+class _Segment:
+    seq: int
+    path: Path
+    size: int = 0
+    records: int = 0
+    samples: int = 0
+    read_records: int = 0
+    read_samples: int = 0
+    read_bytes: int = 0
+
+
+@dataclass(slots=True)
+class _Cursor:
+    seq: int = 0
+    offset: int = 0
+    fd: int | None = None
+    fd_seq: int = -1
+    corrupt: int = 0  # records found corrupt while reading
+    reasons: list[str] = field(default_factory=list)
+
+
+def segment_bytes_for(max_bytes: int) -> int:
+    """Segment size for a queue bounded by ``max_bytes``: a sixteenth of it, within 16 KiB ..
+    64 MiB (so ``drop_oldest`` drops at most about 1/16 of the queue at a time)."""
+    return max(MIN_SEGMENT_BYTES, min(MAX_SEGMENT_BYTES, max_bytes // 16))
+
+
+class DiskQueue:
+    """The durable queue of one destination in ``directory`` (see the module docstring).
+
+    ``max_bytes`` bounds the segment files' total size (:meth:`has_room`); ``sync_on_roll``
+    fsyncs a segment (and the directory) when a new one starts.
+    """
+
+    def __init__(
+        self, directory: str | os.PathLike[str], *, max_bytes: int, segment_bytes: int = 0
+    ) -> None:
+        self.directory = Path(directory)
+        self.max_bytes = max_bytes
+        self.segment_bytes = segment_bytes or segment_bytes_for(max_bytes)
+        self._lock = threading.Lock()
+        self._segments: list[_Segment] = []
+        self._fd: int | None = None  # the last segment, opened for appending
+        self._position = Position(0, 0)
+        self._position_fd: int | None = None
+        self._cursor = _Cursor()
+        self._reserved = 0
+        self.appended = 0  # appends so far (tickets for group commit)
+        self.synced = 0  # appends known to be on disk
+        self._dirty = False
+
+    # -- opening and closing -------------------------------------------------------------
+
+    def open(self) -> Recovery:
+        """Create or recover the queue (see the module docstring). Raises OSError."""
+        with self._lock:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            seqs = sorted(
+                int(p.name[: -len(SUFFIX)])
+                for p in self.directory.iterdir()
+                if p.name.endswith(SUFFIX) and p.name[: -len(SUFFIX)].isdigit()
+            )
+            position, reset = self._load_position()
+            for seq in seqs:
+                path = self._path(seq)
+                if seq < position.segment:
+                    path.unlink()
+                else:
+                    self._segments.append(_Segment(seq, path, path.stat().st_size))
+            if not self._segments:
+                first = max(position.segment, seqs[-1] + 1 if seqs else 0)
+                self._segments.append(_Segment(first, self._path(first)))
+                self._segments[0].path.touch()
+            head = self._segments[0]
+            if position.segment != head.seq:
+                position = Position(head.seq, 0)
+            torn_bytes, torn_samples = self._check_tail(self._segments[-1])
+            for seg in self._segments:
+                self._count(seg, read_until=position.offset if seg.seq == position.segment else 0)
+            position = Position(head.seq, min(position.offset, head.size))
+            self._position = position
+            self._cursor = _Cursor(position.segment, position.offset)
+            self._fd = os.open(self._segments[-1].path, os.O_WRONLY | os.O_APPEND)
+            self._position_fd = os.open(self.directory / "position", os.O_RDWR | os.O_CREAT, 0o644)
+            self._write_position(position)
+            return Recovery(
+                segments=len(self._segments),
+                unsent_records=self.unread_records,
+                unsent_bytes=sum(s.size for s in self._segments) - position.offset,
+                torn_records=1 if torn_bytes else 0,
+                torn_bytes=torn_bytes,
+                torn_samples=torn_samples,
+                position_reset=reset,
+            )
+
+    def close(self) -> None:
+        """Write the position, fsync and close every file."""
+        with self._lock:
+            for fd in (self._fd, self._position_fd):
+                if fd is not None:
+                    os.fsync(fd)
+                    os.close(fd)
+            if self._cursor.fd is not None:
+                os.close(self._cursor.fd)
+            self._fd = self._position_fd = self._cursor.fd = None
+
+    def _path(self, seq: int) -> Path:
+        return self.directory / f"{seq:020d}{SUFFIX}"
+
+    def _load_position(self) -> tuple[Position, bool]:
+        """The stored position, or the start (and True) when it is missing or corrupt."""
+        try:
+            data = (self.directory / "position").read_bytes()
+        except FileNotFoundError:
+            return Position(0, 0), False
+        if len(data) >= POSITION.size:
+            seq, offset, crc = POSITION.unpack_from(data)
+            if zlib.crc32(data[:16]) == crc:
+                return Position(seq, offset), False
+        log.warning("queue=%s msg=%s", self.directory,
+                    '"position file corrupt: sending the whole queue again"')  # fmt: skip
+        return Position(0, 0), True
+
+    def _write_position(self, position: Position) -> None:
+        assert self._position_fd is not None
+        data = struct.pack("<QQ", position.segment, position.offset)
+        os.pwrite(self._position_fd, data + struct.pack("<I", zlib.crc32(data)), 0)
+
+    def _check_tail(self, seg: _Segment) -> tuple[int, int | None]:
+        """Verify every record of the last segment; cut it at the first bad one. Returns the
+        bytes cut and the samples of the cut record when its header could be read."""
+        offset, samples = 0, None
+        with open(seg.path, "rb") as f:
+            data = f.read()
+        while offset < len(data):
+            header = data[offset : offset + HEADER.size]
+            if len(header) == HEADER.size:
+                length = HEADER.unpack(header)[0]
+                rest = data[offset + HEADER.size : offset + HEADER.size + length]
+                if length <= MAX_RECORD_BYTES and check_record(header, rest):
+                    offset += HEADER.size + length
+                    continue
+                if len(rest) >= META_SIZE:
+                    samples = record_samples(rest)[1]
+            break
+        cut = len(data) - offset
+        if cut:
+            os.truncate(seg.path, offset)
+            seg.size = offset
+        return cut, samples
+
+    def _count(self, seg: _Segment, *, read_until: int) -> None:
+        """Count a segment's records and samples from their headers (read before
+        ``read_until``)."""
+        offset = 0
+        with open(seg.path, "rb") as f:
+            while offset + HEADER.size + META_SIZE <= seg.size:
+                f.seek(offset)
+                head = f.read(HEADER.size + META_SIZE)
+                length = HEADER.unpack_from(head)[0]
+                end = offset + HEADER.size + length
+                if length > MAX_RECORD_BYTES or end > seg.size:
+                    break  # corrupt: reading will find it and skip the rest
+                samples = record_samples(head[HEADER.size :])[1]
+                seg.records += 1
+                seg.samples += samples
+                if end <= read_until:
+                    seg.read_records += 1
+                    seg.read_samples += samples
+                    seg.read_bytes = end
+                offset = end
+
+    # -- writing -------------------------------------------------------------------------
+
+    def has_room(self, nbytes: int) -> bool:
+        """Whether ``nbytes`` more fit under ``max_bytes`` (reservations included). A segment
+        whose records are all done is removed first, even the one being written."""
+        with self._lock:
+            if self.size_bytes + self._reserved + nbytes > self.max_bytes:
+                self._reclaim()
+            return self.size_bytes + self._reserved + nbytes <= self.max_bytes
+
+    def _reclaim(self) -> None:
+        """Remove the segment being written when everything in it is done (a new one starts)."""
+        last = self._segments[-1]
+        if len(self._segments) == 1 and last.size and self._position == Position(
+            last.seq, last.size
+        ):
+            self._roll(sync=False)
+            self._segments.pop(0)
+            last.path.unlink(missing_ok=True)
+
+    def reserve(self, nbytes: int) -> None:
+        """Hold ``nbytes`` of room for an :meth:`append` to come (call it with ``reserved``)."""
+        with self._lock:
+            self._reserved += nbytes
+
+    def release(self, nbytes: int) -> None:
+        """Give back a reservation that will not be appended."""
+        with self._lock:
+            self._reserved -= nbytes
+
+    def append(self, records: Sequence[bytes], samples: Sequence[int], *, reserved: int) -> int:
+        """Append complete records (with their sample counts) in order; returns the append's
+        ticket for :meth:`sync`. The data is in the OS page cache when this returns: it
+        survives a crash of the process, and a power loss once synced. Raises OSError (the
+        segment is cut back to where it was: nothing half-written stays)."""
+        with self._lock:
+            self._reserved -= reserved
+            assert self._fd is not None
+            for record, count in zip(records, samples, strict=True):
+                seg = self._segments[-1]
+                if seg.size and seg.size + len(record) > self.segment_bytes:
+                    seg = self._roll()
+                try:
+                    _write_all(self._fd, record)
+                except OSError:
+                    os.truncate(seg.path, seg.size)
+                    raise
+                seg.size += len(record)
+                seg.records += 1
+                seg.samples += count
+            self.appended += 1
+            self._dirty = True
+            return self.appended
+
+    def _roll(self, *, sync: bool = True) -> _Segment:
+        """Start a new segment (the old one is fsynced first, and the directory after)."""
+        assert self._fd is not None
+        if sync:
+            os.fsync(self._fd)
+        os.close(self._fd)
+        seg = _Segment(self._segments[-1].seq + 1, self._path(self._segments[-1].seq + 1))
+        self._fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
+        _fsync_dir(self.directory)
+        self._segments.append(seg)
+        return seg
+
+    def sync(self) -> None:
+        """fsync what was appended so far (appends up to the ticket read before it)."""
+        with self._lock:
+            ticket, dirty = self.appended, self._dirty
+            self._dirty = False
+            fd = os.dup(self._fd) if dirty and self._fd is not None else None
+        if fd is not None:  # a duplicate: a roll may close the original meanwhile
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self.synced = max(self.synced, ticket)
+
+    @property
+    def dirty(self) -> bool:
+        """Whether something was appended since the last :meth:`sync`."""
+        return self._dirty
+
+    # -- reading -------------------------------------------------------------------------
+
+    def read(self, max_bytes: int) -> list[QueuedRecord]:
+        """The next records in order, about ``max_bytes`` of them (at least one when any is
+        unread). Corrupt records are skipped with the rest of their segment (counted in
+        :attr:`corrupt_records`)."""
+        out: list[QueuedRecord] = []
+        total = 0
+        with self._lock:
+            cur = self._cursor
+            while total < max_bytes:
+                seg = self._segment_of_cursor()
+                if seg is None:
+                    break
+                if cur.offset >= seg.size:
+                    if seg is self._segments[-1]:
+                        break
+                    cur.seq, cur.offset = seg.seq + 1, 0
+                    continue
+                record = self._read_one(seg)
+                if record is None:
+                    continue
+                out.append(record)
+                total += len(record.rest)
+        return out
+
+    def _segment_of_cursor(self) -> _Segment | None:
+        cur = self._cursor
+        for seg in self._segments:
+            if seg.seq >= cur.seq:
+                if seg.seq > cur.seq:
+                    cur.seq, cur.offset = seg.seq, 0
+                return seg
+        return None
+
+    def _read_one(self, seg: _Segment) -> QueuedRecord | None:
+        cur = self._cursor
+        if cur.fd_seq != seg.seq:
+            if cur.fd is not None:
+                os.close(cur.fd)
+            cur.fd, cur.fd_seq = os.open(seg.path, os.O_RDONLY), seg.seq
+        assert cur.fd is not None
+        header = os.pread(cur.fd, HEADER.size, cur.offset)
+        length = HEADER.unpack(header)[0] if len(header) == HEADER.size else -1
+        end = cur.offset + HEADER.size + length
+        rest = b""
+        if 0 <= length <= MAX_RECORD_BYTES and end <= seg.size:
+            rest = os.pread(cur.fd, length, cur.offset + HEADER.size)
+        if length < 0 or end > seg.size or not check_record(header, rest):
+            self._skip_corrupt(seg)
+            return None
+        samples = record_samples(rest)[1]
+        seg.read_records += 1
+        seg.read_samples += samples
+        seg.read_bytes = end
+        cur.offset = end
+        return QueuedRecord(rest, Position(seg.seq, end), samples)
+
+    def _skip_corrupt(self, seg: _Segment) -> None:
+        cur = self._cursor
+        cur.corrupt += 1
+        log.error("queue=%s segment=%d offset=%d msg=%s", self.directory, seg.seq, cur.offset,
+                  '"corrupt record: skipping the rest of the segment"')  # fmt: skip
+        seg.read_records, seg.read_samples, seg.read_bytes = seg.records, seg.samples, seg.size
+        cur.offset = seg.size
+        if seg is self._segments[-1]:
+            self._roll()  # new appends go to a fresh segment the reader can trust
+
+    @property
+    def corrupt_records(self) -> int:
+        """Records found corrupt while reading (not counting a torn tail cut at open)."""
+        return self._cursor.corrupt
+
+    # -- committing and dropping ---------------------------------------------------------
+
+    def commit(self, position: Position) -> None:
+        """Everything before ``position`` is done: store it, remove finished segments."""
+        with self._lock:
+            if position <= self._position:
+                return
+            self._position = position
+            self._write_position(position)
+            while len(self._segments) > 1:
+                head = self._segments[0]
+                if head.seq > position.segment or (
+                    head.seq == position.segment and position.offset < head.size
+                ):
+                    break
+                self._segments.pop(0)
+                head.path.unlink(missing_ok=True)
+
+    def drop_oldest(self, nbytes: int) -> Dropped:
+        """Remove the oldest segments until ``nbytes`` more fit (never the segment being
+        written once it is the only one)."""
+        segments = records = samples = dropped_bytes = 0
+        with self._lock:
+            self._reclaim()
+            while self.size_bytes + self._reserved + nbytes > self.max_bytes:
+                if len(self._segments) == 1:
+                    if not self._segments[0].size:
+                        break
+                    self._roll()
+                head = self._segments.pop(0)
+                head.path.unlink(missing_ok=True)
+                segments += 1
+                records += head.records - head.read_records
+                samples += head.samples - head.read_samples
+                dropped_bytes += head.size - head.read_bytes
+        return Dropped(segments, records, samples, dropped_bytes)
+
+    # -- sizes ---------------------------------------------------------------------------
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of all segment files (sent records of the oldest segment included)."""
+        return sum(seg.size for seg in self._segments)
+
+    @property
+    def unread_records(self) -> int:
+        """Records not yet read for sending."""
+        return sum(seg.records - seg.read_records for seg in self._segments)
+
+    @property
+    def unread_samples(self) -> int:
+        """Samples in records not yet read for sending."""
+        return sum(seg.samples - seg.read_samples for seg in self._segments)
+
+    @property
+    def unread_bytes(self) -> int:
+        """Bytes of records not yet read for sending."""
+        return sum(seg.size - seg.read_bytes for seg in self._segments)
+
+    @property
+    def segments(self) -> int:
+        return len(self._segments)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
