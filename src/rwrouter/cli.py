@@ -1,7 +1,9 @@
-"""Command line: ``rwrouter run``, ``rwrouter check-config``, ``rwrouter demo``.
+"""Command line: ``rwrouter run``, ``rwrouter check-config``, ``rwrouter demo``,
+``rwrouter rejected list|replay``.
 
-``rwrouter run --config FILE`` runs the router. Without ``--config`` it runs its embedded
-default, the local demo pipeline (same as ``rwrouter demo``). Exit codes: 0 clean stop, 1 runtime
+``rwrouter run --config FILE`` runs the router (SIGHUP reloads FILE; SIGTERM drains for
+``server.shutdown_timeout``). Without ``--config`` it runs its embedded default, the local demo
+pipeline (same as ``rwrouter demo``). Exit codes: 0 clean stop, 1 runtime
 failure, 2 bad configuration or usage.
 """
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -17,27 +20,42 @@ from collections.abc import Sequence
 
 from rwrouter import __version__
 from rwrouter.errors import ConfigError, RwrouterError
-from rwrouter.logs import setup_logging
+from rwrouter.logs import q, setup_logging
 from rwrouter.rejected_cli import register as register_rejected
 
 log = logging.getLogger("rwrouter")
 
 
-async def serve(config_path: str, *, drain_timeout: float) -> int:
-    """Run the router until SIGTERM/SIGINT; then stop accepting and drain the queues."""
+async def serve(config_path: str) -> int:
+    """Run the router until SIGTERM/SIGINT; then stop accepting and drain the queues for
+    ``server.shutdown_timeout`` (the rest stays on disk). SIGHUP reloads the configuration."""
     from rwrouter.config import load_config
     from rwrouter.server.runner import RouterServer
 
     config = load_config(config_path)
-    server = RouterServer(config)
+    server = RouterServer(config, config_path=config_path)
     await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    reloads: set[asyncio.Task[None]] = set()
+
+    async def reload() -> None:
+        with contextlib.suppress(RwrouterError, OSError):  # logged; the running config stays
+            log.info("msg=%s", '"SIGHUP: reloading the configuration"')
+            log.info("msg=%s", q(await server.reload()))
+
+    def on_hangup() -> None:
+        task = loop.create_task(reload())
+        reloads.add(task)
+        task.add_done_callback(reloads.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, on_hangup)
     await stop.wait()
-    log.info("msg=%s drain_timeout=%.0fs", '"stopping: draining queues"', drain_timeout)
-    await server.stop(drain_timeout=drain_timeout)
+    timeout = server.config.server.shutdown_timeout
+    log.info("msg=%s shutdown_timeout=%gs", '"stopping: draining queues"', timeout)
+    await server.stop(drain_timeout=timeout)
     return 0
 
 
@@ -45,7 +63,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.config is None:
         log.info('msg="no --config given: running the embedded default, the local demo pipeline"')
         return cmd_demo(args)
-    return asyncio.run(serve(args.config, drain_timeout=args.drain_timeout))
+    return asyncio.run(serve(args.config))
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
@@ -80,8 +98,6 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run", help="run the router (without --config: the local demo)")
     run.add_argument("--config", help="YAML configuration file")
-    run.add_argument("--drain-timeout", type=float, default=30.0,
-                     help="seconds to keep sending queued data after SIGTERM (default 30)")
     run.set_defaults(func=cmd_run)
     check = sub.add_parser("check-config", help="validate a configuration and describe it")
     check.add_argument("file")

@@ -5,6 +5,7 @@ prometheus_client). Names follow Prometheus conventions: ``_total`` counters, ba
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 
 from prometheus_client import (
@@ -197,6 +198,18 @@ class Metrics:
         )
         self.credentials_expiry = _ExpiryCollector()
         r.register(self.credentials_expiry)
+        self.config_reload_ok = Gauge(
+            "rwrouter_config_last_reload_successful",
+            "Whether the last configuration reload succeeded (1) or failed (0).",
+            registry=r,
+        )
+        self.config_reload_ok.set(1)
+        self.config_reload_time = Gauge(
+            "rwrouter_config_last_reload_success_timestamp_seconds",
+            "When the configuration was last loaded successfully (unix seconds).",
+            registry=r,
+        )
+        self.config_reload_time.set_to_current_time()
         self.cache_entries = Gauge(
             "rwrouter_relabel_cache_entries", "Label sets in the relabel cache.", registry=r
         )
@@ -206,6 +219,18 @@ class Metrics:
             ["result"],
             registry=r,
         )
+
+    def forget_destination(self, name: str) -> None:
+        """Remove a destination's gauges (after a reload removed it); counters stay."""
+        gauges = (
+            self.queue_samples, self.queue_capacity, self.queue_bytes, self.queue_capacity_bytes,
+            self.queue_disk_bytes, self.queue_disk_capacity_bytes, self.queue_blocks,
+            self.queue_oldest_age, self.rejected_bytes, self.rejected_entries, self.shards,
+        )  # fmt: skip
+        for gauge in gauges:
+            with contextlib.suppress(KeyError):
+                gauge.remove(name)
+        self.credentials_expiry.sources.pop(name, None)
 
     def watch(self, gauge: Gauge, read: Callable[[], float], *labels: str) -> None:
         """Make ``gauge`` (with ``labels``) report ``read()`` at every scrape."""

@@ -82,7 +82,7 @@ def router_config(
     self-hosted Prometheus (``fallback: true``)."""
     queue = {"batch_send_deadline": _duration(batch_send_deadline_s), "max_backoff": "2s"}
     config = {
-        "server": {"listen_address": f"127.0.0.1:{listen_port}"},
+        "server": {"listen_address": f"127.0.0.1:{listen_port}", "shutdown_timeout": "5s"},
         "remote_write": [
             {
                 "name": "workspace",

@@ -132,6 +132,7 @@ class Destination:
         self._dead_letters: set[asyncio.Task[None]] = set()
         self._sync_lock = asyncio.Lock()
         self._closing = False
+        self._handover = False  # stop without draining: the queue stays for a successor
         self._reader_done = False
         self._closed = asyncio.Event()  # set with _closing: ends the resharding loop
         self._reshard_task: asyncio.Task[None] | None = None
@@ -278,10 +279,12 @@ class Destination:
         ]
         self._metrics.shards.labels(self.name).set(len(self._shards))
 
-    async def stop(self, *, timeout: float) -> int:
+    async def stop(self, *, timeout: float, drain: bool = True) -> int:
         """Keep sending for up to ``timeout`` seconds (until the disk queue is empty), then
-        stop; what is not done stays on disk for the next start. Returns the number of
-        records left."""
+        stop; what is not done stays on disk for the next start. With ``drain=False`` (a
+        reload hands the queue to a new :class:`Destination`), only the batches in flight
+        finish (within ``timeout``). Returns the number of records left."""
+        self._handover = not drain
         self._closing = True
         self._closed.set()
         deadline = self._clock() + timeout
@@ -314,7 +317,7 @@ class Destination:
         return min(READ_CHUNK_BYTES, self.capacity_bytes - self.pending_bytes)
 
     async def _read_loop(self) -> None:
-        while True:
+        while not self._handover:
             room = self._room()
             if not room or not self.queue.unread_records:
                 if self._closing and not self.queue.unread_records:
@@ -384,7 +387,7 @@ class Destination:
     async def _shard_loop(self, i: int) -> None:
         buf, wake = self._shards[i], self._wake[i]
         q_ = self.config.queue_config
-        while not self._pausing:
+        while not self._pausing and not self._handover:
             if not buf.frames:
                 if self._closing and self._reader_done:
                     return

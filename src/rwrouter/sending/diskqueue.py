@@ -5,6 +5,7 @@ Files in the queue directory:
 
 - ``<sequence, 20 digits>.seg``: records back to back; a new segment starts when the current
   one would pass ``segment_bytes``.
+- ``lock``: held (``flock``) by the process using the queue: two processes never share one.
 - ``position``: ``u64 segment, u64 offset, u32 crc32`` (little-endian) of the committed
   position: every record before it was delivered, refused for good, or dropped. Written in
   place on every commit (no fsync: losing it only means sending some records twice).
@@ -20,6 +21,7 @@ All methods are blocking and thread-safe (one lock): callers on an event loop ru
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import struct
@@ -43,6 +45,10 @@ SUFFIX = ".seg"
 POSITION = struct.Struct("<QQI")
 MIN_SEGMENT_BYTES = 16 * 1024
 MAX_SEGMENT_BYTES = 64 * 1024 * 1024
+
+
+class QueueInUseError(OSError):
+    """Another process holds this queue directory's lock."""
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -138,13 +144,16 @@ class DiskQueue:
         self.appended = 0  # appends so far (tickets for group commit)
         self.synced = 0  # appends known to be on disk
         self._dirty = False
+        self._lock_fd: int | None = None
 
     # -- opening and closing -------------------------------------------------------------
 
     def open(self) -> Recovery:
-        """Create or recover the queue (see the module docstring). Raises OSError."""
+        """Create or recover the queue (see the module docstring). Raises OSError, and
+        QueueInUseError when another process holds the queue."""
         with self._lock:
             self.directory.mkdir(parents=True, exist_ok=True)
+            self._take_lock()
             seqs = sorted(
                 int(p.name[: -len(SUFFIX)])
                 for p in self.directory.iterdir()
@@ -190,9 +199,22 @@ class DiskQueue:
                 if fd is not None:
                     os.fsync(fd)
                     os.close(fd)
-            if self._cursor.fd is not None:
-                os.close(self._cursor.fd)
-            self._fd = self._position_fd = self._cursor.fd = None
+            for other in (self._cursor.fd, self._lock_fd):
+                if other is not None:
+                    os.close(other)  # closing the lock file releases the flock
+            self._fd = self._position_fd = self._cursor.fd = self._lock_fd = None
+
+    def _take_lock(self) -> None:
+        fd = os.open(self.directory / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise QueueInUseError(
+                f"queue directory {self.directory} is in use by another process "
+                "(each rwrouter process needs its own storage.path)"
+            ) from None
+        self._lock_fd = fd
 
     def _path(self, seq: int) -> Path:
         return self.directory / f"{seq:020d}{SUFFIX}"

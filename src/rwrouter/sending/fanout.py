@@ -12,13 +12,15 @@ The request is acknowledged only once every share is durable (``storage.fsync``)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from rwrouter.auth.schemes import authenticator_for
-from rwrouter.config import Config, DestinationConfig, TLSConfig, safe_url
+from rwrouter.config import Config, DestinationConfig, StorageConfig, TLSConfig, safe_url
 from rwrouter.errors import StorageError, TooLargeError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
@@ -56,16 +58,43 @@ class Decoded:
 
     routed: RoutedRequest
     shares: list[EncodedShare]
+    generation: int = 0
+
+
+class Stale(Exception):
+    """The configuration was reloaded while the request was being decoded: decode it again."""
 
 
 class FanOut:
-    """The router's core service: a :class:`Router` and its destinations."""
+    """The router's core service: a :class:`Router` and its destinations.
+
+    A reload (:mod:`rwrouter.sending.reconfigure`) swaps both between requests: it pauses new
+    appends (:meth:`paused`), waits for those in progress, swaps, and bumps ``generation``; a
+    request decoded under an older generation is decoded again (:class:`Stale`).
+    """
 
     def __init__(self, *, router: Router, destinations: list[Destination], metrics: Metrics):
         self.router = router
         self.destinations = destinations
+        self.generation = 0
         self._metrics = metrics
         self._hits = self._misses = 0
+        self._active = 0  # accepts in progress
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._open = asyncio.Event()  # cleared while a reload swaps destinations
+        self._open.set()
+        metrics.watch(metrics.cache_entries, lambda: len(self.router))
+
+    @contextlib.asynccontextmanager
+    async def paused(self) -> AsyncIterator[None]:
+        """Hold new appends back and wait for those in progress; resume on exit."""
+        self._open.clear()
+        try:
+            await self._idle.wait()
+            yield
+        finally:
+            self._open.set()
 
     def decode(self, body: bytes, *, max_decoded_bytes: int) -> Decoded:
         """Decompress, parse and route one request body, and encode each destination's share
@@ -74,8 +103,9 @@ class FanOut:
 
         Raises DecodeError / TooLargeError (see :func:`rwrouter.wire.decompress`).
         """
+        generation, router, destinations = self.generation, self.router, self.destinations
         parts = parse_write_request(decompress(body, max_decoded_bytes=max_decoded_bytes))
-        routed = self.router.route(parts)
+        routed = router.route(parts)
         received_ms = int(time.time() * 1000)
         shares = [
             encode_share(
@@ -85,9 +115,9 @@ class FanOut:
                 received_ms=received_ms,
                 max_body_bytes=dest.max_request_bytes,
             )
-            for series, dest in zip(routed.series, self.destinations, strict=True)
+            for series, dest in zip(routed.series, destinations, strict=True)
         ]
-        return Decoded(routed, shares)
+        return Decoded(routed, shares, generation)
 
     async def accept(self, decoded: Decoded) -> Accepted:
         """Append a decoded request to every destination's disk queue, or to none if one with
@@ -96,8 +126,21 @@ class FanOut:
 
         Raises TooLargeError when a destination's share is larger than its whole disk queue (it
         could never be accepted: 413, not 503 forever); StorageError when a queue could not be
-        written (the request is not acknowledged).
+        written (the request is not acknowledged); Stale after a reload (decode again).
         """
+        await self._open.wait()
+        if decoded.generation != self.generation:
+            raise Stale
+        self._active += 1
+        self._idle.clear()
+        try:
+            return await self._accept(decoded)
+        finally:
+            self._active -= 1
+            if not self._active:
+                self._idle.set()
+
+    async def _accept(self, decoded: Decoded) -> Accepted:
         self._count_cache()
         routed = decoded.routed
         pairs = list(zip(self.destinations, decoded.shares, strict=True))
@@ -176,6 +219,15 @@ async def build_fanout(config: Config, metrics: Metrics) -> FanOut:
 
     Raises ConfigError / CredentialsError when a destination's auth cannot be set up.
     """
+    destinations = [
+        await build_destination(dest, i, storage=config.storage, metrics=metrics)
+        for i, dest in enumerate(config.remote_write)
+    ]
+    return FanOut(router=build_router(config), destinations=destinations, metrics=metrics)
+
+
+def build_router(config: Config) -> Router:
+    """The router of a configuration: global rules, then one route per destination."""
     routes = [
         Route(
             name=d.name,
@@ -186,24 +238,23 @@ async def build_fanout(config: Config, metrics: Metrics) -> FanOut:
         )
         for d in config.remote_write
     ]
-    router = Router(global_rules=config.relabel_configs, routes=routes)
-    metrics.watch(metrics.cache_entries, lambda: len(router))
-    destinations = []
-    for i, dest in enumerate(config.remote_write):
-        auth = await authenticator_for(dest, path=f"remote_write[{i}]")
-        destinations.append(
-            Destination(
-                config=dest,
-                storage=config.storage,
-                transport=transport_for(dest),
-                auth=auth,
-                metrics=metrics,
-            )
-        )
-        log.info("destination=%s url=%s auth=%s fallback=%s rules=%d", dest.name,
-                 safe_url(dest.url), auth.kind, dest.fallback,
-                 len(dest.write_relabel_configs))  # fmt: skip
-    return FanOut(router=router, destinations=destinations, metrics=metrics)
+    return Router(global_rules=config.relabel_configs, routes=routes)
+
+
+async def build_destination(
+    dest: DestinationConfig, index: int, *, storage: StorageConfig, metrics: Metrics
+) -> Destination:
+    """A (not yet started) :class:`Destination` for ``remote_write[index]``.
+
+    Raises ConfigError / CredentialsError when its auth cannot be set up.
+    """
+    auth = await authenticator_for(dest, path=f"remote_write[{index}]")
+    log.info("destination=%s url=%s auth=%s fallback=%s rules=%d", dest.name,
+             safe_url(dest.url), auth.kind, dest.fallback,
+             len(dest.write_relabel_configs))  # fmt: skip
+    return Destination(
+        config=dest, storage=storage, transport=transport_for(dest), auth=auth, metrics=metrics
+    )
 
 
 def transport_for(dest: DestinationConfig) -> Transport:

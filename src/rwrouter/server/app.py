@@ -1,7 +1,8 @@
 """The receive side: an aiohttp web application (the only aiohttp.web importer).
 
 Endpoints: ``POST /api/v1/write`` and ``POST /api/v1/push`` (remote write 1.0), ``GET /metrics``,
-``GET /-/healthy``, ``GET /-/ready``. Other methods on a known path get 405 (aiohttp).
+``GET /-/healthy``, ``GET /-/ready``, ``POST /-/reload``. Other methods on a known path get
+405 (aiohttp).
 
 Answers (RW 1.0 spec; the sender's mistakes are 4xx with a one-line reason, never 5xx):
 204 accepted; 400 undecodable body; 408 body too slow to arrive; 413 body or declared decoded
@@ -20,12 +21,14 @@ import asyncio
 import functools
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
 from rwrouter.config import ServerConfig
 from rwrouter.errors import (
     RequestError,
+    RwrouterError,
     SlowBodyError,
     StorageError,
     TooLargeError,
@@ -33,7 +36,7 @@ from rwrouter.errors import (
 )
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
-from rwrouter.sending.fanout import FanOut
+from rwrouter.sending.fanout import FanOut, Stale
 from rwrouter.server.decoders import Busy, Decoders
 from rwrouter.wire import declared_size
 
@@ -44,6 +47,8 @@ METRICS = web.AppKey("metrics", Metrics)
 SETTINGS = web.AppKey("settings", ServerConfig)
 READY = web.AppKey("ready", list)  # [bool]: set once the destinations run
 DECODERS = web.AppKey("decoders", Decoders)
+Reload = Callable[[], Awaitable[str]]
+RELOAD: web.AppKey[Reload] = web.AppKey("reload")
 
 WRITE_PATHS = ("/api/v1/write", "/api/v1/push")
 RW2_CONTENT_TYPE = "io.prometheus.write.v2.request"
@@ -111,10 +116,15 @@ async def handle_write(request: web.Request) -> web.Response:
         decode = functools.partial(
             fanout.decode, body, max_decoded_bytes=settings.max_decoded_bytes
         )
-        routed = await app[DECODERS].run(declared_size(body), decode)
-        if request.transport is None or request.transport.is_closing():
-            raise ClientGone  # the sender gave up (its timeout): it will send again
-        accepted = await fanout.accept(routed)
+        while True:
+            routed = await app[DECODERS].run(declared_size(body), decode)
+            if request.transport is None or request.transport.is_closing():
+                raise ClientGone  # the sender gave up (its timeout): it will send again
+            try:
+                accepted = await fanout.accept(routed)
+                break
+            except Stale:  # a reload swapped the destinations meanwhile: route it again
+                continue
     except StorageError as exc:
         return _unavailable(request, "storage", str(exc))
     except ClientGone:
@@ -172,6 +182,20 @@ async def handle_ready(request: web.Request) -> web.Response:
     return web.Response(status=503, text="rwrouter is not ready.\n")
 
 
+async def _no_reload() -> str:
+    raise RwrouterError("reload is not available: the router was started without a file")
+
+
+async def handle_reload(request: web.Request) -> web.Response:
+    """``POST /-/reload`` (as Prometheus's): re-read the configuration file; 200 with what
+    changed, or 500 with the reason (the running configuration stays)."""
+    try:
+        summary = await request.app[RELOAD]()
+    except (RwrouterError, OSError) as exc:
+        return web.Response(status=500, text=f"failed to reload config: {exc}\n")
+    return web.Response(text=f"{summary}\n")
+
+
 async def handle_index(request: web.Request) -> web.Response:
     """A plain-text list of the endpoints and destinations."""
     lines = ["rwrouter", "", "POST /api/v1/write (also /api/v1/push): remote write 1.0", ""]
@@ -191,11 +215,14 @@ def make_app(*, fanout: FanOut, metrics: Metrics, settings: ServerConfig) -> web
     app = web.Application(client_max_size=settings.max_request_bytes)
     app[FANOUT], app[METRICS], app[SETTINGS], app[READY] = fanout, metrics, settings, [False]
     app[DECODERS] = Decoders()
+    app[RELOAD] = _no_reload
     app.on_cleanup.append(_shutdown_decoders)
     for path in WRITE_PATHS:
         app.router.add_post(path, handle_write)
     app.router.add_get("/metrics", handle_metrics)
     app.router.add_get("/-/healthy", handle_healthy)
     app.router.add_get("/-/ready", handle_ready)
+    app.router.add_post("/-/reload", handle_reload)
+    app.router.add_put("/-/reload", handle_reload)
     app.router.add_get("/", handle_index)
     return app

@@ -1,17 +1,24 @@
-"""Lifecycle of a running router: build, start (destinations first, then the listener), stop
-(listener first, then drain the queues). Used by ``rwrouter run``, the demo and the tests."""
+"""Lifecycle of a running router: build, start (destinations first, then the listener), reload
+(SIGHUP, ``POST /-/reload``), stop (listener first, then drain the queues for
+``server.shutdown_timeout``; what is left stays on disk). Used by ``rwrouter run``, the demo and
+the tests."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
 import time
 
 from aiohttp import web
 
-from rwrouter.config import Config
+from rwrouter.config import Config, load_config
+from rwrouter.errors import RwrouterError
+from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.sending.fanout import FanOut, build_fanout
-from rwrouter.server.app import READY, make_app
+from rwrouter.sending.reconfigure import reconfigure
+from rwrouter.server.app import READY, RELOAD, make_app
 
 log = logging.getLogger("rwrouter.server")
 
@@ -21,11 +28,16 @@ REQUEST_GRACE = 5.0  # seconds requests in progress get to finish when the serve
 class RouterServer:
     """A router listening on ``config.server.listen_address`` (port 0 picks a free port).
 
-    ``await start()``, then ``url``/``port``; ``await stop(drain_timeout=...)`` (seconds).
+    ``await start()``, then ``url``/``port``; ``await reload()`` re-reads ``config_path``;
+    ``await stop(drain_timeout=...)`` (seconds; default ``server.shutdown_timeout``).
     """
 
-    def __init__(self, config: Config, *, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, config: Config, *, metrics: Metrics | None = None, config_path: str | None = None
+    ) -> None:
         self.config = config
+        self.config_path = config_path
+        self._reload_lock = asyncio.Lock()
         self.metrics = metrics if metrics is not None else Metrics()
         self.fanout: FanOut | None = None
         self._runner: web.AppRunner | None = None
@@ -45,6 +57,7 @@ class RouterServer:
         await self.fanout.start()
         settings = self.config.server
         self._app = make_app(fanout=self.fanout, metrics=self.metrics, settings=settings)
+        self._app[RELOAD] = self.reload
         # auto_decompress=False: aiohttp would otherwise decode gzip/deflate/br/zstd request
         # bodies itself (and fail on bad ones before our handler could answer 415).
         self._runner = web.AppRunner(
@@ -66,10 +79,41 @@ class RouterServer:
         log.info("msg=%s url=%s destinations=%d", '"listening"', self.url,
                  len(self.fanout.destinations))  # fmt: skip
 
-    async def stop(self, *, drain_timeout: float = 30.0) -> None:
+    async def reload(self) -> str:
+        """Re-read ``config_path`` and apply it (:mod:`rwrouter.sending.reconfigure`); returns
+        a one-line summary. On any error the running configuration stays, the error is logged
+        and ``rwrouter_config_last_reload_successful`` is 0; raises RwrouterError (or OSError)
+        with the reason."""
+        async with self._reload_lock:
+            try:
+                if self.config_path is None:
+                    raise RwrouterError("no configuration file to reload (started without one)")
+                if self.fanout is None:
+                    raise RwrouterError("the router is not running")
+                new = await asyncio.to_thread(load_config, self.config_path)
+                summary = await reconfigure(self.fanout, self.config, new, metrics=self.metrics)
+            except (RwrouterError, OSError) as exc:
+                self.metrics.config_reload_ok.set(0)
+                log.error("msg=%s file=%s error=%s", q("configuration reload failed: "
+                          "keeping the running one"), self.config_path, q(exc))  # fmt: skip
+                raise
+            self.config = dataclasses.replace(
+                new, server=self.config.server, storage=self.config.storage
+            )
+            self.metrics.config_reload_ok.set(1)
+            self.metrics.config_reload_time.set_to_current_time()
+            if summary.restart_needed:
+                log.warning("msg=%s sections=%s", q("changes need a restart to apply"),
+                            ",".join(summary.restart_needed))  # fmt: skip
+            parts = [f"{k} {','.join(v)}" for k, v in dataclasses.asdict(summary).items() if v]
+            return "configuration reloaded: " + ("; ".join(parts) or "no change")
+
+    async def stop(self, *, drain_timeout: float | None = None) -> None:
         """Stop accepting requests (those in progress get up to :data:`REQUEST_GRACE` seconds
-        to finish), then send what is queued until ``drain_timeout`` seconds have passed in all
-        (in-memory queues: what is left then is lost and counted)."""
+        to finish), then send what is queued until ``drain_timeout`` seconds (default
+        ``server.shutdown_timeout``) have passed in all; what is left stays on disk."""
+        if drain_timeout is None:
+            drain_timeout = self.config.server.shutdown_timeout
         deadline = time.monotonic() + drain_timeout
         if self._app is not None:
             self._app[READY][0] = False

@@ -17,16 +17,19 @@ from rwrouter.testing.prometheus import MetricSample, parse_metrics, wait_ready
 
 class RouterProcess:
     """``python -m rwrouter run --config FILE`` as a subprocess (own session: a terminal's
-    Ctrl-C reaches only the demo, which stops it in order), log in ``log_path``."""
+    Ctrl-C reaches only the demo, which stops it in order), log in ``log_path`` (appended:
+    a restarted router keeps one log). It runs in the config file's directory, so a relative
+    ``storage.path`` lands next to the file."""
 
     def __init__(self, *, config_path: Path, port: int, log_path: Path) -> None:
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = log_path
-        with log_path.open("wb") as log:
+        self.config_path = config_path
+        with log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "rwrouter", "run", "--config", str(config_path),
-                 "--drain-timeout", "5"],
+                [sys.executable, "-m", "rwrouter", "run", "--config", str(config_path)],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                cwd=config_path.parent,
             )  # fmt: skip
 
     def wait_ready(self, *, timeout_s: float) -> None:
@@ -50,7 +53,8 @@ class RouterProcess:
         return self.log_path.read_text(errors="replace")[-4000:]
 
     def stop(self, *, timeout_s: float = 10.0) -> None:
-        """SIGTERM (the router drains for up to 5 s), wait, then kill. Idempotent."""
+        """SIGTERM (the router drains for ``server.shutdown_timeout``), wait up to
+        ``timeout_s``, then kill. Idempotent."""
         stop_process(self.process, timeout_s=timeout_s)
 
 
