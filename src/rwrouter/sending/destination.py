@@ -38,8 +38,10 @@ from rwrouter.errors import DecodeError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.sending.batching import ShardBuffer, desired_shards, reshard, shard_of
-from rwrouter.sending.delivery import Deliverer, Item, Refusal
+from rwrouter.sending.deadletter import DeadLetters
+from rwrouter.sending.delivery import Deliverer
 from rwrouter.sending.diskqueue import DiskQueue, Position
+from rwrouter.sending.metadata import MetadataQueue
 from rwrouter.sending.records import Block, EncodedShare, decode_record
 from rwrouter.sending.rejected import RejectedStore, rejected_dir, safe_dirname
 from rwrouter.sending.retry import RetryPolicy
@@ -47,7 +49,6 @@ from rwrouter.sending.transport import Transport
 
 log = logging.getLogger("rwrouter.sending")
 
-METADATA_QUEUE_LIMIT = 10_000  # entries; Prometheus resends all metadata every minute anyway
 RESHARD_INTERVAL = 10.0  # seconds, as Prometheus's shardUpdateDuration
 READ_CHUNK_BYTES = 4 * 1024 * 1024  # record bytes read from disk at a time
 
@@ -101,6 +102,7 @@ class Destination:
         self.auth = auth
         self._metrics = metrics
         self._clock, self._wall = clock, wall_clock
+        self._dead_letters = DeadLetters(name=self.name, store=self.rejected, metrics=metrics)
         self._deliverer = Deliverer(
             name=config.name,
             transport=transport,
@@ -118,18 +120,20 @@ class Destination:
             wall_clock=wall_clock,
             rand=rand,
             sleep=sleep,
-            on_rejected=self._on_rejected,
+            on_rejected=self._dead_letters,
         )
         self._shards = [ShardBuffer() for _ in range(q_.min_shards)]
         self._wake = [asyncio.Event() for _ in self._shards]
         self._read_wake = asyncio.Event()
         self._records: deque[_Record] = deque()  # read and not yet done, in queue order
-        self._metadata: deque[bytes] = deque()
-        self._metadata_bytes = 0
-        self._metadata_wake = asyncio.Event()
+        self._metadata = MetadataQueue(
+            name=self.name,
+            batch_size=config.metadata_config.max_samples_per_send,
+            max_bytes=q_.max_memory_bytes,
+            metrics=metrics,
+        )
         self._shard_tasks: list[asyncio.Task[None]] = []
         self._tasks: list[asyncio.Task[None]] = []
-        self._dead_letters: set[asyncio.Task[None]] = set()
         self._sync_lock = asyncio.Lock()
         self._closing = False
         self._handover = False  # stop without draining: the queue stays for a successor
@@ -140,14 +144,14 @@ class Destination:
         self._reshard_interval = reshard_interval
         self._stats = _IntervalStats()
         self.pending = 0  # samples read ahead into memory (waiting or in flight)
-        self.pending_bytes = 0  # their frame bytes, plus queued metadata
+        self.pending_bytes = 0  # their frame bytes
         m, name = metrics, self.name
         m.queue_capacity.labels(name).set(self.capacity)
         m.queue_capacity_bytes.labels(name).set(self.capacity_bytes)
         m.queue_disk_capacity_bytes.labels(name).set(q_.max_disk_bytes)
         m.shards.labels(name).set(len(self._shards))
         m.watch(m.queue_samples, lambda: self.pending, name)
-        m.watch(m.queue_bytes, lambda: self.pending_bytes, name)
+        m.watch(m.queue_bytes, lambda: self.pending_bytes + self._metadata.nbytes, name)
         m.watch(m.queue_disk_bytes, lambda: self.queue.size_bytes, name)
         m.watch(m.queue_blocks, lambda: self.queue.unread_records + len(self._records), name)
         m.watch(m.queue_oldest_age, self.oldest_unsent_age, name)
@@ -207,26 +211,9 @@ class Destination:
                     await asyncio.to_thread(self.queue.sync)
 
     def enqueue_metadata(self, metadata: list[bytes]) -> None:
-        """Queue metadata entries in memory, bounded by :data:`METADATA_QUEUE_LIMIT` entries
-        and ``max_memory_bytes`` (the oldest are dropped and counted, reason ``queue_full``).
-        Metadata never holds back samples."""
-        if not metadata or not self.config.metadata_config.send:
-            return
-        self._metadata.extend(metadata)
-        added = sum(map(len, metadata))
-        self.pending_bytes += added
-        self._metadata_bytes += added
-        dropped = 0
-        while self._metadata and (
-            len(self._metadata) > METADATA_QUEUE_LIMIT or self._metadata_bytes > self.capacity_bytes
-        ):
-            size = len(self._metadata.popleft())
-            self.pending_bytes -= size
-            self._metadata_bytes -= size
-            dropped += 1
-        if dropped:
-            self._metrics.dropped_metadata.labels(self.name, "queue_full").inc(dropped)
-        self._metadata_wake.set()
+        """Queue metadata entries in memory (:mod:`rwrouter.sending.metadata`)."""
+        if metadata and self.config.metadata_config.send:
+            self._metadata.add(metadata)
 
     def refused(self, samples: int) -> None:
         """Note samples refused (503) for want of room: demand all the same, for resharding."""
@@ -267,7 +254,7 @@ class Destination:
         self._start_shards()
         self._tasks = [
             asyncio.create_task(self._read_loop()),
-            asyncio.create_task(self._metadata_loop()),
+            asyncio.create_task(self._metadata.run(self._deliverer)),
         ]
         if self.storage.fsync == "interval":
             self._tasks.append(asyncio.create_task(self._fsync_loop()))
@@ -292,14 +279,16 @@ class Destination:
             await asyncio.wait([self._reshard_task], timeout=timeout)
             self._reshard_task.cancel()  # ...unless a sender is stuck retrying: then stop it
             await asyncio.gather(self._reshard_task, return_exceptions=True)
-        for event in (*self._wake, self._metadata_wake, self._read_wake):
+        self._metadata.close()
+        for event in (*self._wake, self._read_wake):
             event.set()
         tasks = [*self._shard_tasks, *self._tasks]
         remaining = max(0.0, deadline - self._clock())
         _, running = await asyncio.wait(tasks, timeout=remaining) if tasks else ((), set())
         for task in running:
             task.cancel()
-        await asyncio.gather(*running, *self._dead_letters, return_exceptions=True)
+        await asyncio.gather(*running, return_exceptions=True)
+        await self._dead_letters.flush()
         await self._transport.close()
         left = self.queue.unread_records + len(self._records)
         await asyncio.to_thread(self.queue.close)
@@ -409,39 +398,11 @@ class Destination:
             if delivered:
                 self._metrics.sent_samples.labels(self.name).inc(delivered)
                 self._stats.delivered(delivered, self._clock() - started)
-            if self._dead_letters:  # refused parts are on disk before the queue moves on
-                await asyncio.gather(*self._dead_letters, return_exceptions=True)
+            await self._dead_letters.flush()  # refused parts on disk before the queue moves on
             self.pending -= batch.samples
             self.pending_bytes -= batch.nbytes
             self._done(batch.owners)
             self._read_wake.set()
-
-    def _on_rejected(self, items: list[Item], kind: str, refusal: Refusal) -> None:
-        """A part refused for good: keep it in the dead-letter store (in a worker thread)."""
-        if kind != "samples":
-            return
-        raw = b"".join(frame for frame, _ in items)
-        samples = sum(n for _, n in items)
-        self._metrics.rejected_batches.labels(self.name, refusal.reason).inc()
-        task = asyncio.create_task(self._store_rejected(raw, len(items), samples, refusal))
-        self._dead_letters.add(task)
-        task.add_done_callback(self._dead_letters.discard)
-
-    async def _store_rejected(
-        self, raw: bytes, series: int, samples: int, refusal: Refusal
-    ) -> None:
-        try:
-            removed = await asyncio.to_thread(
-                self.rejected.add, raw=raw, kind="samples", status=refusal.status,
-                reason=refusal.reason, response=refusal.text, series=series, samples=samples,
-            )  # fmt: skip
-        except OSError as exc:
-            log.error("destination=%s msg=%s samples=%d error=%s", self.name,
-                      q("could not write the dead-letter store"), samples, q(exc))  # fmt: skip
-            return
-        if removed:
-            log.warning("destination=%s msg=%s entries=%d", self.name,
-                        q("dead-letter store full: oldest entries removed"), removed)  # fmt: skip
 
     async def _fsync_loop(self) -> None:
         """``storage.fsync: interval``: fsync what was appended every ``fsync_interval``."""
@@ -488,25 +449,6 @@ class Destination:
             event.set()
         self._pausing = False
         self._start_shards()
-
-    async def _metadata_loop(self) -> None:
-        limit = self.config.metadata_config.max_samples_per_send
-        while True:
-            if not self._metadata:
-                if self._closing:
-                    return
-                self._metadata_wake.clear()
-                await self._metadata_wake.wait()
-                continue
-            batch = [(self._metadata.popleft(), 1) for _ in range(min(limit, len(self._metadata)))]
-            size = sum(len(entry) for entry, _ in batch)
-            self._metadata_bytes -= size
-            try:
-                delivered = await self._deliverer.deliver(batch, "metadata")
-            finally:
-                self.pending_bytes -= size
-            if delivered:
-                self._metrics.sent_metadata.labels(self.name).inc(delivered)
 
 
 class _IntervalStats:

@@ -1,0 +1,60 @@
+"""Hands refused batches to a destination's dead-letter store
+(:class:`~rwrouter.sending.rejected.RejectedStore`) without blocking the event loop.
+
+A batch refused for good (4xx other than 429, a single series answered 413, or the retry
+budget spent) is written in a worker thread; :meth:`DeadLetters.flush` waits for those writes,
+so the queue position only moves past a refused batch once it is on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from rwrouter.logs import q
+from rwrouter.metrics import Metrics
+from rwrouter.sending.delivery import Item, Refusal
+from rwrouter.sending.rejected import RejectedStore
+
+log = logging.getLogger("rwrouter.sending")
+
+
+class DeadLetters:
+    """The refusal hook of a destination's :class:`~rwrouter.sending.delivery.Deliverer`."""
+
+    def __init__(self, *, name: str, store: RejectedStore, metrics: Metrics) -> None:
+        self.name = name
+        self.store = store
+        self._metrics = metrics
+        self._writes: set[asyncio.Task[None]] = set()
+
+    def __call__(self, items: list[Item], kind: str, refusal: Refusal) -> None:
+        """Called on the event loop for each part refused for good (samples only: metadata
+        is sent again by Prometheus every minute)."""
+        if kind != "samples":
+            return
+        raw = b"".join(frame for frame, _ in items)
+        samples = sum(n for _, n in items)
+        self._metrics.rejected_batches.labels(self.name, refusal.reason).inc()
+        task = asyncio.create_task(self._write(raw, len(items), samples, refusal))
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
+    async def flush(self) -> None:
+        """Wait until every refused batch handed over so far is written (or failed)."""
+        if self._writes:
+            await asyncio.gather(*self._writes, return_exceptions=True)
+
+    async def _write(self, raw: bytes, series: int, samples: int, refusal: Refusal) -> None:
+        try:
+            removed = await asyncio.to_thread(
+                self.store.add, raw=raw, kind="samples", status=refusal.status,
+                reason=refusal.reason, response=refusal.text, series=series, samples=samples,
+            )  # fmt: skip
+        except OSError as exc:
+            log.error("destination=%s msg=%s samples=%d error=%s", self.name,
+                      q("could not write the dead-letter store"), samples, q(exc))  # fmt: skip
+            return
+        if removed:
+            log.warning("destination=%s msg=%s entries=%d", self.name,
+                        q("dead-letter store full: oldest entries removed"), removed)  # fmt: skip

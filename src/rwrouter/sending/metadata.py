@@ -1,0 +1,76 @@
+"""A destination's metadata queue: metric metadata entries, kept in memory only.
+
+Prometheus sends all metadata again every ``metadata_config.send_interval`` (1 min by default),
+so losing queued metadata at a crash costs nothing lasting; it never holds back samples.
+The queue is bounded by :data:`METADATA_QUEUE_LIMIT` entries and a byte bound; the oldest
+entries are dropped first (counted, reason ``queue_full``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+from rwrouter.metrics import Metrics
+from rwrouter.sending.delivery import Deliverer
+
+METADATA_QUEUE_LIMIT = 10_000  # entries
+
+
+class MetadataQueue:
+    """Metadata entries (framed ``metadata`` fields of a write request) waiting to be sent in
+    batches of ``batch_size`` entries; ``max_bytes`` bounds the entries' total size."""
+
+    def __init__(self, *, name: str, batch_size: int, max_bytes: int, metrics: Metrics) -> None:
+        self.name = name
+        self.batch_size = batch_size
+        self.max_bytes = max_bytes
+        self._metrics = metrics
+        self._entries: deque[bytes] = deque()
+        self.nbytes = 0  # queued and in flight
+        self._queued_bytes = 0
+        self._wake = asyncio.Event()
+        self.closing = False
+
+    def add(self, metadata: list[bytes]) -> None:
+        """Queue entries; drop (and count) the oldest beyond the bounds."""
+        self._entries.extend(metadata)
+        added = sum(map(len, metadata))
+        self.nbytes += added
+        self._queued_bytes += added
+        dropped = 0
+        while self._entries and (
+            len(self._entries) > METADATA_QUEUE_LIMIT or self._queued_bytes > self.max_bytes
+        ):
+            size = len(self._entries.popleft())
+            self.nbytes -= size
+            self._queued_bytes -= size
+            dropped += 1
+        if dropped:
+            self._metrics.dropped_metadata.labels(self.name, "queue_full").inc(dropped)
+        self._wake.set()
+
+    def close(self) -> None:
+        """Send what is queued, then let :meth:`run` return."""
+        self.closing = True
+        self._wake.set()
+
+    async def run(self, deliverer: Deliverer) -> None:
+        """Send batches until closed and empty."""
+        while True:
+            if not self._entries:
+                if self.closing:
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            count = min(self.batch_size, len(self._entries))
+            batch = [(self._entries.popleft(), 1) for _ in range(count)]
+            size = sum(len(entry) for entry, _ in batch)
+            self._queued_bytes -= size
+            try:
+                delivered = await deliverer.deliver(batch, "metadata")
+            finally:
+                self.nbytes -= size
+            if delivered:
+                self._metrics.sent_metadata.labels(self.name).inc(delivered)
