@@ -26,7 +26,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from rwrouter.errors import DecodeError
+from rwrouter.errors import DecodeError, TooLargeError
 from rwrouter.wire import compress, decompress
 
 __all__ = [
@@ -170,7 +170,10 @@ def decode_record(rest: bytes) -> Block:
     index_end = _META.size + series * _INDEX.size
     if index_end > len(rest):
         raise DecodeError("queue record index runs past its end")
-    raw = decompress(rest[index_end:], max_decoded_bytes=raw_len)
+    try:
+        raw = decompress(rest[index_end:], max_decoded_bytes=raw_len)
+    except TooLargeError:  # a RequestError, not a DecodeError: callers catch DecodeError
+        raise DecodeError("queue record body is longer than its header says") from None
     if len(raw) != raw_len:
         raise DecodeError("queue record body length does not match its header")
     frames: list[bytes] = []
