@@ -86,6 +86,13 @@ class FanOut:
         self._open.set()
         metrics.watch(metrics.cache_entries, lambda: len(self.router))
 
+    def swap(self, router: Router, destinations: list[Destination]) -> None:
+        """Install a new router and destination list (inside :meth:`paused`)."""
+        self._count_cache()
+        self.router, self.destinations = router, destinations
+        self._hits = self._misses = 0
+        self.generation += 1
+
     @contextlib.asynccontextmanager
     async def paused(self) -> AsyncIterator[None]:
         """Hold new appends back and wait for those in progress; resume on exit."""

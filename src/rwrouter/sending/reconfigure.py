@@ -83,11 +83,10 @@ async def reconfigure(
                 await dest.stop(timeout=0, drain=False)
             await _restore(fanout, running, retired, metrics)
             raise
-        fanout.destinations = [
-            dest if dest is not None else built[i] for i, dest in enumerate(wanted)
-        ]
-        fanout.router = build_router(new)
-        fanout.generation += 1
+        fanout.swap(
+            build_router(new),
+            [dest if dest is not None else built[i] for i, dest in enumerate(wanted)],
+        )
     log.info("msg=%s kept=%s replaced=%s added=%s removed=%s restart_needed=%s",
              q("configuration reloaded"), ",".join(summary.kept) or "-",
              ",".join(summary.replaced) or "-", ",".join(summary.added) or "-",

@@ -192,7 +192,8 @@ async def handle_reload(request: web.Request) -> web.Response:
     try:
         summary = await request.app[RELOAD]()
     except (RwrouterError, OSError) as exc:
-        return web.Response(status=500, text=f"failed to reload config: {exc}\n")
+        reason = " ".join(str(exc).split())  # one line: YAML errors span several
+        return web.Response(status=500, text=f"failed to reload config: {reason}\n")
     return web.Response(text=f"{summary}\n")
 
 

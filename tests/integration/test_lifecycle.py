@@ -1,0 +1,256 @@
+"""Lifecycle: hot reload (POST /-/reload, SIGHUP), shutdown leaving data on disk, restart
+sending it first. Routers run in-process from a YAML file (so reload re-reads it), except the
+SIGHUP test, which runs ``rwrouter run`` as a real process."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import urllib.request
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from rwrouter.config import load_config
+from rwrouter.server.runner import RouterServer
+from rwrouter.testing.prometheus import free_port
+from rwrouter.testing.router import RouterProcess
+from tests.integration.conftest import eventually, metric_value, post_write
+from tests.support.capture import CaptureServer
+from tests.support.series import Series, build_body
+
+pytestmark = pytest.mark.timeout(60)
+
+TWO_DESTINATIONS = """
+server: {{listen_address: "127.0.0.1:0", shutdown_timeout: 1s}}
+storage: {{path: "{storage}"}}
+remote_write:
+  - name: a
+    url: {url_a}
+    queue_config: {{batch_send_deadline: 5ms{extra_a}}}
+  - name: b
+    url: {url_b}
+    queue_config: {{batch_send_deadline: 5ms, min_backoff: 50ms, max_backoff: 50ms}}
+"""
+
+Start = Callable[[Path], Awaitable[RouterServer]]
+
+
+@pytest.fixture
+async def start_from_file() -> AsyncIterator[Start]:
+    started: list[RouterServer] = []
+
+    async def start(path: Path) -> RouterServer:
+        server = RouterServer(load_config(str(path)), config_path=str(path))
+        await server.start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        await server.stop(drain_timeout=1)
+
+
+def body(step: int, *, name: str = "m", series: int = 5) -> bytes:
+    return build_body(
+        [Series(((("__name__", name), ("i", str(i)))), ((1_000 + step, float(step)),))
+         for i in range(series)]
+    )  # fmt: skip
+
+
+def write_config(path: Path, capture: CaptureServer, *, extra_a: str = "", url_b: str = "") -> None:
+    path.write_text(
+        TWO_DESTINATIONS.format(
+            storage=path.parent / "data",
+            url_a=capture.url("/a"),
+            url_b=url_b or capture.url("/b"),
+            extra_a=extra_a,
+        )
+    )
+
+
+async def reload(http: aiohttp.ClientSession, router: RouterServer) -> tuple[int, str]:
+    async with http.post(router.url + "/-/reload") as resp:
+        return resp.status, await resp.text()
+
+
+async def test_reload_keeps_unchanged_destination_queues_and_replaces_changed_ones(
+    start_from_file: Start, fresh_capture: CaptureServer, http: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    config = tmp_path / "rwrouter.yaml"
+    write_config(config, fresh_capture)
+    router = await start_from_file(config)
+    assert router.fanout is not None
+    a_before, b_before = router.fanout.destinations
+    assert (await post_write(http, router, body(0)))[0] == 204
+    write_config(config, fresh_capture, extra_a=", max_samples_per_send: 100")
+    status, text = await reload(http, router)
+    assert status == 200, text
+    assert "kept b" in text and "replaced a" in text
+    a_after, b_after = router.fanout.destinations
+    assert b_after is b_before  # unchanged: the same queue and senders
+    assert a_after is not a_before
+    assert a_after.config.queue_config.max_samples_per_send == 100
+    assert (await post_write(http, router, body(1)))[0] == 204
+    await eventually(lambda: fresh_capture.sample_count("/a") == 10)
+    await eventually(lambda: fresh_capture.sample_count("/b") == 10)
+    assert metric_value(router, "rwrouter_config_last_reload_successful") == 1
+
+
+@pytest.mark.parametrize(
+    "bad_text",
+    [
+        "remote_write: [{url: 'http://x', queue_config: {max_shards: 0}}]\n",
+        "remote_write: [\n",
+        "storage: {fsync: sometimes}\nremote_write: [{url: 'http://x'}]\n",
+    ],
+    ids=["invalid_value", "invalid_yaml", "invalid_storage_key"],
+)
+async def test_bad_config_keeps_the_running_one(
+    start_from_file: Start, fresh_capture: CaptureServer, http: aiohttp.ClientSession,
+    tmp_path: Path, bad_text: str,
+) -> None:  # fmt: skip
+    config = tmp_path / "rwrouter.yaml"
+    write_config(config, fresh_capture)
+    router = await start_from_file(config)
+    assert router.fanout is not None
+    destinations = list(router.fanout.destinations)
+    config.write_text(bad_text)
+    status, text = await reload(http, router)
+    assert status == 500
+    assert text.startswith("failed to reload config:") and text.count("\n") == 1
+    assert metric_value(router, "rwrouter_config_last_reload_successful") == 0
+    assert router.fanout.destinations == destinations
+    assert (await post_write(http, router, body(0)))[0] == 204  # still routing, same config
+    await eventually(lambda: fresh_capture.sample_count("/a") == 5)
+    write_config(config, fresh_capture)  # fixed: the next reload succeeds
+    assert (await reload(http, router))[0] == 200
+    assert metric_value(router, "rwrouter_config_last_reload_successful") == 1
+
+
+async def test_reload_under_load_loses_nothing(
+    start_from_file: Start, fresh_capture: CaptureServer, http: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """Requests keep arriving while destinations are replaced back and forth: every
+    acknowledged sample arrives at both destinations."""
+    config = tmp_path / "rwrouter.yaml"
+    write_config(config, fresh_capture)
+    router = await start_from_file(config)
+    acknowledged = 0
+
+    async def sender(offset: int) -> None:
+        nonlocal acknowledged
+        for step in range(30):
+            status = (await post_write(http, router, body(step, name=f"m{offset}")))[0]
+            assert status == 204
+            acknowledged += 5
+
+    senders = asyncio.gather(*(sender(k) for k in range(3)))
+    for k in range(6):
+        write_config(config, fresh_capture, extra_a=f", max_samples_per_send: {100 + k}")
+        assert (await reload(http, router))[0] == 200
+        await asyncio.sleep(0.05)
+    await senders
+    await eventually(lambda: fresh_capture.sample_count("/a") == acknowledged, timeout=20)
+    await eventually(lambda: fresh_capture.sample_count("/b") == acknowledged, timeout=20)
+
+
+async def test_backlog_of_a_replaced_destination_is_handed_to_the_new_one(
+    start_from_file: Start, fresh_capture: CaptureServer, http: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """b points at a dead port: its data waits on disk. The fixed URL arrives by reload; the
+    new destination opens the same queue and sends the backlog, oldest first."""
+    config = tmp_path / "rwrouter.yaml"
+    dead = f"http://127.0.0.1:{free_port()}/write"
+    write_config(config, fresh_capture, url_b=dead)
+    router = await start_from_file(config)
+    for step in range(3):
+        assert (await post_write(http, router, body(step)))[0] == 204
+    write_config(config, fresh_capture)
+    status, text = await reload(http, router)
+    assert status == 200 and "replaced b" in text, text
+    assert (await post_write(http, router, body(3)))[0] == 204
+    await eventually(lambda: fresh_capture.sample_count("/b") == 20)
+    timestamps = [
+        ts.samples[0].timestamp
+        for received in fresh_capture.requests("/b") if received.request is not None
+        for ts in received.request.timeseries
+    ]  # fmt: skip
+    assert timestamps == sorted(timestamps)  # the backlog went out before the new sample
+
+
+async def test_stop_leaves_unsent_data_on_disk_and_restart_sends_it_first(
+    start_from_file: Start, fresh_capture: CaptureServer, http: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    config = tmp_path / "rwrouter.yaml"
+    dead = f"http://127.0.0.1:{free_port()}/write"
+    write_config(config, fresh_capture, url_b=dead)
+    router = await start_from_file(config)
+    for step in range(4):
+        assert (await post_write(http, router, body(step)))[0] == 204
+    await router.stop(drain_timeout=0.5)  # b cannot drain: its 4 records stay on disk
+    write_config(config, fresh_capture)
+    restarted = await start_from_file(config)
+    assert (await post_write(http, restarted, body(4)))[0] == 204
+    await eventually(lambda: fresh_capture.sample_count("/b") == 25)
+    timestamps = [
+        ts.samples[0].timestamp
+        for received in fresh_capture.requests("/b") if received.request is not None
+        for ts in received.request.timeseries
+    ]  # fmt: skip
+    assert sorted(set(timestamps)) == [1_000, 1_001, 1_002, 1_003, 1_004]
+    assert timestamps == sorted(timestamps)
+
+
+def test_sighup_reloads_a_running_process(fresh_capture: CaptureServer, tmp_path: Path) -> None:
+    port = free_port()
+    config = tmp_path / "rwrouter.yaml"
+
+    def write(batch_deadline: str) -> None:
+        config.write_text(f"""
+server: {{listen_address: "127.0.0.1:{port}", shutdown_timeout: 1s}}
+remote_write:
+  - name: a
+    url: {fresh_capture.url("/a")}
+    queue_config: {{batch_send_deadline: {batch_deadline}}}
+""")  # fmt: skip
+
+    write("5ms")
+    router = RouterProcess(config_path=config, port=port, log_path=tmp_path / "router.log")
+    try:
+        router.wait_ready(timeout_s=20)
+        before = router.metric_value("rwrouter_config_last_reload_success_timestamp_seconds")
+        config.write_text("remote_write: [\n")
+        router.process.send_signal(signal.SIGHUP)
+        _poll(lambda: router.metric_value("rwrouter_config_last_reload_successful") == 0)
+        write("10ms")
+        router.process.send_signal(signal.SIGHUP)
+        _poll(lambda: router.metric_value("rwrouter_config_last_reload_successful") == 1)
+        after = router.metric_value("rwrouter_config_last_reload_success_timestamp_seconds")
+        assert after > before
+        request = urllib.request.Request(
+            router.url + "/api/v1/write", data=body(0), method="POST",
+            headers={"Content-Encoding": "snappy", "Content-Type": "application/x-protobuf"},
+        )  # fmt: skip
+        with urllib.request.urlopen(request, timeout=5) as response:
+            assert response.status == 204
+        assert (tmp_path / "data" / "queue" / "a").is_dir()  # storage.path next to the file
+    finally:
+        router.stop()
+    log = (tmp_path / "router.log").read_text()
+    assert "configuration reload failed" in log and "configuration reloaded" in log
+
+
+def _poll(predicate: Callable[[], bool], *, timeout: float = 10.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
