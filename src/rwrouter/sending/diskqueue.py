@@ -144,6 +144,7 @@ class DiskQueue:
         self.appended = 0  # appends so far (tickets for group commit)
         self.synced = 0  # appends known to be on disk
         self._dirty = False
+        self._read_end = Position(0, 0)  # end of the last record read
         self._lock_fd: int | None = None
 
     # -- opening and closing -------------------------------------------------------------
@@ -179,6 +180,7 @@ class DiskQueue:
             position = Position(head.seq, min(position.offset, head.size))
             self._position = position
             self._cursor = _Cursor(position.segment, position.offset)
+            self._read_end = position
             self._fd = os.open(self._segments[-1].path, os.O_WRONLY | os.O_APPEND)
             self._position_fd = os.open(self.directory / "position", os.O_RDWR | os.O_CREAT, 0o644)
             self._write_position(position)
@@ -293,14 +295,15 @@ class DiskQueue:
             return self.size_bytes + self._reserved + nbytes <= self.max_bytes
 
     def _reclaim(self) -> None:
-        """Remove the segment being written when everything in it is done (a new one starts)."""
-        last = self._segments[-1]
-        if len(self._segments) == 1 and last.size and self._position == Position(
-            last.seq, last.size
-        ):
+        """Remove every segment when all was read and all read is done (a new one starts): the
+        one being written, and one whose corrupt rest was skipped (the position never reaches
+        its end)."""
+        if self.size_bytes and not self.unread_bytes and self._position >= self._read_end:
+            done = list(self._segments)
             self._roll(sync=False)
-            self._segments.pop(0)
-            last.path.unlink(missing_ok=True)
+            del self._segments[:-1]
+            for seg in done:
+                seg.path.unlink(missing_ok=True)
 
     def reserve(self, nbytes: int) -> None:
         """Hold ``nbytes`` of room for an :meth:`append` to come (call it with ``reserved``)."""
@@ -422,7 +425,8 @@ class DiskQueue:
         seg.read_samples += samples
         seg.read_bytes = end
         cur.offset = end
-        return QueuedRecord(rest, Position(seg.seq, end), samples)
+        self._read_end = Position(seg.seq, end)
+        return QueuedRecord(rest, self._read_end, samples)
 
     def _skip_corrupt(self, seg: _Segment) -> None:
         cur = self._cursor
