@@ -254,7 +254,7 @@ class DiskQueue:
                 if length <= MAX_RECORD_BYTES and check_record(header, rest):
                     offset += HEADER.size + length
                     continue
-                if len(rest) >= META_SIZE:
+                if length <= MAX_RECORD_BYTES and len(rest) >= META_SIZE:
                     samples = record_samples(rest)[1]
             break
         cut = len(data) - offset
