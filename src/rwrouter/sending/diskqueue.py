@@ -33,8 +33,10 @@ from pathlib import Path
 
 from rwrouter.sending.records import (
     HEADER,
+    KIND_SAMPLES,
     MAX_RECORD_BYTES,
     META_SIZE,
+    VERSION,
     check_record,
     record_samples,
 )
@@ -254,8 +256,12 @@ class DiskQueue:
                 if length <= MAX_RECORD_BYTES and check_record(header, rest):
                     offset += HEADER.size + length
                     continue
-                if length <= MAX_RECORD_BYTES and len(rest) >= META_SIZE:
-                    samples = record_samples(rest)[1]
+                if (
+                    length <= MAX_RECORD_BYTES
+                    and len(rest) >= META_SIZE
+                    and rest[:2] == bytes((VERSION, KIND_SAMPLES))
+                ):
+                    samples = record_samples(rest)[1]  # version 1, kind samples: a real header
             break
         cut = len(data) - offset
         if cut:
