@@ -282,17 +282,9 @@ def web_identity(
     )
 
 
-FORCED_REFRESH_REUSES_CACHED_KEYS = pytest.mark.xfail(
-    strict=True,
-    reason="BUG: CredentialsSource.force_refresh (src/rwrouter/auth/credentials.py, "
-    "_refresh_and_freeze) returns the same keys for web identity (IRSA): botocore's "
-    "CachedCredentialFetcher serves its cached AssumeRoleWithWebIdentity answer until 15 min "
-    "before expiry, so STS is not called, the retry gets a second 403 and the batch is "
-    "dropped (reason 4xx, dead-letter store)",
-)
 SOURCES = [
     pytest.param("credential_process", id="credential_process"),
-    pytest.param("web_identity", id="web_identity", marks=FORCED_REFRESH_REUSES_CACHED_KEYS),
+    pytest.param("web_identity", id="web_identity"),
 ]
 
 
@@ -372,7 +364,6 @@ remote_write:
           f"{first_key} -> {last.access_key}, {len(sent)} samples stored")  # fmt: skip
 
 
-@FORCED_REFRESH_REUSES_CACHED_KEYS
 async def test_forced_refresh_of_web_identity_credentials_fetches_new_keys(
     no_aws_env: Path, monkeypatch: pytest.MonkeyPatch, moto_sts: str
 ) -> None:

@@ -20,6 +20,7 @@ headers chosen by :func:`rwrouter.auth.sigv4.headers_to_sign` plus ``Host``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -124,10 +125,24 @@ class CredentialsSource:
         credentials = self._credentials
         try:
             with credentials._refresh_lock:
+                _forget_cached_fetch(credentials)
                 credentials._protected_refresh(is_mandatory=True)
         except (BotoCoreError, ClientError, RuntimeError) as exc:
             raise CredentialsError(f"refreshing {self.method} credentials failed: {exc}") from exc
         return self._freeze()
+
+
+def _forget_cached_fetch(credentials: RefreshableCredentials) -> None:
+    """Drop the cached STS answer behind ``credentials``, if any. botocore's web-identity and
+    assume-role fetchers (``CachedCredentialFetcher``) return their cached credentials until 15
+    minutes before they expire, so a forced refresh would hand back the very key the
+    destination just refused as expired, and never read a rotated token file."""
+    fetcher = getattr(getattr(credentials, "_refresh_using", None), "__self__", None)
+    cache, key = getattr(fetcher, "_cache", None), getattr(fetcher, "_cache_key", None)
+    if cache is None or key is None:
+        return
+    with contextlib.suppress(KeyError, TypeError, OSError):
+        del cache[key]
 
 
 def load_source(
