@@ -6,6 +6,7 @@ in order (SIGTERM: the router stops listening and drains its queues).
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import urllib.error
@@ -48,6 +49,27 @@ class RouterProcess:
             for sample in self.metrics()
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
         )
+
+    def kill(self, *, timeout_s: float = 10.0) -> int:
+        """``kill -9`` the router (SIGKILL: no drain, no cleanup, as a crash) and reap it;
+        returns its exit status (``-9``). Idempotent."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+        return self.process.wait(timeout_s)
+
+    def restart(self) -> None:
+        """Start the router again with the same config file, working directory and log (so
+        the same ``storage.path`` and listen address), once the previous process has exited
+        (:meth:`stop` or :meth:`kill`); ``RuntimeError`` while it still runs. Call
+        :meth:`wait_ready` after."""
+        if self.process.poll() is None:
+            raise RuntimeError("rwrouter is still running: stop() or kill() it first")
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "rwrouter", "run", "--config", str(self.config_path)],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                cwd=self.config_path.parent,
+            )  # fmt: skip
 
     def _log_tail(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:]
