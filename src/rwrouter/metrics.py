@@ -65,6 +65,13 @@ class Metrics:
             ["destination"],
             registry=r,
         )
+        self.already_delivered = Counter(
+            "rwrouter_samples_already_delivered",
+            "Samples sent again after a crash that the destination already had (refused as "
+            "out of order): delivered before, not dropped.",
+            ["destination"],
+            registry=r,
+        )
         self.sent_metadata = Counter(
             "rwrouter_sent_metadata", "Metadata entries delivered.", ["destination"], registry=r
         )

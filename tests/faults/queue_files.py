@@ -38,7 +38,7 @@ def queue_records(directory: Path, *, from_position: bool = True) -> list[Queued
     segment, offset = 0, 0
     position = directory / "position"
     if from_position and position.exists():
-        segment, offset, _ = POSITION.unpack_from(position.read_bytes())
+        segment, offset, *_ = POSITION.unpack_from(position.read_bytes())
     out: list[QueuedRecord] = []
     for path in sorted(directory.glob(f"*{SUFFIX}")):
         seq = int(path.name[: -len(SUFFIX)])

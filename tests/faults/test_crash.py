@@ -43,19 +43,9 @@ ANSWER_DELAY_S = 0.3
 
 
 class AcknowledgedSamplesLost(AssertionError):
-    """Acknowledged samples never reached the self-hosted Prometheus (the known bug below)."""
+    """Acknowledged samples never reached a store."""
 
 
-RESEND_BUG = (
-    "after kill -9, blocks not yet confirmed are sent again to the self-hosted Prometheus; "
-    "their samples older than a series' newest are refused 400 'out of order sample' (only an "
-    "exact copy of the newest is a no-op), Prometheus rolls the whole batch back, the split "
-    "budget (delivery.SPLIT_BUDGET = 64 requests) runs out and the never-delivered samples "
-    "batched with them are dropped as 4xx: acknowledged samples are lost"
-)
-
-
-@pytest.mark.xfail(strict=True, raises=AcknowledgedSamplesLost, reason=RESEND_BUG)
 def test_kill_9_while_workspace_down_then_restart_every_acknowledged_sample_arrives(
     workspace: Workspace, self_hosted: SelfHosted, routers: Routers, report: Report
 ) -> None:

@@ -92,18 +92,9 @@ def test_torn_last_record_is_cut_counted_and_the_rest_delivered(
 
 
 class CorruptionNotCounted(AssertionError):
-    """The skipped records are not in the metrics (the known bug below)."""
+    """The skipped records are not in the metrics."""
 
 
-UNCOUNTED_BUG = (
-    "a corrupt record found while reading (DiskQueue._skip_corrupt) is counted only in "
-    "DiskQueue.corrupt_records, which Destination never reads: "
-    "rwrouter_queue_corrupt_records_total and rwrouter_samples_dropped_total{reason='corrupt'} "
-    "stay 0 while the rest of the segment is skipped (only an error log line)"
-)
-
-
-@pytest.mark.xfail(strict=True, raises=CorruptionNotCounted, reason=UNCOUNTED_BUG)
 def test_corrupt_record_inside_the_queue_skips_its_segment_and_is_counted(
     workspace: Workspace, self_hosted: SelfHosted, routers: Routers, report: Report
 ) -> None:

@@ -319,3 +319,26 @@ def test_desired_shards(
         pending=pending, interval=10.0,
     )  # fmt: skip
     assert got == expected
+
+
+GROUP_CASES = [
+    # id, group of each frame in order, frames taken by each take() until empty
+    ("one_group", [True, True, True], [[0, 1, 2]]),
+    ("recovered_then_new", [True, True, False, False], [[0, 1], [2, 3]]),
+    ("alternating", [True, False, True], [[0], [1], [2]]),
+    ("new_only", [False, False], [[0, 1]]),
+]
+
+
+@pytest.mark.parametrize(
+    ("groups", "batches"), [c[1:] for c in GROUP_CASES], ids=[c[0] for c in GROUP_CASES]
+)
+def test_take_never_mixes_groups(groups: list[bool], batches: list[list[int]]) -> None:
+    buf = ShardBuffer()
+    for i, group in enumerate(groups):
+        buf.add(frame(i), 1, now=0.0, hashed=i, owner=(i, group))
+    taken = []
+    while buf.frames:
+        batch = buf.take(max_samples=100, max_bytes=1 << 20, group=lambda owner: owner[1])  # type: ignore[index]
+        taken.append([i for i, _ in batch.owners])  # type: ignore[misc]
+    assert taken == batches

@@ -506,3 +506,69 @@ async def test_retries_label_values(
     assert await r.deliverer.deliver([item(0)], "samples") == 1
     assert r.retries() == expected
     assert r.deliverer.failures == sum(expected.values())
+
+
+# ---------------------------------------------------------------------------------------------
+# Re-sent after a crash: a destination that already has some of the samples refuses the whole
+# request "out of order" (Prometheus TSDB rolls back); re-sent batches are split down to single
+# series, and a single series refused as out of order counts as already delivered.
+
+
+class RollbackTransport(FakeTransport):
+    """A TSDB-like destination: a request holding any item in ``stored`` is refused whole with
+    400 "out of order sample"; otherwise every item is stored."""
+
+    def __init__(self, stored: set[int], clock: Clock) -> None:
+        super().__init__(forever(200), clock, {})
+        self.stored = set(stored)
+        self.accepted: list[int] = []
+
+    async def post(self, body: bytes, headers: Mapping[str, str]) -> Answer:
+        sent = items_in(decompress(body, max_decoded_bytes=1 << 24))
+        self.sent.append(sent)
+        if self.stored.intersection(sent):
+            return Answer(400, {}, b"out of order sample")
+        self.stored.update(sent)
+        self.accepted += sent
+        return Answer(200, {}, b"")
+
+
+RESENT_CASES = [
+    # id, items in the batch, items the destination already has
+    ("first_third_already_stored", 90, set(range(30))),
+    ("scattered", 128, {3, 17, 40, 41, 77, 100, 127}),
+    ("all_already_stored", 16, set(range(16))),
+    ("none_stored", 50, set()),
+    ("one_item", 1, {0}),
+]
+
+
+@pytest.mark.parametrize(
+    ("n", "stored"), [c[1:] for c in RESENT_CASES], ids=[c[0] for c in RESENT_CASES]
+)
+async def test_resent_batch_isolates_samples_the_destination_already_has(
+    n: int, stored: set[int]
+) -> None:
+    r = rig(forever(200))
+    transport = RollbackTransport(stored, r.clock)
+    r.deliverer.transport = transport
+    batch = [item(i) for i in range(n)]
+    delivered = await r.deliverer.deliver(batch, "samples", resent=True)
+    fresh = [i for i in range(n) if i not in stored]
+    assert sorted(transport.accepted) == fresh  # every new sample once, none lost
+    assert delivered == sum(i + 1 for i in fresh)
+    assert r.value("rwrouter_samples_already_delivered_total") == sum(i + 1 for i in stored)
+    assert r.rejected.calls == []  # nothing for the dead-letter store
+    assert r.value("rwrouter_samples_dropped_total", reason="4xx") == 0
+
+
+async def test_out_of_order_of_a_first_send_is_a_refusal_not_a_delivery() -> None:
+    """Outside a re-send an out-of-order answer is the destination's word against the data:
+    refused (bounded split), counted as 4xx and kept in the dead-letter store."""
+    r = rig(forever(200))
+    transport = RollbackTransport({5}, r.clock)
+    r.deliverer.transport = transport
+    delivered = await r.deliverer.deliver([item(i) for i in range(8)], "samples")
+    assert delivered == sum(i + 1 for i in range(8) if i != 5)
+    assert r.value("rwrouter_samples_already_delivered_total") == 0
+    assert [sent for sent, _, _ in r.rejected.calls] == [[5]]

@@ -100,7 +100,7 @@ def test_open_creates_an_empty_queue(opener: Opener, tmp_path: Path) -> None:
     q, recovery = opener()
     assert recovery == Recovery(
         segments=1, unsent_records=0, unsent_bytes=0, torn_records=0, torn_bytes=0,
-        torn_samples=None, position_reset=False,
+        torn_samples=None, position_reset=False, resend_until=Position(0, 0),
     )  # fmt: skip
     assert [p.name for p in seg_files(tmp_path / "q")] == [f"{0:020d}{SUFFIX}"]
     assert (tmp_path / "q" / "position").exists()
@@ -457,6 +457,64 @@ def test_bad_position_file_sends_everything_again(
     q, recovery = opener()
     assert not recovery.position_reset  # rewritten
     assert read_all(q) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# the read mark: what may have been sent before a restart
+
+
+RESEND_CASES = [
+    # id, records appended, records read before the restart, committed (index into read or
+    # None), records after the restart that may have been sent (ids)
+    ("nothing_read", 5, 0, None, []),
+    ("read_not_committed", 5, 3, None, [0, 1, 2]),
+    ("read_partly_committed", 5, 4, 1, [2, 3]),
+    ("all_read_all_committed", 5, 5, 4, []),
+    ("read_across_segments", 8, 7, 2, [3, 4, 5, 6]),
+]
+
+
+@pytest.mark.parametrize(
+    ("appended", "read", "committed", "maybe_sent"),
+    [c[1:] for c in RESEND_CASES],
+    ids=[c[0] for c in RESEND_CASES],
+)
+def test_read_mark_tells_what_may_have_been_sent(
+    opener: Opener, appended: int, read: int, committed: int | None, maybe_sent: list[int]
+) -> None:
+    q, _ = opener()
+    put(q, range(appended))
+    got: list[QueuedRecord] = []
+    while len(got) < read:
+        got += q.read(1)  # one record (at least) per read
+    got = got[:read] if read else got
+    if committed is not None:
+        q.commit(got[committed].end)
+    q, recovery = opener()  # a restart; the position file is what a crash would leave too
+    again = read_all(q)
+    assert [ident(r) for r in again if r.end <= recovery.resend_until] == maybe_sent
+    assert ids(again)[len(maybe_sent) :] == [
+        i for i in range(appended) if i not in maybe_sent and (committed is None or i > committed)
+    ]
+
+
+def test_read_mark_survives_a_second_restart_before_reading(opener: Opener) -> None:
+    q, _ = opener()
+    put(q, range(4))
+    q.read(2 * REC)  # records 0, 1 (and maybe 2) read: may be sent
+    q, first = opener()
+    q, second = opener()  # restarted again without reading: the mark must not shrink
+    assert second.resend_until == first.resend_until > Position(0, 0)
+
+
+def test_unknown_position_marks_everything_as_maybe_sent(opener: Opener, tmp_path: Path) -> None:
+    q, _ = opener()
+    put(q, range(3))
+    q.close()
+    (tmp_path / "q" / "position").write_bytes(b"\xff" * 36)
+    q, recovery = opener()
+    assert recovery.position_reset
+    assert all(r.end <= recovery.resend_until for r in read_all(q))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -67,16 +68,27 @@ class ShardBuffer:
             or now - self.first_at >= deadline
         )
 
-    def take(self, *, max_samples: int, max_bytes: int) -> Batch:
+    def take(
+        self,
+        *,
+        max_samples: int,
+        max_bytes: int,
+        group: Callable[[object], object] | None = None,
+    ) -> Batch:
         """Remove and return the next batch: frames in order while the batch stays within
-        ``max_samples`` samples and ``max_bytes`` bytes (always at least one frame)."""
+        ``max_samples`` samples and ``max_bytes`` bytes (always at least one frame) and, when
+        ``group`` is given, while ``group(owner)`` stays that of the first frame (frames of
+        different groups never share a batch)."""
         items: list[tuple[bytes, int]] = []
         owners: list[object] = []
         taken = size = 0
         frames, tags = self.frames, self.tags
+        first_group = group(tags[0][1]) if group is not None and tags else None
         while frames:
             frame, count = frames[0]
             if items and (taken + count > max_samples or size + len(frame) > max_bytes):
+                break
+            if items and group is not None and group(tags[0][1]) != first_group:
                 break
             items.append(frames.popleft())
             owners.append(tags.popleft()[1])

@@ -13,6 +13,12 @@
   such as Prometheus roll back a whole request on the first bad sample. The split is bounded per
   batch (:data:`SPLIT_BUDGET` requests); what is still refused then is dropped, counted and
   logged. A single series refused with 413 is final (reason ``too_large``): it can never fit.
+- A batch sent again after a crash (``resent``: it may have been delivered before) is never
+  mixed with newer data. A destination refuses a whole request holding samples it already has
+  as "out of order" (Prometheus TSDB; only an exact copy of a series' newest sample passes), so
+  such a refusal is split until every series is isolated, and a single series refused as out
+  of order is counted as already delivered (``samples_already_delivered``), not dropped:
+  per-series order means its sample, or a newer one, reached the destination before.
 - Every part refused for good is counted (``dropped_samples``/``dropped_metadata`` by
   :attr:`Refusal.reason`), logged, and handed to the ``on_rejected`` hook (the dead-letter
   store), once per part.
@@ -72,10 +78,19 @@ RejectHook = Callable[[list[Item], str, Refusal], None]
 
 @dataclass(slots=True)
 class _Batch:
-    """State shared by the parts of one batch: its start (clock seconds) and split budget."""
+    """State shared by the parts of one batch: its start (clock seconds), split budget, and
+    whether it is sent again after a crash."""
 
     started: float
     splits: int = SPLIT_BUDGET
+    resent: bool = False
+    split_logged: bool = False
+
+
+def is_out_of_order(status: int | None, text: str) -> bool:
+    """Whether an answer says the samples are older than what the destination has (Prometheus
+    "out of order sample"; Cortex/Mimir/the managed workspace use the same words)."""
+    return status == 400 and "out of order" in text.lower()
 
 
 class Deliverer:
@@ -114,11 +129,14 @@ class Deliverer:
         self._on_rejected = on_rejected
         self.failures = 0  # retried attempts, for the resharding decision
 
-    async def deliver(self, items: list[Item], kind: str) -> int:
+    async def deliver(self, items: list[Item], kind: str, *, resent: bool = False) -> int:
         """Deliver a batch (``kind``: "samples" or "metadata"); returns how many of its
         samples (metadata entries) were delivered. Refused parts are counted, logged and handed
-        to ``on_rejected``."""
-        return await self._deliver_part(items, kind, _Batch(started=self._clock()))
+        to ``on_rejected``. ``resent``: the batch may have been delivered before a crash (see
+        the module docstring); it may be split down to single series."""
+        splits = 2 * len(items) if resent else SPLIT_BUDGET
+        batch = _Batch(started=self._clock(), splits=splits, resent=resent)
+        return await self._deliver_part(items, kind, batch)
 
     async def _deliver_part(self, items: list[Item], kind: str, batch: _Batch) -> int:
         count = sum(n for _, n in items)
@@ -127,13 +145,17 @@ class Deliverer:
             return count
         if refusal.status in SPLITTABLE and len(items) > 1 and batch.splits >= 2:
             batch.splits -= 2
-            if batch.splits == SPLIT_BUDGET - 2:
+            if not batch.split_logged:
+                batch.split_logged = True
                 log.info("destination=%s kind=%s status=%s msg=%s", self.name, kind,
                          refusal.status, q("batch refused: splitting it to isolate the cause"),
                          )  # fmt: skip
             middle = len(items) // 2
             first = await self._deliver_part(items[:middle], kind, batch)
             return first + await self._deliver_part(items[middle:], kind, batch)
+        if batch.resent and len(items) == 1 and is_out_of_order(refusal.status, refusal.text):
+            self.metrics.already_delivered.labels(self.name).inc(count)
+            return 0
         if refusal.status == 413 and len(items) == 1:
             refusal = replace(refusal, reason=TOO_LARGE)
         self._refused(items, kind, count, refusal)

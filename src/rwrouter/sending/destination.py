@@ -59,12 +59,18 @@ def queue_dir(storage_path: str, destination: str) -> Path:
 
 
 class _Record:
-    """A record read for sending: where it ends in the queue, and its series not yet done."""
+    """A record read for sending: where it ends in the queue, its series not yet done, and
+    whether it may have been sent before a crash (``recovered``)."""
 
-    __slots__ = ("end", "received_ms", "remaining")
+    __slots__ = ("end", "received_ms", "recovered", "remaining")
 
-    def __init__(self, end: Position, received_ms: int, remaining: int) -> None:
+    def __init__(self, end: Position, received_ms: int, remaining: int, recovered: bool) -> None:
         self.end, self.received_ms, self.remaining = end, received_ms, remaining
+        self.recovered = recovered
+
+
+def _recovered(owner: object) -> bool:
+    return isinstance(owner, _Record) and owner.recovered
 
 
 class Destination:
@@ -143,6 +149,8 @@ class Destination:
         self._pausing = False
         self._reshard_interval = reshard_interval
         self._stats = _IntervalStats()
+        self._resend_until = Position(0, 0)  # records up to here may have gone out before
+        self._corrupt_seen = (0, 0)  # (records, samples) of the queue's corrupt counters
         self.pending = 0  # samples read ahead into memory (waiting or in flight)
         self.pending_bytes = 0  # their frame bytes
         m, name = metrics, self.name
@@ -236,6 +244,7 @@ class Destination:
         """Open (recover) the disk queue, then start the reader, senders, metadata sender,
         resharding and the fsync timer. Raises OSError when the queue cannot be opened."""
         recovery = await asyncio.to_thread(self.queue.open)
+        self._resend_until = recovery.resend_until
         if recovery.torn_records:
             lost = "unknown" if recovery.torn_samples is None else recovery.torn_samples
             self._metrics.queue_corrupt_records.labels(self.name).inc(recovery.torn_records)
@@ -318,8 +327,19 @@ class Destination:
                 await self._read_wake.wait()
                 continue
             batch = await asyncio.to_thread(self._read_blocks, room)
+            self._count_corrupt()
             for block, end in batch:
                 self._dispatch(block, end)
+
+    def _count_corrupt(self) -> None:
+        """Turn the queue's corrupt-record counters into metrics."""
+        seen = (self.queue.corrupt_records, self.queue.corrupt_samples)
+        records, samples = seen[0] - self._corrupt_seen[0], seen[1] - self._corrupt_seen[1]
+        self._corrupt_seen = seen
+        if records:
+            self._metrics.queue_corrupt_records.labels(self.name).inc(records)
+        if samples:
+            self._metrics.dropped_samples.labels(self.name, "corrupt").inc(samples)
 
     def _read_blocks(self, room: int) -> list[tuple[Block | None, Position]]:
         """Read and decode the next records (worker thread); None for a corrupt one."""
@@ -337,10 +357,10 @@ class Destination:
         """Hand a record's series to their shards (in order); the record waits to be done."""
         if block is None:
             self._metrics.queue_corrupt_records.labels(self.name).inc()
-            self._records.append(_Record(end, 0, 0))
+            self._records.append(_Record(end, 0, 0, False))
             self._advance()
             return
-        record = _Record(end, block.received_ms, len(block.frames))
+        record = _Record(end, block.received_ms, len(block.frames), end <= self._resend_until)
         self._records.append(record)
         now = self._clock()
         shards, wake = self._shards, self._wake
@@ -392,9 +412,14 @@ class Destination:
                 with suppress(TimeoutError):
                     await asyncio.wait_for(wake.wait(), deadline - (now - buf.first_at))
                 continue
-            batch = buf.take(max_samples=q_.max_samples_per_send, max_bytes=q_.max_request_bytes)
+            batch = buf.take(
+                max_samples=q_.max_samples_per_send, max_bytes=q_.max_request_bytes,
+                group=_recovered,
+            )  # fmt: skip
             started = self._clock()
-            delivered = await self._deliverer.deliver(batch.items, "samples")
+            delivered = await self._deliverer.deliver(
+                batch.items, "samples", resent=_recovered(batch.owners[0])
+            )
             if delivered:
                 self._metrics.sent_samples.labels(self.name).inc(delivered)
                 self._stats.delivered(delivered, self._clock() - started)

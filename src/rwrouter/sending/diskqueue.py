@@ -6,9 +6,16 @@ Files in the queue directory:
 - ``<sequence, 20 digits>.seg``: records back to back; a new segment starts when the current
   one would pass ``segment_bytes``.
 - ``lock``: held (``flock``) by the process using the queue: two processes never share one.
-- ``position``: ``u64 segment, u64 offset, u32 crc32`` (little-endian) of the committed
-  position: every record before it was delivered, refused for good, or dropped. Written in
-  place on every commit (no fsync: losing it only means sending some records twice).
+- ``position``: ``u64 segment, u64 offset`` of the committed position (every record before it
+  was delivered, refused for good, or dropped), ``u64 segment, u64 offset`` of the read mark
+  (every record after it was never read for sending), ``u32 crc32`` (little-endian). Written in
+  place on every commit and read (no fsync: a lost update only means sending some records
+  twice).
+
+After a crash, the records between the committed position and the read mark may have been
+delivered already: :attr:`Recovery.resend_until` tells the sender, which keeps them apart from
+newer data (a destination refuses a whole request whose samples it already has as "out of
+order").
 
 On :meth:`DiskQueue.open`, segments wholly before the position are removed, the last segment
 is checked record by record and cut at the first torn or corrupt record (a write cut short by a
@@ -44,7 +51,7 @@ from rwrouter.sending.records import (
 log = logging.getLogger("rwrouter.queue")
 
 SUFFIX = ".seg"
-POSITION = struct.Struct("<QQI")
+POSITION = struct.Struct("<QQQQI")  # committed segment/offset, read segment/offset, crc32
 MIN_SEGMENT_BYTES = 16 * 1024
 MAX_SEGMENT_BYTES = 64 * 1024 * 1024
 
@@ -82,6 +89,7 @@ class Recovery:
     torn_bytes: int
     torn_samples: int | None
     position_reset: bool
+    resend_until: Position  # records ending at or before this may have been sent already
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +122,7 @@ class _Cursor:
     fd: int | None = None
     fd_seq: int = -1
     corrupt: int = 0  # records found corrupt while reading
+    corrupt_samples: int = 0  # samples in the records skipped after them (as far as known)
     reasons: list[str] = field(default_factory=list)
 
 
@@ -162,7 +171,7 @@ class DiskQueue:
                 for p in self.directory.iterdir()
                 if p.name.endswith(SUFFIX) and p.name[: -len(SUFFIX)].isdigit()
             )
-            position, reset = self._load_position()
+            position, read_mark, reset = self._load_position()
             for seq in seqs:
                 path = self._path(seq)
                 if seq < position.segment:
@@ -180,12 +189,14 @@ class DiskQueue:
             for seg in self._segments:
                 self._count(seg, read_until=position.offset if seg.seq == position.segment else 0)
             position = Position(head.seq, min(position.offset, head.size))
+            tail = Position(self._segments[-1].seq, self._segments[-1].size)
+            resend_until = tail if read_mark is None else max(position, min(read_mark, tail))
             self._position = position
             self._cursor = _Cursor(position.segment, position.offset)
-            self._read_end = position
+            self._read_end = resend_until  # what may have been read: kept until read again
             self._fd = os.open(self._segments[-1].path, os.O_WRONLY | os.O_APPEND)
             self._position_fd = os.open(self.directory / "position", os.O_RDWR | os.O_CREAT, 0o644)
-            self._write_position(position)
+            self._write_position()
             return Recovery(
                 segments=len(self._segments),
                 unsent_records=self.unread_records,
@@ -194,6 +205,7 @@ class DiskQueue:
                 torn_bytes=torn_bytes,
                 torn_samples=torn_samples,
                 position_reset=reset,
+                resend_until=resend_until,
             )
 
     def close(self) -> None:
@@ -223,23 +235,27 @@ class DiskQueue:
     def _path(self, seq: int) -> Path:
         return self.directory / f"{seq:020d}{SUFFIX}"
 
-    def _load_position(self) -> tuple[Position, bool]:
-        """The stored position, or the start (and True) when it is missing or corrupt."""
+    def _load_position(self) -> tuple[Position, Position | None, bool]:
+        """The stored committed position and read mark; the start, None (everything may have
+        been sent) and True when the file is corrupt; the start, None and False when it is
+        missing (a new queue, or files from elsewhere: sent again, carefully)."""
         try:
             data = (self.directory / "position").read_bytes()
         except FileNotFoundError:
-            return Position(0, 0), False
+            return Position(0, 0), None, False
         if len(data) >= POSITION.size:
-            seq, offset, crc = POSITION.unpack_from(data)
-            if zlib.crc32(data[:16]) == crc:
-                return Position(seq, offset), False
+            seq, offset, read_seq, read_offset, crc = POSITION.unpack_from(data)
+            if zlib.crc32(data[: POSITION.size - 4]) == crc:
+                return Position(seq, offset), Position(read_seq, read_offset), False
         log.warning("queue=%s msg=%s", self.directory,
                     '"position file corrupt: sending the whole queue again"')  # fmt: skip
-        return Position(0, 0), True
+        return Position(0, 0), None, True
 
-    def _write_position(self, position: Position) -> None:
+    def _write_position(self) -> None:
+        """Store the committed position and the read mark (under the lock)."""
         assert self._position_fd is not None
-        data = struct.pack("<QQ", position.segment, position.offset)
+        committed, read = self._position, max(self._position, self._read_end)
+        data = struct.pack("<QQQQ", committed.segment, committed.offset, read.segment, read.offset)
         os.pwrite(self._position_fd, data + struct.pack("<I", zlib.crc32(data)), 0)
 
     def _check_tail(self, seg: _Segment) -> tuple[int, int | None]:
@@ -399,6 +415,8 @@ class DiskQueue:
                     continue
                 out.append(record)
                 total += len(record.rest)
+            if out:  # the read mark is on disk before anything read can be sent
+                self._write_position()
         return out
 
     def _segment_of_cursor(self) -> _Segment | None:
@@ -431,18 +449,26 @@ class DiskQueue:
         seg.read_samples += samples
         seg.read_bytes = end
         cur.offset = end
-        self._read_end = Position(seg.seq, end)
-        return QueuedRecord(rest, self._read_end, samples)
+        self._read_end = max(self._read_end, Position(seg.seq, end))
+        return QueuedRecord(rest, Position(seg.seq, end), samples)
 
     def _skip_corrupt(self, seg: _Segment) -> None:
         cur = self._cursor
         cur.corrupt += 1
-        log.error("queue=%s segment=%d offset=%d msg=%s", self.directory, seg.seq, cur.offset,
+        skipped = max(0, seg.samples - seg.read_samples)  # from the headers counted at open
+        cur.corrupt_samples += skipped
+        log.error("queue=%s segment=%d offset=%d records=%d samples=%d msg=%s", self.directory,
+                  seg.seq, cur.offset, seg.records - seg.read_records, skipped,
                   '"corrupt record: skipping the rest of the segment"')  # fmt: skip
         seg.read_records, seg.read_samples, seg.read_bytes = seg.records, seg.samples, seg.size
         cur.offset = seg.size
         if seg is self._segments[-1]:
             self._roll()  # new appends go to a fresh segment the reader can trust
+
+    @property
+    def corrupt_samples(self) -> int:
+        """Samples skipped with corrupt records while reading (as far as their headers tell)."""
+        return self._cursor.corrupt_samples
 
     @property
     def corrupt_records(self) -> int:
@@ -457,7 +483,7 @@ class DiskQueue:
             if position <= self._position:
                 return
             self._position = position
-            self._write_position(position)
+            self._write_position()
             while len(self._segments) > 1:
                 head = self._segments[0]
                 if head.seq > position.segment or (
