@@ -71,6 +71,15 @@ def write_config(path: Path, capture: CaptureServer, *, extra_a: str = "", url_b
     )
 
 
+def sent_timestamps(capture: CaptureServer, path: str) -> list[int]:
+    """The timestamps of the samples received on ``path``, in arrival order."""
+    return [
+        ts.samples[0].timestamp
+        for received in capture.requests(path) if received.request is not None
+        for ts in received.request.timeseries
+    ]  # fmt: skip
+
+
 async def reload(http: aiohttp.ClientSession, router: RouterServer) -> tuple[int, str]:
     async with http.post(router.url + "/-/reload") as resp:
         return resp.status, await resp.text()
@@ -176,11 +185,7 @@ async def test_backlog_of_a_replaced_destination_is_handed_to_the_new_one(
     assert status == 200 and "replaced b" in text, text
     assert (await post_write(http, router, body(3)))[0] == 204
     await eventually(lambda: fresh_capture.sample_count("/b") == 20)
-    timestamps = [
-        ts.samples[0].timestamp
-        for received in fresh_capture.requests("/b") if received.request is not None
-        for ts in received.request.timeseries
-    ]  # fmt: skip
+    timestamps = sent_timestamps(fresh_capture, "/b")
     assert timestamps == sorted(timestamps)  # the backlog went out before the new sample
 
 
@@ -199,11 +204,7 @@ async def test_stop_leaves_unsent_data_on_disk_and_restart_sends_it_first(
     restarted = await start_from_file(config)
     assert (await post_write(http, restarted, body(4)))[0] == 204
     await eventually(lambda: fresh_capture.sample_count("/b") == 25)
-    timestamps = [
-        ts.samples[0].timestamp
-        for received in fresh_capture.requests("/b") if received.request is not None
-        for ts in received.request.timeseries
-    ]  # fmt: skip
+    timestamps = sent_timestamps(fresh_capture, "/b")
     assert sorted(set(timestamps)) == [1_000, 1_001, 1_002, 1_003, 1_004]
     assert timestamps == sorted(timestamps)
 
