@@ -127,6 +127,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RwrouterError as exc:
         print(f"rwrouter: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # e.g. storage.path not writable, or a queue in use elsewhere
+        print(f"rwrouter: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 0
     except BrokenPipeError:  # e.g. `rwrouter check-config FILE | head`: not an error

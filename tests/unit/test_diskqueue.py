@@ -50,11 +50,14 @@ def ident(qr: QueuedRecord) -> int:
 
 
 def put(q: DiskQueue, ids: range | list[int], *, size: int = FRAME) -> int:
-    """Append records ``ids`` in one append, the way the router does (reserve, then append)."""
-    records = [record(i, size=size) for i in ids]
-    nbytes = sum(len(r) for r in records)
-    q.reserve(nbytes)
-    return q.append(records, [i + 1 for i in ids], reserved=nbytes)
+    """Append records ``ids``, one append each (as one request's share each), the way the
+    router does (reserve, then append); returns the last ticket."""
+    ticket = 0
+    for i in ids:
+        data = record(i, size=size)
+        q.reserve(len(data))
+        ticket = q.append([data], [i + 1], reserved=len(data))
+    return ticket
 
 
 def read_all(q: DiskQueue, *, max_bytes: int = BIG) -> list[QueuedRecord]:
@@ -110,8 +113,8 @@ def test_open_creates_an_empty_queue(opener: Opener, tmp_path: Path) -> None:
 
 def test_append_read_commit(opener: Opener) -> None:
     q, _ = opener()
-    assert put(q, range(2)) == 1
-    assert put(q, [2]) == 2  # one ticket per append
+    assert put(q, range(2)) == 2
+    assert put(q, [2]) == 3  # one ticket per append
     assert (q.unread_records, q.unread_samples, q.unread_bytes) == (3, 6, 3 * REC)
     got = q.read(BIG)
     assert ids(got) == [0, 1, 2]
@@ -625,6 +628,78 @@ def test_has_room_reclaims_a_sent_queue_with_a_corrupt_segment(
 
 
 # ---------------------------------------------------------------------------------------------
+# one append is one request's share: whole in one segment, or not at all
+
+
+def test_an_append_lands_whole_in_one_segment(opener: Opener, tmp_path: Path) -> None:
+    q, _ = opener()  # segments of 3 records
+    put(q, [0, 1])
+    records = [record(i) for i in (2, 3, 4)]
+    q.reserve(3 * REC)
+    q.append(records, [3, 4, 5], reserved=3 * REC)  # would pass the segment: a new one first
+    sizes = [p.stat().st_size for p in seg_files(tmp_path / "q")]
+    assert sizes == [2 * REC, 3 * REC]
+    assert ids(read_all(q)) == [0, 1, 2, 3, 4]
+
+
+def test_a_failed_write_leaves_nothing_and_the_next_append_works(
+    opener: Opener, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    q, _ = opener()
+    put(q, [0])
+    real_write = os.write
+
+    def half_then_fail(fd: int, data: bytes | memoryview) -> int:
+        real_write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", half_then_fail)
+    q.reserve(2 * REC)
+    with pytest.raises(OSError):
+        q.append([record(1), record(2)], [2, 3], reserved=2 * REC)
+    monkeypatch.undo()
+    assert sum(p.stat().st_size for p in seg_files(tmp_path / "q")) == REC
+    put(q, [3])
+    assert ids(read_all(q)) == [0, 3]
+    q, recovery = opener()  # nothing torn either
+    assert recovery.torn_records == 0 and ids(read_all(q)) == [0, 3]
+
+
+def test_cancel_takes_back_an_unread_last_append(opener: Opener) -> None:
+    q, _ = opener()
+    put(q, [0])
+    data = [record(1), record(2)]
+    q.reserve(2 * REC)
+    ticket = q.append(data, [2, 3], reserved=2 * REC)
+    assert q.cancel(ticket, data)
+    assert ids(read_all(q)) == [0]
+    later = put(q, [3])
+    assert ids(read_all(q)) == [3]
+    assert not q.cancel(later, [record(3)])  # read (maybe sent): it stays
+    put(q, [4])
+    assert not q.cancel(later, [record(3)])  # no longer the last append
+
+
+def test_sync_failure_is_not_counted_as_synced_and_is_retried(
+    opener: Opener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    q, _ = opener()
+    ticket = put(q, [0])
+    real_fsync = os.fsync
+
+    def failing(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(OSError):
+        q.sync()
+    assert q.synced < ticket and q.dirty
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    q.sync()
+    assert q.synced == ticket and not q.dirty
+
+
+# ---------------------------------------------------------------------------------------------
 # drop_oldest
 
 DROP_CASES = [
@@ -658,7 +733,7 @@ def test_drop_oldest(
     result = q.drop_oldest(room)
     assert result == Dropped(
         segments=segments, records=records, samples=sum(i + 1 for i in lost),
-        nbytes=records * REC,
+        nbytes=records * REC, last_segment=segments - 1,
     )  # fmt: skip
     assert q.size_bytes + room <= 12 * REC
     assert len(seg_files(tmp_path / "q")) == max(1, 4 - segments)

@@ -292,7 +292,7 @@ def test_body_not_matching_its_checksum_is_an_error(tmp_path: Path) -> None:
 
 
 def test_tmp_and_foreign_files_ignored(tmp_path: Path) -> None:
-    store = RejectedStore(tmp_path, max_bytes=1 << 20, wall_clock=Clock())
+    store = RejectedStore(tmp_path, max_bytes=1 << 20, wall_clock=Clock(), totals_ttl=0)
     add(store, raw_batch(1))
     (entry,) = store.entries()
     fresh = tmp_path / f".{entry.name[:-4]}x.rej.tmp"
@@ -305,8 +305,8 @@ def test_tmp_and_foreign_files_ignored(tmp_path: Path) -> None:
     assert store.entries() == [entry] and len(store) == 1
     assert store.size_bytes == (tmp_path / entry.name).stat().st_size
     assert stale.exists()  # reads never delete
-    add(store, raw_batch(1))
-    assert not stale.exists() and fresh.exists()  # an add cleans up only crash leftovers
+    add(store, raw_batch(1))  # lists the directory (totals_ttl 0): cleans up crash leftovers
+    assert not stale.exists() and fresh.exists()
     assert len(store.entries()) == 2
 
 
@@ -357,3 +357,15 @@ def test_rejected_dir_names_never_collide() -> None:
 def test_rejected_dir_refuses_an_empty_name() -> None:
     with pytest.raises(ValueError, match="empty"):
         rejected_dir("data", "")
+
+
+def test_totals_are_counted_again_after_their_ttl(tmp_path: Path) -> None:
+    """Another process (a replay) removes entries: the gauges see it once the totals expire."""
+    store = RejectedStore(tmp_path, max_bytes=1 << 20, wall_clock=Clock(), totals_ttl=0)
+    add(store, raw_batch(1))
+    add(store, raw_batch(2))
+    assert len(store) == 2
+    other = RejectedStore(tmp_path, max_bytes=1 << 20)
+    other.remove(other.entries()[0])
+    assert len(store) == 1
+    assert store.size_bytes == sum(p.stat().st_size for p in tmp_path.glob("*.rej"))

@@ -28,6 +28,7 @@ class Batch:
     samples: int
     nbytes: int
     owners: list[object]
+    hashes: list[int] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -81,6 +82,7 @@ class ShardBuffer:
         different groups never share a batch)."""
         items: list[tuple[bytes, int]] = []
         owners: list[object] = []
+        hashes: list[int] = []
         taken = size = 0
         frames, tags = self.frames, self.tags
         first_group = group(tags[0][1]) if group is not None and tags else None
@@ -91,14 +93,28 @@ class ShardBuffer:
             if items and group is not None and group(tags[0][1]) != first_group:
                 break
             items.append(frames.popleft())
-            owners.append(tags.popleft()[1])
+            hashed, owner = tags.popleft()
+            owners.append(owner)
+            hashes.append(hashed)
             taken += count
             size += len(frame)
         self.samples -= taken
         self.nbytes -= size
         if not frames:  # frames left behind keep their age: they go out no later
             self.first_at = None
-        return Batch(items, taken, size, owners)
+        return Batch(items, taken, size, owners, hashes)
+
+    def put_back(self, batch: Batch, *, now: float = 0.0) -> None:
+        """Return a batch taken by :meth:`take` to the front, in its order (it goes next)."""
+        for item, owner, hashed in zip(
+            reversed(batch.items), reversed(batch.owners), reversed(batch.hashes), strict=True
+        ):
+            self.frames.appendleft(item)
+            self.tags.appendleft((hashed, owner))
+        self.samples += batch.samples
+        self.nbytes += batch.nbytes
+        if self.first_at is None:
+            self.first_at = now
 
 
 def reshard(old: list[ShardBuffer], shards: int) -> list[ShardBuffer]:

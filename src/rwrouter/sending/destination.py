@@ -34,7 +34,7 @@ from typing import Any
 from rwrouter.auth.schemes import Authenticator
 from rwrouter.auth.sigv4 import REMOTE_WRITE_HEADERS
 from rwrouter.config import DestinationConfig, StorageConfig
-from rwrouter.errors import DecodeError
+from rwrouter.errors import DecodeError, StorageError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.sending.batching import ShardBuffer, desired_shards, reshard, shard_of
@@ -62,11 +62,12 @@ class _Record:
     """A record read for sending: where it ends in the queue, its series not yet done, and
     whether it may have been sent before a crash (``recovered``)."""
 
-    __slots__ = ("end", "received_ms", "recovered", "remaining")
+    __slots__ = ("dropped", "end", "received_ms", "recovered", "remaining")
 
     def __init__(self, end: Position, received_ms: int, remaining: int, recovered: bool) -> None:
         self.end, self.received_ms, self.remaining = end, received_ms, remaining
         self.recovered = recovered
+        self.dropped = False  # its segment was dropped (on_full: drop_oldest) before it went out
 
 
 def _recovered(owner: object) -> bool:
@@ -153,7 +154,12 @@ class Destination:
         self._corrupt_seen = (0, 0)  # (records, samples) of the queue's corrupt counters
         self.pending = 0  # samples read ahead into memory (waiting or in flight)
         self.pending_bytes = 0  # their frame bytes
-        m, name = metrics, self.name
+        self._stopped = False
+
+    def _register_metrics(self) -> None:
+        """Point this destination's gauges at this object (at start: a reload that fails
+        leaves the running destination's gauges alone)."""
+        m, name, q_ = self._metrics, self.name, self.config.queue_config
         m.queue_capacity.labels(name).set(self.capacity)
         m.queue_capacity_bytes.labels(name).set(self.capacity_bytes)
         m.queue_disk_capacity_bytes.labels(name).set(q_.max_disk_bytes)
@@ -165,7 +171,7 @@ class Destination:
         m.watch(m.queue_oldest_age, self.oldest_unsent_age, name)
         m.watch(m.rejected_bytes, lambda: self.rejected.size_bytes, name)
         m.watch(m.rejected_entries, lambda: len(self.rejected), name)
-        m.credentials_expiry.sources[name] = auth.expiry
+        m.credentials_expiry.sources[name] = self.auth.expiry
 
     # -- admission (event loop) -----------------------------------------------------------
 
@@ -188,8 +194,14 @@ class Destination:
         return self.queue.has_room(nbytes)
 
     def make_room(self, nbytes: int) -> None:
-        """``drop_oldest``: drop the oldest unsent segments until ``nbytes`` fit (counted)."""
+        """``drop_oldest``: drop the oldest segments until ``nbytes`` fit (counted). Records
+        of those segments already read into memory are dropped too, unless in flight: once
+        their file is gone, a crash would lose them uncounted."""
         dropped = self.queue.drop_oldest(nbytes)
+        for record in self._records:
+            if record.end.segment > dropped.last_segment:
+                break
+            record.dropped = True
         if dropped.samples:
             self._metrics.dropped_samples.labels(self.name, "drop_oldest").inc(dropped.samples)
         if dropped.segments:
@@ -205,9 +217,13 @@ class Destination:
         """Give back a reservation that will not be appended."""
         self.queue.release(nbytes)
 
-    async def append(self, share: EncodedShare) -> None:
+    async def append(self, share: EncodedShare) -> int:
         """Append a reserved share to the disk queue; returns once it is durable by the
-        ``storage.fsync`` policy. Raises OSError (nothing of the share stays queued)."""
+        ``storage.fsync`` policy, with the append's ticket (for :meth:`cancel`). Raises
+        OSError (StorageError once stopped); the reservation is released either way."""
+        if self._stopped:
+            self.queue.release(share.nbytes)
+            raise StorageError(f"destination {self.name} is stopped")
         ticket = await asyncio.to_thread(
             self.queue.append, share.records, share.samples, reserved=share.nbytes
         )
@@ -217,6 +233,12 @@ class Destination:
             async with self._sync_lock:  # group commit: one fsync covers every append before
                 if self.queue.synced < ticket:
                     await asyncio.to_thread(self.queue.sync)
+        return ticket
+
+    async def cancel(self, ticket: int, share: EncodedShare) -> None:
+        """Take back an append of a request refused after all (best effort: see
+        :meth:`DiskQueue.cancel`)."""
+        await asyncio.to_thread(self.queue.cancel, ticket, share.records)
 
     def enqueue_metadata(self, metadata: list[bytes]) -> None:
         """Queue metadata entries in memory (:mod:`rwrouter.sending.metadata`)."""
@@ -245,6 +267,7 @@ class Destination:
         resharding and the fsync timer. Raises OSError when the queue cannot be opened."""
         recovery = await asyncio.to_thread(self.queue.open)
         self._resend_until = recovery.resend_until
+        self._register_metrics()
         if recovery.torn_records:
             lost = "unknown" if recovery.torn_samples is None else recovery.torn_samples
             self._metrics.queue_corrupt_records.labels(self.name).inc(recovery.torn_records)
@@ -300,7 +323,12 @@ class Destination:
         await self._dead_letters.flush()
         await self._transport.close()
         left = self.queue.unread_records + len(self._records)
-        await asyncio.to_thread(self.queue.close)
+        self._stopped = True
+        try:
+            await asyncio.to_thread(self.queue.close)
+        except OSError as exc:
+            log.error("destination=%s msg=%s error=%s", self.name,
+                      q("closing the disk queue failed"), q(exc))  # fmt: skip
         if left:
             log.warning("destination=%s records_left=%d msg=%s", self.name, left,
                         q("not drained before the shutdown timeout: kept on disk"))  # fmt: skip
@@ -326,10 +354,17 @@ class Destination:
                 self._read_wake.clear()
                 await self._read_wake.wait()
                 continue
-            batch = await asyncio.to_thread(self._read_blocks, room)
+            try:
+                batch = await asyncio.to_thread(self._read_blocks, room)
+            except OSError as exc:  # e.g. too many open files: try again, never give up
+                log.error("destination=%s msg=%s error=%s", self.name,
+                          q("reading the disk queue failed: retrying in 1s"), q(exc))  # fmt: skip
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(self._closed.wait(), 1.0)
+                continue
             self._count_corrupt()
-            for block, end in batch:
-                self._dispatch(block, end)
+            for block, end, samples in batch:
+                self._dispatch(block, end, samples)
 
     def _count_corrupt(self) -> None:
         """Turn the queue's corrupt-record counters into metrics."""
@@ -341,22 +376,24 @@ class Destination:
         if samples:
             self._metrics.dropped_samples.labels(self.name, "corrupt").inc(samples)
 
-    def _read_blocks(self, room: int) -> list[tuple[Block | None, Position]]:
-        """Read and decode the next records (worker thread); None for a corrupt one."""
-        out: list[tuple[Block | None, Position]] = []
-        for record in self.queue.read(room):
+    def _read_blocks(self, room: int) -> list[tuple[Block | None, Position, int]]:
+        """Read and decode the next records (worker thread): (block, end, samples); block
+        None for an undecodable one."""
+        out: list[tuple[Block | None, Position, int]] = []
+        for record in self.queue.read(room, max_samples=max(1, self.capacity - self.pending)):
             try:
-                out.append((decode_record(record.rest), record.end))
+                out.append((decode_record(record.rest), record.end, record.samples))
             except DecodeError as exc:
                 log.error("destination=%s msg=%s error=%s", self.name,
                           q("undecodable queue record skipped"), q(exc))  # fmt: skip
-                out.append((None, record.end))
+                out.append((None, record.end, record.samples))
         return out
 
-    def _dispatch(self, block: Block | None, end: Position) -> None:
+    def _dispatch(self, block: Block | None, end: Position, samples: int) -> None:
         """Hand a record's series to their shards (in order); the record waits to be done."""
         if block is None:
             self._metrics.queue_corrupt_records.labels(self.name).inc()
+            self._metrics.dropped_samples.labels(self.name, "corrupt").inc(samples)
             self._records.append(_Record(end, 0, 0, False))
             self._advance()
             return
@@ -389,7 +426,11 @@ class Destination:
         while records and records[0].remaining <= 0:
             end = records.popleft().end
         if end is not None:
-            self.queue.commit(end)
+            try:
+                self.queue.commit(end)
+            except OSError as exc:  # the position is not stored: those records go out again
+                log.error("destination=%s msg=%s error=%s", self.name,
+                          q("storing the queue position failed"), q(exc))  # fmt: skip
 
     # -- sending ---------------------------------------------------------------------------
 
@@ -416,10 +457,18 @@ class Destination:
                 max_samples=q_.max_samples_per_send, max_bytes=q_.max_request_bytes,
                 group=_recovered,
             )  # fmt: skip
+            items = self._without_dropped(batch.items, batch.owners)
             started = self._clock()
-            delivered = await self._deliverer.deliver(
-                batch.items, "samples", resent=_recovered(batch.owners[0])
-            )
+            try:
+                delivered = await self._deliverer.deliver(
+                    items, "samples", resent=_recovered(batch.owners[0])
+                ) if items else 0  # fmt: skip
+            except Exception:  # a bug, not an answer: keep the batch, try again in a second
+                log.exception("destination=%s msg=%s", self.name,
+                              q("sending a batch failed unexpectedly: retrying in 1s"))  # fmt: skip
+                buf.put_back(batch)
+                await asyncio.sleep(1.0)
+                continue
             if delivered:
                 self._metrics.sent_samples.labels(self.name).inc(delivered)
                 self._stats.delivered(delivered, self._clock() - started)
@@ -429,13 +478,31 @@ class Destination:
             self._done(batch.owners)
             self._read_wake.set()
 
+    def _without_dropped(
+        self, items: list[tuple[bytes, int]], owners: list[object]
+    ) -> list[tuple[bytes, int]]:
+        """The items whose record was not dropped (``drop_oldest``); the others are counted."""
+        if not any(isinstance(o, _Record) and o.dropped for o in owners):
+            return items
+        kept = [
+            item for item, o in zip(items, owners, strict=True)
+            if not (isinstance(o, _Record) and o.dropped)
+        ]  # fmt: skip
+        dropped = sum(n for _, n in items) - sum(n for _, n in kept)
+        self._metrics.dropped_samples.labels(self.name, "drop_oldest").inc(dropped)
+        return kept
+
     async def _fsync_loop(self) -> None:
         """``storage.fsync: interval``: fsync what was appended every ``fsync_interval``."""
         while not (self._closing and self._reader_done):
             with suppress(TimeoutError):
                 await asyncio.wait_for(self._closed.wait(), self.storage.fsync_interval)
             if self.queue.dirty:
-                await asyncio.to_thread(self.queue.sync)
+                try:
+                    await asyncio.to_thread(self.queue.sync)
+                except OSError as exc:  # retried at the next tick; new data in a new segment
+                    log.error("destination=%s msg=%s error=%s", self.name,
+                              q("fsync of the disk queue failed"), q(exc))  # fmt: skip
             if self._closing:
                 return
 

@@ -28,6 +28,7 @@ All methods are blocking and thread-safe (one lock): callers on an event loop ru
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -101,6 +102,8 @@ class Dropped:
     records: int = 0
     samples: int = 0
     nbytes: int = 0
+    last_segment: int = -1  # the newest segment removed (-1: none); records read from it or
+    # before it and not yet done are the caller's to drop from memory
 
 
 @dataclass(slots=True)
@@ -157,6 +160,9 @@ class DiskQueue:
         self._dirty = False
         self._read_end = Position(0, 0)  # end of the last record read
         self._lock_fd: int | None = None
+        self._retired: dict[int, int] = {}  # segment seq -> fd of a rolled segment, to fsync
+        self._dir_dirty = False  # a segment was created since the last sync
+        self._roll_next = False  # after a failed fsync, new data goes to a fresh segment
 
     # -- opening and closing -------------------------------------------------------------
 
@@ -164,61 +170,87 @@ class DiskQueue:
         """Create or recover the queue (see the module docstring). Raises OSError, and
         QueueInUseError when another process holds the queue."""
         with self._lock:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            self._take_lock()
-            seqs = sorted(
-                int(p.name[: -len(SUFFIX)])
-                for p in self.directory.iterdir()
-                if p.name.endswith(SUFFIX) and p.name[: -len(SUFFIX)].isdigit()
-            )
-            position, read_mark, reset = self._load_position()
-            for seq in seqs:
-                path = self._path(seq)
-                if seq < position.segment:
-                    path.unlink()
-                else:
-                    self._segments.append(_Segment(seq, path, path.stat().st_size))
-            if not self._segments:
-                first = max(position.segment, seqs[-1] + 1 if seqs else 0)
-                self._segments.append(_Segment(first, self._path(first)))
-                self._segments[0].path.touch()
-            head = self._segments[0]
-            if position.segment != head.seq:
-                position = Position(head.seq, 0)
-            torn_bytes, torn_samples = self._check_tail(self._segments[-1])
-            for seg in self._segments:
-                self._count(seg, read_until=position.offset if seg.seq == position.segment else 0)
-            position = Position(head.seq, min(position.offset, head.size))
-            tail = Position(self._segments[-1].seq, self._segments[-1].size)
-            resend_until = tail if read_mark is None else max(position, min(read_mark, tail))
-            self._position = position
-            self._cursor = _Cursor(position.segment, position.offset)
-            self._read_end = resend_until  # what may have been read: kept until read again
-            self._fd = os.open(self._segments[-1].path, os.O_WRONLY | os.O_APPEND)
-            self._position_fd = os.open(self.directory / "position", os.O_RDWR | os.O_CREAT, 0o644)
-            self._write_position()
-            return Recovery(
-                segments=len(self._segments),
-                unsent_records=self.unread_records,
-                unsent_bytes=sum(s.size for s in self._segments) - position.offset,
-                torn_records=1 if torn_bytes else 0,
-                torn_bytes=torn_bytes,
-                torn_samples=torn_samples,
-                position_reset=reset,
-                resend_until=resend_until,
-            )
+            try:
+                return self._open()
+            except BaseException:
+                self._close_files()
+                self._segments.clear()
+                raise
+
+    def _open(self) -> Recovery:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._take_lock()
+        seqs = sorted(
+            int(p.name[: -len(SUFFIX)])
+            for p in self.directory.iterdir()
+            if p.name.endswith(SUFFIX) and p.name[: -len(SUFFIX)].isdigit()
+        )
+        position, read_mark, reset = self._load_position()
+        for seq in seqs:
+            path = self._path(seq)
+            if seq < position.segment:
+                path.unlink()
+            else:
+                self._segments.append(_Segment(seq, path, path.stat().st_size))
+        if not self._segments:
+            first = max(position.segment, seqs[-1] + 1 if seqs else 0)
+            self._segments.append(_Segment(first, self._path(first)))
+            self._segments[0].path.touch()
+            for directory in (self.directory, self.directory.parent):
+                _fsync_dir(directory)  # a new queue's entries survive a power loss
+        head = self._segments[0]
+        if position.segment != head.seq:
+            position = Position(head.seq, 0)
+        torn_bytes, torn_samples = self._check_tail(self._segments[-1])
+        for seg in self._segments:
+            self._count(seg, read_until=position.offset if seg.seq == position.segment else 0)
+        position = Position(head.seq, min(position.offset, head.size))
+        tail = Position(self._segments[-1].seq, self._segments[-1].size)
+        resend_until = tail if read_mark is None else max(position, min(read_mark, tail))
+        self._position = position
+        self._cursor = _Cursor(position.segment, position.offset)
+        self._read_end = resend_until  # what may have been read: kept until read again
+        self._fd = os.open(self._segments[-1].path, os.O_WRONLY | os.O_APPEND)
+        self._position_fd = os.open(self.directory / "position", os.O_RDWR | os.O_CREAT, 0o644)
+        self._write_position()
+        return Recovery(
+            segments=len(self._segments),
+            unsent_records=self.unread_records,
+            unsent_bytes=sum(s.size for s in self._segments) - position.offset,
+            torn_records=1 if torn_bytes else 0,
+            torn_bytes=torn_bytes,
+            torn_samples=torn_samples,
+            position_reset=reset,
+            resend_until=resend_until,
+        )
 
     def close(self) -> None:
-        """Write the position, fsync and close every file."""
+        """Write the position, fsync and close every file (all of them, even after an error;
+        the first error is raised)."""
         with self._lock:
-            for fd in (self._fd, self._position_fd):
-                if fd is not None:
+            self._close_files(sync=True)
+
+    def _close_files(self, *, sync: bool = False) -> None:
+        error: OSError | None = None
+        fds = [self._fd, self._position_fd, *self._retired.values()]
+        for fd in fds:
+            if fd is None:
+                continue
+            try:
+                if sync:
                     os.fsync(fd)
-                    os.close(fd)
-            for other in (self._cursor.fd, self._lock_fd):
-                if other is not None:
-                    os.close(other)  # closing the lock file releases the flock
-            self._fd = self._position_fd = self._cursor.fd = self._lock_fd = None
+            except OSError as exc:
+                error = error or exc
+            finally:
+                os.close(fd)
+        for fd in (self._cursor.fd, self._lock_fd):  # closing the lock file releases the flock
+            if fd is not None:
+                os.close(fd)
+        self._fd = self._position_fd = self._cursor.fd = self._lock_fd = None
+        self._cursor.fd_seq = -1
+        self._retired.clear()
+        if error is not None:
+            raise error
 
     def _take_lock(self) -> None:
         fd = os.open(self.directory / "lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -322,10 +354,10 @@ class DiskQueue:
         its end)."""
         if self.size_bytes and not self.unread_bytes and self._position >= self._read_end:
             done = list(self._segments)
-            self._roll(sync=False)
+            self._roll()
             del self._segments[:-1]
             for seg in done:
-                seg.path.unlink(missing_ok=True)
+                self._forget(seg)
 
     def reserve(self, nbytes: int) -> None:
         """Hold ``nbytes`` of room for an :meth:`append` to come (call it with ``reserved``)."""
@@ -338,52 +370,100 @@ class DiskQueue:
             self._reserved -= nbytes
 
     def append(self, records: Sequence[bytes], samples: Sequence[int], *, reserved: int) -> int:
-        """Append complete records (with their sample counts) in order; returns the append's
-        ticket for :meth:`sync`. The data is in the OS page cache when this returns: it
-        survives a crash of the process, and a power loss once synced. Raises OSError (the
-        segment is cut back to where it was: nothing half-written stays)."""
+        """Append complete records (with their sample counts) in order, in one write to one
+        segment (a new one starts first when they would pass ``segment_bytes``); returns the
+        append's ticket for :meth:`sync`. The data is in the OS page cache when this returns:
+        it survives a crash of the process, and a power loss once synced. Raises OSError: then
+        nothing of these records stays (the segment is cut back)."""
+        data = b"".join(records)
         with self._lock:
             self._reserved -= reserved
+            seg = self._segments[-1]
+            if self._fd is None or self._roll_next or (
+                seg.size and seg.size + len(data) > self.segment_bytes
+            ):
+                seg = self._roll()
             assert self._fd is not None
-            for record, count in zip(records, samples, strict=True):
-                seg = self._segments[-1]
-                if seg.size and seg.size + len(record) > self.segment_bytes:
-                    seg = self._roll()
-                try:
-                    _write_all(self._fd, record)
-                except OSError:
+            try:
+                _write_all(self._fd, data)
+            except OSError:
+                with contextlib.suppress(OSError):
                     os.truncate(seg.path, seg.size)
-                    raise
-                seg.size += len(record)
-                seg.records += 1
-                seg.samples += count
+                self._roll_next = True  # whatever happened to this file, go on in a new one
+                raise
+            seg.size += len(data)
+            seg.records += len(records)
+            seg.samples += sum(samples)
             self.appended += 1
             self._dirty = True
             return self.appended
 
-    def _roll(self, *, sync: bool = True) -> _Segment:
-        """Start a new segment (the old one is fsynced first, and the directory after)."""
-        assert self._fd is not None
-        if sync:
-            os.fsync(self._fd)
-        os.close(self._fd)
-        seg = _Segment(self._segments[-1].seq + 1, self._path(self._segments[-1].seq + 1))
-        self._fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
-        _fsync_dir(self.directory)
+    def cancel(self, ticket: int, records: Sequence[bytes]) -> bool:
+        """Take back the records of append ``ticket`` (another destination's append of the
+        same request failed: the request is refused) when they are still the last thing
+        written and unread; True if done. Otherwise they stay (sent twice at worst)."""
+        size = sum(map(len, records))
+        with self._lock:
+            seg = self._segments[-1]
+            if ticket != self.appended or seg.size - size < seg.read_bytes or seg.size < size:
+                return False
+            with contextlib.suppress(OSError):
+                os.truncate(seg.path, seg.size - size)
+                seg.size -= size
+                seg.records -= len(records)
+                seg.samples -= sum(record_samples(r[HEADER.size :])[1] for r in records)
+                return True
+            return False
+
+    def _roll(self) -> _Segment:
+        """Start a new segment. Nothing here waits for the disk: the old segment is fsynced
+        (and closed) by the next :meth:`sync`, with the directory. Raises OSError with
+        nothing changed."""
+        last = self._segments[-1]
+        seg = _Segment(last.seq + 1, self._path(last.seq + 1))
+        fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
+        if self._fd is not None:
+            self._retired[last.seq] = self._fd
+        self._fd = fd
         self._segments.append(seg)
+        self._dir_dirty = self._dirty = True
+        self._roll_next = False
         return seg
 
+    def _forget(self, seg: _Segment) -> None:
+        """A segment is removed: delete its file, close what still has it open."""
+        seg.path.unlink(missing_ok=True)
+        retired = self._retired.pop(seg.seq, None)
+        if retired is not None:
+            os.close(retired)
+        if self._cursor.fd_seq == seg.seq and self._cursor.fd is not None:
+            os.close(self._cursor.fd)
+            self._cursor.fd, self._cursor.fd_seq = None, -1
+
     def sync(self) -> None:
-        """fsync what was appended so far (appends up to the ticket read before it)."""
+        """fsync what was appended so far (appends up to the ticket read before it): rolled
+        segments, the segment being written, the directory and the position file. Raises
+        OSError (then nothing counts as synced, and new data goes to a fresh segment)."""
         with self._lock:
-            ticket, dirty = self.appended, self._dirty
-            self._dirty = False
-            fd = os.dup(self._fd) if dirty and self._fd is not None else None
-        if fd is not None:  # a duplicate: a roll may close the original meanwhile
-            try:
+            ticket, dirty, dir_dirty = self.appended, self._dirty, self._dir_dirty
+            self._dirty = self._dir_dirty = False
+            retired, self._retired = self._retired, {}
+            fds = [os.dup(fd) for fd in (self._fd, self._position_fd) if dirty and fd is not None]
+        try:  # duplicates: a roll or close may close the originals meanwhile
+            for fd in (*retired.values(), *fds):
                 os.fsync(fd)
-            finally:
+            if dir_dirty:
+                _fsync_dir(self.directory)
+        except OSError:
+            with self._lock:
+                self._dirty, self._dir_dirty, self._roll_next = True, True, True
+                self._retired = {**retired, **self._retired}
+            raise
+        finally:
+            for fd in fds:
                 os.close(fd)
+        for fd in retired.values():
+            os.close(fd)
         self.synced = max(self.synced, ticket)
 
     @property
@@ -393,15 +473,15 @@ class DiskQueue:
 
     # -- reading -------------------------------------------------------------------------
 
-    def read(self, max_bytes: int) -> list[QueuedRecord]:
-        """The next records in order, about ``max_bytes`` of them (at least one when any is
-        unread). Corrupt records are skipped with the rest of their segment (counted in
-        :attr:`corrupt_records`)."""
+    def read(self, max_bytes: int, max_samples: int | None = None) -> list[QueuedRecord]:
+        """The next records in order, while they stay within ``max_bytes`` record bytes and
+        ``max_samples`` samples (at least one record when any is unread). Corrupt records are
+        skipped with the rest of their segment (counted in :attr:`corrupt_records`)."""
         out: list[QueuedRecord] = []
-        total = 0
+        total = count = 0
         with self._lock:
             cur = self._cursor
-            while total < max_bytes:
+            while total < max_bytes and (max_samples is None or count < max_samples):
                 seg = self._segment_of_cursor()
                 if seg is None:
                     break
@@ -415,6 +495,7 @@ class DiskQueue:
                     continue
                 out.append(record)
                 total += len(record.rest)
+                count += record.samples
             if out:  # the read mark is on disk before anything read can be sent
                 self._write_position()
         return out
@@ -491,12 +572,13 @@ class DiskQueue:
                 ):
                     break
                 self._segments.pop(0)
-                head.path.unlink(missing_ok=True)
+                self._forget(head)
 
     def drop_oldest(self, nbytes: int) -> Dropped:
         """Remove the oldest segments until ``nbytes`` more fit (never the segment being
         written once it is the only one)."""
         segments = records = samples = dropped_bytes = 0
+        last = -1
         with self._lock:
             self._reclaim()
             while self.size_bytes + self._reserved + nbytes > self.max_bytes:
@@ -505,12 +587,13 @@ class DiskQueue:
                         break
                     self._roll()
                 head = self._segments.pop(0)
-                head.path.unlink(missing_ok=True)
+                self._forget(head)
                 segments += 1
                 records += head.records - head.read_records
                 samples += head.samples - head.read_samples
                 dropped_bytes += head.size - head.read_bytes
-        return Dropped(segments, records, samples, dropped_bytes)
+                last = head.seq
+        return Dropped(segments, records, samples, dropped_bytes, last)
 
     # -- sizes ---------------------------------------------------------------------------
 

@@ -74,9 +74,7 @@ class FanOut:
     """
 
     def __init__(self, *, router: Router, destinations: list[Destination], metrics: Metrics):
-        self.router = router
-        self.destinations = destinations
-        self.generation = 0
+        self._state = (0, router, destinations)  # swapped whole: decode threads read it
         self._metrics = metrics
         self._hits = self._misses = 0
         self._active = 0  # accepts in progress
@@ -86,12 +84,25 @@ class FanOut:
         self._open.set()
         metrics.watch(metrics.cache_entries, lambda: len(self.router))
 
+    @property
+    def generation(self) -> int:
+        """Bumped by every :meth:`swap`."""
+        return self._state[0]
+
+    @property
+    def router(self) -> Router:
+        return self._state[1]
+
+    @property
+    def destinations(self) -> list[Destination]:
+        """The destinations, in config order."""
+        return self._state[2]
+
     def swap(self, router: Router, destinations: list[Destination]) -> None:
         """Install a new router and destination list (inside :meth:`paused`)."""
         self._count_cache()
-        self.router, self.destinations = router, destinations
+        self._state = (self.generation + 1, router, destinations)
         self._hits = self._misses = 0
-        self.generation += 1
 
     @contextlib.asynccontextmanager
     async def paused(self) -> AsyncIterator[None]:
@@ -110,7 +121,7 @@ class FanOut:
 
         Raises DecodeError / TooLargeError (see :func:`rwrouter.wire.decompress`).
         """
-        generation, router, destinations = self.generation, self.router, self.destinations
+        generation, router, destinations = self._state  # one read: consistent with each other
         parts = parse_write_request(decompress(body, max_decoded_bytes=max_decoded_bytes))
         routed = router.route(parts)
         received_ms = int(time.time() * 1000)
@@ -169,23 +180,31 @@ class FanOut:
                     m.dropped_samples.labels(dest.name, "queue_full").inc(share.total_samples)
                     dest.refused(share.total_samples)
             return Accepted(full, *counts)
-        for dest, share in pairs:
-            if share.nbytes:
+        writes = [(dest, share) for dest, share in pairs if share.nbytes]
+        reserved: list[tuple[Destination, EncodedShare]] = []
+        try:
+            for dest, share in writes:
                 if not dest.has_room(share.nbytes):
                     dest.make_room(share.nbytes)
                 dest.reserve(share.nbytes)
+                reserved.append((dest, share))
+        except OSError as exc:  # making room failed: give back what was reserved
+            for dest, share in reserved:
+                dest.release(share.nbytes)
+            raise self._storage_error(exc) from exc
         results = await asyncio.gather(
-            *(dest.append(share) for dest, share in pairs if share.nbytes),
-            return_exceptions=True,
+            *(dest.append(share) for dest, share in writes), return_exceptions=True
         )
         failed = [r for r in results if isinstance(r, BaseException)]
         if failed:
+            for (dest, share), result in zip(writes, results, strict=True):
+                if isinstance(result, int):  # written: take it back if still possible
+                    with contextlib.suppress(OSError):
+                        await dest.cancel(result, share)
             error = failed[0]
-            if not isinstance(error, OSError):
+            if not isinstance(error, OSError | StorageError):
                 raise error
-            log.error("msg=%s error=%s", q("could not write a disk queue: request refused"),
-                      q(error))  # fmt: skip
-            raise StorageError(f"could not write the disk queue: {error}") from error
+            raise self._storage_error(error) from error
         for i, dest in enumerate(self.destinations):
             dest.enqueue_metadata(routed.metadata[i])
             share = decoded.shares[i]
@@ -201,6 +220,14 @@ class FanOut:
             for dest in self.destinations:
                 m.dropped_metadata.labels(dest.name, "invalid").inc(routed.metadata_invalid)
         return Accepted((), *counts)
+
+    @staticmethod
+    def _storage_error(error: BaseException) -> StorageError:
+        log.error("msg=%s error=%s", q("could not write a disk queue: request refused"),
+                  q(error))  # fmt: skip
+        if isinstance(error, StorageError):
+            return error
+        return StorageError(f"could not write the disk queue: {error}")
 
     def _count_cache(self) -> None:
         router, m = self.router, self._metrics

@@ -9,10 +9,13 @@ entries are dropped first (counted, reason ``queue_full``).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 
 from rwrouter.metrics import Metrics
 from rwrouter.sending.delivery import Deliverer
+
+log = logging.getLogger("rwrouter.sending")
 
 METADATA_QUEUE_LIMIT = 10_000  # entries
 
@@ -70,6 +73,10 @@ class MetadataQueue:
             self._queued_bytes -= size
             try:
                 delivered = await deliverer.deliver(batch, "metadata")
+            except Exception:  # a bug, not an answer: these entries come again within a minute
+                log.exception("destination=%s msg=%s", self.name,
+                              '"sending metadata failed unexpectedly: dropped"')  # fmt: skip
+                delivered = 0
             finally:
                 self.nbytes -= size
             if delivered:

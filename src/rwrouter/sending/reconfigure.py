@@ -18,6 +18,7 @@ import logging
 from dataclasses import dataclass, field
 
 from rwrouter.config import Config
+from rwrouter.errors import RwrouterError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.sending.destination import Destination
@@ -103,6 +104,12 @@ async def _restore(
     for i, config in enumerate(running.remote_write):
         if config.name not in by_name:
             continue
-        fresh = await build_destination(config, i, storage=running.storage, metrics=metrics)
-        await fresh.start()
+        try:
+            fresh = await build_destination(config, i, storage=running.storage, metrics=metrics)
+            await fresh.start()
+        except (RwrouterError, OSError) as exc:  # it stays stopped: its shares get 503
+            log.error("destination=%s msg=%s error=%s", config.name,
+                      q("could not restart the running destination after a failed reload"),
+                      q(exc))  # fmt: skip
+            continue
         fanout.destinations[fanout.destinations.index(by_name[config.name])] = fresh

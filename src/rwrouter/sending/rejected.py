@@ -58,6 +58,7 @@ SUFFIX = ".rej"
 TMP_SUFFIX = ".tmp"
 RESPONSE_MAX_BYTES = 4096  # of the destination's answer kept with an entry (UTF-8)
 STALE_TMP_SECONDS = 600.0  # a .tmp file this old is a crash leftover, not a write in progress
+TOTALS_TTL = 10.0  # seconds the cached size and count are trusted (gauges, the bound check)
 HEADER_MAX_BYTES = 64 * 1024  # the JSON line: 4 KiB of response, escaped, and a few numbers
 KINDS = ("samples", "metadata")
 _NAME = re.compile(r"\A\d{13}-\d{6}-[0-9a-f]{8}\.rej\Z")
@@ -112,7 +113,9 @@ class RejectedStore:
     """One destination's dead-letter directory (format in the module docstring).
 
     ``max_bytes``: bound of the files' total size on disk (bytes). ``wall_clock``: unix seconds,
-    injectable for tests. The directory is created on the first add. Adds from several threads
+    injectable for tests. ``totals_ttl``: seconds the counted size and number of entries are
+    reused (the directory is listed again after that; stale tmp files from a crash are removed
+    by the add that lists it). The directory is created on the first add. Adds from several threads
     of one process are serialised; another process may list, read and remove entries meanwhile.
     """
 
@@ -122,13 +125,19 @@ class RejectedStore:
         *,
         max_bytes: int,
         wall_clock: Callable[[], float] = time.time,
+        totals_ttl: float = TOTALS_TTL,
     ) -> None:
         self.directory = Path(directory)
+        self.totals_ttl = totals_ttl
         self.max_bytes = max_bytes
         self._wall = wall_clock
         self._lock = threading.Lock()
         self._last_ms = 0
         self._seq = 0
+        # (monotonic time, bytes, entries) as last counted; _cleaned: by a scan that also
+        # removed stale tmp files (the add path needs one of those now and then)
+        self._totals: tuple[float, int, int] | None = None
+        self._cleaned = False
 
     def add(
         self,
@@ -172,6 +181,10 @@ class RejectedStore:
                     self._last_ms, self._seq = int(last[:13]), int(last[14:20])
             name = self._next_name(now_ms)
             self._write(name, data)
+            totals = self._fresh_totals() if self._cleaned else None
+            if totals is not None and totals[1] + len(data) <= self.max_bytes:
+                self._totals = (totals[0], totals[1] + len(data), totals[2] + 1)
+                return 0  # within the bound: no need to list the directory
             return self._enforce_bound(keep=name)
 
     def entries(self) -> list[RejectedEntry]:
@@ -213,14 +226,31 @@ class RejectedStore:
         """Delete an entry; an entry already gone (removed by another process) is no error."""
         with contextlib.suppress(FileNotFoundError):
             (self.directory / _checked(entry.name)).unlink()
+        self._totals = None
 
     @property
     def size_bytes(self) -> int:
-        """Total size of the entry files on disk (bytes)."""
-        return sum(size for _, size in self._sizes())
+        """Total size of the entry files on disk (bytes); counted again from the directory at
+        most every :data:`TOTALS_TTL` seconds (another process may remove entries)."""
+        return self._counted()[1]
 
     def __len__(self) -> int:
-        return len(self._names())
+        """Number of entries (same freshness as :attr:`size_bytes`)."""
+        return self._counted()[2]
+
+    def _fresh_totals(self) -> tuple[float, int, int] | None:
+        totals = self._totals
+        if totals is None or time.monotonic() - totals[0] >= self.totals_ttl:
+            return None
+        return totals
+
+    def _counted(self) -> tuple[float, int, int]:
+        totals = self._fresh_totals()
+        if totals is None:
+            sizes = self._sizes()
+            totals = (time.monotonic(), sum(size for _, size in sizes), len(sizes))
+            self._totals, self._cleaned = totals, False
+        return totals
 
     # internals --------------------------------------------------------------------------------
     def _next_name(self, now_ms: int) -> str:
@@ -267,6 +297,7 @@ class RejectedStore:
             except FileNotFoundError:
                 pass  # removed by another process meanwhile (a replay): no longer counts
             total -= size
+        self._totals, self._cleaned = (time.monotonic(), total, len(sizes) - removed), True
         if removed:
             log.warning("directory=%s removed=%d max_bytes=%d msg=%s", q(self.directory),
                         removed, self.max_bytes,
