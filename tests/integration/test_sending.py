@@ -11,6 +11,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -377,3 +378,85 @@ remote_write:
     dropped = metric_value(router, "rwrouter_metadata_dropped_total", destination="down",
                            reason="queue_full")  # fmt: skip
     assert 3 <= dropped <= 5  # 10 x ~10 KB into 64 KiB (one batch may be in flight)
+
+
+async def test_drop_oldest_accounts_for_every_acknowledged_sample(
+    start_router: StartRouter, serve: Serve, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """on_full: drop_oldest while the destination refuses (503), then a restart: the oldest
+    data goes, including what was already read into memory from the dropped segments; every
+    acknowledged sample is then either delivered or counted as dropped, never neither."""
+    state = {"up": False}
+    seen: set[tuple[str, int]] = set()
+
+    async def flaky(request: web.Request) -> web.Response:
+        request_obj, _ = decode(await request.read())
+        if not state["up"]:
+            return web.Response(status=503)
+        for ts in request_obj.timeseries:
+            name = dict((lb.name, lb.value) for lb in ts.labels)["i"]
+            seen.update((name, s.timestamp) for s in ts.samples)
+        return web.Response(status=200)
+
+    config = f"""
+server: {{shutdown_timeout: 300ms}}
+storage: {{path: "{tmp_path / 'storage'}"}}
+remote_write:
+  - name: flaky
+    url: {await serve(flaky)}
+    queue_config: {{max_disk_bytes: 64KiB, on_full: drop_oldest, capacity: 100, max_shards: 1,
+                    max_samples_per_send: 50, batch_send_deadline: 5ms,
+                    min_backoff: 20ms, max_backoff: 20ms}}
+"""
+    router = await start_router(config)
+    noise = random.Random(5)
+    acknowledged = 0
+    for step in range(60):
+        body = build_body([Series((("__name__", "m"), ("i", str(i)),
+                                   ("v", "".join(noise.choices("abcdef", k=100)))),
+                                  ((1_000 + step, 1.0),))
+                           for i in range(20)])  # fmt: skip
+        assert (await post_write(http, router, body))[0] == 204
+        acknowledged += 20
+    dropped_before = metric_value(router, "rwrouter_samples_dropped_total",
+                                  destination="flaky", reason="drop_oldest")  # fmt: skip
+    await router.stop()  # still down: what is left stays on disk (or is counted if dropped)
+    dropped_at_stop = metric_value(router, "rwrouter_samples_dropped_total",
+                                   destination="flaky", reason="drop_oldest")  # fmt: skip
+    state["up"] = True
+    restarted = await start_router(config)
+    assert restarted.fanout is not None
+    dest = restarted.fanout.destinations[0]
+    await eventually(lambda: dest.queue.unread_records == 0 and dest.pending == 0, timeout=20)
+    assert dropped_before > 0
+    assert len(seen) + dropped_at_stop == acknowledged
+    assert max(ts for _, ts in seen) == 1_059  # the newest survived
+
+
+async def test_a_failing_disk_read_is_retried_not_fatal(
+    start_router: StartRouter, fresh_capture: CaptureServer, http: aiohttp.ClientSession,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    router = await start_router(f"""
+remote_write:
+  - name: tsdb
+    url: {fresh_capture.url("/tsdb")}
+    queue_config: {{batch_send_deadline: 5ms}}
+""")
+    assert router.fanout is not None
+    queue = router.fanout.destinations[0].queue
+    real_read = queue.read
+    failures = [OSError(24, "Too many open files")]
+
+    def read_once_failing(max_bytes: int, max_samples: int | None = None) -> list[Any]:
+        if failures:
+            raise failures.pop()
+        return real_read(max_bytes, max_samples)
+
+    monkeypatch.setattr(queue, "read", read_once_failing)
+    for step in range(3):
+        body = build_body([Series((("__name__", "m"), ("i", str(i))), ((1_000 + step, 1.0),))
+                           for i in range(5)])  # fmt: skip
+        assert (await post_write(http, router, body))[0] == 204
+    await eventually(lambda: fresh_capture.sample_count("/tsdb") == 15, timeout=10)
+    assert not failures

@@ -342,3 +342,28 @@ def test_take_never_mixes_groups(groups: list[bool], batches: list[list[int]]) -
         batch = buf.take(max_samples=100, max_bytes=1 << 20, group=lambda owner: owner[1])  # type: ignore[index]
         taken.append([i for i, _ in batch.owners])  # type: ignore[misc]
     assert taken == batches
+
+
+def test_remove_if_takes_out_matching_owners_and_keeps_the_rest_in_order() -> None:
+    buf = ShardBuffer()
+    for i in range(6):
+        buf.add(frame(i), i + 1, now=float(i), hashed=i, owner=i)
+    gone = buf.remove_if(lambda owner: owner in (0, 2, 3))  # type: ignore[operator]
+    assert gone.owners == [0, 2, 3] and gone.hashes == [0, 2, 3]
+    assert gone.samples == 1 + 3 + 4 and gone.nbytes == sum(len(frame(i)) for i in (0, 2, 3))
+    assert [owner for _, owner in buf.tags] == [1, 4, 5]
+    assert buf.samples == 2 + 5 + 6 and buf.first_at == 0.0
+    assert buf.remove_if(lambda owner: True).owners == [1, 4, 5]
+    assert buf.samples == 0 and buf.nbytes == 0 and buf.first_at is None
+
+
+def test_put_back_returns_a_batch_to_the_front_in_order() -> None:
+    buf = ShardBuffer()
+    for i in range(5):
+        buf.add(frame(i), 1, now=10.0, hashed=i, owner=i)
+    batch = buf.take(max_samples=3, max_bytes=1 << 20)
+    buf.put_back(batch)
+    assert [owner for _, owner in buf.tags] == [0, 1, 2, 3, 4]
+    assert buf.samples == 5 and buf.nbytes == sum(len(frame(i)) for i in range(5))
+    again = buf.take(max_samples=3, max_bytes=1 << 20)
+    assert again.owners == [0, 1, 2] and again.items == batch.items

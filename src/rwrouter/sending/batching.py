@@ -104,6 +104,30 @@ class ShardBuffer:
             self.first_at = None
         return Batch(items, taken, size, owners, hashes)
 
+    def remove_if(self, dropped: Callable[[object], bool]) -> Batch:
+        """Remove (and return, in order) the waiting frames whose owner ``dropped`` says so;
+        the others keep their order and age."""
+        kept: deque[tuple[bytes, int]] = deque()
+        kept_tags: deque[tuple[int, object]] = deque()
+        items: list[tuple[bytes, int]] = []
+        owners: list[object] = []
+        hashes: list[int] = []
+        for item, (hashed, owner) in zip(self.frames, self.tags, strict=True):
+            if dropped(owner):
+                items.append(item)
+                owners.append(owner)
+                hashes.append(hashed)
+            else:
+                kept.append(item)
+                kept_tags.append((hashed, owner))
+        samples, nbytes = sum(n for _, n in items), sum(len(f) for f, _ in items)
+        self.frames, self.tags = kept, kept_tags
+        self.samples -= samples
+        self.nbytes -= nbytes
+        if not kept:
+            self.first_at = None
+        return Batch(items, samples, nbytes, owners, hashes)
+
     def put_back(self, batch: Batch, *, now: float = 0.0) -> None:
         """Return a batch taken by :meth:`take` to the front, in its order (it goes next)."""
         for item, owner, hashed in zip(

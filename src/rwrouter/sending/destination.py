@@ -62,12 +62,15 @@ class _Record:
     """A record read for sending: where it ends in the queue, its series not yet done, and
     whether it may have been sent before a crash (``recovered``)."""
 
-    __slots__ = ("dropped", "end", "received_ms", "recovered", "remaining")
+    __slots__ = ("dropped", "end", "received_ms", "recovered", "remaining", "samples_left")
 
-    def __init__(self, end: Position, received_ms: int, remaining: int, recovered: bool) -> None:
+    def __init__(
+        self, end: Position, received_ms: int, remaining: int, recovered: bool, samples: int = 0
+    ) -> None:
         self.end, self.received_ms, self.remaining = end, received_ms, remaining
         self.recovered = recovered
-        self.dropped = False  # its segment was dropped (on_full: drop_oldest) before it went out
+        self.samples_left = samples  # samples not yet done
+        self.dropped = False  # its segment was dropped (on_full: drop_oldest)
 
 
 def _recovered(owner: object) -> bool:
@@ -202,6 +205,16 @@ class Destination:
             if record.end.segment > dropped.last_segment:
                 break
             record.dropped = True
+        if dropped.last_segment >= 0:  # waiting frames of those records go too, counted
+            for buf in self._shards:
+                gone = buf.remove_if(lambda owner: isinstance(owner, _Record) and owner.dropped)
+                if gone.items:
+                    self._metrics.dropped_samples.labels(self.name, "drop_oldest").inc(
+                        gone.samples
+                    )
+                    self.pending -= gone.samples
+                    self.pending_bytes -= gone.nbytes
+                    self._done(gone.owners, gone.items)
         if dropped.samples:
             self._metrics.dropped_samples.labels(self.name, "drop_oldest").inc(dropped.samples)
         if dropped.segments:
@@ -322,7 +335,10 @@ class Destination:
         await asyncio.gather(*running, return_exceptions=True)
         await self._dead_letters.flush()
         await self._transport.close()
-        left = self.queue.unread_records + len(self._records)
+        lost = sum(r.samples_left for r in self._records if r.dropped and r.remaining > 0)
+        if lost:  # in flight from a dropped segment, not confirmed: gone with the process
+            self._metrics.dropped_samples.labels(self.name, "drop_oldest").inc(lost)
+        left = self.queue.unread_records + sum(not r.dropped for r in self._records)
         self._stopped = True
         try:
             await asyncio.to_thread(self.queue.close)
@@ -397,7 +413,8 @@ class Destination:
             self._records.append(_Record(end, 0, 0, False))
             self._advance()
             return
-        record = _Record(end, block.received_ms, len(block.frames), end <= self._resend_until)
+        record = _Record(end, block.received_ms, len(block.frames), end <= self._resend_until,
+                         block.samples)  # fmt: skip
         self._records.append(record)
         now = self._clock()
         shards, wake = self._shards, self._wake
@@ -412,11 +429,13 @@ class Destination:
         self.pending += block.samples
         self.pending_bytes += block.nbytes
 
-    def _done(self, owners: list[object]) -> None:
-        """Series of these records are done (delivered or refused for good)."""
-        for owner in owners:
+    def _done(self, owners: list[object], items: list[tuple[bytes, int]]) -> None:
+        """Series (``items``) of these records are done (delivered, refused for good, or
+        dropped)."""
+        for owner, (_, count) in zip(owners, items, strict=True):
             assert isinstance(owner, _Record)
             owner.remaining -= 1
+            owner.samples_left -= count
         self._advance()
 
     def _advance(self) -> None:
@@ -457,12 +476,11 @@ class Destination:
                 max_samples=q_.max_samples_per_send, max_bytes=q_.max_request_bytes,
                 group=_recovered,
             )  # fmt: skip
-            items = self._without_dropped(batch.items, batch.owners)
             started = self._clock()
             try:
                 delivered = await self._deliverer.deliver(
-                    items, "samples", resent=_recovered(batch.owners[0])
-                ) if items else 0  # fmt: skip
+                    batch.items, "samples", resent=_recovered(batch.owners[0])
+                )
             except Exception:  # a bug, not an answer: keep the batch, try again in a second
                 log.exception("destination=%s msg=%s", self.name,
                               q("sending a batch failed unexpectedly: retrying in 1s"))  # fmt: skip
@@ -475,22 +493,8 @@ class Destination:
             await self._dead_letters.flush()  # refused parts on disk before the queue moves on
             self.pending -= batch.samples
             self.pending_bytes -= batch.nbytes
-            self._done(batch.owners)
+            self._done(batch.owners, batch.items)
             self._read_wake.set()
-
-    def _without_dropped(
-        self, items: list[tuple[bytes, int]], owners: list[object]
-    ) -> list[tuple[bytes, int]]:
-        """The items whose record was not dropped (``drop_oldest``); the others are counted."""
-        if not any(isinstance(o, _Record) and o.dropped for o in owners):
-            return items
-        kept = [
-            item for item, o in zip(items, owners, strict=True)
-            if not (isinstance(o, _Record) and o.dropped)
-        ]  # fmt: skip
-        dropped = sum(n for _, n in items) - sum(n for _, n in kept)
-        self._metrics.dropped_samples.labels(self.name, "drop_oldest").inc(dropped)
-        return kept
 
     async def _fsync_loop(self) -> None:
         """``storage.fsync: interval``: fsync what was appended every ``fsync_interval``."""
