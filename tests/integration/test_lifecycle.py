@@ -255,3 +255,32 @@ def _poll(predicate: Callable[[], bool], *, timeout: float = 10.0) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.05)
+
+
+async def test_requests_flow_while_a_replaced_destination_finishes_its_batch(
+    start_from_file: Start, fresh_capture: CaptureServer, http: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """b is stuck retrying a batch (dead port) when a reload replaces it: its senders get up
+    to 10 s to finish, but requests are not held back meanwhile, and what they bring for b
+    is handed to the successor with the rest."""
+    config = tmp_path / "rwrouter.yaml"
+    dead = f"http://127.0.0.1:{free_port()}/write"
+    write_config(config, fresh_capture, url_b=dead)
+    router = await start_from_file(config)
+    assert (await post_write(http, router, body(0)))[0] == 204
+    await eventually(
+        lambda: metric_value(router, "rwrouter_retries_total", destination="b", reason="network")
+        > 0
+    )  # the batch is in flight, being retried
+    write_config(config, fresh_capture)
+    reloading = asyncio.create_task(reload(http, router))
+    await asyncio.sleep(0.3)  # the retired senders are now waiting for their batch
+    assert not reloading.done()
+    started = asyncio.get_running_loop().time()
+    assert (await post_write(http, router, body(1)))[0] == 204
+    assert asyncio.get_running_loop().time() - started < 1.0
+    status, text = await reloading
+    assert status == 200, text
+    await eventually(lambda: fresh_capture.sample_count("/b") == 10, timeout=15)
+    assert sorted(set(sent_timestamps(fresh_capture, "/b"))) == [1_000, 1_001]

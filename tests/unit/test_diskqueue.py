@@ -68,7 +68,8 @@ def read_all(q: DiskQueue, *, max_bytes: int = BIG) -> list[QueuedRecord]:
 
 
 def ids(records: list[QueuedRecord]) -> list[int]:
-    return [ident(r) for r in records]
+    """The numbers of the intact records (corrupt ones come back marked, and are skipped)."""
+    return [ident(r) for r in records if not r.corrupt]
 
 
 def seg_files(directory: Path) -> list[Path]:
@@ -376,23 +377,29 @@ def _length(value: int, record_at: int) -> Callable[[Path], None]:
 
 
 CORRUPT_CASES = [
-    # id, damage to segment 1 (records 3, 4, 5), records read back
-    ("first_record_body", _flip_at(REC // 2), [0, 1, 2, 6, 7, 8, 9]),
-    ("middle_record_body", _flip_at(REC + REC // 2), [0, 1, 2, 3, 6, 7, 8, 9]),
-    ("last_record_body", _flip_at(2 * REC + 100), [0, 1, 2, 3, 4, 6, 7, 8, 9]),
-    ("middle_record_crc", _flip_at(REC + 5), [0, 1, 2, 3, 6, 7, 8, 9]),
-    ("length_past_the_segment", _length(10 * REC, 1), [0, 1, 2, 3, 6, 7, 8, 9]),
-    ("length_huge", _length(0xFFFFFFFF, 0), [0, 1, 2, 6, 7, 8, 9]),
-    ("length_short", _length(REC - HEADER.size - 1, 2), [0, 1, 2, 3, 4, 6, 7, 8, 9]),
+    # id, damage to segment 1 (records 3, 4, 5), records read back, corrupt entries
+    ("first_record_body", _flip_at(REC // 2), [0, 1, 2, 4, 5, 6, 7, 8, 9], 1),
+    ("middle_record_body", _flip_at(REC + REC // 2), [0, 1, 2, 3, 5, 6, 7, 8, 9], 1),
+    ("last_record_body", _flip_at(2 * REC + 100), [0, 1, 2, 3, 4, 6, 7, 8, 9], 1),
+    ("middle_record_crc", _flip_at(REC + 5), [0, 1, 2, 3, 5, 6, 7, 8, 9], 1),
+    # a length that makes no sense: the next record cannot be found, the rest of the segment
+    # is skipped
+    ("length_past_the_segment", _length(10 * REC, 1), [0, 1, 2, 3, 6, 7, 8, 9], 1),
+    ("length_huge", _length(0xFFFFFFFF, 0), [0, 1, 2, 6, 7, 8, 9], 1),
+    # a sound but wrong length: that record fails its checksum, then one byte is left
+    ("length_short", _length(REC - HEADER.size - 1, 2), [0, 1, 2, 3, 4, 6, 7, 8, 9], 2),
 ]
 
 
 @pytest.mark.parametrize(
-    ("damage", "expected"), [c[1:] for c in CORRUPT_CASES], ids=[c[0] for c in CORRUPT_CASES]
+    ("damage", "expected", "corrupt"),
+    [c[1:] for c in CORRUPT_CASES],
+    ids=[c[0] for c in CORRUPT_CASES],
 )
-def test_corrupt_record_skips_the_rest_of_its_segment(
-    opener: Opener, tmp_path: Path, damage: Callable[[Path], None], expected: list[int]
-) -> None:
+def test_corrupt_record_is_skipped_and_comes_back_marked(
+    opener: Opener, tmp_path: Path, damage: Callable[[Path], None], expected: list[int],
+    corrupt: int,
+) -> None:  # fmt: skip
     q, _ = opener()
     put(q, range(10))
     q.close()
@@ -400,17 +407,50 @@ def test_corrupt_record_skips_the_rest_of_its_segment(
     q, recovery = opener()
     assert recovery.torn_records == 0  # only the last segment is checked at open
     assert q.corrupt_records == 0
-    assert ids(read_all(q)) == expected
-    assert q.corrupt_records == 1
+    got = read_all(q)
+    assert ids(got) == expected
+    assert sum(r.corrupt for r in got) == corrupt == q.corrupt_records
+    assert [r.end for r in got] == sorted(r.end for r in got)  # in order: all can commit
     assert (q.unread_records, q.unread_bytes) == (0, 0)
+    q.commit(got[-1].end)
     put(q, [100])
     assert ids(read_all(q)) == [100]
+
+
+CORRUPT_LAST_SEGMENT_CASES = [
+    # id, damaged record (of 0-2, all in the last segment), records read back after a restart
+    ("first", 0, [1, 2]),
+    ("middle", 1, [0, 2]),
+]
+
+
+@pytest.mark.parametrize(
+    ("damaged", "expected"),
+    [c[1:] for c in CORRUPT_LAST_SEGMENT_CASES],
+    ids=[c[0] for c in CORRUPT_LAST_SEGMENT_CASES],
+)
+def test_a_corrupt_record_before_intact_ones_is_never_cut_as_a_torn_tail(
+    opener: Opener, tmp_path: Path, damaged: int, expected: list[int]
+) -> None:
+    q, _ = opener()
+    put(q, range(3))
+    q.close()
+    last = seg_files(tmp_path / "q")[-1]
+    size = last.stat().st_size
+    _flip_at(damaged * REC + 100)(last)
+    q, recovery = opener()
+    assert (recovery.torn_records, recovery.torn_bytes) == (0, 0)
+    assert last.stat().st_size == size  # nothing cut: intact records follow
+    got = read_all(q)
+    assert ids(got) == expected and q.corrupt_records == 1
+    put(q, [100])  # goes to a new segment, after the damaged one
+    assert ids(read_all(q)) == [100] and q.segments == 2
 
 
 def test_corrupt_record_in_the_segment_being_written(opener: Opener, tmp_path: Path) -> None:
     q, _ = opener()
     put(q, range(2))
-    _flip_at(REC + 100)(seg_files(tmp_path / "q")[-1])  # damaged under a running queue
+    _length(10 * REC, 1)(seg_files(tmp_path / "q")[-1])  # damaged under a running queue
     assert ids(read_all(q)) == [0]
     assert q.corrupt_records == 1
     put(q, [2, 3])  # new appends go to a fresh segment that reads back
@@ -588,10 +628,10 @@ def test_has_room_reclaims_a_fully_sent_queue(
 CORRUPT_RECLAIM_CASES = [
     # id, segment_bytes, records appended, record damaged, read twice (restart), records read
     ("corrupt_last_record", 16 * SEG, 3, 2, False, [0, 1]),
-    ("corrupt_middle_record", 16 * SEG, 3, 1, False, [0]),
+    ("corrupt_middle_record", 16 * SEG, 3, 1, False, [0, 2]),
     ("corrupt_first_record_of_last_segment", SEG, 4, 3, False, [0, 1, 2]),
-    ("corrupt_first_record_of_the_queue", 16 * SEG, 3, 0, False, []),
-    ("found_again_after_a_restart", 16 * SEG, 3, 1, True, [0]),
+    ("corrupt_first_record_of_the_queue", 16 * SEG, 3, 0, False, [1, 2]),
+    ("found_again_after_a_restart", 16 * SEG, 3, 1, True, [0, 2]),
 ]
 
 
@@ -778,3 +818,22 @@ def test_sync_during_concurrent_rolls_never_raises(opener: Opener, tmp_path: Pat
     assert q.synced == q.appended == 200 and not q.dirty
     assert len(seg_files(tmp_path / "q")) == 200
     assert ids(read_all(q)) == list(range(200))
+
+
+def test_after_a_failed_write_what_is_done_is_freed_first(
+    opener: Opener, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk: a write fails; once everything queued is sent and committed, the next
+    append removes the done segment before writing (not 503 for ever)."""
+    q, _ = opener()
+    put(q, range(2))
+    q.commit(read_all(q)[-1].end)
+    monkeypatch.setattr(os, "write", lambda fd, data: (_ for _ in ()).throw(OSError(28, "full")))
+    q.reserve(REC)
+    with pytest.raises(OSError):
+        q.append([record(2)], [3], reserved=REC)
+    monkeypatch.undo()
+    assert q.has_room(REC)
+    assert q.size_bytes == 0  # the done records are gone from the disk
+    put(q, [3])
+    assert ids(read_all(q)) == [3] and len(seg_files(tmp_path / "q")) == 1

@@ -46,15 +46,11 @@ class DeadLetters:
             await asyncio.gather(*self._writes, return_exceptions=True)
 
     async def _write(self, raw: bytes, series: int, samples: int, refusal: Refusal) -> None:
-        try:
-            removed = await asyncio.to_thread(
+        try:  # the store logs the entries it removes to stay within its bound
+            await asyncio.to_thread(
                 self.store.add, raw=raw, kind="samples", status=refusal.status,
                 reason=refusal.reason, response=refusal.text, series=series, samples=samples,
             )  # fmt: skip
         except OSError as exc:
             log.error("destination=%s msg=%s samples=%d error=%s", self.name,
                       q("could not write the dead-letter store"), samples, q(exc))  # fmt: skip
-            return
-        if removed:
-            log.warning("destination=%s msg=%s entries=%d", self.name,
-                        q("dead-letter store full: oldest entries removed"), removed)  # fmt: skip

@@ -88,9 +88,11 @@ class _Batch:
 
 
 def is_out_of_order(status: int | None, text: str) -> bool:
-    """Whether an answer says the samples are older than what the destination has (Prometheus
-    "out of order sample"; Cortex/Mimir/the managed workspace use the same words)."""
-    return status == 400 and "out of order" in text.lower()
+    """Whether an answer says the samples are older than what the destination has: Prometheus
+    and Cortex (the managed workspace) "out of order sample", Mimir "out-of-order samples are
+    not allowed"."""
+    lowered = text.lower()
+    return status == 400 and ("out of order" in lowered or "out-of-order" in lowered)
 
 
 class Deliverer:

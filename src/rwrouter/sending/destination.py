@@ -154,7 +154,6 @@ class Destination:
         self._reshard_interval = reshard_interval
         self._stats = _IntervalStats()
         self._resend_until = Position(0, 0)  # records up to here may have gone out before
-        self._corrupt_seen = (0, 0)  # (records, samples) of the queue's corrupt counters
         self.pending = 0  # samples read ahead into memory (waiting or in flight)
         self.pending_bytes = 0  # their frame bytes
         self._stopped = False
@@ -316,6 +315,12 @@ class Destination:
         stop; what is not done stays on disk for the next start. With ``drain=False`` (a
         reload hands the queue to a new :class:`Destination`), only the batches in flight
         finish (within ``timeout``). Returns the number of records left."""
+        await self.stop_sending(timeout=timeout, drain=drain)
+        return await self.close()
+
+    async def stop_sending(self, *, timeout: float, drain: bool = True) -> None:
+        """The first half of :meth:`stop`: the senders stop; appends still work (what is
+        appended meanwhile stays on disk for the successor)."""
         self._handover = not drain
         self._closing = True
         self._closed.set()
@@ -335,6 +340,10 @@ class Destination:
         await asyncio.gather(*running, return_exceptions=True)
         await self._dead_letters.flush()
         await self._transport.close()
+
+    async def close(self) -> int:
+        """The second half of :meth:`stop`: close the disk queue (appends now fail with
+        StorageError); returns the number of records left on disk."""
         lost = sum(r.samples_left for r in self._records if r.dropped and r.remaining > 0)
         if lost:  # in flight from a dropped segment, not confirmed: gone with the process
             self._metrics.dropped_samples.labels(self.name, "drop_oldest").inc(lost)
@@ -345,7 +354,7 @@ class Destination:
         except OSError as exc:
             log.error("destination=%s msg=%s error=%s", self.name,
                       q("closing the disk queue failed"), q(exc))  # fmt: skip
-        if left:
+        if left and not self._handover:
             log.warning("destination=%s records_left=%d msg=%s", self.name, left,
                         q("not drained before the shutdown timeout: kept on disk"))  # fmt: skip
         return left
@@ -378,25 +387,17 @@ class Destination:
                 with suppress(TimeoutError):
                     await asyncio.wait_for(self._closed.wait(), 1.0)
                 continue
-            self._count_corrupt()
             for block, end, samples in batch:
                 self._dispatch(block, end, samples)
-
-    def _count_corrupt(self) -> None:
-        """Turn the queue's corrupt-record counters into metrics."""
-        seen = (self.queue.corrupt_records, self.queue.corrupt_samples)
-        records, samples = seen[0] - self._corrupt_seen[0], seen[1] - self._corrupt_seen[1]
-        self._corrupt_seen = seen
-        if records:
-            self._metrics.queue_corrupt_records.labels(self.name).inc(records)
-        if samples:
-            self._metrics.dropped_samples.labels(self.name, "corrupt").inc(samples)
 
     def _read_blocks(self, room: int) -> list[tuple[Block | None, Position, int]]:
         """Read and decode the next records (worker thread): (block, end, samples); block
         None for an undecodable one."""
         out: list[tuple[Block | None, Position, int]] = []
         for record in self.queue.read(room, max_samples=max(1, self.capacity - self.pending)):
+            if record.corrupt:  # skipped by the queue (checksum): done, counted
+                out.append((None, record.end, record.samples))
+                continue
             try:
                 out.append((decode_record(record.rest), record.end, record.samples))
             except DecodeError as exc:

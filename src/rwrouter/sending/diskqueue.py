@@ -71,11 +71,15 @@ class Position:
 
 @dataclass(frozen=True, slots=True)
 class QueuedRecord:
-    """A record read back: its body (after the 8-byte header), its end and its sample count."""
+    """A record read back: its body (after the 8-byte header), its end and its sample count.
+    ``corrupt``: it failed its checksum (or, with ``rest`` empty, the rest of a segment whose
+    records could not be found any more) and was skipped; ``samples`` is then what its header
+    (or the count made at open) says, as far as known. The caller treats it as done."""
 
     rest: bytes
     end: Position
     samples: int
+    corrupt: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,30 +295,34 @@ class DiskQueue:
         os.pwrite(self._position_fd, data + struct.pack("<I", zlib.crc32(data)), 0)
 
     def _check_tail(self, seg: _Segment) -> tuple[int, int | None]:
-        """Verify every record of the last segment; cut it at the first bad one. Returns the
-        bytes cut and the samples of the cut record when its header could be read."""
-        offset, samples = 0, None
+        """Cut the last segment after its last intact record: what follows is a write the
+        process or the machine did not finish. Returns the bytes cut and the samples of the
+        first cut record when its header is a real one. Records failing their checksum
+        *before* an intact one are kept for the reader, which skips and counts each (new
+        records then go to a new segment): intact records are never cut."""
+        offset = good_end = 0
+        kept_bad = False
         with open(seg.path, "rb") as f:
             data = f.read()
-        while offset < len(data):
-            header = data[offset : offset + HEADER.size]
-            if len(header) == HEADER.size:
-                length = HEADER.unpack(header)[0]
-                rest = data[offset + HEADER.size : offset + HEADER.size + length]
-                if length <= MAX_RECORD_BYTES and check_record(header, rest):
-                    offset += HEADER.size + length
-                    continue
-                if (
-                    length <= MAX_RECORD_BYTES
-                    and len(rest) >= META_SIZE
-                    and rest[:2] == bytes((VERSION, KIND_SAMPLES))
-                ):
-                    samples = record_samples(rest)[1]  # version 1, kind samples: a real header
-            break
-        cut = len(data) - offset
+        while offset + HEADER.size <= len(data):
+            length = HEADER.unpack_from(data, offset)[0]
+            end = offset + HEADER.size + length
+            if length > MAX_RECORD_BYTES or end > len(data):
+                break  # cut short, or a length that makes no sense: nothing more to find
+            if check_record(data[offset : offset + HEADER.size], data[offset + HEADER.size : end]):
+                kept_bad = kept_bad or good_end < offset
+                good_end = end
+            offset = end
+        samples = None
+        first_cut = data[good_end + HEADER.size : good_end + HEADER.size + META_SIZE]
+        if len(first_cut) == META_SIZE and first_cut[:2] == bytes((VERSION, KIND_SAMPLES)):
+            samples = record_samples(first_cut)[1]
+        cut = len(data) - good_end
         if cut:
-            os.truncate(seg.path, offset)
-            seg.size = offset
+            os.truncate(seg.path, good_end)
+            seg.size = good_end
+        if kept_bad:
+            self._roll_next = True
         return cut, samples
 
     def _count(self, seg: _Segment, *, read_until: int) -> None:
@@ -344,8 +352,8 @@ class DiskQueue:
         """Whether ``nbytes`` more fit under ``max_bytes`` (reservations included). A segment
         whose records are all done is removed first, even the one being written."""
         with self._lock:
-            if self.size_bytes + self._reserved + nbytes > self.max_bytes:
-                self._reclaim()
+            if self._roll_next or self.size_bytes + self._reserved + nbytes > self.max_bytes:
+                self._reclaim()  # also after a failed write: free the disk of what is done
             return self.size_bytes + self._reserved + nbytes <= self.max_bytes
 
     def _reclaim(self) -> None:
@@ -378,6 +386,8 @@ class DiskQueue:
         data = b"".join(records)
         with self._lock:
             self._reserved -= reserved
+            if self._roll_next:
+                self._reclaim()  # after a failed write (disk full?): drop what is done first
             seg = self._segments[-1]
             if self._fd is None or self._roll_next or (
                 seg.size and seg.size + len(data) > self.segment_bytes
@@ -475,8 +485,9 @@ class DiskQueue:
 
     def read(self, max_bytes: int, max_samples: int | None = None) -> list[QueuedRecord]:
         """The next records in order, while they stay within ``max_bytes`` record bytes and
-        ``max_samples`` samples (at least one record when any is unread). Corrupt records are
-        skipped with the rest of their segment (counted in :attr:`corrupt_records`)."""
+        ``max_samples`` samples (at least one record when any is unread). A corrupt record
+        comes back marked ``corrupt`` (counted in :attr:`corrupt_records`): only itself when its
+        length is sound, else the rest of its segment."""
         out: list[QueuedRecord] = []
         total = count = 0
         with self._lock:
@@ -491,11 +502,10 @@ class DiskQueue:
                     cur.seq, cur.offset = seg.seq + 1, 0
                     continue
                 record = self._read_one(seg)
-                if record is None:
-                    continue
                 out.append(record)
-                total += len(record.rest)
-                count += record.samples
+                if not record.corrupt:
+                    total += len(record.rest)
+                    count += record.samples
             if out:  # the read mark is on disk before anything read can be sent
                 self._write_position()
         return out
@@ -509,7 +519,7 @@ class DiskQueue:
                 return seg
         return None
 
-    def _read_one(self, seg: _Segment) -> QueuedRecord | None:
+    def _read_one(self, seg: _Segment) -> QueuedRecord:
         cur = self._cursor
         if cur.fd_seq != seg.seq:
             if cur.fd is not None:
@@ -519,21 +529,27 @@ class DiskQueue:
         header = os.pread(cur.fd, HEADER.size, cur.offset)
         length = HEADER.unpack(header)[0] if len(header) == HEADER.size else -1
         end = cur.offset + HEADER.size + length
-        rest = b""
-        if 0 <= length <= MAX_RECORD_BYTES and end <= seg.size:
-            rest = os.pread(cur.fd, length, cur.offset + HEADER.size)
-        if length < 0 or end > seg.size or not check_record(header, rest):
-            self._skip_corrupt(seg)
-            return None
-        samples = record_samples(rest)[1]
+        if length < 0 or length > MAX_RECORD_BYTES or end > seg.size:
+            return self._skip_corrupt(seg)  # no next record to find: the rest of the segment
+        rest = os.pread(cur.fd, length, cur.offset + HEADER.size)
+        intact = check_record(header, rest)
+        real = len(rest) >= META_SIZE and rest[:2] == bytes((VERSION, KIND_SAMPLES))
+        samples = record_samples(rest)[1] if real else 0
         seg.read_records += 1
         seg.read_samples += samples
         seg.read_bytes = end
         cur.offset = end
         self._read_end = max(self._read_end, Position(seg.seq, end))
+        if not intact:  # its length is sound: skip just this record
+            cur.corrupt += 1
+            cur.corrupt_samples += samples
+            log.error("queue=%s segment=%d offset=%d samples=%d msg=%s", self.directory,
+                      seg.seq, end - length - HEADER.size, samples,
+                      '"corrupt record (checksum): skipped"')  # fmt: skip
+            return QueuedRecord(b"", Position(seg.seq, end), samples, corrupt=True)
         return QueuedRecord(rest, Position(seg.seq, end), samples)
 
-    def _skip_corrupt(self, seg: _Segment) -> None:
+    def _skip_corrupt(self, seg: _Segment) -> QueuedRecord:
         cur = self._cursor
         cur.corrupt += 1
         skipped = max(0, seg.samples - seg.read_samples)  # from the headers counted at open
@@ -543,8 +559,10 @@ class DiskQueue:
                   '"corrupt record: skipping the rest of the segment"')  # fmt: skip
         seg.read_records, seg.read_samples, seg.read_bytes = seg.records, seg.samples, seg.size
         cur.offset = seg.size
+        self._read_end = max(self._read_end, Position(seg.seq, seg.size))
         if seg is self._segments[-1]:
             self._roll()  # new appends go to a fresh segment the reader can trust
+        return QueuedRecord(b"", Position(seg.seq, seg.size), skipped, corrupt=True)
 
     @property
     def corrupt_samples(self) -> int:

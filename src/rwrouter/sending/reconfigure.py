@@ -6,14 +6,17 @@ Rules (what an operator of Prometheus expects from ``SIGHUP`` / ``POST /-/reload
   error leaves the running configuration untouched.
 - A destination whose settings are unchanged (same name, equal ``remote_write`` entry) keeps
   running: its queue, senders and connections survive.
-- A changed destination is replaced: its senders finish the batch in flight, then its disk
-  queue (same name, same directory) is opened by the new one, which sends what was left first.
+- A changed destination is replaced: its senders finish the batch in flight (while requests
+  still flow and are appended to its queue), then its disk queue (same name, same directory) is
+  opened by the new one, which sends what was left first. New requests wait only while queues
+  are closed and opened.
 - A removed destination stops; its queue stays on disk (sent again if it comes back).
 - ``server`` and ``storage`` settings need a restart: a change is reported, not applied.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 
@@ -69,11 +72,20 @@ async def reconfigure(
     keep = {id(dest) for dest in wanted if dest is not None}
     retired = [dest for dest in fanout.destinations if id(dest) not in keep]
     summary.removed = [d.name for d in retired if d.name not in summary.replaced]
+    # The retired senders stop first, while requests still flow (appends go on to disk);
+    # only closing their queues and opening the successors' holds new requests back.
+    await asyncio.gather(
+        *(dest.stop_sending(timeout=HANDOVER_TIMEOUT, drain=False) for dest in retired)
+    )
     async with fanout.paused():
         for dest in retired:
-            await dest.stop(timeout=HANDOVER_TIMEOUT, drain=False)
+            left = await dest.close()
             if dest.name in summary.removed:
                 metrics.forget_destination(dest.name)
+                if left:
+                    log.warning("destination=%s records=%d msg=%s", dest.name, left,
+                                q("removed by the reload: its queue stays on disk, sent if "
+                                  "it comes back under the same name"))  # fmt: skip
         started: list[Destination] = []
         try:
             for dest in built.values():

@@ -247,7 +247,12 @@ class RejectedStore:
     def _counted(self) -> tuple[float, int, int]:
         totals = self._fresh_totals()
         if totals is None:
-            sizes = self._sizes()
+            try:
+                sizes = self._sizes()
+            except OSError as exc:  # e.g. the path is a file: the gauges must not fail
+                log.warning("directory=%s msg=%s error=%s", q(self.directory),
+                            q("cannot list the dead-letter store"), q(exc))  # fmt: skip
+                sizes = []
             totals = (time.monotonic(), sum(size for _, size in sizes), len(sizes))
             self._totals, self._cleaned = totals, False
         return totals

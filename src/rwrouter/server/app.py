@@ -200,7 +200,8 @@ async def handle_reload(request: web.Request) -> web.Response:
 async def handle_index(request: web.Request) -> web.Response:
     """A plain-text list of the endpoints and destinations."""
     lines = ["rwrouter", "", "POST /api/v1/write (also /api/v1/push): remote write 1.0", ""]
-    lines += ["GET /metrics", "GET /-/healthy", "GET /-/ready", "", "destinations:"]
+    lines += ["GET /metrics", "GET /-/healthy", "GET /-/ready", "POST /-/reload", ""]
+    lines += ["destinations:"]
     for dest in request.app[FANOUT].destinations:
         disk, cap = dest.queue.size_bytes, dest.config.queue_config.max_disk_bytes
         lines.append(f"  {dest.name}: disk queue {disk} / {cap} bytes, in memory {dest.pending}")
