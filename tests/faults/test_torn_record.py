@@ -9,9 +9,9 @@ other acknowledged sample once the workspace is back. The record's samples are r
 router's own record format before the cut, so the expectation is exact: what is missing at the
 workspace afterwards is that record, nothing else.
 
-A record corrupted in the middle of the first segment (one flipped byte: its checksum fails) is
-found while reading instead, and the rest of its segment is skipped (diskqueue docstring:
-"counted"); the metrics must count it too.
+A record corrupted in the middle of the first segment (one flipped byte: its checksum fails,
+its length is sound) is found while reading instead and skipped alone; the metrics count it,
+and every other record of that segment is delivered.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ class CorruptionNotCounted(AssertionError):
     """The skipped records are not in the metrics."""
 
 
-def test_corrupt_record_inside_the_queue_skips_its_segment_and_is_counted(
+def test_corrupt_record_inside_the_queue_is_skipped_alone_and_counted(
     workspace: Workspace, self_hosted: SelfHosted, routers: Routers, report: Report
 ) -> None:
     double = workspace.double
@@ -112,7 +112,7 @@ def test_corrupt_record_inside_the_queue_skips_its_segment_and_is_counted(
     router.stop(timeout_s=15)
     first = sorted(directory.glob("*.seg"))[0]
     in_first = [r for r in queue_records(directory) if r.path == first]
-    skipped = in_first[len(in_first) // 2 :]  # the corrupt record and the rest of its segment
+    skipped = [in_first[len(in_first) // 2]]  # a flipped byte: that record alone is lost
     data = bytearray(first.read_bytes())
     data[skipped[0].offset + 8 + skipped[0].length - 1] ^= 0xFF
     first.write_bytes(bytes(data))
@@ -129,6 +129,6 @@ def test_corrupt_record_inside_the_queue_skips_its_segment_and_is_counted(
                                   reason="corrupt")  # fmt: skip
     report({"skipped_records": len(skipped), "skipped_samples": len(lost_keys),
             "corrupt_records": corrupt, "dropped_corrupt_samples": dropped})  # fmt: skip
-    assert critical - at_workspace == lost_keys  # the rest of that segment, nothing else
+    assert critical - at_workspace == lost_keys  # that record, nothing else
     if (corrupt, dropped) != (1, len(lost_keys)):
         raise CorruptionNotCounted(f"counted {corrupt} records, {dropped} samples")
