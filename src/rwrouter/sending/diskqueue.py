@@ -18,9 +18,10 @@ newer data (a destination refuses a whole request whose samples it already has a
 order").
 
 On :meth:`DiskQueue.open`, segments wholly before the position are removed, the last segment
-is checked record by record and cut at the first torn or corrupt record (a write cut short by a
-crash or power loss), and reading starts at the position: unsent records go out first.
-A corrupt record found later while reading skips the rest of its segment (counted).
+is cut after its last intact record (a write cut short by a crash or power loss), and reading
+starts at the position: unsent records go out first. A record failing its checksum is skipped
+alone while reading (counted, handed back marked ``corrupt``); a length that makes no sense
+skips the rest of its segment (the next record cannot be found).
 
 All methods are blocking and thread-safe (one lock): callers on an event loop run
 :meth:`append`, :meth:`read` and :meth:`sync` in a worker thread.
