@@ -10,6 +10,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from moto.server import ThreadedMotoServer
 
 from rwrouter.config import Config, parse_config
 from rwrouter.metrics import Metrics
@@ -57,6 +58,16 @@ async def start_router(tmp_path: Path) -> AsyncIterator[StartRouter]:
     yield start
     for server in started:
         await server.stop(drain_timeout=2)
+
+
+@pytest.fixture(scope="module")
+def sts_url() -> Iterator[str]:
+    """A moto server on 127.0.0.1 standing in for AWS STS (AssumeRole, web identity)."""
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
 
 
 @pytest.fixture

@@ -11,14 +11,12 @@ import datetime as dt
 import os
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from aiohttp import web
-from moto.server import ThreadedMotoServer
 
 from rwrouter.auth import credentials as creds_module
 from rwrouter.auth.credentials import (
@@ -50,13 +48,6 @@ def isolated_aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.fixture(scope="module")
-def sts_url() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
 
 
 # -- static keys --------------------------------------------------------------------------

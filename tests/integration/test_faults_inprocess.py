@@ -22,13 +22,12 @@ import os
 import random
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 import pytest
-from moto.server import ThreadedMotoServer
 
 from rwrouter.auth.credentials import open_source
 from rwrouter.sending.rejected import RejectedEntry, RejectedStore, rejected_dir
@@ -90,13 +89,6 @@ def no_aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.fixture(scope="module")
-def moto_sts() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
 
 
 def gpu_series(step: int, count: int = 20) -> list[Series]:
@@ -291,7 +283,7 @@ SOURCES = [
 @pytest.mark.parametrize("source", SOURCES)
 async def test_credentials_expiring_mid_run_are_refreshed_without_loss(
     start_router: StartRouter, double: WorkspaceDouble, http: aiohttp.ClientSession,
-    no_aws_env: Path, monkeypatch: pytest.MonkeyPatch, moto_sts: str, source: str,
+    no_aws_env: Path, monkeypatch: pytest.MonkeyPatch, sts_url: str, source: str,
 ) -> None:  # fmt: skip
     """Writes keep coming while the workspace expires the temporary key in use (403 "security
     token ... expired"); the source hands out a new key on refresh. Every 403 costs one
@@ -302,7 +294,7 @@ async def test_credentials_expiring_mid_run_are_refreshed_without_loss(
         double.add_key(issued.access_key, issued.secret_key, session_token=issued.session_token,
                        expires_at=issued.expires_at)  # fmt: skip
 
-    sts = StsRecorder(sts_url=moto_sts, on_issued=learn)
+    sts = StsRecorder(sts_url=sts_url, on_issued=learn)
     await sts.start()
     try:
         if source == "credential_process":
@@ -365,12 +357,12 @@ remote_write:
 
 
 async def test_forced_refresh_of_web_identity_credentials_fetches_new_keys(
-    no_aws_env: Path, monkeypatch: pytest.MonkeyPatch, moto_sts: str
+    no_aws_env: Path, monkeypatch: pytest.MonkeyPatch, sts_url: str
 ) -> None:
     """The smallest reproduction of the web identity case above: after a forced refresh (what
     a 403 "security token ... expired" triggers) the source must call STS again, with the
     token file's current content, and sign with the keys it returns."""
-    sts = StsRecorder(sts_url=moto_sts, on_issued=lambda issued: None)
+    sts = StsRecorder(sts_url=sts_url, on_issued=lambda issued: None)
     await sts.start()
     try:
         web_identity(WorkspaceDouble(), no_aws_env, monkeypatch, sts)
