@@ -1,0 +1,251 @@
+"""The reading side of a destination's disk queue: records read ahead into memory, handed to the
+shards, and the queue position moved over what is done.
+
+The reader reads records in order, as long as the in-memory read-ahead has room (``capacity``
+samples, ``capacity x max_shards`` in the config, and ``capacity_bytes``, its
+``max_memory_bytes``), and hands each series to its shard
+(:class:`~rwrouter.sending.shards.Shards`). A record is done when all its series are
+delivered, refused for good (refused ones go to the dead-letter store) or dropped; the queue
+position advances over done records in order, so a crash re-sends only records not yet done.
+Records read before a crash and not done (:attr:`~rwrouter.sending.diskqueue.Recovery.resend_until`)
+may have gone out already: their frames are sent apart from newer ones (:func:`resent`).
+
+A record failing its checksum or undecodable is done at once (counted as ``corrupt``). With
+``on_full: drop_oldest``, records of the dropped segments already in memory are dropped too
+(:meth:`QueueReader.drop`), except the frames in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+
+from rwrouter.errors import DecodeError
+from rwrouter.logs import q
+from rwrouter.metrics import Metrics
+from rwrouter.sending.batching import Batch
+from rwrouter.sending.diskqueue import DiskQueue, Dropped, Position
+from rwrouter.sending.records import Block, decode_record
+from rwrouter.sending.shards import Shards, Stopping
+
+log = logging.getLogger("rwrouter.sending")
+
+READ_CHUNK_BYTES = 4 * 1024 * 1024  # record bytes read from disk at a time
+
+
+class _Record:
+    """A record read for sending: where it ends in the queue, its series not yet done, and
+    whether it may have been sent before a crash (``recovered``)."""
+
+    __slots__ = ("dropped", "end", "received_ms", "recovered", "remaining", "samples_left")
+
+    def __init__(
+        self, end: Position, received_ms: int, remaining: int, recovered: bool, samples: int = 0
+    ) -> None:
+        self.end, self.received_ms, self.remaining = end, received_ms, remaining
+        self.recovered = recovered
+        self.samples_left = samples  # samples not yet done
+        self.dropped = False  # its segment was dropped (on_full: drop_oldest)
+
+
+def resent(owner: object) -> bool:
+    """Whether a frame's owner is a record that may have gone out before a crash."""
+    return isinstance(owner, _Record) and owner.recovered
+
+
+def _dropped(owner: object) -> bool:
+    return isinstance(owner, _Record) and owner.dropped
+
+
+class QueueReader:
+    """Reads one destination's disk queue into its shards (see the module docstring).
+
+    ``pending``/``pending_bytes``: samples and frame bytes read ahead into memory (waiting in
+    a shard or in flight), bounded by ``capacity`` samples and ``capacity_bytes`` bytes.
+    ``done``: stopping, and nothing is left to read.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        queue: DiskQueue,
+        shards: Shards,
+        capacity: int,
+        capacity_bytes: int,
+        metrics: Metrics,
+        stopping: Stopping,
+    ) -> None:
+        self.name, self.queue, self._shards = name, queue, shards
+        self.capacity, self.capacity_bytes = capacity, capacity_bytes
+        self._metrics, self._stopping = metrics, stopping
+        self._records: deque[_Record] = deque()  # read and not yet done, in queue order
+        self._wake = asyncio.Event()
+        self._resend_until = Position(0, 0)  # records up to here may have gone out before
+        self.pending = 0
+        self.pending_bytes = 0
+        self.done = False
+
+    async def open(self) -> None:
+        """Open (recover) the disk queue; count and log a torn tail that was cut off, and log
+        the unsent records found. Raises OSError when the queue cannot be opened."""
+        recovery = await asyncio.to_thread(self.queue.open)
+        self._resend_until = recovery.resend_until
+        if recovery.torn_records:
+            lost = "unknown" if recovery.torn_samples is None else recovery.torn_samples
+            self._metrics.queue_corrupt_records.labels(self.name).inc(recovery.torn_records)
+            if recovery.torn_samples:
+                self._metrics.dropped_samples.labels(self.name, "corrupt").inc(
+                    recovery.torn_samples
+                )
+            log.error("destination=%s msg=%s bytes=%d records=%d samples=%s", self.name,
+                      q("torn record at the end of the disk queue cut off"),
+                      recovery.torn_bytes, recovery.torn_records, lost)  # fmt: skip
+        if recovery.unsent_records:
+            log.info("destination=%s msg=%s records=%d bytes=%d", self.name,
+                     q("unsent data on disk: sending it first"), recovery.unsent_records,
+                     recovery.unsent_bytes)  # fmt: skip
+
+    # -- what the destination asks -------------------------------------------------------
+
+    @property
+    def backlog(self) -> int:
+        """Samples waiting to be sent: read ahead, or still unread on disk."""
+        return self.pending + self.queue.unread_samples
+
+    @property
+    def in_memory(self) -> int:
+        """Records read and not yet done."""
+        return len(self._records)
+
+    @property
+    def oldest_received_ms(self) -> int | None:
+        """When (milliseconds since epoch) the oldest record read and not yet done was
+        received; None when there is none."""
+        return self._records[0].received_ms if self._records else None
+
+    def records_left(self) -> int:
+        """Records not done that stay on disk: unread, or read and not dropped."""
+        return self.queue.unread_records + sum(not r.dropped for r in self._records)
+
+    def dropped_in_flight(self) -> int:
+        """Samples of records of dropped segments not yet done (in flight when dropped): at
+        a stop they are gone with the process."""
+        return sum(r.samples_left for r in self._records if r.dropped and r.remaining > 0)
+
+    def wake(self) -> None:
+        """Wake the reader: something was appended, room was made, or the stop began."""
+        self._wake.set()
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _room(self) -> int:
+        """Record bytes the reader may read now (0: the read-ahead is full)."""
+        if self.pending >= self.capacity or self.pending_bytes >= self.capacity_bytes:
+            return 0
+        return min(READ_CHUNK_BYTES, self.capacity_bytes - self.pending_bytes)
+
+    async def run(self) -> None:
+        """Read records into the shards while there is room, until a handover, or until the
+        stop began and nothing is left to read (then :attr:`done`, and the shards are told).
+        Read errors are logged and retried every second."""
+        stopping = self._stopping
+        while not stopping.handover:
+            room = self._room()
+            if not room or not self.queue.unread_records:
+                if stopping.closing and not self.queue.unread_records:
+                    self.done = True
+                    self._shards.input_done()
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            try:
+                batch = await asyncio.to_thread(self._read_blocks, room)
+            except OSError as exc:  # e.g. too many open files: try again, never give up
+                log.error("destination=%s msg=%s error=%s", self.name,
+                          q("reading the disk queue failed: retrying in 1s"), q(exc))  # fmt: skip
+                await stopping.sleep(1.0)
+                continue
+            for block, end, samples in batch:
+                self._dispatch(block, end, samples)
+
+    def _read_blocks(self, room: int) -> list[tuple[Block | None, Position, int]]:
+        """Read and decode the next records (worker thread): (block, end, samples); block
+        None for an undecodable one."""
+        out: list[tuple[Block | None, Position, int]] = []
+        for record in self.queue.read(room, max_samples=max(1, self.capacity - self.pending)):
+            if record.corrupt:  # skipped by the queue (checksum): done, counted
+                out.append((None, record.end, record.samples))
+                continue
+            try:
+                out.append((decode_record(record.rest), record.end, record.samples))
+            except DecodeError as exc:
+                log.error("destination=%s msg=%s error=%s", self.name,
+                          q("undecodable queue record skipped"), q(exc))  # fmt: skip
+                out.append((None, record.end, record.samples))
+        return out
+
+    def _dispatch(self, block: Block | None, end: Position, samples: int) -> None:
+        """Hand a record's series to their shards (in order); the record waits to be done."""
+        if block is None:
+            self._metrics.queue_corrupt_records.labels(self.name).inc()
+            self._metrics.dropped_samples.labels(self.name, "corrupt").inc(samples)
+            self._records.append(_Record(end, 0, 0, False))
+            self._advance()
+            return
+        record = _Record(end, block.received_ms, len(block.frames), end <= self._resend_until,
+                         block.samples)  # fmt: skip
+        self._records.append(record)
+        self._shards.add(block, record)
+        self.pending += block.samples
+        self.pending_bytes += block.nbytes
+
+    # -- done ------------------------------------------------------------------------------
+
+    def sent(self, batch: Batch) -> None:
+        """A batch of the shards is done (delivered or refused for good): its records move
+        on, and the read-ahead has room again."""
+        self.pending -= batch.samples
+        self.pending_bytes -= batch.nbytes
+        self._done(batch.owners, batch.items)
+        self._wake.set()
+
+    def drop(self, dropped: Dropped) -> None:
+        """``drop_oldest`` removed segments (up to ``dropped.last_segment``): records read
+        from them are dropped too, their waiting frames counted as ``drop_oldest``; frames in
+        flight are not (once their file is gone, a crash would lose them uncounted)."""
+        for record in self._records:
+            if record.end.segment > dropped.last_segment:
+                break
+            record.dropped = True
+        if dropped.last_segment < 0:
+            return
+        for gone in self._shards.remove_if(_dropped):
+            self._metrics.dropped_samples.labels(self.name, "drop_oldest").inc(gone.samples)
+            self.pending -= gone.samples
+            self.pending_bytes -= gone.nbytes
+            self._done(gone.owners, gone.items)
+
+    def _done(self, owners: list[object], items: list[tuple[bytes, int]]) -> None:
+        """Series (``items``) of these records are done (delivered, refused for good, or
+        dropped)."""
+        for owner, (_, count) in zip(owners, items, strict=True):
+            assert isinstance(owner, _Record)
+            owner.remaining -= 1
+            owner.samples_left -= count
+        self._advance()
+
+    def _advance(self) -> None:
+        """Commit the queue position over records done, in order."""
+        end = None
+        records = self._records
+        while records and records[0].remaining <= 0:
+            end = records.popleft().end
+        if end is not None:
+            try:
+                self.queue.commit(end)
+            except OSError as exc:  # the position is not stored: those records go out again
+                log.error("destination=%s msg=%s error=%s", self.name,
+                          q("storing the queue position failed"), q(exc))  # fmt: skip

@@ -1,0 +1,257 @@
+"""The sending side of a destination: shard buffers, one sender per shard, and resharding.
+
+The reader (:mod:`rwrouter.sending.reader`) hands each series read from the disk queue to its
+shard (:meth:`Shards.add`). Each shard sends batches of at most ``max_samples_per_send``
+samples and ``max_request_bytes`` bytes, cut when full or when the oldest frame waited
+``batch_send_deadline`` seconds (at once when stopping); refused parts are on disk in the
+dead-letter store before the batch is reported done (``on_sent``).
+
+Per-series order: a series always goes to the same shard (its shard hash) and a shard has one
+batch in flight at a time, retried until it succeeds or is refused, so a later sample of a
+series never overtakes an earlier one (RW 1.0 spec). Shards are dynamic between ``min_shards``
+and ``max_shards`` as in Prometheus (:func:`~rwrouter.sending.batching.desired_shards`, every
+``reshard_interval`` seconds): to change their number, every sender finishes its batch in
+flight and the waiting frames are re-hashed in order (:func:`~rwrouter.sending.batching.reshard`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from contextlib import suppress
+
+from rwrouter.config import QueueConfig
+from rwrouter.logs import q
+from rwrouter.metrics import Metrics
+from rwrouter.sending.batching import Batch, ShardBuffer, desired_shards, reshard, shard_of
+from rwrouter.sending.deadletter import DeadLetters
+from rwrouter.sending.delivery import Deliverer
+from rwrouter.sending.records import Block
+
+log = logging.getLogger("rwrouter.sending")
+
+RESHARD_INTERVAL = 10.0  # seconds, as Prometheus's shardUpdateDuration
+
+
+class Stopping:
+    """A destination's stop, shared by its appends, reader and senders: ``closing`` once
+    :meth:`~rwrouter.sending.destination.Destination.stop_sending` began; ``handover`` when
+    it does not drain (a reload hands the queue to a successor)."""
+
+    __slots__ = ("_event", "handover")
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+        self.handover = False
+
+    @property
+    def closing(self) -> bool:
+        """Whether the stop began."""
+        return self._event.is_set()
+
+    def set(self, *, handover: bool) -> None:
+        """Begin the stop (``handover``: without draining)."""
+        self.handover = handover
+        self._event.set()
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait ``seconds``, or less when the stop begins meanwhile."""
+        with suppress(TimeoutError):
+            await asyncio.wait_for(self._event.wait(), seconds)
+
+
+class Shards:
+    """The shard buffers and senders of one destination (see the module docstring).
+
+    Callbacks: ``on_sent(batch)`` once a batch taken from a buffer is done (delivered or
+    refused for good, the refused part on disk); ``backlog()``: samples waiting to be sent
+    (read ahead or still on disk), for resharding; ``resent(owner)``: whether a frame's owner
+    may have gone out before a crash (such frames never share a batch with newer ones, and go
+    out marked as resent: :meth:`~rwrouter.sending.delivery.Deliverer.deliver`).
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        queue_config: QueueConfig,
+        deliverer: Deliverer,
+        dead_letters: DeadLetters,
+        metrics: Metrics,
+        clock: Callable[[], float],
+        stopping: Stopping,
+        on_sent: Callable[[Batch], None],
+        backlog: Callable[[], int],
+        resent: Callable[[object], bool],
+        reshard_interval: float = RESHARD_INTERVAL,
+    ) -> None:
+        self.name = name
+        self._q = queue_config
+        self._deliverer, self._dead_letters = deliverer, dead_letters
+        self._metrics, self._clock, self._stopping = metrics, clock, stopping
+        self._on_sent, self._backlog, self._resent = on_sent, backlog, resent
+        self._reshard_interval = reshard_interval
+        self.buffers = [ShardBuffer() for _ in range(queue_config.min_shards)]
+        self._wake = [asyncio.Event() for _ in self.buffers]
+        self.tasks: list[asyncio.Task[None]] = []  # one sender per shard
+        self._reshard_task: asyncio.Task[None] | None = None
+        self._pausing = False  # a resharding waits for the senders to return
+        self._input_done = False  # stopping, and the reader will add nothing more
+        self._stats = _IntervalStats()
+
+    def __len__(self) -> int:
+        """The number of shards (concurrent senders) now."""
+        return len(self.buffers)
+
+    def add(self, block: Block, owner: object) -> None:
+        """Hand a record's series to their shards, in order, each frame tagged with ``owner``
+        (given back in the :class:`~rwrouter.sending.batching.Batch` of ``on_sent``)."""
+        now = self._clock()
+        buffers, wake = self.buffers, self._wake
+        n = len(buffers)
+        max_samples = self._q.max_samples_per_send
+        for frame, count, hashed in zip(block.frames, block.counts, block.hashes, strict=True):
+            i = shard_of(hashed, n)
+            buf = buffers[i]
+            if not buf.frames or buf.samples + count >= max_samples:
+                wake[i].set()
+            buf.add(frame, count, now=now, hashed=hashed, owner=owner)
+
+    def remove_if(self, dropped: Callable[[object], bool]) -> list[Batch]:
+        """Remove the waiting frames (not those in flight) whose owner ``dropped`` says so;
+        returns them, one non-empty batch per shard."""
+        gone = (buf.remove_if(dropped) for buf in self.buffers)
+        return [batch for batch in gone if batch.items]
+
+    def demand(self, samples: int) -> None:
+        """Note ``samples`` offered to the destination (appended, or refused for want of
+        room), for the next resharding decision."""
+        self._stats.samples_in += samples
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start one sender per shard (and set the ``rwrouter_shards`` gauge)."""
+        self.tasks = [asyncio.create_task(self._send_loop(i)) for i in range(len(self.buffers))]
+        self._metrics.shards.labels(self.name).set(len(self.buffers))
+
+    def start_resharding(self) -> None:
+        """Start the loop that changes the shard count every ``reshard_interval`` seconds."""
+        self._reshard_task = asyncio.create_task(self._reshard_loop())
+
+    async def stop_resharding(self, timeout: float) -> None:
+        """Once the stop began: let a resharding under way complete within ``timeout``
+        seconds, else cancel it (a sender stuck retrying holds it up)."""
+        if self._reshard_task is not None:
+            await asyncio.wait([self._reshard_task], timeout=timeout)
+            self._reshard_task.cancel()
+            await asyncio.gather(self._reshard_task, return_exceptions=True)
+
+    def wake(self) -> None:
+        """Wake every sender (to notice the stop, or frames to send)."""
+        for event in self._wake:
+            event.set()
+
+    def input_done(self) -> None:
+        """The reader, stopping, adds nothing more: senders return once their buffer is
+        empty."""
+        self._input_done = True
+        self.wake()
+
+    # -- senders and resharding ------------------------------------------------------------
+
+    async def _send_loop(self, i: int) -> None:
+        buf, wake = self.buffers[i], self._wake[i]
+        q_, stopping = self._q, self._stopping
+        while not self._pausing and not stopping.handover:
+            if not buf.frames:
+                if stopping.closing and self._input_done:
+                    return
+                wake.clear()
+                await wake.wait()
+                continue
+            now = self._clock()
+            deadline = 0.0 if stopping.closing else q_.batch_send_deadline
+            if not buf.ready(max_samples=q_.max_samples_per_send, max_bytes=q_.max_request_bytes,
+                             deadline=deadline, now=now):  # fmt: skip
+                wake.clear()
+                assert buf.first_at is not None
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), deadline - (now - buf.first_at))
+                continue
+            batch = buf.take(
+                max_samples=q_.max_samples_per_send, max_bytes=q_.max_request_bytes,
+                group=self._resent,
+            )  # fmt: skip
+            if await self._send(batch):
+                self._on_sent(batch)
+            else:
+                buf.put_back(batch)
+                await asyncio.sleep(1.0)
+
+    async def _send(self, batch: Batch) -> bool:
+        """Deliver one batch and put its refused part on disk; False when delivery failed
+        unexpectedly (a bug, not an answer: the caller keeps the batch and tries again)."""
+        started = self._clock()
+        try:
+            delivered = await self._deliverer.deliver(
+                batch.items, "samples", resent=self._resent(batch.owners[0])
+            )
+        except Exception:
+            log.exception("destination=%s msg=%s", self.name,
+                          q("sending a batch failed unexpectedly: retrying in 1s"))  # fmt: skip
+            return False
+        if delivered:
+            self._metrics.sent_samples.labels(self.name).inc(delivered)
+            self._stats.delivered(delivered, self._clock() - started)
+        await self._dead_letters.flush()  # refused parts on disk before the queue moves on
+        return True
+
+    async def _reshard_loop(self) -> None:
+        """Every ``reshard_interval`` seconds, change the shard count if the load asks for it."""
+        q_, stopping = self._q, self._stopping
+        while not stopping.closing:
+            await stopping.sleep(self._reshard_interval)
+            stats, self._stats = self._stats, _IntervalStats()
+            failures, self._deliverer.failures = self._deliverer.failures, 0
+            if failures or stopping.closing:
+                continue  # more senders do not help a failing destination
+            wanted = desired_shards(
+                current=len(self.buffers), min_shards=q_.min_shards, max_shards=q_.max_shards,
+                samples_in=stats.samples_in, samples_out=stats.samples_out,
+                send_seconds=stats.send_seconds, pending=self._backlog(),
+                interval=self._reshard_interval,
+            )  # fmt: skip
+            if wanted != len(self.buffers):
+                await self.reshard(wanted)
+
+    async def reshard(self, shards: int) -> None:
+        """Change to ``shards`` shards: let every sender finish its batch in flight, re-hash
+        what waits (in order), restart the senders."""
+        log.info("destination=%s msg=%s from=%d to=%d", self.name, '"resharding"',
+                 len(self.buffers), shards)  # fmt: skip
+        self._pausing = True
+        self.wake()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        # Even when stop() came meanwhile, restart the senders: they drain what waits.
+        self.buffers = reshard(self.buffers, shards)  # no await from here: the reader waits
+        self._wake = [asyncio.Event() for _ in self.buffers]
+        self.wake()
+        self._pausing = False
+        self.start()
+
+
+class _IntervalStats:
+    """What happened since the last resharding decision: samples offered and delivered, and
+    seconds spent sending."""
+
+    __slots__ = ("samples_in", "samples_out", "send_seconds")
+
+    def __init__(self) -> None:
+        self.samples_in = self.samples_out = 0
+        self.send_seconds = 0.0
+
+    def delivered(self, samples: int, seconds: float) -> None:
+        self.samples_out += samples
+        self.send_seconds += seconds
