@@ -22,20 +22,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import random
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rwrouter.auth.schemes import Authenticator
     from rwrouter.config import Config, DestinationConfig
+    from rwrouter.sending.delivery import Deliverer
     from rwrouter.sending.rejected import RejectedEntry, RejectedStore
-    from rwrouter.sending.retry import RetryPolicy
-    from rwrouter.sending.transport import Answer, Transport
 
 REPLAY_RETRIES = 3  # retries of one entry after network errors / 5xx before it stays
 RESPONSE_COLUMN = 60  # characters of the answer's first line shown by ``list``
@@ -203,15 +199,22 @@ async def _replay(
 ) -> _Tally:
     from rwrouter.auth.schemes import authenticator_for
     from rwrouter.auth.sigv4 import REMOTE_WRITE_HEADERS
+    from rwrouter.metrics import Metrics
+    from rwrouter.sending.delivery import Deliverer
     from rwrouter.sending.fanout import transport_for  # as `rwrouter run` builds it
     from rwrouter.sending.retry import RetryPolicy
 
     q = dest.queue_config
-    auth = await authenticator_for(dest, path=f"remote_write[{index}]")
-    policy = RetryPolicy(min_backoff=q.min_backoff, max_backoff=q.max_backoff,
-                         retry_on_http_429=q.retry_on_http_429)  # fmt: skip
-    sender = _Sender(transport=transport_for(dest), auth=auth, policy=policy,
-                     base={**dict(dest.headers), **REMOTE_WRITE_HEADERS})  # fmt: skip
+    sender = Deliverer(  # the sender `rwrouter run` uses, with a few retries per entry
+        name=dest.name,
+        transport=transport_for(dest),
+        auth=await authenticator_for(dest, path=f"remote_write[{index}]"),
+        policy=RetryPolicy(min_backoff=q.min_backoff, max_backoff=q.max_backoff,
+                           retry_on_http_429=q.retry_on_http_429,
+                           max_retries=REPLAY_RETRIES),
+        base_headers={**dict(dest.headers), **REMOTE_WRITE_HEADERS},
+        metrics=Metrics(),
+    )
     tally = _Tally()
     await sender.transport.start()
     try:
@@ -225,7 +228,7 @@ async def _replay(
 
 
 async def _replay_one(
-    sender: _Sender, store: RejectedStore, entry: RejectedEntry, tally: _Tally
+    sender: Deliverer, store: RejectedStore, entry: RejectedEntry, tally: _Tally
 ) -> bool:
     """Send one entry and account for it; False when the destination is unreachable."""
     try:
@@ -238,8 +241,8 @@ async def _replay_one(
         tally.kept += 1
         print(f"kept      {entry.name}: unreadable: {exc}")
         return True
-    status, text = await sender.send(body)
-    if status is not None and 200 <= status < 300:
+    refusal = await sender.send_body(body, entry.kind)
+    if refusal is None:
         await asyncio.to_thread(store.remove, entry)
         tally.delivered += 1
         tally.series += entry.series
@@ -247,65 +250,12 @@ async def _replay_one(
             tally.samples += entry.samples
         else:
             tally.metadata += entry.samples
-        print(f"delivered {entry.name}: {status} ({_carries(entry)})")
+        print(f"delivered {entry.name} ({_carries(entry)})")
         return True
-    answer = "no answer" if status is None else str(status)
+    answer = "no answer" if refusal.status is None else str(refusal.status)
     tally.kept += 1
-    print(f"kept      {entry.name}: {answer}: {_first_line(text)}")
-    return status is not None
-
-
-class _Sender:
-    """Sends one body as ``rwrouter run`` does, with a few retries (:data:`REPLAY_RETRIES`)."""
-
-    def __init__(
-        self, *, transport: Transport, auth: Authenticator, policy: RetryPolicy,
-        base: dict[str, str],
-    ) -> None:  # fmt: skip
-        self.transport, self.auth, self.policy, self.base = transport, auth, policy, base
-
-    async def send(self, body: bytes) -> tuple[int | None, str]:
-        """POST ``body``; returns the final status (None: no answer) and the answer's text."""
-        from rwrouter.errors import CredentialsError
-        from rwrouter.sending.transport import Answer
-
-        attempt, refreshed, started = 0, False, time.monotonic()
-        while True:
-            answer = await self._attempt(body)
-            status = answer.status if isinstance(answer, Answer) else None
-            text = answer.text if isinstance(answer, Answer) else str(answer)
-            if status is not None and 200 <= status < 300:
-                return status, text
-            if status is not None and not refreshed:
-                try:  # 401/403: refresh the credentials if that can help, and retry once
-                    refreshed = await self.auth.refresh_after(status=status, body_text=text)
-                except CredentialsError:
-                    refreshed = True
-                else:
-                    if refreshed:
-                        continue
-            retry_after = answer.headers.get("Retry-After") if isinstance(answer, Answer) else None
-            decision = self.policy.decide(status, attempt=attempt, retry_after=retry_after,
-                                          now=time.time(), rand=random.random(),
-                                          elapsed=time.monotonic() - started)  # fmt: skip
-            if not decision.retry or attempt >= REPLAY_RETRIES:
-                return status, text
-            await asyncio.sleep(decision.delay)
-            attempt += 1
-
-    async def _attempt(self, body: bytes) -> Answer | Exception:
-        """One signed POST: the Answer, or the TransportError/CredentialsError instead."""
-        from rwrouter import USER_AGENT
-        from rwrouter.errors import CredentialsError
-        from rwrouter.sending.transport import TransportError
-
-        try:
-            headers = await self.auth.headers(url=self.transport.url, body=body, base=self.base)
-            headers["User-Agent"] = USER_AGENT
-            answer: Answer | Exception = await self.transport.post(body, headers)
-        except (TransportError, CredentialsError) as exc:
-            answer = exc
-        return answer
+    print(f"kept      {entry.name}: {answer}: {_first_line(refusal.text)}")
+    return refusal.status is not None
 
 
 def _summary(name: str, store: RejectedStore, entries: list[RejectedEntry], tally: _Tally) -> None:

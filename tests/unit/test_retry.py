@@ -266,3 +266,16 @@ def test_policy_defaults_match_the_config_defaults() -> None:
     assert (policy.max_retry_duration, policy.max_retry_duration_on_http_429) == (0.0, 3600.0)
     assert (policy.max_retry_duration, policy.max_retry_duration_on_http_429) == (
         q.max_retry_duration, q.max_retry_duration_on_http_429)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("max_retries", "attempt", "retry"),
+    [(0, 50, True), (3, 2, True), (3, 3, False), (1, 0, True), (1, 1, False)],
+    ids=["zero_is_unlimited", "under", "reached", "one_allowed", "one_spent"],
+)
+def test_max_retries(max_retries: int, attempt: int, retry: bool) -> None:
+    policy = RetryPolicy(max_retries=max_retries)
+    decision = policy.decide(503, attempt=attempt, now=0.0, rand=0.0, elapsed=0.0)
+    assert decision.retry is retry
+    if not retry:
+        assert decision.reason == "retry_budget"

@@ -165,7 +165,16 @@ class Deliverer:
 
     async def _send(self, raw: bytes, kind: str, batch: _Batch) -> Refusal | None:
         """Send one request with retries; None when delivered, else the final refusal."""
-        body = compress(raw)
+        return await self.send_body(compress(raw), kind, started=batch.started)
+
+    async def send_body(
+        self, body: bytes, kind: str, *, started: float | None = None
+    ) -> Refusal | None:
+        """Send one snappy-compressed write request body (``kind``: "samples" or "metadata")
+        with retries, a credential refresh on 401/403, and the retry budget counted from
+        ``started`` (clock seconds; default now). None when delivered (2xx), else the final
+        refusal. Nothing is counted as sent or dropped here: that is the caller's."""
+        started = self._clock() if started is None else started
         attempt = 0
         refreshed = False
         while True:
@@ -181,7 +190,7 @@ class Deliverer:
             retry_after = answer.headers.get("Retry-After") if isinstance(answer, Answer) else None
             decision = self.policy.decide(
                 status, attempt=attempt, retry_after=retry_after, now=self._wall(),
-                rand=self._rand(), elapsed=self._clock() - batch.started,
+                rand=self._rand(), elapsed=self._clock() - started,
             )  # fmt: skip
             if not decision.retry:
                 final = RETRY_BUDGET if decision.reason == RETRY_BUDGET else _status_class(status)

@@ -49,6 +49,8 @@ class RetryPolicy:
     ``max_retry_duration``: budget for network errors and 5xx (0 = no bound, as Prometheus).
     ``max_retry_duration_on_http_429``: budget for 429 when it is retried (default 3600; 0 = no
     bound). Budgets count from the batch's first attempt (rwrouter's own rule).
+    ``max_retries``: at most this many retries of one request (0 = no bound; ``rwrouter
+    rejected replay`` uses a few).
     """
 
     min_backoff: float = 0.03
@@ -56,6 +58,7 @@ class RetryPolicy:
     retry_on_http_429: bool = False
     max_retry_duration: float = 0.0
     max_retry_duration_on_http_429: float = 3600.0
+    max_retries: int = 0
 
     def decide(
         self,
@@ -92,6 +95,8 @@ class RetryPolicy:
         else:
             delay = self.backoff(attempt, rand=rand)
         if budget > 0 and elapsed + delay > budget:
+            return Decision(False, 0.0, RETRY_BUDGET)
+        if self.max_retries and attempt >= self.max_retries:
             return Decision(False, 0.0, RETRY_BUDGET)
         return Decision(True, delay, reason)
 
