@@ -343,15 +343,16 @@ async def test_stop_during_a_resharding_blocked_by_a_hanging_destination(
     body = write_request([Series((("__name__", "m"), ("i", str(i))), ((1, 1.0),))
                           for i in range(10)])  # fmt: skip
     await enqueue(dest, router.route(parse_write_request(body.SerializeToString())).series[0])
-    await eventually(lambda: dest.pending == 10 and not dest._shards[0].frames)  # in flight
-    resharding = asyncio.create_task(dest._reshard(3))
+    senders = dest._senders
+    await eventually(lambda: dest.pending == 10 and not senders.buffers[0].frames)  # in flight
+    resharding = asyncio.create_task(senders.reshard(3))
     await asyncio.sleep(0.05)
     started = time.perf_counter()
     left = await dest.stop(timeout=0.3)
     assert time.perf_counter() - started < 2
     assert left == 1  # the one record (10 series) stays on disk for the next start
     assert resharding.done()
-    assert all(task.done() for task in dest._shard_tasks)
+    assert all(task.done() for task in senders.tasks)
     release.set()
 
 

@@ -32,7 +32,6 @@ from rwrouter.config import DestinationConfig, StorageConfig
 from rwrouter.errors import StorageError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
-from rwrouter.sending.batching import ShardBuffer
 from rwrouter.sending.deadletter import DeadLetters
 from rwrouter.sending.delivery import Deliverer
 from rwrouter.sending.diskqueue import DiskQueue
@@ -327,16 +326,3 @@ class Destination:
                               q("fsync of the disk queue failed"), q(exc))  # fmt: skip
             if stopping.closing:
                 return
-
-    # -- the shards inside, for tests ------------------------------------------------------
-
-    @property
-    def _shards(self) -> list[ShardBuffer]:
-        return self._senders.buffers
-
-    @property
-    def _shard_tasks(self) -> list[asyncio.Task[None]]:
-        return self._senders.tasks
-
-    async def _reshard(self, shards: int) -> None:
-        await self._senders.reshard(shards)
