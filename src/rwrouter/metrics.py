@@ -6,7 +6,7 @@ prometheus_client). Names follow Prometheus conventions: ``_total`` counters, ba
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import (
     CollectorRegistry,
@@ -18,6 +18,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from rwrouter import __version__
@@ -266,3 +267,51 @@ class _ExpiryCollector(Collector):
             if value is not None:
                 family.add_metric([name], value)
         yield family
+
+
+def merge_expositions(parts: Mapping[str, str | None], *, workers: int) -> bytes:
+    """One text exposition of several worker processes' own expositions (``rwrouter run
+    --workers``): every sample gets a ``worker="<key>"`` label; a family present in several
+    parts is written once. ``None`` (or text that does not parse) marks a worker that did not
+    answer: its metrics are absent and ``rwrouter_worker_up{worker}`` is 0. Also
+    ``rwrouter_workers``: the configured number of workers (``workers``)."""
+    families: dict[str, Metric] = {}
+    up = GaugeMetricFamily(
+        "rwrouter_worker_up",
+        "Whether a worker process answered for this scrape (1) or not (0: absent, its metrics "
+        "too).",
+        labels=["worker"],
+    )
+    for worker, text in parts.items():
+        parsed = _parse(text)
+        up.add_metric([worker], 0.0 if parsed is None else 1.0)
+        for family in parsed or ():
+            merged = families.setdefault(
+                family.name, Metric(family.name, family.documentation, family.type, family.unit)
+            )
+            merged.samples += [s._replace(labels={**s.labels, "worker": worker})
+                               for s in family.samples]  # fmt: skip
+    count = GaugeMetricFamily("rwrouter_workers", "Worker processes configured (--workers).")
+    count.add_metric([], float(workers))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Fixed([count, up, *families.values()]))
+    return generate_latest(registry)
+
+
+def _parse(text: str | None) -> list[Metric] | None:
+    if text is None:
+        return None
+    try:
+        return list(text_string_to_metric_families(text))
+    except ValueError:
+        return None
+
+
+class _Fixed(Collector):
+    """Collects the families it was given."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.families
