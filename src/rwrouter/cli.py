@@ -2,8 +2,9 @@
 ``rwrouter rejected list|replay``.
 
 ``rwrouter run --config FILE`` runs the router (SIGHUP reloads FILE; SIGTERM drains for
-``server.shutdown_timeout``). Without ``--config`` it runs its embedded default, the local demo
-pipeline (same as ``rwrouter demo``). Exit codes: 0 clean stop, 1 runtime
+``server.shutdown_timeout``); ``--workers N`` runs N router processes sharing the port
+(:mod:`rwrouter.server.supervisor`). Without ``--config`` it runs its embedded default, the
+local demo pipeline (same as ``rwrouter demo``). Exit codes: 0 clean stop, 1 runtime
 failure, 2 bad configuration or usage.
 """
 
@@ -17,26 +18,36 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rwrouter import __version__
 from rwrouter.errors import ConfigError, RwrouterError
 from rwrouter.logs import q, setup_logging
 from rwrouter.rejected_cli import register as register_rejected
 
+if TYPE_CHECKING:
+    from rwrouter.server.workers import WorkerSpec
+
 log = logging.getLogger("rwrouter")
 
 
-async def serve(config_path: str) -> int:
+async def serve(config_path: str, *, worker: WorkerSpec | None = None) -> int:
     """Run the router until SIGTERM/SIGINT; then stop accepting and drain the queues for
-    ``server.shutdown_timeout`` (the rest stays on disk). SIGHUP reloads the configuration."""
+    ``server.shutdown_timeout`` (the rest stays on disk). SIGHUP reloads the configuration.
+    ``worker``: run as one worker of ``--workers`` (:mod:`rwrouter.server.workers`)."""
     from rwrouter.config import load_config
     from rwrouter.server.runner import RouterServer
+    from rwrouter.server.workers import report_ready, worker_config
 
     config = load_config(config_path)
-    server = RouterServer(config, config_path=config_path)
+    if worker is not None:
+        config = worker_config(config, worker)
+    server = RouterServer(config, config_path=config_path, worker=worker)
     await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    if worker is not None:
+        report_ready(worker, on_orphaned=stop.set)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     reloads: set[asyncio.Task[None]] = set()
@@ -63,7 +74,31 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.config is None:
         log.info('msg="no --config given: running the embedded default, the local demo pipeline"')
         return cmd_demo(args)
+    if args.worker is not None:  # started by the supervisor of --workers N
+        from rwrouter.server.workers import WorkerSpec, prepare_worker
+
+        spec = WorkerSpec.from_arg(args.worker)
+        prepare_worker(spec)
+        return asyncio.run(serve(args.config, worker=spec))
+    if args.workers > 1:
+        from rwrouter.config import load_config
+        from rwrouter.server.supervisor import supervise
+
+        config = load_config(args.config)  # errors are one line here, not one per worker
+        return asyncio.run(
+            supervise(args.config, config, workers=args.workers, log_level=args.log_level)
+        )
     return asyncio.run(serve(args.config))
+
+
+def _workers(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 1024:
+        raise argparse.ArgumentTypeError(f"expected a number of processes >= 1, got {text!r}")
+    return value
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
@@ -98,6 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run", help="run the router (without --config: the local demo)")
     run.add_argument("--config", help="YAML configuration file")
+    run.add_argument("--workers", type=_workers, default=1, metavar="N",
+                     help="router processes sharing the listen port (SO_REUSEPORT), each with "
+                          "its own queues; default 1")  # fmt: skip
+    run.add_argument("--worker", help=argparse.SUPPRESS)  # set by the supervisor of --workers
     run.set_defaults(func=cmd_run)
     check = sub.add_parser("check-config", help="validate a configuration and describe it")
     check.add_argument("file")

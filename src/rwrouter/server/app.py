@@ -49,6 +49,8 @@ READY = web.AppKey("ready", list)  # [bool]: set once the destinations run
 DECODERS = web.AppKey("decoders", Decoders)
 Reload = Callable[[], Awaitable[str]]
 RELOAD: web.AppKey[Reload] = web.AppKey("reload")
+Expose = Callable[[], Awaitable[tuple[bytes, str]]]  # the /metrics body and its content type
+EXPOSE: web.AppKey[Expose] = web.AppKey("expose")  # rwrouter run --workers: all workers' metrics
 
 WRITE_PATHS = ("/api/v1/write", "/api/v1/push")
 RW2_CONTENT_TYPE = "io.prometheus.write.v2.request"
@@ -163,8 +165,9 @@ def _unavailable(request: web.Request, reason: str, text: str) -> web.Response:
 
 
 async def handle_metrics(request: web.Request) -> web.Response:
-    """Prometheus text exposition of rwrouter's own metrics."""
-    body, content_type = request.app[METRICS].exposition()
+    """Prometheus text exposition of rwrouter's own metrics (with ``--workers``: of every
+    worker, :mod:`rwrouter.server.workers`)."""
+    body, content_type = await request.app[EXPOSE]()
     response = web.Response(body=body)
     response.headers["Content-Type"] = content_type
     return response
@@ -218,6 +221,11 @@ def make_app(*, fanout: FanOut, metrics: Metrics, settings: ServerConfig) -> web
     app[FANOUT], app[METRICS], app[SETTINGS], app[READY] = fanout, metrics, settings, [False]
     app[DECODERS] = Decoders()
     app[RELOAD] = _no_reload
+
+    async def expose() -> tuple[bytes, str]:
+        return metrics.exposition()
+
+    app[EXPOSE] = expose
     app.on_cleanup.append(_shutdown_decoders)
     for path in WRITE_PATHS:
         app.router.add_post(path, handle_write)

@@ -18,7 +18,8 @@ from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.sending.fanout import FanOut, build_fanout
 from rwrouter.sending.reconfigure import reconfigure
-from rwrouter.server.app import READY, RELOAD, make_app
+from rwrouter.server.app import EXPOSE, READY, RELOAD, make_app
+from rwrouter.server.workers import Peers, WorkerSpec, worker_config
 
 log = logging.getLogger("rwrouter.server")
 
@@ -30,12 +31,24 @@ class RouterServer:
 
     ``await start()``, then ``url``/``port``; ``await reload()`` re-reads ``config_path``;
     ``await stop(drain_timeout=...)`` (seconds; default ``server.shutdown_timeout``).
+
+    ``worker``: run as one worker of ``rwrouter run --workers`` (:mod:`rwrouter.server.workers`):
+    the port is bound with ``SO_REUSEPORT``, ``/metrics`` shows every worker's metrics and
+    ``/-/reload`` reloads every worker. ``config`` is already the worker's own
+    (:func:`~rwrouter.server.workers.worker_config`).
     """
 
     def __init__(
-        self, config: Config, *, metrics: Metrics | None = None, config_path: str | None = None
+        self,
+        config: Config,
+        *,
+        metrics: Metrics | None = None,
+        config_path: str | None = None,
+        worker: WorkerSpec | None = None,
     ) -> None:
         self.config = config
+        self.worker = worker
+        self._peers: Peers | None = None
         self.config_path = config_path
         self._reload_lock = asyncio.Lock()
         self.metrics = metrics if metrics is not None else Metrics()
@@ -58,6 +71,9 @@ class RouterServer:
         settings = self.config.server
         self._app = make_app(fanout=self.fanout, metrics=self.metrics, settings=settings)
         self._app[RELOAD] = self.reload
+        if self.worker is not None:
+            self._peers = Peers(self.worker, metrics=self.metrics, reload=self.reload)
+            self._app[EXPOSE], self._app[RELOAD] = self._peers.exposition, self._peers.reload_all
         # auto_decompress=False: aiohttp would otherwise decode gzip/deflate/br/zstd request
         # bodies itself (and fail on bad ones before our handler could answer 415).
         self._runner = web.AppRunner(
@@ -68,10 +84,11 @@ class RouterServer:
             shutdown_timeout=REQUEST_GRACE,
         )
         await self._runner.setup()
-        site = web.TCPSite(
-            self._runner, settings.listen_host or None, settings.listen_port, reuse_address=True
-        )
+        site = web.TCPSite(self._runner, settings.listen_host or None, settings.listen_port,
+                           reuse_address=True, reuse_port=self.worker is not None)  # fmt: skip
         await site.start()
+        if self._peers is not None:
+            await self._peers.start()
         server = site._server  # aiohttp keeps the bound sockets there
         sockets = getattr(server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else settings.listen_port
@@ -91,6 +108,8 @@ class RouterServer:
                 if self.fanout is None:
                     raise RwrouterError("the router is not running")
                 new = await asyncio.to_thread(load_config, self.config_path)
+                if self.worker is not None:  # its own storage.path, as when it started
+                    new = worker_config(new, self.worker)
                 summary = await reconfigure(self.fanout, self.config, new, metrics=self.metrics)
             except (RwrouterError, OSError) as exc:
                 self.metrics.config_reload_ok.set(0)
@@ -123,3 +142,6 @@ class RouterServer:
         if self.fanout is not None:
             await self.fanout.stop(timeout=max(0.0, deadline - time.monotonic()))
             self.fanout = None
+        if self._peers is not None:
+            await self._peers.stop()
+            self._peers = None

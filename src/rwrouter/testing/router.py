@@ -11,6 +11,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 from rwrouter.testing.prometheus import MetricSample, parse_metrics, wait_ready
@@ -22,16 +23,14 @@ class RouterProcess:
     a restarted router keeps one log). It runs in the config file's directory, so a relative
     ``storage.path`` lands next to the file."""
 
-    def __init__(self, *, config_path: Path, port: int, log_path: Path) -> None:
+    def __init__(
+        self, *, config_path: Path, port: int, log_path: Path, args: Sequence[str] = ()
+    ) -> None:
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = log_path
         self.config_path = config_path
-        with log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "rwrouter", "run", "--config", str(config_path)],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                cwd=config_path.parent,
-            )  # fmt: skip
+        self.args = list(args)  # more ``rwrouter run`` options, e.g. ["--workers", "2"]
+        self._spawn()
 
     def wait_ready(self, *, timeout_s: float) -> None:
         """Poll ``/-/ready``; ``RuntimeError`` with the log tail on exit or timeout."""
@@ -64,11 +63,14 @@ class RouterProcess:
         :meth:`wait_ready` after."""
         if self.process.poll() is None:
             raise RuntimeError("rwrouter is still running: stop() or kill() it first")
+        self._spawn()
+
+    def _spawn(self) -> None:
+        command = [sys.executable, "-m", "rwrouter", "run", "--config", str(self.config_path)]
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "rwrouter", "run", "--config", str(self.config_path)],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                cwd=self.config_path.parent,
+                [*command, *self.args], stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, cwd=self.config_path.parent,
             )  # fmt: skip
 
     def _log_tail(self) -> str:

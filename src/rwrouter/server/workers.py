@@ -1,0 +1,203 @@
+"""The worker side of ``rwrouter run --workers N`` (the supervisor is
+:mod:`rwrouter.server.supervisor`).
+
+Each worker is a whole router (:class:`~rwrouter.server.runner.RouterServer`) bound to the same
+address with ``SO_REUSEPORT`` (the kernel spreads connections), with its own queues:
+``storage.path`` for worker 0 (the layout of a single process), ``storage.path/worker-<i>`` for
+worker ``i`` > 0. It also serves, on a private unix socket in the supervisor's runtime directory
+(``<dir>/worker-<i>.sock``, mode 0700 directory), ``GET /metrics`` (its own exposition only) and
+``POST /-/reload`` (reload itself only). A public ``GET /metrics`` gathers every worker's
+exposition from those sockets and merges them with a ``worker`` label
+(:func:`rwrouter.metrics.merge_expositions`); a public ``POST /-/reload`` reloads this worker
+and asks the others through their sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+from rwrouter.config import Config
+from rwrouter.errors import RwrouterError
+from rwrouter.logs import LogfmtFormatter, q
+from rwrouter.metrics import Metrics, merge_expositions
+
+log = logging.getLogger("rwrouter.workers")
+
+PEER_TIMEOUT = 5.0  # seconds a worker waits for another worker's exposition or reload answer
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerSpec:
+    """What the supervisor tells worker ``index`` (of ``count``): the ``port`` to bind (the
+    configured one, or the one the supervisor picked for port 0), the ``runtime_dir`` of the
+    private sockets, the pipe ends ``ready_fd`` (written once listening) and ``lifeline_fd``
+    (end of file when the supervisor is gone: the worker stops as on SIGTERM)."""
+
+    index: int
+    count: int
+    port: int
+    runtime_dir: str
+    ready_fd: int
+    lifeline_fd: int
+
+    def to_arg(self) -> str:
+        return json.dumps(dataclasses.asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_arg(cls, text: str) -> WorkerSpec:
+        """Raises ValueError (or TypeError) for anything the supervisor would not write."""
+        return cls(**json.loads(text))
+
+
+def worker_storage(path: str, index: int) -> str:
+    """Worker ``index``'s ``storage.path``: ``path`` itself for worker 0 (so going from one
+    process to several, or back, keeps worker 0's queues), ``path/worker-<index>`` otherwise."""
+    return path if index == 0 else os.path.join(path, f"worker-{index}")
+
+
+def worker_config(config: Config, spec: WorkerSpec) -> Config:
+    """``config`` as worker ``spec.index`` runs it: its own storage path; the port the
+    supervisor picked if the configured one is 0."""
+    server = config.server
+    if server.listen_port == 0:
+        host = server.listen_address.rpartition(":")[0]
+        server = dataclasses.replace(server, listen_address=f"{host}:{spec.port}")
+    storage = dataclasses.replace(
+        config.storage, path=worker_storage(config.storage.path, spec.index)
+    )
+    return dataclasses.replace(config, server=server, storage=storage)
+
+
+def prepare_worker(spec: WorkerSpec) -> None:
+    """In a worker process, before it starts: log lines carry ``worker=<index>``; a SIGHUP
+    forwarded while the router is still starting is ignored (it reads the file anyway); the
+    lifeline pipe is not passed on to processes this one starts."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    os.set_inheritable(spec.lifeline_fd, False)
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(_WorkerFormatter(spec.index))
+
+
+def report_ready(spec: WorkerSpec, *, on_orphaned: Callable[[], None]) -> None:
+    """In a worker process, once it listens: tell the supervisor, and call ``on_orphaned``
+    (on the running loop) when the supervisor is gone."""
+    loop = asyncio.get_running_loop()
+
+    def gone() -> None:
+        loop.remove_reader(spec.lifeline_fd)
+        log.error("msg=%s", q("the supervisor is gone: stopping"))
+        on_orphaned()
+
+    loop.add_reader(spec.lifeline_fd, gone)
+    os.write(spec.ready_fd, b"R")
+    os.close(spec.ready_fd)
+
+
+class _WorkerFormatter(LogfmtFormatter):
+    def __init__(self, index: int) -> None:
+        super().__init__()
+        self.field = f" worker={index} logger="
+
+    def format(self, record: logging.LogRecord) -> str:
+        return super().format(record).replace(" logger=", self.field, 1)
+
+
+def socket_path(runtime_dir: str, index: int) -> Path:
+    """The private unix socket of worker ``index``."""
+    return Path(runtime_dir) / f"worker-{index}.sock"
+
+
+Reload = Callable[[], Awaitable[str]]
+
+
+class Peers:
+    """This worker's private socket and its view of the other workers."""
+
+    def __init__(self, spec: WorkerSpec, *, metrics: Metrics, reload: Reload) -> None:
+        self.spec = spec
+        self.metrics = metrics
+        self.reload_self = reload
+        self._runner: web.AppRunner | None = None
+        self._supervisor = os.getppid()
+
+    async def start(self) -> None:
+        """Serve ``GET /metrics`` and ``POST /-/reload`` (this worker only) on the socket."""
+        app = web.Application()
+        app.router.add_get("/metrics", self._handle_metrics)
+        app.router.add_post("/-/reload", self._handle_reload)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        await web.UnixSite(self._runner, str(socket_path(self.spec.runtime_dir, self.spec.index)),
+                           shutdown_timeout=1.0).start()  # fmt: skip
+
+    async def stop(self) -> None:
+        """Close the socket and remove its file (and the runtime directory, if empty, when the
+        supervisor is gone: it cannot)."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        with contextlib.suppress(OSError):
+            socket_path(self.spec.runtime_dir, self.spec.index).unlink()
+            if os.getppid() != self._supervisor:
+                os.rmdir(self.spec.runtime_dir)
+
+    async def exposition(self) -> tuple[bytes, str]:
+        """Every worker's metrics, merged with a ``worker`` label (``rwrouter_worker_up`` 0
+        for a worker that did not answer within :data:`PEER_TIMEOUT`)."""
+        own, content_type = self.metrics.exposition()
+        others = [i for i in range(self.spec.count) if i != self.spec.index]
+        texts = await asyncio.gather(*(self._peer(i, "GET", "/metrics") for i in others))
+        parts: dict[str, str | None] = dict(zip(map(str, others), texts, strict=True))
+        parts[str(self.spec.index)] = own.decode()
+        ordered = {str(i): parts[str(i)] for i in range(self.spec.count)}
+        body = await asyncio.to_thread(merge_expositions, ordered, workers=self.spec.count)
+        return body, content_type
+
+    async def reload_all(self) -> str:
+        """Reload this worker (its summary is the answer; errors raised as
+        :meth:`RouterServer.reload`) and ask every other worker to reload itself (best
+        effort: each logs its own outcome; a worker that does not answer is logged here)."""
+        others = [i for i in range(self.spec.count) if i != self.spec.index]
+        asked = asyncio.gather(*(self._peer(i, "POST", "/-/reload") for i in others))
+        try:
+            return await self.reload_self()
+        finally:
+            for i, answer in zip(others, await asked, strict=True):
+                if answer is None:
+                    log.warning("msg=%s worker=%d", q("could not ask a worker to reload"), i)
+
+    async def _peer(self, index: int, method: str, path: str) -> str | None:
+        """The answer text of worker ``index`` (any status), or None if it did not answer."""
+        connector = aiohttp.UnixConnector(path=str(socket_path(self.spec.runtime_dir, index)))
+        timeout = aiohttp.ClientTimeout(total=PEER_TIMEOUT)
+        try:
+            async with (
+                aiohttp.ClientSession(connector=connector, timeout=timeout) as session,
+                session.request(method, f"http://worker-{index}{path}") as response,
+            ):
+                return await response.text()
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            log.debug("msg=%s worker=%d error=%s", q("worker did not answer"), index, q(exc))
+            return None
+
+    async def _handle_metrics(self, request: web.Request) -> web.Response:
+        body, content_type = self.metrics.exposition()
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+    async def _handle_reload(self, request: web.Request) -> web.Response:
+        try:
+            return web.Response(text=await self.reload_self() + "\n")
+        except (RwrouterError, OSError) as exc:
+            return web.Response(status=500, text=" ".join(str(exc).split()) + "\n")

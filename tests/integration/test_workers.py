@@ -1,0 +1,189 @@
+"""``rwrouter run --workers 2`` as a real process tree on 127.0.0.1: the supervisor and two
+workers sharing the port (SO_REUSEPORT), a capture server as the destination."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from rwrouter.testing.prometheus import free_port
+from rwrouter.testing.router import RouterProcess
+from tests.support.capture import CaptureServer
+from tests.support.series import HEADERS, Series, build_body
+
+CONFIG = """
+server: {{listen_address: "127.0.0.1:{port}", shutdown_timeout: 2s}}
+storage: {{path: data}}
+remote_write:
+  - name: sink
+    url: {url}
+    queue_config: {{batch_send_deadline: 50ms, min_backoff: 50ms, max_backoff: 200ms}}
+"""
+WORKERS = ("0", "1")
+CONNECTIONS = 32  # the kernel picks a worker per connection: 2 * 2**-32 that one gets none
+
+
+def poll(predicate: Callable[[], bool], *, timeout: float = 15.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s: {what}")
+        time.sleep(0.05)
+
+
+def per_worker(router: RouterProcess, name: str, **labels: str) -> dict[str, float]:
+    """``name`` (with ``labels``) summed per ``worker`` label, from the merged /metrics."""
+    values: dict[str, float] = {}
+    for sample in router.metrics():
+        if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+            worker = sample.labels["worker"]
+            values[worker] = values.get(worker, 0.0) + sample.value
+    return values
+
+
+def all_up(router: RouterProcess) -> bool:
+    try:
+        return per_worker(router, "rwrouter_worker_up") == dict.fromkeys(WORKERS, 1.0)
+    except OSError:
+        return False
+
+
+def children(pid: int) -> list[int]:
+    """Processes whose parent is ``pid`` (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rpartition(")")[2].split()[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def start(tmp: Path, capture: CaptureServer, path: str) -> RouterProcess:
+    port = free_port()
+    config = tmp / "rwrouter.yaml"
+    config.write_text(CONFIG.format(port=port, url=capture.url(path)))
+    router = RouterProcess(config_path=config, port=port, log_path=tmp / "rwrouter.log",
+                           args=["--workers", "2"])  # fmt: skip
+    try:
+        poll(lambda: all_up(router) or router.process.poll() is not None, what="workers up")
+        assert router.process.poll() is None, router.log_path.read_text()
+    except BaseException:
+        router.stop()
+        raise
+    return router
+
+
+@pytest.fixture(scope="module")
+def router(
+    tmp_path_factory: pytest.TempPathFactory, capture: CaptureServer
+) -> Iterator[RouterProcess]:
+    router = start(tmp_path_factory.mktemp("workers"), capture, "/workers")
+    yield router
+    router.stop(timeout_s=15)
+
+
+def send(router: RouterProcess, body: bytes) -> int:
+    """POST ``body`` on a new connection; returns the status."""
+    host, port = router.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        connection.request("POST", "/api/v1/write", body=body, headers=HEADERS)
+        return connection.getresponse().status
+    finally:
+        connection.close()
+
+
+def test_each_worker_has_its_own_queue(router: RouterProcess) -> None:
+    data = router.config_path.parent / "data"
+    assert (data / "queue" / "sink").is_dir()  # worker 0: the single-process layout
+    assert (data / "worker-1" / "queue" / "sink").is_dir()
+
+
+def test_connections_spread_over_workers_and_every_sample_arrives(
+    router: RouterProcess, capture: CaptureServer
+) -> None:
+    before = per_worker(router, "rwrouter_received_requests_total", code="204")
+    statuses = [
+        send(router, build_body([Series((("__name__", "up"), ("conn", str(i))), [(1000, i)])]))
+        for i in range(CONNECTIONS)
+    ]
+    assert statuses == [204] * CONNECTIONS
+    after = per_worker(router, "rwrouter_received_requests_total", code="204")
+    spread = {w: after.get(w, 0) - before.get(w, 0) for w in WORKERS}
+    assert sum(spread.values()) == CONNECTIONS
+    assert min(spread.values()) >= 4, spread  # binomial(32, 1/2): P(< 4) is about 1e-6
+    poll(lambda: capture.sample_count("/workers") >= CONNECTIONS, what="all samples delivered")
+    received = {dict(labels)["conn"] for labels in capture.label_sets("/workers")}
+    assert received == {str(i) for i in range(CONNECTIONS)}
+    sent = per_worker(router, "rwrouter_sent_samples_total", destination="sink")
+    assert sum(sent.values()) == CONNECTIONS
+    assert sent == {w: spread[w] for w in WORKERS}
+
+
+@pytest.mark.parametrize("how", ["sighup", "http"])
+def test_reload_reaches_every_worker(router: RouterProcess, how: str) -> None:
+    name = "rwrouter_config_last_reload_success_timestamp_seconds"
+    before = per_worker(router, name)
+    time.sleep(0.01)  # the timestamp has sub-second resolution: make "later" observable
+    if how == "sighup":
+        router.process.send_signal(signal.SIGHUP)
+    else:
+        request = urllib.request.Request(f"{router.url}/-/reload", method="POST")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.read().decode().startswith("configuration reloaded")
+
+    def reloaded() -> bool:
+        after = per_worker(router, name)
+        return all(after.get(w, 0) > before[w] for w in WORKERS)
+
+    poll(reloaded, what="every worker reloaded")
+    assert per_worker(router, "rwrouter_config_last_reload_successful") == dict.fromkeys(
+        WORKERS, 1.0
+    )
+
+
+def test_a_killed_worker_is_restarted(router: RouterProcess) -> None:
+    workers = children(router.process.pid)
+    assert len(workers) == 2
+    os.kill(workers[1], signal.SIGKILL)
+    poll(lambda: workers[1] not in children(router.process.pid), what="worker reaped")
+    poll(lambda: len(children(router.process.pid)) == 2 and all_up(router), what="restarted")
+    assert router.process.poll() is None
+    assert "worker exited: restarting" in router.log_path.read_text()
+
+
+def test_sigterm_stops_every_process(tmp_path: Path, capture: CaptureServer) -> None:
+    router = start(tmp_path, capture, "/sigterm")
+    workers = children(router.process.pid)
+    assert len(workers) == 2
+    router.process.send_signal(signal.SIGTERM)
+    assert router.process.wait(15) == 0
+    poll(lambda: not any(alive(pid) for pid in workers), timeout=5, what="workers gone")
+    log = router.log_path.read_text()
+    assert log.count("stopping: draining queues") == 2, log
+
+
+def test_workers_stop_when_the_supervisor_is_killed(tmp_path: Path, capture: CaptureServer) -> None:
+    router = start(tmp_path, capture, "/orphans")
+    workers = children(router.process.pid)
+    router.kill()
+    poll(lambda: not any(alive(pid) for pid in workers), timeout=10, what="workers gone")
+    assert router.log_path.read_text().count("the supervisor is gone: stopping") == 2
