@@ -22,29 +22,52 @@ series is its re-encoded labels followed by the sender's raw bytes.
 
 from __future__ import annotations
 
+import math
+import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from rwrouter.relabel import RelabelConfig, process
 from rwrouter.wire import (
     RawSeries,
-    WriteRequestParts,
     decode_labels,
     encode_labels,
     frame_metadata,
-    frame_series,
     metadata_family,
     strip_fields,
 )
+from rwrouter.wire.scan import FILTERED, INDEX, Entry, entry_bytes, scan_request
 
-# Drop reasons (label values of rwrouter_samples_dropped_total).
+__all__ = [
+    "DEFAULT_CACHE_BYTES",
+    "DEFAULT_CACHE_MAX_AGE",
+    "DEFAULT_CACHE_SIZE",
+    "FILTERED",
+    "INVALID",
+    "RELABEL",
+    "Route",
+    "RoutedRequest",
+    "RoutedSeries",
+    "Router",
+    "shard_hash",
+]
+
+# Drop reasons (label values of rwrouter_samples_dropped_total); FILTERED: only exemplars or
+# histograms the destination does not take.
 RELABEL = "relabel"
 INVALID = "invalid"
-FILTERED = "filtered"  # only exemplars/histograms the destination does not take
 
 _EXEMPLARS, _HISTOGRAMS = 3, 4
 DEFAULT_CACHE_SIZE = 500_000  # label sets
 DEFAULT_CACHE_BYTES = 128 * 1024 * 1024  # raw + encoded label bytes held by the cache
+DEFAULT_CACHE_MAX_AGE = 600.0  # seconds: a label set not seen for this long is forgotten
+HIT_RATIO_WINDOW = 60.0  # seconds over which Router.hit_ratio is computed
+
+
+def shard_hash(key: bytes) -> int:
+    """The shard hash of a series: crc32 of its encoded output labels (u32; stable across
+    restarts and processes, so a series keeps its shard however its queue is read back)."""
+    return zlib.crc32(key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,15 +83,40 @@ class Route:
 
 @dataclass(slots=True)
 class RoutedSeries:
-    """Series routed to one destination: framed ``timeseries`` fields, each with its shard key
-    (the encoded output labels) and its sample count (samples + exemplars + histograms, >= 1:
-    a series carrying none is not forwarded)."""
+    """Series routed to one destination: ``body``, its framed ``timeseries`` fields
+    concatenated (``snappy(body)`` is a valid write request), and ``index``, per frame
+    :data:`~rwrouter.wire.scan.INDEX` (frame bytes, samples, shard hash). ``samples``
+    (samples + exemplars + histograms) and ``series`` are the totals; a series carrying
+    nothing is not forwarded."""
 
-    frames: list[bytes] = field(default_factory=list)
-    keys: list[bytes] = field(default_factory=list)
-    counts: list[int] = field(default_factory=list)
+    body: bytes = b""
+    index: bytes = b""
     samples: int = 0
-    nbytes: int = 0  # bytes held: the frames and their keys
+    series: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: the body and its index."""
+        return len(self.body) + len(self.index)
+
+    @property
+    def counts(self) -> list[int]:
+        """Each frame's sample count (decodes the index: for tools and tests)."""
+        return [n for _, n, _ in INDEX.iter_unpack(self.index)]
+
+    @property
+    def hashes(self) -> list[int]:
+        """Each frame's shard hash (decodes the index: for tools and tests)."""
+        return [h for _, _, h in INDEX.iter_unpack(self.index)]
+
+    @property
+    def frames(self) -> list[bytes]:
+        """Each framed series (slices the body: for tools and tests)."""
+        out, pos = [], 0
+        for length, _, _ in INDEX.iter_unpack(self.index):
+            out.append(self.body[pos : pos + length])
+            pos += length
+        return out
 
 
 @dataclass(slots=True)
@@ -93,10 +141,19 @@ Outcome = tuple[bytes | str | None, ...]
 class Router:
     """Routes series and metadata to destinations; caches the outcome per raw label set.
 
-    ``cache_size``: how many distinct label sets to remember, ``cache_bytes``: how many bytes
-    of raw and encoded labels at most (oldest forgotten first when either is reached). The
-    cache is safe to use from several threads under the GIL (lookups and inserts are single
-    dict operations; eviction tolerates a concurrent one).
+    The cache is bounded three ways (rwrouter's own policy): ``cache_size`` label sets,
+    ``cache_bytes`` bytes of raw and encoded labels, and ``cache_max_age`` seconds (a label set
+    not seen for that long is forgotten: series churn, e.g. restarted pods, cannot grow it).
+    It keeps two generations: lookups try the young one, then the old one (a hit there is
+    copied to the young one). The old generation is forgotten and the young one becomes old
+    every ``cache_max_age / 2`` seconds, and whenever the young one holds half of
+    ``cache_size`` or ``cache_bytes``: the label sets seen most recently stay, and a stable
+    set of up to ``cache_size / 2`` label sets is always fully cached. Bounds are applied
+    after each request (a request may add its own series on top).
+
+    Lookups run in :func:`~rwrouter.wire.scan.scan_request` (compiled when available). Safe
+    to use from several threads under the GIL: the cache is only ever a cache (an outcome
+    depends on the label bytes alone), though concurrent requests may blur the counters.
     """
 
     def __init__(
@@ -106,35 +163,110 @@ class Router:
         routes: Sequence[Route],
         cache_size: int = DEFAULT_CACHE_SIZE,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
+        cache_max_age: float = DEFAULT_CACHE_MAX_AGE,
     ) -> None:
         self.global_rules = tuple(global_rules)
         self.routes = tuple(routes)
         self.cache_size = cache_size
         self.cache_bytes = cache_bytes
-        self._cache: dict[bytes, Outcome] = {}
-        self._cached_bytes = 0
+        self.cache_max_age = cache_max_age
+        self._young: dict[bytes, Entry] = {}
+        self._old: dict[bytes, Entry] = {}
+        self._young_bytes = self._old_bytes = 0
+        self._overlap = self._overlap_bytes = 0  # in both generations (copied since rotation)
+        self._rotated_at: float | None = None
         # Per route: does it filter out exemplars or native histograms?
-        self._filters = [not (r.send_exemplars and r.send_native_histograms) for r in routes]
+        self._filters = tuple(not (r.send_exemplars and r.send_native_histograms) for r in routes)
         self.hits = 0
         self.misses = 0
+        self._window: tuple[float, int, int] | None = None  # start, hits, misses at start
+        self._ratio = math.nan
 
-    def outcome(self, raw_labels: bytes) -> Outcome:
-        """The routing outcome of a series' raw Label fields.
+    # -- cache -----------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """Distinct label sets in the cache."""
+        return len(self._young) + len(self._old) - self._overlap
+
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes of raw and encoded labels the cache holds (distinct entries)."""
+        return self._young_bytes + self._old_bytes - self._overlap_bytes
+
+    @property
+    def hit_ratio(self) -> float:
+        """Cache hits / lookups over the last :data:`HIT_RATIO_WINDOW` seconds completed (the
+        current window until one completed); NaN before any lookup."""
+        if math.isnan(self._ratio):
+            lookups = self.hits + self.misses
+            return self.hits / lookups if lookups else math.nan
+        return self._ratio
+
+    def maintain(self, now: float) -> None:
+        """Apply the age bound and roll the hit-ratio window; ``now``: seconds on any monotonic
+        clock. :meth:`route` calls it first."""
+        if self._rotated_at is None:
+            self._rotated_at = now
+        elif (idle := now - self._rotated_at) >= self.cache_max_age / 2:
+            self._rotate(now)
+            if idle >= self.cache_max_age:
+                self._rotate(now)  # no request for a whole max_age: nothing is recent
+        if self._window is None:
+            self._window = (now, self.hits, self.misses)
+        elif now - self._window[0] >= HIT_RATIO_WINDOW:
+            hits, misses = self.hits - self._window[1], self.misses - self._window[2]
+            if hits + misses:
+                self._ratio = hits / (hits + misses)
+            self._window = (now, self.hits, self.misses)
+
+    def _bound(self, now: float) -> None:
+        """The size and byte bounds: a young generation holding half of either becomes old
+        (the previous old one is forgotten); an old one over the whole bound (one request
+        larger than the cache) is forgotten at once."""
+        if len(self._young) >= self.cache_size / 2 or self._young_bytes >= self.cache_bytes / 2:
+            self._rotate(now)
+            if len(self._old) > self.cache_size or self._old_bytes > self.cache_bytes:
+                self._forget_old()
+
+    def _forget_old(self) -> None:
+        self._old = {}
+        self._old_bytes = 0
+        self._overlap = self._overlap_bytes = 0
+
+    def _rotate(self, now: float) -> None:
+        self._forget_old()
+        self._old, self._old_bytes = self._young, self._young_bytes
+        self._young, self._young_bytes = {}, 0
+        self._rotated_at = now
+
+    def outcome(self, raw_labels: bytes) -> Entry:
+        """The routing outcome of a series' raw Label fields (cached).
 
         Raises DecodeError (from decode_labels) for invalid labels; that is not cached.
         """
-        cached = self._cache.get(raw_labels)
-        if cached is not None:
-            self.hits += 1
-            return cached
+        entry = self._young.get(raw_labels)
+        if entry is None:
+            entry = self._old.get(raw_labels)
+        if entry is None:
+            return self._miss(raw_labels)
+        self.hits += 1
+        return entry
+
+    def _miss(self, raw_labels: bytes) -> Entry:
+        """Route a label set not in the cache and remember it (the young generation)."""
         self.misses += 1
-        result = self.route_labels(decode_labels(raw_labels))
-        size = _entry_bytes(raw_labels, result)
-        if len(self._cache) >= self.cache_size or self._cached_bytes + size > self.cache_bytes:
-            self._evict()
-        self._cache[raw_labels] = result
-        self._cached_bytes += size
-        return result
+        outcome = self.route_labels(decode_labels(raw_labels))
+        # Output labels equal to the input (no rule changed them, the usual case) share the
+        # key's bytes object: no second copy in memory.
+        entry = tuple(
+            ((raw_labels if r == raw_labels else r), shard_hash(r)) if isinstance(r, bytes) else r
+            for r in outcome
+        )
+        self._young[raw_labels] = entry
+        self._young_bytes += entry_bytes(raw_labels, entry)
+        return entry
+
+    # -- routing ---------------------------------------------------------------------------
 
     def route_labels(self, labels: tuple[tuple[str, str], ...]) -> Outcome:
         """Apply global then per-destination rules and fallback routing to one label set."""
@@ -155,44 +287,34 @@ class Router:
                 results[i] = None if kept_by_primary else _apply(base, route.rules)
         return tuple(results)
 
-    def route(self, parts: WriteRequestParts) -> RoutedRequest:
-        """Route every series and metadata entry of a decoded write request.
+    def route(self, data: bytes, *, now: float = 0.0) -> RoutedRequest:
+        """Route every series and metadata entry of a decompressed write request (RW 1.0);
+        ``now``: seconds on a monotonic clock, for the cache's age bound.
 
-        Raises DecodeError when a series has invalid labels (the whole request is refused).
+        Raises DecodeError for malformed input or a series with invalid labels (the whole
+        request is refused).
         """
-        routes = self.routes
+        self.maintain(now)
+        scan = scan_request(data, self._young, self._old, self._miss, self._filters, self._filter)
+        self.hits += scan.hits
+        self._young_bytes += scan.promoted_bytes
+        self._overlap += scan.promoted
+        self._overlap_bytes += scan.promoted_bytes
+        self._bound(now)
         out = RoutedRequest(
-            series=[RoutedSeries() for _ in routes],
-            metadata=[[] for _ in routes],
-            dropped={},
+            series=[
+                RoutedSeries(body, index, samples, series)
+                for body, index, samples, series in zip(
+                    scan.bodies, scan.indexes, scan.samples, scan.series, strict=True
+                )
+            ],
+            metadata=[[] for _ in self.routes],
+            dropped=scan.dropped,
+            samples_in=scan.samples_in,
+            series_in=scan.series_in,
+            metadata_in=len(scan.metadata),
         )
-        filters = self._filters
-        for raw in parts.series:
-            n = raw.samples + raw.exemplars + raw.histograms
-            if not n:  # nothing to deliver (its labels are still checked)
-                self.outcome(raw.labels)
-                continue
-            out.samples_in += n
-            for i, res in enumerate(self.outcome(raw.labels)):
-                if isinstance(res, bytes):
-                    rest, kept = raw.rest, n
-                    if filters[i] and (raw.exemplars or raw.histograms):
-                        rest, kept = _filter(raw, routes[i])
-                        if not kept:
-                            out.dropped[(i, FILTERED)] = out.dropped.get((i, FILTERED), 0) + n
-                            continue
-                    dest = out.series[i]
-                    frame = frame_series(res, rest)
-                    dest.frames.append(frame)
-                    dest.keys.append(res)
-                    dest.counts.append(kept)
-                    dest.samples += kept
-                    dest.nbytes += len(frame) + len(res)  # the frame, and its shard key
-                elif res is not None:
-                    out.dropped[(i, res)] = out.dropped.get((i, res), 0) + n
-        out.series_in = len(parts.series)
-        out.metadata_in = len(parts.metadata)
-        for payload in parts.metadata:
+        for payload in scan.metadata:
             family = metadata_family(payload)
             if not family:
                 out.metadata_invalid += 1
@@ -202,25 +324,8 @@ class Router:
                     out.metadata[i].append(frame_metadata(payload))
         return out
 
-    def _evict(self) -> None:
-        """Forget the oldest tenth of the cache, and more until it is under its byte bound
-        (dicts keep insertion order)."""
-        drop = max(1, self.cache_size // 10)
-        target = self.cache_bytes * 0.9
-        for i, key in enumerate(list(self._cache)):
-            if i >= drop and self._cached_bytes <= target:
-                break
-            outcome = self._cache.pop(key, None)
-            if outcome is not None:
-                self._cached_bytes -= _entry_bytes(key, outcome)
-
-    def __len__(self) -> int:
-        return len(self._cache)
-
-
-def _entry_bytes(key: bytes, outcome: Outcome) -> int:
-    """What a cache entry holds: the raw label bytes and each destination's encoded labels."""
-    return len(key) + sum(len(res) for res in outcome if isinstance(res, bytes))
+    def _filter(self, i: int, raw: RawSeries) -> tuple[bytes, int]:
+        return _filter(raw, self.routes[i])
 
 
 def _filter(raw: RawSeries, route: Route) -> tuple[bytes, int]:

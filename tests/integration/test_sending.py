@@ -23,7 +23,7 @@ from rwrouter.metrics import Metrics
 from rwrouter.routing import Route, RoutedSeries, Router
 from rwrouter.sending.delivery import SPLIT_BUDGET
 from rwrouter.sending.destination import Destination
-from rwrouter.sending.records import encode_share
+from rwrouter.sending.records import encode_share, pack_frames
 from rwrouter.sending.transport import Transport
 from rwrouter.wire import parse_write_request, remote_pb2, types_pb2
 from tests.integration.conftest import StartRouter, eventually, metric_value, post_write
@@ -67,7 +67,7 @@ class OrderCheckingSink:
 
 async def enqueue(dest: Destination, routed: RoutedSeries) -> None:
     """Append routed series to a destination's disk queue, as the fan-out does."""
-    share = encode_share(routed.frames, routed.keys, routed.counts, received_ms=0,
+    share = encode_share(*pack_frames(routed.frames, routed.keys, routed.counts), received_ms=0,
                          max_body_bytes=dest.max_request_bytes)  # fmt: skip
     assert dest.has_room(share.nbytes)
     dest.reserve(share.nbytes)
@@ -247,7 +247,6 @@ remote_write:
     )
 
 
-
 class RollbackSink:
     """Like Prometheus's receiver: one bad sample (here: a series named ``poison``) makes it
     roll back the whole request and answer 400."""
@@ -401,7 +400,7 @@ async def test_drop_oldest_accounts_for_every_acknowledged_sample(
 
     config = f"""
 server: {{shutdown_timeout: 300ms}}
-storage: {{path: "{tmp_path / 'storage'}"}}
+storage: {{path: "{tmp_path / "storage"}"}}
 remote_write:
   - name: flaky
     url: {await serve(flaky)}

@@ -23,7 +23,7 @@ from rwrouter.sending.diskqueue import (
     Recovery,
     segment_bytes_for,
 )
-from rwrouter.sending.records import HEADER, decode_record, encode_share
+from rwrouter.sending.records import HEADER, decode_record, encode_share, pack_frames
 
 SEG = 1024  # bytes per segment: three records of REC bytes each
 FRAME = 260  # frame bytes per record (incompressible)
@@ -33,7 +33,9 @@ BIG = 1 << 30
 def record(i: int, *, size: int = FRAME) -> bytes:
     """Record number ``i``: one frame that starts with ``i``, carrying ``i + 1`` samples."""
     frame = struct.pack("<I", i) + random.Random(i).randbytes(size - 4)
-    share = encode_share([frame], [b"k%d" % i], [i + 1], received_ms=i, max_body_bytes=BIG)
+    share = encode_share(
+        *pack_frames([frame], [b"k%d" % i], [i + 1]), received_ms=i, max_body_bytes=BIG
+    )
     (out,) = share.records
     return out
 

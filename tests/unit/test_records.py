@@ -19,6 +19,7 @@ from rwrouter.sending.records import (
     check_record,
     decode_record,
     encode_share,
+    pack_frames,
     record_samples,
     shard_hash,
 )
@@ -39,8 +40,8 @@ def keys_of(n: int) -> list[bytes]:
 
 def share_of(sizes: list[int], *, limit: int, counts: list[int] | None = None) -> EncodedShare:
     counts = counts if counts is not None else [i + 1 for i in range(len(sizes))]
-    return encode_share(
-        frames_of(sizes), keys_of(len(sizes)), counts, received_ms=1_700_000_000_123,
+    return encode_share(*pack_frames(
+        frames_of(sizes), keys_of(len(sizes)), counts), received_ms=1_700_000_000_123,
         max_body_bytes=limit,
     )  # fmt: skip
 
@@ -61,7 +62,7 @@ def sealed(rest: bytes) -> tuple[bytes, bytes]:
 def test_round_trip_of_one_record() -> None:
     frames = [b"\x0a\x03abc", b"", b"\x0a\x01z" * 40]
     keys = [b"k1", b"k2", b"k3"]
-    share = encode_share(frames, keys, [2, 0, 7], received_ms=-5, max_body_bytes=1000)
+    share = encode_share(*pack_frames(frames, keys, [2, 0, 7]), received_ms=-5, max_body_bytes=1000)
     assert len(share.records) == 1
     assert share.samples == [9] and share.total_samples == 9
     assert share.series == 3 and (share.too_large, share.too_large_series) == (0, 0)
@@ -79,7 +80,9 @@ def test_round_trip_of_one_record() -> None:
 
 
 def test_record_layout_is_the_documented_one() -> None:
-    share = encode_share([b"xy", b"z"], [b"a", b"b"], [3, 4], received_ms=42, max_body_bytes=10)
+    share = encode_share(
+        *pack_frames([b"xy", b"z"], [b"a", b"b"], [3, 4]), received_ms=42, max_body_bytes=10
+    )
     header, rest = split(share.records[0])
     assert HEADER.unpack(header) == (len(rest), zlib.crc32(rest))
     assert META.unpack_from(rest) == (1, 0, 0, 42, 2, 7, 3)
@@ -90,7 +93,7 @@ def test_record_layout_is_the_documented_one() -> None:
 
 
 def test_empty_share_has_no_records() -> None:
-    share = encode_share([], [], [], received_ms=0, max_body_bytes=100)
+    share = encode_share(*pack_frames([], [], []), received_ms=0, max_body_bytes=100)
     assert (share.records, share.samples, share.series, share.nbytes) == ([], [], 0, 0)
 
 
@@ -251,7 +254,9 @@ def test_records_carry_every_frame_that_fits_in_order(
     frames = [f for f, _ in series]
     counts = [c for _, c in series]
     keys = [f"k{i}".encode() for i in range(len(series))]
-    share = encode_share(frames, keys, counts, received_ms=received_ms, max_body_bytes=limit)
+    share = encode_share(
+        *pack_frames(frames, keys, counts), received_ms=received_ms, max_body_bytes=limit
+    )
     kept = [i for i, f in enumerate(frames) if len(f) <= limit]
     got_frames: list[bytes] = []
     got_counts: list[int] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -9,9 +10,8 @@ import pytest
 
 from rwrouter.errors import DecodeError
 from rwrouter.relabel import parse_relabel_configs
-from rwrouter.routing import INVALID, RELABEL, Route, RoutedRequest, Router
+from rwrouter.routing import INVALID, RELABEL, Route, RoutedRequest, Router, shard_hash
 from rwrouter.wire import (
-    WriteRequestParts,
     encode_labels,
     parse_write_request,
     remote_pb2,
@@ -32,9 +32,9 @@ def route(name: str, raw: list[dict[str, Any]] | None = None, **kw: Any) -> Rout
 def request(
     series: Sequence[Labels | tuple[Labels, int, int, int]] = (),
     metadata: Sequence[str] = (),
-) -> WriteRequestParts:
-    """A parsed request; a series is its labels (one sample) or (labels, samples, exemplars,
-    histograms). Labels are sent in the given order."""
+) -> bytes:
+    """A decompressed write request; a series is its labels (one sample) or (labels, samples,
+    exemplars, histograms). Labels are sent in the given order."""
     req = remote_pb2.WriteRequest()
     for item in series:
         labels, ns, ne, nh = item if isinstance(item, tuple) else (item, 1, 0, 0)
@@ -50,7 +50,7 @@ def request(
             ts.histograms.add(count_int=i, sum=1.0, timestamp=1000 + i)
     for family in metadata:
         req.metadata.add(type=types_pb2.MetricMetadata.GAUGE, metric_family_name=family, help="h")
-    return parse_write_request(req.SerializeToString())
+    return req.SerializeToString()
 
 
 def sent(out: RoutedRequest, index: int) -> list[dict[str, str]]:
@@ -251,7 +251,7 @@ def test_empty_label_values_are_removed() -> None:
         request([{"env": "", "__name__": "m", "job": "a"}])
     )
     assert sent(out, 0) == [{"__name__": "m", "job": "a"}]
-    assert out.series[0].keys == [encode_labels((("__name__", "m"), ("job", "a")))]
+    assert out.series[0].hashes == [shard_hash(encode_labels((("__name__", "m"), ("job", "a"))))]
 
 
 def test_invalid_labels_refuse_the_request_and_are_not_cached() -> None:
@@ -259,11 +259,11 @@ def test_invalid_labels_refuse_the_request_and_are_not_cached() -> None:
     ts = req.timeseries.add()
     ts.labels.add(name="__name__", value="m")
     ts.labels.add(name="__name__", value="n")
-    parts = parse_write_request(req.SerializeToString())
+    data = req.SerializeToString()
     router = Router(global_rules=(), routes=[route("a")])
     for _ in range(2):
         with pytest.raises(DecodeError, match="duplicate"):
-            router.route(parts)
+            router.route(data)
     assert len(router) == 0
 
 
@@ -290,23 +290,90 @@ def test_cache_key_is_raw_bytes_order_matters() -> None:
     assert sent(out, 0) == [{"__name__": "m", "a": "1"}]
 
 
+def numbered(first: int, count: int) -> list[dict[str, str]]:
+    return [{"__name__": "m", "i": str(i)} for i in range(first, first + count)]
+
+
+# (name, cache_size, requests of (first, count), cached after, hits when all are sent again)
+CACHE_SIZE_CASES = [
+    ("under_half_stays_young", 10, [(0, 4)], 4, 4),
+    ("half_rotates_and_stays_as_old", 10, [(0, 5)], 5, 5),
+    ("old_forgotten_at_next_rotation", 10, [(0, 5), (5, 5)], 5, 5),
+    ("recent_kept_over_older", 10, [(0, 3), (3, 3)], 6, 3),
+    ("one_request_over_the_size_is_not_kept", 10, [(0, 25)], 0, 0),
+    ("size_one", 1, [(0, 1), (1, 1)], 1, 1),
+]  # fmt: skip
+
+
 @pytest.mark.parametrize(
-    ("cache_size", "inserted", "expected_len"),
-    [(10, 10, 10), (10, 11, 10), (10, 25, 10), (1, 5, 1), (100, 101, 91)],
-    ids=["full", "one_over_evicts_tenth", "many_over", "size_one", "hundred"],
+    ("cache_size", "requests", "cached", "hits"),
+    [case[1:] for case in CACHE_SIZE_CASES],
+    ids=[case[0] for case in CACHE_SIZE_CASES],
 )
-def test_cache_eviction(cache_size: int, inserted: int, expected_len: int) -> None:
+def test_cache_size_bound(
+    cache_size: int, requests: list[tuple[int, int]], cached: int, hits: int
+) -> None:
     router = Router(global_rules=(), routes=[route("a")], cache_size=cache_size)
-    series = [{"__name__": "m", "i": str(i)} for i in range(inserted)]
-    router.route(request(series))
-    assert len(router) == expected_len
-    assert len(router) <= cache_size
-    # The newest is remembered, the oldest forgotten once over the size.
-    router.route(request([series[-1]]))
-    assert router.hits == 1
-    if inserted > cache_size:
-        router.route(request([series[0]]))
-        assert router.hits == 1
+    for first, count in requests:
+        router.route(request(numbered(first, count)))
+        assert len(router) <= max(cache_size, count)
+    assert len(router) == cached
+    last_first, last_count = requests[-1]
+    before = router.hits
+    router.route(request(numbered(last_first, last_count)))
+    assert router.hits - before == hits
+
+
+def test_cache_is_bounded_in_bytes_too() -> None:
+    big = "v" * 10_000
+    router = Router(global_rules=(), routes=[route("a")], cache_size=1000, cache_bytes=100_000)
+    for i in range(50):
+        router.route(request([{"__name__": "m", "i": str(i), "big": big}]))
+        assert router.cached_bytes <= 100_000 + 10_100  # a request may add its own on top
+    assert 0 < len(router) <= 10
+
+
+# (name, seconds between the two requests, hit on the second)
+CACHE_AGE_CASES = [
+    ("same_time", 0.0, True),
+    ("under_half_max_age", 299.0, True),
+    ("over_half_still_in_old", 301.0, True),
+    ("over_max_age_forgotten", 601.0, False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("gap", "hit"), [c[1:] for c in CACHE_AGE_CASES], ids=[c[0] for c in CACHE_AGE_CASES]
+)
+def test_cache_age_bound(gap: float, hit: bool) -> None:
+    router = Router(global_rules=(), routes=[route("a")], cache_max_age=600.0)
+    router.route(request([GPU]), now=1000.0)
+    router.route(request([GPU]), now=1000.0 + gap)
+    assert router.hits == int(hit)
+
+
+def test_churned_series_are_forgotten_after_max_age() -> None:
+    """Pods restart every scrape: new label sets each time; the cache stays bounded by age."""
+    router = Router(global_rules=(), routes=[route("a")], cache_max_age=120.0)
+    sizes = []
+    for scrape in range(40):  # 30 s apart: 20 minutes
+        router.route(request(numbered(scrape * 10, 10)), now=scrape * 30.0)
+        sizes.append(len(router))
+    assert max(sizes) <= 10 * (120 // 30 + 1)  # at most max_age worth of scrapes
+    assert router.hits == 0
+
+
+def test_hit_ratio_over_the_last_window() -> None:
+    router = Router(global_rules=(), routes=[route("a")])
+    assert math.isnan(router.hit_ratio)
+    router.route(request(numbered(0, 4)), now=0.0)
+    assert router.hit_ratio == 0.0  # no completed window: since the start
+    router.route(request(numbered(0, 4)), now=30.0)
+    assert router.hit_ratio == 0.5
+    router.route(request(numbered(0, 3) + numbered(10, 1)), now=61.0)  # window 0-61 closes
+    assert router.hit_ratio == 0.5  # 4 misses, then 4 hits; this request is in the next one
+    router.route(request(numbered(0, 4)), now=125.0)
+    assert router.hit_ratio == 3 / 4
 
 
 # ---------------------------------------------------------------------------------------------
@@ -319,13 +386,13 @@ def test_metadata_routed_by_family_name() -> None:
         route("copy", [{"target_label": "x", "replacement": "y"}]),
         route("rest", fallback=True),
     ]
-    parts = request(metadata=["DCGM_FI_DEV_GPU_UTIL", "node_load1"])
-    out = Router(global_rules=(), routes=routes).route(parts)
+    data = request(metadata=["DCGM_FI_DEV_GPU_UTIL", "node_load1"])
+    out = Router(global_rules=(), routes=routes).route(data)
     assert sent_metadata(out, 0) == ["DCGM_FI_DEV_GPU_UTIL"]
     assert sent_metadata(out, 1) == ["DCGM_FI_DEV_GPU_UTIL", "node_load1"]
     assert sent_metadata(out, 2) == []
     # The payload is forwarded unchanged (rules never rewrite metadata).
-    framed = [b"\x1a" + bytes([len(m)]) + m for m in parts.metadata]
+    framed = [b"\x1a" + bytes([len(m)]) + m for m in parse_write_request(data).metadata]
     assert out.metadata[1] == framed
 
 
@@ -427,7 +494,7 @@ def test_sample_counts(shape: tuple[int, int, int], expected: int) -> None:
     assert out.dropped == {(1, RELABEL): expected}
     assert out.samples_in == expected + 1
     assert out.series_in == 2
-    assert out.series[0].keys[1] in out.series[0].frames[1]
+    assert out.series[0].hashes[1] == shard_hash(encode_labels(tuple(sorted(GPU.items()))))
 
 
 def test_drop_counts_accumulate_per_destination_and_reason() -> None:
@@ -437,11 +504,3 @@ def test_drop_counts_accumulate_per_destination_and_reason() -> None:
     )
     assert out.dropped == {(0, RELABEL): 6, (1, INVALID): 7}
     assert sent(out, 0) == [GPU]
-
-
-def test_cache_is_bounded_in_bytes_too() -> None:
-    big = "v" * 10_000
-    router = Router(global_rules=(), routes=[route("a")], cache_size=1000, cache_bytes=100_000)
-    router.route(request([{"__name__": "m", "i": str(i), "big": big} for i in range(50)]))
-    assert router._cached_bytes <= 100_000
-    assert 0 < len(router) < 10

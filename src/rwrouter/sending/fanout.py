@@ -28,7 +28,7 @@ from rwrouter.routing import Route, RoutedRequest, Router
 from rwrouter.sending.destination import Destination
 from rwrouter.sending.records import EncodedShare, encode_share
 from rwrouter.sending.transport import Transport
-from rwrouter.wire import decompress, parse_write_request
+from rwrouter.wire import decompress
 
 log = logging.getLogger("rwrouter.fanout")
 
@@ -122,14 +122,14 @@ class FanOut:
         Raises DecodeError / TooLargeError (see :func:`rwrouter.wire.decompress`).
         """
         generation, router, destinations = self._state  # one read: consistent with each other
-        parts = parse_write_request(decompress(body, max_decoded_bytes=max_decoded_bytes))
-        routed = router.route(parts)
+        data = decompress(body, max_decoded_bytes=max_decoded_bytes)
+        routed = router.route(data, now=time.monotonic())
         received_ms = int(time.time() * 1000)
         shares = [
             encode_share(
-                series.frames,
-                series.keys,
-                series.counts,
+                series.body,
+                series.index,
+                samples=series.samples,
                 received_ms=received_ms,
                 max_body_bytes=dest.max_request_bytes,
             )

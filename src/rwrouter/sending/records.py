@@ -27,7 +27,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rwrouter.errors import DecodeError, TooLargeError
+from rwrouter.routing import shard_hash
 from rwrouter.wire import compress, decompress
+from rwrouter.wire.scan import INDEX
 
 __all__ = [
     "HEADER",
@@ -38,6 +40,7 @@ __all__ = [
     "check_record",
     "decode_record",
     "encode_share",
+    "pack_frames",
     "record_samples",
     "shard_hash",
 ]
@@ -46,15 +49,8 @@ VERSION = 1
 KIND_SAMPLES = 0
 HEADER = struct.Struct("<II")  # length of the rest, crc32 of the rest
 _META = struct.Struct("<BBHqIII")  # version, kind, reserved, received_ms, series, samples, raw
-_INDEX = struct.Struct("<III")  # frame length, samples, shard hash
 META_SIZE = _META.size  # bytes of the fixed part after the header
 MAX_RECORD_BYTES = 1 << 30  # a length field above this is garbage, not a record (1 GiB)
-
-
-def shard_hash(key: bytes) -> int:
-    """The shard hash of a series: crc32 of its encoded output labels (stable across restarts,
-    so a series keeps its place in the order however the queue is read back)."""
-    return zlib.crc32(key)
 
 
 @dataclass(slots=True)
@@ -76,53 +72,86 @@ class EncodedShare:
         return sum(self.samples)
 
 
+def pack_frames(
+    frames: Sequence[bytes], keys: Sequence[bytes], counts: Sequence[int]
+) -> tuple[bytes, bytes]:
+    """(body, index) of framed series given one by one (their encoded output labels as shard
+    keys, and sample counts): the shape :func:`encode_share` takes. For tools and tests; the
+    receive path gets both from :func:`rwrouter.wire.scan.scan_request`."""
+    index = b"".join(
+        INDEX.pack(len(f), n, shard_hash(k)) for f, k, n in zip(frames, keys, counts, strict=True)
+    )
+    return b"".join(frames), index
+
+
 def encode_share(
-    frames: Sequence[bytes],
-    keys: Sequence[bytes],
-    counts: Sequence[int],
+    body: bytes,
+    index: bytes,
     *,
     received_ms: int,
     max_body_bytes: int,
+    samples: int | None = None,
 ) -> EncodedShare:
-    """Pack framed series (with their shard keys and sample counts) into records whose raw
-    body is at most ``max_body_bytes`` bytes each, keeping the frames' order."""
+    """Pack a destination's share (``body``: framed series; ``index``: per frame
+    :data:`~rwrouter.wire.scan.INDEX`) into records whose raw body is at most
+    ``max_body_bytes`` bytes each, keeping the frames' order. A frame alone over the limit is
+    refused (counted in ``too_large``). ``received_ms``: milliseconds since the epoch;
+    ``samples``: the share's total (computed from ``index`` when not given)."""
     out = EncodedShare()
-    start = size = 0
-    for i, frame in enumerate(frames):
-        n = len(frame)
+    if not index:
+        return out
+    if len(body) <= max_body_bytes:  # the usual case: one record, no per-frame work
+        if samples is None:
+            samples = sum(n for _, n, _ in INDEX.iter_unpack(index))
+        _emit(out, body, index, len(index) // INDEX.size, samples, received_ms)
+        return out
+    start = size = pos = 0  # frames [start, i) wait; size: their bytes; pos: offset of frame i
+    samples = 0
+    first_at = 0  # body offset of frame start
+    entries = list(INDEX.iter_unpack(index))
+    for i, (n, count, _) in enumerate(entries):
         if n > max_body_bytes:
-            _emit(out, frames, keys, counts, start, i, received_ms)
-            out.too_large += counts[i]
+            _emit_range(out, body, index, entries, start, i, first_at, size, samples, received_ms)
+            out.too_large += count
             out.too_large_series += 1
-            start, size = i + 1, 0
+            start, size, samples, first_at = i + 1, 0, 0, pos + n
+            pos += n
             continue
         if size + n > max_body_bytes:
-            _emit(out, frames, keys, counts, start, i, received_ms)
-            start, size = i, 0
+            _emit_range(out, body, index, entries, start, i, first_at, size, samples, received_ms)
+            start, size, samples, first_at = i, 0, 0, pos
         size += n
-    _emit(out, frames, keys, counts, start, len(frames), received_ms)
+        samples += count
+        pos += n
+    _emit_range(out, body, index, entries, start, len(entries), first_at, size, samples,
+                received_ms)  # fmt: skip
     return out
 
 
-def _emit(
+def _emit_range(
     out: EncodedShare,
-    frames: Sequence[bytes],
-    keys: Sequence[bytes],
-    counts: Sequence[int],
+    body: bytes,
+    index: bytes,
+    entries: list[tuple[int, int, int]],
     start: int,
     end: int,
+    offset: int,
+    size: int,
+    samples: int,
     received_ms: int,
 ) -> None:
-    if start >= end:
-        return
-    raw = b"".join(frames[start:end])
-    samples = sum(counts[start:end])
-    index = b"".join(
-        _INDEX.pack(len(frames[i]), counts[i], shard_hash(keys[i])) for i in range(start, end)
-    )
+    if start < end:
+        raw = body[offset : offset + size]
+        _emit(out, raw, index[start * INDEX.size : end * INDEX.size], end - start, samples,
+              received_ms)  # fmt: skip
+
+
+def _emit(
+    out: EncodedShare, raw: bytes, index: bytes, series: int, samples: int, received_ms: int
+) -> None:
     rest = b"".join(
         (
-            _META.pack(VERSION, KIND_SAMPLES, 0, received_ms, end - start, samples, len(raw)),
+            _META.pack(VERSION, KIND_SAMPLES, 0, received_ms, series, samples, len(raw)),
             index,
             compress(raw),
         )
@@ -130,7 +159,7 @@ def _emit(
     record = HEADER.pack(len(rest), zlib.crc32(rest)) + rest
     out.records.append(record)
     out.samples.append(samples)
-    out.series += end - start
+    out.series += series
     out.nbytes += len(record)
 
 
@@ -167,7 +196,7 @@ def decode_record(rest: bytes) -> Block:
     version, kind, _, received_ms, series, samples, raw_len = _META.unpack_from(rest)
     if version != VERSION or kind != KIND_SAMPLES:
         raise DecodeError(f"queue record of version {version} kind {kind} is not supported")
-    index_end = _META.size + series * _INDEX.size
+    index_end = _META.size + series * INDEX.size
     if index_end > len(rest):
         raise DecodeError("queue record index runs past its end")
     try:
@@ -181,7 +210,7 @@ def decode_record(rest: bytes) -> Block:
     hashes: list[int] = []
     pos = 0
     view = memoryview(raw)
-    for length, count, hashed in _INDEX.iter_unpack(rest[_META.size : index_end]):
+    for length, count, hashed in INDEX.iter_unpack(rest[_META.size : index_end]):
         frames.append(bytes(view[pos : pos + length]))
         counts.append(count)
         hashes.append(hashed)

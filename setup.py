@@ -1,0 +1,24 @@
+"""Build of the optional compiled accelerator (everything else is in pyproject.toml).
+
+``rwrouter.wire._scan`` (C, CPython API) is built when a C compiler and the Python headers are
+present; ``optional=True`` lets the install go on without it (the pure-Python loop in
+``rwrouter.wire.scan`` then runs, and ``rwrouter_build_info{accelerated="false"}`` says so).
+Set ``RWROUTER_NO_EXTENSIONS=1`` to skip the build (and, at run time, to use the pure path).
+"""
+
+import os
+
+from setuptools import Extension, setup
+
+extensions = []
+if not os.environ.get("RWROUTER_NO_EXTENSIONS"):
+    extensions.append(
+        Extension(
+            "rwrouter.wire._scan",
+            ["src/rwrouter/wire/_scan.c"],
+            optional=True,
+            extra_compile_args=["-O2"],
+        )
+    )
+
+setup(ext_modules=extensions)

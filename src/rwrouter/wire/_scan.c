@@ -1,0 +1,525 @@
+/*
+ * rwrouter.wire._scan: the compiled per-series loop of the receive path (optional).
+ *
+ * Same contract and same output as the pure-Python rwrouter.wire.scan.scan_request_py, which
+ * is the reference: see its docstring for the arguments and the result. This file only makes
+ * the common shape fast: series whose labels come first and whose other fields are plain
+ * samples (what every Prometheus sender writes). Everything else is handed to Python:
+ *
+ *   - a series of another shape: rwrouter.wire.codec.split_series (exemplars, histograms,
+ *     interleaved labels, unusual sample encodings);
+ *   - a metadata entry: rwrouter.wire.validate.check_metadata;
+ *   - a label set not in the cache: the caller's ``miss`` callable;
+ *   - a destination that filters exemplars or histograms: the caller's ``filt`` callable;
+ *   - malformed framing anywhere: the whole request is scanned again by the pure-Python
+ *     function, which raises the reference DecodeError (so both paths give the same errors).
+ *
+ * Wire format: protobuf encoding spec; message schema: remote write 1.0 (prompb).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_FIELD_NUMBER ((1u << 29) - 1)
+#define MAX_DESTINATIONS 64
+#define MAX_DROP_KINDS 64
+
+static PyObject *split_series_fn;   /* rwrouter.wire.codec.split_series */
+static PyObject *check_metadata_fn; /* rwrouter.wire.validate.check_metadata */
+static PyObject *str_filtered;      /* "filtered" */
+static PyObject *str_labels, *str_rest, *str_samples, *str_exemplars, *str_histograms;
+
+typedef struct {
+    char *data;
+    Py_ssize_t len, cap;
+} Buf;
+
+static int buf_grow(Buf *b, Py_ssize_t extra) {
+    if (b->len + extra <= b->cap) return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + extra) cap *= 2;
+    char *p = PyMem_Realloc(b->data, (size_t)cap);
+    if (!p) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->data = p;
+    b->cap = cap;
+    return 0;
+}
+
+static inline int varint_size(uint64_t v) {
+    int n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline char *put_varint(char *p, uint64_t v) {
+    while (v >= 0x80) {
+        *p++ = (char)((v & 0x7F) | 0x80);
+        v >>= 7;
+    }
+    *p++ = (char)v;
+    return p;
+}
+
+static inline char *put_u32(char *p, uint32_t v) {
+    p[0] = (char)(v & 0xFF);
+    p[1] = (char)((v >> 8) & 0xFF);
+    p[2] = (char)((v >> 16) & 0xFF);
+    p[3] = (char)((v >> 24) & 0xFF);
+    return p + 4;
+}
+
+/* A varint at *pos (before end): 1 and the value, or 0 when truncated, longer than 10 bytes
+ * or over 64 bits (the caller then lets the pure path raise the reference error). */
+static inline int read_varint(const uint8_t *d, Py_ssize_t *pos, Py_ssize_t end, uint64_t *out) {
+    uint64_t result = 0;
+    int shift = 0;
+    Py_ssize_t p = *pos;
+    while (p < end && shift < 70) {
+        uint8_t byte = d[p++];
+        if (shift == 63 && (byte & 0x7E)) return 0;
+        result |= (uint64_t)(byte & 0x7F) << shift;
+        if (byte < 0x80) {
+            *pos = p;
+            *out = result;
+            return 1;
+        }
+        shift += 7;
+    }
+    return 0;
+}
+
+/* Mirror of codec._plain_samples: how many samples make up all of d[pos:end] when it is only
+ * Sample fields of the usual shapes; 0 otherwise. */
+static Py_ssize_t plain_samples(const uint8_t *d, Py_ssize_t pos, Py_ssize_t end) {
+    Py_ssize_t count = 0;
+    while (pos < end) {
+        if (d[pos] != 0x12 || pos + 1 >= end || d[pos + 1] >= 0x80) return 0;
+        Py_ssize_t body = pos + 2, stop = pos + 2 + d[pos + 1];
+        if (stop > end) return 0;
+        if (body < stop && d[body] == 0x09) body += 9;
+        if (body < stop) {
+            Py_ssize_t n = stop - body;
+            if (d[body] != 0x10 || n < 2 || n > 11 || d[stop - 1] >= 0x80) return 0;
+            for (Py_ssize_t i = body + 1; i < stop - 1; i++)
+                if (d[i] < 0x80) return 0;
+        } else if (body > stop) {
+            return 0;
+        }
+        count++;
+        pos = stop;
+    }
+    return count;
+}
+
+typedef struct {
+    Py_ssize_t dest;
+    PyObject *reason; /* borrowed from a cache entry that the caller's dicts keep alive */
+    long long samples;
+} Drop;
+
+typedef struct {
+    Py_ssize_t ndest;
+    Buf bodies[MAX_DESTINATIONS];
+    Buf indexes[MAX_DESTINATIONS];
+    long long samples[MAX_DESTINATIONS];
+    long long series[MAX_DESTINATIONS];
+    int filters[MAX_DESTINATIONS];
+    Drop drops[MAX_DROP_KINDS];
+    int ndrops;
+    PyObject *drop_refs; /* list keeping the reasons alive */
+} State;
+
+static void state_free(State *s) {
+    for (Py_ssize_t i = 0; i < s->ndest; i++) {
+        PyMem_Free(s->bodies[i].data);
+        PyMem_Free(s->indexes[i].data);
+    }
+    Py_CLEAR(s->drop_refs);
+}
+
+/* 0 ok, -1 error set, 1 too many kinds (fall back to the pure path). */
+static int add_drop(State *s, Py_ssize_t dest, PyObject *reason, long long n) {
+    for (int k = 0; k < s->ndrops; k++) {
+        if (s->drops[k].dest == dest && s->drops[k].reason == reason) {
+            s->drops[k].samples += n;
+            return 0;
+        }
+    }
+    if (s->ndrops >= MAX_DROP_KINDS) return 1;
+    if (PyList_Append(s->drop_refs, reason) < 0) return -1;
+    s->drops[s->ndrops].dest = dest;
+    s->drops[s->ndrops].reason = reason;
+    s->drops[s->ndrops].samples = n;
+    s->ndrops++;
+    return 0;
+}
+
+static int write_frame(State *s, Py_ssize_t i, const char *labels, Py_ssize_t nlabels,
+                       const char *rest, Py_ssize_t nrest, long long kept, uint32_t hash) {
+    uint64_t inner = (uint64_t)nlabels + (uint64_t)nrest;
+    Py_ssize_t frame = 1 + varint_size(inner) + (Py_ssize_t)inner;
+    Buf *b = &s->bodies[i];
+    if (buf_grow(b, frame) < 0 || buf_grow(&s->indexes[i], 12) < 0) return -1;
+    char *p = b->data + b->len;
+    *p++ = 0x0A;
+    p = put_varint(p, inner);
+    memcpy(p, labels, (size_t)nlabels);
+    p += nlabels;
+    memcpy(p, rest, (size_t)nrest);
+    b->len += frame;
+    char *q = s->indexes[i].data + s->indexes[i].len;
+    q = put_u32(q, (uint32_t)frame);
+    q = put_u32(q, (uint32_t)kept);
+    put_u32(q, hash);
+    s->indexes[i].len += 12;
+    s->samples[i] += kept;
+    s->series[i] += 1;
+    return 0;
+}
+
+static long long attr_int(PyObject *obj, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (!v) return -1;
+    long long n = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return n;
+}
+
+/* Entry bytes as routing counts them: key + each destination's encoded labels. */
+static Py_ssize_t entry_bytes(PyObject *key, PyObject *entry) {
+    Py_ssize_t n = PyBytes_GET_SIZE(key);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(entry); i++) {
+        PyObject *item = PyTuple_GET_ITEM(entry, i);
+        if (PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) == 2 &&
+            PyBytes_CheckExact(PyTuple_GET_ITEM(item, 0))) {
+            PyObject *labels = PyTuple_GET_ITEM(item, 0);
+            Py_ssize_t size = PyBytes_GET_SIZE(labels);
+            if (size != PyBytes_GET_SIZE(key) ||
+                memcmp(PyBytes_AS_STRING(labels), PyBytes_AS_STRING(key), (size_t)size) != 0)
+                n += size; /* labels equal to the key share its object */
+        }
+    }
+    return n;
+}
+
+static PyObject *pure_scan(PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *mod = PyImport_ImportModule("rwrouter.wire.scan");
+    if (!mod) return NULL;
+    PyObject *fn = PyObject_GetAttrString(mod, "scan_request_py");
+    Py_DECREF(mod);
+    if (!fn) return NULL;
+    PyObject *res = PyObject_Vectorcall(fn, args, (size_t)nargs, NULL);
+    Py_DECREF(fn);
+    return res;
+}
+
+#define BAIL goto bail
+#define FAIL goto fail
+
+static PyObject *scan_request(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "scan_request takes 6 arguments");
+        return NULL;
+    }
+    PyObject *data = args[0], *young = args[1], *old = args[2], *miss = args[3];
+    PyObject *filters = args[4], *filt = args[5];
+    if (!PyBytes_CheckExact(data) || !PyDict_CheckExact(young) || !PyDict_CheckExact(old) ||
+        !PyTuple_CheckExact(filters) || PyTuple_GET_SIZE(filters) > MAX_DESTINATIONS)
+        return pure_scan(args, nargs);
+
+    State *s = PyMem_Calloc(1, sizeof(State));
+    if (!s) return PyErr_NoMemory();
+    s->ndest = PyTuple_GET_SIZE(filters);
+    Py_ssize_t ndest = s->ndest;
+    PyObject *metadata = NULL, *key = NULL, *raw = NULL, *entry = NULL, *rest_obj = NULL;
+    long long samples_in = 0, series_in = 0, hits = 0, promoted = 0, promoted_bytes = 0;
+    s->drop_refs = PyList_New(0);
+    metadata = PyList_New(0);
+    if (!s->drop_refs || !metadata) FAIL;
+    for (Py_ssize_t i = 0; i < ndest; i++) {
+        int t = PyObject_IsTrue(PyTuple_GET_ITEM(filters, i));
+        if (t < 0) FAIL;
+        s->filters[i] = t;
+    }
+
+    const uint8_t *d = (const uint8_t *)PyBytes_AS_STRING(data);
+    Py_ssize_t end = PyBytes_GET_SIZE(data), pos = 0;
+    while (pos < end) {
+        uint64_t tag, len;
+        if (!read_varint(d, &pos, end, &tag)) BAIL;
+        uint64_t field = tag >> 3;
+        unsigned wire = (unsigned)(tag & 7);
+        if (field == 0 || field > MAX_FIELD_NUMBER) BAIL;
+        Py_ssize_t vstart = pos, vend;
+        if (wire == 2) {
+            if (!read_varint(d, &pos, end, &len) || len > (uint64_t)(end - pos)) BAIL;
+            vstart = pos;
+            vend = pos + (Py_ssize_t)len;
+        } else if (wire == 0) {
+            if (!read_varint(d, &pos, end, &len)) BAIL;
+            vend = pos;
+        } else if (wire == 1 || wire == 5) {
+            Py_ssize_t width = wire == 1 ? 8 : 4;
+            if (end - pos < width) BAIL;
+            vend = pos + width;
+        } else {
+            BAIL;
+        }
+        pos = vend;
+        if (field != 1 && field != 3) continue;
+        if (wire != 2) BAIL;
+        if (field == 3) {
+            PyObject *start_o = PyLong_FromSsize_t(vstart), *end_o = PyLong_FromSsize_t(vend);
+            PyObject *m = NULL;
+            if (start_o && end_o)
+                m = PyObject_CallFunctionObjArgs(check_metadata_fn, data, start_o, end_o, NULL);
+            Py_XDECREF(start_o);
+            Py_XDECREF(end_o);
+            if (!m) FAIL;
+            int r = PyList_Append(metadata, m);
+            Py_DECREF(m);
+            if (r < 0) FAIL;
+            continue;
+        }
+        series_in++;
+        /* Leading labels (tag 0x0a), as codec.split_series scans them. */
+        Py_ssize_t p = vstart;
+        while (p < vend && d[p] == 0x0A) {
+            if (p + 1 < vend && d[p + 1] < 0x80) {
+                p += 2 + d[p + 1];
+            } else {
+                Py_ssize_t q = p + 1;
+                uint64_t n;
+                if (!read_varint(d, &q, vend, &n) || n > (uint64_t)(vend - q)) BAIL;
+                p = q + (Py_ssize_t)n;
+            }
+        }
+        if (p > vend) BAIL;
+        Py_ssize_t labels_end = p;
+        long long nsamples = plain_samples(d, labels_end, vend);
+        long long nex = 0, nhist = 0;
+        const char *rest;
+        Py_ssize_t nrest;
+        if (nsamples) {
+            key = PyBytes_FromStringAndSize((const char *)d + vstart, labels_end - vstart);
+            if (!key) FAIL;
+            rest = (const char *)d + labels_end;
+            nrest = vend - labels_end;
+        } else {
+            PyObject *ts = PyBytes_FromStringAndSize((const char *)d + vstart, vend - vstart);
+            if (!ts) FAIL;
+            raw = PyObject_CallOneArg(split_series_fn, ts);
+            Py_DECREF(ts);
+            if (!raw) FAIL;
+            key = PyObject_GetAttr(raw, str_labels);
+            rest_obj = PyObject_GetAttr(raw, str_rest);
+            if (!key || !rest_obj) FAIL;
+            if (!PyBytes_CheckExact(key) || !PyBytes_CheckExact(rest_obj)) {
+                PyErr_SetString(PyExc_TypeError, "split_series must give bytes");
+                FAIL;
+            }
+            nsamples = attr_int(raw, str_samples);
+            nex = attr_int(raw, str_exemplars);
+            nhist = attr_int(raw, str_histograms);
+            if (PyErr_Occurred()) FAIL;
+            rest = PyBytes_AS_STRING(rest_obj);
+            nrest = PyBytes_GET_SIZE(rest_obj);
+        }
+        /* The routing outcome: young generation, then old (promoted), then a miss. */
+        entry = PyDict_GetItemWithError(young, key);
+        if (entry) {
+            Py_INCREF(entry);
+            hits++;
+        } else if (PyErr_Occurred()) {
+            FAIL;
+        } else {
+            entry = PyDict_GetItemWithError(old, key);
+            if (entry) {
+                Py_INCREF(entry);
+                hits++;
+                if (!PyTuple_CheckExact(entry)) {
+                    PyErr_SetString(PyExc_TypeError, "cache entries must be tuples");
+                    FAIL;
+                }
+                if (PyDict_SetItem(young, key, entry) < 0) FAIL;
+                promoted++;
+                promoted_bytes += entry_bytes(key, entry);
+            } else if (PyErr_Occurred()) {
+                FAIL;
+            } else {
+                entry = PyObject_CallOneArg(miss, key);
+                if (!entry) FAIL;
+            }
+        }
+        if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != ndest) {
+            PyErr_SetString(PyExc_TypeError, "a cache entry must hold one item per destination");
+            FAIL;
+        }
+        long long n = nsamples + nex + nhist;
+        if (n) {
+            samples_in += n;
+            for (Py_ssize_t i = 0; i < ndest; i++) {
+                PyObject *item = PyTuple_GET_ITEM(entry, i);
+                if (item == Py_None) continue;
+                if (PyTuple_CheckExact(item)) {
+                    if (PyTuple_GET_SIZE(item) != 2 || !PyBytes_CheckExact(PyTuple_GET_ITEM(item, 0))) {
+                        PyErr_SetString(PyExc_TypeError, "a kept item is (labels, hash)");
+                        FAIL;
+                    }
+                    PyObject *labels = PyTuple_GET_ITEM(item, 0);
+                    unsigned long hash = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(item, 1));
+                    if (hash == (unsigned long)-1 && PyErr_Occurred()) FAIL;
+                    if (s->filters[i] && (nex || nhist)) {
+                        PyObject *idx = PyLong_FromSsize_t(i);
+                        PyObject *out = idx ? PyObject_CallFunctionObjArgs(filt, idx, raw, NULL) : NULL;
+                        Py_XDECREF(idx);
+                        if (!out) FAIL;
+                        PyObject *frest;
+                        long long kept;
+                        if (!PyTuple_CheckExact(out) || PyTuple_GET_SIZE(out) != 2 ||
+                            !PyBytes_CheckExact((frest = PyTuple_GET_ITEM(out, 0)))) {
+                            Py_DECREF(out);
+                            PyErr_SetString(PyExc_TypeError, "filt gives (rest, kept)");
+                            FAIL;
+                        }
+                        kept = PyLong_AsLongLong(PyTuple_GET_ITEM(out, 1));
+                        if (kept == -1 && PyErr_Occurred()) {
+                            Py_DECREF(out);
+                            FAIL;
+                        }
+                        int r = 0;
+                        if (!kept)
+                            r = add_drop(s, i, str_filtered, n);
+                        else
+                            r = write_frame(s, i, PyBytes_AS_STRING(labels), PyBytes_GET_SIZE(labels),
+                                            PyBytes_AS_STRING(frest), PyBytes_GET_SIZE(frest), kept,
+                                            (uint32_t)hash);
+                        Py_DECREF(out);
+                        if (r < 0) FAIL;
+                        if (r > 0) BAIL;
+                        continue;
+                    }
+                    if (write_frame(s, i, PyBytes_AS_STRING(labels), PyBytes_GET_SIZE(labels), rest,
+                                    nrest, n, (uint32_t)hash) < 0)
+                        FAIL;
+                } else {
+                    int r = add_drop(s, i, item, n);
+                    if (r < 0) FAIL;
+                    if (r > 0) BAIL;
+                }
+            }
+        }
+        Py_CLEAR(entry);
+        Py_CLEAR(key);
+        Py_CLEAR(raw);
+        Py_CLEAR(rest_obj);
+    }
+
+    /* The result, in scan.Scan field order. */
+    PyObject *bodies = PyList_New(ndest), *indexes = PyList_New(ndest);
+    PyObject *samples = PyList_New(ndest), *series = PyList_New(ndest);
+    PyObject *dropped = PyDict_New();
+    PyObject *result = NULL;
+    if (!bodies || !indexes || !samples || !series || !dropped) goto build_fail;
+    for (Py_ssize_t i = 0; i < ndest; i++) {
+        PyObject *b = PyBytes_FromStringAndSize(s->bodies[i].data, s->bodies[i].len);
+        PyObject *x = PyBytes_FromStringAndSize(s->indexes[i].data, s->indexes[i].len);
+        PyObject *a = PyLong_FromLongLong(s->samples[i]);
+        PyObject *e = PyLong_FromLongLong(s->series[i]);
+        if (!b || !x || !a || !e) {
+            Py_XDECREF(b);
+            Py_XDECREF(x);
+            Py_XDECREF(a);
+            Py_XDECREF(e);
+            goto build_fail;
+        }
+        PyList_SET_ITEM(bodies, i, b);
+        PyList_SET_ITEM(indexes, i, x);
+        PyList_SET_ITEM(samples, i, a);
+        PyList_SET_ITEM(series, i, e);
+    }
+    for (int k = 0; k < s->ndrops; k++) {
+        PyObject *dk = Py_BuildValue("(nO)", s->drops[k].dest, s->drops[k].reason);
+        if (!dk) goto build_fail;
+        PyObject *prev = PyDict_GetItemWithError(dropped, dk);
+        long long total = s->drops[k].samples;
+        if (prev) total += PyLong_AsLongLong(prev);
+        PyObject *v = PyErr_Occurred() ? NULL : PyLong_FromLongLong(total);
+        int r = v ? PyDict_SetItem(dropped, dk, v) : -1;
+        Py_DECREF(dk);
+        Py_XDECREF(v);
+        if (r < 0) goto build_fail;
+    }
+    result = Py_BuildValue("(NNNNNLLNLLL)", bodies, indexes, samples, series, dropped, samples_in,
+                           series_in, metadata, hits, promoted, promoted_bytes);
+    state_free(s);
+    PyMem_Free(s);
+    return result; /* Py_BuildValue "N" stole the references */
+build_fail:
+    Py_XDECREF(bodies);
+    Py_XDECREF(indexes);
+    Py_XDECREF(samples);
+    Py_XDECREF(series);
+    Py_XDECREF(dropped);
+    goto fail;
+
+bail:
+    /* Malformed or unusual input: the reference implementation decides (and raises). */
+    Py_XDECREF(entry);
+    Py_XDECREF(key);
+    Py_XDECREF(raw);
+    Py_XDECREF(rest_obj);
+    Py_XDECREF(metadata);
+    state_free(s);
+    PyMem_Free(s);
+    return pure_scan(args, nargs);
+fail:
+    Py_XDECREF(entry);
+    Py_XDECREF(key);
+    Py_XDECREF(raw);
+    Py_XDECREF(rest_obj);
+    Py_XDECREF(metadata);
+    state_free(s);
+    PyMem_Free(s);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"scan_request", (PyCFunction)(void (*)(void))scan_request, METH_FASTCALL,
+     "Compiled rwrouter.wire.scan.scan_request_py (same arguments, same result)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "_scan", "Compiled per-series loop of rwrouter's receive path.", -1,
+    methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__scan(void) {
+    PyObject *codec = PyImport_ImportModule("rwrouter.wire.codec");
+    if (!codec) return NULL;
+    split_series_fn = PyObject_GetAttrString(codec, "split_series");
+    Py_DECREF(codec);
+    PyObject *validate = PyImport_ImportModule("rwrouter.wire.validate");
+    if (!validate) return NULL;
+    check_metadata_fn = PyObject_GetAttrString(validate, "check_metadata");
+    Py_DECREF(validate);
+    str_filtered = PyUnicode_InternFromString("filtered");
+    str_labels = PyUnicode_InternFromString("labels");
+    str_rest = PyUnicode_InternFromString("rest");
+    str_samples = PyUnicode_InternFromString("samples");
+    str_exemplars = PyUnicode_InternFromString("exemplars");
+    str_histograms = PyUnicode_InternFromString("histograms");
+    if (!split_series_fn || !check_metadata_fn || !str_filtered || !str_labels || !str_rest ||
+        !str_samples || !str_exemplars || !str_histograms)
+        return NULL;
+    return PyModule_Create(&moduledef);
+}
