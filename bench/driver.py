@@ -1,0 +1,188 @@
+"""Load driver: replays pre-encoded remote write requests to a URL (a separate process).
+
+``python -m bench.driver --url URL --workload CACHE --senders N --out RESULT.json [--go-stdin]``
+
+Closed loop: ``N`` connections (aiohttp client, keep-alive); each sends the next request in
+order as soon as its previous one was answered. A 503 or 429 answer is retried by the same
+connection after its ``Retry-After`` (seconds; 1 s when absent or unreadable), counted in
+``retries``, so nothing is lost; connection errors and other 5xx answers are retried after a
+short backoff and counted in ``errors``; another status (4xx) is final and counted in ``lost``.
+
+With ``--go-stdin`` the driver loads the bodies, opens its session, prints ``DRIVER READY`` and
+waits for a line on stdin before sending (so the runner can take its CPU baseline just before
+the load starts).
+
+The result (JSON, times in seconds unless the key says ``_ms``): ``requests`` (answered 2xx),
+``attempts``, ``retries`` (503/429), ``errors`` (connection errors, other 5xx), ``lost`` (final
+refusals), ``samples`` (in 2xx-answered requests), ``p50_ms``, ``p90_ms``, ``p99_ms``,
+``max_ms`` (latency of every attempt, from sending the request to reading the answer),
+``wall_seconds`` (first send to last answer), ``started_unix``, ``ended_unix``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from email.utils import parsedate_to_datetime
+from pathlib import Path
+
+import aiohttp
+
+from bench.workload import load
+
+HEADERS = {
+    "Content-Encoding": "snappy",
+    "Content-Type": "application/x-protobuf",
+    "X-Prometheus-Remote-Write-Version": "0.1.0",
+    "User-Agent": "rwrouter-bench-driver/1",
+}
+MAX_ATTEMPTS = 50  # per request, for errors other than 503/429
+MAX_RETRY_AFTER = 30.0  # seconds: cap of a Retry-After we honour
+
+
+@dataclass(slots=True)
+class Result:
+    """What the driver did (see the module docstring for units)."""
+
+    url: str
+    senders: int
+    requests: int = 0
+    attempts: int = 0
+    retries: int = 0
+    errors: int = 0
+    lost: int = 0
+    samples: int = 0
+    p50_ms: float = 0.0
+    p90_ms: float = 0.0
+    p99_ms: float = 0.0
+    max_ms: float = 0.0
+    wall_seconds: float = 0.0
+    started_unix: float = 0.0
+    ended_unix: float = 0.0
+    statuses: dict[str, int] = field(default_factory=dict)
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile ``q`` (0..100) of already sorted values; 0 when empty."""
+    if not sorted_values:
+        return 0.0
+    rank = max(1, min(len(sorted_values), round(q / 100 * len(sorted_values) + 0.5)))
+    return sorted_values[rank - 1]
+
+
+def retry_after_seconds(value: str | None) -> float:
+    """Seconds to wait from a ``Retry-After`` header (delta seconds or HTTP date); 1 s when
+    absent or unreadable; capped at :data:`MAX_RETRY_AFTER`."""
+    if not value:
+        return 1.0
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            seconds = parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError):
+            return 1.0
+    return min(MAX_RETRY_AFTER, max(0.0, seconds))
+
+
+async def run(
+    url: str,
+    bodies: Sequence[bytes],
+    samples_per_body: Sequence[int],
+    senders: int,
+    go_stdin: bool,
+    request_timeout: float,
+) -> Result:
+    """Send every body once (retrying as described), ``senders`` at a time."""
+    result = Result(url=url, senders=senders)
+    latencies: list[float] = []
+    next_index = 0
+    timeout = aiohttp.ClientTimeout(total=request_timeout)
+    connector = aiohttp.TCPConnector(limit=senders, force_close=False)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        if go_stdin:
+            print("DRIVER READY", flush=True)
+            await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+
+        async def sender() -> None:
+            nonlocal next_index
+            while next_index < len(bodies):
+                i = next_index
+                next_index += 1
+                body = bodies[i]
+                failures = 0
+                while True:
+                    result.attempts += 1
+                    t0 = time.perf_counter()
+                    try:
+                        async with session.post(url, data=body, headers=HEADERS) as resp:
+                            await resp.read()
+                            status = resp.status
+                            retry_after = resp.headers.get("Retry-After")
+                    except (aiohttp.ClientError, TimeoutError):
+                        status, retry_after = 0, None
+                    latencies.append(time.perf_counter() - t0)
+                    key = str(status)
+                    result.statuses[key] = result.statuses.get(key, 0) + 1
+                    if 200 <= status < 300:
+                        result.requests += 1
+                        result.samples += samples_per_body[i]
+                        break
+                    if status in (429, 503):
+                        result.retries += 1
+                        await asyncio.sleep(retry_after_seconds(retry_after))
+                        continue
+                    if status == 0 or status >= 500:
+                        result.errors += 1
+                        failures += 1
+                        if failures < MAX_ATTEMPTS:
+                            await asyncio.sleep(min(2.0, 0.05 * 2**failures))
+                            continue
+                    result.lost += 1
+                    break
+
+        result.started_unix = time.time()
+        t_start = time.perf_counter()
+        await asyncio.gather(*(sender() for _ in range(senders)))
+        result.wall_seconds = time.perf_counter() - t_start
+        result.ended_unix = time.time()
+    latencies.sort()
+    result.p50_ms = percentile(latencies, 50) * 1000
+    result.p90_ms = percentile(latencies, 90) * 1000
+    result.p99_ms = percentile(latencies, 99) * 1000
+    result.max_ms = (latencies[-1] if latencies else 0.0) * 1000
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line entry point; exit status 0 when every request was answered 2xx."""
+    parser = argparse.ArgumentParser(prog="python -m bench.driver", description=__doc__)
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--workload", type=Path, required=True, help="cache file (workload.py)")
+    parser.add_argument("--senders", type=int, default=4)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--go-stdin", action="store_true")
+    parser.add_argument("--request-timeout", type=float, default=60.0, help="seconds")
+    args = parser.parse_args(argv)
+    workload = load(args.workload)
+    result = asyncio.run(
+        run(
+            args.url,
+            workload.bodies,
+            workload.samples_per_body,
+            args.senders,
+            args.go_stdin,
+            args.request_timeout,
+        )
+    )
+    args.out.write_text(json.dumps(asdict(result), indent=2))
+    return 0 if result.lost == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,646 @@
+"""The router comparison: vmagent, then rwrouter, on the same workload and sinks, in one run.
+
+For each contender (one at a time, never both at once):
+
+1. start it on 127.0.0.1 (a free port, its own temporary directory), wait until it is ready;
+2. zero the two sinks (A: the critical DCGM series, B: everything else);
+3. start the load driver (:mod:`bench.driver`, its own process), let it load the bodies;
+4. take the CPU baseline of the router's process tree, let the driver send;
+5. poll the sinks (bounded) until A and B received every expected sample;
+6. CPU (utime + stime, router process and all its descendants, sampled during the run) and peak
+   RSS (VmHWM, summed) of the router; stop it.
+
+CPU covers "start of load" to "all delivered". Samples per CPU-second = samples sent / CPU
+seconds of the router tree. The floor is the runner's own ``time.process_time`` for snappy
+decompress + compress of the same bodies (what any router must at least do).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import snappy
+
+from bench import procs
+from bench.workload import A_REGEX, Workload, load_or_generate
+
+VMAGENT = "/usr/bin/vmagent"
+CONTENDERS = ("vmagent", "rwrouter")
+SMOKE_NODES, SMOKE_SCRAPES = 3, 2
+DEFAULT_NODES, DEFAULT_SCRAPES = 280, 20
+POLL = 0.05  # seconds between polls of a sink or a readiness endpoint
+
+
+# ---------------------------------------------------------------------------------------------
+# Small HTTP helpers (stdlib: the runner stays free of an event loop)
+
+
+def http(method: str, url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    """One request; (status, body). Connection errors give status 0."""
+    req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return 0, b""
+
+
+def wait_ready(url: str, proc: subprocess.Popen[Any], timeout: float, what: str) -> None:
+    """Poll ``url`` until it answers 200; raise if ``proc`` exits or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with status {proc.returncode} before ready")
+        if http("GET", url, timeout=1.0)[0] == 200:
+            return
+        time.sleep(POLL)
+    raise RuntimeError(f"{what} not ready at {url} after {timeout:.0f} s")
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (bound and released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ---------------------------------------------------------------------------------------------
+# Sinks
+
+
+@dataclass
+class Sink:
+    """A running sink process (:mod:`bench.sink`)."""
+
+    name: str
+    proc: subprocess.Popen[Any]
+    port: int
+
+    @property
+    def url(self) -> str:
+        """Its remote write URL."""
+        return f"http://127.0.0.1:{self.port}/api/v1/write"
+
+    def stats(self) -> dict[str, Any]:
+        """Its counters (see :mod:`bench.sink`)."""
+        status, body = http("GET", f"http://127.0.0.1:{self.port}/stats")
+        if status != 200:
+            raise RuntimeError(f"sink {self.name}: /stats answered {status}")
+        result: dict[str, Any] = json.loads(body)
+        return result
+
+    def reset(self) -> None:
+        """Zero its counters."""
+        status, _ = http("POST", f"http://127.0.0.1:{self.port}/reset")
+        if status != 204:
+            raise RuntimeError(f"sink {self.name}: /reset answered {status}")
+
+
+def start_sink(name: str, workdir: Path) -> Sink:
+    """Start one sink process and read its port."""
+    proc = procs.spawn(
+        [sys.executable, "-m", "bench.sink", "--name", name],
+        log=workdir / f"sink-{name}.log",
+        stdout_pipe=True,
+        cwd=REPO,
+    )
+    assert proc.stdout is not None
+    line = procs.read_line(proc.stdout, time.monotonic() + 30, proc)
+    parts = line.split()
+    if len(parts) != 4 or parts[:3] != ["SINK", name, "LISTENING"]:
+        procs.stop(proc)
+        raise RuntimeError(f"sink {name}: unexpected first line {line!r}")
+    return Sink(name, proc, int(parts[3]))
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+# ---------------------------------------------------------------------------------------------
+# Contenders
+
+
+def labeldrop_rules(count: int) -> list[dict[str, Any]]:
+    """``count`` no-op rules: labeldrop of label names that never occur (each still walks every
+    label of every series it sees)."""
+    return [{"action": "labeldrop", "regex": f"bench_absent_label_{i}"} for i in range(count)]
+
+
+def yaml_dump(value: Any) -> str:
+    """YAML text of plain data (JSON is YAML; keeps the runner free of a YAML writer)."""
+    return json.dumps(value, indent=2) + "\n"
+
+
+@dataclass
+class Contender:
+    """How to start one router (argv, readiness URL, write URL) in its work directory."""
+
+    name: str
+    argv: list[str]
+    port: int
+    ready_path: str
+    write_path: str = "/api/v1/write"
+    notes: list[str] = field(default_factory=list)
+    env: dict[str, str] | None = None
+
+    @property
+    def write_url(self) -> str:
+        """URL the driver sends to."""
+        return f"http://127.0.0.1:{self.port}{self.write_path}"
+
+    @property
+    def ready_url(self) -> str:
+        """URL answering 200 once the router is ready."""
+        return f"http://127.0.0.1:{self.port}{self.ready_path}"
+
+
+#: vmagent flags besides listen address, URLs, relabel files and tmpDataPath, with why.
+VMAGENT_FLAGS: tuple[tuple[str, str], ...] = (
+    ("-loggerLevel=WARN", "no per-request logging either way; rwrouter logs at its default"),
+    ("-memory.allowedPercent=60", "vmagent's default, written out"),
+    ("-remoteWrite.queues=4", "vmagent's default on 2 cores (2 x CPUs), written out"),
+)
+
+
+def vmagent_contender(workdir: Path, a_url: str, b_url: str, rules: int) -> Contender:
+    """vmagent: A keeps :data:`A_REGEX`, B drops it (one -remoteWrite.urlRelabelConfig per
+    -remoteWrite.url), each file with ``rules - 1`` no-op labeldrop rules first."""
+    keep = [*labeldrop_rules(rules - 1), {"action": "keep", "source_labels": ["__name__"],
+                                           "regex": A_REGEX}]  # fmt: skip
+    drop = [*labeldrop_rules(rules - 1), {"action": "drop", "source_labels": ["__name__"],
+                                           "regex": A_REGEX}]  # fmt: skip
+    (workdir / "keepA.yml").write_text(yaml_dump(keep))
+    (workdir / "dropA.yml").write_text(yaml_dump(drop))
+    port = free_port()
+    argv = [
+        VMAGENT,
+        f"-httpListenAddr=127.0.0.1:{port}",
+        f"-remoteWrite.url={a_url}",
+        f"-remoteWrite.urlRelabelConfig={workdir / 'keepA.yml'}",
+        f"-remoteWrite.url={b_url}",
+        f"-remoteWrite.urlRelabelConfig={workdir / 'dropA.yml'}",
+        f"-remoteWrite.tmpDataPath={workdir / 'vmagent-data'}",
+        *(flag for flag, _ in VMAGENT_FLAGS),
+    ]
+    return Contender("vmagent", argv, port, "/health")
+
+
+def export_rwrouter(ref: str, dest: Path) -> dict[str, str]:
+    """Export ``src/rwrouter`` of git ``ref`` into ``dest`` (``git archive``: the repository is
+    not touched) and return an environment whose PYTHONPATH puts it before the installed
+    (editable) rwrouter. Pure Python only: a C extension of that ref is not built."""
+    dest.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", "--format=tar", ref, "src/rwrouter"],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True, timeout=60)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(dest / "src")
+    return env
+
+
+def rwrouter_supports_workers(env: dict[str, str] | None = None) -> bool:
+    """Whether ``rwrouter run --help`` lists ``--workers``."""
+    out = subprocess.run(
+        [sys.executable, "-m", "rwrouter", "run", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+    return "--workers" in out.stdout
+
+
+def rwrouter_contender(
+    workdir: Path,
+    a_url: str,
+    b_url: str,
+    rules: int,
+    workers: int | None,
+    env: dict[str, str] | None = None,
+) -> Contender:
+    """rwrouter: destination A keeps :data:`A_REGEX`, B is ``fallback: true``; each with
+    ``rules - 1`` no-op labeldrop rules (A's keep comes last); defaults otherwise."""
+    port = free_port()
+    config = {
+        "server": {"listen_address": f"127.0.0.1:{port}"},
+        "storage": {"path": str(workdir / "rwrouter-data")},
+        "remote_write": [
+            {
+                "name": "A",
+                "url": a_url,
+                "write_relabel_configs": [
+                    *labeldrop_rules(rules - 1),
+                    {"action": "keep", "source_labels": ["__name__"], "regex": A_REGEX},
+                ],
+            },
+            {
+                "name": "B",
+                "url": b_url,
+                "fallback": True,
+                "write_relabel_configs": labeldrop_rules(rules - 1),
+            },
+        ],
+    }
+    path = workdir / "rwrouter.yaml"
+    path.write_text(yaml_dump(config))
+    argv = [sys.executable, "-m", "rwrouter", "run", "--config", str(path)]
+    notes = []
+    if workers is not None:
+        argv += ["--workers", str(workers)]
+        notes.append(f"--workers {workers}")
+    return Contender("rwrouter", argv, port, "/-/ready", notes=notes, env=env)
+
+
+# ---------------------------------------------------------------------------------------------
+# One measurement
+
+
+@dataclass
+class Measurement:
+    """One contender's figures. Rates in samples per CPU-second, times in seconds unless the
+    key says ``_ms``, sizes in bytes unless ``_mib``."""
+
+    name: str
+    ok: bool = False
+    error: str | None = None
+    samples_sent: int = 0
+    cpu_seconds: float = 0.0
+    samples_per_cpu_second: float = 0.0
+    wall_seconds: float = 0.0  # start of load to all delivered
+    load_seconds: float = 0.0  # driver: first send to last answer
+    p50_ms: float = 0.0
+    p99_ms: float = 0.0
+    peak_rss_mib: float = 0.0
+    processes: int = 0
+    delivered_a: int = 0
+    delivered_b: int = 0
+    expected_a: int = 0
+    expected_b: int = 0
+    requests_a: int = 0
+    requests_b: int = 0
+    driver: dict[str, Any] = field(default_factory=dict)
+    exit_status: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def wait_delivered(sinks: Sequence[Sink], expected: Sequence[int], deadline: float) -> bool:
+    """Poll the sinks until each has at least its expected samples; False at ``deadline``."""
+    while True:
+        got = [s.stats()["samples"] for s in sinks]
+        if all(g >= e for g, e in zip(got, expected, strict=True)):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(POLL)
+
+
+def measure(
+    contender: Contender,
+    workload: Workload,
+    workload_path: Path,
+    sinks: tuple[Sink, Sink],
+    senders: int,
+    workdir: Path,
+    timeout: float,
+) -> Measurement:
+    """Run the load against one contender and measure it (see the module docstring)."""
+    m = Measurement(
+        contender.name,
+        expected_a=workload.samples_a,
+        expected_b=workload.samples_b,
+        samples_sent=workload.samples,
+        notes=list(contender.notes),
+    )
+    log = workdir / f"{contender.name}.log"
+    proc = procs.spawn(contender.argv, log=log, cwd=workdir, env=contender.env)
+    monitor = procs.TreeMonitor(proc.pid)
+    driver: subprocess.Popen[Any] | None = None
+    try:
+        wait_ready(contender.ready_url, proc, timeout=60, what=contender.name)
+        for sink in sinks:
+            sink.reset()
+        result_path = workdir / f"driver-{contender.name}.json"
+        driver = procs.spawn(
+            [
+                sys.executable, "-m", "bench.driver",
+                "--url", contender.write_url,
+                "--workload", str(workload_path),
+                "--senders", str(senders),
+                "--out", str(result_path),
+                "--go-stdin",
+            ],
+            log=workdir / f"driver-{contender.name}.log",
+            stdin=subprocess.PIPE,
+            stdout_pipe=True,
+            cwd=REPO,
+        )  # fmt: skip
+        assert driver.stdout is not None and driver.stdin is not None
+        line = procs.read_line(driver.stdout, time.monotonic() + 120, driver)
+        if line != "DRIVER READY":
+            raise RuntimeError(f"driver: unexpected line {line!r}")
+        monitor.start()  # CPU baseline
+        t0 = time.monotonic()
+        driver.stdin.write(b"go\n")
+        driver.stdin.flush()
+        deadline = t0 + timeout
+        while driver.poll() is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"driver did not finish within {timeout:.0f} s")
+            if proc.poll() is not None:
+                raise RuntimeError(f"{contender.name} exited with status {proc.returncode}")
+            time.sleep(POLL)
+        m.driver = json.loads(result_path.read_text())
+        m.load_seconds = m.driver["wall_seconds"]
+        m.p50_ms, m.p99_ms = m.driver["p50_ms"], m.driver["p99_ms"]
+        delivered = wait_delivered(sinks, (workload.samples_a, workload.samples_b), deadline)
+        m.wall_seconds = time.monotonic() - t0
+        monitor.stop()
+        m.cpu_seconds = monitor.cpu_seconds()
+        m.peak_rss_mib = monitor.peak_rss_bytes() / 2**20
+        m.processes = monitor.process_count()
+        m.samples_per_cpu_second = m.samples_sent / m.cpu_seconds if m.cpu_seconds else 0.0
+        if m.driver["lost"]:
+            m.notes.append(f"driver: {m.driver['lost']} requests refused for good")
+        if not delivered:
+            m.notes.append(f"not all delivered within {timeout:.0f} s")
+        m.ok = delivered and not m.driver["lost"]
+    except Exception as exc:
+        m.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        monitor.stop()
+        if driver is not None:
+            procs.stop(driver, timeout=5)
+        m.exit_status = procs.stop(proc, descendants=monitor.processes())
+        with contextlib.suppress(Exception):
+            a, b = (s.stats() for s in sinks)  # after stop: duplicates would show here
+            m.delivered_a, m.delivered_b = a["samples"], b["samples"]
+            m.requests_a, m.requests_b = a["requests"], b["requests"]
+        if m.delivered_a != m.expected_a or m.delivered_b != m.expected_b:
+            m.ok = False
+        if not m.ok:
+            tail = log.read_text(errors="replace").splitlines()[-15:] if log.exists() else []
+            m.notes.append(f"{contender.name} log tail: " + " | ".join(tail))
+    return m
+
+
+def floor(workload: Workload) -> dict[str, float]:
+    """snappy decompress + compress of every body, on this process's CPU: samples/CPU-s."""
+    t0 = time.process_time()
+    for body in workload.bodies:
+        snappy.compress(snappy.uncompress(body))
+    cpu = time.process_time() - t0
+    return {"cpu_seconds": cpu, "samples_per_cpu_second": workload.samples / cpu if cpu else 0.0}
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if a and b else "-"
+
+
+def table(results: dict[str, Measurement], floor_rate: float) -> str:
+    """The side-by-side table (fixed-width text)."""
+    names = [n for n in CONTENDERS if n in results]
+    rows: list[tuple[str, list[str], str]] = []
+
+    def row(label: str, values: list[float], fmt: str, ratio: bool = True) -> None:
+        cells = [format(v, fmt) for v in values]
+        r = "-"
+        if ratio and len(values) == 2:
+            r = _ratio(values[1], values[0])
+        rows.append((label, cells, r))
+
+    get = [results[n] for n in names]
+    row("samples per CPU-second", [m.samples_per_cpu_second for m in get], ",.0f")
+    row("CPU seconds", [m.cpu_seconds for m in get], ".2f")
+    row("wall seconds (load -> delivered)", [m.wall_seconds for m in get], ".2f")
+    row("p50 latency ms", [m.p50_ms for m in get], ".2f")
+    row("p99 latency ms", [m.p99_ms for m in get], ".2f")
+    row("peak RSS MiB", [m.peak_rss_mib for m in get], ".1f")
+    rows.append(("delivered A / expected", [f"{m.delivered_a}/{m.expected_a}" for m in get], "-"))
+    rows.append(("delivered B / expected", [f"{m.delivered_b}/{m.expected_b}" for m in get], "-"))
+    rows.append(("retries (503/429)", [str(m.driver.get("retries", 0)) for m in get], "-"))
+    rows.append(("ok", ["yes" if m.ok else "NO" for m in get], "-"))
+    rows.append(
+        ("vs floor (samples/CPU-s / floor)",
+         [_ratio(m.samples_per_cpu_second, floor_rate) for m in get], "-")
+    )  # fmt: skip
+    width = max(len(r[0]) for r in rows)
+    cw = max(14, *(len(c) for r in rows for c in r[1]))
+    header = f"{'':<{width}}  " + "  ".join(f"{n:>{cw}}" for n in names)
+    if len(names) == 2:
+        header += f"  {'rwrouter/vmagent':>16}"
+    lines = [header]
+    for label, cells, r in rows:
+        line = f"{label:<{width}}  " + "  ".join(f"{c:>{cw}}" for c in cells)
+        if len(names) == 2:
+            line += f"  {r:>16}"
+        lines.append(line)
+    lines.append(f"floor (snappy decompress + compress): {floor_rate:,.0f} samples per CPU-second")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Command line of ``python -m bench``."""
+    p = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="rwrouter vs vmagent on the GPU-fleet workload, in one run "
+        "(`python -m bench micro --help`: in-process measurements).",
+    )
+    p.add_argument("--nodes", type=int, default=None, help=f"default {DEFAULT_NODES}")
+    p.add_argument("--scrapes", type=int, default=None, help=f"default {DEFAULT_SCRAPES}")
+    p.add_argument("--senders", type=int, default=4, help="driver connections (default 4)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--workers", type=int, default=None, help="rwrouter run --workers N")
+    p.add_argument("--rules", type=int, default=1, help="relabel rules per destination (K)")
+    p.add_argument("--only", choices=CONTENDERS, default=None)
+    p.add_argument("--smoke", action="store_true",
+                   help=f"tiny run: {SMOKE_NODES} nodes, {SMOKE_SCRAPES} scrapes")  # fmt: skip
+    p.add_argument("--json", type=Path, default=None, help="write the results here")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="seconds per contender (default from the workload size)")  # fmt: skip
+    p.add_argument("--keep-workdir", action="store_true", help="keep logs and configs")
+    p.add_argument("--rwrouter-ref", default=None,
+                   help="run rwrouter's src/ of this git ref (git archive), e.g. HEAD, "
+                   "instead of the working tree")  # fmt: skip
+    args = p.parse_args(argv)
+    if args.nodes is None:
+        args.nodes = SMOKE_NODES if args.smoke else DEFAULT_NODES
+    if args.scrapes is None:
+        args.scrapes = SMOKE_SCRAPES if args.smoke else DEFAULT_SCRAPES
+    if args.rules < 1:
+        p.error("--rules must be >= 1")
+    return args
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM/SIGHUP raise KeyboardInterrupt, so cleanup runs (children are stopped)."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the comparison; exit status 0 when every contender delivered exactly the expected
+    samples to A and B."""
+    args = parse_args(argv)
+    names = [args.only] if args.only else list(CONTENDERS)
+    if "vmagent" in names and not os.access(VMAGENT, os.X_OK):
+        print(f"{VMAGENT} not found: install Debian's victoria-metrics", file=sys.stderr)
+        return 2
+    t_start = time.monotonic()
+    load_before = os.getloadavg()
+    if load_before[0] > 0.5:
+        print(f"warning: 1-minute load average {load_before[0]:.2f} before the run: other "
+              "processes compete for the CPUs; figures may be off", file=sys.stderr)  # fmt: skip
+    workdir = Path(tempfile.mkdtemp(prefix="rwrouter-bench-"))
+    rw_env = None
+    if args.rwrouter_ref and "rwrouter" in names:
+        rw_env = export_rwrouter(args.rwrouter_ref, workdir / "rwrouter-src")
+        print(f"rwrouter from git ref {args.rwrouter_ref}", flush=True)
+    workers = args.workers
+    if workers is not None and "rwrouter" in names and not rwrouter_supports_workers(rw_env):
+        print("rwrouter run --help has no --workers yet: running without it", file=sys.stderr)
+        workers = None
+    workload, workload_path = load_or_generate(args.seed, args.nodes, args.scrapes)
+    print(workload.summary(), flush=True)
+    timeout = args.timeout or 120 + workload.samples / 5_000
+    floor_figs = floor(workload)
+    results: dict[str, Measurement] = {}
+    sinks: list[Sink] = []
+    with _terminate_as_interrupt():
+        try:
+            sinks = [start_sink("A", workdir), start_sink("B", workdir)]
+            a, b = sinks
+            for name in names:
+                sub = workdir / name
+                sub.mkdir()
+                if name == "vmagent":
+                    c = vmagent_contender(sub, a.url, b.url, args.rules)
+                else:
+                    c = rwrouter_contender(sub, a.url, b.url, args.rules, workers, rw_env)
+                print(f"running {name} ...", flush=True)
+                m = measure(c, workload, workload_path, (a, b), args.senders, sub, timeout)
+                results[name] = m
+                status = "ok" if m.ok else f"FAILED {m.error or ''}"
+                print(f"  {name}: {status} in {m.wall_seconds:.1f} s", flush=True)
+        finally:
+            for sink in sinks:
+                procs.stop(sink.proc, timeout=10)
+            if not args.keep_workdir:
+                subprocess.run(["rm", "-rf", str(workdir)], check=False)
+    print()
+    print(table(results, floor_figs["samples_per_cpu_second"]))
+    for m in results.values():
+        for note in m.notes:
+            print(f"note: {m.name}: {note}")
+        if m.error:
+            print(f"error: {m.name}: {m.error}")
+    total = time.monotonic() - t_start
+    print(f"total time {total:.1f} s" + (f"; work directory kept: {workdir}"
+                                         if args.keep_workdir else ""))  # fmt: skip
+    report = {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "workers": workers,
+        "rwrouter_ref": args.rwrouter_ref,
+        "rwrouter_commit": _commit(args.rwrouter_ref or "HEAD"),
+        "rwrouter_worktree_dirty": None if args.rwrouter_ref else _dirty_src(),
+        "workload": {
+            "seed": workload.seed,
+            "nodes": workload.nodes,
+            "scrapes": workload.scrapes,
+            "series_per_scrape": workload.series_per_scrape,
+            "requests": len(workload.bodies),
+            "samples": workload.samples,
+            "samples_a": workload.samples_a,
+            "samples_b": workload.samples_b,
+            "raw_bytes_per_series": workload.raw_bytes_per_series,
+            "compressed_bytes_per_series": workload.compressed_bytes_per_series,
+        },
+        "vmagent_flags": [flag for flag, _ in VMAGENT_FLAGS],
+        "floor": floor_figs,
+        "contenders": {n: asdict(m) for n, m in results.items()},
+        "ratios": _ratios(results, floor_figs["samples_per_cpu_second"]),
+        "total_seconds": total,
+        "loadavg_before": load_before,
+        "loadavg_after": os.getloadavg(),
+        "cpus": os.cpu_count(),
+    }
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0 if results and all(m.ok for m in results.values()) else 1
+
+
+def _ratios(results: dict[str, Measurement], floor_rate: float) -> dict[str, float | None]:
+    """rwrouter/vmagent ratios and each contender's share of the floor."""
+    out: dict[str, float | None] = {}
+    r, v = results.get("rwrouter"), results.get("vmagent")
+    if r and v:
+        out["samples_per_cpu_second"] = (
+            r.samples_per_cpu_second / v.samples_per_cpu_second
+            if v.samples_per_cpu_second
+            else None
+        )
+        out["p99_ms"] = r.p99_ms / v.p99_ms if v.p99_ms else None
+        out["peak_rss"] = r.peak_rss_mib / v.peak_rss_mib if v.peak_rss_mib else None
+    for name, m in results.items():
+        out[f"{name}_vs_floor"] = m.samples_per_cpu_second / floor_rate if floor_rate else None
+    return out
+
+
+def _commit(ref: str) -> str | None:
+    """The commit id of ``ref``, or None."""
+    out = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", ref], capture_output=True, text=True, check=False
+    )
+    return out.stdout.strip() or None
+
+
+def _dirty_src() -> bool | None:
+    """Whether src/ has uncommitted changes (the measured code is then not HEAD)."""
+    out = subprocess.run(
+        ["git", "-C", str(REPO), "status", "--porcelain", "--", "src"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return bool(out.stdout.strip()) if out.returncode == 0 else None
