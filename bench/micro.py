@@ -1,0 +1,321 @@
+"""In-process measurements with rwrouter's public Python API (``python -m bench micro``).
+
+Only documented entry points are used, because the routing internals are being rewritten:
+``rwrouter.wire.decompress`` / ``parse_write_request``, ``rwrouter.routing.Router`` /
+``Route`` (``router.route(...)``, ``len(router)``), ``rwrouter.relabel.parse_relabel_configs``,
+and the SigV4 signer ``rwrouter.auth.schemes.SigV4`` with a static-key
+``rwrouter.auth.credentials.load_source``.
+
+- (a) decode + route throughput (samples per CPU-second, ``time.process_time``) with 1, 10 and
+  100 relabel rules per destination (K-1 no-op ``labeldrop`` rules, then A's keep; B is the
+  fallback with the K-1 labeldrops), cache cold (a new Router: every label set is a miss) and
+  warm (the same label sets again: every one a hit);
+- (b) CPU cost of SigV4-signing one request body of typical size (microseconds per signature,
+  static fake credentials: no network);
+- (c) memory per cached label set (bytes; ``tracemalloc`` over N distinct label sets routed into
+  a new Router, divided by ``len(router)``; RSS delta shown too);
+- (d) churn: scrapes where a fraction of the nodes' training pods restart every scrape (new
+  ``pod`` and ``UUID`` values), cache size and RSS (MiB) over time with a bounded cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import inspect
+import json
+import random
+import time
+import tracemalloc
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import snappy
+
+from bench.workload import (
+    A_REGEX,
+    SeriesDef,
+    encode_labels_pb,
+    fleet_series,
+    load_or_generate,
+    scrape_bodies,
+    sorted_labels,
+)
+from rwrouter.auth.credentials import load_source
+from rwrouter.auth.schemes import SigV4
+from rwrouter.auth.sigv4 import REMOTE_WRITE_HEADERS
+from rwrouter.relabel import RelabelConfig, parse_relabel_configs
+from rwrouter.routing import Route, Router
+from rwrouter.wire import decompress, parse_write_request
+
+MAX_DECODED = 64 * 1024 * 1024  # bytes: rwrouter's default server.max_decoded_bytes
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process (``VmRSS``), bytes."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def rules_for(k: int) -> tuple[tuple[RelabelConfig, ...], tuple[RelabelConfig, ...]]:
+    """(A's rules, B's rules) for K rules per destination: K-1 no-op labeldrops, then A's keep
+    (B is the fallback and has only the labeldrops)."""
+    drops = [{"action": "labeldrop", "regex": f"bench_absent_label_{i}"} for i in range(k - 1)]
+    keep = {"action": "keep", "source_labels": ["__name__"], "regex": A_REGEX}
+    a = parse_relabel_configs([*drops, keep], "a")
+    b = parse_relabel_configs(drops, "b")
+    return a, b
+
+
+def make_router(k: int, cache_size: int | None = None) -> Router:
+    """A Router with destinations A (keep) and B (fallback), K rules each."""
+    a, b = rules_for(k)
+    routes = [Route(name="A", rules=a), Route(name="B", rules=b, fallback=True)]
+    if cache_size is None:
+        return Router(global_rules=(), routes=routes)
+    return Router(global_rules=(), routes=routes, cache_size=cache_size)
+
+
+def _route_takes_bytes() -> tuple[bool, bool]:
+    """How this rwrouter's ``Router.route`` is called: (takes the decompressed bytes rather
+    than ``parse_write_request``'s result, accepts ``now=``). The signature is changing while
+    the hot path is rewritten; both forms are public."""
+    params = inspect.signature(Router.route).parameters
+    first = next(iter(p for name, p in params.items() if name != "self"))
+    return first.name == "data", "now" in params
+
+
+_TAKES_BYTES, _TAKES_NOW = _route_takes_bytes()
+
+
+def route_one(router: Router, body: bytes) -> Any:
+    """Decompress and route one compressed body (either form of ``Router.route``)."""
+    data = decompress(body, max_decoded_bytes=MAX_DECODED)
+    arg = data if _TAKES_BYTES else parse_write_request(data)
+    return router.route(arg, now=time.monotonic()) if _TAKES_NOW else router.route(arg)
+
+
+def route_bodies(router: Router, bodies: Sequence[bytes]) -> tuple[int, int, int]:
+    """Decode and route every body; (samples in, samples to A, samples to B)."""
+    total = a = b = 0
+    for body in bodies:
+        out = route_one(router, body)
+        total += out.samples_in
+        a += out.series[0].samples
+        b += out.series[1].samples
+    return total, a, b
+
+
+def bench_route(nodes: int, seed: int, ks: Sequence[int]) -> list[dict[str, Any]]:
+    """(a): samples/CPU-s for each K, cold (scrape 0, new Router) and warm (scrape 1 again
+    through the same Router)."""
+    workload, _ = load_or_generate(seed, nodes, 2)
+    half = len(workload.bodies) // 2
+    cold_bodies, warm_bodies = workload.bodies[:half], workload.bodies[half:]
+    rows = []
+    for k in ks:
+        router = make_router(k)
+        t0 = time.process_time()
+        n_cold, a, b = route_bodies(router, cold_bodies)
+        cold = time.process_time() - t0
+        t0 = time.process_time()
+        n_warm, _, _ = route_bodies(router, warm_bodies)
+        warm = time.process_time() - t0
+        rows.append(
+            {
+                "rules": k,
+                "series": n_cold,
+                "cold_samples_per_cpu_s": n_cold / cold,
+                "warm_samples_per_cpu_s": n_warm / warm,
+                "cold_us_per_series": cold / n_cold * 1e6,
+                "warm_us_per_series": warm / n_warm * 1e6,
+                "to_a": a,
+                "to_b": b,
+            }
+        )
+    return rows
+
+
+def bench_sigv4(body: bytes, iterations: int) -> dict[str, Any]:
+    """(b): microseconds of CPU per SigV4 signature of ``body`` (static fake keys)."""
+    source = load_source(
+        region="us-east-1", access_key="AKIDEXAMPLE", secret_key="wJalrXUtnFEMI/K7MDENG+bPxRfiCY"
+    )
+    signer = SigV4(source)
+    url = "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-bench/api/v1/remote_write"
+
+    async def loop() -> float:
+        await signer.headers(url=url, body=body, base=REMOTE_WRITE_HEADERS)  # warm up
+        t0 = time.process_time()
+        for _ in range(iterations):
+            await signer.headers(url=url, body=body, base=REMOTE_WRITE_HEADERS)
+        return time.process_time() - t0
+
+    cpu = asyncio.run(loop())
+    return {
+        "body_bytes": len(body),
+        "iterations": iterations,
+        "us_per_signature": cpu / iterations * 1e6,
+        "signatures_per_cpu_s": iterations / cpu,
+    }
+
+
+def bench_cache_memory(nodes: int, seed: int) -> dict[str, Any]:
+    """(c): bytes per cached label set (tracemalloc) and RSS delta, routing one scrape of
+    ``nodes`` nodes into a new Router (1 rule per destination)."""
+    workload, _ = load_or_generate(seed, nodes, 1)
+    router = make_router(1)
+    gc.collect()
+    rss0 = rss_bytes()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    route_bodies(router, workload.bodies)  # parsed requests and outputs are dropped after
+    gc.collect()
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    rss1 = rss_bytes()
+    n = len(router)
+    return {
+        "label_sets": n,
+        "tracemalloc_bytes_per_set": (after - before) / n,
+        "rss_delta_bytes_per_set": (rss1 - rss0) / n,
+        "note": "RSS delta includes tracemalloc's own overhead",
+    }
+
+
+def restarted(s: SeriesDef, gen: int) -> SeriesDef | None:
+    """Series ``s`` after its node's training pods restarted for the ``gen``-th time (new
+    ``pod`` and ``UUID`` values), or None when it does not belong to a training pod."""
+    labels = dict(s.labels)
+    if not labels.get("pod", "").startswith("llm-pretrain-"):
+        return None
+    labels["pod"] = f"{labels['pod']}-r{gen}"
+    if "UUID" in labels:
+        labels["UUID"] = f"{labels['UUID'][:-6]}{gen:06x}"
+    return SeriesDef(sorted_labels(labels), s.counter, s.target)
+
+
+def bench_churn(
+    nodes: int, seed: int, scrapes: int, fraction: float, cache_size: int, every: int
+) -> list[dict[str, Any]]:
+    """(d): route ``scrapes`` scrapes where ``fraction`` of the nodes restart their training
+    pods each scrape (a node keeps its new pods until it restarts again); the distinct label
+    sets seen so far, the Router's cache size and this process's RSS every ``every`` scrapes.
+    The generator's own memory stays constant (one encoded label set per live series)."""
+    base = fleet_series(seed, nodes)
+    per_node = len(base) // nodes
+    series = list(base)
+    encoded = [encode_labels_pb(s.labels) for s in series]
+    rng = random.Random(f"churn:{seed}")
+    router = make_router(1, cache_size=cache_size)
+    generation = dict.fromkeys(range(nodes), 0)
+    values = [0.0] * len(base)
+    distinct = len(base)
+    rows = []
+    for scrape in range(scrapes):
+        if scrape:
+            for node in rng.sample(range(nodes), max(1, round(fraction * nodes))):
+                generation[node] += 1
+                for i in range(node * per_node, (node + 1) * per_node):
+                    new = restarted(base[i], generation[node])
+                    if new is not None:
+                        series[i], encoded[i] = new, encode_labels_pb(new.labels)
+                        distinct += 1
+        bodies = [
+            snappy.compress(b)
+            for b, _ in scrape_bodies(encoded, series, values, rng, scrape, (0, 0, 0))
+        ]
+        route_bodies(router, bodies)
+        del bodies
+        if scrape % every == 0 or scrape == scrapes - 1:
+            gc.collect()
+            rows.append(
+                {
+                    "scrape": scrape,
+                    "distinct_label_sets_seen": distinct,
+                    "cache_size": len(router),
+                    "rss_mib": rss_bytes() / 2**20,
+                }
+            )
+    return rows
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m bench micro``: run (a)-(d) and print the tables."""
+    p = argparse.ArgumentParser(prog="python -m bench micro", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--route-nodes", type=int, default=10, help="(a) nodes (730 series each)")
+    p.add_argument("--rules", type=int, nargs="+", default=[1, 10, 100], help="(a) K values")
+    p.add_argument("--sign-iterations", type=int, default=2000, help="(b)")
+    p.add_argument("--memory-nodes", type=int, default=140, help="(c) nodes")
+    p.add_argument("--churn-nodes", type=int, default=40, help="(d) nodes")
+    p.add_argument("--churn-scrapes", type=int, default=60, help="(d) scrapes")
+    p.add_argument("--churn-fraction", type=float, default=0.25, help="(d) nodes restarting")
+    p.add_argument("--churn-cache-size", type=int, default=100_000,
+                   help="(d) Router cache_size (label sets)")  # fmt: skip
+    p.add_argument("--only", choices=["route", "sigv4", "memory", "churn"], nargs="+")
+    p.add_argument("--json", type=Path, default=None, help="write the results here")
+    args = p.parse_args(argv)
+    parts = set(args.only or ["route", "sigv4", "memory", "churn"])
+    report: dict[str, Any] = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+    if "route" in parts:
+        rows = bench_route(args.route_nodes, args.seed, args.rules)
+        report["route"] = rows
+        print(f"(a) decode + route, {rows[0]['series']:,} series per pass "
+              "(samples per CPU-second; us per series)")  # fmt: skip
+        print(_table(
+            ["rules/dest", "cold samples/CPU-s", "warm samples/CPU-s", "cold us", "warm us"],
+            [[str(r["rules"]), f"{r['cold_samples_per_cpu_s']:,.0f}",
+              f"{r['warm_samples_per_cpu_s']:,.0f}", f"{r['cold_us_per_series']:.2f}",
+              f"{r['warm_us_per_series']:.2f}"] for r in rows],
+        ))  # fmt: skip
+        print()
+    if "sigv4" in parts:
+        workload, _ = load_or_generate(args.seed, args.route_nodes, 2)
+        body = workload.bodies[0]
+        sig = bench_sigv4(body, args.sign_iterations)
+        report["sigv4"] = sig
+        print(f"(b) SigV4 signing of one {sig['body_bytes']:,}-byte body: "
+              f"{sig['us_per_signature']:.1f} us CPU per signature "
+              f"({sig['signatures_per_cpu_s']:,.0f} per CPU-second)")  # fmt: skip
+        print()
+    if "memory" in parts:
+        mem = bench_cache_memory(args.memory_nodes, args.seed)
+        report["memory"] = mem
+        print(f"(c) cache memory: {mem['label_sets']:,} label sets, "
+              f"{mem['tracemalloc_bytes_per_set']:.0f} bytes per set (tracemalloc), "
+              f"{mem['rss_delta_bytes_per_set']:.0f} bytes per set (RSS delta, "
+              "with tracemalloc overhead)")  # fmt: skip
+        print()
+    if "churn" in parts:
+        every = max(1, args.churn_scrapes // 10)
+        rows = bench_churn(args.churn_nodes, args.seed, args.churn_scrapes,
+                           args.churn_fraction, args.churn_cache_size, every)  # fmt: skip
+        report["churn"] = rows
+        print(f"(d) churn: {args.churn_nodes} nodes, {args.churn_fraction:.0%} restart their "
+              "training pods every scrape, Router "
+              f"cache_size={args.churn_cache_size:,}")  # fmt: skip
+        print(_table(
+            ["scrape", "distinct label sets seen", "cache size", "RSS MiB"],
+            [[str(r["scrape"]), f"{r['distinct_label_sets_seen']:,}", f"{r['cache_size']:,}",
+              f"{r['rss_mib']:.1f}"] for r in rows],
+        ))  # fmt: skip
+        bounded = all(r["cache_size"] <= args.churn_cache_size for r in rows)
+        print(f"cache bounded by cache_size: {'yes' if bounded else 'NO'}")
+        report["churn_bounded"] = bounded
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
