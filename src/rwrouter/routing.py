@@ -27,16 +27,17 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rwrouter.relabel import RelabelConfig, process
-from rwrouter.wire import (
-    RawSeries,
+from rwrouter.relabel import FILTER_ACTIONS, RelabelConfig, passes, process
+from rwrouter.wire import RawSeries, frame_metadata, metadata_family, strip_fields
+from rwrouter.wire.scan import (
+    FILTERED,
+    INDEX,
+    Entry,
+    Kept,
     decode_labels,
     encode_labels,
-    frame_metadata,
-    metadata_family,
-    strip_fields,
+    scan_request,
 )
-from rwrouter.wire.scan import FILTERED, INDEX, Entry, entry_bytes, scan_request
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
@@ -177,6 +178,8 @@ class Router:
         self._rotated_at: float | None = None
         # Per route: does it filter out exemplars or native histograms?
         self._filters = tuple(not (r.send_exemplars and r.send_native_histograms) for r in routes)
+        # Per route: are its rules only keep/drop (they never change the labels)?
+        self._filter_only = [all(c.action in FILTER_ACTIONS for c in r.rules) for r in routes]
         self.hits = 0
         self.misses = 0
         self._window: tuple[float, int, int] | None = None  # start, hits, misses at start
@@ -256,35 +259,50 @@ class Router:
         """Route a label set not in the cache and remember it (the young generation)."""
         self.misses += 1
         outcome = self.route_labels(decode_labels(raw_labels))
-        # Output labels equal to the input (no rule changed them, the usual case) share the
-        # key's bytes object: no second copy in memory.
-        entry = tuple(
-            ((raw_labels if r == raw_labels else r), shard_hash(r)) if isinstance(r, bytes) else r
-            for r in outcome
-        )
+        items: list[Kept | str | None] = []
+        size = len(raw_labels)
+        hashes: dict[bytes, Kept] = {}  # destinations keeping the same labels share one item
+        for res in outcome:
+            if res.__class__ is bytes:
+                assert isinstance(res, bytes)
+                kept = hashes.get(res)
+                if kept is None:
+                    # Unchanged (the usual case): share the key's bytes object.
+                    labels = raw_labels if res == raw_labels else res
+                    kept = hashes[res] = (labels, shard_hash(labels))
+                if kept[0] is not raw_labels:
+                    size += len(res)  # as entry_bytes counts it
+                items.append(kept)
+            else:
+                items.append(res)  # type: ignore[arg-type]
+        entry = tuple(items)
         self._young[raw_labels] = entry
-        self._young_bytes += entry_bytes(raw_labels, entry)
+        self._young_bytes += size
         return entry
 
     # -- routing ---------------------------------------------------------------------------
 
     def route_labels(self, labels: tuple[tuple[str, str], ...]) -> Outcome:
-        """Apply global then per-destination rules and fallback routing to one label set."""
+        """Apply global then per-destination rules and fallback routing to one label set
+        (sorted by name, as :func:`~rwrouter.wire.scan.decode_labels` gives it)."""
         base = process(labels, self.global_rules) if self.global_rules else labels
         if base is None or not base:
             return (RELABEL,) * len(self.routes)
+        apply = _Apply(base)
         results: list[bytes | str | None] = []
         kept_by_primary = False
-        for route in self.routes:
+        for route, filter_only in zip(self.routes, self._filter_only, strict=True):
             if route.fallback:
                 results.append(None)
                 continue
-            res = _apply(base, route.rules)
+            res = apply(route.rules, filter_only)
             kept_by_primary = kept_by_primary or isinstance(res, bytes)
             results.append(res)
-        for i, route in enumerate(self.routes):
-            if route.fallback:
-                results[i] = None if kept_by_primary else _apply(base, route.rules)
+        if not kept_by_primary:
+            for i, (route, filter_only) in enumerate(zip(self.routes, self._filter_only,
+                                                         strict=True)):  # fmt: skip
+                if route.fallback:
+                    results[i] = apply(route.rules, filter_only)
         return tuple(results)
 
     def route(self, data: bytes, *, now: float = 0.0) -> RoutedRequest:
@@ -344,12 +362,40 @@ def _filter(raw: RawSeries, route: Route) -> tuple[bytes, int]:
     return strip_fields(raw.rest, frozenset(stripped)), kept
 
 
-def _apply(labels: tuple[tuple[str, str], ...], rules: tuple[RelabelConfig, ...]) -> bytes | str:
-    """One destination's rules on its own copy: encoded labels, or the drop reason."""
-    result = process(labels, rules) if rules else labels
-    if not result:
+class _Apply:
+    """Each destination's rules on its own copy of one label set (sorted by name): encoded
+    labels, or the drop reason. Rules that only filter (keep/drop, :data:`FILTER_ACTIONS`)
+    leave the set unchanged, so they are checked without copying it, and the set is encoded
+    once for all the destinations that keep it unchanged."""
+
+    __slots__ = ("_encoded", "_labels", "_mapping")
+
+    def __init__(self, labels: tuple[tuple[str, str], ...]) -> None:
+        self._labels = labels
+        self._mapping: dict[str, str] | None = None
+        self._encoded: bytes | str | None = None
+
+    def __call__(self, rules: tuple[RelabelConfig, ...], filter_only: bool) -> bytes | str:
+        if filter_only:
+            if rules:
+                if self._mapping is None:
+                    self._mapping = dict(self._labels)
+                if not passes(self._mapping, rules):
+                    return RELABEL
+            if self._encoded is None:
+                self._encoded = _finish(self._labels)
+            return self._encoded
+        result = process(self._labels, rules)
+        if not result:
+            return RELABEL
+        return _finish(result)
+
+
+def _finish(labels: tuple[tuple[str, str], ...]) -> bytes | str:
+    """The encoded output labels, or INVALID without ``__name__`` or with an empty name."""
+    if not labels:
         return RELABEL
-    names = [name for name, _ in result]
+    names = [name for name, _ in labels]
     if "__name__" not in names or "" in names:  # "" can come from a labelmap replacement
         return INVALID
-    return encode_labels(result)
+    return encode_labels(labels)

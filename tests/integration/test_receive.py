@@ -270,9 +270,13 @@ async def test_a_sender_that_gave_up_gets_nothing_enqueued(
 
     router = await start_router(ROUTER.format(url=fresh_capture.url("/all")).replace(
         "max_request_bytes: 64KiB", "max_request_bytes: 8MiB"))  # fmt: skip
-    label = b"\x0a\x08__name__\x12\x01m"
-    payload = b"\x0a" + bytes([len(label)]) + label + b"\x12\x0b\x09" + b"\x00" * 8 + b"\x10\x01"
-    body = bytes(snappy.compress((b"\x0a" + bytes([len(payload)]) + payload) * 400_000))
+    sample = b"\x12\x0b\x09" + b"\x00" * 8 + b"\x10\x01"
+    series = []
+    for i in range(400_000):  # distinct label sets: each one a cache miss, so decoding is slow
+        label = b"\x0a\x08__name__\x12\x08" + b"m%07d" % i
+        payload = b"\x0a" + bytes([len(label)]) + label + sample
+        series.append(b"\x0a" + bytes([len(payload)]) + payload)
+    body = bytes(snappy.compress(b"".join(series)))
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.2)) as impatient:
         with pytest.raises(TimeoutError):
             await post_write(impatient, router, body)

@@ -23,9 +23,9 @@ from rwrouter.metrics import Metrics
 from rwrouter.routing import Route, RoutedSeries, Router
 from rwrouter.sending.delivery import SPLIT_BUDGET
 from rwrouter.sending.destination import Destination
-from rwrouter.sending.records import encode_share, pack_frames
+from rwrouter.sending.records import encode_share
 from rwrouter.sending.transport import Transport
-from rwrouter.wire import parse_write_request, remote_pb2, types_pb2
+from rwrouter.wire import remote_pb2, types_pb2
 from tests.integration.conftest import StartRouter, eventually, metric_value, post_write
 from tests.support.capture import CaptureServer
 from tests.support.series import Series, build_body, decode, encode, write_request
@@ -67,7 +67,7 @@ class OrderCheckingSink:
 
 async def enqueue(dest: Destination, routed: RoutedSeries) -> None:
     """Append routed series to a destination's disk queue, as the fan-out does."""
-    share = encode_share(*pack_frames(routed.frames, routed.keys, routed.counts), received_ms=0,
+    share = encode_share(routed.body, routed.index, received_ms=0,
                          max_body_bytes=dest.max_request_bytes)  # fmt: skip
     assert dest.has_room(share.nbytes)
     dest.reserve(share.nbytes)
@@ -233,7 +233,7 @@ remote_write:
         steps = 60
         for step in range(steps):
             body = write_request([Series(labels, ((1_000 + step, 1.0),)) for labels in series])
-            routed = router.route(parse_write_request(body.SerializeToString()))
+            routed = router.route(body.SerializeToString())
             await enqueue(dest, routed.series[0])
             shard_counts.add(dest.shards)
             await asyncio.sleep(0.02)
@@ -341,9 +341,9 @@ async def test_stop_during_a_resharding_blocked_by_a_hanging_destination(
     router = Router(global_rules=(), routes=[Route(name="hang")])
     body = write_request([Series((("__name__", "m"), ("i", str(i))), ((1, 1.0),))
                           for i in range(10)])  # fmt: skip
-    await enqueue(dest, router.route(parse_write_request(body.SerializeToString())).series[0])
+    await enqueue(dest, router.route(body.SerializeToString()).series[0])
     senders = dest._senders
-    await eventually(lambda: dest.pending == 10 and not senders.buffers[0].frames)  # in flight
+    await eventually(lambda: dest.pending == 10 and not senders.buffers[0].chunks)  # in flight
     resharding = asyncio.create_task(senders.reshard(3))
     await asyncio.sleep(0.05)
     started = time.perf_counter()

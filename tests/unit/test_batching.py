@@ -1,13 +1,27 @@
-"""Sharding and batching (rwrouter.sending.batching): stable shards, frame-preserving batches
-bounded by samples and bytes, owners handed back in order."""
+"""Sharding and batching (rwrouter.sending.batching): stable shards, chunks of framed series
+cut into batches bounded by samples and bytes (a first chunk too large alone is cut, never a
+later one), owners handed back in order."""
 
 from __future__ import annotations
 
-import pytest
+from collections.abc import Callable, Iterable
 
-from rwrouter.sending.batching import ShardBuffer, desired_shards, reshard, shard_of
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rwrouter.sending.batching import (
+    Batch,
+    Chunk,
+    ShardBuffer,
+    chunks_by_shard,
+    desired_shards,
+    reshard,
+    shard_of,
+)
 from rwrouter.sending.records import shard_hash
 from rwrouter.wire import encode_labels
+from rwrouter.wire.scan import INDEX
 
 # ---------------------------------------------------------------------------------------------
 # shard_of
@@ -69,9 +83,20 @@ def test_shard_of_distribution_roughly_even(shards: int) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# ShardBuffer
+
+# ---------------------------------------------------------------------------------------------
+# Chunks and ShardBuffer
 
 BIG = 1 << 30  # a bound that never cuts
+
+Frame = tuple[bytes, int, int]
+"""A framed series as the queue holds it: (frame bytes, samples, shard hash)."""
+
+Row = tuple[bytes, int, int, object]
+"""A frame as it travels: (frame bytes, samples, shard hash, owner of its chunk)."""
+
+Spec = list[list[tuple[int, int]]]
+"""Chunks to add, in order: per chunk, per frame (samples, frame bytes)."""
 
 
 def frame(n: int, size: int = 0) -> bytes:
@@ -81,11 +106,63 @@ def frame(n: int, size: int = 0) -> bytes:
     return data.ljust(size, b".")
 
 
-def filled(counts: list[int], *, now: float = 0.0, sizes: list[int] | None = None) -> ShardBuffer:
+def chunk_of(frames: list[Frame], owner: object = None) -> Chunk:
+    """A chunk holding ``frames`` in order: their bodies joined, one INDEX entry per frame."""
+    return Chunk(
+        body=b"".join(f for f, _, _ in frames),
+        index=b"".join(INDEX.pack(len(f), n, hashed) for f, n, hashed in frames),
+        samples=sum(n for _, n, _ in frames),
+        series=len(frames),
+        owner=owner,
+    )
+
+
+def flat(chunks: Iterable[Chunk]) -> list[Row]:
+    """Every frame of ``chunks`` in order, with its chunk's owner; checks that each chunk's
+    totals and body agree with its index."""
+    rows: list[Row] = []
+    for chunk in chunks:
+        pos = samples = 0
+        for length, count, hashed in INDEX.iter_unpack(chunk.index):
+            rows.append((chunk.body[pos : pos + length], count, hashed, chunk.owner))
+            pos += length
+            samples += count
+        assert pos == chunk.nbytes == len(chunk.body)
+        assert samples == chunk.samples
+        assert len(chunk.index) == chunk.series * INDEX.size
+    return rows
+
+
+def filled(spec: Spec, *, now: float = 0.0) -> tuple[ShardBuffer, list[Row]]:
+    """A buffer holding the chunks of ``spec`` (frame ``k`` of the whole buffer is
+    ``frame(k)`` with shard hash ``k``; chunk ``c`` is owned by ``"o{c}"``), and its rows."""
     buf = ShardBuffer()
-    for i, count in enumerate(counts):
-        buf.add(frame(i, sizes[i] if sizes else 0), count, now=now, hashed=i, owner=f"o{i}")
-    return buf
+    rows: list[Row] = []
+    k = 0
+    for c, sizes in enumerate(spec):
+        frames: list[Frame] = []
+        for count, size in sizes:
+            frames.append((frame(k, size), count, k))
+            k += 1
+        buf.add(chunk_of(frames, owner=f"o{c}"), now=now)
+        rows += [(f, n, hashed, f"o{c}") for f, n, hashed in frames]
+    return buf, rows
+
+
+def assert_totals(buf: ShardBuffer) -> None:
+    assert buf.samples == sum(c.samples for c in buf.chunks)
+    assert buf.nbytes == sum(c.nbytes for c in buf.chunks)
+    assert (buf.first_at is None) == (not buf.chunks)
+
+
+def test_chunk_of_builds_body_and_index() -> None:
+    frames = [(b"abc", 2, 7), (b"defgh", 3, 2**32 - 1)]
+    chunk = chunk_of(frames, owner="r")
+    assert chunk.body == b"abcdefgh" and chunk.nbytes == 8
+    assert list(INDEX.iter_unpack(chunk.index)) == [(3, 2, 7), (5, 3, 2**32 - 1)]
+    assert (chunk.samples, chunk.series, chunk.owner) == (5, 2, "r")
+    assert chunk.items() == [(b"abc", 2), (b"defgh", 3)]
+    assert flat([chunk]) == [(f, n, h, "r") for f, n, h in frames]
 
 
 def test_empty_buffer() -> None:
@@ -93,56 +170,97 @@ def test_empty_buffer() -> None:
     assert buf.samples == 0 and buf.nbytes == 0 and buf.first_at is None
     assert not buf.ready(max_samples=1, max_bytes=1, deadline=0.0, now=1e9)
     batch = buf.take(max_samples=10, max_bytes=10)
-    assert (batch.items, batch.samples, batch.nbytes, batch.owners) == ([], 0, 0, [])
+    assert (batch.chunks, batch.samples, batch.nbytes, batch.owners) == ([], 0, 0, [])
+    assert batch.items == [] and batch.raw == b""
 
 
-def test_add_counts_samples_and_bytes() -> None:
-    buf = ShardBuffer()
-    buf.add(b"abc", 2, now=1.0, hashed=7, owner="a")
-    buf.add(b"defgh", 3, now=2.0, hashed=9, owner="b")
-    assert (buf.samples, buf.nbytes, buf.first_at) == (5, 8, 1.0)
-    assert list(buf.frames) == [(b"abc", 2), (b"defgh", 3)]
-    assert list(buf.tags) == [(7, "a"), (9, "b")]
-
-
-TAKE_CASES = [
-    # id, counts added, frame sizes, max_samples, max_bytes, frames taken (indexes)
-    ("exactly_max_samples", [2, 3, 5], [10, 10, 10], 10, BIG, [0, 1, 2]),
-    ("cut_before_overflowing_frame", [4, 4, 4], [10, 10, 10], 10, BIG, [0, 1]),
-    ("never_splits_a_frame", [6, 6], [10, 10], 10, BIG, [0]),
-    ("oversized_first_frame_taken_alone", [25, 1], [10, 10], 10, BIG, [0]),
-    ("oversized_single_frame", [100], [10], 10, BIG, [0]),
-    ("under_max_takes_all", [1, 1, 1], [10, 10, 10], 10, BIG, [0, 1, 2]),
-    ("max_one_sample", [1, 1, 1], [10, 10, 10], 1, BIG, [0]),
-    ("stops_at_first_that_does_not_fit", [5, 6, 1], [10, 10, 10], 10, BIG, [0]),
-    ("bytes_exactly_max", [1, 1, 1], [10, 20, 30], BIG, 60, [0, 1, 2]),
-    ("bytes_cut_the_batch", [1, 1, 1], [10, 20, 30], BIG, 59, [0, 1]),
-    ("bytes_cut_before_samples", [1, 1, 1, 1], [40, 40, 40, 40], 3, 100, [0, 1]),
-    ("samples_cut_before_bytes", [1, 1, 1, 1], [40, 40, 40, 40], 2, 1000, [0, 1]),
-    ("first_frame_over_max_bytes_alone", [1, 1], [500, 10], BIG, 100, [0]),
-    ("bytes_stop_at_first_that_does_not_fit", [1, 1, 1], [50, 60, 10], BIG, 100, [0]),
+ADD_CASES = [
+    # id, chunks added (frames: bytes, samples, hash), added at, samples, bytes, first_at
+    ("one_single_frame_chunk", [[(b"abc", 2, 7)]], [1.0], 2, 3, 1.0),
+    ("two_single_frame_chunks", [[(b"abc", 2, 7)], [(b"defgh", 3, 9)]], [1.0, 2.0], 5, 8, 1.0),
+    ("multi_frame_chunk", [[(b"abc", 2, 7), (b"defgh", 3, 9)]], [4.0], 5, 8, 4.0),
+    (
+        "mixed_chunks",
+        [[(b"a", 1, 0), (b"bb", 10, 1), (b"ccc", 100, 2)], [(b"dddd", 1000, 3)]],
+        [3.0, 5.0],
+        1111,
+        10,
+        3.0,
+    ),
 ]
 
 
 @pytest.mark.parametrize(
-    ("counts", "sizes", "max_samples", "max_bytes", "taken"),
+    ("chunks", "at", "samples", "nbytes", "first_at"),
+    [c[1:] for c in ADD_CASES],
+    ids=[c[0] for c in ADD_CASES],
+)
+def test_add_counts_samples_and_bytes(
+    chunks: list[list[Frame]], at: list[float], samples: int, nbytes: int, first_at: float
+) -> None:
+    buf = ShardBuffer()
+    added = [chunk_of(frames, owner=f"o{i}") for i, frames in enumerate(chunks)]
+    for chunk, now in zip(added, at, strict=True):
+        buf.add(chunk, now=now)
+    assert (buf.samples, buf.nbytes, buf.first_at) == (samples, nbytes, first_at)
+    assert list(buf.chunks) == added
+    assert flat(buf.chunks) == [
+        (f, n, h, f"o{i}") for i, frames in enumerate(chunks) for f, n, h in frames
+    ]
+
+
+TAKE_CASES = [
+    # id, chunks (per frame: samples, bytes), max_samples, max_bytes, frames taken per chunk
+    ("exactly_max_samples", [[(2, 10)], [(3, 10)], [(5, 10)]], 10, BIG, [1, 1, 1]),
+    ("cut_before_overflowing_chunk", [[(4, 10)], [(4, 10)], [(4, 10)]], 10, BIG, [1, 1]),
+    ("never_splits_a_later_chunk", [[(6, 10)], [(6, 10)]], 10, BIG, [1]),
+    ("whole_chunks_only", [[(3, 10), (3, 10)], [(3, 10), (3, 10)]], 10, BIG, [2]),
+    ("multi_frame_chunks_fit", [[(3, 10), (2, 10)], [(1, 10), (4, 10)]], 10, BIG, [2, 2]),
+    ("oversized_single_frame_chunk_goes_whole", [[(25, 10)], [(1, 10)]], 10, BIG, [1]),
+    ("oversized_lone_single_frame_chunk", [[(100, 10)]], 10, BIG, [1]),
+    ("under_max_takes_all", [[(1, 10)], [(1, 10)], [(1, 10)]], 10, BIG, [1, 1, 1]),
+    ("max_one_sample", [[(1, 10)], [(1, 10)], [(1, 10)]], 1, BIG, [1]),
+    ("stops_at_first_that_does_not_fit", [[(5, 10)], [(6, 10)], [(1, 10)]], 10, BIG, [1]),
+    ("bytes_exactly_max", [[(1, 10)], [(1, 20)], [(1, 30)]], BIG, 60, [1, 1, 1]),
+    ("bytes_cut_the_batch", [[(1, 10)], [(1, 20)], [(1, 30)]], BIG, 59, [1, 1]),
+    ("bytes_cut_before_samples", [[(1, 40)], [(1, 40)], [(1, 40)], [(1, 40)]], 3, 100, [1, 1]),
+    ("samples_cut_before_bytes", [[(1, 40)], [(1, 40)], [(1, 40)], [(1, 40)]], 2, 1000, [1, 1]),
+    ("single_frame_chunk_over_max_bytes_goes_whole", [[(1, 500)], [(1, 10)]], BIG, 100, [1]),
+    ("bytes_stop_at_first_that_does_not_fit", [[(1, 50)], [(1, 60)], [(1, 10)]], BIG, 100, [1]),
+    # A first chunk too large alone is cut: its longest head within both bounds, at least
+    # one frame; the rest stays first in the buffer.
+    ("cut_first_chunk_over_max_samples", [[(4, 10), (4, 10), (4, 10), (4, 10)]], 10, BIG, [2]),
+    ("cut_first_chunk_at_exact_max_samples", [[(5, 10), (5, 10), (5, 10)]], 10, BIG, [2]),
+    ("cut_first_chunk_over_max_bytes", [[(1, 40), (1, 40), (1, 40)]], BIG, 100, [2]),
+    ("cut_first_chunk_at_exact_max_bytes", [[(1, 30), (1, 70), (1, 10)]], BIG, 100, [2]),
+    ("cut_by_bytes_before_samples", [[(1, 40), (1, 40), (1, 40), (1, 40)]], 3, 100, [2]),
+    ("cut_by_samples_before_bytes", [[(1, 40), (1, 40), (1, 40), (1, 40)]], 2, 1000, [2]),
+    ("cut_first_frame_over_max_samples_goes_alone", [[(25, 10), (1, 10)]], 10, BIG, [1]),
+    ("cut_first_frame_over_max_bytes_goes_alone", [[(1, 500), (1, 10)]], BIG, 100, [1]),
+    ("cut_ends_the_batch", [[(4, 10), (4, 10), (4, 10)], [(1, 10)]], 10, BIG, [2]),
+    ("fitting_first_chunk_is_not_cut", [[(3, 10), (3, 10)], [(4, 10), (4, 10)]], 10, BIG, [2]),
+]
+
+
+@pytest.mark.parametrize(
+    ("spec", "max_samples", "max_bytes", "taken"),
     [c[1:] for c in TAKE_CASES],
     ids=[c[0] for c in TAKE_CASES],
 )
-def test_take(
-    counts: list[int], sizes: list[int], max_samples: int, max_bytes: int, taken: list[int]
-) -> None:
-    buf = filled(counts, sizes=sizes)
+def test_take(spec: Spec, max_samples: int, max_bytes: int, taken: list[int]) -> None:
+    buf, rows = filled(spec)
     batch = buf.take(max_samples=max_samples, max_bytes=max_bytes)
-    assert batch.items == [(frame(i, sizes[i]), counts[i]) for i in taken]
-    assert batch.samples == sum(counts[i] for i in taken)
-    assert batch.nbytes == sum(sizes[i] for i in taken)
-    assert batch.owners == [f"o{i}" for i in taken]
-    assert buf.samples == sum(counts) - batch.samples
-    assert buf.nbytes == sum(sizes) - batch.nbytes
-    left = range(len(taken), len(counts))
-    assert [f for f, _ in buf.frames] == [frame(i, sizes[i]) for i in left]
-    assert list(buf.tags) == [(i, f"o{i}") for i in left]
+    n = sum(taken)
+    assert [chunk.series for chunk in batch.chunks] == taken
+    assert flat(batch.chunks) == rows[:n]
+    assert batch.owners == [f"o{c}" for c in range(len(taken))]
+    assert batch.samples == sum(r[1] for r in rows[:n])
+    assert batch.nbytes == sum(len(r[0]) for r in rows[:n])
+    assert flat(buf.chunks) == rows[n:]
+    assert buf.samples == sum(r[1] for r in rows[n:])
+    assert buf.nbytes == sum(len(r[0]) for r in rows[n:])
+    assert buf.first_at == (0.0 if n < len(rows) else None)
+    assert_totals(buf)
 
 
 DRAIN_CASES = [
@@ -150,42 +268,76 @@ DRAIN_CASES = [
     ("by_samples", 10, BIG),
     ("by_bytes", BIG, 64),
     ("by_both", 10, 64),
+    ("one_sample_each", 1, BIG),
+    ("one_byte_each", BIG, 1),
+    ("never_cut", BIG, BIG),
 ]
+
+DRAIN_SPEC: Spec = [
+    [(3, 20), (7, 30)],
+    [(1, 70)],
+    [(12, 10), (2, 40), (2, 24)],
+    [(9, 8), (4, 64)],
+]
+
+
+def drain(buf: ShardBuffer, *, max_samples: int, max_bytes: int) -> list[Row]:
+    """Take until the buffer is empty: every batch is non-empty and within the bounds, or a
+    single frame (one too large alone); returns the rows taken, in order."""
+    out: list[Row] = []
+    while buf.chunks:
+        batch = buf.take(max_samples=max_samples, max_bytes=max_bytes)
+        assert batch.chunks
+        alone = len(batch.chunks) == 1 and batch.chunks[0].series == 1
+        assert alone or (batch.samples <= max_samples and batch.nbytes <= max_bytes)
+        assert len(batch.owners) == len(batch.chunks)
+        assert batch.samples == sum(c.samples for c in batch.chunks)
+        assert batch.nbytes == sum(c.nbytes for c in batch.chunks)
+        out += flat(batch.chunks)
+        assert_totals(buf)
+    assert buf.samples == 0 and buf.nbytes == 0 and buf.first_at is None
+    return out
 
 
 @pytest.mark.parametrize(
     ("max_samples", "max_bytes"), [c[1:] for c in DRAIN_CASES], ids=[c[0] for c in DRAIN_CASES]
 )
 def test_take_drains_in_order_without_loss(max_samples: int, max_bytes: int) -> None:
-    counts = [3, 7, 1, 12, 2, 2, 9, 4]
-    sizes = [20, 30, 70, 10, 40, 24, 8, 64]
-    buf = filled(counts, sizes=sizes)
-    frames: list[bytes] = []
-    owners: list[object] = []
-    while buf.frames:
-        batch = buf.take(max_samples=max_samples, max_bytes=max_bytes)
-        assert batch.items
-        assert len(batch.items) == 1 or (batch.samples <= max_samples and batch.nbytes <= max_bytes)
-        assert len(batch.owners) == len(batch.items)
-        frames += [f for f, _ in batch.items]
-        owners += batch.owners
-    assert frames == [frame(i, sizes[i]) for i in range(len(counts))]
-    assert owners == [f"o{i}" for i in range(len(counts))]
-    assert buf.samples == 0 and buf.nbytes == 0 and buf.first_at is None
-    assert not buf.tags
+    buf, rows = filled(DRAIN_SPEC)
+    assert drain(buf, max_samples=max_samples, max_bytes=max_bytes) == rows
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    spec=st.lists(
+        st.lists(st.tuples(st.integers(1, 20), st.integers(10, 80)), min_size=1, max_size=6),
+        max_size=8,
+    ),
+    max_samples=st.integers(1, 40),
+    max_bytes=st.integers(1, 200),
+)
+def test_take_drains_any_chunks_in_order_without_loss(
+    spec: Spec, max_samples: int, max_bytes: int
+) -> None:
+    buf, rows = filled(spec)
+    assert drain(buf, max_samples=max_samples, max_bytes=max_bytes) == rows
 
 
 READY_CASES = [
-    # id, counts, frame size, added at, max_samples, max_bytes, deadline, now, ready
-    ("below_max_before_deadline", [3], 10, 100.0, 10, 100, 5.0, 104.9, False),
-    ("deadline_reached_exactly", [3], 10, 100.0, 10, 100, 5.0, 105.0, True),
-    ("deadline_passed", [3], 10, 100.0, 10, 100, 5.0, 200.0, True),
-    ("max_samples_reached", [4, 6], 10, 100.0, 10, 100, 5.0, 100.0, True),
-    ("over_max_samples", [11], 10, 100.0, 10, 100, 5.0, 100.0, True),
-    ("max_bytes_reached", [1, 1], 50, 100.0, 10, 100, 5.0, 100.0, True),
-    ("over_max_bytes", [1], 150, 100.0, 10, 100, 5.0, 100.0, True),
-    ("one_byte_below_max_bytes", [1, 1], 49, 100.0, 10, 99, 5.0, 100.0, False),
-    ("zero_deadline_flush", [1], 10, 100.0, 10, 100, 0.0, 100.0, True),
+    # id, chunks (samples per frame), frame size, added at, max_samples, max_bytes, deadline,
+    # now, ready
+    ("below_max_before_deadline", [[3]], 10, 100.0, 10, 100, 5.0, 104.9, False),
+    ("deadline_reached_exactly", [[3]], 10, 100.0, 10, 100, 5.0, 105.0, True),
+    ("deadline_passed", [[3]], 10, 100.0, 10, 100, 5.0, 200.0, True),
+    ("max_samples_reached", [[4], [6]], 10, 100.0, 10, 100, 5.0, 100.0, True),
+    ("max_samples_reached_in_one_chunk", [[4, 6]], 10, 100.0, 10, 100, 5.0, 100.0, True),
+    ("over_max_samples", [[11]], 10, 100.0, 10, 100, 5.0, 100.0, True),
+    ("max_bytes_reached", [[1], [1]], 50, 100.0, 10, 100, 5.0, 100.0, True),
+    ("max_bytes_reached_in_one_chunk", [[1, 1]], 50, 100.0, 10, 100, 5.0, 100.0, True),
+    ("over_max_bytes", [[1]], 150, 100.0, 10, 100, 5.0, 100.0, True),
+    ("one_byte_below_max_bytes", [[1], [1]], 49, 100.0, 10, 99, 5.0, 100.0, False),
+    ("one_sample_below_max_samples", [[4, 5]], 10, 100.0, 10, 100, 5.0, 100.0, False),
+    ("zero_deadline_flush", [[1]], 10, 100.0, 10, 100, 0.0, 100.0, True),
 ]
 
 
@@ -195,54 +347,140 @@ READY_CASES = [
     ids=[c[0] for c in READY_CASES],
 )
 def test_ready(
-    counts: list[int], size: int, at: float, max_samples: int, max_bytes: int,
+    counts: list[list[int]], size: int, at: float, max_samples: int, max_bytes: int,
     deadline: float, now: float, ready: bool,
 ) -> None:  # fmt: skip
-    buf = filled(counts, now=at, sizes=[size] * len(counts))
+    buf, _ = filled([[(n, size) for n in chunk] for chunk in counts], now=at)
     got = buf.ready(max_samples=max_samples, max_bytes=max_bytes, deadline=deadline, now=now)
     assert got is ready
 
 
-def test_deadline_counts_from_the_oldest_frame() -> None:
+def test_deadline_counts_from_the_oldest_chunk() -> None:
     buf = ShardBuffer()
-    buf.add(frame(0), 1, now=10.0)
-    buf.add(frame(1), 1, now=14.0)
+    buf.add(chunk_of([(frame(0), 1, 0), (frame(1), 1, 1)]), now=10.0)
+    buf.add(chunk_of([(frame(2), 1, 2)]), now=14.0)
     assert buf.first_at == 10.0
     assert not buf.ready(max_samples=100, max_bytes=BIG, deadline=5.0, now=14.9)
     assert buf.ready(max_samples=100, max_bytes=BIG, deadline=5.0, now=15.0)
 
 
-def test_leftover_frames_keep_their_age() -> None:
+LEFTOVER_CASES = [
+    # id, chunks (samples per frame), added at, frames taken
+    ("next_chunk_left", [[6], [6]], [10.0, 12.0], 1),
+    ("rest_of_a_cut_chunk_left", [[6, 6]], [10.0], 1),
+    ("rest_of_a_cut_chunk_and_next_left", [[4, 4, 4], [1]], [10.0, 12.0], 2),
+]
+
+
+@pytest.mark.parametrize(
+    ("counts", "at", "taken"), [c[1:] for c in LEFTOVER_CASES], ids=[c[0] for c in LEFTOVER_CASES]
+)
+def test_leftovers_keep_their_age(counts: list[list[int]], at: list[float], taken: int) -> None:
     buf = ShardBuffer()
-    buf.add(frame(0), 6, now=10.0)
-    buf.add(frame(1), 6, now=12.0)
+    rows: list[Row] = []
+    k = 0
+    for c, (chunk, now) in enumerate(zip(counts, at, strict=True)):
+        frames = [(frame(k + j), n, k + j) for j, n in enumerate(chunk)]
+        k += len(chunk)
+        buf.add(chunk_of(frames, owner=c), now=now)
+        rows += [(f, n, h, c) for f, n, h in frames]
     batch = buf.take(max_samples=10, max_bytes=BIG)
-    assert batch.items == [(frame(0), 6)]
-    # The leftover is not younger than when the batch was cut: it goes out no later.
+    assert flat(batch.chunks) == rows[:taken]
+    assert flat(buf.chunks) == rows[taken:]
+    # What is left is not younger than when the batch was cut: it goes out no later.
     assert buf.first_at == 10.0
     assert buf.ready(max_samples=100, max_bytes=BIG, deadline=5.0, now=15.0)
-    buf.add(frame(2), 1, now=20.0)
+    buf.add(chunk_of([(frame(99), 1, 99)]), now=20.0)
     assert buf.first_at == 10.0
 
 
-def test_emptied_buffer_restarts_its_clock() -> None:
+EMPTIED_CASES = [
+    # id, how the buffer is emptied
+    ("by_take", lambda buf: buf.take(max_samples=10, max_bytes=BIG)),
+    ("by_remove_if", lambda buf: buf.remove_if(lambda owner: True)),
+]
+
+
+@pytest.mark.parametrize("empty", [c[1] for c in EMPTIED_CASES], ids=[c[0] for c in EMPTIED_CASES])
+def test_emptied_buffer_restarts_its_clock(empty: Callable[[ShardBuffer], object]) -> None:
     buf = ShardBuffer()
-    buf.add(frame(0), 1, now=10.0)
-    buf.take(max_samples=10, max_bytes=BIG)
-    assert buf.first_at is None
-    buf.add(frame(1), 1, now=50.0)
+    buf.add(chunk_of([(frame(0), 1, 0), (frame(1), 1, 1)]), now=10.0)
+    empty(buf)
+    assert not buf.chunks and buf.first_at is None
+    buf.add(chunk_of([(frame(2), 1, 2)]), now=50.0)
     assert buf.first_at == 50.0
     assert not buf.ready(max_samples=10, max_bytes=BIG, deadline=5.0, now=54.0)
     assert buf.ready(max_samples=10, max_bytes=BIG, deadline=5.0, now=55.0)
 
 
+BATCH_CASES = [
+    # id, chunks in the batch (frames: bytes, samples, hash)
+    ("no_chunks", []),
+    ("one_chunk", [[(b"abc", 2, 7), (b"de", 1, 8)]]),
+    ("several_chunks", [[(b"abc", 2, 7)], [(b"defgh", 3, 9), (b"ij", 4, 1)], [(b"k", 5, 0)]]),
+    ("empty_bodies_join", [[(b"ab", 1, 0)], [], [(b"cd", 2, 1)]]),
+]
+
+
+@pytest.mark.parametrize("chunks", [c[1] for c in BATCH_CASES], ids=[c[0] for c in BATCH_CASES])
+def test_batch_raw_and_items(chunks: list[list[Frame]]) -> None:
+    parts = [chunk_of(frames, owner=i) for i, frames in enumerate(chunks)]
+    batch = Batch(parts, sum(c.samples for c in parts), sum(c.nbytes for c in parts))
+    assert batch.raw == b"".join(c.body for c in parts)
+    assert batch.items == [(f, n) for frames in chunks for f, n, _ in frames]
+    assert batch.owners == list(range(len(chunks)))
+
+
 # ---------------------------------------------------------------------------------------------
-# reshard and desired_shards
+# chunks_by_shard, reshard and desired_shards
+
+
+def by_shard_reference(frames: list[Frame], shards: int, owner: object) -> list[Chunk | None]:
+    """One frame at a time: each frame to ``shard_of(hash, shards)``, in order."""
+    per: list[list[Frame]] = [[] for _ in range(shards)]
+    for f in frames:
+        per[shard_of(f[2], shards)].append(f)
+    return [chunk_of(part, owner) if part else None for part in per]
+
+
+RECORD = [(frame(i, 10 + i), i % 4 + 1, h) for i, h in enumerate([0, 5, 2**32 - 1, 7, 3, 12, 5])]
+REAL = [(frame(i), i + 1, _hash(i)) for i in range(40)]
+
+CHUNKS_BY_SHARD_CASES = [
+    # id, frames of the record (bytes, samples, hash), shards
+    ("one_shard", RECORD, 1),
+    ("one_shard_real_hashes", REAL, 1),
+    ("two_shards", RECORD, 2),
+    ("three_shards", RECORD, 3),
+    ("more_shards_than_frames", RECORD, 50),
+    ("all_in_one_of_many", [(frame(i), 1, 4 * i) for i in range(5)], 4),
+    ("real_hashes_7_shards", REAL, 7),
+    ("empty_record_one_shard", [], 1),
+    ("empty_record_many_shards", [], 5),
+]
+
+
+@pytest.mark.parametrize(
+    ("frames", "shards"),
+    [c[1:] for c in CHUNKS_BY_SHARD_CASES],
+    ids=[c[0] for c in CHUNKS_BY_SHARD_CASES],
+)
+def test_chunks_by_shard(frames: list[Frame], shards: int) -> None:
+    record = chunk_of(frames, owner="rec")
+    got = chunks_by_shard(record.body, record.index, record.samples, record.series,
+                          shards=shards, owner="rec")  # fmt: skip
+    assert len(got) == shards
+    if shards == 1:
+        assert got == [record]  # the record whole
+    else:
+        assert got == by_shard_reference(frames, shards, "rec")
+    assert sorted(flat(c for c in got if c is not None)) == sorted(flat([record]))
 
 
 RESHARD_CASES = [
     # id, old shards, new shards
     ("grow_3_to_7", 3, 7),
+    ("grow_1_to_4", 1, 4),
     ("shrink_7_to_2", 7, 2),
     ("to_one", 4, 1),
     ("same_count", 5, 5),
@@ -255,42 +493,85 @@ RESHARD_CASES = [
 def test_reshard_keeps_every_frame_per_hash_order_and_owners(before: int, after: int) -> None:
     hashes = [_hash(i) for i in range(30)]
     old = [ShardBuffer() for _ in range(before)]
-    for step in range(5):
-        for i, hashed in enumerate(hashes):
-            old[shard_of(hashed, before)].add(
-                f"{i}:{step}".encode(), 1, now=float(step), hashed=hashed, owner=(i, step)
-            )
+    for step in range(5):  # one record per step, split by shard as the sending side does
+        frames = [(f"{i}:{step}".encode(), i % 3 + 1, h) for i, h in enumerate(hashes)]
+        record = chunk_of(frames)
+        parts = chunks_by_shard(record.body, record.index, record.samples, record.series,
+                                shards=before, owner=f"r{step}")  # fmt: skip
+        for buf, part in zip(old, parts, strict=True):
+            if part is not None:
+                buf.add(part, now=float(step))
+    before_rows = [flat(buf.chunks) for buf in old]
     new = reshard(old, after)
     assert len(new) == after
-    assert sum(buf.samples for buf in new) == 150
+    assert sum(buf.samples for buf in new) == 5 * sum(i % 3 + 1 for i in range(30))
     assert sum(buf.nbytes for buf in new) == sum(buf.nbytes for buf in old)
+    for s, buf in enumerate(new):
+        # The old buffers' frames in their order, those of this shard: nothing lost, moved or
+        # reordered, each with its owner.
+        expected = [r for rows in before_rows for r in rows if shard_of(r[2], after) == s]
+        assert flat(buf.chunks) == expected
+        assert_totals(buf)
+        if buf.chunks:
+            assert buf.first_at == 0.0
     for i, hashed in enumerate(hashes):
-        buf = new[shard_of(hashed, after)]
-        mine = [
-            (f.decode(), tag) for (f, _), tag in zip(buf.frames, buf.tags, strict=True)
-            if tag[0] == hashed
-        ]  # fmt: skip
-        assert mine == [(f"{i}:{step}", (hashed, (i, step))) for step in range(5)]
-    for buf in new:
-        assert len(buf.tags) == len(buf.frames)
-        assert all(shard_of(hashed, after) == new.index(buf) for hashed, _ in buf.tags)
-    assert all(buf.first_at == 0.0 for buf in new if buf.frames)
+        mine = [r for r in flat(new[shard_of(hashed, after)].chunks) if r[2] == hashed]
+        assert [(f.decode(), owner) for f, _, _, owner in mine] == [
+            (f"{i}:{step}", f"r{step}") for step in range(5)
+        ]
 
 
-def test_reshard_keeps_the_oldest_arrival_time() -> None:
+OLDEST_CASES = [
+    # id, new shards, frames per new shard, first_at per new shard
+    ("into_one", 1, [[b"y", b"o", b"p"]], [10.0]),
+    ("into_two", 2, [[b"o", b"p"], [b"y"]], [10.0, 50.0]),
+    ("into_four", 4, [[b"p"], [b"y"], [b"o"], []], [10.0, 50.0, 10.0, None]),
+]
+
+
+@pytest.mark.parametrize(
+    ("shards", "frames", "first_at"),
+    [c[1:] for c in OLDEST_CASES],
+    ids=[c[0] for c in OLDEST_CASES],
+)
+def test_reshard_keeps_the_oldest_arrival_time(
+    shards: int, frames: list[list[bytes]], first_at: list[float | None]
+) -> None:
     young, old_buf = ShardBuffer(), ShardBuffer()
-    young.add(b"y", 1, now=50.0, hashed=0)
-    old_buf.add(b"o", 1, now=10.0, hashed=2)
-    old_buf.add(b"p", 1, now=40.0, hashed=4)
-    (merged,) = reshard([young, old_buf], 1)
-    assert merged.first_at == 10.0  # the oldest frame moved in sets the deadline
-    assert [f for f, _ in merged.frames] == [b"y", b"o", b"p"]
+    young.add(chunk_of([(b"y", 1, 1)]), now=50.0)
+    old_buf.add(chunk_of([(b"o", 1, 2)]), now=10.0)
+    old_buf.add(chunk_of([(b"p", 1, 4)]), now=40.0)
+    new = reshard([young, old_buf], shards)
+    assert [[r[0] for r in flat(buf.chunks)] for buf in new] == frames
+    # The oldest chunk moved in sets the deadline (a chunk takes its old buffer's age).
+    assert [buf.first_at for buf in new] == first_at
 
 
-def test_reshard_of_empty_buffers() -> None:
-    new = reshard([ShardBuffer(), ShardBuffer()], 4)
-    assert [buf.samples for buf in new] == [0, 0, 0, 0]
-    assert all(buf.first_at is None and not buf.tags for buf in new)
+EMPTY_RESHARD_CASES = [
+    # id, frames of each old buffer (bytes, samples, hash), new shards
+    ("all_empty", [[], []], 4),
+    ("no_buffers", [], 3),
+    ("some_empty", [[], [(b"a", 2, 1)], []], 2),
+]
+
+
+@pytest.mark.parametrize(
+    ("old_frames", "shards"),
+    [c[1:] for c in EMPTY_RESHARD_CASES],
+    ids=[c[0] for c in EMPTY_RESHARD_CASES],
+)
+def test_reshard_of_empty_buffers(old_frames: list[list[Frame]], shards: int) -> None:
+    old = [ShardBuffer() for _ in old_frames]
+    for buf, frames in zip(old, old_frames, strict=True):
+        if frames:
+            buf.add(chunk_of(frames, owner="x"), now=7.0)
+    new = reshard(old, shards)
+    assert len(new) == shards
+    for s, buf in enumerate(new):
+        expected = [(f, n, h, "x") for fs in old_frames for f, n, h in fs if h % shards == s]
+        assert flat(buf.chunks) == expected
+        assert buf.first_at == (7.0 if expected else None)
+        assert_totals(buf)
 
 
 SHARD_CASES = [
@@ -322,7 +603,7 @@ def test_desired_shards(
 
 
 GROUP_CASES = [
-    # id, group of each frame in order, frames taken by each take() until empty
+    # id, group of each chunk in order, chunks taken by each take() until empty
     ("one_group", [True, True, True], [[0, 1, 2]]),
     ("recovered_then_new", [True, True, False, False], [[0, 1], [2, 3]]),
     ("alternating", [True, False, True], [[0], [1], [2]]),
@@ -336,34 +617,77 @@ GROUP_CASES = [
 def test_take_never_mixes_groups(groups: list[bool], batches: list[list[int]]) -> None:
     buf = ShardBuffer()
     for i, group in enumerate(groups):
-        buf.add(frame(i), 1, now=0.0, hashed=i, owner=(i, group))
+        frames = [(frame(2 * i), 1, 2 * i), (frame(2 * i + 1), 1, 2 * i + 1)]
+        buf.add(chunk_of(frames, owner=(i, group)), now=0.0)
     taken = []
-    while buf.frames:
+    while buf.chunks:
         batch = buf.take(max_samples=100, max_bytes=1 << 20, group=lambda owner: owner[1])  # type: ignore[index]
+        assert len({owner[1] for owner in batch.owners}) == 1  # type: ignore[index]
         taken.append([i for i, _ in batch.owners])  # type: ignore[misc]
     assert taken == batches
 
 
-def test_remove_if_takes_out_matching_owners_and_keeps_the_rest_in_order() -> None:
+REMOVE_CASES = [
+    # id, owners removed (chunk i is owned by i), owners kept in order
+    ("some", {0, 2, 3}, [1, 4, 5]),
+    ("none", set(), [0, 1, 2, 3, 4, 5]),
+    ("all", {0, 1, 2, 3, 4, 5}, []),
+    ("only_the_oldest", {0}, [1, 2, 3, 4, 5]),
+]
+
+
+@pytest.mark.parametrize(
+    ("removed", "kept"), [c[1:] for c in REMOVE_CASES], ids=[c[0] for c in REMOVE_CASES]
+)
+def test_remove_if_takes_out_matching_owners_and_keeps_the_rest_in_order(
+    removed: set[int], kept: list[int]
+) -> None:
     buf = ShardBuffer()
-    for i in range(6):
-        buf.add(frame(i), i + 1, now=float(i), hashed=i, owner=i)
-    gone = buf.remove_if(lambda owner: owner in (0, 2, 3))  # type: ignore[operator]
-    assert gone.owners == [0, 2, 3] and gone.hashes == [0, 2, 3]
-    assert gone.samples == 1 + 3 + 4 and gone.nbytes == sum(len(frame(i)) for i in (0, 2, 3))
-    assert [owner for _, owner in buf.tags] == [1, 4, 5]
-    assert buf.samples == 2 + 5 + 6 and buf.first_at == 0.0
-    assert buf.remove_if(lambda owner: True).owners == [1, 4, 5]
+    rows: dict[int, list[Row]] = {}
+    for i in range(6):  # chunk i: i + 1 frames of i + 1 samples each
+        frames = [(frame(10 * i + j), i + 1, 10 * i + j) for j in range(i + 1)]
+        buf.add(chunk_of(frames, owner=i), now=float(i))
+        rows[i] = [(f, n, h, i) for f, n, h in frames]
+    gone = buf.remove_if(lambda owner: owner in removed)  # type: ignore[operator]
+    gone_owners = sorted(removed)
+    assert gone.owners == gone_owners
+    assert flat(gone.chunks) == [r for i in gone_owners for r in rows[i]]
+    assert gone.samples == sum(r[1] for i in gone_owners for r in rows[i])
+    assert gone.nbytes == sum(len(r[0]) for i in gone_owners for r in rows[i])
+    assert [chunk.owner for chunk in buf.chunks] == kept
+    assert flat(buf.chunks) == [r for i in kept for r in rows[i]]
+    assert buf.samples == sum(r[1] for i in kept for r in rows[i])
+    # The others keep their age (the oldest waiting chunk's, as before).
+    assert buf.first_at == (0.0 if kept else None)
+    assert_totals(buf)
+    assert buf.remove_if(lambda owner: True).owners == kept
     assert buf.samples == 0 and buf.nbytes == 0 and buf.first_at is None
 
 
-def test_put_back_returns_a_batch_to_the_front_in_order() -> None:
-    buf = ShardBuffer()
-    for i in range(5):
-        buf.add(frame(i), 1, now=10.0, hashed=i, owner=i)
-    batch = buf.take(max_samples=3, max_bytes=1 << 20)
-    buf.put_back(batch)
-    assert [owner for _, owner in buf.tags] == [0, 1, 2, 3, 4]
-    assert buf.samples == 5 and buf.nbytes == sum(len(frame(i)) for i in range(5))
-    again = buf.take(max_samples=3, max_bytes=1 << 20)
-    assert again.owners == [0, 1, 2] and again.items == batch.items
+PUT_BACK_CASES = [
+    # id, chunks (samples per frame), max_samples of the take, put back at, first_at after
+    ("whole_chunks", [[1], [1], [1], [1], [1]], 3, 30.0, 10.0),
+    ("cut_chunk", [[2, 2, 2], [1]], 5, 30.0, 10.0),
+    ("multi_frame_chunks", [[1, 1], [1], [1, 1]], 3, 30.0, 10.0),
+    ("everything_taken", [[1], [1, 1]], 100, 30.0, 30.0),  # an empty buffer's clock restarts
+]
+
+
+@pytest.mark.parametrize(
+    ("counts", "max_samples", "at", "first_at"),
+    [c[1:] for c in PUT_BACK_CASES],
+    ids=[c[0] for c in PUT_BACK_CASES],
+)
+def test_put_back_returns_a_batch_to_the_front_in_order(
+    counts: list[list[int]], max_samples: int, at: float, first_at: float
+) -> None:
+    buf, rows = filled([[(n, 10) for n in chunk] for chunk in counts], now=10.0)
+    batch = buf.take(max_samples=max_samples, max_bytes=1 << 20)
+    buf.put_back(batch, now=at)
+    assert flat(buf.chunks) == rows
+    assert buf.samples == sum(r[1] for r in rows) and buf.nbytes == sum(len(r[0]) for r in rows)
+    assert buf.first_at == first_at
+    assert_totals(buf)
+    again = buf.take(max_samples=max_samples, max_bytes=1 << 20)
+    assert again.owners == batch.owners and again.items == batch.items
+    assert again.raw == batch.raw

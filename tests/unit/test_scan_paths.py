@@ -20,7 +20,7 @@ from rwrouter import routing
 from rwrouter.errors import DecodeError
 from rwrouter.relabel import parse_relabel_configs
 from rwrouter.routing import Route, RoutedRequest, Router
-from rwrouter.wire import remote_pb2, types_pb2
+from rwrouter.wire import codec, remote_pb2, types_pb2
 from rwrouter.wire.scan import Scan, scan_request_py
 
 try:
@@ -286,3 +286,35 @@ def test_compressed_workload_is_what_prometheus_sends() -> None:
     """Sanity of the generator: it round-trips through snappy as a remote write body."""
     data = fleet_request(2, 3)
     assert snappy.decompress(snappy.compress(data)) == data
+
+
+# -- the label codec (the cache's miss path) ----------------------------------------------------
+
+label_sets = st.lists(st.tuples(label_text, label_text), max_size=6)
+
+
+@needs_accelerator
+@settings(max_examples=400, deadline=None)
+@given(labels=label_sets, mutations=st.lists(st.tuples(st.integers(0, 500), st.integers(0, 255)),
+                                             max_size=2))  # fmt: skip
+def test_label_codec_compiled_equals_pure(
+    labels: list[tuple[str, str]], mutations: list[tuple[int, int]]
+) -> None:
+    assert _scan is not None
+    pairs = tuple(labels)
+    raw = codec.encode_labels(pairs)
+    assert _scan.encode_labels(pairs) == raw
+    data = bytearray(raw)
+    for at, byte in mutations:  # also malformed: the same result or the same error
+        if data:
+            data[at % len(data)] = byte
+    assert decode_outcome(_scan.decode_labels, bytes(data)) == decode_outcome(
+        codec.decode_labels, bytes(data)
+    )
+
+
+def decode_outcome(decode: Callable[[bytes], Any], raw: bytes) -> Any:
+    try:
+        return decode(raw)
+    except DecodeError as exc:
+        return ("error", str(exc))

@@ -11,7 +11,7 @@ Public API (Prometheus relabel semantics, ``model/relabel/relabel.go``):
   (possibly empty: the caller does not send a label-less series).
 """
 
-from rwrouter.relabel.engine import process
+from rwrouter.relabel.engine import FILTER_ACTIONS, passes, process
 from rwrouter.relabel.rules import (
     DEFAULT,
     DEFAULT_REGEX,
@@ -25,10 +25,12 @@ from rwrouter.relabel.rules import (
 __all__ = [
     "DEFAULT",
     "DEFAULT_REGEX",
+    "FILTER_ACTIONS",
     "Action",
     "Regex",
     "RelabelConfig",
     "parse_relabel_config",
     "parse_relabel_configs",
+    "passes",
     "process",
 ]

@@ -75,6 +75,9 @@ def go_quote(text: str) -> str:
     return "".join(out)
 
 
+MATCH_MEMO = 4096  # distinct values whose keep/drop answer a Regex remembers
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Regex:
     """A relabel regex: ``text`` as written, compiled anchored and dot-all as ``^(?s:text)$``.
@@ -84,6 +87,18 @@ class Regex:
 
     text: str
     pattern: Any = field(repr=False)
+    _matches: dict[str, bool] = field(default_factory=dict, repr=False)
+
+    def matches(self, value: str) -> bool:
+        """Whether the whole of ``value`` matches (``keep``/``drop``). Remembers the answers
+        for up to :data:`MATCH_MEMO` distinct values (a keep on ``__name__`` sees few), then
+        starts over: the same answer as ``pattern.search``, without RE2's per-call cost."""
+        known = self._matches.get(value)
+        if known is None:
+            if len(self._matches) >= MATCH_MEMO:
+                self._matches.clear()
+            known = self._matches[value] = self.pattern.search(value) is not None
+        return known
 
     @classmethod
     def compile(cls, text: str) -> Regex:

@@ -13,54 +13,111 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from rwrouter.wire.scan import INDEX, split_shards
+
 
 def shard_of(hashed: int, shards: int) -> int:
-    """The shard of a series from its shard hash (:func:`rwrouter.sending.records.shard_hash`)."""
+    """The shard of a series from its shard hash (:func:`rwrouter.routing.shard_hash`); what
+    :func:`~rwrouter.wire.scan.split_shards` applies to each frame."""
     return hashed % shards
+
+
+@dataclass(slots=True)
+class Chunk:
+    """Consecutive framed series of one queue record bound for one shard: ``body``, the frames
+    concatenated, ``index``, per frame :data:`~rwrouter.wire.scan.INDEX` (frame bytes,
+    samples, shard hash), their ``samples`` and ``series`` totals, and the record (``owner``)
+    to tell when they are done. The sending side moves chunks, never single frames: a record's
+    series are walked only to split it by shard (in C when the accelerator is built)."""
+
+    body: bytes
+    index: bytes
+    samples: int
+    series: int
+    owner: object = None
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.body)
+
+    def split(self, *, max_samples: int, max_bytes: int) -> tuple[Chunk, Chunk | None]:
+        """The longest head within ``max_samples`` samples and ``max_bytes`` bytes (at least
+        one frame), and the rest (None when nothing is left)."""
+        taken = size = frames = 0
+        for length, count, _ in INDEX.iter_unpack(self.index):
+            if frames and (taken + count > max_samples or size + length > max_bytes):
+                break
+            taken += count
+            size += length
+            frames += 1
+        if frames == self.series:
+            return self, None
+        cut = frames * INDEX.size
+        head = Chunk(self.body[:size], self.index[:cut], taken, frames, self.owner)
+        rest = Chunk(self.body[size:], self.index[cut:], self.samples - taken,
+                     self.series - frames, self.owner)  # fmt: skip
+        return head, rest
+
+    def items(self) -> list[tuple[bytes, int]]:
+        """Each (framed series, samples): to split a refused batch, or to keep refused series."""
+        out, pos = [], 0
+        for length, count, _ in INDEX.iter_unpack(self.index):
+            out.append((self.body[pos : pos + length], count))
+            pos += length
+        return out
 
 
 @dataclass(frozen=True, slots=True)
 class Batch:
-    """What :meth:`ShardBuffer.take` cut: (framed series, sample count) items in order, their
-    total samples and frame bytes, and the owner of each item (whatever ``add`` was given)."""
+    """What :meth:`ShardBuffer.take` cut: chunks in order, their total samples and bytes."""
 
-    items: list[tuple[bytes, int]]
+    chunks: list[Chunk]
     samples: int
     nbytes: int
-    owners: list[object]
-    hashes: list[int] = field(default_factory=list)
+
+    @property
+    def raw(self) -> bytes:
+        """The batch as an uncompressed write request: its frames concatenated."""
+        if len(self.chunks) == 1:
+            return self.chunks[0].body
+        return b"".join(chunk.body for chunk in self.chunks)
+
+    @property
+    def items(self) -> list[tuple[bytes, int]]:
+        """Each (framed series, samples), in order (walks the frames: refusals only)."""
+        return [item for chunk in self.chunks for item in chunk.items()]
+
+    @property
+    def owners(self) -> list[object]:
+        """The owner of each chunk, in order."""
+        return [chunk.owner for chunk in self.chunks]
 
 
 @dataclass(slots=True)
 class ShardBuffer:
-    """Frames waiting in one shard: (framed series, sample count) in arrival order, with the
-    shard hash and owner of each (``tags``: to re-shard, and to tell the owner when done).
+    """Chunks waiting in one shard, in arrival order.
 
     ``samples``/``nbytes``: totals waiting; ``first_at``: when (seconds, any monotonic clock)
-    the oldest waiting frame arrived, or None when empty.
+    the oldest waiting chunk arrived, or None when empty.
     """
 
-    frames: deque[tuple[bytes, int]] = field(default_factory=deque)
-    tags: deque[tuple[int, object]] = field(default_factory=deque)
+    chunks: deque[Chunk] = field(default_factory=deque)
     samples: int = 0
     nbytes: int = 0
     first_at: float | None = None
 
-    def add(
-        self, frame: bytes, count: int, *, now: float, hashed: int = 0, owner: object = None
-    ) -> None:
-        """Append a frame of ``count`` samples that arrived at ``now``."""
-        if not self.frames:
+    def add(self, chunk: Chunk, *, now: float) -> None:
+        """Append a chunk that arrived at ``now``."""
+        if not self.chunks:
             self.first_at = now
-        self.frames.append((frame, count))
-        self.tags.append((hashed, owner))
-        self.samples += count
-        self.nbytes += len(frame)
+        self.chunks.append(chunk)
+        self.samples += chunk.samples
+        self.nbytes += chunk.nbytes
 
     def ready(self, *, max_samples: int, max_bytes: int, deadline: float, now: float) -> bool:
         """A batch should be cut: a full batch waits (``max_samples`` samples or ``max_bytes``
-        bytes), or the oldest frame waited ``deadline`` seconds."""
-        if not self.frames:
+        bytes), or the oldest chunk waited ``deadline`` seconds."""
+        if not self.chunks:
             return False
         assert self.first_at is not None
         return (
@@ -76,85 +133,94 @@ class ShardBuffer:
         max_bytes: int,
         group: Callable[[object], object] | None = None,
     ) -> Batch:
-        """Remove and return the next batch: frames in order while the batch stays within
-        ``max_samples`` samples and ``max_bytes`` bytes (always at least one frame) and, when
-        ``group`` is given, while ``group(owner)`` stays that of the first frame (frames of
-        different groups never share a batch)."""
-        items: list[tuple[bytes, int]] = []
-        owners: list[object] = []
-        hashes: list[int] = []
+        """Remove and return the next batch: whole chunks in order while the batch stays within
+        ``max_samples`` samples and ``max_bytes`` bytes; a first chunk larger than that is cut
+        (at least one frame goes). With ``group``, chunks whose ``group(owner)`` differs from
+        the first one's never share the batch."""
+        chunks = self.chunks
+        out: list[Chunk] = []
         taken = size = 0
-        frames, tags = self.frames, self.tags
-        first_group = group(tags[0][1]) if group is not None and tags else None
-        while frames:
-            frame, count = frames[0]
-            if items and (taken + count > max_samples or size + len(frame) > max_bytes):
+        first_group = group(chunks[0].owner) if group is not None and chunks else None
+        while chunks:
+            chunk = chunks[0]
+            if out and group is not None and group(chunk.owner) != first_group:
                 break
-            if items and group is not None and group(tags[0][1]) != first_group:
-                break
-            items.append(frames.popleft())
-            hashed, owner = tags.popleft()
-            owners.append(owner)
-            hashes.append(hashed)
-            taken += count
-            size += len(frame)
+            if taken + chunk.samples > max_samples or size + chunk.nbytes > max_bytes:
+                if out:
+                    break
+                head, rest = chunk.split(max_samples=max_samples, max_bytes=max_bytes)
+                if rest is not None:
+                    chunks[0] = rest
+                    out.append(head)
+                    taken, size = head.samples, head.nbytes
+                    break
+            chunks.popleft()
+            out.append(chunk)
+            taken += chunk.samples
+            size += chunk.nbytes
         self.samples -= taken
         self.nbytes -= size
-        if not frames:  # frames left behind keep their age: they go out no later
+        if not chunks:  # chunks left behind keep their age: they go out no later
             self.first_at = None
-        return Batch(items, taken, size, owners, hashes)
+        return Batch(out, taken, size)
 
     def remove_if(self, dropped: Callable[[object], bool]) -> Batch:
-        """Remove (and return, in order) the waiting frames whose owner ``dropped`` says so;
+        """Remove (and return, in order) the waiting chunks whose owner ``dropped`` says so;
         the others keep their order and age."""
-        kept: deque[tuple[bytes, int]] = deque()
-        kept_tags: deque[tuple[int, object]] = deque()
-        items: list[tuple[bytes, int]] = []
-        owners: list[object] = []
-        hashes: list[int] = []
-        for item, (hashed, owner) in zip(self.frames, self.tags, strict=True):
-            if dropped(owner):
-                items.append(item)
-                owners.append(owner)
-                hashes.append(hashed)
-            else:
-                kept.append(item)
-                kept_tags.append((hashed, owner))
-        samples, nbytes = sum(n for _, n in items), sum(len(f) for f, _ in items)
-        self.frames, self.tags = kept, kept_tags
+        kept: deque[Chunk] = deque()
+        gone: list[Chunk] = []
+        for chunk in self.chunks:
+            (gone if dropped(chunk.owner) else kept).append(chunk)
+        samples, nbytes = sum(c.samples for c in gone), sum(c.nbytes for c in gone)
+        self.chunks = kept
         self.samples -= samples
         self.nbytes -= nbytes
         if not kept:
             self.first_at = None
-        return Batch(items, samples, nbytes, owners, hashes)
+        return Batch(gone, samples, nbytes)
 
     def put_back(self, batch: Batch, *, now: float = 0.0) -> None:
         """Return a batch taken by :meth:`take` to the front, in its order (it goes next)."""
-        for item, owner, hashed in zip(
-            reversed(batch.items), reversed(batch.owners), reversed(batch.hashes), strict=True
-        ):
-            self.frames.appendleft(item)
-            self.tags.appendleft((hashed, owner))
+        for chunk in reversed(batch.chunks):
+            self.chunks.appendleft(chunk)
         self.samples += batch.samples
         self.nbytes += batch.nbytes
         if self.first_at is None:
             self.first_at = now
 
 
+def chunks_by_shard(
+    body: bytes, index: bytes, samples: int, series: int, *, shards: int, owner: object
+) -> list[Chunk | None]:
+    """A record's frames as one chunk per shard (None for a shard that gets none), each in
+    order (:func:`shard_of`)."""
+    if shards == 1:
+        return [Chunk(body, index, samples, series, owner)]
+    return [
+        Chunk(b, x, n, k, owner) if k else None
+        for b, x, n, k in split_shards(body, index, shards)
+    ]
+
+
 def reshard(old: list[ShardBuffer], shards: int) -> list[ShardBuffer]:
-    """Move every waiting frame into ``shards`` new buffers by its hash (:func:`shard_of`).
+    """Move every waiting chunk into ``shards`` new buffers by its frames' hashes
+    (:func:`shard_of`).
 
     Per-series order holds: all frames of a series sit in one old buffer, and they are moved in
-    their order. A frame keeps the arrival time of the oldest frame of its old buffer.
+    their order. A chunk keeps the arrival time of the oldest chunk of its old buffer.
     """
     new = [ShardBuffer() for _ in range(shards)]
     for buf in old:
         arrived = buf.first_at if buf.first_at is not None else 0.0
-        for (frame, count), (hashed, owner) in zip(buf.frames, buf.tags, strict=True):
-            target = new[shard_of(hashed, shards)]
-            target.add(frame, count, now=arrived, hashed=hashed, owner=owner)
-            first = target.first_at if target.first_at is not None else arrived
-            target.first_at = min(arrived, first)
+        for chunk in buf.chunks:
+            parts = chunks_by_shard(chunk.body, chunk.index, chunk.samples, chunk.series,
+                                    shards=shards, owner=chunk.owner)  # fmt: skip
+            for target, part in zip(new, parts, strict=True):
+                if part is None:
+                    continue
+                target.add(part, now=arrived)
+                first = target.first_at if target.first_at is not None else arrived
+                target.first_at = min(arrived, first)
     return new
 
 

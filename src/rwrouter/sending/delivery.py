@@ -140,11 +140,38 @@ class Deliverer:
         batch = _Batch(started=self._clock(), splits=splits, resent=resent)
         return await self._deliver_part(items, kind, batch)
 
+    async def deliver_raw(
+        self,
+        raw: bytes,
+        count: int,
+        expand: Callable[[], list[Item]],
+        *,
+        kind: str = "samples",
+        resent: bool = False,
+    ) -> int:
+        """:meth:`deliver` for a batch given as its frames already concatenated (``raw``) with
+        ``count`` samples: the usual case costs no walk over its series; ``expand()`` gives
+        the (frame, samples) items only when the batch is refused and must be split."""
+        batch = _Batch(started=self._clock(), splits=SPLIT_BUDGET, resent=resent)
+        refusal = await self._send(raw, kind, batch)
+        if refusal is None:
+            return count
+        items = expand()
+        if resent:
+            batch.splits = 2 * len(items)
+        return await self._refused_part(items, kind, batch, refusal, count)
+
     async def _deliver_part(self, items: list[Item], kind: str, batch: _Batch) -> int:
         count = sum(n for _, n in items)
         refusal = await self._send(b"".join(frame for frame, _ in items), kind, batch)
         if refusal is None:
             return count
+        return await self._refused_part(items, kind, batch, refusal, count)
+
+    async def _refused_part(
+        self, items: list[Item], kind: str, batch: _Batch, refusal: Refusal, count: int
+    ) -> int:
+        """After ``items`` were refused: split them to isolate the cause, or give up on them."""
         if refusal.status in SPLITTABLE and len(items) > 1 and batch.splits >= 2:
             batch.splits -= 2
             if not batch.split_logged:

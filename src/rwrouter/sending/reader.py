@@ -195,7 +195,7 @@ class QueueReader:
             self._records.append(_Record(end, 0, 0, False))
             self._advance()
             return
-        record = _Record(end, block.received_ms, len(block.frames), end <= self._resend_until,
+        record = _Record(end, block.received_ms, block.series, end <= self._resend_until,
                          block.samples)  # fmt: skip
         self._records.append(record)
         self._shards.add(block, record)
@@ -209,7 +209,7 @@ class QueueReader:
         on, and the read-ahead has room again."""
         self.pending -= batch.samples
         self.pending_bytes -= batch.nbytes
-        self._done(batch.owners, batch.items)
+        self._done(batch)
         self._wake.set()
 
     def drop(self, dropped: Dropped) -> None:
@@ -226,15 +226,16 @@ class QueueReader:
             self._metrics.dropped_samples.labels(self.name, "drop_oldest").inc(gone.samples)
             self.pending -= gone.samples
             self.pending_bytes -= gone.nbytes
-            self._done(gone.owners, gone.items)
+            self._done(gone)
 
-    def _done(self, owners: list[object], items: list[tuple[bytes, int]]) -> None:
-        """Series (``items``) of these records are done (delivered, refused for good, or
-        dropped)."""
-        for owner, (_, count) in zip(owners, items, strict=True):
+    def _done(self, batch: Batch) -> None:
+        """The series of ``batch`` (chunks of records) are done (delivered, refused for good,
+        or dropped)."""
+        for chunk in batch.chunks:
+            owner = chunk.owner
             assert isinstance(owner, _Record)
-            owner.remaining -= 1
-            owner.samples_left -= count
+            owner.remaining -= chunk.series
+            owner.samples_left -= chunk.samples
         self._advance()
 
     def _advance(self) -> None:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from rwrouter.errors import DecodeError, TooLargeError
 from rwrouter.routing import shard_hash
 from rwrouter.wire import compress, decompress
-from rwrouter.wire.scan import INDEX
+from rwrouter.wire.scan import INDEX, index_totals
 
 __all__ = [
     "HEADER",
@@ -177,14 +177,36 @@ def record_samples(rest: bytes) -> tuple[int, int]:
 
 @dataclass(frozen=True, slots=True)
 class Block:
-    """A record read back: its frames in order, each frame's sample count and shard hash."""
+    """A record read back: its raw body (frames concatenated) and index (per frame
+    :data:`~rwrouter.wire.scan.INDEX`), with its totals."""
 
     received_ms: int
-    frames: list[bytes]
-    counts: list[int]
-    hashes: list[int]
+    body: bytes
+    index: bytes
     samples: int
-    nbytes: int  # raw body bytes
+    series: int
+
+    @property
+    def nbytes(self) -> int:
+        """Raw body bytes."""
+        return len(self.body)
+
+    @property
+    def frames(self) -> list[bytes]:
+        """Each framed series (walks the index: for tools and tests)."""
+        out, pos = [], 0
+        for length, _, _ in INDEX.iter_unpack(self.index):
+            out.append(self.body[pos : pos + length])
+            pos += length
+        return out
+
+    @property
+    def counts(self) -> list[int]:
+        return [n for _, n, _ in INDEX.iter_unpack(self.index)]
+
+    @property
+    def hashes(self) -> list[int]:
+        return [h for _, _, h in INDEX.iter_unpack(self.index)]
 
 
 def decode_record(rest: bytes) -> Block:
@@ -205,16 +227,7 @@ def decode_record(rest: bytes) -> Block:
         raise DecodeError("queue record body is longer than its header says") from None
     if len(raw) != raw_len:
         raise DecodeError("queue record body length does not match its header")
-    frames: list[bytes] = []
-    counts: list[int] = []
-    hashes: list[int] = []
-    pos = 0
-    view = memoryview(raw)
-    for length, count, hashed in INDEX.iter_unpack(rest[_META.size : index_end]):
-        frames.append(bytes(view[pos : pos + length]))
-        counts.append(count)
-        hashes.append(hashed)
-        pos += length
-    if pos != raw_len or sum(counts) != samples:
+    index = rest[_META.size : index_end]
+    if index_totals(index) != (raw_len, samples):
         raise DecodeError("queue record index does not match its body")
-    return Block(received_ms, frames, counts, hashes, samples, raw_len)
+    return Block(received_ms, raw, index, samples, series)

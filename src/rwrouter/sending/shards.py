@@ -24,7 +24,13 @@ from contextlib import suppress
 from rwrouter.config import QueueConfig
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
-from rwrouter.sending.batching import Batch, ShardBuffer, desired_shards, reshard, shard_of
+from rwrouter.sending.batching import (
+    Batch,
+    ShardBuffer,
+    chunks_by_shard,
+    desired_shards,
+    reshard,
+)
 from rwrouter.sending.deadletter import DeadLetters
 from rwrouter.sending.delivery import Deliverer
 from rwrouter.sending.records import Block
@@ -105,24 +111,27 @@ class Shards:
         return len(self.buffers)
 
     def add(self, block: Block, owner: object) -> None:
-        """Hand a record's series to their shards, in order, each frame tagged with ``owner``
-        (given back in the :class:`~rwrouter.sending.batching.Batch` of ``on_sent``)."""
+        """Hand a record's series to their shards, in order, as one chunk per shard tagged
+        with ``owner`` (given back in the :class:`~rwrouter.sending.batching.Batch` of
+        ``on_sent``)."""
         now = self._clock()
         buffers, wake = self.buffers, self._wake
-        n = len(buffers)
         max_samples = self._q.max_samples_per_send
-        for frame, count, hashed in zip(block.frames, block.counts, block.hashes, strict=True):
-            i = shard_of(hashed, n)
+        parts = chunks_by_shard(block.body, block.index, block.samples, block.series,
+                                shards=len(buffers), owner=owner)  # fmt: skip
+        for i, chunk in enumerate(parts):
+            if chunk is None:
+                continue
             buf = buffers[i]
-            if not buf.frames or buf.samples + count >= max_samples:
+            if not buf.chunks or buf.samples + chunk.samples >= max_samples:
                 wake[i].set()
-            buf.add(frame, count, now=now, hashed=hashed, owner=owner)
+            buf.add(chunk, now=now)
 
     def remove_if(self, dropped: Callable[[object], bool]) -> list[Batch]:
         """Remove the waiting frames (not those in flight) whose owner ``dropped`` says so;
         returns them, one non-empty batch per shard."""
         gone = (buf.remove_if(dropped) for buf in self.buffers)
-        return [batch for batch in gone if batch.items]
+        return [batch for batch in gone if batch.chunks]
 
     def demand(self, samples: int) -> None:
         """Note ``samples`` offered to the destination (appended, or refused for want of
@@ -165,7 +174,7 @@ class Shards:
         buf, wake = self.buffers[i], self._wake[i]
         q_, stopping = self._q, self._stopping
         while not self._pausing and not stopping.handover:
-            if not buf.frames:
+            if not buf.chunks:
                 if stopping.closing and self._input_done:
                     return
                 wake.clear()
@@ -195,9 +204,10 @@ class Shards:
         unexpectedly (a bug, not an answer: the caller keeps the batch and tries again)."""
         started = self._clock()
         try:
-            delivered = await self._deliverer.deliver(
-                batch.items, "samples", resent=self._resent(batch.owners[0])
-            )
+            delivered = await self._deliverer.deliver_raw(
+                batch.raw, batch.samples, lambda: batch.items,
+                resent=self._resent(batch.chunks[0].owner),
+            )  # fmt: skip
         except Exception:
             log.exception("destination=%s msg=%s", self.name,
                           q("sending a batch failed unexpectedly: retrying in 1s"))  # fmt: skip

@@ -492,9 +492,293 @@ fail:
     return NULL;
 }
 
+/* -- labels ------------------------------------------------------------------------------- */
+
+static PyObject *decode_labels_py_fn; /* rwrouter.wire.codec.decode_labels (the reference) */
+
+static PyObject *pure_decode_labels(PyObject *raw) {
+    return PyObject_CallOneArg(decode_labels_py_fn, raw);
+}
+
+/* Compiled rwrouter.wire.codec.decode_labels: same result; anything unusual (malformed,
+ * invalid UTF-8, empty or repeated names) is handed to the reference, which raises. */
+static PyObject *decode_labels(PyObject *module, PyObject *raw) {
+    (void)module;
+    if (!PyBytes_CheckExact(raw)) return pure_decode_labels(raw);
+    const uint8_t *d = (const uint8_t *)PyBytes_AS_STRING(raw);
+    Py_ssize_t end = PyBytes_GET_SIZE(raw), pos = 0;
+    PyObject *pairs = PyList_New(0);
+    if (!pairs) return NULL;
+    while (pos < end) {
+        uint64_t tag, len;
+        if (!read_varint(d, &pos, end, &tag) || tag != 0x0A) goto bail;
+        if (!read_varint(d, &pos, end, &len) || len > (uint64_t)(end - pos)) goto bail;
+        Py_ssize_t lend = pos + (Py_ssize_t)len;
+        Py_ssize_t name_at = -1, name_len = 0, value_at = -1, value_len = 0;
+        while (pos < lend) {
+            uint64_t t, n;
+            if (!read_varint(d, &pos, lend, &t)) goto bail;
+            uint64_t f = t >> 3;
+            unsigned w = (unsigned)(t & 7);
+            if (f == 0 || f > MAX_FIELD_NUMBER) goto bail;
+            if (w == 2) {
+                if (!read_varint(d, &pos, lend, &n) || n > (uint64_t)(lend - pos)) goto bail;
+                if (f == 1) {
+                    name_at = pos;
+                    name_len = (Py_ssize_t)n;
+                } else if (f == 2) {
+                    value_at = pos;
+                    value_len = (Py_ssize_t)n;
+                }
+                pos += (Py_ssize_t)n;
+            } else if (f == 1 || f == 2) {
+                goto bail;
+            } else if (w == 0) {
+                if (!read_varint(d, &pos, lend, &n)) goto bail;
+            } else if (w == 1 || w == 5) {
+                Py_ssize_t width = w == 1 ? 8 : 4;
+                if (lend - pos < width) goto bail;
+                pos += width;
+            } else {
+                goto bail;
+            }
+        }
+        if (name_at < 0 || name_len == 0) goto bail; /* empty name: the reference says so */
+        PyObject *name = PyUnicode_DecodeUTF8((const char *)d + name_at, name_len, "strict");
+        PyObject *value = value_at < 0 ? PyUnicode_New(0, 0)
+                                       : PyUnicode_DecodeUTF8((const char *)d + value_at, value_len, "strict");
+        if (!name || !value) {
+            Py_XDECREF(name);
+            Py_XDECREF(value);
+            PyErr_Clear();
+            goto bail;
+        }
+        PyObject *pair = PyTuple_Pack(2, name, value);
+        Py_DECREF(name);
+        Py_DECREF(value);
+        if (!pair || PyList_Append(pairs, pair) < 0) {
+            Py_XDECREF(pair);
+            Py_DECREF(pairs);
+            return NULL;
+        }
+        Py_DECREF(pair);
+    }
+    if (PyList_Sort(pairs) < 0) {
+        Py_DECREF(pairs);
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(pairs), kept = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyList_GET_ITEM(pairs, i);
+        if (i > 0) {
+            int same = PyUnicode_Compare(PyTuple_GET_ITEM(pair, 0),
+                                         PyTuple_GET_ITEM(PyList_GET_ITEM(pairs, i - 1), 0));
+            if (same == 0) goto bail; /* a repeated name */
+        }
+        if (PyUnicode_GET_LENGTH(PyTuple_GET_ITEM(pair, 1))) kept++;
+    }
+    PyObject *out = PyTuple_New(kept);
+    if (!out) {
+        Py_DECREF(pairs);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0, j = 0; i < n; i++) {
+        PyObject *pair = PyList_GET_ITEM(pairs, i);
+        if (!PyUnicode_GET_LENGTH(PyTuple_GET_ITEM(pair, 1))) continue; /* empty = absent */
+        Py_INCREF(pair);
+        PyTuple_SET_ITEM(out, j++, pair);
+    }
+    Py_DECREF(pairs);
+    return out;
+bail:
+    Py_DECREF(pairs);
+    return pure_decode_labels(raw);
+}
+
+/* Compiled rwrouter.wire.codec.encode_labels: the Label fields of a TimeSeries. */
+static PyObject *encode_labels(PyObject *module, PyObject *labels) {
+    (void)module;
+    PyObject *seq = PySequence_Fast(labels, "labels must be a sequence of (name, value)");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), total = 0;
+    const char **names = NULL, **values = NULL;
+    Py_ssize_t *nlen = NULL, *vlen = NULL;
+    PyObject *out = NULL;
+    if (n) {
+        names = PyMem_Malloc(sizeof(char *) * (size_t)n);
+        values = PyMem_Malloc(sizeof(char *) * (size_t)n);
+        nlen = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)n);
+        vlen = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)n);
+        if (!names || !values || !nlen || !vlen) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "a label is a (name, value) tuple");
+            goto done;
+        }
+        names[i] = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &nlen[i]);
+        if (!names[i]) goto done;
+        values[i] = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 1), &vlen[i]);
+        if (!values[i]) goto done;
+        Py_ssize_t inner = 1 + varint_size((uint64_t)nlen[i]) + nlen[i] + 1 +
+                           varint_size((uint64_t)vlen[i]) + vlen[i];
+        total += 1 + varint_size((uint64_t)inner) + inner;
+    }
+    out = PyBytes_FromStringAndSize(NULL, total);
+    if (!out) goto done;
+    char *p = PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t inner = 1 + varint_size((uint64_t)nlen[i]) + nlen[i] + 1 +
+                           varint_size((uint64_t)vlen[i]) + vlen[i];
+        *p++ = 0x0A;
+        p = put_varint(p, (uint64_t)inner);
+        *p++ = 0x0A;
+        p = put_varint(p, (uint64_t)nlen[i]);
+        memcpy(p, names[i], (size_t)nlen[i]);
+        p += nlen[i];
+        *p++ = 0x12;
+        p = put_varint(p, (uint64_t)vlen[i]);
+        memcpy(p, values[i], (size_t)vlen[i]);
+        p += vlen[i];
+    }
+done:
+    PyMem_Free(names);
+    PyMem_Free(values);
+    PyMem_Free(nlen);
+    PyMem_Free(vlen);
+    Py_DECREF(seq);
+    return out;
+}
+
+/* -- queue side: frames by shard -------------------------------------------------------------- */
+
+static inline uint32_t get_u32(const uint8_t *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+/* Compiled rwrouter.wire.scan.index_totals_py: (frame bytes, samples) over an index. */
+static PyObject *index_totals(PyObject *module, PyObject *index) {
+    (void)module;
+    if (!PyBytes_CheckExact(index)) {
+        PyErr_SetString(PyExc_TypeError, "index must be bytes");
+        return NULL;
+    }
+    const uint8_t *x = (const uint8_t *)PyBytes_AS_STRING(index);
+    Py_ssize_t n = PyBytes_GET_SIZE(index);
+    if (n % 12) {
+        PyErr_SetString(PyExc_ValueError, "index length is not a multiple of 12");
+        return NULL;
+    }
+    long long nbytes = 0, samples = 0;
+    for (Py_ssize_t i = 0; i < n; i += 12) {
+        nbytes += get_u32(x + i);
+        samples += get_u32(x + i + 4);
+    }
+    return Py_BuildValue("(LL)", nbytes, samples);
+}
+
+/* Compiled rwrouter.wire.scan.split_shards_py: the frames of (body, index) by shard
+ * (hash % shards), in order; per shard (body, index, samples, series). */
+static PyObject *split_shards(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 3 || !PyBytes_CheckExact(args[0]) || !PyBytes_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "split_shards(body: bytes, index: bytes, shards: int)");
+        return NULL;
+    }
+    Py_ssize_t shards = PyLong_AsSsize_t(args[2]);
+    if (shards == -1 && PyErr_Occurred()) return NULL;
+    if (shards < 1) {
+        PyErr_SetString(PyExc_ValueError, "shards must be at least 1");
+        return NULL;
+    }
+    const char *body = PyBytes_AS_STRING(args[0]);
+    const uint8_t *x = (const uint8_t *)PyBytes_AS_STRING(args[1]);
+    Py_ssize_t nbody = PyBytes_GET_SIZE(args[0]), nindex = PyBytes_GET_SIZE(args[1]);
+    if (nindex % 12) {
+        PyErr_SetString(PyExc_ValueError, "index length is not a multiple of 12");
+        return NULL;
+    }
+    /* First pass: sizes per shard, and the index must cover the body exactly. */
+    Py_ssize_t *sizes = PyMem_Calloc((size_t)shards * 4, sizeof(Py_ssize_t));
+    if (!sizes) return PyErr_NoMemory();
+    Py_ssize_t *counts = sizes + shards, *samples = sizes + 2 * shards, *pos = sizes + 3 * shards;
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < nindex; i += 12) {
+        Py_ssize_t s = (Py_ssize_t)(get_u32(x + i + 8) % (uint32_t)shards);
+        sizes[s] += get_u32(x + i);
+        samples[s] += get_u32(x + i + 4);
+        counts[s] += 1;
+        total += get_u32(x + i);
+    }
+    PyObject *out = NULL;
+    if (total != nbody) {
+        PyErr_SetString(PyExc_ValueError, "index does not match its body");
+        goto done;
+    }
+    out = PyList_New(shards);
+    if (!out) goto done;
+    PyObject **bodies = PyMem_Calloc((size_t)shards * 2, sizeof(PyObject *));
+    if (!bodies) {
+        Py_CLEAR(out);
+        PyErr_NoMemory();
+        goto done;
+    }
+    PyObject **indexes = bodies + shards;
+    for (Py_ssize_t s = 0; s < shards; s++) {
+        bodies[s] = PyBytes_FromStringAndSize(NULL, sizes[s]);
+        indexes[s] = PyBytes_FromStringAndSize(NULL, counts[s] * 12);
+        if (!bodies[s] || !indexes[s]) goto fail;
+    }
+    Py_ssize_t at = 0;
+    for (Py_ssize_t i = 0; i < nindex; i += 12) {
+        Py_ssize_t s = (Py_ssize_t)(get_u32(x + i + 8) % (uint32_t)shards);
+        uint32_t len = get_u32(x + i);
+        memcpy(PyBytes_AS_STRING(bodies[s]) + pos[s], body + at, len);
+        at += len;
+        pos[s] += len;
+    }
+    /* Index entries, in order per shard. */
+    for (Py_ssize_t s = 0; s < shards; s++) counts[s] = 0;
+    for (Py_ssize_t i = 0; i < nindex; i += 12) {
+        Py_ssize_t s = (Py_ssize_t)(get_u32(x + i + 8) % (uint32_t)shards);
+        memcpy(PyBytes_AS_STRING(indexes[s]) + counts[s] * 12, x + i, 12);
+        counts[s] += 1;
+    }
+    for (Py_ssize_t s = 0; s < shards; s++) {
+        PyObject *t = Py_BuildValue("(NNnn)", bodies[s], indexes[s], samples[s], counts[s]);
+        bodies[s] = indexes[s] = NULL;
+        if (!t) goto fail;
+        PyList_SET_ITEM(out, s, t);
+    }
+    PyMem_Free(bodies);
+    goto done;
+fail:
+    for (Py_ssize_t s = 0; s < shards; s++) {
+        Py_XDECREF(bodies[s]);
+        Py_XDECREF(indexes[s]);
+    }
+    PyMem_Free(bodies);
+    Py_CLEAR(out);
+done:
+    PyMem_Free(sizes);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"scan_request", (PyCFunction)(void (*)(void))scan_request, METH_FASTCALL,
      "Compiled rwrouter.wire.scan.scan_request_py (same arguments, same result)."},
+    {"index_totals", (PyCFunction)index_totals, METH_O,
+     "Compiled rwrouter.wire.scan.index_totals_py."},
+    {"split_shards", (PyCFunction)(void (*)(void))split_shards, METH_FASTCALL,
+     "Compiled rwrouter.wire.scan.split_shards_py."},
+    {"decode_labels", (PyCFunction)decode_labels, METH_O,
+     "Compiled rwrouter.wire.codec.decode_labels (same result, same errors)."},
+    {"encode_labels", (PyCFunction)encode_labels, METH_O,
+     "Compiled rwrouter.wire.codec.encode_labels (same result)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -507,6 +791,7 @@ PyMODINIT_FUNC PyInit__scan(void) {
     PyObject *codec = PyImport_ImportModule("rwrouter.wire.codec");
     if (!codec) return NULL;
     split_series_fn = PyObject_GetAttrString(codec, "split_series");
+    decode_labels_py_fn = PyObject_GetAttrString(codec, "decode_labels");
     Py_DECREF(codec);
     PyObject *validate = PyImport_ImportModule("rwrouter.wire.validate");
     if (!validate) return NULL;
@@ -518,7 +803,7 @@ PyMODINIT_FUNC PyInit__scan(void) {
     str_samples = PyUnicode_InternFromString("samples");
     str_exemplars = PyUnicode_InternFromString("exemplars");
     str_histograms = PyUnicode_InternFromString("histograms");
-    if (!split_series_fn || !check_metadata_fn || !str_filtered || !str_labels || !str_rest ||
+    if (!split_series_fn || !decode_labels_py_fn || !check_metadata_fn || !str_filtered || !str_labels || !str_rest ||
         !str_samples || !str_exemplars || !str_histograms)
         return NULL;
     return PyModule_Create(&moduledef);

@@ -5,7 +5,10 @@ it into each destination's share, ready to queue.
 way aiohttp ships its C HTTP parser) and :func:`scan_request_py` otherwise, or when the
 environment sets ``RWROUTER_NO_EXTENSIONS`` to a non-empty value. Both take the same arguments
 and give the same result (tested on the benchmark workload, random series and malformed
-bodies); :data:`ACCELERATED` says which one runs.
+bodies); :data:`ACCELERATED` says which one runs. The same holds for :func:`decode_labels` and
+:func:`encode_labels` (the routing cache's miss path; the pure ones are in
+:mod:`rwrouter.wire.codec`), and for the queue side's per-frame loops :func:`index_totals` and
+:func:`split_shards` (a queued share's frames by shard).
 
 The loop never decodes samples, exemplars or histograms: a series is split into the raw bytes
 of its labels (the routing cache key) and the raw bytes of everything else, which go out bit for
@@ -23,6 +26,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from rwrouter.errors import DecodeError
+from rwrouter.wire import codec
 from rwrouter.wire.codec import RawSeries, split_series
 from rwrouter.wire.validate import check_metadata
 from rwrouter.wire.walk import LEN, encode_varint, fields
@@ -34,8 +38,12 @@ __all__ = [
     "Entry",
     "Kept",
     "Scan",
+    "decode_labels",
+    "encode_labels",
+    "index_totals",
     "scan_request",
     "scan_request_py",
+    "split_shards",
 ]
 
 FILTERED = "filtered"  # drop reason: nothing left once exemplars/histograms are filtered out
@@ -49,6 +57,10 @@ Entry = tuple[Kept | str | None, ...]
 None (a fallback destination whose series went elsewhere: not sent, not counted)."""
 
 Miss = Callable[[bytes], Entry]
+LabelDecoder = Callable[[bytes], tuple[tuple[str, str], ...]]
+LabelEncoder = Callable[[tuple[tuple[str, str], ...]], bytes]
+IndexTotals = Callable[[bytes], tuple[int, int]]
+ShardSplitter = Callable[[bytes, bytes, int], list[tuple[bytes, bytes, int, int]]]
 Filter = Callable[[int, RawSeries], tuple[bytes, int]]
 
 
@@ -178,13 +190,56 @@ def scan_request_py(
     )
 
 
-def _select() -> tuple[Callable[..., Scan], bool]:
+def index_totals_py(index: bytes) -> tuple[int, int]:
+    """(frame bytes, samples) summed over an :data:`INDEX`. Raises ValueError when its length
+    is not a whole number of entries."""
+    if len(index) % INDEX.size:
+        raise ValueError("index length is not a multiple of 12")
+    nbytes = samples = 0
+    for length, count, _ in INDEX.iter_unpack(index):
+        nbytes += length
+        samples += count
+    return nbytes, samples
+
+
+def split_shards_py(body: bytes, index: bytes, shards: int) -> list[tuple[bytes, bytes, int, int]]:
+    """The frames of ``body`` (described by ``index``) by shard, ``hash % shards``, keeping
+    their order: per shard (body, index, samples, series). Raises ValueError when the index
+    does not cover the body exactly, or ``shards`` < 1."""
+    if shards < 1:
+        raise ValueError("shards must be at least 1")
+    if len(index) % INDEX.size:
+        raise ValueError("index length is not a multiple of 12")
+    bodies = [bytearray() for _ in range(shards)]
+    indexes = [bytearray() for _ in range(shards)]
+    samples, series = [0] * shards, [0] * shards
+    pos = 0
+    for i, (length, count, hashed) in enumerate(INDEX.iter_unpack(index)):
+        s = hashed % shards
+        bodies[s] += body[pos : pos + length]
+        indexes[s] += index[i * INDEX.size : (i + 1) * INDEX.size]
+        samples[s] += count
+        series[s] += 1
+        pos += length
+    if pos != len(body):
+        raise ValueError("index does not match its body")
+    parts = zip(bodies, indexes, samples, series, strict=True)
+    return [(bytes(b), bytes(x), n, k) for b, x, n, k in parts]
+
+
+_PURE = (scan_request_py, codec.decode_labels, codec.encode_labels, index_totals_py,
+         split_shards_py, False)  # fmt: skip
+
+
+def _select() -> tuple[
+    Callable[..., Scan], LabelDecoder, LabelEncoder, IndexTotals, ShardSplitter, bool
+]:
     if os.environ.get("RWROUTER_NO_EXTENSIONS"):
-        return scan_request_py, False
+        return _PURE
     try:
         from rwrouter.wire import _scan  # type: ignore[attr-defined]  # built by setup.py
     except ImportError:
-        return scan_request_py, False
+        return _PURE
 
     def scan_request_c(
         data: bytes,
@@ -196,9 +251,11 @@ def _select() -> tuple[Callable[..., Scan], bool]:
     ) -> Scan:
         return Scan._make(_scan.scan_request(data, young, old, miss, filters, filt))
 
-    return scan_request_c, True
+    return (scan_request_c, _scan.decode_labels, _scan.encode_labels, _scan.index_totals,
+            _scan.split_shards, True)  # fmt: skip
 
 
-scan_request, ACCELERATED = _select()
-"""The per-series loop in use (compiled when :data:`ACCELERATED`), same contract as
-:func:`scan_request_py`."""
+scan_request, decode_labels, encode_labels, index_totals, split_shards, ACCELERATED = _select()
+"""The per-series loop and the label codec in use (compiled when :data:`ACCELERATED`), with
+the contracts of :func:`scan_request_py`, :func:`rwrouter.wire.codec.decode_labels` and
+:func:`rwrouter.wire.codec.encode_labels`."""
