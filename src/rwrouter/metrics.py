@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from rwrouter import __version__
+from rwrouter.wire.scan import ACCELERATED
 
 # No *_created series: they would double the exposition for no use here.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -35,9 +36,13 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
-        Gauge("rwrouter_build_info", "Build information.", ["version"], registry=r).labels(
-            __version__
-        ).set(1)
+        Gauge(
+            "rwrouter_build_info",
+            "Build information: version, and whether the compiled accelerator of the hot path "
+            "runs (accelerated=\"true\") or the pure-Python fallback (\"false\").",
+            ["version", "accelerated"],
+            registry=r,
+        ).labels(__version__, "true" if ACCELERATED else "false").set(1)
         self.requests = Counter(
             "rwrouter_received_requests",
             "Remote write requests received, by the HTTP status answered.",
@@ -220,6 +225,16 @@ class Metrics:
         self.config_reload_time.set_to_current_time()
         self.cache_entries = Gauge(
             "rwrouter_relabel_cache_entries", "Label sets in the relabel cache.", registry=r
+        )
+        self.cache_bytes = Gauge(
+            "rwrouter_relabel_cache_bytes",
+            "Bytes of raw and encoded labels the relabel cache holds.",
+            registry=r,
+        )
+        self.cache_hit_ratio = Gauge(
+            "rwrouter_relabel_cache_hit_ratio",
+            "Relabel cache hits / lookups over the last completed minute (NaN before any).",
+            registry=r,
         )
         self.cache_lookups = Counter(
             "rwrouter_relabel_cache_lookups",

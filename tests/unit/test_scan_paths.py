@@ -178,6 +178,22 @@ def build_request(series: Sequence[dict[str, Any]]) -> bytes:
     return request.SerializeToString()
 
 
+@needs_accelerator
+def test_benchmark_workload_routes_identically_on_all_three_paths(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The benchmark's own workload (bench/workload.py, workload.md): every request."""
+    from bench.workload import generate
+
+    workload = generate(seed=7, nodes=3, scrapes=1)
+    for body in workload.bodies:
+        data = snappy.decompress(body)
+        fast = route_with(compiled, data, monkeypatch)
+        pure = route_with(scan_request_py, data, monkeypatch)
+        assert fast == pure
+        assert content(fast) == reference(data)
+
+
 # -- identical output -------------------------------------------------------------------------
 
 WORKLOADS = [("one_node", 1, 1), ("eight_nodes", 8, 2), ("empty", 0, 0)]

@@ -83,6 +83,8 @@ class FanOut:
         self._open = asyncio.Event()  # cleared while a reload swaps destinations
         self._open.set()
         metrics.watch(metrics.cache_entries, lambda: len(self.router))
+        metrics.watch(metrics.cache_bytes, lambda: self.router.cached_bytes)
+        metrics.watch(metrics.cache_hit_ratio, lambda: self.router.hit_ratio)
 
     @property
     def generation(self) -> int:

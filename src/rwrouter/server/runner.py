@@ -20,6 +20,7 @@ from rwrouter.sending.fanout import FanOut, build_fanout
 from rwrouter.sending.reconfigure import reconfigure
 from rwrouter.server.app import EXPOSE, READY, RELOAD, make_app
 from rwrouter.server.workers import Peers, WorkerSpec, worker_config
+from rwrouter.wire.scan import ACCELERATED
 
 log = logging.getLogger("rwrouter.server")
 
@@ -93,8 +94,12 @@ class RouterServer:
         sockets = getattr(server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else settings.listen_port
         self._app[READY][0] = True
-        log.info("msg=%s url=%s destinations=%d", '"listening"', self.url,
-                 len(self.fanout.destinations))  # fmt: skip
+        log.info("msg=%s url=%s destinations=%d accelerated=%s", '"listening"', self.url,
+                 len(self.fanout.destinations), str(ACCELERATED).lower())  # fmt: skip
+        if not ACCELERATED:
+            log.warning("msg=%s", q("the compiled accelerator is not in use (not built, or "
+                        "RWROUTER_NO_EXTENSIONS set): the pure-Python hot path runs, "
+                        "slower"))  # fmt: skip
 
     async def reload(self) -> str:
         """Re-read ``config_path`` and apply it (:mod:`rwrouter.sending.reconfigure`); returns
