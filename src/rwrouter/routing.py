@@ -33,9 +33,10 @@ from rwrouter.wire.scan import (
     FILTERED,
     INDEX,
     Entry,
-    Kept,
+    Item,
     decode_labels,
     encode_labels,
+    pack_entry,
     scan_request,
 )
 
@@ -57,6 +58,7 @@ __all__ = [
 # histograms the destination does not take.
 RELABEL = "relabel"
 INVALID = "invalid"
+REASONS = (RELABEL, INVALID)  # what a cache entry's drop reason index refers to
 
 _EXEMPLARS, _HISTOGRAMS = 3, 4
 DEFAULT_CACHE_SIZE = 500_000  # label sets
@@ -242,42 +244,19 @@ class Router:
         self._young, self._young_bytes = {}, 0
         self._rotated_at = now
 
-    def outcome(self, raw_labels: bytes) -> Entry:
-        """The routing outcome of a series' raw Label fields (cached).
-
-        Raises DecodeError (from decode_labels) for invalid labels; that is not cached.
-        """
-        entry = self._young.get(raw_labels)
-        if entry is None:
-            entry = self._old.get(raw_labels)
-        if entry is None:
-            return self._miss(raw_labels)
-        self.hits += 1
-        return entry
-
     def _miss(self, raw_labels: bytes) -> Entry:
         """Route a label set not in the cache and remember it (the young generation)."""
         self.misses += 1
         outcome = self.route_labels(decode_labels(raw_labels))
-        items: list[Kept | str | None] = []
-        size = len(raw_labels)
-        hashes: dict[bytes, Kept] = {}  # destinations keeping the same labels share one item
+        items: list[Item] = []
         for res in outcome:
-            if res.__class__ is bytes:
-                assert isinstance(res, bytes)
-                kept = hashes.get(res)
-                if kept is None:
-                    # Unchanged (the usual case): share the key's bytes object.
-                    labels = raw_labels if res == raw_labels else res
-                    kept = hashes[res] = (labels, shard_hash(labels))
-                if kept[0] is not raw_labels:
-                    size += len(res)  # as entry_bytes counts it
-                items.append(kept)
+            if isinstance(res, bytes):
+                items.append((res, shard_hash(res)))
             else:
-                items.append(res)  # type: ignore[arg-type]
-        entry = tuple(items)
+                items.append(None if res is None else REASONS.index(res))
+        entry = pack_entry(raw_labels, items)
         self._young[raw_labels] = entry
-        self._young_bytes += size
+        self._young_bytes += len(raw_labels) + len(entry)
         return entry
 
     # -- routing ---------------------------------------------------------------------------
@@ -313,7 +292,8 @@ class Router:
         request is refused).
         """
         self.maintain(now)
-        scan = scan_request(data, self._young, self._old, self._miss, self._filters, self._filter)
+        scan = scan_request(data, self._young, self._old, self._miss, self._filters, self._filter,
+                            REASONS)  # fmt: skip
         self.hits += scan.hits
         self._young_bytes += scan.promoted_bytes
         self._overlap += scan.promoted

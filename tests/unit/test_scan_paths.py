@@ -21,7 +21,7 @@ from rwrouter.errors import DecodeError
 from rwrouter.relabel import parse_relabel_configs
 from rwrouter.routing import Route, RoutedRequest, Router
 from rwrouter.wire import codec, remote_pb2, types_pb2
-from rwrouter.wire.scan import Scan, scan_request_py
+from rwrouter.wire.scan import Scan, pack_entry, scan_request_py, unpack_entry
 
 try:
     from rwrouter.wire import _scan  # type: ignore[attr-defined]
@@ -334,3 +334,30 @@ def decode_outcome(decode: Callable[[bytes], Any], raw: bytes) -> Any:
         return decode(raw)
     except DecodeError as exc:
         return ("error", str(exc))
+
+
+# -- the compact cache entry --------------------------------------------------------------------
+
+entry_items = st.lists(
+    st.one_of(
+        st.none(),
+        st.integers(0, 1),
+        st.tuples(st.binary(max_size=40), st.integers(0, 2**32 - 1)),
+        st.just("same"),
+    ),
+    max_size=5,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(key=st.binary(max_size=30), raw_items=entry_items)
+def test_entry_round_trips(key: bytes, raw_items: list[Any]) -> None:
+    items = [(key, 7) if item == "same" else item for item in raw_items]
+    entry = pack_entry(key, items)
+    assert unpack_entry(key, entry) == items
+    same = sum(1 for item in items if isinstance(item, tuple) and item[0] == key)
+    assert len(entry) == sum(
+        1 if item is None else 2 if isinstance(item, int) else 5 if item[0] == key
+        else 9 + len(item[0]) for item in items
+    )  # fmt: skip
+    assert same >= raw_items.count("same")

@@ -75,6 +75,10 @@ static inline char *put_u32(char *p, uint32_t v) {
     return p + 4;
 }
 
+static inline uint32_t get_u32(const uint8_t *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
 /* A varint at *pos (before end): 1 and the value, or 0 when truncated, longer than 10 bytes
  * or over 64 bits (the caller then lets the pure path raise the reference error). */
 static inline int read_varint(const uint8_t *d, Py_ssize_t *pos, Py_ssize_t end, uint64_t *out) {
@@ -192,21 +196,9 @@ static long long attr_int(PyObject *obj, PyObject *name) {
     return n;
 }
 
-/* Entry bytes as routing counts them: key + each destination's encoded labels. */
+/* Entry bytes as routing counts them: key + the compact entry. */
 static Py_ssize_t entry_bytes(PyObject *key, PyObject *entry) {
-    Py_ssize_t n = PyBytes_GET_SIZE(key);
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(entry); i++) {
-        PyObject *item = PyTuple_GET_ITEM(entry, i);
-        if (PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) == 2 &&
-            PyBytes_CheckExact(PyTuple_GET_ITEM(item, 0))) {
-            PyObject *labels = PyTuple_GET_ITEM(item, 0);
-            Py_ssize_t size = PyBytes_GET_SIZE(labels);
-            if (size != PyBytes_GET_SIZE(key) ||
-                memcmp(PyBytes_AS_STRING(labels), PyBytes_AS_STRING(key), (size_t)size) != 0)
-                n += size; /* labels equal to the key share its object */
-        }
-    }
-    return n;
+    return PyBytes_GET_SIZE(key) + PyBytes_GET_SIZE(entry);
 }
 
 static PyObject *pure_scan(PyObject *const *args, Py_ssize_t nargs) {
@@ -225,14 +217,15 @@ static PyObject *pure_scan(PyObject *const *args, Py_ssize_t nargs) {
 
 static PyObject *scan_request(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "scan_request takes 6 arguments");
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "scan_request takes 7 arguments");
         return NULL;
     }
     PyObject *data = args[0], *young = args[1], *old = args[2], *miss = args[3];
-    PyObject *filters = args[4], *filt = args[5];
+    PyObject *filters = args[4], *filt = args[5], *reasons = args[6];
     if (!PyBytes_CheckExact(data) || !PyDict_CheckExact(young) || !PyDict_CheckExact(old) ||
-        !PyTuple_CheckExact(filters) || PyTuple_GET_SIZE(filters) > MAX_DESTINATIONS)
+        !PyTuple_CheckExact(filters) || PyTuple_GET_SIZE(filters) > MAX_DESTINATIONS ||
+        !PyTuple_CheckExact(reasons))
         return pure_scan(args, nargs);
 
     State *s = PyMem_Calloc(1, sizeof(State));
@@ -345,8 +338,8 @@ static PyObject *scan_request(PyObject *module, PyObject *const *args, Py_ssize_
             if (entry) {
                 Py_INCREF(entry);
                 hits++;
-                if (!PyTuple_CheckExact(entry)) {
-                    PyErr_SetString(PyExc_TypeError, "cache entries must be tuples");
+                if (!PyBytes_CheckExact(entry)) {
+                    PyErr_SetString(PyExc_TypeError, "cache entries must be bytes");
                     FAIL;
                 }
                 if (PyDict_SetItem(young, key, entry) < 0) FAIL;
@@ -359,62 +352,87 @@ static PyObject *scan_request(PyObject *module, PyObject *const *args, Py_ssize_
                 if (!entry) FAIL;
             }
         }
-        if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != ndest) {
-            PyErr_SetString(PyExc_TypeError, "a cache entry must hold one item per destination");
+        if (!PyBytes_CheckExact(entry)) {
+            PyErr_SetString(PyExc_TypeError, "a cache entry must be bytes");
             FAIL;
         }
         long long n = nsamples + nex + nhist;
         if (n) {
             samples_in += n;
+            const uint8_t *e = (const uint8_t *)PyBytes_AS_STRING(entry);
+            Py_ssize_t elen = PyBytes_GET_SIZE(entry), ep = 0;
             for (Py_ssize_t i = 0; i < ndest; i++) {
-                PyObject *item = PyTuple_GET_ITEM(entry, i);
-                if (item == Py_None) continue;
-                if (PyTuple_CheckExact(item)) {
-                    if (PyTuple_GET_SIZE(item) != 2 || !PyBytes_CheckExact(PyTuple_GET_ITEM(item, 0))) {
-                        PyErr_SetString(PyExc_TypeError, "a kept item is (labels, hash)");
+                if (ep >= elen) {
+                    PyErr_SetString(PyExc_ValueError, "a cache entry is shorter than its destinations");
+                    FAIL;
+                }
+                uint8_t kind = e[ep];
+                if (kind == 0) { /* not sent, not counted */
+                    ep += 1;
+                    continue;
+                }
+                if (kind == 3) { /* dropped: reasons[index] */
+                    if (ep + 2 > elen || e[ep + 1] >= PyTuple_GET_SIZE(reasons)) {
+                        PyErr_SetString(PyExc_ValueError, "bad drop reason in a cache entry");
                         FAIL;
                     }
-                    PyObject *labels = PyTuple_GET_ITEM(item, 0);
-                    unsigned long hash = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(item, 1));
-                    if (hash == (unsigned long)-1 && PyErr_Occurred()) FAIL;
-                    if (s->filters[i] && (nex || nhist)) {
-                        PyObject *idx = PyLong_FromSsize_t(i);
-                        PyObject *out = idx ? PyObject_CallFunctionObjArgs(filt, idx, raw, NULL) : NULL;
-                        Py_XDECREF(idx);
-                        if (!out) FAIL;
-                        PyObject *frest;
-                        long long kept;
-                        if (!PyTuple_CheckExact(out) || PyTuple_GET_SIZE(out) != 2 ||
-                            !PyBytes_CheckExact((frest = PyTuple_GET_ITEM(out, 0)))) {
-                            Py_DECREF(out);
-                            PyErr_SetString(PyExc_TypeError, "filt gives (rest, kept)");
-                            FAIL;
-                        }
-                        kept = PyLong_AsLongLong(PyTuple_GET_ITEM(out, 1));
-                        if (kept == -1 && PyErr_Occurred()) {
-                            Py_DECREF(out);
-                            FAIL;
-                        }
-                        int r = 0;
-                        if (!kept)
-                            r = add_drop(s, i, str_filtered, n);
-                        else
-                            r = write_frame(s, i, PyBytes_AS_STRING(labels), PyBytes_GET_SIZE(labels),
-                                            PyBytes_AS_STRING(frest), PyBytes_GET_SIZE(frest), kept,
-                                            (uint32_t)hash);
-                        Py_DECREF(out);
-                        if (r < 0) FAIL;
-                        if (r > 0) BAIL;
-                        continue;
-                    }
-                    if (write_frame(s, i, PyBytes_AS_STRING(labels), PyBytes_GET_SIZE(labels), rest,
-                                    nrest, n, (uint32_t)hash) < 0)
-                        FAIL;
-                } else {
-                    int r = add_drop(s, i, item, n);
+                    int r = add_drop(s, i, PyTuple_GET_ITEM(reasons, e[ep + 1]), n);
+                    ep += 2;
                     if (r < 0) FAIL;
                     if (r > 0) BAIL;
+                    continue;
                 }
+                const char *labels;
+                Py_ssize_t nlabels;
+                uint32_t hash;
+                if (kind == 1 && ep + 5 <= elen) { /* kept, labels = the key */
+                    hash = get_u32(e + ep + 1);
+                    labels = PyBytes_AS_STRING(key);
+                    nlabels = PyBytes_GET_SIZE(key);
+                    ep += 5;
+                } else if (kind == 2 && ep + 9 <= elen) { /* kept, own labels */
+                    hash = get_u32(e + ep + 1);
+                    nlabels = (Py_ssize_t)get_u32(e + ep + 5);
+                    if (ep + 9 + nlabels > elen) {
+                        PyErr_SetString(PyExc_ValueError, "truncated cache entry");
+                        FAIL;
+                    }
+                    labels = (const char *)e + ep + 9;
+                    ep += 9 + nlabels;
+                } else {
+                    PyErr_SetString(PyExc_ValueError, "bad cache entry");
+                    FAIL;
+                }
+                if (s->filters[i] && (nex || nhist)) {
+                    PyObject *idx = PyLong_FromSsize_t(i);
+                    PyObject *out = idx ? PyObject_CallFunctionObjArgs(filt, idx, raw, NULL) : NULL;
+                    Py_XDECREF(idx);
+                    if (!out) FAIL;
+                    PyObject *frest;
+                    long long kept;
+                    if (!PyTuple_CheckExact(out) || PyTuple_GET_SIZE(out) != 2 ||
+                        !PyBytes_CheckExact((frest = PyTuple_GET_ITEM(out, 0)))) {
+                        Py_DECREF(out);
+                        PyErr_SetString(PyExc_TypeError, "filt gives (rest, kept)");
+                        FAIL;
+                    }
+                    kept = PyLong_AsLongLong(PyTuple_GET_ITEM(out, 1));
+                    if (kept == -1 && PyErr_Occurred()) {
+                        Py_DECREF(out);
+                        FAIL;
+                    }
+                    int r = 0;
+                    if (!kept)
+                        r = add_drop(s, i, str_filtered, n);
+                    else
+                        r = write_frame(s, i, labels, nlabels, PyBytes_AS_STRING(frest),
+                                        PyBytes_GET_SIZE(frest), kept, hash);
+                    Py_DECREF(out);
+                    if (r < 0) FAIL;
+                    if (r > 0) BAIL;
+                    continue;
+                }
+                if (write_frame(s, i, labels, nlabels, rest, nrest, n, hash) < 0) FAIL;
             }
         }
         Py_CLEAR(entry);
@@ -655,10 +673,6 @@ done:
 }
 
 /* -- queue side: frames by shard -------------------------------------------------------------- */
-
-static inline uint32_t get_u32(const uint8_t *p) {
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
 
 /* Compiled rwrouter.wire.scan.index_totals_py: (frame bytes, samples) over an index. */
 static PyObject *index_totals(PyObject *module, PyObject *index) {

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from rwrouter.errors import DecodeError
@@ -36,25 +36,79 @@ __all__ = [
     "FILTERED",
     "INDEX",
     "Entry",
-    "Kept",
+    "Item",
     "Scan",
     "decode_labels",
     "encode_labels",
     "index_totals",
+    "pack_entry",
     "scan_request",
     "scan_request_py",
     "split_shards",
+    "unpack_entry",
 ]
 
 FILTERED = "filtered"  # drop reason: nothing left once exemplars/histograms are filtered out
 INDEX = struct.Struct("<III")  # per frame: frame bytes, samples, shard hash
 
-Kept = tuple[bytes, int]
-"""A destination keeps the series: its encoded output labels and its shard hash (u32)."""
+Entry = bytes
+"""A routing outcome, compact (one bytes object: nothing for the garbage collector to walk,
+few cache lines to touch), per destination in config order (see :func:`pack_entry`):
 
-Entry = tuple[Kept | str | None, ...]
-"""A routing outcome, per destination in config order: :data:`Kept`, the drop reason (str), or
-None (a fallback destination whose series went elsewhere: not sent, not counted)."""
+* ``00``: not sent and not counted (a fallback destination whose series went elsewhere);
+* ``01`` + hash (u32 LE): kept, output labels equal to the raw labels (the cache key);
+* ``02`` + hash (u32 LE) + length (u32 LE) + labels: kept, with these encoded output labels;
+* ``03`` + reason (u8): not sent, counted under ``reasons[reason]``.
+"""
+
+NOT_SENT, KEPT_SAME, KEPT, DROPPED = 0, 1, 2, 3
+_U32 = struct.Struct("<I")
+_U32X2 = struct.Struct("<II")
+
+Item = tuple[bytes, int] | int | None
+"""One destination's outcome for :func:`pack_entry`: (encoded labels, shard hash) when kept,
+a reason index when dropped, None when not sent."""
+
+
+def pack_entry(key: bytes, items: Sequence[Item]) -> Entry:
+    """The compact :data:`Entry` of a label set (``key``: its raw label bytes)."""
+    out = bytearray()
+    for item in items:
+        if item is None:
+            out.append(NOT_SENT)
+        elif isinstance(item, int):
+            out += bytes((DROPPED, item))
+        elif item[0] == key:
+            out.append(KEPT_SAME)
+            out += _U32.pack(item[1])
+        else:
+            out.append(KEPT)
+            out += _U32X2.pack(item[1], len(item[0]))
+            out += item[0]
+    return bytes(out)
+
+
+def unpack_entry(key: bytes, entry: Entry) -> list[Item]:
+    """The items of an :data:`Entry` (the inverse of :func:`pack_entry`)."""
+    items: list[Item] = []
+    pos = 0
+    while pos < len(entry):
+        kind = entry[pos]
+        if kind == NOT_SENT:
+            items.append(None)
+            pos += 1
+        elif kind == DROPPED:
+            items.append(entry[pos + 1])
+            pos += 2
+        elif kind == KEPT_SAME:
+            items.append((key, _U32.unpack_from(entry, pos + 1)[0]))
+            pos += 5
+        else:
+            hashed, length = _U32X2.unpack_from(entry, pos + 1)
+            items.append((entry[pos + 9 : pos + 9 + length], hashed))
+            pos += 9 + length
+    return items
+
 
 Miss = Callable[[bytes], Entry]
 LabelDecoder = Callable[[bytes], tuple[tuple[str, str], ...]]
@@ -91,11 +145,8 @@ class Scan(NamedTuple):
 
 
 def entry_bytes(key: bytes, entry: Entry) -> int:
-    """Bytes a cache entry holds: its raw label key and each destination's encoded labels
-    (those equal to the key share its object: not counted twice)."""
-    return len(key) + sum(
-        len(item[0]) for item in entry if isinstance(item, tuple) and item[0] != key
-    )
+    """Bytes a cache entry holds: its raw label key and its compact outcome."""
+    return len(key) + len(entry)
 
 
 def scan_request_py(
@@ -105,11 +156,13 @@ def scan_request_py(
     miss: Miss,
     filters: tuple[bool, ...],
     filt: Filter,
+    reasons: tuple[str, ...],
 ) -> Scan:
     """Split a decompressed write request (RW 1.0) into per-destination shares.
 
     ``young``/``old``: the routing cache (read; ``young`` also gets what ``old`` answered).
     ``miss(raw_labels)``: the outcome of a label set in neither (the caller caches it).
+    ``reasons``: the drop reasons an :data:`Entry` refers to by index.
     ``filters[i]``: destination ``i`` takes only some of exemplars/histograms; then
     ``filt(i, raw_series)`` gives (the series' remaining raw fields, samples left). A series
     without samples, exemplars or histograms is looked up (its labels are checked) but not
@@ -153,11 +206,12 @@ def scan_request_py(
         if not n:
             continue
         samples_in += n
-        for i, item in enumerate(entry):
+        for i, item in enumerate(unpack_entry(key, entry)):
             if item is None:
                 continue
-            if isinstance(item, str):
-                dropped[(i, item)] = dropped.get((i, item), 0) + n
+            if isinstance(item, int):
+                reason = reasons[item]
+                dropped[(i, reason)] = dropped.get((i, reason), 0) + n
                 continue
             labels, hashed = item
             rest, kept = raw.rest, n
@@ -248,8 +302,9 @@ def _select() -> tuple[
         miss: Miss,
         filters: tuple[bool, ...],
         filt: Filter,
+        reasons: tuple[str, ...],
     ) -> Scan:
-        return Scan._make(_scan.scan_request(data, young, old, miss, filters, filt))
+        return Scan._make(_scan.scan_request(data, young, old, miss, filters, filt, reasons))
 
     return (scan_request_c, _scan.decode_labels, _scan.encode_labels, _scan.index_totals,
             _scan.split_shards, True)  # fmt: skip
