@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 import pytest
+import snappy  # type: ignore[import-untyped,unused-ignore]
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -467,8 +468,7 @@ CHUNKS_BY_SHARD_CASES = [
 )
 def test_chunks_by_shard(frames: list[Frame], shards: int) -> None:
     record = chunk_of(frames, owner="rec")
-    got = chunks_by_shard(record.body, record.index, record.samples, record.series,
-                          shards=shards, owner="rec")  # fmt: skip
+    got = chunks_by_shard(record, shards)
     assert len(got) == shards
     if shards == 1:
         assert got == [record]  # the record whole
@@ -495,9 +495,7 @@ def test_reshard_keeps_every_frame_per_hash_order_and_owners(before: int, after:
     old = [ShardBuffer() for _ in range(before)]
     for step in range(5):  # one record per step, split by shard as the sending side does
         frames = [(f"{i}:{step}".encode(), i % 3 + 1, h) for i, h in enumerate(hashes)]
-        record = chunk_of(frames)
-        parts = chunks_by_shard(record.body, record.index, record.samples, record.series,
-                                shards=before, owner=f"r{step}")  # fmt: skip
+        parts = chunks_by_shard(chunk_of(frames, owner=f"r{step}"), before)
         for buf, part in zip(old, parts, strict=True):
             if part is not None:
                 buf.add(part, now=float(step))
@@ -691,3 +689,49 @@ def test_put_back_returns_a_batch_to_the_front_in_order(
     again = buf.take(max_samples=max_samples, max_bytes=1 << 20)
     assert again.owners == batch.owners and again.items == batch.items
     assert again.raw == batch.raw
+
+
+# -- a stored record sent as it is ---------------------------------------------------------------
+
+COMPRESSED_CASES = [
+    # id, chunks taken (max_samples), the batch goes out as stored
+    ("one_whole_record", 100, True),
+    ("record_cut_in_two", 3, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("max_samples", "as_stored"),
+    [c[1:] for c in COMPRESSED_CASES],
+    ids=[c[0] for c in COMPRESSED_CASES],
+)
+def test_a_whole_stored_record_is_sent_as_stored(max_samples: int, as_stored: bool) -> None:
+    frames = [(frame(i), 2, _hash(i)) for i in range(4)]
+    plain = chunk_of(frames, owner="r")
+    stored = snappy.compress(plain.body)
+    chunk = Chunk(None, plain.index, plain.samples, plain.series, "r", compressed=stored,
+                  nbytes=plain.nbytes)  # fmt: skip
+    buf = ShardBuffer()
+    buf.add(chunk, now=0.0)
+    batch = buf.take(max_samples=max_samples, max_bytes=1 << 20)
+    assert (batch.compressed == stored) == as_stored
+    assert (batch.compressed is None) == (not as_stored)
+    assert batch.raw == plain.body[: batch.nbytes]  # decompressed only when asked
+    assert chunk == plain
+
+
+def test_merged_records_are_compressed_again() -> None:
+    a, b = (chunk_of([(frame(i), 1, _hash(i))], owner=i) for i in range(2))
+    whole = [Chunk(None, c.index, c.samples, c.series, c.owner,
+                   compressed=snappy.compress(c.body), nbytes=c.nbytes)
+             for c in (a, b)]  # fmt: skip
+    buf = ShardBuffer()
+    for c in whole:
+        buf.add(c, now=0.0)
+    batch = buf.take(max_samples=10, max_bytes=1 << 20)
+    assert batch.compressed is None and batch.raw == a.body + b.body
+
+
+def test_a_chunk_needs_a_body() -> None:
+    with pytest.raises(ValueError, match="needs its body"):
+        Chunk(None, b"", 0, 0)

@@ -8,6 +8,7 @@ import zlib
 from collections.abc import Callable
 
 import pytest
+import snappy  # type: ignore[import-untyped,unused-ignore]
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -297,3 +298,25 @@ def _refused_between(frames: list[bytes], limit: int, share: EncodedShare) -> li
         out.append(skipped)
         i += len(first)
     return out
+
+
+def test_a_record_read_without_decompressing_gives_the_same_content() -> None:
+    frames = [b"frame-%d" % i for i in range(5)]
+    (record,) = encode_share(*pack_frames(frames, [b"k%d" % i for i in range(5)], [1] * 5),
+                             received_ms=9, max_body_bytes=1 << 20).records  # fmt: skip
+    _, rest = split(record)
+    lazy, eager = decode_record(rest, decompress_body=False), decode_record(rest)
+    assert lazy.decoded is None and eager.decoded == b"".join(frames)
+    assert lazy.compressed == eager.compressed
+    assert snappy.decompress(lazy.compressed) == b"".join(frames)  # a write request as stored
+    assert (lazy.frames, lazy.counts, lazy.hashes) == (eager.frames, eager.counts, eager.hashes)
+
+
+def test_a_lazy_read_still_checks_the_declared_size() -> None:
+    (record,) = encode_share(*pack_frames([b"abc"], [b"k"], [1]), received_ms=0,
+                             max_body_bytes=100).records  # fmt: skip
+    _, rest = split(record)
+    meta = bytearray(rest)
+    meta[24:28] = (4).to_bytes(4, "little")  # raw body length 4 instead of 3
+    with pytest.raises(DecodeError):
+        decode_record(bytes(meta), decompress_body=False)

@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from rwrouter.wire import decompress
 from rwrouter.wire.scan import INDEX, split_shards
 
 
@@ -22,23 +23,61 @@ def shard_of(hashed: int, shards: int) -> int:
     return hashed % shards
 
 
-@dataclass(slots=True)
 class Chunk:
     """Consecutive framed series of one queue record bound for one shard: ``body``, the frames
     concatenated, ``index``, per frame :data:`~rwrouter.wire.scan.INDEX` (frame bytes,
     samples, shard hash), their ``samples`` and ``series`` totals, and the record (``owner``)
     to tell when they are done. The sending side moves chunks, never single frames: a record's
-    series are walked only to split it by shard (in C when the accelerator is built)."""
+    series are walked only to split it by shard (in C when the accelerator is built).
 
-    body: bytes
-    index: bytes
-    samples: int
-    series: int
-    owner: object = None
+    A whole record may come as ``compressed`` (its snappy block, exactly a write request body)
+    with ``nbytes`` (its raw size) instead of ``body``: sent alone, it goes out as it is stored,
+    without being decompressed and compressed again; ``body`` is decompressed only if needed.
+    """
+
+    __slots__ = ("_body", "compressed", "index", "nbytes", "owner", "samples", "series")
+
+    def __init__(
+        self,
+        body: bytes | None,
+        index: bytes,
+        samples: int,
+        series: int,
+        owner: object = None,
+        *,
+        compressed: bytes | None = None,
+        nbytes: int | None = None,
+    ) -> None:
+        if body is None and (compressed is None or nbytes is None):
+            raise ValueError("a chunk needs its body, or its compressed body and raw size")
+        self._body = body
+        self.compressed = compressed
+        self.index = index
+        self.samples = samples
+        self.series = series
+        self.owner = owner
+        self.nbytes: int = len(body) if body is not None else (nbytes or 0)  # raw bytes
 
     @property
-    def nbytes(self) -> int:
-        return len(self.body)
+    def body(self) -> bytes:
+        """The frames concatenated (decompressed on first use when given compressed)."""
+        if self._body is None:
+            assert self.compressed is not None
+            self._body = decompress(self.compressed, max_decoded_bytes=self.nbytes)
+        return self._body
+
+    def __repr__(self) -> str:
+        return f"Chunk(series={self.series}, samples={self.samples}, nbytes={self.nbytes})"
+
+    def __eq__(self, other: object) -> bool:
+        """Same frames, totals and owner (however the body is held)."""
+        if not isinstance(other, Chunk):
+            return NotImplemented
+        return (self.index, self.samples, self.series, self.owner, self.body) == (
+            other.index, other.samples, other.series, other.owner, other.body
+        )  # fmt: skip
+
+    __hash__ = None  # type: ignore[assignment]  # mutable (the body is filled in lazily)
 
     def split(self, *, max_samples: int, max_bytes: int) -> tuple[Chunk, Chunk | None]:
         """The longest head within ``max_samples`` samples and ``max_bytes`` bytes (at least
@@ -74,6 +113,14 @@ class Batch:
     chunks: list[Chunk]
     samples: int
     nbytes: int
+
+    @property
+    def compressed(self) -> bytes | None:
+        """The batch as a compressed write request when it is one stored record, sent as it
+        is; None otherwise (then :attr:`raw` is compressed to send it)."""
+        if len(self.chunks) == 1:
+            return self.chunks[0].compressed
+        return None
 
     @property
     def raw(self) -> bytes:
@@ -189,16 +236,14 @@ class ShardBuffer:
             self.first_at = now
 
 
-def chunks_by_shard(
-    body: bytes, index: bytes, samples: int, series: int, *, shards: int, owner: object
-) -> list[Chunk | None]:
-    """A record's frames as one chunk per shard (None for a shard that gets none), each in
-    order (:func:`shard_of`)."""
+def chunks_by_shard(chunk: Chunk, shards: int) -> list[Chunk | None]:
+    """A chunk's frames as one chunk per shard (None for a shard that gets none), each in
+    order (:func:`shard_of`), owned by the same owner. With one shard, the chunk itself."""
     if shards == 1:
-        return [Chunk(body, index, samples, series, owner)]
+        return [chunk]
     return [
-        Chunk(b, x, n, k, owner) if k else None
-        for b, x, n, k in split_shards(body, index, shards)
+        Chunk(b, x, n, k, chunk.owner) if k else None
+        for b, x, n, k in split_shards(chunk.body, chunk.index, shards)
     ]
 
 
@@ -213,9 +258,7 @@ def reshard(old: list[ShardBuffer], shards: int) -> list[ShardBuffer]:
     for buf in old:
         arrived = buf.first_at if buf.first_at is not None else 0.0
         for chunk in buf.chunks:
-            parts = chunks_by_shard(chunk.body, chunk.index, chunk.samples, chunk.series,
-                                    shards=shards, owner=chunk.owner)  # fmt: skip
-            for target, part in zip(new, parts, strict=True):
+            for target, part in zip(new, chunks_by_shard(chunk, shards), strict=True):
                 if part is None:
                     continue
                 target.add(part, now=arrived)

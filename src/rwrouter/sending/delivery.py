@@ -148,12 +148,18 @@ class Deliverer:
         *,
         kind: str = "samples",
         resent: bool = False,
+        compressed: bytes | None = None,
     ) -> int:
         """:meth:`deliver` for a batch given as its frames already concatenated (``raw``) with
         ``count`` samples: the usual case costs no walk over its series; ``expand()`` gives
-        the (frame, samples) items only when the batch is refused and must be split."""
+        the (frame, samples) items only when the batch is refused and must be split. With
+        ``compressed`` (the batch already snappy-compressed), that is sent and ``raw`` is not
+        used."""
         batch = _Batch(started=self._clock(), splits=SPLIT_BUDGET, resent=resent)
-        refusal = await self._send(raw, kind, batch)
+        if compressed is not None:
+            refusal = await self.send_body(compressed, kind, started=batch.started)
+        else:
+            refusal = await self._send(raw, kind, batch)
         if refusal is None:
             return count
         items = expand()

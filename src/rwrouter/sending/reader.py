@@ -180,7 +180,9 @@ class QueueReader:
                 out.append((None, record.end, record.samples))
                 continue
             try:
-                out.append((decode_record(record.rest), record.end, record.samples))
+                # With one shard a record goes out whole, as stored: no need to decompress it.
+                block = decode_record(record.rest, decompress_body=len(self._shards) > 1)
+                out.append((block, record.end, record.samples))
             except DecodeError as exc:
                 log.error("destination=%s msg=%s error=%s", self.name,
                           q("undecodable queue record skipped"), q(exc))  # fmt: skip

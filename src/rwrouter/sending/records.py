@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from rwrouter.errors import DecodeError, TooLargeError
 from rwrouter.routing import shard_hash
-from rwrouter.wire import compress, decompress
+from rwrouter.wire import compress, declared_size, decompress
 from rwrouter.wire.scan import INDEX, index_totals
 
 __all__ = [
@@ -175,28 +175,45 @@ def record_samples(rest: bytes) -> tuple[int, int]:
     return received_ms, samples
 
 
-@dataclass(frozen=True, slots=True)
 class Block:
-    """A record read back: its raw body (frames concatenated) and index (per frame
-    :data:`~rwrouter.wire.scan.INDEX`), with its totals."""
+    """A record read back: its index (per frame :data:`~rwrouter.wire.scan.INDEX`), totals,
+    its stored snappy block (``compressed``: a valid write request body) and its raw body
+    (frames concatenated; decompressed on first use unless :func:`decode_record` did)."""
 
-    received_ms: int
-    body: bytes
-    index: bytes
-    samples: int
-    series: int
+    __slots__ = ("_body", "compressed", "index", "nbytes", "received_ms", "samples", "series")
+
+    def __init__(
+        self,
+        received_ms: int,
+        compressed: bytes,
+        index: bytes,
+        samples: int,
+        series: int,
+        nbytes: int,
+        body: bytes | None = None,
+    ) -> None:
+        self.received_ms, self.compressed, self.index = received_ms, compressed, index
+        self.samples, self.series, self.nbytes = samples, series, nbytes  # nbytes: raw bytes
+        self._body = body
 
     @property
-    def nbytes(self) -> int:
-        """Raw body bytes."""
-        return len(self.body)
+    def decoded(self) -> bytes | None:
+        """The raw body if it was decompressed already, else None."""
+        return self._body
+
+    @property
+    def body(self) -> bytes:
+        """The raw body: the frames concatenated."""
+        if self._body is None:
+            self._body = decompress(self.compressed, max_decoded_bytes=self.nbytes)
+        return self._body
 
     @property
     def frames(self) -> list[bytes]:
         """Each framed series (walks the index: for tools and tests)."""
-        out, pos = [], 0
+        out, pos, body = [], 0, self.body
         for length, _, _ in INDEX.iter_unpack(self.index):
-            out.append(self.body[pos : pos + length])
+            out.append(body[pos : pos + length])
             pos += length
         return out
 
@@ -209,8 +226,10 @@ class Block:
         return [h for _, _, h in INDEX.iter_unpack(self.index)]
 
 
-def decode_record(rest: bytes) -> Block:
-    """Read back a checked record body (:func:`check_record`).
+def decode_record(rest: bytes, *, decompress_body: bool = True) -> Block:
+    """Read back a checked record body (:func:`check_record`). With ``decompress_body``
+    false, the snappy block is checked only by its declared size (the record's checksum
+    already covers it) and decompressed when first needed.
 
     Raises DecodeError when the record is intact but inconsistent (another version, an index
     that does not match the body): the queue treats that like corruption.
@@ -221,13 +240,18 @@ def decode_record(rest: bytes) -> Block:
     index_end = _META.size + series * INDEX.size
     if index_end > len(rest):
         raise DecodeError("queue record index runs past its end")
+    index = rest[_META.size : index_end]
+    if index_totals(index) != (raw_len, samples):
+        raise DecodeError("queue record index does not match its body")
+    compressed = rest[index_end:]
+    if not decompress_body:
+        if declared_size(compressed) != raw_len:
+            raise DecodeError("queue record body length does not match its header")
+        return Block(received_ms, compressed, index, samples, series, raw_len)
     try:
-        raw = decompress(rest[index_end:], max_decoded_bytes=raw_len)
+        raw = decompress(compressed, max_decoded_bytes=raw_len)
     except TooLargeError:  # a RequestError, not a DecodeError: callers catch DecodeError
         raise DecodeError("queue record body is longer than its header says") from None
     if len(raw) != raw_len:
         raise DecodeError("queue record body length does not match its header")
-    index = rest[_META.size : index_end]
-    if index_totals(index) != (raw_len, samples):
-        raise DecodeError("queue record index does not match its body")
-    return Block(received_ms, raw, index, samples, series)
+    return Block(received_ms, compressed, index, samples, series, raw_len, raw)

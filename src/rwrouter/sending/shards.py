@@ -26,6 +26,7 @@ from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.sending.batching import (
     Batch,
+    Chunk,
     ShardBuffer,
     chunks_by_shard,
     desired_shards,
@@ -117,8 +118,9 @@ class Shards:
         now = self._clock()
         buffers, wake = self.buffers, self._wake
         max_samples = self._q.max_samples_per_send
-        parts = chunks_by_shard(block.body, block.index, block.samples, block.series,
-                                shards=len(buffers), owner=owner)  # fmt: skip
+        whole = Chunk(block.decoded, block.index, block.samples, block.series, owner,
+                      compressed=block.compressed, nbytes=block.nbytes)  # fmt: skip
+        parts = chunks_by_shard(whole, len(buffers))
         for i, chunk in enumerate(parts):
             if chunk is None:
                 continue
@@ -204,9 +206,10 @@ class Shards:
         unexpectedly (a bug, not an answer: the caller keeps the batch and tries again)."""
         started = self._clock()
         try:
+            compressed = batch.compressed
             delivered = await self._deliverer.deliver_raw(
-                batch.raw, batch.samples, lambda: batch.items,
-                resent=self._resent(batch.chunks[0].owner),
+                batch.raw if compressed is None else b"", batch.samples, lambda: batch.items,
+                compressed=compressed, resent=self._resent(batch.chunks[0].owner),
             )  # fmt: skip
         except Exception:
             log.exception("destination=%s msg=%s", self.name,
