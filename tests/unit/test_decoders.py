@@ -39,3 +39,26 @@ async def test_errors_of_the_work_reach_the_caller_and_free_the_lane() -> None:
         assert await decoders.run(1, lambda: 42) == 42
     finally:
         decoders.shutdown()
+
+
+# (name, inline_body, body size, runs on the event loop's thread)
+INLINE_CASES = [
+    ("small_body_inline", 100, 100, True),
+    ("over_the_inline_size_in_a_lane", 100, 101, False),
+    ("inline_off", 0, 1, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("inline_body", "size", "inline"), [c[1:] for c in INLINE_CASES],
+    ids=[c[0] for c in INLINE_CASES],
+)  # fmt: skip
+async def test_small_bodies_are_decoded_on_the_event_loop(
+    inline_body: int, size: int, inline: bool
+) -> None:
+    decoders = Decoders(inline_body=inline_body)
+    try:
+        thread = await decoders.run(size, threading.get_ident)
+        assert (thread == threading.get_ident()) == inline
+    finally:
+        decoders.shutdown()

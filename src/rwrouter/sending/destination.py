@@ -215,9 +215,15 @@ class Destination:
         if self._stopped:
             self.queue.release(share.nbytes)
             raise StorageError(f"destination {self.name} is stopped")
-        ticket = await asyncio.to_thread(
-            self.queue.append, share.records, share.samples, reserved=share.nbytes
-        )
+        # A write to the page cache is quicker than a hand-off to a thread: done here when the
+        # queue is free, else (a read holds it) in a thread.
+        ticket = self.queue.append(share.records, share.samples, reserved=share.nbytes,
+                                   blocking=False)  # fmt: skip
+        if ticket is None:
+            ticket = await asyncio.to_thread(
+                self.queue.append, share.records, share.samples, reserved=share.nbytes
+            )
+        assert ticket is not None
         self._senders.demand(share.total_samples)
         self._reader.wake()
         if self.storage.fsync == "always":

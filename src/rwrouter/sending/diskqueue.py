@@ -235,14 +235,22 @@ class DiskQueue:
         with self._lock:
             self._reserved -= nbytes
 
-    def append(self, records: Sequence[bytes], samples: Sequence[int], *, reserved: int) -> int:
+    def append(
+        self, records: Sequence[bytes], samples: Sequence[int], *, reserved: int,
+        blocking: bool = True,
+    ) -> int | None:  # fmt: skip
         """Append complete records (with their sample counts) in order, in one write to one
         segment (a new one starts first when they would pass ``segment_bytes``); returns the
         append's ticket for :meth:`sync`. The data is in the OS page cache when this returns:
         it survives a crash of the process, and a power loss once synced. Raises OSError: then
-        nothing of these records stays (the segment is cut back)."""
+        nothing of these records stays (the segment is cut back). With ``blocking`` false,
+        returns None at once (nothing done) when the queue is busy (e.g. a read under way):
+        the event loop may then append itself, else hand the append to a thread."""
+        if not self._lock.acquire(blocking=blocking):
+            return None
         data = b"".join(records)
-        with self._lock:
+        with contextlib.ExitStack() as held:
+            held.callback(self._lock.release)
             self._reserved -= reserved
             if self._roll_next:
                 self._reclaim()  # after a failed write (disk full?): drop what is done first
