@@ -23,21 +23,27 @@ series is its re-encoded labels followed by the sender's raw bytes.
 from __future__ import annotations
 
 import math
+import struct
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rwrouter.relabel import FILTER_ACTIONS, RelabelConfig, passes, process
+from rwrouter.relabel import FILTER_ACTIONS, Action, RelabelConfig, passes, process
 from rwrouter.wire import RawSeries, frame_metadata, metadata_family, strip_fields
 from rwrouter.wire.scan import (
+    DROPPED,
     FILTERED,
     INDEX,
+    KEPT_SAME,
+    NOT_SENT,
     Entry,
     Item,
     decode_labels,
     encode_labels,
     pack_entry,
     scan_request,
+    signature,
+    unpack_entry,
 )
 
 __all__ = [
@@ -65,6 +71,8 @@ DEFAULT_CACHE_SIZE = 500_000  # label sets
 DEFAULT_CACHE_BYTES = 128 * 1024 * 1024  # raw + encoded label bytes held by the cache
 DEFAULT_CACHE_MAX_AGE = 600.0  # seconds: a label set not seen for this long is forgotten
 HIT_RATIO_WINDOW = 60.0  # seconds over which Router.hit_ratio is computed
+MAX_TEMPLATES = 10_000  # distinct values of the labels filter-only rules read (metric names)
+_U32 = struct.Struct("<I")
 
 
 def shard_hash(key: bytes) -> int:
@@ -182,6 +190,10 @@ class Router:
         self._filters = tuple(not (r.send_exemplars and r.send_native_histograms) for r in routes)
         # Per route: are its rules only keep/drop (they never change the labels)?
         self._filter_only = [all(c.action in FILTER_ACTIONS for c in r.rules) for r in routes]
+        # When every rule only filters: the labels they read (sorted bytes), for the
+        # template shortcut of the miss path (:meth:`_from_template`); else None.
+        self._signature_names = _read_labels(self.global_rules, self.routes)
+        self._templates: dict[tuple[bytes | None, ...], tuple[bytes, ...]] = {}
         self.hits = 0
         self.misses = 0
         self._window: tuple[float, int, int] | None = None  # start, hits, misses at start
@@ -247,6 +259,35 @@ class Router:
     def _miss(self, raw_labels: bytes) -> Entry:
         """Route a label set not in the cache and remember it (the young generation)."""
         self.misses += 1
+        entry = self._from_template(raw_labels) if self._signature_names else None
+        if entry is None:
+            entry = self._route_raw(raw_labels)
+        self._young[raw_labels] = entry
+        self._young_bytes += len(raw_labels) + len(entry)
+        return entry
+
+    def _from_template(self, raw_labels: bytes) -> Entry | None:
+        """The shortcut for rules that only filter (keep/drop): their outcome depends only on
+        the values of the labels they read, so a canonical label set (:func:`signature`)
+        takes the outcome of the first one with the same values, with its own shard hash.
+        None when the set is not canonical, or that outcome would change its labels."""
+        assert self._signature_names is not None
+        values = signature(raw_labels, self._signature_names)
+        if values is None:
+            return None
+        parts = self._templates.get(values)
+        if parts is None:
+            items = unpack_entry(raw_labels, self._route_raw(raw_labels))
+            if any(isinstance(i, tuple) and i[0] != raw_labels for i in items):
+                return None  # (cannot happen with filter-only rules on a canonical set)
+            parts = _template_parts(items)
+            if len(self._templates) >= MAX_TEMPLATES:
+                self._templates.clear()
+            self._templates[values] = parts
+        return _U32.pack(shard_hash(raw_labels)).join(parts)
+
+    def _route_raw(self, raw_labels: bytes) -> Entry:
+        """The full way: decode the labels, apply the rules, encode the results."""
         outcome = self.route_labels(decode_labels(raw_labels))
         items: list[Item] = []
         for res in outcome:
@@ -254,10 +295,7 @@ class Router:
                 items.append((res, shard_hash(res)))
             else:
                 items.append(None if res is None else REASONS.index(res))
-        entry = pack_entry(raw_labels, items)
-        self._young[raw_labels] = entry
-        self._young_bytes += len(raw_labels) + len(entry)
-        return entry
+        return pack_entry(raw_labels, items)
 
     # -- routing ---------------------------------------------------------------------------
 
@@ -340,6 +378,41 @@ def _filter(raw: RawSeries, route: Route) -> tuple[bytes, int]:
     if not stripped:
         return raw.rest, kept
     return strip_fields(raw.rest, frozenset(stripped)), kept
+
+
+def _read_labels(
+    global_rules: tuple[RelabelConfig, ...], routes: tuple[Route, ...]
+) -> tuple[bytes, ...] | None:
+    """The label names filter-only rules read (with ``__name__``, whose absence makes a series
+    invalid), sorted by byte order; None when global rules exist or a rule changes labels."""
+    if global_rules:
+        return None
+    names = {"__name__"}
+    for route in routes:
+        for rule in route.rules:
+            if rule.action not in FILTER_ACTIONS:
+                return None
+            names.update(rule.source_labels)
+            if rule.action in (Action.KEEPEQUAL, Action.DROPEQUAL):
+                names.add(rule.target_label)
+    return tuple(sorted(name.encode() for name in names))
+
+
+def _template_parts(items: list[Item]) -> tuple[bytes, ...]:
+    """An entry of kept-unchanged/dropped/not-sent items as the pieces around its shard
+    hashes: ``hash.join(parts)`` is the entry of a label set with that hash."""
+    parts, current = [], bytearray()
+    for item in items:
+        if item is None:
+            current.append(NOT_SENT)
+        elif isinstance(item, int):
+            current += bytes((DROPPED, item))
+        else:
+            current.append(KEPT_SAME)
+            parts.append(bytes(current))
+            current = bytearray()
+    parts.append(bytes(current))
+    return tuple(parts)
 
 
 class _Apply:

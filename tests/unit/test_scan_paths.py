@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -21,7 +22,7 @@ from rwrouter.errors import DecodeError
 from rwrouter.relabel import parse_relabel_configs
 from rwrouter.routing import Route, RoutedRequest, Router
 from rwrouter.wire import codec, remote_pb2, types_pb2
-from rwrouter.wire.scan import Scan, pack_entry, scan_request_py, unpack_entry
+from rwrouter.wire.scan import Scan, pack_entry, scan_request_py, signature_py, unpack_entry
 
 try:
     from rwrouter.wire import _scan  # type: ignore[attr-defined]
@@ -361,3 +362,85 @@ def test_entry_round_trips(key: bytes, raw_items: list[Any]) -> None:
         else 9 + len(item[0]) for item in items
     )  # fmt: skip
     assert same >= raw_items.count("same")
+
+
+# -- the miss path's shortcut for canonical label sets -------------------------------------------
+
+ascii_text = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), min_size=0, max_size=5)
+WANTED = (b"__name__", b"gpu", b"job")
+
+
+@needs_accelerator
+@settings(max_examples=400, deadline=None)
+@given(
+    labels=st.dictionaries(st.sampled_from(["__name__", "Hostname", "gpu", "job", "a", "zz", ""]),
+                           st.one_of(ascii_text, label_text), max_size=5),
+    shuffle=st.randoms(use_true_random=False),
+    mutation=st.one_of(st.none(), st.tuples(st.integers(0, 300), st.integers(0, 255))),
+)  # fmt: skip
+def test_signature_compiled_equals_pure_and_means_canonical(
+    labels: dict[str, str], shuffle: random.Random, mutation: tuple[int, int] | None
+) -> None:
+    assert _scan is not None
+    pairs = list(labels.items())
+    shuffle.shuffle(pairs)
+    data = bytearray(codec.encode_labels(tuple(pairs)))
+    if mutation and data:
+        data[mutation[0] % len(data)] = mutation[1]
+    raw = bytes(data)
+    values = _scan.signature(raw, WANTED)
+    assert values == signature_py(raw, WANTED)
+    if values is not None:  # canonical: decoding keeps the order, encoding gives raw back
+        decoded = codec.decode_labels(raw)
+        assert codec.encode_labels(decoded) == raw
+        got = dict(decoded)
+        assert values == tuple(
+            got[n.decode()].encode() if n.decode() in got else None for n in WANTED
+        )
+
+
+FILTER_ROUTES = [
+    Route("a", parse_relabel_configs(KEEP_CRITICAL, "t")),
+    Route("b", parse_relabel_configs(
+        [{"action": "drop", "source_labels": ["job", "gpu"], "regex": "dcgm;[0-3]"}], "t")),
+    Route("c", parse_relabel_configs(
+        [{"action": "keepequal", "source_labels": ["gpu"], "target_label": "device"}], "t")),
+    Route("rest", fallback=True),
+]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(series=st.lists(series_strategy, min_size=1, max_size=6))
+def test_template_shortcut_gives_the_full_paths_entries(series: list[dict[str, Any]]) -> None:
+    data = build_request(series)
+    shortcut = Router(global_rules=(), routes=FILTER_ROUTES)
+    assert shortcut._signature_names is not None  # filter-only: the shortcut is on
+    full = Router(global_rules=(), routes=FILTER_ROUTES)
+    full._signature_names = None
+    for _ in range(2):  # the second time from templates learned by other series
+        for router in (shortcut, full):
+            router._young.clear()
+        try:
+            first = shortcut.route(data)
+        except DecodeError as exc:
+            with pytest.raises(DecodeError, match=re.escape(str(exc))):
+                full.route(data)
+            return
+        assert first == full.route(data)
+        assert shortcut._young == full._young
+
+
+def test_rules_that_change_labels_turn_the_shortcut_off() -> None:
+    routes = [Route("a", parse_relabel_configs([{"target_label": "x", "replacement": "y"}], "t"))]
+    assert Router(global_rules=(), routes=routes)._signature_names is None
+    assert Router(global_rules=(), routes=[Route("a")])._signature_names == (b"__name__",)
+
+
+def test_template_shortcut_on_the_workload_is_taken_and_equal() -> None:
+    data = fleet_request(4, 5)
+    shortcut = Router(global_rules=(), routes=FILTER_ROUTES)
+    full = Router(global_rules=(), routes=FILTER_ROUTES)
+    full._signature_names = None
+    assert shortcut.route(data) == full.route(data)
+    assert shortcut._young == full._young
+    assert 0 < len(shortcut._templates) <= len(DCGM_FIELDS) * 8 + 1  # per name and gpu

@@ -672,6 +672,104 @@ done:
     return out;
 }
 
+/* -- canonical label sets ---------------------------------------------------------------------- */
+
+/* rwrouter.wire.scan.signature_py (the reference), for arguments of other types. */
+static PyObject *pure_signature(PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *mod = PyImport_ImportModule("rwrouter.wire.scan");
+    if (!mod) return NULL;
+    PyObject *fn = PyObject_GetAttrString(mod, "signature_py");
+    Py_DECREF(mod);
+    if (!fn) return NULL;
+    PyObject *res = PyObject_Vectorcall(fn, args, (size_t)nargs, NULL);
+    Py_DECREF(fn);
+    return res;
+}
+
+/* Compiled rwrouter.wire.scan.signature_py: the values of ``names`` (sorted bytes) in a
+ * canonical label set, or None when the set is not canonical. */
+static PyObject *signature(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 2 || !PyBytes_CheckExact(args[0]) || !PyTuple_CheckExact(args[1]))
+        return pure_signature(args, nargs);
+    PyObject *raw = args[0], *names = args[1];
+    const uint8_t *d = (const uint8_t *)PyBytes_AS_STRING(raw);
+    Py_ssize_t end = PyBytes_GET_SIZE(raw), pos = 0, nnames = PyTuple_GET_SIZE(names);
+    for (Py_ssize_t k = 0; k < nnames; k++)
+        if (!PyBytes_CheckExact(PyTuple_GET_ITEM(names, k)))
+            return pure_signature(args, nargs);
+    PyObject *values = PyTuple_New(nnames);
+    if (!values) return NULL;
+    for (Py_ssize_t k = 0; k < nnames; k++) {
+        Py_INCREF(Py_None);
+        PyTuple_SET_ITEM(values, k, Py_None);
+    }
+    const uint8_t *prev = NULL;
+    Py_ssize_t prev_len = 0, next_name = 0;
+    while (pos < end) {
+        uint64_t len, nlen, vlen;
+        Py_ssize_t at;
+        if (d[pos] != 0x0A) goto no;
+        pos++;
+        at = pos;
+        if (!read_varint(d, &pos, end, &len) || pos - at != varint_size(len)) goto no;
+        if (len > (uint64_t)(end - pos)) goto no;
+        Py_ssize_t lend = pos + (Py_ssize_t)len;
+        if (pos >= lend || d[pos] != 0x0A) goto no;
+        pos++;
+        at = pos;
+        if (!read_varint(d, &pos, lend, &nlen) || pos - at != varint_size(nlen)) goto no;
+        if (nlen == 0 || nlen > (uint64_t)(lend - pos)) goto no;
+        const uint8_t *name = d + pos;
+        pos += (Py_ssize_t)nlen;
+        if (pos >= lend || d[pos] != 0x12) goto no;
+        pos++;
+        at = pos;
+        if (!read_varint(d, &pos, lend, &vlen) || pos - at != varint_size(vlen)) goto no;
+        if (vlen == 0 || (uint64_t)(lend - pos) != vlen) goto no;
+        const uint8_t *value = d + pos;
+        pos = lend;
+        for (uint64_t i = 0; i < nlen; i++)
+            if (name[i] >= 0x80) goto no;
+        for (uint64_t i = 0; i < vlen; i++)
+            if (value[i] >= 0x80) goto no;
+        if (prev) { /* strictly increasing names */
+            Py_ssize_t m = prev_len < (Py_ssize_t)nlen ? prev_len : (Py_ssize_t)nlen;
+            int c = memcmp(prev, name, (size_t)m);
+            if (c > 0 || (c == 0 && prev_len >= (Py_ssize_t)nlen)) goto no;
+        }
+        prev = name;
+        prev_len = (Py_ssize_t)nlen;
+        /* names wanted, in order */
+        while (next_name < nnames) {
+            PyObject *want = PyTuple_GET_ITEM(names, next_name);
+            Py_ssize_t wl = PyBytes_GET_SIZE(want);
+            Py_ssize_t m = wl < (Py_ssize_t)nlen ? wl : (Py_ssize_t)nlen;
+            int c = memcmp(PyBytes_AS_STRING(want), name, (size_t)m);
+            if (c < 0 || (c == 0 && wl < (Py_ssize_t)nlen)) { /* wanted name absent */
+                next_name++;
+                continue;
+            }
+            if (c == 0 && wl == (Py_ssize_t)nlen) {
+                PyObject *v = PyBytes_FromStringAndSize((const char *)value, (Py_ssize_t)vlen);
+                if (!v) {
+                    Py_DECREF(values);
+                    return NULL;
+                }
+                PyObject *old_value = PyTuple_GET_ITEM(values, next_name);
+                PyTuple_SET_ITEM(values, next_name, v);
+                Py_DECREF(old_value);
+                next_name++;
+            }
+            break;
+        }
+    }
+    return values;
+no:
+    Py_DECREF(values);
+    Py_RETURN_NONE;
+}
+
 /* -- queue side: frames by shard -------------------------------------------------------------- */
 
 /* Compiled rwrouter.wire.scan.index_totals_py: (frame bytes, samples) over an index. */
@@ -785,6 +883,8 @@ done:
 static PyMethodDef methods[] = {
     {"scan_request", (PyCFunction)(void (*)(void))scan_request, METH_FASTCALL,
      "Compiled rwrouter.wire.scan.scan_request_py (same arguments, same result)."},
+    {"signature", (PyCFunction)(void (*)(void))signature, METH_FASTCALL,
+     "Compiled rwrouter.wire.scan.signature_py."},
     {"index_totals", (PyCFunction)index_totals, METH_O,
      "Compiled rwrouter.wire.scan.index_totals_py."},
     {"split_shards", (PyCFunction)(void (*)(void))split_shards, METH_FASTCALL,

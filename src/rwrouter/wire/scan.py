@@ -8,7 +8,8 @@ and give the same result (tested on the benchmark workload, random series and ma
 bodies); :data:`ACCELERATED` says which one runs. The same holds for :func:`decode_labels` and
 :func:`encode_labels` (the routing cache's miss path; the pure ones are in
 :mod:`rwrouter.wire.codec`), and for the queue side's per-frame loops :func:`index_totals` and
-:func:`split_shards` (a queued share's frames by shard).
+:func:`split_shards` (a queued share's frames by shard), and :func:`signature` (the routing
+cache's shortcut for canonical label sets).
 
 The loop never decodes samples, exemplars or histograms: a series is split into the raw bytes
 of its labels (the routing cache key) and the raw bytes of everything else, which go out bit for
@@ -29,7 +30,7 @@ from rwrouter.errors import DecodeError
 from rwrouter.wire import codec
 from rwrouter.wire.codec import RawSeries, split_series
 from rwrouter.wire.validate import check_metadata
-from rwrouter.wire.walk import LEN, encode_varint, fields
+from rwrouter.wire.walk import LEN, encode_varint, fields, read_varint
 
 __all__ = [
     "ACCELERATED",
@@ -44,6 +45,8 @@ __all__ = [
     "pack_entry",
     "scan_request",
     "scan_request_py",
+    "signature",
+    "signature_py",
     "split_shards",
     "unpack_entry",
 ]
@@ -115,6 +118,7 @@ LabelDecoder = Callable[[bytes], tuple[tuple[str, str], ...]]
 LabelEncoder = Callable[[tuple[tuple[str, str], ...]], bytes]
 IndexTotals = Callable[[bytes], tuple[int, int]]
 ShardSplitter = Callable[[bytes, bytes, int], list[tuple[bytes, bytes, int, int]]]
+Signature = Callable[[bytes, tuple[bytes, ...]], tuple[bytes | None, ...] | None]
 Filter = Callable[[int, RawSeries], tuple[bytes, int]]
 
 
@@ -244,6 +248,48 @@ def scan_request_py(
     )
 
 
+def signature_py(raw: bytes, names: tuple[bytes, ...]) -> tuple[bytes | None, ...] | None:
+    """The values of the labels ``names`` (sorted by byte order) in ``raw``, the raw Label
+    fields of a series, if ``raw`` is canonical: every Label exactly ``0a len 0a len name 12
+    len value`` with minimal varints, names and values non-empty ASCII, names strictly
+    increasing. Then :func:`decode_labels` of ``raw`` gives its labels in order and
+    :func:`encode_labels` of those gives ``raw`` back. None when not canonical (the caller
+    decodes it the full way). An absent name has the value None."""
+    values: list[bytes | None] = [None] * len(names)
+    wanted = {name: i for i, name in enumerate(names)}
+    pos, end, previous = 0, len(raw), b""
+    try:
+        while pos < end:
+            if raw[pos] != 0x0A:
+                return None
+            length, start = read_varint(raw, pos + 1, end)
+            stop = start + length
+            if start - pos - 1 != len(encode_varint(length)) or stop > end:
+                return None
+            if start >= stop or raw[start] != 0x0A:
+                return None
+            nlen, at = read_varint(raw, start + 1, stop)
+            if at - start - 1 != len(encode_varint(nlen)) or not nlen or at + nlen > stop:
+                return None
+            name = raw[at : at + nlen]
+            at += nlen
+            if at >= stop or raw[at] != 0x12:
+                return None
+            vlen, vat = read_varint(raw, at + 1, stop)
+            if vat - at - 1 != len(encode_varint(vlen)) or not vlen or vat + vlen != stop:
+                return None
+            value = raw[vat:stop]
+            if not (name.isascii() and value.isascii()) or (previous and name <= previous):
+                return None
+            previous = name
+            if name in wanted:
+                values[wanted[name]] = value
+            pos = stop
+    except DecodeError:
+        return None
+    return tuple(values)
+
+
 def index_totals_py(index: bytes) -> tuple[int, int]:
     """(frame bytes, samples) summed over an :data:`INDEX`. Raises ValueError when its length
     is not a whole number of entries."""
@@ -282,11 +328,11 @@ def split_shards_py(body: bytes, index: bytes, shards: int) -> list[tuple[bytes,
 
 
 _PURE = (scan_request_py, codec.decode_labels, codec.encode_labels, index_totals_py,
-         split_shards_py, False)  # fmt: skip
+         split_shards_py, signature_py, False)  # fmt: skip
 
 
 def _select() -> tuple[
-    Callable[..., Scan], LabelDecoder, LabelEncoder, IndexTotals, ShardSplitter, bool
+    Callable[..., Scan], LabelDecoder, LabelEncoder, IndexTotals, ShardSplitter, Signature, bool
 ]:
     if os.environ.get("RWROUTER_NO_EXTENSIONS"):
         return _PURE
@@ -307,10 +353,11 @@ def _select() -> tuple[
         return Scan._make(_scan.scan_request(data, young, old, miss, filters, filt, reasons))
 
     return (scan_request_c, _scan.decode_labels, _scan.encode_labels, _scan.index_totals,
-            _scan.split_shards, True)  # fmt: skip
+            _scan.split_shards, _scan.signature, True)  # fmt: skip
 
 
-scan_request, decode_labels, encode_labels, index_totals, split_shards, ACCELERATED = _select()
+(scan_request, decode_labels, encode_labels, index_totals, split_shards, signature,
+ ACCELERATED) = _select()  # fmt: skip
 """The per-series loop and the label codec in use (compiled when :data:`ACCELERATED`), with
 the contracts of :func:`scan_request_py`, :func:`rwrouter.wire.codec.decode_labels` and
 :func:`rwrouter.wire.codec.encode_labels`."""
