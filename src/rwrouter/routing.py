@@ -67,8 +67,9 @@ INVALID = "invalid"
 REASONS = (RELABEL, INVALID)  # what a cache entry's drop reason index refers to
 
 _EXEMPLARS, _HISTOGRAMS = 3, 4
-DEFAULT_CACHE_SIZE = 500_000  # label sets
-DEFAULT_CACHE_BYTES = 128 * 1024 * 1024  # raw + encoded label bytes held by the cache
+# Defaults of the relabel_cache section (rwrouter.config.RelabelCacheConfig).
+DEFAULT_CACHE_SIZE = 2_000_000  # label sets
+DEFAULT_CACHE_BYTES = 1024 * 1024 * 1024  # raw label bytes and outcomes held by the cache
 DEFAULT_CACHE_MAX_AGE = 600.0  # seconds: a label set not seen for this long is forgotten
 HIT_RATIO_WINDOW = 60.0  # seconds over which Router.hit_ratio is computed
 MAX_TEMPLATES = 10_000  # distinct values of the labels filter-only rules read (metric names)

@@ -362,6 +362,10 @@ remote_write:
         ("storage: {fsync: always}\n", ("storage", "fsync", "always")),
         ("storage: {fsync_interval: 100ms}\n", ("storage", "fsync_interval", 0.1)),
         ("storage: {rejected_max_bytes: 1GB}\n", ("storage", "rejected_max_bytes", 1 << 30)),
+        ("relabel_cache:\n", ("relabel_cache", "max_entries", 2_000_000)),
+        ("relabel_cache: {max_entries: 5000}\n", ("relabel_cache", "max_entries", 5000)),
+        ("relabel_cache: {max_bytes: 64MiB}\n", ("relabel_cache", "max_bytes", 64 << 20)),
+        ("relabel_cache: {max_age: 1h}\n", ("relabel_cache", "max_age", 3600.0)),
     ],
     ids=[
         "shutdown-0",
@@ -374,6 +378,10 @@ remote_write:
         "fsync-always",
         "fsync-interval",
         "rejected-bound",
+        "cache-defaults",
+        "cache-entries",
+        "cache-bytes",
+        "cache-age",
     ],
 )
 def test_server_and_storage_values(section: str, expected: tuple[str, str, object]) -> None:
@@ -460,6 +468,9 @@ def test_queue_disk_and_retry_errors(snippet: str, message: str) -> None:
         ("storage: {fsync_interval: 1}", "storage.fsync_interval: not a valid duration"),
         ("storage: [data]", "storage: expected a mapping, got a list"),
         ("server: {shutdown_timeout: 30}", "server.shutdown_timeout: not a valid duration"),
+        ("relabel_cache: {max_entries: 0}", "relabel_cache.max_entries: must be >= 1"),
+        ("relabel_cache: {max_age: 0s}", "relabel_cache.max_age: must be a positive duration"),
+        ("relabel_cache: {size: 10}", "relabel_cache.size: unknown key"),
     ],
     ids=[
         "fsync-case",
@@ -469,6 +480,9 @@ def test_queue_disk_and_retry_errors(snippet: str, message: str) -> None:
         "interval-bare-number",
         "storage-list",
         "shutdown-bare-number",
+        "cache-entries-zero",
+        "cache-age-zero",
+        "cache-unknown-key",
     ],
 )
 def test_storage_and_shutdown_errors(section: str, message: str) -> None:

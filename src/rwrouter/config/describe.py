@@ -30,6 +30,9 @@ def describe_config(config: Config) -> str:
         f" read_timeout={format_duration(server.read_timeout)}"
         f" shutdown_timeout={format_duration(server.shutdown_timeout)}",
         f"storage: {_storage(config.storage)}",
+        f"relabel_cache: max_entries={config.relabel_cache.max_entries}"
+        f" max_bytes={format_size(config.relabel_cache.max_bytes)}"
+        f" max_age={format_duration(config.relabel_cache.max_age)}",
         "relabel_configs (global, applied to every series before fan-out):",
         *_rules(config.relabel_configs),
     ]

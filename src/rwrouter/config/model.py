@@ -21,6 +21,7 @@ __all__ = [
     "DestinationConfig",
     "MetadataConfig",
     "QueueConfig",
+    "RelabelCacheConfig",
     "ServerConfig",
     "SigV4Config",
     "StorageConfig",
@@ -219,13 +220,29 @@ class DestinationConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RelabelCacheConfig:
+    """The routing cache (YAML ``relabel_cache``; rwrouter's own section): the outcome of the
+    relabel rules per raw label set, so a series returning every scrape is routed without
+    running the rules again. Bounded by ``max_entries`` label sets, ``max_bytes`` bytes of
+    cached labels and outcomes, and ``max_age`` seconds (a label set not seen for that long is
+    forgotten: pod churn cannot grow it). It works in two generations: up to half of
+    ``max_entries`` (and of ``max_bytes``) active series stay cached for ever; size it at
+    about twice the active series of the Prometheus (shard) that writes to this router."""
+
+    max_entries: int = 2_000_000
+    max_bytes: int = 1 * GIB
+    max_age: float = 600.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Config:
-    """The whole file: ``server``, ``storage``, global ``relabel_configs`` (applied to every
-    series before fan-out), ``remote_write`` (at least one destination). ``source`` names
-    where it came from."""
+    """The whole file: ``server``, ``storage``, ``relabel_cache``, global ``relabel_configs``
+    (applied to every series before fan-out), ``remote_write`` (at least one destination).
+    ``source`` names where it came from."""
 
     server: ServerConfig = field(default_factory=ServerConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
+    relabel_cache: RelabelCacheConfig = field(default_factory=RelabelCacheConfig)
     relabel_configs: tuple[RelabelConfig, ...] = ()
     remote_write: tuple[DestinationConfig, ...]
     source: str = "<string>"

@@ -23,6 +23,7 @@ from rwrouter.config.model import (
     DestinationConfig,
     MetadataConfig,
     QueueConfig,
+    RelabelCacheConfig,
     ServerConfig,
     StorageConfig,
 )
@@ -34,7 +35,7 @@ __all__ = ["parse_config"]
 
 _PROMETHEUS_ONLY = (
     "a Prometheus setting, not read by rwrouter "
-    "(its keys: server, storage, relabel_configs, remote_write)"
+    "(its keys: server, storage, relabel_cache, relabel_configs, remote_write)"
 )
 _TOP_UNSUPPORTED = dict.fromkeys(
     (
@@ -82,13 +83,16 @@ def parse_config(
     top = Fields(
         _load_yaml(text, source),
         "",
-        known=("server", "storage", "relabel_configs", "remote_write"),
+        known=("server", "storage", "relabel_cache", "relabel_configs", "remote_write"),
         unsupported=_TOP_UNSUPPORTED,
     )
     ctx = Context(env=env, base_dir=base_dir)
     return Config(
         server=_server(Fields(top.raw("server"), "server", known=field_names(ServerConfig))),
         storage=_storage(Fields(top.raw("storage"), "storage", known=field_names(StorageConfig))),
+        relabel_cache=_relabel_cache(
+            Fields(top.raw("relabel_cache"), "relabel_cache", known=field_names(RelabelCacheConfig))
+        ),
         relabel_configs=_rules(top.raw("relabel_configs"), "relabel_configs"),
         remote_write=_destinations(top.raw("remote_write"), "remote_write", ctx),
         source=source,
@@ -155,6 +159,15 @@ def _storage(f: Fields) -> StorageConfig:
         fsync=_choice(f, "fsync", d.fsync, FSYNC_POLICIES),
         fsync_interval=f.duration("fsync_interval", d.fsync_interval),
         rejected_max_bytes=f.size("rejected_max_bytes", d.rejected_max_bytes),
+    )
+
+
+def _relabel_cache(f: Fields) -> RelabelCacheConfig:
+    d = RelabelCacheConfig()
+    return RelabelCacheConfig(
+        max_entries=f.integer("max_entries", d.max_entries, minimum=1),
+        max_bytes=f.size("max_bytes", d.max_bytes),
+        max_age=f.duration("max_age", d.max_age),
     )
 
 

@@ -274,7 +274,14 @@ def build_router(config: Config) -> Router:
         )
         for d in config.remote_write
     ]
-    return Router(global_rules=config.relabel_configs, routes=routes)
+    cache = config.relabel_cache
+    return Router(
+        global_rules=config.relabel_configs,
+        routes=routes,
+        cache_size=cache.max_entries,
+        cache_bytes=cache.max_bytes,
+        cache_max_age=cache.max_age,
+    )
 
 
 async def build_destination(
