@@ -444,3 +444,101 @@ def test_template_shortcut_on_the_workload_is_taken_and_equal() -> None:
     assert shortcut.route(data) == full.route(data)
     assert shortcut._young == full._young
     assert 0 < len(shortcut._templates) <= len(DCGM_FIELDS) * 8 + 1  # per name and gpu
+
+
+# -- regressions: inputs on which the compiled functions once differed from the references ------
+
+UP = codec.encode_labels((("__name__", "up"),))
+X = codec.encode_labels((("__name__", "x"),))
+ONE_SAMPLE = b"\x12\x09\x09" + b"\x00" * 8
+
+
+def frame(payload: bytes) -> bytes:
+    return b"\x0a" + bytes((len(payload),)) + payload
+
+
+def label(payload: bytes) -> bytes:
+    return b"\x0a" + bytes((len(payload),)) + payload
+
+
+def alternate_drops(ndest: int, first: int) -> bytes:
+    return b"".join(bytes((3, (first + i) % 2)) for i in range(ndest))
+
+
+# (name, data, destinations, young, old): the scan of ``data`` with these caches (and a miss
+# that caches every label set as dropped by all destinations).
+SCAN_REGRESSIONS = [
+    # an unknown top-level field whose varint value is over 64 bits (10 bytes: the reference
+    # accepts it) after a series answered by the old generation: the promotion was not counted
+    ("overlong_varint_in_unknown_field_after_promotion",
+     frame(UP + ONE_SAMPLE) + b"\x10" + b"\xff" * 9 + b"\x7f", 1, {}, {UP: b"\x01\0\0\0\0"}),
+    ("overlong_varint_after_a_missed_series",
+     frame(X + ONE_SAMPLE) + b"\x78" + b"\xff" * 9 + b"\x02", 2, {}, {}),
+    # more than 64 (destination, reason) kinds of dropped samples in one request: the
+    # promotion and the miss were counted again by a second scan
+    ("eighty_drop_kinds", frame(UP + ONE_SAMPLE) + frame(X + ONE_SAMPLE), 40, {},
+     {UP: alternate_drops(40, 0)}),
+]  # fmt: skip
+
+
+@needs_accelerator
+@pytest.mark.parametrize(
+    ("data", "ndest", "young", "old"),
+    [r[1:] for r in SCAN_REGRESSIONS],
+    ids=[r[0] for r in SCAN_REGRESSIONS],
+)
+def test_scan_regressions_compiled_equals_pure(
+    data: bytes, ndest: int, young: dict[bytes, bytes], old: dict[bytes, bytes]
+) -> None:
+    def run(scan: Callable[..., Scan]) -> Any:
+        caches = (dict(young), dict(old))
+        misses: list[bytes] = []
+
+        def miss(key: bytes) -> bytes:
+            misses.append(key)
+            caches[0][key] = entry = alternate_drops(ndest, 1)
+            return entry
+
+        try:
+            result: Any = scan(data, *caches, miss, (False,) * ndest, None, routing.REASONS)
+        except DecodeError as exc:
+            result = ("error", str(exc))
+        return result, caches, misses
+
+    assert run(compiled) == run(scan_request_py)
+
+
+# (name, raw label fields): decode_labels gives the same labels or the same error.
+DECODE_REGRESSIONS = [
+    # a Label's name (or value) field twice, the first one invalid UTF-8: the reference checks
+    # every occurrence, the compiled one only the last
+    ("repeated_name_first_invalid_utf8", label(b"\x0a\x01\xff\x0a\x01a\x12\x01b")),
+    ("repeated_value_first_invalid_utf8", label(b"\x0a\x01a\x12\x01\xff\x12\x01b")),
+    ("repeated_name_after_an_empty_value", label(b"\x12\x00\x0a\x01\xff\x0a\x01a")),
+    ("repeated_valid_fields", label(b"\x0a\x01a\x12\x01b\x0a\x01c\x12\x01d")),
+]
+
+
+@needs_accelerator
+@pytest.mark.parametrize(
+    "raw", [r[1] for r in DECODE_REGRESSIONS], ids=[r[0] for r in DECODE_REGRESSIONS]
+)
+def test_decode_regressions_compiled_equals_pure(raw: bytes) -> None:
+    assert _scan is not None
+    assert decode_outcome(_scan.decode_labels, raw) == decode_outcome(codec.decode_labels, raw)
+
+
+# (name, shards): split_shards with a shard count whose per-shard arrays cannot be allocated
+# raises MemoryError (as the reference does, eventually) instead of overflowing the size of
+# its allocation or taking the hash modulo a truncated (zero) count: a crash.
+HUGE_SHARDS = [("two_to_the_62", 2**62), ("two_to_the_62_plus_1", 2**62 + 1),
+               ("two_to_the_32", 2**32), ("ssize_max", 2**63 - 1)]  # fmt: skip
+
+
+@needs_accelerator
+@pytest.mark.parametrize("shards", [r[1] for r in HUGE_SHARDS], ids=[r[0] for r in HUGE_SHARDS])
+def test_split_shards_huge_count_is_a_memory_error(shards: int) -> None:
+    assert _scan is not None
+    index = b"\x02\0\0\0\x01\0\0\0\x05\0\0\0"
+    with pytest.raises(MemoryError):
+        _scan.split_shards(b"ab", index, shards)

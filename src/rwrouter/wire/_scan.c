@@ -23,7 +23,6 @@
 
 #define MAX_FIELD_NUMBER ((1u << 29) - 1)
 #define MAX_DESTINATIONS 64
-#define MAX_DROP_KINDS 64
 
 static PyObject *split_series_fn;   /* rwrouter.wire.codec.split_series */
 static PyObject *check_metadata_fn; /* rwrouter.wire.validate.check_metadata */
@@ -99,6 +98,19 @@ static inline int read_varint(const uint8_t *d, Py_ssize_t *pos, Py_ssize_t end,
     return 0;
 }
 
+/* Skip a varint at *pos (before end) as walk.read_varint accepts it: up to 10 bytes, any value
+ * (a skipped field's value may exceed 64 bits); 0 when truncated or longer. */
+static inline int skip_varint(const uint8_t *d, Py_ssize_t *pos, Py_ssize_t end) {
+    Py_ssize_t p = *pos;
+    for (int i = 0; i < 10 && p < end; i++) {
+        if (d[p++] < 0x80) {
+            *pos = p;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Mirror of codec._plain_samples: how many samples make up all of d[pos:end] when it is only
  * Sample fields of the usual shapes; 0 otherwise. */
 static Py_ssize_t plain_samples(const uint8_t *d, Py_ssize_t pos, Py_ssize_t end) {
@@ -135,8 +147,8 @@ typedef struct {
     long long samples[MAX_DESTINATIONS];
     long long series[MAX_DESTINATIONS];
     int filters[MAX_DESTINATIONS];
-    Drop drops[MAX_DROP_KINDS];
-    int ndrops;
+    Drop *drops; /* by first occurrence; grown as needed (destinations x reasons) */
+    Py_ssize_t ndrops, capdrops;
     PyObject *drop_refs; /* list keeping the reasons alive */
 } State;
 
@@ -145,18 +157,28 @@ static void state_free(State *s) {
         PyMem_Free(s->bodies[i].data);
         PyMem_Free(s->indexes[i].data);
     }
+    PyMem_Free(s->drops);
     Py_CLEAR(s->drop_refs);
 }
 
-/* 0 ok, -1 error set, 1 too many kinds (fall back to the pure path). */
+/* 0 ok, -1 error set. */
 static int add_drop(State *s, Py_ssize_t dest, PyObject *reason, long long n) {
-    for (int k = 0; k < s->ndrops; k++) {
+    for (Py_ssize_t k = 0; k < s->ndrops; k++) {
         if (s->drops[k].dest == dest && s->drops[k].reason == reason) {
             s->drops[k].samples += n;
             return 0;
         }
     }
-    if (s->ndrops >= MAX_DROP_KINDS) return 1;
+    if (s->ndrops >= s->capdrops) {
+        Py_ssize_t cap = s->capdrops ? 2 * s->capdrops : 16;
+        Drop *p = PyMem_Realloc(s->drops, (size_t)cap * sizeof(Drop));
+        if (!p) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        s->drops = p;
+        s->capdrops = cap;
+    }
     if (PyList_Append(s->drop_refs, reason) < 0) return -1;
     s->drops[s->ndrops].dest = dest;
     s->drops[s->ndrops].reason = reason;
@@ -257,7 +279,7 @@ static PyObject *scan_request(PyObject *module, PyObject *const *args, Py_ssize_
             vstart = pos;
             vend = pos + (Py_ssize_t)len;
         } else if (wire == 0) {
-            if (!read_varint(d, &pos, end, &len)) BAIL;
+            if (!skip_varint(d, &pos, end)) BAIL;
             vend = pos;
         } else if (wire == 1 || wire == 5) {
             Py_ssize_t width = wire == 1 ? 8 : 4;
@@ -379,7 +401,6 @@ static PyObject *scan_request(PyObject *module, PyObject *const *args, Py_ssize_
                     int r = add_drop(s, i, PyTuple_GET_ITEM(reasons, e[ep + 1]), n);
                     ep += 2;
                     if (r < 0) FAIL;
-                    if (r > 0) BAIL;
                     continue;
                 }
                 const char *labels;
@@ -429,7 +450,6 @@ static PyObject *scan_request(PyObject *module, PyObject *const *args, Py_ssize_
                                         PyBytes_GET_SIZE(frest), kept, hash);
                     Py_DECREF(out);
                     if (r < 0) FAIL;
-                    if (r > 0) BAIL;
                     continue;
                 }
                 if (write_frame(s, i, labels, nlabels, rest, nrest, n, hash) < 0) FAIL;
@@ -464,7 +484,7 @@ static PyObject *scan_request(PyObject *module, PyObject *const *args, Py_ssize_
         PyList_SET_ITEM(samples, i, a);
         PyList_SET_ITEM(series, i, e);
     }
-    for (int k = 0; k < s->ndrops; k++) {
+    for (Py_ssize_t k = 0; k < s->ndrops; k++) {
         PyObject *dk = Py_BuildValue("(nO)", s->drops[k].dest, s->drops[k].reason);
         if (!dk) goto build_fail;
         PyObject *prev = PyDict_GetItemWithError(dropped, dk);
@@ -541,6 +561,9 @@ static PyObject *decode_labels(PyObject *module, PyObject *raw) {
             if (f == 0 || f > MAX_FIELD_NUMBER) goto bail;
             if (w == 2) {
                 if (!read_varint(d, &pos, lend, &n) || n > (uint64_t)(lend - pos)) goto bail;
+                /* A repeated name or value field: the reference checks the UTF-8 of every
+                 * occurrence (the last one counts), so it decides. */
+                if ((f == 1 && name_at >= 0) || (f == 2 && value_at >= 0)) goto bail;
                 if (f == 1) {
                     name_at = pos;
                     name_len = (Py_ssize_t)n;
@@ -793,6 +816,11 @@ static PyObject *index_totals(PyObject *module, PyObject *index) {
     return Py_BuildValue("(LL)", nbytes, samples);
 }
 
+/* hash % shards for any shards >= 1 (a u32 hash is its own shard past 2^32 - 1). */
+static inline Py_ssize_t shard_of(uint32_t hash, Py_ssize_t shards) {
+    return (uint64_t)shards > UINT32_MAX ? (Py_ssize_t)hash : (Py_ssize_t)(hash % (uint32_t)shards);
+}
+
 /* Compiled rwrouter.wire.scan.split_shards_py: the frames of (body, index) by shard
  * (hash % shards), in order; per shard (body, index, samples, series). */
 static PyObject *split_shards(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -814,13 +842,16 @@ static PyObject *split_shards(PyObject *module, PyObject *const *args, Py_ssize_
         PyErr_SetString(PyExc_ValueError, "index length is not a multiple of 12");
         return NULL;
     }
+    /* The per-shard arrays below (and the result list) could not be allocated: the
+     * reference runs out of memory too. */
+    if ((size_t)shards > (size_t)PY_SSIZE_T_MAX / (4 * sizeof(Py_ssize_t))) return PyErr_NoMemory();
     /* First pass: sizes per shard, and the index must cover the body exactly. */
     Py_ssize_t *sizes = PyMem_Calloc((size_t)shards * 4, sizeof(Py_ssize_t));
     if (!sizes) return PyErr_NoMemory();
     Py_ssize_t *counts = sizes + shards, *samples = sizes + 2 * shards, *pos = sizes + 3 * shards;
     Py_ssize_t total = 0;
     for (Py_ssize_t i = 0; i < nindex; i += 12) {
-        Py_ssize_t s = (Py_ssize_t)(get_u32(x + i + 8) % (uint32_t)shards);
+        Py_ssize_t s = shard_of(get_u32(x + i + 8), shards);
         sizes[s] += get_u32(x + i);
         samples[s] += get_u32(x + i + 4);
         counts[s] += 1;
@@ -847,7 +878,7 @@ static PyObject *split_shards(PyObject *module, PyObject *const *args, Py_ssize_
     }
     Py_ssize_t at = 0;
     for (Py_ssize_t i = 0; i < nindex; i += 12) {
-        Py_ssize_t s = (Py_ssize_t)(get_u32(x + i + 8) % (uint32_t)shards);
+        Py_ssize_t s = shard_of(get_u32(x + i + 8), shards);
         uint32_t len = get_u32(x + i);
         memcpy(PyBytes_AS_STRING(bodies[s]) + pos[s], body + at, len);
         at += len;
@@ -856,7 +887,7 @@ static PyObject *split_shards(PyObject *module, PyObject *const *args, Py_ssize_
     /* Index entries, in order per shard. */
     for (Py_ssize_t s = 0; s < shards; s++) counts[s] = 0;
     for (Py_ssize_t i = 0; i < nindex; i += 12) {
-        Py_ssize_t s = (Py_ssize_t)(get_u32(x + i + 8) % (uint32_t)shards);
+        Py_ssize_t s = shard_of(get_u32(x + i + 8), shards);
         memcpy(PyBytes_AS_STRING(indexes[s]) + counts[s] * 12, x + i, 12);
         counts[s] += 1;
     }
