@@ -467,7 +467,7 @@ def alternate_drops(ndest: int, first: int) -> bytes:
 
 # (name, data, destinations, young, old): the scan of ``data`` with these caches (and a miss
 # that caches every label set as dropped by all destinations).
-SCAN_REGRESSIONS = [
+SCAN_REGRESSIONS: list[tuple[str, bytes, int, dict[bytes, bytes], dict[bytes, bytes]]] = [
     # an unknown top-level field whose varint value is over 64 bits (10 bytes: the reference
     # accepts it) after a series answered by the old generation: the promotion was not counted
     ("overlong_varint_in_unknown_field_after_promotion",
@@ -542,3 +542,66 @@ def test_split_shards_huge_count_is_a_memory_error(shards: int) -> None:
     index = b"\x02\0\0\0\x01\0\0\0\x05\0\0\0"
     with pytest.raises(MemoryError):
         _scan.split_shards(b"ab", index, shards)
+
+
+# (name, labels): encode_labels of arguments other than a tuple of (str, str) tuples gives the
+# reference's result or its error (it raised TypeError for what the reference encodes, or
+# for what it refuses with AttributeError/ValueError).
+ENCODE_REGRESSIONS: list[tuple[str, Callable[[], Any]]] = [
+    ("list_pairs", lambda: [["__name__", "up"], ["a", "b"]]),
+    ("two_character_string_pair", lambda: ["ab"]),
+    ("generator", lambda: ((n, v) for n, v in (("__name__", "up"), ("a", "b")))),
+    ("int_value", lambda: (("a", 1),)),
+    ("bytes_name", lambda: ((b"a", "b"),)),
+    ("three_tuple", lambda: (("a", "b", "c"),)),
+    ("one_tuple", lambda: (("a",),)),
+    ("surrogate_name", lambda: (("\ud800", "b"),)),
+]
+
+
+@needs_accelerator
+@pytest.mark.parametrize(
+    "make", [r[1] for r in ENCODE_REGRESSIONS], ids=[r[0] for r in ENCODE_REGRESSIONS]
+)
+def test_encode_regressions_compiled_equals_pure(make: Callable[[], Any]) -> None:
+    assert _scan is not None
+    assert call_outcome(_scan.encode_labels, make()) == call_outcome(codec.encode_labels, make())
+
+
+def call_outcome(fn: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Exception as exc:  # the same type and message on both paths
+        return ("error", type(exc), str(exc))
+
+
+INDEX_2 = b"\x02\0\0\0\x01\0\0\0\x05\0\0\0"
+
+# (name, compiled, pure, arguments): the queue side's functions on arguments of other types
+# (they raised TypeError for bytes-like arguments the references take).
+QUEUE_REGRESSIONS: list[tuple[str, str, str, tuple[Any, ...]]] = [
+    ("index_totals_bytearray", "index_totals", "index_totals_py", (bytearray(INDEX_2),)),
+    ("index_totals_memoryview", "index_totals", "index_totals_py", (memoryview(INDEX_2),)),
+    ("index_totals_str", "index_totals", "index_totals_py", ("abc",)),
+    ("split_shards_bytearray_body", "split_shards", "split_shards_py",
+     (bytearray(b"ab"), INDEX_2, 2)),
+    ("split_shards_bytearray_index", "split_shards", "split_shards_py",
+     (b"ab", bytearray(INDEX_2), 2)),
+    ("split_shards_bool_shards", "split_shards", "split_shards_py", (b"ab", INDEX_2, True)),
+    ("split_shards_float_shards", "split_shards", "split_shards_py", (b"ab", INDEX_2, 2.0)),
+    ("split_shards_two_arguments", "split_shards", "split_shards_py", (b"ab", INDEX_2)),
+]  # fmt: skip
+
+
+@needs_accelerator
+@pytest.mark.parametrize(
+    ("fast", "pure", "args"),
+    [r[1:] for r in QUEUE_REGRESSIONS],
+    ids=[r[0] for r in QUEUE_REGRESSIONS],
+)
+def test_queue_regressions_compiled_equals_pure(
+    fast: str, pure: str, args: tuple[Any, ...]
+) -> None:
+    from rwrouter.wire import scan
+
+    assert call_outcome(getattr(_scan, fast), *args) == call_outcome(getattr(scan, pure), *args)

@@ -234,6 +234,20 @@ static PyObject *pure_scan(PyObject *const *args, Py_ssize_t nargs) {
     return res;
 }
 
+/* A reference function (module.name) on these arguments: the compiled functions hand it what
+ * they do not take themselves, so it gives the result or raises the reference error. */
+static PyObject *call_reference(const char *modname, const char *name, PyObject *const *args,
+                                Py_ssize_t nargs) {
+    PyObject *mod = PyImport_ImportModule(modname);
+    if (!mod) return NULL;
+    PyObject *fn = PyObject_GetAttrString(mod, name);
+    Py_DECREF(mod);
+    if (!fn) return NULL;
+    PyObject *res = PyObject_Vectorcall(fn, args, (size_t)nargs, NULL);
+    Py_DECREF(fn);
+    return res;
+}
+
 #define BAIL goto bail
 #define FAIL goto fail
 
@@ -639,6 +653,11 @@ bail:
 /* Compiled rwrouter.wire.codec.encode_labels: the Label fields of a TimeSeries. */
 static PyObject *encode_labels(PyObject *module, PyObject *labels) {
     (void)module;
+    /* Other iterables (which a first pass would consume) and other label shapes: the
+     * reference, which gives its result or its error. */
+    if (!PyTuple_CheckExact(labels) && !PyList_CheckExact(labels))
+        return call_reference("rwrouter.wire.codec", "encode_labels", &labels, 1);
+    int other = 0;
     PyObject *seq = PySequence_Fast(labels, "labels must be a sequence of (name, value)");
     if (!seq) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), total = 0;
@@ -657,8 +676,10 @@ static PyObject *encode_labels(PyObject *module, PyObject *labels) {
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *pair = PySequence_Fast_GET_ITEM(seq, i);
-        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
-            PyErr_SetString(PyExc_TypeError, "a label is a (name, value) tuple");
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+            !PyUnicode_CheckExact(PyTuple_GET_ITEM(pair, 0)) ||
+            !PyUnicode_CheckExact(PyTuple_GET_ITEM(pair, 1))) {
+            other = 1;
             goto done;
         }
         names[i] = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &nlen[i]);
@@ -692,6 +713,7 @@ done:
     PyMem_Free(nlen);
     PyMem_Free(vlen);
     Py_DECREF(seq);
+    if (other) return call_reference("rwrouter.wire.codec", "encode_labels", &labels, 1);
     return out;
 }
 
@@ -798,10 +820,8 @@ no:
 /* Compiled rwrouter.wire.scan.index_totals_py: (frame bytes, samples) over an index. */
 static PyObject *index_totals(PyObject *module, PyObject *index) {
     (void)module;
-    if (!PyBytes_CheckExact(index)) {
-        PyErr_SetString(PyExc_TypeError, "index must be bytes");
-        return NULL;
-    }
+    if (!PyBytes_CheckExact(index)) /* e.g. a bytearray: the reference */
+        return call_reference("rwrouter.wire.scan", "index_totals_py", &index, 1);
     const uint8_t *x = (const uint8_t *)PyBytes_AS_STRING(index);
     Py_ssize_t n = PyBytes_GET_SIZE(index);
     if (n % 12) {
@@ -825,10 +845,9 @@ static inline Py_ssize_t shard_of(uint32_t hash, Py_ssize_t shards) {
  * (hash % shards), in order; per shard (body, index, samples, series). */
 static PyObject *split_shards(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 3 || !PyBytes_CheckExact(args[0]) || !PyBytes_CheckExact(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "split_shards(body: bytes, index: bytes, shards: int)");
-        return NULL;
-    }
+    if (nargs != 3 || !PyBytes_CheckExact(args[0]) || !PyBytes_CheckExact(args[1]) ||
+        !PyLong_CheckExact(args[2])) /* other types: the reference */
+        return call_reference("rwrouter.wire.scan", "split_shards_py", args, nargs);
     Py_ssize_t shards = PyLong_AsSsize_t(args[2]);
     if (shards == -1 && PyErr_Occurred()) return NULL;
     if (shards < 1) {
