@@ -351,14 +351,20 @@ class DiskQueue:
 
     # -- reading -------------------------------------------------------------------------
 
-    def read(self, max_bytes: int, max_samples: int | None = None) -> list[QueuedRecord]:
+    def read(
+        self, max_bytes: int, max_samples: int | None = None, *, blocking: bool = True
+    ) -> list[QueuedRecord] | None:
         """The next records in order, while they stay within ``max_bytes`` record bytes and
         ``max_samples`` samples (at least one record when any is unread). A corrupt record
         comes back marked ``corrupt`` (counted in :attr:`corrupt_records`): only itself when its
-        length is sound, else the rest of its segment."""
+        length is sound, else the rest of its segment. With ``blocking`` false, None at once
+        (nothing read) when the queue is busy."""
         out: list[QueuedRecord] = []
         total = count = 0
-        with self._lock:
+        if not self._lock.acquire(blocking=blocking):
+            return None
+        with contextlib.ExitStack() as held:
+            held.callback(self._lock.release)
             cur = self._cursor
             while total < max_bytes and (max_samples is None or count < max_samples):
                 seg = self._segment_of_cursor()

@@ -32,6 +32,7 @@ from rwrouter.sending.shards import Shards, Stopping
 log = logging.getLogger("rwrouter.sending")
 
 READ_CHUNK_BYTES = 4 * 1024 * 1024  # record bytes read from disk at a time
+INLINE_READ_BYTES = 512 * 1024  # at most this much is read on the event loop (else a thread)
 
 
 class _Record:
@@ -162,7 +163,12 @@ class QueueReader:
                 await self._wake.wait()
                 continue
             try:
-                batch = await asyncio.to_thread(self._read_blocks, room)
+                # A small read from the page cache is quicker than a hand-off to a thread: done
+                # here when the queue is free; larger reads (catching up) go to a thread.
+                batch = self._read_blocks(min(room, INLINE_READ_BYTES), blocking=False)
+                if batch is None:
+                    batch = await asyncio.to_thread(self._read_blocks, room)
+                assert batch is not None  # a blocking read always reads
             except OSError as exc:  # e.g. too many open files: try again, never give up
                 log.error("destination=%s msg=%s error=%s", self.name,
                           q("reading the disk queue failed: retrying in 1s"), q(exc))  # fmt: skip
@@ -171,11 +177,18 @@ class QueueReader:
             for block, end, samples in batch:
                 self._dispatch(block, end, samples)
 
-    def _read_blocks(self, room: int) -> list[tuple[Block | None, Position, int]]:
-        """Read and decode the next records (worker thread): (block, end, samples); block
-        None for an undecodable one."""
+    def _read_blocks(
+        self, room: int, *, blocking: bool = True
+    ) -> list[tuple[Block | None, Position, int]] | None:
+        """Read and decode the next records: (block, end, samples); block None for an
+        undecodable one. With ``blocking`` false, None when the queue is busy."""
         out: list[tuple[Block | None, Position, int]] = []
-        for record in self.queue.read(room, max_samples=max(1, self.capacity - self.pending)):
+        records = self.queue.read(
+            room, max_samples=max(1, self.capacity - self.pending), blocking=blocking
+        )
+        if records is None:
+            return None
+        for record in records:
             if record.corrupt:  # skipped by the queue (checksum): done, counted
                 out.append((None, record.end, record.samples))
                 continue
