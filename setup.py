@@ -16,6 +16,7 @@ if not os.environ.get("RWROUTER_NO_EXTENSIONS"):
         Extension(
             "rwrouter.wire._scan",
             ["src/rwrouter/wire/_scan.c"],
+            depends=["src/rwrouter/wire/_labelcache.h"],
             optional=True,
             extra_compile_args=["-O2"],
         )

@@ -36,10 +36,12 @@ from rwrouter.wire.scan import (
     INDEX,
     KEPT_SAME,
     NOT_SENT,
+    Cache,
     Entry,
     Item,
     decode_labels,
     encode_labels,
+    new_cache,
     pack_entry,
     scan_request,
     signature,
@@ -182,8 +184,8 @@ class Router:
         self.cache_size = cache_size
         self.cache_bytes = cache_bytes
         self.cache_max_age = cache_max_age
-        self._young: dict[bytes, Entry] = {}
-        self._old: dict[bytes, Entry] = {}
+        self._young: Cache = new_cache()
+        self._old: Cache = new_cache()
         self._young_bytes = self._old_bytes = 0
         self._overlap = self._overlap_bytes = 0  # in both generations (copied since rotation)
         self._rotated_at: float | None = None
@@ -247,14 +249,14 @@ class Router:
                 self._forget_old()
 
     def _forget_old(self) -> None:
-        self._old = {}
+        self._old = new_cache()
         self._old_bytes = 0
         self._overlap = self._overlap_bytes = 0
 
     def _rotate(self, now: float) -> None:
         self._forget_old()
         self._old, self._old_bytes = self._young, self._young_bytes
-        self._young, self._young_bytes = {}, 0
+        self._young, self._young_bytes = new_cache(), 0
         self._rotated_at = now
 
     def _miss(self, raw_labels: bytes) -> Entry:

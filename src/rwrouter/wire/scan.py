@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple, Protocol
 
 from rwrouter.errors import DecodeError
 from rwrouter.wire import codec
@@ -36,12 +36,14 @@ __all__ = [
     "ACCELERATED",
     "FILTERED",
     "INDEX",
+    "Cache",
     "Entry",
     "Item",
     "Scan",
     "decode_labels",
     "encode_labels",
     "index_totals",
+    "new_cache",
     "pack_entry",
     "scan_request",
     "scan_request_py",
@@ -113,6 +115,19 @@ def unpack_entry(key: bytes, entry: Entry) -> list[Item]:
     return items
 
 
+class Cache(Protocol):
+    """A generation of the routing cache: raw label bytes -> :data:`Entry`. A dict, or the
+    compiled ``LabelCache`` (looked up without copying the labels out of the request)."""
+
+    def get(self, key: bytes, default: None = None, /) -> Entry | None: ...
+
+    def __setitem__(self, key: bytes, value: Entry, /) -> None: ...
+
+    def __len__(self) -> int: ...
+
+    def items(self) -> Iterable[tuple[bytes, Entry]]: ...
+
+
 Miss = Callable[[bytes], Entry]
 LabelDecoder = Callable[[bytes], tuple[tuple[str, str], ...]]
 LabelEncoder = Callable[[tuple[tuple[str, str], ...]], bytes]
@@ -155,8 +170,8 @@ def entry_bytes(key: bytes, entry: Entry) -> int:
 
 def scan_request_py(
     data: bytes,
-    young: dict[bytes, Entry],
-    old: dict[bytes, Entry],
+    young: Cache,
+    old: Cache,
     miss: Miss,
     filters: tuple[bool, ...],
     filt: Filter,
@@ -343,8 +358,8 @@ def _select() -> tuple[
 
     def scan_request_c(
         data: bytes,
-        young: dict[bytes, Entry],
-        old: dict[bytes, Entry],
+        young: Cache,
+        old: Cache,
         miss: Miss,
         filters: tuple[bool, ...],
         filt: Filter,
@@ -358,6 +373,25 @@ def _select() -> tuple[
 
 (scan_request, decode_labels, encode_labels, index_totals, split_shards, signature,
  ACCELERATED) = _select()  # fmt: skip
+
+
+def _dict_cache() -> Cache:
+    cache: dict[bytes, Entry] = {}
+    return cache
+
+
+def _cache_type() -> Callable[[], Cache]:
+    if ACCELERATED:
+        from rwrouter.wire import _scan  # type: ignore[attr-defined]
+
+        factory: Callable[[], Cache] = getattr(_scan, "LabelCache", _dict_cache)
+        return factory
+    return _dict_cache
+
+
+new_cache = _cache_type()
+"""A new, empty routing-cache generation: the compiled ``LabelCache`` when
+:data:`ACCELERATED`, else a dict (both work with either loop)."""
 """The per-series loop and the label codec in use (compiled when :data:`ACCELERATED`), with
 the contracts of :func:`scan_request_py`, :func:`rwrouter.wire.codec.decode_labels` and
 :func:`rwrouter.wire.codec.encode_labels`."""
