@@ -1,10 +1,12 @@
 """In-process measurements with rwrouter's public Python API (``python -m bench micro``).
 
 Only documented entry points are used, because the routing internals are being rewritten:
-``rwrouter.wire.decompress`` / ``parse_write_request``, ``rwrouter.routing.Router`` /
-``Route`` (``router.route(...)``, ``len(router)``), ``rwrouter.relabel.parse_relabel_configs``,
-and the SigV4 signer ``rwrouter.auth.schemes.SigV4`` with a static-key
-``rwrouter.auth.credentials.load_source``.
+``rwrouter.wire.decompress``, ``rwrouter.routing.Router`` / ``Route`` (``router.route(data,
+now=...)`` on the decompressed body, ``len(router)``, ``cached_bytes``; cache bounds
+``cache_size``, ``cache_bytes``, ``cache_max_age``: the ``relabel_cache`` section's
+``max_entries``, ``max_bytes``, ``max_age``), ``rwrouter.wire.scan.ACCELERATED``,
+``rwrouter.relabel.parse_relabel_configs``, and the SigV4 signer
+``rwrouter.auth.schemes.SigV4`` with a static-key ``rwrouter.auth.credentials.load_source``.
 
 - (a) decode + route throughput (samples per CPU-second, ``time.process_time``) with 1, 10 and
   100 relabel rules per destination (K-1 no-op ``labeldrop`` rules, then A's keep; B is the
@@ -23,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import inspect
 import json
 import random
 import time
@@ -48,7 +49,8 @@ from rwrouter.auth.schemes import SigV4
 from rwrouter.auth.sigv4 import REMOTE_WRITE_HEADERS
 from rwrouter.relabel import RelabelConfig, parse_relabel_configs
 from rwrouter.routing import Route, Router
-from rwrouter.wire import decompress, parse_write_request
+from rwrouter.wire import decompress
+from rwrouter.wire.scan import ACCELERATED
 
 MAX_DECODED = 64 * 1024 * 1024  # bytes: rwrouter's default server.max_decoded_bytes
 
@@ -71,39 +73,28 @@ def rules_for(k: int) -> tuple[tuple[RelabelConfig, ...], tuple[RelabelConfig, .
     return a, b
 
 
-def make_router(k: int, cache_size: int | None = None) -> Router:
-    """A Router with destinations A (keep) and B (fallback), K rules each."""
+def make_router(k: int, **cache: Any) -> Router:
+    """A Router with destinations A (keep) and B (fallback), K rules each; ``cache``:
+    ``cache_size``, ``cache_bytes``, ``cache_max_age`` (rwrouter's defaults otherwise)."""
     a, b = rules_for(k)
     routes = [Route(name="A", rules=a), Route(name="B", rules=b, fallback=True)]
-    if cache_size is None:
-        return Router(global_rules=(), routes=routes)
-    return Router(global_rules=(), routes=routes, cache_size=cache_size)
+    return Router(global_rules=(), routes=routes, **cache)
 
 
-def _route_takes_bytes() -> tuple[bool, bool]:
-    """How this rwrouter's ``Router.route`` is called: (takes the decompressed bytes rather
-    than ``parse_write_request``'s result, accepts ``now=``). The signature is changing while
-    the hot path is rewritten; both forms are public."""
-    params = inspect.signature(Router.route).parameters
-    first = next(iter(p for name, p in params.items() if name != "self"))
-    return first.name == "data", "now" in params
+def route_one(router: Router, body: bytes, now: float) -> Any:
+    """Decompress and route one compressed body (``Router.route`` takes the decompressed bytes
+    and ``now``, seconds on a monotonic clock, for the cache's age bound)."""
+    return router.route(decompress(body, max_decoded_bytes=MAX_DECODED), now=now)
 
 
-_TAKES_BYTES, _TAKES_NOW = _route_takes_bytes()
-
-
-def route_one(router: Router, body: bytes) -> Any:
-    """Decompress and route one compressed body (either form of ``Router.route``)."""
-    data = decompress(body, max_decoded_bytes=MAX_DECODED)
-    arg = data if _TAKES_BYTES else parse_write_request(data)
-    return router.route(arg, now=time.monotonic()) if _TAKES_NOW else router.route(arg)
-
-
-def route_bodies(router: Router, bodies: Sequence[bytes]) -> tuple[int, int, int]:
-    """Decode and route every body; (samples in, samples to A, samples to B)."""
+def route_bodies(
+    router: Router, bodies: Sequence[bytes], now: float | None = None
+) -> tuple[int, int, int]:
+    """Decode and route every body at ``now`` (default: ``time.monotonic()`` per body);
+    (samples in, samples to A, samples to B)."""
     total = a = b = 0
     for body in bodies:
-        out = route_one(router, body)
+        out = route_one(router, body, time.monotonic() if now is None else now)
         total += out.samples_in
         a += out.series[0].samples
         b += out.series[1].samples
@@ -183,7 +174,9 @@ def bench_cache_memory(nodes: int, seed: int) -> dict[str, Any]:
         "label_sets": n,
         "tracemalloc_bytes_per_set": (after - before) / n,
         "rss_delta_bytes_per_set": (rss1 - rss0) / n,
-        "note": "RSS delta includes tracemalloc's own overhead",
+        "cached_bytes_per_set": router.cached_bytes / n,
+        "note": "RSS delta includes tracemalloc's own overhead; cached_bytes is the Router's "
+        "own accounting (raw and encoded labels, outcomes) that max_bytes bounds",
     }
 
 
@@ -199,19 +192,25 @@ def restarted(s: SeriesDef, gen: int) -> SeriesDef | None:
     return SeriesDef(sorted_labels(labels), s.counter, s.target)
 
 
+SCRAPE_INTERVAL = 30.0  # seconds between scrapes (workload.md): the churn run's clock
+
+
 def bench_churn(
-    nodes: int, seed: int, scrapes: int, fraction: float, cache_size: int, every: int
+    nodes: int, seed: int, scrapes: int, fraction: float, every: int, **cache: Any
 ) -> list[dict[str, Any]]:
     """(d): route ``scrapes`` scrapes where ``fraction`` of the nodes restart their training
-    pods each scrape (a node keeps its new pods until it restarts again); the distinct label
-    sets seen so far, the Router's cache size and this process's RSS every ``every`` scrapes.
-    The generator's own memory stays constant (one encoded label set per live series)."""
+    pods each scrape (a node keeps its new pods until it restarts again), through one Router
+    with the ``cache`` bounds (``cache_size``, ``cache_max_age``, ...), on a simulated clock
+    (``now`` = scrape x 30 s, so ``max_age`` takes effect without waiting); the distinct label
+    sets seen so far, the Router's cache size and bytes and this process's RSS every ``every``
+    scrapes. The generator's own memory stays constant (one encoded label set per live
+    series)."""
     base = fleet_series(seed, nodes)
     per_node = len(base) // nodes
     series = list(base)
     encoded = [encode_labels_pb(s.labels) for s in series]
     rng = random.Random(f"churn:{seed}")
-    router = make_router(1, cache_size=cache_size)
+    router = make_router(1, **cache)
     generation = dict.fromkeys(range(nodes), 0)
     values = [0.0] * len(base)
     distinct = len(base)
@@ -229,15 +228,18 @@ def bench_churn(
             snappy.compress(b)
             for b, _ in scrape_bodies(encoded, series, values, rng, scrape, (0, 0, 0))
         ]
-        route_bodies(router, bodies)
+        route_bodies(router, bodies, now=scrape * SCRAPE_INTERVAL)
         del bodies
         if scrape % every == 0 or scrape == scrapes - 1:
             gc.collect()
             rows.append(
                 {
                     "scrape": scrape,
+                    "seconds": scrape * SCRAPE_INTERVAL,
                     "distinct_label_sets_seen": distinct,
+                    "live_series": len(base),
                     "cache_size": len(router),
+                    "cache_bytes": router.cached_bytes,
                     "rss_mib": rss_bytes() / 2**20,
                 }
             )
@@ -264,12 +266,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--churn-scrapes", type=int, default=60, help="(d) scrapes")
     p.add_argument("--churn-fraction", type=float, default=0.25, help="(d) nodes restarting")
     p.add_argument("--churn-cache-size", type=int, default=100_000,
-                   help="(d) Router cache_size (label sets)")  # fmt: skip
+                   help="(d) Router cache_size (label sets; max_entries) of the first churn "
+                   "run; the second has 10x that and --churn-max-age")  # fmt: skip
+    p.add_argument(
+        "--churn-max-age",
+        type=float,
+        default=600.0,
+        help="(d) cache_max_age seconds (max_age) of the second churn run",
+    )
     p.add_argument("--only", choices=["route", "sigv4", "memory", "churn"], nargs="+")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     args = p.parse_args(argv)
     parts = set(args.only or ["route", "sigv4", "memory", "churn"])
-    report: dict[str, Any] = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    report: dict[str, Any] = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                              "accelerated": ACCELERATED}  # fmt: skip
+    print(f"rwrouter accelerator: {'on' if ACCELERATED else 'off (pure Python)'}")
 
     if "route" in parts:
         rows = bench_route(args.route_nodes, args.seed, args.rules)
@@ -298,24 +309,57 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"(c) cache memory: {mem['label_sets']:,} label sets, "
               f"{mem['tracemalloc_bytes_per_set']:.0f} bytes per set (tracemalloc), "
               f"{mem['rss_delta_bytes_per_set']:.0f} bytes per set (RSS delta, "
-              "with tracemalloc overhead)")  # fmt: skip
+              "with tracemalloc overhead), "
+              f"{mem['cached_bytes_per_set']:.0f} bytes per set (Router.cached_bytes)")  # fmt: skip
         print()
     if "churn" in parts:
         every = max(1, args.churn_scrapes // 10)
-        rows = bench_churn(args.churn_nodes, args.seed, args.churn_scrapes,
-                           args.churn_fraction, args.churn_cache_size, every)  # fmt: skip
-        report["churn"] = rows
-        print(f"(d) churn: {args.churn_nodes} nodes, {args.churn_fraction:.0%} restart their "
-              "training pods every scrape, Router "
-              f"cache_size={args.churn_cache_size:,}")  # fmt: skip
-        print(_table(
-            ["scrape", "distinct label sets seen", "cache size", "RSS MiB"],
-            [[str(r["scrape"]), f"{r['distinct_label_sets_seen']:,}", f"{r['cache_size']:,}",
-              f"{r['rss_mib']:.1f}"] for r in rows],
-        ))  # fmt: skip
-        bounded = all(r["cache_size"] <= args.churn_cache_size for r in rows)
-        print(f"cache bounded by cache_size: {'yes' if bounded else 'NO'}")
-        report["churn_bounded"] = bounded
+        report["churn"] = {}
+        # By max_entries (max_age out of reach), then by max_age (max_entries out of reach).
+        modes = {
+            "max_entries": {"cache_size": args.churn_cache_size, "cache_max_age": 86_400.0},
+            "max_age": {"cache_size": 10 * args.churn_cache_size,
+                        "cache_max_age": args.churn_max_age},
+        }  # fmt: skip
+        for mode, cache in modes.items():
+            rows = bench_churn(args.churn_nodes, args.seed, args.churn_scrapes,
+                               args.churn_fraction, every, **cache)  # fmt: skip
+            print(f"(d) churn bounded by {mode}: {args.churn_nodes} nodes "
+                  f"({rows[0]['live_series']:,} live series), {args.churn_fraction:.0%} restart "
+                  f"their training pods every scrape, scrapes {SCRAPE_INTERVAL:.0f} s apart "
+                  f"(simulated clock); Router cache_size={cache['cache_size']:,} "
+                  f"cache_max_age={cache['cache_max_age']:,.0f} s")  # fmt: skip
+            print(_table(
+                ["scrape", "t s", "distinct label sets seen", "cache size", "cache MiB",
+                 "RSS MiB"],
+                [[str(r["scrape"]), f"{r['seconds']:.0f}", f"{r['distinct_label_sets_seen']:,}",
+                  f"{r['cache_size']:,}", f"{r['cache_bytes'] / 2**20:.1f}",
+                  f"{r['rss_mib']:.1f}"] for r in rows],
+            ))  # fmt: skip
+            if mode == "max_entries":
+                bounded = all(r["cache_size"] <= cache["cache_size"] for r in rows)
+                print(f"cache bounded by cache_size ({cache['cache_size']:,}): "
+                      f"{'yes' if bounded else 'NO'}")  # fmt: skip
+            else:
+                # Seen within max_age: the live set plus the label sets of pods that restarted
+                # within the last max_age seconds; two generations keep at most 1 x max_age of
+                # history (rotation every max_age / 2, a dropped old generation is >= max_age/2
+                # old), so the bound is the distinct sets of the last max_age + one rotation.
+                per_scrape = ((rows[-1]["distinct_label_sets_seen"] - rows[0]["live_series"])
+                              / max(1, rows[-1]["scrape"]))  # fmt: skip
+                window = cache["cache_max_age"] / SCRAPE_INTERVAL
+                limit = rows[0]["live_series"] + per_scrape * window
+                late = [r for r in rows if r["seconds"] >= cache["cache_max_age"]]
+                bounded = all(r["cache_size"] <= limit for r in rows) and bool(late)
+                print(
+                    f"cache bounded by max_age: {'yes' if bounded else 'NO'} (at most "
+                    f"{limit:,.0f} = live set + {window:.0f} scrapes of new label sets "
+                    f"at {per_scrape:,.0f} per scrape"
+                    + ("" if late else "; run longer than max_age to see it")
+                    + ")"
+                )
+            report["churn"][mode] = {"cache": cache, "rows": rows, "bounded": bounded}
+            print()
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0

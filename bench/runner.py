@@ -161,6 +161,12 @@ class Contender:
     write_path: str = "/api/v1/write"
     notes: list[str] = field(default_factory=list)
     env: dict[str, str] | None = None
+    metrics_path: str | None = None  # read at the end (after delivery) when set
+
+    @property
+    def metrics_url(self) -> str:
+        """Its self-metrics endpoint."""
+        return f"http://127.0.0.1:{self.port}{self.metrics_path}"
 
     @property
     def write_url(self) -> str:
@@ -272,7 +278,91 @@ def rwrouter_contender(
     if workers is not None:
         argv += ["--workers", str(workers)]
         notes.append(f"--workers {workers}")
-    return Contender("rwrouter", argv, port, "/-/ready", notes=notes, env=env)
+    return Contender("rwrouter", argv, port, "/-/ready", notes=notes, env=env,
+                     metrics_path="/metrics")  # fmt: skip
+
+
+def router_metrics(url: str) -> dict[str, Any]:
+    """rwrouter's own figures from its ``/metrics`` (read once everything was delivered, before
+    it stops; with ``--workers`` the exposition is merged with a ``worker`` label): the
+    ``accelerated`` label of ``rwrouter_build_info`` (one per worker), write requests and
+    samples received per worker (``"all"`` without ``--workers``), requests by status code,
+    relabel cache entries/bytes per worker and its lookups by result. Metrics this rwrouter does
+    not expose are left out; an unreachable endpoint gives ``{"error": ...}``."""
+    status, body = http("GET", url, timeout=15.0)
+    if status != 200:
+        return {"error": f"GET {url} answered {status}"}
+    return parse_router_metrics(body.decode("utf-8", "replace"))
+
+
+def parse_router_metrics(text: str) -> dict[str, Any]:
+    """The figures :func:`router_metrics` keeps, from an exposition's text."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, Any] = {}
+
+    def add(key: str, sub: str, value: float) -> None:
+        d = out.setdefault(key, {})
+        d[sub] = d.get(sub, 0) + value
+
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            worker = s.labels.get("worker", "all")
+            if s.name == "rwrouter_build_info":
+                add("accelerated", worker, 0)
+                out["accelerated"][worker] = s.labels.get("accelerated", "unknown")
+            elif s.name == "rwrouter_received_requests_total":
+                add("requests_by_worker", worker, s.value)
+                add("requests_by_code", s.labels.get("code", "?"), s.value)
+            elif s.name == "rwrouter_received_samples_total":
+                add("samples_by_worker", worker, s.value)
+            elif s.name == "rwrouter_relabel_cache_entries":
+                add("cache_entries_by_worker", worker, s.value)
+            elif s.name == "rwrouter_relabel_cache_bytes":
+                add("cache_bytes_by_worker", worker, s.value)
+            elif s.name == "rwrouter_relabel_cache_lookups_total":
+                add("cache_lookups", s.labels.get("result", "?"), s.value)
+            elif s.name == "rwrouter_worker_up":
+                add("worker_up", worker, s.value)
+    return out
+
+
+def metrics_summary(rm: dict[str, Any]) -> list[str]:
+    """Report lines for :func:`router_metrics`' result."""
+    if not rm:
+        return []
+    if "error" in rm:
+        return [f"/metrics: {rm['error']}"]
+    lines = []
+    if "accelerated" in rm:
+        acc = rm["accelerated"]
+        lines.append(
+            "accelerated (rwrouter_build_info): "
+            + ", ".join(f"{w}={v}" if w != "all" else v for w, v in sorted(acc.items()))
+        )
+    else:
+        lines.append("accelerated: not exposed by this rwrouter")
+    if "requests_by_worker" in rm:
+        req = rm["requests_by_worker"]
+        smp = rm.get("samples_by_worker", {})
+        total = sum(req.values()) or 1
+        parts = [f"{w}: {req[w]:,.0f} ({req[w] / total:.0%}), {smp.get(w, 0):,.0f} samples"
+                 for w in sorted(req)]  # fmt: skip
+        lines.append(
+            "write requests received per worker: "
+            + "; ".join(parts)
+            + " | by code: "
+            + ", ".join(f"{c}={n:,.0f}" for c, n in sorted(rm.get("requests_by_code", {}).items()))
+        )
+    if "cache_lookups" in rm or "cache_entries_by_worker" in rm:
+        lk = rm.get("cache_lookups", {})
+        ent = rm.get("cache_entries_by_worker", {})
+        lines.append(
+            "relabel cache: entries "
+            + ", ".join(f"{w}={v:,.0f}" for w, v in sorted(ent.items()))
+            + f"; lookups hit {lk.get('hit', 0):,.0f}, miss {lk.get('miss', 0):,.0f}"
+        )
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------
@@ -303,6 +393,7 @@ class Measurement:
     requests_a: int = 0
     requests_b: int = 0
     driver: dict[str, Any] = field(default_factory=dict)
+    router_metrics: dict[str, Any] = field(default_factory=dict)  # rwrouter: /metrics at the end
     exit_status: int | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -388,6 +479,8 @@ def measure(
         if not delivered:
             m.notes.append(f"not all delivered within {timeout:.0f} s")
         m.ok = delivered and not m.driver["lost"]
+        if contender.metrics_path:
+            m.router_metrics = router_metrics(contender.metrics_url)
     except Exception as exc:
         m.error = f"{type(exc).__name__}: {exc}"
     finally:
@@ -442,6 +535,26 @@ def floor(workload_path: Path) -> dict[str, float]:
         "no_page_faults_cpu_seconds": cpu_nf,
         "no_page_faults_samples_per_cpu_second": n / cpu_nf if cpu_nf else 0.0,
     }
+
+
+def floor_in_child(workload_path: Path) -> dict[str, float]:
+    """:func:`floor` in a fresh Python process: a runner that just generated the workload has a
+    glibc malloc state (a raised dynamic mmap threshold) that makes its own snappy calls ~3x
+    cheaper, and the plain floor must not depend on whether the cache existed."""
+    code = (
+        "import json, sys; from pathlib import Path; from bench.runner import floor; "
+        "print(json.dumps(floor(Path(sys.argv[1]))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(workload_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+        cwd=REPO,
+    )
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
 
 
 # ---------------------------------------------------------------------------------------------
@@ -571,7 +684,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     workload, workload_path = load_or_generate(args.seed, args.nodes, args.scrapes)
     print(workload.summary(), flush=True)
     timeout = args.timeout or 120 + workload.samples / 5_000
-    floor_figs = floor(workload_path)
+    floor_figs = floor_in_child(workload_path)
     results: dict[str, Measurement] = {}
     sinks: list[Sink] = []
     with _terminate_as_interrupt():
@@ -605,10 +718,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{floor_figs['no_page_faults_samples_per_cpu_second']:,.0f} samples per CPU-second"
     )
     for m in results.values():
+        for line in metrics_summary(m.router_metrics):
+            print(f"{m.name}: {line}")
         for note in m.notes:
             print(f"note: {m.name}: {note}")
         if m.error:
             print(f"error: {m.name}: {m.error}")
+    if "rwrouter" in results:
+        commit = (_commit(args.rwrouter_ref or "HEAD") or "?")[:8]
+        where = f"git ref {args.rwrouter_ref}" if args.rwrouter_ref else "working tree"
+        diff = None if args.rwrouter_ref else _src_diff_sha1()
+        print(f"rwrouter: {where}, commit {commit}"
+              + (f", uncommitted src/ changes (diff sha1 {diff})" if diff else ""))  # fmt: skip
     total = time.monotonic() - t_start
     print(f"total time {total:.1f} s" + (f"; work directory kept: {workdir}"
                                          if args.keep_workdir else ""))  # fmt: skip
@@ -619,6 +740,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "rwrouter_ref": args.rwrouter_ref,
         "rwrouter_commit": _commit(args.rwrouter_ref or "HEAD"),
         "rwrouter_worktree_dirty": None if args.rwrouter_ref else _dirty_src(),
+        "rwrouter_src_diff_sha1": None if args.rwrouter_ref else _src_diff_sha1(),
         "workload": {
             "seed": workload.seed,
             "nodes": workload.nodes,
@@ -669,6 +791,17 @@ def _commit(ref: str) -> str | None:
         ["git", "-C", str(REPO), "rev-parse", ref], capture_output=True, text=True, check=False
     )
     return out.stdout.strip() or None
+
+
+def _src_diff_sha1() -> str | None:
+    """SHA-1 of ``git diff HEAD -- src`` (uncommitted changes of the measured code), or None
+    when there are none."""
+    import hashlib
+
+    out = subprocess.run(
+        ["git", "-C", str(REPO), "diff", "HEAD", "--", "src"], capture_output=True, check=False
+    )
+    return hashlib.sha1(out.stdout).hexdigest()[:12] if out.stdout else None
 
 
 def _dirty_src() -> bool | None:
