@@ -427,7 +427,7 @@ def test_template_shortcut_gives_the_full_paths_entries(series: list[dict[str, A
                 full.route(data)
             return
         assert first == full.route(data)
-        assert shortcut._young == full._young
+        assert dict(shortcut._young.items()) == dict(full._young.items())
 
 
 def test_rules_that_change_labels_turn_the_shortcut_off() -> None:
@@ -442,7 +442,7 @@ def test_template_shortcut_on_the_workload_is_taken_and_equal() -> None:
     full = Router(global_rules=(), routes=FILTER_ROUTES)
     full._signature_names = None
     assert shortcut.route(data) == full.route(data)
-    assert shortcut._young == full._young
+    assert dict(shortcut._young.items()) == dict(full._young.items())
     assert 0 < len(shortcut._templates) <= len(DCGM_FIELDS) * 8 + 1  # per name and gpu
 
 
@@ -605,3 +605,70 @@ def test_queue_regressions_compiled_equals_pure(
     from rwrouter.wire import scan
 
     assert call_outcome(getattr(_scan, fast), *args) == call_outcome(getattr(scan, pure), *args)
+
+
+# -- the compiled cache generation ----------------------------------------------------------------
+
+
+@needs_accelerator
+@settings(max_examples=200, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from(["set", "get", "in", "clear"]),
+                  st.binary(max_size=12), st.binary(max_size=6)),
+        max_size=300,
+    )
+)  # fmt: skip
+def test_label_cache_behaves_like_a_dict(ops: list[tuple[str, bytes, bytes]]) -> None:
+    assert _scan is not None
+    cache, model = _scan.LabelCache(), {}
+    for op, key, value in ops:
+        if op == "set":
+            cache[key] = value
+            model[key] = value
+        elif op == "get":
+            assert cache.get(key) == model.get(key)
+            assert cache.get(key, b"d") == model.get(key, b"d")
+        elif op == "in":
+            assert (key in cache) == (key in model)
+        else:
+            cache.clear()
+            model.clear()
+        assert len(cache) == len(model)
+    assert dict(cache.items()) == model
+
+
+@needs_accelerator
+def test_label_cache_grows_and_refuses_what_it_does_not_hold() -> None:
+    assert _scan is not None
+    cache = _scan.LabelCache()
+    for i in range(100_000):  # many resizes
+        cache[b"labels-%d" % i] = b"%d" % i
+    assert len(cache) == 100_000
+    assert all(cache.get(b"labels-%d" % i) == b"%d" % i for i in range(0, 100_000, 997))
+    assert cache.get(b"labels-100000") is None and "x" not in cache
+    with pytest.raises(TypeError):
+        cache["str key"] = b"x"
+    with pytest.raises(TypeError):
+        cache[b"k"] = "str value"
+    with pytest.raises(KeyError):
+        cache[b"absent"]
+    with pytest.raises(TypeError):
+        del cache[b"labels-1"]
+
+
+@needs_accelerator
+@pytest.mark.parametrize(("nodes", "seed"), [(3, 1), (1, 9)], ids=["three_nodes", "one_node"])
+def test_compiled_loop_same_with_dict_or_label_cache_generations(nodes: int, seed: int) -> None:
+    assert _scan is not None
+    data = fleet_request(nodes, seed)
+    results = []
+    for make in (dict, _scan.LabelCache):
+        router = Router(global_rules=(), routes=make_routes())
+        router._young, router._old = make(), make()
+        out = [router.route(data, now=0.0), router.route(data, now=0.0)]
+        router._rotate(1.0)  # everything old: the next request promotes it
+        out.append(router.route(data, now=1.0))
+        results.append((out, router.hits, router.misses, router.cached_bytes,
+                        sorted(router._young.items())))  # fmt: skip
+    assert results[0] == results[1]
