@@ -194,9 +194,7 @@ class FanOut:
             for dest, share in reserved:
                 dest.release(share.nbytes)
             raise self._storage_error(exc) from exc
-        results = await asyncio.gather(
-            *(dest.append(share) for dest, share in writes), return_exceptions=True
-        )
+        results = await self._append_all(writes)
         failed = [r for r in results if isinstance(r, BaseException)]
         if failed:
             for (dest, share), result in zip(writes, results, strict=True):
@@ -222,6 +220,25 @@ class FanOut:
             for dest in self.destinations:
                 m.dropped_metadata.labels(dest.name, "invalid").inc(routed.metadata_invalid)
         return Accepted((), *counts)
+
+    @staticmethod
+    async def _append_all(
+        writes: list[tuple[Destination, EncodedShare]],
+    ) -> list[int | BaseException]:
+        """Append every share; the ticket or the exception of each, in order. Appends wait on
+        each other's fsync only with ``storage.fsync: always`` (then they run concurrently);
+        otherwise each is a page-cache write, done one after the other without tasks."""
+        if any(dest.storage.fsync == "always" for dest, _ in writes):
+            return await asyncio.gather(
+                *(dest.append(share) for dest, share in writes), return_exceptions=True
+            )
+        results: list[int | BaseException] = []
+        for dest, share in writes:
+            try:
+                results.append(await dest.append(share))
+            except Exception as exc:  # the caller takes back the others and refuses the request
+                results.append(exc)
+        return results
 
     @staticmethod
     def _storage_error(error: BaseException) -> StorageError:
