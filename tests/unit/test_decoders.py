@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -60,5 +61,27 @@ async def test_small_bodies_are_decoded_on_the_event_loop(
     try:
         thread = await decoders.run(size, threading.get_ident)
         assert (thread == threading.get_ident()) == inline
+    finally:
+        decoders.shutdown()
+
+
+async def test_a_slow_inline_decode_sends_the_next_ones_to_a_lane(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rwrouter.server import decoders as module
+
+    monkeypatch.setattr(module, "INLINE_SLOW", 0.01)
+    decoders = Decoders(inline_body=100)
+    try:
+        loop_thread = threading.get_ident()
+
+        def slow() -> int:
+            time.sleep(0.02)
+            return threading.get_ident()
+
+        assert await decoders.run(10, slow) == loop_thread  # inline, but too slow...
+        assert await decoders.run(10, threading.get_ident) != loop_thread  # ...so: a lane
+        decoders._inline_off_until = 0.0  # the pause is over
+        assert await decoders.run(10, threading.get_ident) == loop_thread
     finally:
         decoders.shutdown()

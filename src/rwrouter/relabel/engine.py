@@ -88,15 +88,15 @@ def _labelmap(rule: RelabelConfig, labels: Labels, value: str) -> bool:
 
 
 def _labeldrop(rule: RelabelConfig, labels: Labels, value: str) -> bool:
-    search = rule.regex.pattern.search
-    for name in [name for name in labels if search(name) is not None]:
+    matches = rule.regex.matches  # label names are few: the answers are remembered
+    for name in [name for name in labels if matches(name)]:
         del labels[name]
     return True
 
 
 def _labelkeep(rule: RelabelConfig, labels: Labels, value: str) -> bool:
-    search = rule.regex.pattern.search
-    for name in [name for name in labels if search(name) is None]:
+    matches = rule.regex.matches
+    for name in [name for name in labels if not matches(name)]:
         del labels[name]
     return True
 

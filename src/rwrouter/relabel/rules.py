@@ -90,9 +90,10 @@ class Regex:
     _matches: dict[str, bool] = field(default_factory=dict, repr=False)
 
     def matches(self, value: str) -> bool:
-        """Whether the whole of ``value`` matches (``keep``/``drop``). Remembers the answers
-        for up to :data:`MATCH_MEMO` distinct values (a keep on ``__name__`` sees few), then
-        starts over: the same answer as ``pattern.search``, without RE2's per-call cost."""
+        """Whether the whole of ``value`` matches (``keep``/``drop`` on a value, ``labeldrop``/
+        ``labelkeep`` on a label name). Remembers the answers for up to :data:`MATCH_MEMO`
+        distinct values (metric and label names are few), then starts over: the same answer as
+        ``pattern.search``, without RE2's per-call cost."""
         known = self._matches.get(value)
         if known is None:
             if len(self._matches) >= MATCH_MEMO:

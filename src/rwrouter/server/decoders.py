@@ -5,7 +5,10 @@ Decompressing, parsing and routing a body is CPU-bound; on the event loop a larg
 freeze health probes and every other answer. With the compiled accelerator, a body of up to
 ``inline_body`` decoded bytes (what Prometheus sends: about a millisecond of work) is decoded
 right on the event loop: handing it to a thread and back costs more than the work (measured:
-about 9% more throughput inline). Everything else goes to two single-thread lanes: one for
+about 9% more throughput inline). An inline decode that takes longer than
+:data:`INLINE_SLOW` (a cold cache with heavy rules) turns inline decoding off for
+:data:`INLINE_PAUSE` seconds, so the event loop keeps answering. Everything else goes to two
+single-thread lanes: one for
 ordinary bodies (up to :data:`LARGE_BODY` bytes once decoded, as the snappy header declares)
 and one for larger ones, so ordinary requests never queue behind a huge one (the GIL
 interleaves the two lanes). Within a lane requests run in arrival order. Each lane admits at
@@ -16,12 +19,15 @@ most ``backlog`` requests (running or waiting); more get :class:`Busy` (the serv
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 T = TypeVar("T")
 
+INLINE_SLOW = 0.02  # seconds: an inline decode slower than this turns inline decoding off...
+INLINE_PAUSE = 10.0  # ...for this many seconds (the event loop must answer probes and sends)
 LARGE_BODY = 1024 * 1024  # decoded bytes; a Prometheus batch of 2000 samples is ~0.5-0.7 MiB
 BACKLOG = 8  # requests per lane, running or waiting
 
@@ -38,6 +44,7 @@ class Decoders:
     ) -> None:
         self.large_body = large_body
         self.inline_body = inline_body
+        self._inline_off_until = 0.0  # monotonic seconds: decode in the lanes until then
         self.backlog = backlog
         self._lanes = {
             lane: ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"rwrouter-decode-{lane}")
@@ -49,8 +56,13 @@ class Decoders:
         """Run ``work`` for a body of ``size`` bytes (decoded): on the event loop up to
         ``inline_body`` bytes, else in its lane; raises :class:`Busy` when the lane is full,
         else whatever ``work`` raises."""
-        if size <= self.inline_body:
-            return work()
+        if size <= self.inline_body and time.monotonic() >= self._inline_off_until:
+            started = time.monotonic()
+            try:
+                return work()
+            finally:
+                if time.monotonic() - started > INLINE_SLOW:  # e.g. a cold cache, heavy rules
+                    self._inline_off_until = time.monotonic() + INLINE_PAUSE
         lane = "large" if size > self.large_body else "ordinary"
         if self._load[lane] >= self.backlog:
             raise Busy(lane)
