@@ -285,3 +285,22 @@ async def test_a_sender_that_gave_up_gets_nothing_enqueued(
     )
     assert metric_value(router, "rwrouter_received_requests_total", code="204") == 0
     assert fresh_capture.requests("/all") == []
+
+
+# (name, 1 in N accepted requests ends its connection, connection closed after each answer)
+RECYCLE_CASES = [("every_request", 1, True), ("never", 0, False)]
+
+
+@pytest.mark.parametrize(("recycle", "closed"), [c[1:] for c in RECYCLE_CASES],
+                         ids=[c[0] for c in RECYCLE_CASES])  # fmt: skip
+async def test_with_workers_connections_are_recycled_for_the_kernel_to_spread(
+    router: RouterServer, http: aiohttp.ClientSession, recycle: int, closed: bool
+) -> None:
+    from rwrouter.server.app import RECYCLE
+
+    assert router._app is not None
+    router._app[RECYCLE][0] = recycle
+    for _ in range(3):
+        async with http.post(router.url + "/api/v1/write", data=GOOD, headers=HEADERS) as resp:
+            assert resp.status == 204
+            assert (resp.headers.get("Connection", "").lower() == "close") == closed

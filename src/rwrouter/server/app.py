@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import random
 import time
 from collections.abc import Awaitable, Callable
 
@@ -51,6 +52,8 @@ DECODERS = web.AppKey("decoders", Decoders)
 Reload = Callable[[], Awaitable[str]]
 RELOAD: web.AppKey[Reload] = web.AppKey("reload")
 Expose = Callable[[], Awaitable[tuple[bytes, str]]]  # the /metrics body and its content type
+# [N]: 1 in N accepted requests ends its connection (0: never); set by rwrouter run --workers.
+RECYCLE = web.AppKey("recycle", list)
 EXPOSE: web.AppKey[Expose] = web.AppKey("expose")  # rwrouter run --workers: all workers' metrics
 
 WRITE_PATHS = ("/api/v1/write", "/api/v1/push")
@@ -146,12 +149,18 @@ async def handle_write(request: web.Request) -> web.Response:
     if accepted.full:
         full = ", ".join(accepted.full)
         return _unavailable(request, "queue_full", f"queue full for destination(s) {full}")
+    response = web.Response(status=204)
+    recycle = app[RECYCLE][0]
+    if recycle and random.random() * recycle < 1:
+        # With --workers: end the connection now and then, so the sender reconnects and the
+        # kernel spreads its connections anew (it balances connections, not requests).
+        response.force_close()
     metrics.requests.labels("204").inc()
     metrics.received_series.inc(accepted.series)
     metrics.received_samples.inc(accepted.samples)
     metrics.received_metadata.inc(accepted.metadata)
     metrics.request_duration.observe(time.perf_counter() - started)
-    return web.Response(status=204)
+    return response
 
 
 def _unavailable(request: web.Request, reason: str, text: str) -> web.Response:
@@ -223,6 +232,7 @@ def make_app(*, fanout: FanOut, metrics: Metrics, settings: ServerConfig) -> web
     # With the accelerator an ordinary body is decoded in about a millisecond: on the loop.
     app[DECODERS] = Decoders(inline_body=LARGE_BODY if ACCELERATED else 0)
     app[RELOAD] = _no_reload
+    app[RECYCLE] = [0]
 
     async def expose() -> tuple[bytes, str]:
         return metrics.exposition()

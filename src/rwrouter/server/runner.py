@@ -18,12 +18,13 @@ from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.sending.fanout import FanOut, build_fanout
 from rwrouter.sending.reconfigure import reconfigure
-from rwrouter.server.app import EXPOSE, READY, RELOAD, make_app
+from rwrouter.server.app import EXPOSE, READY, RECYCLE, RELOAD, make_app
 from rwrouter.server.workers import Peers, WorkerSpec, worker_config
 from rwrouter.wire.scan import ACCELERATED
 
 log = logging.getLogger("rwrouter.server")
 
+RECYCLE_REQUESTS = 100  # with --workers: a connection ends after about this many write requests
 REQUEST_GRACE = 5.0  # seconds requests in progress get to finish when the server stops
 
 
@@ -73,6 +74,7 @@ class RouterServer:
         self._app = make_app(fanout=self.fanout, metrics=self.metrics, settings=settings)
         self._app[RELOAD] = self.reload
         if self.worker is not None:
+            self._app[RECYCLE][0] = RECYCLE_REQUESTS
             self._peers = Peers(self.worker, metrics=self.metrics, reload=self.reload)
             self._app[EXPOSE], self._app[RELOAD] = self._peers.exposition, self._peers.reload_all
         # auto_decompress=False: aiohttp would otherwise decode gzip/deflate/br/zstd request
