@@ -262,7 +262,9 @@ class Router:
     def _miss(self, raw_labels: bytes) -> Entry:
         """Route a label set not in the cache and remember it (the young generation)."""
         self.misses += 1
-        entry = self._from_template(raw_labels) if self._signature_names else None
+        # Not the empty set: it is dropped as "relabel" where a set without the labels the
+        # rules read (its same template key) is "invalid" (no __name__).
+        entry = self._from_template(raw_labels) if self._signature_names and raw_labels else None
         if entry is None:
             entry = self._route_raw(raw_labels)
         self._young[raw_labels] = entry

@@ -447,6 +447,30 @@ def test_template_shortcut_on_the_workload_is_taken_and_equal() -> None:
     assert 0 < len(shortcut._templates) <= len(DCGM_FIELDS) * 8 + 1  # per name and gpu
 
 
+# (name, label sets in the order they are first seen): the template shortcut must not let one
+# decide the other's outcome (the empty set is dropped as "relabel", a set without __name__
+# as "invalid", and both have no value for every label the rules read).
+TEMPLATE_ORDER_CASES = [
+    ("empty_set_then_no_name", [(), (("a", "x"),)]),
+    ("no_name_then_empty_set", [(("a", "x"),), ()]),
+    ("empty_set_then_no_name_then_named", [(), (("zz", "1"),), (("__name__", "up"),)]),
+]
+
+
+@pytest.mark.parametrize(("labels_seen",), [c[1:] for c in TEMPLATE_ORDER_CASES],
+                         ids=[c[0] for c in TEMPLATE_ORDER_CASES])  # fmt: skip
+def test_template_shortcut_keeps_empty_and_nameless_sets_apart(
+    labels_seen: list[tuple[tuple[str, str], ...]],
+) -> None:
+    shortcut = Router(global_rules=(), routes=FILTER_ROUTES)
+    assert shortcut._signature_names is not None
+    for labels in labels_seen:
+        data = frame(codec.encode_labels(labels) + ONE_SAMPLE)
+        full = Router(global_rules=(), routes=FILTER_ROUTES)
+        full._signature_names = None
+        assert shortcut.route(data).dropped == full.route(data).dropped, labels
+
+
 # -- regressions: inputs on which the compiled functions once differed from the references ------
 
 UP = codec.encode_labels((("__name__", "up"),))
