@@ -11,6 +11,7 @@ import struct
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -564,6 +565,31 @@ def test_unknown_position_marks_everything_as_maybe_sent(opener: Opener, tmp_pat
 
 # ---------------------------------------------------------------------------------------------
 # room: has_room, reserve, release
+
+
+# (name, records, blocking): an append that fails before writing leaves the queue usable.
+APPEND_ERROR_CASES = [
+    ("non_bytes_record_inline", [record(1), "not bytes"], False),
+    ("non_bytes_record_blocking", [record(1), "not bytes"], True),
+]
+
+
+@pytest.mark.parametrize(("records", "blocking"), [c[1:] for c in APPEND_ERROR_CASES],
+                         ids=[c[0] for c in APPEND_ERROR_CASES])  # fmt: skip
+def test_a_failed_append_releases_the_lock(
+    opener: Opener, records: list[Any], blocking: bool
+) -> None:
+    q, _ = opener()
+    q.reserve(100)
+    with pytest.raises(TypeError):
+        q.append(records, [1] * len(records), reserved=100, blocking=blocking)
+    held = q._lock.locked()
+    if held:  # release it, so the failure is reported instead of a hang at close
+        q._lock.release()
+    assert not held
+    assert q._reserved == 0  # the reservation is given back too
+    assert q.append([record(2)], [1], reserved=0, blocking=False) is not None
+    assert ids(read_all(q)) == [2]
 
 
 def test_has_room_counts_files_and_reservations(opener: Opener) -> None:

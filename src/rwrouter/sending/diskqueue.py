@@ -248,10 +248,10 @@ class DiskQueue:
         the event loop may then append itself, else hand the append to a thread."""
         if not self._lock.acquire(blocking=blocking):
             return None
-        data = b"".join(records)
         with contextlib.ExitStack() as held:
-            held.callback(self._lock.release)
-            self._reserved -= reserved
+            held.callback(self._lock.release)  # first: nothing below may leave the lock held
+            self._reserved -= reserved  # released whatever happens next
+            data = b"".join(records)
             if self._roll_next:
                 self._reclaim()  # after a failed write (disk full?): drop what is done first
             seg = self._segments[-1]
