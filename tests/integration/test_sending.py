@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import random
+import struct
 import time
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -23,9 +25,11 @@ from rwrouter.metrics import Metrics
 from rwrouter.routing import Route, RoutedSeries, Router
 from rwrouter.sending.delivery import SPLIT_BUDGET
 from rwrouter.sending.destination import Destination
-from rwrouter.sending.records import encode_share
+from rwrouter.sending.records import HEADER, META_SIZE, encode_share
 from rwrouter.sending.transport import Transport
 from rwrouter.wire import remote_pb2, types_pb2
+from rwrouter.wire.scan import INDEX
+from rwrouter.wire.walk import encode_varint
 from tests.integration.conftest import StartRouter, eventually, metric_value, post_write
 from tests.support.capture import CaptureServer
 from tests.support.series import Series, build_body, decode, encode, write_request
@@ -462,3 +466,58 @@ remote_write:
         assert (await post_write(http, router, body))[0] == 204
     await eventually(lambda: fresh_capture.sample_count("/tsdb") == 15, timeout=10)
     assert not failures
+
+
+def _with_undecodable_body(record: bytes) -> bytes:
+    """The record with its snappy block replaced by one that declares the same size but does
+    not decompress, and a checksum that matches (damage from before it was written)."""
+    rest = record[HEADER.size :]
+    series, _, raw_len = struct.unpack_from("<III", rest, META_SIZE - 12)  # series, samples, raw
+    index_end = META_SIZE + series * INDEX.size
+    bad = rest[:index_end] + encode_varint(raw_len) + b"\xff" * 16
+    return HEADER.pack(len(bad), zlib.crc32(bad)) + bad
+
+
+async def test_a_stored_body_that_does_not_decompress_is_skipped_not_retried_for_ever(
+    serve: Serve, tmp_path: Path
+) -> None:
+    """With one shard a record is sent as stored, never decompressed on the way: when the
+    destination refuses it and it must be split, its body does not decompress. It is counted
+    as corrupt and done; the records after it are delivered."""
+    received: list[int] = []
+
+    async def strict(request: web.Request) -> web.Response:
+        try:
+            request_obj, _ = decode(await request.read())
+        except Exception:
+            return web.Response(status=400, text="undecodable")
+        received.append(len(request_obj.timeseries))
+        return web.Response(status=200)
+
+    config = parse_config(f"remote_write:\n  - name: strict\n    url: {await serve(strict)}\n"
+                          "    queue_config: {batch_send_deadline: 5ms}\n", env={})  # fmt: skip
+    metrics = Metrics()
+    dest = Destination(config=config.remote_write[0], storage=StorageConfig(path=str(tmp_path)),
+                       transport=Transport(url=config.remote_write[0].url, timeout=10),
+                       auth=NoAuth(), metrics=metrics)  # fmt: skip
+    router = Router(global_rules=(), routes=[Route(name="strict")])
+    await dest.start()
+    try:
+        for step, damaged in enumerate((True, False)):
+            body = write_request([Series((("__name__", "m"), ("i", str(i))), ((step, 1.0),))
+                                  for i in range(10)])  # fmt: skip
+            routed = router.route(body.SerializeToString()).series[0]
+            share = encode_share(routed.body, routed.index, received_ms=0,
+                                 max_body_bytes=dest.max_request_bytes)  # fmt: skip
+            if damaged:
+                share.records[:] = [_with_undecodable_body(r) for r in share.records]
+                share.nbytes = sum(len(r) for r in share.records)
+            dest.reserve(share.nbytes)
+            await dest.append(share)
+        await eventually(lambda: received == [10])
+        await eventually(
+            lambda: metric_value(metrics, "rwrouter_samples_dropped_total",
+                                 destination="strict", reason="corrupt") == 10
+        )  # fmt: skip
+    finally:
+        await dest.stop(timeout=1)

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable
 from contextlib import suppress
 
 from rwrouter.config import QueueConfig
+from rwrouter.errors import DecodeError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.sending.batching import (
@@ -120,7 +122,11 @@ class Shards:
         max_samples = self._q.max_samples_per_send
         whole = Chunk(block.decoded, block.index, block.samples, block.series, owner,
                       compressed=block.compressed, nbytes=block.nbytes)  # fmt: skip
-        parts = chunks_by_shard(whole, len(buffers))
+        try:
+            parts = chunks_by_shard(whole, len(buffers))  # decompresses it with several shards
+        except DecodeError as exc:
+            self._corrupt([whole], exc)
+            return
         for i, chunk in enumerate(parts):
             if chunk is None:
                 continue
@@ -195,6 +201,9 @@ class Shards:
                 max_samples=q_.max_samples_per_send, max_bytes=q_.max_request_bytes,
                 group=self._resent,
             )  # fmt: skip
+            batch = self._without_undecodable(batch)
+            if not batch.chunks:
+                continue
             if await self._send(batch):
                 self._on_sent(batch)
             else:
@@ -211,6 +220,9 @@ class Shards:
                 batch.raw if compressed is None else b"", batch.samples, lambda: batch.items,
                 compressed=compressed, resent=self._resent(batch.chunks[0].owner),
             )  # fmt: skip
+        except DecodeError as exc:  # a stored body that does not decompress: done, counted
+            self._corrupt(batch.chunks, exc, sent=False)
+            return True
         except Exception:
             log.exception("destination=%s msg=%s", self.name,
                           q("sending a batch failed unexpectedly: retrying in 1s"))  # fmt: skip
@@ -220,6 +232,37 @@ class Shards:
             self._stats.delivered(delivered, self._clock() - started)
         await self._dead_letters.flush()  # refused parts on disk before the queue moves on
         return True
+
+    def _without_undecodable(self, batch: Batch, *, stored_too: bool = False) -> Batch:
+        """The batch without its chunks whose stored body does not decompress (counted as
+        corrupt and done); a batch sent as stored is not decompressed at all, unless
+        ``stored_too`` (re-hashing needs every body)."""
+        if batch.compressed is not None and not stored_too:
+            return batch
+        good: list[Chunk] = []
+        for chunk in batch.chunks:
+            try:
+                chunk.body  # noqa: B018  (decompressed here, once)
+                good.append(chunk)
+            except DecodeError as exc:
+                self._corrupt([chunk], exc)
+        if len(good) == len(batch.chunks):
+            return batch
+        return Batch(good, sum(c.samples for c in good), sum(c.nbytes for c in good))
+
+    def _corrupt(self, chunks: list[Chunk], error: DecodeError, *, sent: bool = True) -> None:
+        """Stored series whose body does not decompress (the record passed its checksum, so
+        it was damaged before it was written): counted as ``corrupt`` and done, like a record
+        failing its checksum. ``sent``: tell the reader they are done (False: :meth:`_send`'s
+        caller does)."""
+        samples = sum(chunk.samples for chunk in chunks)
+        log.error("destination=%s samples=%d msg=%s error=%s", self.name, samples,
+                  q("undecodable stored series skipped"), q(error))  # fmt: skip
+        self._metrics.queue_corrupt_records.labels(self.name).inc()
+        self._metrics.dropped_samples.labels(self.name, "corrupt").inc(samples)
+        if sent:
+            nbytes = sum(chunk.nbytes for chunk in chunks)
+            self._on_sent(Batch(chunks, samples, nbytes))
 
     async def _reshard_loop(self) -> None:
         """Every ``reshard_interval`` seconds, change the shard count if the load asks for it."""
@@ -248,6 +291,12 @@ class Shards:
         self.wake()
         await asyncio.gather(*self.tasks, return_exceptions=True)
         # Even when stop() came meanwhile, restart the senders: they drain what waits.
+        for buf in self.buffers:  # re-hashing needs the bodies: a stored one may not decompress
+            waiting = Batch(list(buf.chunks), buf.samples, buf.nbytes)
+            kept = self._without_undecodable(waiting, stored_too=True)
+            if len(kept.chunks) != len(buf.chunks):
+                buf.chunks = deque(kept.chunks)
+                buf.samples, buf.nbytes = kept.samples, kept.nbytes
         self.buffers = reshard(self.buffers, shards)  # no await from here: the reader waits
         self._wake = [asyncio.Event() for _ in self.buffers]
         self.wake()
