@@ -5,7 +5,7 @@ to several destinations (for example a SigV4-signed Amazon Managed Service for P
 workspace and a self-hosted Prometheus).
 """
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"
 USER_AGENT = f"rwrouter/{__version__}"
 
 __all__ = ["USER_AGENT", "__version__"]
