@@ -28,19 +28,25 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rwrouter.relabel import FILTER_ACTIONS, Action, RelabelConfig, passes, process
-from rwrouter.wire import RawSeries, frame_metadata, metadata_family, strip_fields
+from rwrouter.relabel import FILTER_ACTIONS, RelabelConfig, process
+from rwrouter.routing.outcome import (
+    INVALID,
+    REASONS,
+    RELABEL,
+    Route,
+    RuleCopies,
+    filter_series,
+    labels_read,
+    template_parts,
+)
+from rwrouter.wire import RawSeries, frame_metadata, metadata_family
 from rwrouter.wire.scan import (
-    DROPPED,
     FILTERED,
     INDEX,
-    KEPT_SAME,
-    NOT_SENT,
     Cache,
     Entry,
     Item,
     decode_labels,
-    encode_labels,
     new_cache,
     pack_entry,
     scan_request,
@@ -62,13 +68,7 @@ __all__ = [
     "shard_hash",
 ]
 
-# Drop reasons (label values of rwrouter_samples_dropped_total); FILTERED: only exemplars or
-# histograms the destination does not take.
-RELABEL = "relabel"
-INVALID = "invalid"
-REASONS = (RELABEL, INVALID)  # what a cache entry's drop reason index refers to
 
-_EXEMPLARS, _HISTOGRAMS = 3, 4
 # Defaults of the relabel_cache section (rwrouter.config.RelabelCacheConfig).
 DEFAULT_CACHE_SIZE = 2_000_000  # label sets
 DEFAULT_CACHE_BYTES = 1024 * 1024 * 1024  # raw label bytes and outcomes held by the cache
@@ -82,17 +82,6 @@ def shard_hash(key: bytes) -> int:
     """The shard hash of a series: crc32 of its encoded output labels (u32; stable across
     restarts and processes, so a series keeps its shard however its queue is read back)."""
     return zlib.crc32(key)
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """What routing needs to know about one destination."""
-
-    name: str
-    rules: tuple[RelabelConfig, ...] = ()
-    fallback: bool = False
-    send_exemplars: bool = True
-    send_native_histograms: bool = True
 
 
 @dataclass(slots=True)
@@ -195,7 +184,7 @@ class Router:
         self._filter_only = [all(c.action in FILTER_ACTIONS for c in r.rules) for r in routes]
         # When every rule only filters: the labels they read (sorted bytes), for the
         # template shortcut of the miss path (:meth:`_from_template`); else None.
-        self._signature_names = _read_labels(self.global_rules, self.routes)
+        self._signature_names = labels_read(self.global_rules, self.routes)
         self._templates: dict[tuple[bytes | None, ...], tuple[bytes, ...]] = {}
         self.hits = 0
         self.misses = 0
@@ -285,7 +274,7 @@ class Router:
             items = unpack_entry(raw_labels, self._route_raw(raw_labels))
             if any(isinstance(i, tuple) and i[0] != raw_labels for i in items):
                 return None  # (cannot happen with filter-only rules on a canonical set)
-            parts = _template_parts(items)
+            parts = template_parts(items)
             if len(self._templates) >= MAX_TEMPLATES:
                 self._templates.clear()
             self._templates[values] = parts
@@ -310,7 +299,7 @@ class Router:
         base = process(labels, self.global_rules) if self.global_rules else labels
         if base is None or not base:
             return (RELABEL,) * len(self.routes)
-        apply = _Apply(base)
+        apply = RuleCopies(base)
         results: list[bytes | str | None] = []
         kept_by_primary = False
         for route, filter_only in zip(self.routes, self._filter_only, strict=True):
@@ -366,94 +355,4 @@ class Router:
         return out
 
     def _filter(self, i: int, raw: RawSeries) -> tuple[bytes, int]:
-        return _filter(raw, self.routes[i])
-
-
-def _filter(raw: RawSeries, route: Route) -> tuple[bytes, int]:
-    """A series' raw fields without what ``route`` does not take (``send_exemplars``,
-    ``send_native_histograms``), and how many samples/exemplars/histograms are left."""
-    stripped: set[int] = set()
-    kept = raw.samples + raw.exemplars + raw.histograms
-    if not route.send_exemplars and raw.exemplars:
-        stripped.add(_EXEMPLARS)
-        kept -= raw.exemplars
-    if not route.send_native_histograms and raw.histograms:
-        stripped.add(_HISTOGRAMS)
-        kept -= raw.histograms
-    if not stripped:
-        return raw.rest, kept
-    return strip_fields(raw.rest, frozenset(stripped)), kept
-
-
-def _read_labels(
-    global_rules: tuple[RelabelConfig, ...], routes: tuple[Route, ...]
-) -> tuple[bytes, ...] | None:
-    """The label names filter-only rules read (with ``__name__``, whose absence makes a series
-    invalid), sorted by byte order; None when global rules exist or a rule changes labels."""
-    if global_rules:
-        return None
-    names = {"__name__"}
-    for route in routes:
-        for rule in route.rules:
-            if rule.action not in FILTER_ACTIONS:
-                return None
-            names.update(rule.source_labels)
-            if rule.action in (Action.KEEPEQUAL, Action.DROPEQUAL):
-                names.add(rule.target_label)
-    return tuple(sorted(name.encode() for name in names))
-
-
-def _template_parts(items: list[Item]) -> tuple[bytes, ...]:
-    """An entry of kept-unchanged/dropped/not-sent items as the pieces around its shard
-    hashes: ``hash.join(parts)`` is the entry of a label set with that hash."""
-    parts, current = [], bytearray()
-    for item in items:
-        if item is None:
-            current.append(NOT_SENT)
-        elif isinstance(item, int):
-            current += bytes((DROPPED, item))
-        else:
-            current.append(KEPT_SAME)
-            parts.append(bytes(current))
-            current = bytearray()
-    parts.append(bytes(current))
-    return tuple(parts)
-
-
-class _Apply:
-    """Each destination's rules on its own copy of one label set (sorted by name): encoded
-    labels, or the drop reason. Rules that only filter (keep/drop, :data:`FILTER_ACTIONS`)
-    leave the set unchanged, so they are checked without copying it, and the set is encoded
-    once for all the destinations that keep it unchanged."""
-
-    __slots__ = ("_encoded", "_labels", "_mapping")
-
-    def __init__(self, labels: tuple[tuple[str, str], ...]) -> None:
-        self._labels = labels
-        self._mapping: dict[str, str] | None = None
-        self._encoded: bytes | str | None = None
-
-    def __call__(self, rules: tuple[RelabelConfig, ...], filter_only: bool) -> bytes | str:
-        if filter_only:
-            if rules:
-                if self._mapping is None:
-                    self._mapping = dict(self._labels)
-                if not passes(self._mapping, rules):
-                    return RELABEL
-            if self._encoded is None:
-                self._encoded = _finish(self._labels)
-            return self._encoded
-        result = process(self._labels, rules)
-        if not result:
-            return RELABEL
-        return _finish(result)
-
-
-def _finish(labels: tuple[tuple[str, str], ...]) -> bytes | str:
-    """The encoded output labels, or INVALID without ``__name__`` or with an empty name."""
-    if not labels:
-        return RELABEL
-    names = [name for name, _ in labels]
-    if "__name__" not in names or "" in names:  # "" can come from a labelmap replacement
-        return INVALID
-    return encode_labels(labels)
+        return filter_series(raw, self.routes[i])
