@@ -42,11 +42,13 @@ from rwrouter.routing.outcome import (
 from rwrouter.wire import RawSeries, frame_metadata, metadata_family
 from rwrouter.wire.scan import (
     FILTERED,
-    INDEX,
     Cache,
     Entry,
     Item,
+    counts_of,
     decode_labels,
+    frames_of,
+    hashes_of,
     new_cache,
     pack_entry,
     scan_request,
@@ -105,21 +107,17 @@ class RoutedSeries:
     @property
     def counts(self) -> list[int]:
         """Each frame's sample count (decodes the index: for tools and tests)."""
-        return [n for _, n, _ in INDEX.iter_unpack(self.index)]
+        return counts_of(self.index)
 
     @property
     def hashes(self) -> list[int]:
         """Each frame's shard hash (decodes the index: for tools and tests)."""
-        return [h for _, _, h in INDEX.iter_unpack(self.index)]
+        return hashes_of(self.index)
 
     @property
     def frames(self) -> list[bytes]:
         """Each framed series (slices the body: for tools and tests)."""
-        out, pos = [], 0
-        for length, _, _ in INDEX.iter_unpack(self.index):
-            out.append(self.body[pos : pos + length])
-            pos += length
-        return out
+        return frames_of(self.body, self.index)
 
 
 @dataclass(slots=True)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from rwrouter.errors import DecodeError, TooLargeError
 from rwrouter.routing import shard_hash
 from rwrouter.wire import compress, declared_size, decompress
-from rwrouter.wire.scan import INDEX, index_totals
+from rwrouter.wire.scan import INDEX, counts_of, frames_of, hashes_of, index_totals
 
 __all__ = [
     "HEADER",
@@ -211,19 +211,15 @@ class Block:
     @property
     def frames(self) -> list[bytes]:
         """Each framed series (walks the index: for tools and tests)."""
-        out, pos, body = [], 0, self.body
-        for length, _, _ in INDEX.iter_unpack(self.index):
-            out.append(body[pos : pos + length])
-            pos += length
-        return out
+        return frames_of(self.body, self.index)
 
     @property
     def counts(self) -> list[int]:
-        return [n for _, n, _ in INDEX.iter_unpack(self.index)]
+        return counts_of(self.index)
 
     @property
     def hashes(self) -> list[int]:
-        return [h for _, _, h in INDEX.iter_unpack(self.index)]
+        return hashes_of(self.index)
 
 
 def decode_record(rest: bytes, *, decompress_body: bool = True) -> Block:

@@ -253,6 +253,22 @@ static PyObject *call_reference(const char *modname, const char *name, PyObject 
 #define BAIL goto bail
 #define FAIL goto fail
 
+/* Where the leading Label fields (tag 0x0a) of a series d[p:vend] end, as codec.split_series
+ * scans them; -1 when one is malformed or runs past the series. */
+static inline Py_ssize_t leading_labels_end(const uint8_t *d, Py_ssize_t p, Py_ssize_t vend) {
+    while (p < vend && d[p] == 0x0A) {
+        if (p + 1 < vend && d[p + 1] < 0x80) {
+            p += 2 + d[p + 1];
+        } else {
+            Py_ssize_t q = p + 1;
+            uint64_t n;
+            if (!read_varint(d, &q, vend, &n) || n > (uint64_t)(vend - q)) return -1;
+            p = q + (Py_ssize_t)n;
+        }
+    }
+    return p > vend ? -1 : p;
+}
+
 typedef struct {
     Py_ssize_t start, len; /* the raw labels of a plain series: d[start:start+len] */
     Digest digest;
@@ -284,18 +300,8 @@ static Py_ssize_t prehash(const uint8_t *d, Py_ssize_t end, PreHash **out) {
         uint64_t len;
         Py_ssize_t at = pos + 1;
         if (!read_varint(d, &at, end, &len) || len > (uint64_t)(end - at)) break;
-        Py_ssize_t vend = at + (Py_ssize_t)len, p = at;
-        while (p < vend && d[p] == 0x0A) {
-            if (p + 1 < vend && d[p + 1] < 0x80) {
-                p += 2 + d[p + 1];
-            } else {
-                Py_ssize_t q = p + 1;
-                uint64_t m;
-                if (!read_varint(d, &q, vend, &m) || m > (uint64_t)(vend - q)) break;
-                p = q + (Py_ssize_t)m;
-            }
-        }
-        if (p > vend) break;
+        Py_ssize_t vend = at + (Py_ssize_t)len, p = leading_labels_end(d, at, vend);
+        if (p < 0) break;
         if (n == cap) {
             PreHash *grown = PyMem_Realloc(pre, sizeof(PreHash) * (size_t)(cap * 2));
             if (!grown) {
@@ -395,20 +401,8 @@ static PyObject *scan_request(PyObject *module, PyObject *const *args, Py_ssize_
         }
         series_in++;
         k = series_in - 1;
-        /* Leading labels (tag 0x0a), as codec.split_series scans them. */
-        Py_ssize_t p = vstart;
-        while (p < vend && d[p] == 0x0A) {
-            if (p + 1 < vend && d[p + 1] < 0x80) {
-                p += 2 + d[p + 1];
-            } else {
-                Py_ssize_t q = p + 1;
-                uint64_t n;
-                if (!read_varint(d, &q, vend, &n) || n > (uint64_t)(vend - q)) BAIL;
-                p = q + (Py_ssize_t)n;
-            }
-        }
-        if (p > vend) BAIL;
-        Py_ssize_t labels_end = p;
+        Py_ssize_t labels_end = leading_labels_end(d, vstart, vend);
+        if (labels_end < 0) BAIL;
         long long nsamples = plain_samples(d, labels_end, vend);
         long long nex = 0, nhist = 0;
         const char *rest;

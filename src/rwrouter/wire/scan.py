@@ -40,8 +40,11 @@ __all__ = [
     "Entry",
     "Item",
     "Scan",
+    "counts_of",
     "decode_labels",
     "encode_labels",
+    "frames_of",
+    "hashes_of",
     "index_totals",
     "new_cache",
     "pack_entry",
@@ -303,6 +306,26 @@ def signature_py(raw: bytes, names: tuple[bytes, ...]) -> tuple[bytes | None, ..
     except DecodeError:
         return None
     return tuple(values)
+
+
+def frames_of(body: bytes, index: bytes) -> list[bytes]:
+    """Each framed series of a share (``body`` sliced by its :data:`INDEX`): for tools,
+    tests and refusals, never the hot path."""
+    out, pos = [], 0
+    for length, _, _ in INDEX.iter_unpack(index):
+        out.append(body[pos : pos + length])
+        pos += length
+    return out
+
+
+def counts_of(index: bytes) -> list[int]:
+    """Each frame's sample count, from an :data:`INDEX`."""
+    return [n for _, n, _ in INDEX.iter_unpack(index)]
+
+
+def hashes_of(index: bytes) -> list[int]:
+    """Each frame's shard hash, from an :data:`INDEX`."""
+    return [h for _, _, h in INDEX.iter_unpack(index)]
 
 
 def index_totals_py(index: bytes) -> tuple[int, int]:
