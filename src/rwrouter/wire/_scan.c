@@ -225,17 +225,6 @@ static Py_ssize_t entry_bytes(PyObject *key, PyObject *entry) {
     return PyBytes_GET_SIZE(key) + PyBytes_GET_SIZE(entry);
 }
 
-static PyObject *pure_scan(PyObject *const *args, Py_ssize_t nargs) {
-    PyObject *mod = PyImport_ImportModule("rwrouter.wire.scan");
-    if (!mod) return NULL;
-    PyObject *fn = PyObject_GetAttrString(mod, "scan_request_py");
-    Py_DECREF(mod);
-    if (!fn) return NULL;
-    PyObject *res = PyObject_Vectorcall(fn, args, (size_t)nargs, NULL);
-    Py_DECREF(fn);
-    return res;
-}
-
 /* A reference function (module.name) on these arguments: the compiled functions hand it what
  * they do not take themselves, so it gives the result or raises the reference error. */
 static PyObject *call_reference(const char *modname, const char *name, PyObject *const *args,
@@ -248,6 +237,10 @@ static PyObject *call_reference(const char *modname, const char *name, PyObject 
     PyObject *res = PyObject_Vectorcall(fn, args, (size_t)nargs, NULL);
     Py_DECREF(fn);
     return res;
+}
+
+static PyObject *pure_scan(PyObject *const *args, Py_ssize_t nargs) {
+    return call_reference("rwrouter.wire.scan", "scan_request_py", args, nargs);
 }
 
 #define BAIL goto bail
@@ -829,14 +822,7 @@ done:
 
 /* rwrouter.wire.scan.signature_py (the reference), for arguments of other types. */
 static PyObject *pure_signature(PyObject *const *args, Py_ssize_t nargs) {
-    PyObject *mod = PyImport_ImportModule("rwrouter.wire.scan");
-    if (!mod) return NULL;
-    PyObject *fn = PyObject_GetAttrString(mod, "signature_py");
-    Py_DECREF(mod);
-    if (!fn) return NULL;
-    PyObject *res = PyObject_Vectorcall(fn, args, (size_t)nargs, NULL);
-    Py_DECREF(fn);
-    return res;
+    return call_reference("rwrouter.wire.scan", "signature_py", args, nargs);
 }
 
 /* Compiled rwrouter.wire.scan.signature_py: the values of ``names`` (sorted bytes) in a
