@@ -29,6 +29,14 @@ from typing import NamedTuple, Protocol
 from rwrouter.errors import DecodeError
 from rwrouter.wire import codec
 from rwrouter.wire.codec import RawSeries, split_series
+from rwrouter.wire.index import (
+    INDEX,
+    counts_of,
+    frames_of,
+    hashes_of,
+    index_totals_py,
+    split_shards_py,
+)
 from rwrouter.wire.validate import check_metadata
 from rwrouter.wire.walk import LEN, encode_varint, fields, read_varint
 
@@ -57,7 +65,6 @@ __all__ = [
 ]
 
 FILTERED = "filtered"  # drop reason: nothing left once exemplars/histograms are filtered out
-INDEX = struct.Struct("<III")  # per frame: frame bytes, samples, shard hash
 
 Entry = bytes
 """A routing outcome, compact (one bytes object: nothing for the garbage collector to walk,
@@ -306,63 +313,6 @@ def signature_py(raw: bytes, names: tuple[bytes, ...]) -> tuple[bytes | None, ..
     except DecodeError:
         return None
     return tuple(values)
-
-
-def frames_of(body: bytes, index: bytes) -> list[bytes]:
-    """Each framed series of a share (``body`` sliced by its :data:`INDEX`): for tools,
-    tests and refusals, never the hot path."""
-    out, pos = [], 0
-    for length, _, _ in INDEX.iter_unpack(index):
-        out.append(body[pos : pos + length])
-        pos += length
-    return out
-
-
-def counts_of(index: bytes) -> list[int]:
-    """Each frame's sample count, from an :data:`INDEX`."""
-    return [n for _, n, _ in INDEX.iter_unpack(index)]
-
-
-def hashes_of(index: bytes) -> list[int]:
-    """Each frame's shard hash, from an :data:`INDEX`."""
-    return [h for _, _, h in INDEX.iter_unpack(index)]
-
-
-def index_totals_py(index: bytes) -> tuple[int, int]:
-    """(frame bytes, samples) summed over an :data:`INDEX`. Raises ValueError when its length
-    is not a whole number of entries."""
-    if len(index) % INDEX.size:
-        raise ValueError("index length is not a multiple of 12")
-    nbytes = samples = 0
-    for length, count, _ in INDEX.iter_unpack(index):
-        nbytes += length
-        samples += count
-    return nbytes, samples
-
-
-def split_shards_py(body: bytes, index: bytes, shards: int) -> list[tuple[bytes, bytes, int, int]]:
-    """The frames of ``body`` (described by ``index``) by shard, ``hash % shards``, keeping
-    their order: per shard (body, index, samples, series). Raises ValueError when the index
-    does not cover the body exactly, or ``shards`` < 1."""
-    if shards < 1:
-        raise ValueError("shards must be at least 1")
-    if len(index) % INDEX.size:
-        raise ValueError("index length is not a multiple of 12")
-    bodies = [bytearray() for _ in range(shards)]
-    indexes = [bytearray() for _ in range(shards)]
-    samples, series = [0] * shards, [0] * shards
-    pos = 0
-    for i, (length, count, hashed) in enumerate(INDEX.iter_unpack(index)):
-        s = hashed % shards
-        bodies[s] += body[pos : pos + length]
-        indexes[s] += index[i * INDEX.size : (i + 1) * INDEX.size]
-        samples[s] += count
-        series[s] += 1
-        pos += length
-    if pos != len(body):
-        raise ValueError("index does not match its body")
-    parts = zip(bodies, indexes, samples, series, strict=True)
-    return [(bytes(b), bytes(x), n, k) for b, x, n, k in parts]
 
 
 _PURE = (scan_request_py, codec.decode_labels, codec.encode_labels, index_totals_py,

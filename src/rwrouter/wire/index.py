@@ -1,0 +1,80 @@
+"""A share's index (pure): per framed series, its length in bytes, its samples (samples +
+exemplars + histograms) and its shard hash, as ``<III`` (little-endian u32 each). A
+destination's share of a request, a queue record and a chunk of the sending side are all a
+body (the frames concatenated) and such an index, so nothing walks the protobuf again.
+
+The compiled versions of :func:`index_totals_py` and :func:`split_shards_py` are picked by
+:mod:`rwrouter.wire.scan` (``index_totals``, ``split_shards``).
+"""
+
+from __future__ import annotations
+
+import struct
+
+__all__ = [
+    "INDEX",
+    "counts_of",
+    "frames_of",
+    "hashes_of",
+    "index_totals_py",
+    "split_shards_py",
+]
+
+INDEX = struct.Struct("<III")  # per frame: frame bytes, samples, shard hash
+
+
+def frames_of(body: bytes, index: bytes) -> list[bytes]:
+    """Each framed series of a share (``body`` sliced by its :data:`INDEX`): for tools,
+    tests and refusals, never the hot path."""
+    out, pos = [], 0
+    for length, _, _ in INDEX.iter_unpack(index):
+        out.append(body[pos : pos + length])
+        pos += length
+    return out
+
+
+def counts_of(index: bytes) -> list[int]:
+    """Each frame's sample count, from an :data:`INDEX`."""
+    return [n for _, n, _ in INDEX.iter_unpack(index)]
+
+
+def hashes_of(index: bytes) -> list[int]:
+    """Each frame's shard hash, from an :data:`INDEX`."""
+    return [h for _, _, h in INDEX.iter_unpack(index)]
+
+
+def index_totals_py(index: bytes) -> tuple[int, int]:
+    """(frame bytes, samples) summed over an :data:`INDEX`. Raises ValueError when its length
+    is not a whole number of entries."""
+    if len(index) % INDEX.size:
+        raise ValueError("index length is not a multiple of 12")
+    nbytes = samples = 0
+    for length, count, _ in INDEX.iter_unpack(index):
+        nbytes += length
+        samples += count
+    return nbytes, samples
+
+
+def split_shards_py(body: bytes, index: bytes, shards: int) -> list[tuple[bytes, bytes, int, int]]:
+    """The frames of ``body`` (described by ``index``) by shard, ``hash % shards``, keeping
+    their order: per shard (body, index, samples, series). Raises ValueError when the index
+    does not cover the body exactly, or ``shards`` < 1."""
+    if shards < 1:
+        raise ValueError("shards must be at least 1")
+    if len(index) % INDEX.size:
+        raise ValueError("index length is not a multiple of 12")
+    bodies = [bytearray() for _ in range(shards)]
+    indexes = [bytearray() for _ in range(shards)]
+    samples, series = [0] * shards, [0] * shards
+    pos = 0
+    for i, (length, count, hashed) in enumerate(INDEX.iter_unpack(index)):
+        s = hashed % shards
+        bodies[s] += body[pos : pos + length]
+        indexes[s] += index[i * INDEX.size : (i + 1) * INDEX.size]
+        samples[s] += count
+        series[s] += 1
+        pos += length
+    if pos != len(body):
+        raise ValueError("index does not match its body")
+    parts = zip(bodies, indexes, samples, series, strict=True)
+    return [(bytes(b), bytes(x), n, k) for b, x, n, k in parts]
