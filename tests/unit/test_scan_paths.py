@@ -706,3 +706,22 @@ def _parse_raw(data: bytes) -> remote_pb2.WriteRequest:
     request = remote_pb2.WriteRequest()
     request.ParseFromString(data)
     return request
+
+
+@needs_accelerator
+def test_compiled_loop_applies_templates_itself_with_the_same_entries_and_counters() -> None:
+    data = fleet_request(6, 2)
+    shortcut = Router(global_rules=(), routes=FILTER_ROUTES)
+    full = Router(global_rules=(), routes=FILTER_ROUTES)
+    full._signature_names = None
+    calls = []
+    python_miss = shortcut._miss
+    shortcut._miss = lambda key: calls.append(key) or python_miss(key)  # type: ignore[method-assign]
+    out = shortcut.route(data)
+    assert out == full.route(data)
+    assert (shortcut.misses, shortcut.hits) == (full.misses, full.hits)
+    assert shortcut.cached_bytes == full.cached_bytes and len(shortcut) == len(full)
+    assert len(calls) <= len(shortcut._templates) + 1 < shortcut.misses  # the rest: in C
+    assert sorted(value for _, value in shortcut._young.items()) == sorted(
+        value for _, value in full._young.items()
+    )

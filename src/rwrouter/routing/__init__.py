@@ -322,9 +322,12 @@ class Router:
         request is refused).
         """
         self.maintain(now)
+        templates = self._templates if self._signature_names else None
         scan = scan_request(data, self._young, self._old, self._miss, self._filters, self._filter,
-                            REASONS)  # fmt: skip
+                            REASONS, templates, self._signature_names or ())  # fmt: skip
         self.hits += scan.hits
+        self.misses += scan.misses
+        self._young_bytes += scan.miss_bytes
         self._young_bytes += scan.promoted_bytes
         self._overlap += scan.promoted
         self._overlap_bytes += scan.promoted_bytes

@@ -243,6 +243,49 @@ static PyObject *pure_scan(PyObject *const *args, Py_ssize_t nargs) {
     return call_reference("rwrouter.wire.scan", "scan_request_py", args, nargs);
 }
 
+static PyObject *signature_values(const uint8_t *d, Py_ssize_t end, PyObject *names);
+static PyObject *crc32_fn; /* zlib.crc32: the shard hash of routing.shard_hash */
+
+/* The miss path's template shortcut of routing.Router._from_template, for a label set the
+ * Python side has a template for: 1 and *out a new entry, 0 when it does not apply (the caller
+ * calls miss()), -1 on error. templates: {signature values: tuple of bytes pieces}. */
+static int template_entry(const char *kp, Py_ssize_t kn, PyObject *names, PyObject *templates,
+                          PyObject **out) {
+    PyObject *values = signature_values((const uint8_t *)kp, kn, names);
+    if (!values) return -1;
+    if (values == Py_None) {
+        Py_DECREF(values);
+        return 0;
+    }
+    PyObject *parts = PyDict_GetItemWithError(templates, values);
+    Py_DECREF(values);
+    if (!parts) return PyErr_Occurred() ? -1 : 0;
+    if (!PyTuple_CheckExact(parts) || PyTuple_GET_SIZE(parts) < 1) return 0;
+    Py_ssize_t nparts = PyTuple_GET_SIZE(parts), total = 4 * (nparts - 1);
+    for (Py_ssize_t i = 0; i < nparts; i++) {
+        if (!PyBytes_CheckExact(PyTuple_GET_ITEM(parts, i))) return 0;
+        total += PyBytes_GET_SIZE(PyTuple_GET_ITEM(parts, i));
+    }
+    PyObject *view = PyMemoryView_FromMemory((char *)kp, kn, PyBUF_READ);
+    PyObject *crc = view ? PyObject_CallOneArg(crc32_fn, view) : NULL;
+    Py_XDECREF(view);
+    if (!crc) return -1;
+    unsigned long h = PyLong_AsUnsignedLong(crc);
+    Py_DECREF(crc);
+    if (h == (unsigned long)-1 && PyErr_Occurred()) return -1;
+    PyObject *entry = PyBytes_FromStringAndSize(NULL, total);
+    if (!entry) return -1;
+    char *p = PyBytes_AS_STRING(entry);
+    for (Py_ssize_t i = 0; i < nparts; i++) {
+        PyObject *part = PyTuple_GET_ITEM(parts, i);
+        if (i) p = put_u32(p, (uint32_t)h);
+        memcpy(p, PyBytes_AS_STRING(part), (size_t)PyBytes_GET_SIZE(part));
+        p += PyBytes_GET_SIZE(part);
+    }
+    *out = entry;
+    return 1;
+}
+
 #define BAIL goto bail
 #define FAIL goto fail
 
@@ -317,12 +360,17 @@ static Py_ssize_t prehash(const uint8_t *d, Py_ssize_t end, PreHash **out) {
 
 static PyObject *scan_request(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "scan_request takes 7 arguments");
+    if (nargs != 7 && nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "scan_request takes 7 or 9 arguments");
         return NULL;
     }
     PyObject *data = args[0], *young = args[1], *old = args[2], *miss = args[3];
     PyObject *filters = args[4], *filt = args[5], *reasons = args[6];
+    /* The template shortcut (templates dict, names tuple), or None */
+    PyObject *templates = nargs == 9 ? args[7] : Py_None, *names = nargs == 9 ? args[8] : Py_None;
+    int use_templates = PyDict_CheckExact(templates) && PyTuple_CheckExact(names);
+    for (Py_ssize_t i = 0; use_templates && i < PyTuple_GET_SIZE(names); i++)
+        use_templates = PyBytes_CheckExact(PyTuple_GET_ITEM(names, i));
     /* The cache generations: both LabelCache (looked up in place), or both dicts. */
     int label_caches = Py_IS_TYPE(young, &LabelCacheType) && Py_IS_TYPE(old, &LabelCacheType);
     int dicts = PyDict_CheckExact(young) && PyDict_CheckExact(old);
@@ -338,6 +386,7 @@ static PyObject *scan_request(PyObject *module, PyObject *const *args, Py_ssize_
     Py_ssize_t ndest = s->ndest;
     PyObject *metadata = NULL, *key = NULL, *raw = NULL, *entry = NULL, *rest_obj = NULL;
     long long samples_in = 0, series_in = 0, hits = 0, promoted = 0, promoted_bytes = 0;
+    long long misses = 0, miss_bytes = 0; /* misses answered here from a template */
     s->drop_refs = PyList_New(0);
     metadata = PyList_New(0);
     if (!s->drop_refs || !metadata) FAIL;
@@ -455,12 +504,21 @@ static PyObject *scan_request(PyObject *module, PyObject *const *args, Py_ssize_
                 promoted++;
                 promoted_bytes += kn + PyBytes_GET_SIZE(entry);
             } else {
-                if (!key) {
-                    key = PyBytes_FromStringAndSize(kp, kn);
-                    if (!key) FAIL;
+                int made = use_templates && kn > 0
+                               ? template_entry(kp, kn, names, templates, &entry) : 0;
+                if (made < 0) FAIL;
+                if (made) {
+                    if (lc_insert((LabelCache *)young, g, entry) < 0) FAIL;
+                    misses++;
+                    miss_bytes += kn + PyBytes_GET_SIZE(entry);
+                } else {
+                    if (!key) {
+                        key = PyBytes_FromStringAndSize(kp, kn);
+                        if (!key) FAIL;
+                    }
+                    entry = PyObject_CallOneArg(miss, key);
+                    if (!entry) FAIL;
                 }
-                entry = PyObject_CallOneArg(miss, key);
-                if (!entry) FAIL;
             }
         } else if ((entry = PyDict_GetItemWithError(young, key))) {
             Py_INCREF(entry);
@@ -608,8 +666,9 @@ static PyObject *scan_request(PyObject *module, PyObject *const *args, Py_ssize_
         Py_XDECREF(v);
         if (r < 0) goto build_fail;
     }
-    result = Py_BuildValue("(NNNNNLLNLLL)", bodies, indexes, samples, series, dropped, samples_in,
-                           series_in, metadata, hits, promoted, promoted_bytes);
+    result = Py_BuildValue("(NNNNNLLNLLLLL)", bodies, indexes, samples, series, dropped,
+                           samples_in, series_in, metadata, hits, promoted, promoted_bytes,
+                           misses, miss_bytes);
     state_free(s);
     PyMem_Free(s);
     PyMem_Free(pre);
@@ -827,16 +886,24 @@ static PyObject *pure_signature(PyObject *const *args, Py_ssize_t nargs) {
 
 /* Compiled rwrouter.wire.scan.signature_py: the values of ``names`` (sorted bytes) in a
  * canonical label set, or None when the set is not canonical. */
+static PyObject *signature_values(const uint8_t *d, Py_ssize_t end, PyObject *names);
+
 static PyObject *signature(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
     if (nargs != 2 || !PyBytes_CheckExact(args[0]) || !PyTuple_CheckExact(args[1]))
         return pure_signature(args, nargs);
-    PyObject *raw = args[0], *names = args[1];
-    const uint8_t *d = (const uint8_t *)PyBytes_AS_STRING(raw);
-    Py_ssize_t end = PyBytes_GET_SIZE(raw), pos = 0, nnames = PyTuple_GET_SIZE(names);
-    for (Py_ssize_t k = 0; k < nnames; k++)
+    PyObject *names = args[1];
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(names); k++)
         if (!PyBytes_CheckExact(PyTuple_GET_ITEM(names, k)))
             return pure_signature(args, nargs);
+    return signature_values((const uint8_t *)PyBytes_AS_STRING(args[0]),
+                            PyBytes_GET_SIZE(args[0]), names);
+}
+
+/* The values of ``names`` (a tuple of bytes, sorted) in the canonical label set d[0:end], or
+ * None when it is not canonical (see signature_py). */
+static PyObject *signature_values(const uint8_t *d, Py_ssize_t end, PyObject *names) {
+    Py_ssize_t pos = 0, nnames = PyTuple_GET_SIZE(names);
     PyObject *values = PyTuple_New(nnames);
     if (!values) return NULL;
     for (Py_ssize_t k = 0; k < nnames; k++) {
@@ -1051,6 +1118,11 @@ PyMODINIT_FUNC PyInit__scan(void) {
     split_series_fn = PyObject_GetAttrString(codec, "split_series");
     decode_labels_py_fn = PyObject_GetAttrString(codec, "decode_labels");
     Py_DECREF(codec);
+    PyObject *zlib_module = PyImport_ImportModule("zlib");
+    if (!zlib_module) return NULL;
+    crc32_fn = PyObject_GetAttrString(zlib_module, "crc32");
+    Py_DECREF(zlib_module);
+    if (!crc32_fn) return NULL;
     PyObject *validate = PyImport_ImportModule("rwrouter.wire.validate");
     if (!validate) return NULL;
     check_metadata_fn = PyObject_GetAttrString(validate, "check_metadata");

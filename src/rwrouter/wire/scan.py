@@ -139,6 +139,9 @@ class Cache(Protocol):
 
 
 Miss = Callable[[bytes], Entry]
+Templates = dict[tuple[bytes | None, ...], tuple[bytes, ...]]
+"""The miss path's templates: values of the labels the rules read -> entry pieces around
+the shard hash (``hash.join(pieces)`` is the entry)."""
 LabelDecoder = Callable[[bytes], tuple[tuple[str, str], ...]]
 LabelEncoder = Callable[[tuple[tuple[str, str], ...]], bytes]
 IndexTotals = Callable[[bytes], tuple[int, int]]
@@ -157,7 +160,8 @@ class Scan(NamedTuple):
     exemplars + histograms received, ``series_in``: series received. ``metadata``: the raw
     MetricMetadata payloads (checked), in order. ``hits``: cache lookups answered by ``young``
     or ``old``; ``promoted``/``promoted_bytes``: entries copied from ``old`` to ``young`` and
-    their size (key and encoded labels, bytes).
+    their size (key and encoded labels, bytes). ``misses``/``miss_bytes``: label sets not
+    cached that the loop routed itself from ``templates`` (then ``miss`` was not called).
     """
 
     bodies: list[bytes]
@@ -171,6 +175,8 @@ class Scan(NamedTuple):
     hits: int
     promoted: int
     promoted_bytes: int
+    misses: int = 0  # misses answered by the loop itself from a template (compiled loop only)
+    miss_bytes: int = 0  # what those added to ``young`` (key and entry bytes)
 
 
 def entry_bytes(key: bytes, entry: Entry) -> int:
@@ -186,12 +192,16 @@ def scan_request_py(
     filters: tuple[bool, ...],
     filt: Filter,
     reasons: tuple[str, ...],
+    templates: Templates | None = None,
+    names: tuple[bytes, ...] = (),
 ) -> Scan:
     """Split a decompressed write request (RW 1.0) into per-destination shares.
 
     ``young``/``old``: the routing cache (read; ``young`` also gets what ``old`` answered).
     ``miss(raw_labels)``: the outcome of a label set in neither (the caller caches it).
-    ``reasons``: the drop reasons an :data:`Entry` refers to by index.
+    ``reasons``: the drop reasons an :data:`Entry` refers to by index. ``templates``/``names``:
+    the miss path's template shortcut (:meth:`rwrouter.routing.Router._from_template`), which
+    the compiled loop applies itself; this loop leaves it to ``miss`` (same entries).
     ``filters[i]``: destination ``i`` takes only some of exemplars/histograms; then
     ``filt(i, raw_series)`` gives (the series' remaining raw fields, samples left). A series
     without samples, exemplars or histograms is looked up (its labels are checked) but not
@@ -337,8 +347,12 @@ def _select() -> tuple[
         filters: tuple[bool, ...],
         filt: Filter,
         reasons: tuple[str, ...],
+        templates: Templates | None = None,
+        names: tuple[bytes, ...] = (),
     ) -> Scan:
-        return Scan._make(_scan.scan_request(data, young, old, miss, filters, filt, reasons))
+        return Scan._make(
+            _scan.scan_request(data, young, old, miss, filters, filt, reasons, templates, names)
+        )
 
     return (scan_request_c, _scan.decode_labels, _scan.encode_labels, _scan.index_totals,
             _scan.split_shards, _scan.signature, True)  # fmt: skip
