@@ -266,15 +266,21 @@ static int template_entry(const char *kp, Py_ssize_t kn, PyObject *names, PyObje
         if (!PyBytes_CheckExact(PyTuple_GET_ITEM(parts, i))) return 0;
         total += PyBytes_GET_SIZE(PyTuple_GET_ITEM(parts, i));
     }
+    /* zlib.crc32 may release the GIL (large inputs) and another thread clear the templates:
+     * hold the pieces. */
+    Py_INCREF(parts);
     PyObject *view = PyMemoryView_FromMemory((char *)kp, kn, PyBUF_READ);
     PyObject *crc = view ? PyObject_CallOneArg(crc32_fn, view) : NULL;
     Py_XDECREF(view);
-    if (!crc) return -1;
-    unsigned long h = PyLong_AsUnsignedLong(crc);
-    Py_DECREF(crc);
-    if (h == (unsigned long)-1 && PyErr_Occurred()) return -1;
-    PyObject *entry = PyBytes_FromStringAndSize(NULL, total);
-    if (!entry) return -1;
+    unsigned long h = crc ? PyLong_AsUnsignedLong(crc) : 0;
+    Py_XDECREF(crc);
+    PyObject *entry = NULL;
+    if (crc && !(h == (unsigned long)-1 && PyErr_Occurred()))
+        entry = PyBytes_FromStringAndSize(NULL, total);
+    if (!entry) {
+        Py_DECREF(parts);
+        return -1;
+    }
     char *p = PyBytes_AS_STRING(entry);
     for (Py_ssize_t i = 0; i < nparts; i++) {
         PyObject *part = PyTuple_GET_ITEM(parts, i);
@@ -282,6 +288,7 @@ static int template_entry(const char *kp, Py_ssize_t kn, PyObject *names, PyObje
         memcpy(p, PyBytes_AS_STRING(part), (size_t)PyBytes_GET_SIZE(part));
         p += PyBytes_GET_SIZE(part);
     }
+    Py_DECREF(parts);
     *out = entry;
     return 1;
 }
