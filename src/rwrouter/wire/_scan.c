@@ -688,18 +688,14 @@ build_fail:
     Py_XDECREF(dropped);
     goto fail;
 
+    int bailed;
 bail:
     /* Malformed or unusual input: the reference implementation decides (and raises). */
-    Py_XDECREF(entry);
-    Py_XDECREF(key);
-    Py_XDECREF(raw);
-    Py_XDECREF(rest_obj);
-    Py_XDECREF(metadata);
-    state_free(s);
-    PyMem_Free(s);
-    PyMem_Free(pre);
-    return pure_scan(args, nargs);
+    bailed = 1;
+    goto cleanup;
 fail:
+    bailed = 0;
+cleanup:
     Py_XDECREF(entry);
     Py_XDECREF(key);
     Py_XDECREF(raw);
@@ -708,7 +704,7 @@ fail:
     state_free(s);
     PyMem_Free(s);
     PyMem_Free(pre);
-    return NULL;
+    return bailed ? pure_scan(args, nargs) : NULL;
 }
 
 /* -- labels ------------------------------------------------------------------------------- */

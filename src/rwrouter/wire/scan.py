@@ -339,20 +339,8 @@ def _select() -> tuple[
     except ImportError:
         return _PURE
 
-    def scan_request_c(
-        data: bytes,
-        young: Cache,
-        old: Cache,
-        miss: Miss,
-        filters: tuple[bool, ...],
-        filt: Filter,
-        reasons: tuple[str, ...],
-        templates: Templates | None = None,
-        names: tuple[bytes, ...] = (),
-    ) -> Scan:
-        return Scan._make(
-            _scan.scan_request(data, young, old, miss, filters, filt, reasons, templates, names)
-        )
+    def scan_request_c(*args: object) -> Scan:  # the arguments of scan_request_py
+        return Scan._make(_scan.scan_request(*args))
 
     return (scan_request_c, _scan.decode_labels, _scan.encode_labels, _scan.index_totals,
             _scan.split_shards, _scan.signature, True)  # fmt: skip
