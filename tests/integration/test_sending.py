@@ -27,7 +27,7 @@ from rwrouter.sending.delivery import SPLIT_BUDGET
 from rwrouter.sending.destination import Destination
 from rwrouter.sending.records import HEADER, META_SIZE, encode_share
 from rwrouter.sending.transport import Transport
-from rwrouter.wire import remote_pb2, types_pb2
+from rwrouter.wire import declared_size, remote_pb2, types_pb2
 from rwrouter.wire.scan import INDEX
 from rwrouter.wire.walk import encode_varint
 from tests.integration.conftest import StartRouter, eventually, metric_value, post_write
@@ -478,35 +478,50 @@ def _with_undecodable_body(record: bytes) -> bytes:
     return HEADER.pack(len(bad), zlib.crc32(bad)) + bad
 
 
+UNDECODABLE_CASES = [
+    # id, queue_config, the damaged record travels spliced with the good one in one request
+    ("alone", "{max_samples_per_send: 10, batch_send_deadline: 5ms}", False),
+    ("spliced_with_a_good_record", "{max_samples_per_send: 20, batch_send_deadline: 30s}", True),
+]
+
+
+@pytest.mark.parametrize(("queue_config", "spliced"), [c[1:] for c in UNDECODABLE_CASES],
+                         ids=[c[0] for c in UNDECODABLE_CASES])  # fmt: skip
 async def test_a_stored_body_that_does_not_decompress_is_skipped_not_retried_for_ever(
-    serve: Serve, tmp_path: Path
+    serve: Serve, tmp_path: Path, queue_config: str, spliced: bool
 ) -> None:
-    """With one shard a record is sent as stored, never decompressed on the way: when the
-    destination refuses it and it must be split, its body does not decompress. It is counted
-    as corrupt and done; the records after it are delivered."""
+    """With one shard a record is sent as stored (alone, or spliced with the next records),
+    never decompressed on the way: when the destination refuses it and it must be split, its
+    body does not decompress. It is counted as corrupt and done; the other records are
+    delivered."""
     received: list[int] = []
+    refused: list[int] = []
 
     async def strict(request: web.Request) -> web.Response:
+        body = await request.read()
         try:
-            request_obj, _ = decode(await request.read())
+            request_obj, _ = decode(body)
         except Exception:
+            refused.append(declared_size(body))
             return web.Response(status=400, text="undecodable")
         received.append(len(request_obj.timeseries))
         return web.Response(status=200)
 
     config = parse_config(f"remote_write:\n  - name: strict\n    url: {await serve(strict)}\n"
-                          "    queue_config: {batch_send_deadline: 5ms}\n", env={})  # fmt: skip
+                          f"    queue_config: {queue_config}\n", env={})  # fmt: skip
     metrics = Metrics()
     dest = Destination(config=config.remote_write[0], storage=StorageConfig(path=str(tmp_path)),
                        transport=Transport(url=config.remote_write[0].url, timeout=10),
                        auth=NoAuth(), metrics=metrics)  # fmt: skip
     router = Router(global_rules=(), routes=[Route(name="strict")])
     await dest.start()
+    sizes: list[int] = []  # decoded bytes of each record
     try:
         for step, damaged in enumerate((True, False)):
             body = write_request([Series((("__name__", "m"), ("i", str(i))), ((step, 1.0),))
                                   for i in range(10)])  # fmt: skip
             routed = router.route(body.SerializeToString()).series[0]
+            sizes.append(len(routed.body))
             share = encode_share(routed.body, routed.index, received_ms=0,
                                  max_body_bytes=dest.max_request_bytes)  # fmt: skip
             if damaged:
@@ -519,5 +534,10 @@ async def test_a_stored_body_that_does_not_decompress_is_skipped_not_retried_for
             lambda: metric_value(metrics, "rwrouter_samples_dropped_total",
                                  destination="strict", reason="corrupt") == 10
         )  # fmt: skip
+        # the damaged record was refused once (spliced: in one request with the good one)
+        assert refused == [sizes[0] + sizes[1] if spliced else sizes[0]]
+        await eventually(
+            lambda: metric_value(metrics, "rwrouter_sent_samples_total", destination="strict") == 10
+        )
     finally:
         await dest.stop(timeout=1)

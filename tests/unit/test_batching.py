@@ -720,16 +720,39 @@ def test_a_whole_stored_record_is_sent_as_stored(max_samples: int, as_stored: bo
     assert chunk == plain
 
 
-def test_merged_records_are_compressed_again() -> None:
-    a, b = (chunk_of([(frame(i), 1, _hash(i))], owner=i) for i in range(2))
-    whole = [Chunk(None, c.index, c.samples, c.series, c.owner,
-                   compressed=snappy.compress(c.body), nbytes=c.nbytes)
-             for c in (a, b)]  # fmt: skip
+SPLICE_CASES = [
+    # id, which chunks are stored records (the others hold their raw body only)
+    ("two_stored_records", (True, True)),
+    ("stored_then_raw", (True, False)),
+    ("raw_then_stored", (False, True)),
+    ("three_stored_one_empty", (True, True, True)),
+]
+
+
+@pytest.mark.parametrize("stored", [c[1] for c in SPLICE_CASES], ids=[c[0] for c in SPLICE_CASES])
+def test_merged_stored_records_are_spliced_not_recompressed(stored: tuple[bool, ...]) -> None:
+    plain = [chunk_of([(frame(i), 1, _hash(i))] if i < 2 else [], owner=i)
+             for i in range(len(stored))]  # fmt: skip
+    chunks = [Chunk(None, c.index, c.samples, c.series, c.owner,
+                    compressed=snappy.compress(c.body), nbytes=c.nbytes) if keep else c
+              for c, keep in zip(plain, stored, strict=True)]  # fmt: skip
     buf = ShardBuffer()
-    for c in whole:
+    for c in chunks:
         buf.add(c, now=0.0)
     batch = buf.take(max_samples=10, max_bytes=1 << 20)
-    assert batch.compressed is None and batch.raw == a.body + b.body
+    assert len(batch.chunks) == len(stored) and batch.stored
+    body = batch.compressed
+    assert body is not None
+    assert all(c._body is None for c, keep in zip(chunks, stored, strict=True) if keep)
+    assert snappy.decompress(body) == b"".join(c.body for c in plain) == batch.raw
+
+
+def test_records_held_raw_are_compressed_in_one_go() -> None:
+    buf = ShardBuffer()
+    for i in range(2):
+        buf.add(chunk_of([(frame(i), 1, _hash(i))], owner=i), now=0.0)
+    batch = buf.take(max_samples=10, max_bytes=1 << 20)
+    assert not batch.stored and batch.compressed is None and batch.raw == frame(0) + frame(1)
 
 
 def test_a_chunk_needs_a_body() -> None:

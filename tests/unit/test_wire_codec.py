@@ -183,6 +183,52 @@ def test_compress_round_trip() -> None:
     assert snappy.decompress(compress(data)) == data
 
 
+# splice_compressed: several snappy blocks as one, without decompressing them
+
+SPLICE_CASES = [
+    # id, decoded parts (each compressed alone, then spliced)
+    ("one_block_as_is", [b"abc" * 100]),
+    ("two_blocks", [b"abc" * 100, b"xyz" * 100]),
+    ("with_an_empty_block", [b"", b"abc" * 40, b""]),
+    ("copies_reach_back_in_their_own_block", [b"0123456789" * 7000, b"0123456789" * 7000]),
+    ("a_block_over_64k", [bytes(range(256)) * 400, b"tail"]),
+]
+
+
+@pytest.mark.parametrize("parts", [c[1] for c in SPLICE_CASES], ids=[c[0] for c in SPLICE_CASES])
+def test_splice_compressed_decodes_to_the_parts_concatenated(parts: list[bytes]) -> None:
+    spliced = codec.splice_compressed([compress(p) for p in parts])
+    whole = b"".join(parts)
+    assert decompress(spliced, max_decoded_bytes=LIMIT) == whole == snappy.decompress(spliced)
+    assert codec.declared_size(spliced) == len(whole)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=3000).map(lambda b: b * 3), min_size=1, max_size=6))
+def test_splice_compressed_random_blocks(parts: list[bytes]) -> None:
+    assert snappy.decompress(codec.splice_compressed([compress(p) for p in parts])) == b"".join(
+        parts
+    )
+
+
+def test_spliced_write_requests_are_one_write_request() -> None:
+    """Protobuf encodings concatenate into their merge: the series of both, in order."""
+    reqs = [remote_pb2.WriteRequest() for _ in range(2)]
+    for i, req in enumerate(reqs):
+        ts = req.timeseries.add()
+        ts.labels.add(name="__name__", value=f"m{i}")
+        ts.samples.add(value=float(i), timestamp=i)
+    body = codec.splice_compressed([compress(r.SerializeToString()) for r in reqs])
+    merged = remote_pb2.WriteRequest.FromString(decompress(body, max_decoded_bytes=LIMIT))
+    assert [ts.labels[0].value for ts in merged.timeseries] == ["m0", "m1"]
+
+
+@pytest.mark.parametrize("bad", [b"", b"\xff" * 11], ids=["empty_block", "overlong_varint"])
+def test_splice_compressed_refuses_an_unreadable_header(bad: bytes) -> None:
+    with pytest.raises(DecodeError, match="uncompressed-length varint"):
+        codec.splice_compressed([compress(b"ok"), bad])
+
+
 # ---------------------------------------------------------------------------------------------
 # parse_write_request against the generated protobuf
 

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rwrouter.wire import decompress
+from rwrouter.wire import compress, decompress, splice_compressed
 from rwrouter.wire.scan import INDEX, split_shards
 
 
@@ -115,12 +115,22 @@ class Batch:
     nbytes: int
 
     @property
+    def stored(self) -> bool:
+        """Some chunk is a whole stored record (held compressed): see :attr:`compressed`."""
+        return any(chunk.compressed is not None for chunk in self.chunks)
+
+    @property
     def compressed(self) -> bytes | None:
-        """The batch as a compressed write request when it is one stored record, sent as it
-        is; None otherwise (then :attr:`raw` is compressed to send it)."""
-        if len(self.chunks) == 1:
-            return self.chunks[0].compressed
-        return None
+        """The batch as a compressed write request when some chunk is a whole stored record:
+        the stored blocks as they are and the other chunks compressed alone, spliced into one
+        block (:func:`~rwrouter.wire.splice_compressed`: no stored record is decompressed and
+        compressed again). None when no chunk is stored (then :attr:`raw` is compressed in
+        one go). Raises DecodeError when a stored block's header is unreadable."""
+        if not self.stored:
+            return None
+        return splice_compressed(
+            [c.compressed if c.compressed is not None else compress(c.body) for c in self.chunks]
+        )
 
     @property
     def raw(self) -> bytes:

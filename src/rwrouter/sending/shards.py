@@ -221,8 +221,13 @@ class Shards:
                 compressed=compressed, resent=self._resent(batch.chunks[0].owner),
             )  # fmt: skip
         except DecodeError as exc:  # a stored body that does not decompress: done, counted
-            self._corrupt(batch.chunks, exc, sent=False)
-            return True
+            if len(batch.chunks) == 1:
+                self._corrupt(batch.chunks, exc, sent=False)
+                return True
+            # Several records spliced: nothing was delivered (the refusal needed the bodies,
+            # or the splice failed); count the undecodable ones and send the others.
+            good = self._without_undecodable(batch, stored_too=True, sent=False)
+            return not good.chunks or await self._send(good)
         except Exception:
             log.exception("destination=%s msg=%s", self.name,
                           q("sending a batch failed unexpectedly: retrying in 1s"))  # fmt: skip
@@ -233,11 +238,14 @@ class Shards:
         await self._dead_letters.flush()  # refused parts on disk before the queue moves on
         return True
 
-    def _without_undecodable(self, batch: Batch, *, stored_too: bool = False) -> Batch:
+    def _without_undecodable(
+        self, batch: Batch, *, stored_too: bool = False, sent: bool = True
+    ) -> Batch:
         """The batch without its chunks whose stored body does not decompress (counted as
-        corrupt and done); a batch sent as stored is not decompressed at all, unless
-        ``stored_too`` (re-hashing needs every body)."""
-        if batch.compressed is not None and not stored_too:
+        corrupt; ``sent``: and done, else the caller's batch completes them); stored records
+        are sent as stored, not decompressed here, unless ``stored_too`` (re-hashing or a
+        refusal needs every body)."""
+        if batch.stored and not stored_too:
             return batch
         good: list[Chunk] = []
         for chunk in batch.chunks:
@@ -245,7 +253,7 @@ class Shards:
                 chunk.body  # noqa: B018  (decompressed here, once)
                 good.append(chunk)
             except DecodeError as exc:
-                self._corrupt([chunk], exc)
+                self._corrupt([chunk], exc, sent=sent)
         if len(good) == len(batch.chunks):
             return batch
         return Batch(good, sum(c.samples for c in good), sum(c.nbytes for c in good))

@@ -16,6 +16,7 @@ from rwrouter.wire.codec import (
     frame_series,
     metadata_family,
     parse_write_request,
+    splice_compressed,
     strip_fields,
 )
 
@@ -31,5 +32,6 @@ __all__ = [
     "frame_series",
     "metadata_family",
     "parse_write_request",
+    "splice_compressed",
     "strip_fields",
 ]

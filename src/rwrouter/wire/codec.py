@@ -18,6 +18,7 @@ making a destination reject a batch that also carries other requests' series.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import snappy  # type: ignore[import-untyped,unused-ignore]
@@ -104,6 +105,36 @@ def compress(data: bytes) -> bytes:
     """Snappy block compression (what remote write bodies use)."""
     out: bytes = snappy.compress(data)
     return out
+
+
+def splice_compressed(blocks: Sequence[bytes]) -> bytes:
+    """One snappy block whose decoded bytes are the concatenation of ``blocks``' decoded bytes,
+    without decompressing them (a memory copy of the compressed bytes).
+
+    Snappy block format (google/snappy ``format_description.txt``): a block is the varint of
+    its decoded length, then elements (literals, and copies whose offset reaches back into
+    output already produced); a compressor never refers before its block's own start, so the
+    elements of several blocks can follow one another under one length header with their sum.
+    For remote write bodies the result is again a WriteRequest: protobuf encodings of one
+    message type concatenate into their merge (repeated fields appended, in order).
+
+    ``blocks``: one or more snappy blocks (a single one is returned as is). Their contents are
+    not checked here: a damaged block still fails to decompress after splicing. Raises
+    DecodeError when a block's length header is unreadable.
+    """
+    if len(blocks) == 1:
+        return blocks[0]
+    total = 0
+    parts: list[bytes | memoryview] = [b""]
+    for block in blocks:
+        try:
+            length, start = read_varint(block, 0, min(len(block), 10))
+        except DecodeError:
+            raise DecodeError("snappy block header: bad uncompressed-length varint") from None
+        total += length
+        parts.append(memoryview(block)[start:])
+    parts[0] = encode_varint(total)
+    return b"".join(parts)
 
 
 def decode_labels(raw: bytes) -> tuple[tuple[str, str], ...]:
