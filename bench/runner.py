@@ -179,6 +179,11 @@ class Contender:
         return f"http://127.0.0.1:{self.port}{self.ready_path}"
 
 
+#: Samples per request each router sends (both the same): vmagent's default block
+#: (-remoteWrite.maxRowsPerBlock). Prometheus' default max_samples_per_send (2000), which
+#: rwrouter keeps as its own default, would make rwrouter send 5x the requests vmagent sends.
+DEFAULT_BATCH = 10_000
+
 #: vmagent flags besides listen address, URLs, relabel files and tmpDataPath, with why.
 VMAGENT_FLAGS: tuple[tuple[str, str], ...] = (
     ("-loggerLevel=WARN", "no per-request logging either way; rwrouter logs at its default"),
@@ -187,9 +192,12 @@ VMAGENT_FLAGS: tuple[tuple[str, str], ...] = (
 )
 
 
-def vmagent_contender(workdir: Path, a_url: str, b_url: str, rules: int) -> Contender:
+def vmagent_contender(
+    workdir: Path, a_url: str, b_url: str, rules: int, batch: int = DEFAULT_BATCH
+) -> Contender:
     """vmagent: A keeps :data:`A_REGEX`, B drops it (one -remoteWrite.urlRelabelConfig per
-    -remoteWrite.url), each file with ``rules - 1`` no-op labeldrop rules first."""
+    -remoteWrite.url), each file with ``rules - 1`` no-op labeldrop rules first; at most
+    ``batch`` samples per request it sends (``-remoteWrite.maxRowsPerBlock``)."""
     keep = [*labeldrop_rules(rules - 1), {"action": "keep", "source_labels": ["__name__"],
                                            "regex": A_REGEX}]  # fmt: skip
     drop = [*labeldrop_rules(rules - 1), {"action": "drop", "source_labels": ["__name__"],
@@ -205,6 +213,7 @@ def vmagent_contender(workdir: Path, a_url: str, b_url: str, rules: int) -> Cont
         f"-remoteWrite.url={b_url}",
         f"-remoteWrite.urlRelabelConfig={workdir / 'dropA.yml'}",
         f"-remoteWrite.tmpDataPath={workdir / 'vmagent-data'}",
+        f"-remoteWrite.maxRowsPerBlock={batch}",
         *(flag for flag, _ in VMAGENT_FLAGS),
     ]
     return Contender("vmagent", argv, port, "/health")
@@ -247,10 +256,13 @@ def rwrouter_contender(
     rules: int,
     workers: int | None,
     env: dict[str, str] | None = None,
+    batch: int = DEFAULT_BATCH,
 ) -> Contender:
     """rwrouter: destination A keeps :data:`A_REGEX`, B is ``fallback: true``; each with
-    ``rules - 1`` no-op labeldrop rules (A's keep comes last); defaults otherwise."""
+    ``rules - 1`` no-op labeldrop rules (A's keep comes last) and at most ``batch`` samples
+    per request it sends (``queue_config.max_samples_per_send``); defaults otherwise."""
     port = free_port()
+    queue = {"max_samples_per_send": batch}
     config = {
         "server": {"listen_address": f"127.0.0.1:{port}"},
         "storage": {"path": str(workdir / "rwrouter-data")},
@@ -262,12 +274,14 @@ def rwrouter_contender(
                     *labeldrop_rules(rules - 1),
                     {"action": "keep", "source_labels": ["__name__"], "regex": A_REGEX},
                 ],
+                "queue_config": queue,
             },
             {
                 "name": "B",
                 "url": b_url,
                 "fallback": True,
                 "write_relabel_configs": labeldrop_rules(rules - 1),
+                "queue_config": queue,
             },
         ],
     }
@@ -586,6 +600,7 @@ def table(results: dict[str, Measurement], floor_rate: float) -> str:
     row("peak RSS MiB", [m.peak_rss_mib for m in get], ".1f")
     rows.append(("delivered A / expected", [f"{m.delivered_a}/{m.expected_a}" for m in get], "-"))
     rows.append(("delivered B / expected", [f"{m.delivered_b}/{m.expected_b}" for m in get], "-"))
+    rows.append(("requests sent to A / B", [f"{m.requests_a}/{m.requests_b}" for m in get], "-"))
     rows.append(("retries (503/429)", [str(m.driver.get("retries", 0)) for m in get], "-"))
     rows.append(("ok", ["yes" if m.ok else "NO" for m in get], "-"))
     rows.append(
@@ -624,6 +639,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--workers", type=int, default=None, help="rwrouter run --workers N")
     p.add_argument("--rules", type=int, default=1, help="relabel rules per destination (K)")
+    p.add_argument("--batch", type=int, default=DEFAULT_BATCH,
+                   help="samples per request each router sends, both the same (vmagent "
+                   f"-remoteWrite.maxRowsPerBlock, rwrouter max_samples_per_send; default "
+                   f"{DEFAULT_BATCH}, vmagent's default)")  # fmt: skip
     p.add_argument("--only", choices=CONTENDERS, default=None)
     p.add_argument("--smoke", action="store_true",
                    help=f"tiny run: {SMOKE_NODES} nodes, {SMOKE_SCRAPES} scrapes")  # fmt: skip
@@ -641,6 +660,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.scrapes = SMOKE_SCRAPES if args.smoke else DEFAULT_SCRAPES
     if args.rules < 1:
         p.error("--rules must be >= 1")
+    if args.batch < 1:
+        p.error("--batch must be >= 1")
     return args
 
 
@@ -695,9 +716,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 sub = workdir / name
                 sub.mkdir()
                 if name == "vmagent":
-                    c = vmagent_contender(sub, a.url, b.url, args.rules)
+                    c = vmagent_contender(sub, a.url, b.url, args.rules, args.batch)
                 else:
-                    c = rwrouter_contender(sub, a.url, b.url, args.rules, workers, rw_env)
+                    c = rwrouter_contender(sub, a.url, b.url, args.rules, workers, rw_env,
+                                            args.batch)  # fmt: skip
                 print(f"running {name} ...", flush=True)
                 m = measure(c, workload, workload_path, (a, b), args.senders, sub, timeout)
                 results[name] = m

@@ -26,6 +26,7 @@ ROWS = (
     "peak RSS MiB",
     "delivered A / expected",
     "delivered B / expected",
+    "requests sent to A / B",
     "retries (503/429)",
     "ok",
 )
