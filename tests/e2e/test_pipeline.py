@@ -26,6 +26,7 @@ import re2
 from rwrouter.demo.configs import ALLOWLIST
 from rwrouter.demo.fleet import DCGM_FIELDS, GPUS_PER_NODE
 from rwrouter.demo.pipeline import DemoPipeline
+from rwrouter.wire import compress, remote_pb2, splice_compressed
 from tests.support.prometheus import prometheus_binary
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(90)]
@@ -200,3 +201,27 @@ def test_stopped_node_staleness_markers_are_bit_exact_and_stale(pipeline: DemoPi
         f'count({{instance="{other}", __name__!~"up|scrape_.*"}})', time_s=after_s
     )
     assert int(still[0]["value"][1]) == SERIES_PER_NODE - ALLOWED_PER_NODE
+
+
+def test_a_spliced_body_is_one_write_request_for_prometheus(pipeline: DemoPipeline) -> None:
+    """rwrouter sends several stored records as one request by splicing their snappy blocks
+    (:func:`rwrouter.wire.splice_compressed`); Prometheus' own decoder (Go snappy, Go
+    protobuf) takes it as one write request carrying every part's series. Runs last: it adds
+    series to the self-hosted Prometheus."""
+    assert pipeline.self_hosted is not None
+    now_ms = int(time.time() * 1000)
+    blocks = []
+    for part in range(3):
+        request = remote_pb2.WriteRequest()
+        series = request.timeseries.add()
+        series.labels.add(name="__name__", value="rwrouter_splice_check")
+        series.labels.add(name="part", value=str(part))
+        series.samples.add(value=float(part), timestamp=now_ms)
+        blocks.append(compress(request.SerializeToString() * (part + 1)))  # repeats: copies
+    status, answer = pipeline.self_hosted.write(splice_compressed(blocks))
+    assert status == 204, answer
+    found = wait_for(lambda: pipeline.self_hosted and pipeline.self_hosted.query(
+        "rwrouter_splice_check"), timeout=10, what="the spliced series")  # fmt: skip
+    assert {row["metric"]["part"]: float(row["value"][1]) for row in found} == {
+        "0": 0.0, "1": 1.0, "2": 2.0
+    }  # fmt: skip
