@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -65,8 +66,23 @@ async def test_small_bodies_are_decoded_on_the_event_loop(
         decoders.shutdown()
 
 
+def _burn_cpu(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+SLOW_CASES = [
+    # id, what the inline decode does for 20 ms, the next decode goes to a lane
+    ("burns_cpu", _burn_cpu, True),
+    ("waits_without_cpu", time.sleep, False),  # e.g. the kernel set the process aside
+]
+
+
+@pytest.mark.parametrize(("spend", "to_lane"), [c[1:] for c in SLOW_CASES],
+                         ids=[c[0] for c in SLOW_CASES])  # fmt: skip
 async def test_a_slow_inline_decode_sends_the_next_ones_to_a_lane(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, spend: Callable[[float], None], to_lane: bool
 ) -> None:
     from rwrouter.server import decoders as module
 
@@ -76,11 +92,11 @@ async def test_a_slow_inline_decode_sends_the_next_ones_to_a_lane(
         loop_thread = threading.get_ident()
 
         def slow() -> int:
-            time.sleep(0.02)
+            spend(0.02)
             return threading.get_ident()
 
-        assert await decoders.run(10, slow) == loop_thread  # inline, but too slow...
-        assert await decoders.run(10, threading.get_ident) != loop_thread  # ...so: a lane
+        assert await decoders.run(10, slow) == loop_thread  # inline, but maybe too costly...
+        assert (await decoders.run(10, threading.get_ident) != loop_thread) == to_lane
         decoders._inline_off_until = 0.0  # the pause is over
         assert await decoders.run(10, threading.get_ident) == loop_thread
     finally:

@@ -5,9 +5,10 @@ Decompressing, parsing and routing a body is CPU-bound; on the event loop a larg
 freeze health probes and every other answer. With the compiled accelerator, a body of up to
 ``inline_body`` decoded bytes (what Prometheus sends: about a millisecond of work) is decoded
 right on the event loop: handing it to a thread and back costs more than the work (measured:
-about 9% more throughput inline). An inline decode that takes longer than
-:data:`INLINE_SLOW` (a cold cache with heavy rules) turns inline decoding off for
-:data:`INLINE_PAUSE` seconds, so the event loop keeps answering. Everything else goes to two
+about 9% more throughput inline). An inline decode that takes more than :data:`INLINE_SLOW`
+seconds of the loop thread's CPU time (a cold cache with heavy rules; CPU time, so a process
+the kernel set aside for a while on a busy machine does not count) turns inline decoding off
+for :data:`INLINE_PAUSE` seconds, so the event loop keeps answering. Everything else goes to two
 single-thread lanes: one for
 ordinary bodies (up to :data:`LARGE_BODY` bytes once decoded, as the snappy header declares)
 and one for larger ones, so ordinary requests never queue behind a huge one (the GIL
@@ -26,7 +27,7 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
-INLINE_SLOW = 0.02  # seconds: an inline decode slower than this turns inline decoding off...
+INLINE_SLOW = 0.02  # CPU seconds: an inline decode costing more turns inline decoding off...
 INLINE_PAUSE = 10.0  # ...for this many seconds (the event loop must answer probes and sends)
 LARGE_BODY = 1024 * 1024  # decoded bytes; a Prometheus batch of 2000 samples is ~0.5-0.7 MiB
 BACKLOG = 8  # requests per lane, running or waiting
@@ -57,11 +58,11 @@ class Decoders:
         ``inline_body`` bytes, else in its lane; raises :class:`Busy` when the lane is full,
         else whatever ``work`` raises."""
         if size <= self.inline_body and time.monotonic() >= self._inline_off_until:
-            started = time.monotonic()
+            started = time.thread_time()
             try:
                 return work()
             finally:
-                if time.monotonic() - started > INLINE_SLOW:  # e.g. a cold cache, heavy rules
+                if time.thread_time() - started > INLINE_SLOW:  # e.g. a cold cache, heavy rules
                     self._inline_off_until = time.monotonic() + INLINE_PAUSE
         lane = "large" if size > self.large_body else "ordinary"
         if self._load[lane] >= self.backlog:
