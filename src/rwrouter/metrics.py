@@ -243,6 +243,20 @@ class Metrics:
             registry=r,
         )
 
+        # Registered by watch_write_connections (rwrouter run --workers only).
+        self.write_connections = Gauge(
+            "rwrouter_write_connections",
+            "Open connections of this worker that have carried an accepted remote write "
+            "request (the workers balance them).",
+            registry=None,
+        )
+
+    def watch_write_connections(self, read: Callable[[], float]) -> None:
+        """Expose ``rwrouter_write_connections``, reporting ``read()`` at every scrape."""
+        with contextlib.suppress(ValueError):  # already registered (a second start)
+            self.registry.register(self.write_connections)
+        self.write_connections.set_function(read)
+
     def forget_destination(self, name: str) -> None:
         """Remove a destination's gauges (after a reload removed it); counters stay."""
         gauges = (

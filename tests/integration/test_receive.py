@@ -9,13 +9,23 @@ from __future__ import annotations
 import asyncio
 import random
 import string
+import struct
 import time
+from pathlib import Path
 
 import aiohttp
 import pytest
 
+from rwrouter.server.balance import Board, board_path, create_board
 from rwrouter.server.runner import RouterServer
-from tests.integration.conftest import StartRouter, eventually, metric_value, post_write
+from rwrouter.server.workers import WorkerSpec
+from tests.integration.conftest import (
+    StartRouter,
+    eventually,
+    metric_value,
+    post_write,
+    router_config,
+)
 from tests.support.capture import CaptureServer
 from tests.support.series import HEADERS, Series, build_body, encode, write_request
 
@@ -287,20 +297,57 @@ async def test_a_sender_that_gave_up_gets_nothing_enqueued(
     assert fresh_capture.requests("/all") == []
 
 
-# (name, 1 in N accepted requests ends its connection, connection closed after each answer)
-RECYCLE_CASES = [("every_request", 1, True), ("never", 0, False)]
+async def _as_worker_0_of_2(tmp_path: Path, capture: CaptureServer, other: int) -> RouterServer:
+    """A router started as worker 0 of ``rwrouter run --workers 2`` (no supervisor: its board
+    is made here, the other worker's slot saying ``other`` connections)."""
+    create_board(board_path(str(tmp_path)), count=2)
+    Board(board_path(str(tmp_path)), index=1, count=2).publish(other)
+    spec = WorkerSpec(index=0, count=2, port=0, runtime_dir=str(tmp_path), ready_fd=-1,
+                      lifeline_fd=-1)  # fmt: skip
+    config = router_config(ROUTER.format(url=capture.url("/all")), tmp_path / "data")
+    router = RouterServer(config, worker=spec)
+    await router.start()
+    return router
 
 
-@pytest.mark.parametrize(("recycle", "closed"), [c[1:] for c in RECYCLE_CASES],
-                         ids=[c[0] for c in RECYCLE_CASES])  # fmt: skip
-async def test_with_workers_connections_are_recycled_for_the_kernel_to_spread(
-    router: RouterServer, http: aiohttp.ClientSession, recycle: int, closed: bool
+# (name, the other worker's published connections or None without --workers, which answers,
+# alternating over two keep-alive connections, say Connection: close, this worker's slot after)
+BALANCE_CASES = [
+    ("other_worker_idle", 0, [False, True, False, True], 1),
+    ("balanced", 2, [False] * 4, 2),
+    ("odd_total_within_share", 1, [False] * 4, 2),
+    ("without_workers", None, [False] * 4, None),
+]
+
+
+@pytest.mark.parametrize(("other", "closed", "slot"), [c[1:] for c in BALANCE_CASES],
+                         ids=[c[0] for c in BALANCE_CASES])  # fmt: skip
+async def test_with_workers_a_worker_over_its_share_ends_a_connection(
+    router: RouterServer,
+    fresh_capture: CaptureServer,
+    tmp_path: Path,
+    other: int | None,
+    closed: list[bool],
+    slot: int | None,
 ) -> None:
-    from rwrouter.server.app import RECYCLE
-
-    assert router._app is not None
-    router._app[RECYCLE][0] = recycle
-    for _ in range(3):
-        async with http.post(router.url + "/api/v1/write", data=GOOD, headers=HEADERS) as resp:
-            assert resp.status == 204
-            assert (resp.headers.get("Connection", "").lower() == "close") == closed
+    if other is not None:
+        router = await _as_worker_0_of_2(tmp_path, fresh_capture, other)
+    answers = []
+    try:
+        async with aiohttp.ClientSession() as first, aiohttp.ClientSession() as second:
+            for session in (first, second, first, second):
+                async with session.post(router.url + "/api/v1/write", data=GOOD,
+                                        headers=HEADERS) as resp:  # fmt: skip
+                    assert resp.status == 204
+                    answers.append(resp.headers.get("Connection", "").lower() == "close")
+            if slot is not None:
+                assert metric_value(router, "rwrouter_write_connections") == slot
+        assert answers == closed
+        if other is not None:
+            published = board_path(str(tmp_path)).read_bytes()
+            assert struct.unpack("<2Q", published) == (slot, other)
+        else:
+            assert router.metrics.registry.get_sample_value("rwrouter_write_connections") is None
+    finally:
+        if other is not None:
+            await router.stop(drain_timeout=2)

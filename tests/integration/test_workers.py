@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from rwrouter.server.balance import board_path
+from rwrouter.server.workers import WorkerSpec
 from rwrouter.testing.prometheus import free_port
 from rwrouter.testing.router import RouterProcess
 from tests.support.capture import CaptureServer
@@ -138,6 +140,68 @@ def test_connections_spread_over_workers_and_every_sample_arrives(
     assert sent == {w: spread[w] for w in WORKERS}
 
 
+KEEP_ALIVE = 4  # connections of one sender: over 2 workers, 3/1 or 4/0 is 10 in 16 likely
+ROUNDS = 4  # each with new connections: all 4 balanced by luck alone is (6/16)**4, about 2 %
+MEASURED = 25  # turns of the 4 connections once they are balanced
+
+
+class Sender:
+    """``KEEP_ALIVE`` keep-alive connections, each sending in turn and waiting for its answer
+    (``http.client`` reconnects one the router ended with ``Connection: close``)."""
+
+    def __init__(self, router: RouterProcess) -> None:
+        host, port = router.url.removeprefix("http://").split(":")
+        self.connections = [
+            http.client.HTTPConnection(host, int(port), timeout=10) for _ in range(KEEP_ALIVE)
+        ]
+        self.ended = 0  # answers that ended their connection
+        self.body = build_body([Series((("__name__", "up"), ("job", "balance")), [(1000, 1)])])
+
+    def turn(self) -> None:
+        """One write request on each connection."""
+        for connection in self.connections:
+            connection.request("POST", "/api/v1/write", body=self.body, headers=HEADERS)
+            response = connection.getresponse()
+            response.read()
+            assert response.status == 204
+            self.ended += response.will_close
+
+    def close(self) -> None:
+        for connection in self.connections:
+            connection.close()
+
+
+def balanced_round(router: RouterProcess) -> dict[str, float]:
+    """New connections of a :class:`Sender`: once each worker holds 2 of them (polled, each poll
+    one more turn), the 204 answers per worker over :data:`MEASURED` more turns."""
+    two_each = dict.fromkeys(WORKERS, 2.0)
+    sender = Sender(router)
+    try:
+
+        def balanced() -> bool:
+            sender.turn()
+            return per_worker(router, "rwrouter_write_connections") == two_each
+
+        poll(balanced, timeout=10, what="2 write connections per worker")
+        before = per_worker(router, "rwrouter_received_requests_total", code="204")
+        for _ in range(MEASURED):
+            sender.turn()
+        after = per_worker(router, "rwrouter_received_requests_total", code="204")
+        assert per_worker(router, "rwrouter_write_connections") == two_each
+        return {w: after.get(w, 0) - before.get(w, 0) for w in WORKERS}
+    finally:
+        sender.close()
+
+
+def test_keep_alive_connections_are_balanced_over_workers(router: RouterProcess) -> None:
+    """Whatever the kernel's first placement of 4 connections, the workers end connections
+    until each holds 2, then the requests split evenly."""
+    for _ in range(ROUNDS):
+        split = balanced_round(router)
+        assert sum(split.values()) == MEASURED * KEEP_ALIVE
+        assert min(split.values()) >= 0.35 * MEASURED * KEEP_ALIVE, split
+
+
 @pytest.mark.parametrize("how", ["sighup", "http"])
 def test_reload_reaches_every_worker(router: RouterProcess, how: str) -> None:
     name = "rwrouter_config_last_reload_success_timestamp_seconds"
@@ -160,11 +224,24 @@ def test_reload_reaches_every_worker(router: RouterProcess, how: str) -> None:
     )
 
 
+def spec_of(worker: int) -> WorkerSpec:
+    """What the supervisor told process ``worker`` (its ``--worker`` argument)."""
+    args = Path(f"/proc/{worker}/cmdline").read_bytes().decode().split("\0")
+    return WorkerSpec.from_arg(args[args.index("--worker") + 1])
+
+
 def test_a_killed_worker_is_restarted(router: RouterProcess) -> None:
     workers = children(router.process.pid)
     assert len(workers) == 2
+    spec = spec_of(workers[1])
+    board, slot = board_path(spec.runtime_dir), spec.index * 8
+    with board.open("r+b") as file:  # as if that worker held 7 write connections
+        file.seek(slot)
+        file.write((7).to_bytes(8, "little"))
     os.kill(workers[1], signal.SIGKILL)
     poll(lambda: workers[1] not in children(router.process.pid), what="worker reaped")
+    # The supervisor zeroes its slot (its connections are gone), before the restart (1 s later).
+    poll(lambda: board.read_bytes()[slot : slot + 8] == bytes(8), timeout=1, what="slot zeroed")
     poll(lambda: len(children(router.process.pid)) == 2 and all_up(router), what="restarted")
     assert router.process.poll() is None
     assert "worker exited: restarting" in router.log_path.read_text()

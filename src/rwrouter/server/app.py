@@ -12,7 +12,9 @@ Content-Encoding or Content-Type (RW 2.0 included, until it is supported); 503 w
 (nothing of the request was kept; the sender retries) or when a disk queue could not be
 written. 204 means the request is in every destination's durable queue. Bodies are decoded
 and routed in worker threads (:mod:`rwrouter.server.decoders`); a sender that gave up before
-its answer gets nothing enqueued (it will send again).
+its answer gets nothing enqueued (it will send again). With ``--workers``, a 204 may end its
+connection (``Connection: close``) to balance the connections over the workers
+(:mod:`rwrouter.server.balance`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable
 
@@ -52,8 +53,10 @@ DECODERS = web.AppKey("decoders", Decoders)
 Reload = Callable[[], Awaitable[str]]
 RELOAD: web.AppKey[Reload] = web.AppKey("reload")
 Expose = Callable[[], Awaitable[tuple[bytes, str]]]  # the /metrics body and its content type
-# [N]: 1 in N accepted requests ends its connection (0: never); set by rwrouter run --workers.
-RECYCLE = web.AppKey("recycle", list)
+# Called once a write request is accepted, with its connection (transport): True to end that
+# connection (rwrouter run --workers: :meth:`rwrouter.server.balance.Balancer.end_connection`).
+EndConnection = Callable[[asyncio.BaseTransport], bool]
+BALANCE: web.AppKey[EndConnection | None] = web.AppKey("balance")
 EXPOSE: web.AppKey[Expose] = web.AppKey("expose")  # rwrouter run --workers: all workers' metrics
 
 WRITE_PATHS = ("/api/v1/write", "/api/v1/push")
@@ -150,10 +153,10 @@ async def handle_write(request: web.Request) -> web.Response:
         full = ", ".join(accepted.full)
         return _unavailable(request, "queue_full", f"queue full for destination(s) {full}")
     response = web.Response(status=204)
-    recycle = app[RECYCLE][0]
-    if recycle and random.random() * recycle < 1:
-        # With --workers: end the connection now and then, so the sender reconnects and the
-        # kernel spreads its connections anew (it balances connections, not requests).
+    end_connection, transport = app[BALANCE], request.transport
+    if end_connection is not None and transport is not None and end_connection(transport):
+        # With --workers, this worker has more than its share of the write connections: the
+        # sender reconnects and the kernel hashes the new connection to any worker.
         response.force_close()
     metrics.requests.labels("204").inc()
     metrics.received_series.inc(accepted.series)
@@ -232,7 +235,7 @@ def make_app(*, fanout: FanOut, metrics: Metrics, settings: ServerConfig) -> web
     # With the accelerator an ordinary body is decoded in about a millisecond: on the loop.
     app[DECODERS] = Decoders(inline_body=LARGE_BODY if ACCELERATED else 0)
     app[RELOAD] = _no_reload
-    app[RECYCLE] = [0]
+    app[BALANCE] = None
 
     async def expose() -> tuple[bytes, str]:
         return metrics.exposition()

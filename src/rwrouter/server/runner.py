@@ -18,13 +18,13 @@ from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.sending.fanout import FanOut, build_fanout
 from rwrouter.sending.reconfigure import reconfigure
-from rwrouter.server.app import EXPOSE, READY, RECYCLE, RELOAD, make_app
+from rwrouter.server.app import BALANCE, EXPOSE, READY, RELOAD, make_app
+from rwrouter.server.balance import Balancer, Board, board_path
 from rwrouter.server.workers import Peers, WorkerSpec, worker_config
 from rwrouter.wire.scan import ACCELERATED
 
 log = logging.getLogger("rwrouter.server")
 
-RECYCLE_REQUESTS = 100  # with --workers: a connection ends after about this many write requests
 REQUEST_GRACE = 5.0  # seconds requests in progress get to finish when the server stops
 
 
@@ -35,7 +35,8 @@ class RouterServer:
     ``await stop(drain_timeout=...)`` (seconds; default ``server.shutdown_timeout``).
 
     ``worker``: run as one worker of ``rwrouter run --workers`` (:mod:`rwrouter.server.workers`):
-    the port is bound with ``SO_REUSEPORT``, ``/metrics`` shows every worker's metrics and
+    the port is bound with ``SO_REUSEPORT``, write connections are balanced with the other
+    workers' (:mod:`rwrouter.server.balance`), ``/metrics`` shows every worker's metrics and
     ``/-/reload`` reloads every worker. ``config`` is already the worker's own
     (:func:`~rwrouter.server.workers.worker_config`).
     """
@@ -51,6 +52,7 @@ class RouterServer:
         self.config = config
         self.worker = worker
         self._peers: Peers | None = None
+        self._balancer: Balancer | None = None
         self.config_path = config_path
         self._reload_lock = asyncio.Lock()
         self.metrics = metrics if metrics is not None else Metrics()
@@ -74,7 +76,11 @@ class RouterServer:
         self._app = make_app(fanout=self.fanout, metrics=self.metrics, settings=settings)
         self._app[RELOAD] = self.reload
         if self.worker is not None:
-            self._app[RECYCLE][0] = RECYCLE_REQUESTS
+            board = Board(board_path(self.worker.runtime_dir), index=self.worker.index,
+                          count=self.worker.count)  # fmt: skip
+            self._balancer = Balancer(board)
+            self._app[BALANCE] = self._balancer.end_connection
+            self.metrics.watch_write_connections(self._balancer.count)
             self._peers = Peers(self.worker, metrics=self.metrics, reload=self.reload)
             self._app[EXPOSE], self._app[RELOAD] = self._peers.exposition, self._peers.reload_all
         # auto_decompress=False: aiohttp would otherwise decode gzip/deflate/br/zstd request
@@ -146,6 +152,9 @@ class RouterServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self._balancer is not None:  # its connections are closed: its slot is zeroed
+            self._balancer.close()
+            self._balancer = None
         if self.fanout is not None:
             await self.fanout.stop(timeout=max(0.0, deadline - time.monotonic()))
             self.fanout = None

@@ -13,6 +13,9 @@ router on the same address with ``SO_REUSEPORT``: :mod:`rwrouter.server.workers`
   to 1 s once a worker ran for a minute), logged.
 - If the supervisor dies (even ``kill -9``), the workers see the end of a pipe it held and stop
   as on SIGTERM: no orphans.
+- The workers balance their connections on a board file in the runtime directory
+  (:mod:`rwrouter.server.balance`): the supervisor creates it and zeroes the slot of a worker
+  that exits.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from pathlib import Path
 from rwrouter.config import Config, ServerConfig
 from rwrouter.logs import q
 from rwrouter.sending.segments import load_position, segment_numbers, segment_path
+from rwrouter.server.balance import board_path, clear_slot, create_board
 from rwrouter.server.runner import REQUEST_GRACE
 from rwrouter.server.workers import WorkerSpec
 
@@ -87,6 +91,7 @@ async def supervise(config_path: str, config: Config, *, workers: int, log_level
                     "start with more --workers to send it"), q(directory), unsent)  # fmt: skip
     runtime_dir = tempfile.mkdtemp(prefix="rwrouter-")  # mode 0700: the workers' private sockets
     try:
+        create_board(board_path(runtime_dir), count=workers)
         supervisor = Supervisor(
             config_path=config_path, count=workers, port=port, runtime_dir=runtime_dir,
             log_level=log_level, stop_grace=config.server.shutdown_timeout + REQUEST_GRACE,
@@ -193,6 +198,8 @@ class Supervisor:
             started = time.monotonic()
             code = await self.procs[index].wait()
             self.ready.discard(index)
+            with contextlib.suppress(OSError):  # else stale until the next one zeroes it
+                clear_slot(board_path(self.runtime_dir), index)  # its connections are gone
             if self.stopping.is_set():
                 return code
             failures = 0 if time.monotonic() - started >= HEALTHY_AFTER else failures

@@ -9,7 +9,8 @@ worker ``i`` > 0. It also serves, on a private unix socket in the supervisor's r
 ``POST /-/reload`` (reload itself only). A public ``GET /metrics`` gathers every worker's
 exposition from those sockets and merges them with a ``worker`` label
 (:func:`rwrouter.metrics.merge_expositions`); a public ``POST /-/reload`` reloads this worker
-and asks the others through their sockets.
+and asks the others through their sockets. The workers balance their write connections
+through a shared board file in that directory (:mod:`rwrouter.server.balance`).
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ PEER_TIMEOUT = 5.0  # seconds a worker waits for another worker's exposition or 
 class WorkerSpec:
     """What the supervisor tells worker ``index`` (of ``count``): the ``port`` to bind (the
     configured one, or the one the supervisor picked for port 0), the ``runtime_dir`` of the
-    private sockets, the pipe ends ``ready_fd`` (written once listening) and ``lifeline_fd``
-    (end of file when the supervisor is gone: the worker stops as on SIGTERM)."""
+    private sockets and the connection board (:mod:`rwrouter.server.balance`), the pipe ends
+    ``ready_fd`` (written once listening) and ``lifeline_fd`` (end of file when the supervisor
+    is gone: the worker stops as on SIGTERM)."""
 
     index: int
     count: int
