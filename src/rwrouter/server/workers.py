@@ -139,10 +139,11 @@ class Peers:
         app = web.Application()
         app.router.add_get("/metrics", self._handle_metrics)
         app.router.add_post("/-/reload", self._handle_reload)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                     shutdown_timeout=1.0)  # fmt: skip
         await self._runner.setup()
-        await web.UnixSite(self._runner, str(socket_path(self.spec.runtime_dir, self.spec.index)),
-                           shutdown_timeout=1.0).start()  # fmt: skip
+        path = socket_path(self.spec.runtime_dir, self.spec.index)
+        await web.UnixSite(self._runner, str(path)).start()
 
     async def stop(self) -> None:
         """Close the socket and remove its file (and the runtime directory, if empty, when the
