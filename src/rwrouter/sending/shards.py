@@ -66,8 +66,21 @@ class Stopping:
 
     async def sleep(self, seconds: float) -> None:
         """Wait ``seconds``, or less when the stop begins meanwhile."""
-        with suppress(TimeoutError):
-            await asyncio.wait_for(self._event.wait(), seconds)
+        await wait_event(self._event, seconds)
+
+
+async def wait_event(event: asyncio.Event, seconds: float) -> None:
+    """Wait until ``event`` is set or ``seconds`` have passed, whichever comes first.
+
+    A cancellation is never lost, unlike with ``asyncio.wait_for(event.wait(), seconds)``
+    before Python 3.12, which returns normally when its task is cancelled just as the event is
+    set (CPython issue #86296). A stop sets the senders' events and, with no time left to
+    drain, cancels them at once: a sender that lost that cancellation went on to send (and to
+    retry a destination that is down for ever), and the stop never returned.
+    """
+    with suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await event.wait()
 
 
 class Shards:
@@ -194,8 +207,7 @@ class Shards:
                              deadline=deadline, now=now):  # fmt: skip
                 wake.clear()
                 assert buf.first_at is not None
-                with suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), deadline - (now - buf.first_at))
+                await wait_event(wake, deadline - (now - buf.first_at))
                 continue
             batch = buf.take(
                 max_samples=q_.max_samples_per_send, max_bytes=q_.max_request_bytes,
