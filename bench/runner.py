@@ -579,6 +579,37 @@ def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}" if a and b else "-"
 
 
+def median_round(rounds: list[dict[str, Measurement]]) -> dict[str, Measurement]:
+    """Per contender, its run with the median samples per CPU-second (the lower middle one
+    for an even count): every figure of the table then comes from one real run."""
+    out: dict[str, Measurement] = {}
+    for name in CONTENDERS:
+        runs = sorted((r[name] for r in rounds if name in r),
+                      key=lambda m: m.samples_per_cpu_second)  # fmt: skip
+        if runs:
+            out[name] = runs[(len(runs) - 1) // 2]
+    return out
+
+
+def rounds_summary(rounds: list[dict[str, Measurement]]) -> str:
+    """One line per contender with the samples per CPU-second of each round, and (both
+    contenders) the ratio of each round (rwrouter / vmagent, runs next to each other)."""
+    lines = []
+    for name in CONTENDERS:
+        values = [r[name].samples_per_cpu_second for r in rounds if name in r]
+        if values:
+            lines.append(f"{name}: samples per CPU-second by round: "
+                         + ", ".join(f"{v:,.0f}" for v in values))  # fmt: skip
+    ratios = [r["rwrouter"].samples_per_cpu_second / r["vmagent"].samples_per_cpu_second
+              for r in rounds if "rwrouter" in r and "vmagent" in r
+              and r["vmagent"].samples_per_cpu_second]  # fmt: skip
+    if ratios:
+        middle = sorted(ratios)[(len(ratios) - 1) // 2]
+        lines.append("rwrouter/vmagent by round: " + ", ".join(f"{r:.2f}" for r in ratios)
+                     + f" (median {middle:.2f})")  # fmt: skip
+    return "\n".join(lines)
+
+
 def table(results: dict[str, Measurement], floor_rate: float) -> str:
     """The side-by-side table (fixed-width text)."""
     names = [n for n in CONTENDERS if n in results]
@@ -643,6 +674,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="samples per request each router sends, both the same (vmagent "
                    f"-remoteWrite.maxRowsPerBlock, rwrouter max_samples_per_send; default "
                    f"{DEFAULT_BATCH}, vmagent's default)")  # fmt: skip
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run the contenders this many times, alternating (ABBA); the table "
+                   "shows each one's median run, and the ratio of each round is printed")  # fmt: skip
     p.add_argument("--only", choices=CONTENDERS, default=None)
     p.add_argument("--smoke", action="store_true",
                    help=f"tiny run: {SMOKE_NODES} nodes, {SMOKE_SCRAPES} scrapes")  # fmt: skip
@@ -662,6 +696,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         p.error("--rules must be >= 1")
     if args.batch < 1:
         p.error("--batch must be >= 1")
+    if args.rounds < 1:
+        p.error("--rounds must be >= 1")
     return args
 
 
@@ -706,25 +742,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(workload.summary(), flush=True)
     timeout = args.timeout or 120 + workload.samples / 5_000
     floor_figs = floor_in_child(workload_path)
-    results: dict[str, Measurement] = {}
+    rounds: list[dict[str, Measurement]] = []
     sinks: list[Sink] = []
     with _terminate_as_interrupt():
         try:
             sinks = [start_sink("A", workdir), start_sink("B", workdir)]
             a, b = sinks
-            for name in names:
-                sub = workdir / name
-                sub.mkdir()
-                if name == "vmagent":
-                    c = vmagent_contender(sub, a.url, b.url, args.rules, args.batch)
-                else:
-                    c = rwrouter_contender(sub, a.url, b.url, args.rules, workers, rw_env,
-                                            args.batch)  # fmt: skip
-                print(f"running {name} ...", flush=True)
-                m = measure(c, workload, workload_path, (a, b), args.senders, sub, timeout)
-                results[name] = m
-                status = "ok" if m.ok else f"FAILED {m.error or ''}"
-                print(f"  {name}: {status} in {m.wall_seconds:.1f} s", flush=True)
+            for number in range(args.rounds):
+                rounds.append({})
+                # ABBA: the contender that ran second runs first in the next round (drift).
+                for name in names if number % 2 == 0 else names[::-1]:
+                    sub = workdir / (name if args.rounds == 1 else f"{name}-{number + 1}")
+                    sub.mkdir()
+                    if name == "vmagent":
+                        c = vmagent_contender(sub, a.url, b.url, args.rules, args.batch)
+                    else:
+                        c = rwrouter_contender(sub, a.url, b.url, args.rules, workers,
+                                                rw_env, args.batch)  # fmt: skip
+                    label = name if args.rounds == 1 else f"{name} (round {number + 1})"
+                    print(f"running {label} ...", flush=True)
+                    m = measure(c, workload, workload_path, (a, b), args.senders, sub, timeout)
+                    rounds[-1][name] = m
+                    status = "ok" if m.ok else f"FAILED {m.error or ''}"
+                    print(f"  {label}: {status} in {m.wall_seconds:.1f} s", flush=True)
         except KeyboardInterrupt as exc:
             print(f"interrupted ({exc or 'Ctrl-C'}): children stopped", file=sys.stderr)
             return 130
@@ -733,8 +773,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 procs.stop(sink.proc, timeout=10)
             if not args.keep_workdir:
                 subprocess.run(["rm", "-rf", str(workdir)], check=False)
+    results = median_round(rounds)
     print()
     print(table(results, floor_figs["samples_per_cpu_second"]))
+    if len(rounds) > 1:
+        print(rounds_summary(rounds))
     print(
         "floor without page faults (mallopt M_MMAP_THRESHOLD=64MiB): "
         f"{floor_figs['no_page_faults_samples_per_cpu_second']:,.0f} samples per CPU-second"
@@ -778,6 +821,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "vmagent_flags": [flag for flag, _ in VMAGENT_FLAGS],
         "floor": floor_figs,
         "contenders": {n: asdict(m) for n, m in results.items()},
+        "rounds": [{n: asdict(m) for n, m in r.items()} for r in rounds],
         "ratios": _ratios(results, floor_figs["samples_per_cpu_second"]),
         "total_seconds": total,
         "loadavg_before": load_before,

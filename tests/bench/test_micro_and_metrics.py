@@ -106,3 +106,28 @@ def test_parse_router_metrics_single_process_pure_path() -> None:
     assert rm["accelerated"] == {"all": "false"}
     assert rm["requests_by_worker"] == {"all": 7}
     assert runner.metrics_summary(rm)[0] == "accelerated (rwrouter_build_info): false"
+
+
+ROUND_CASES = [
+    # id, (vmagent, rwrouter) samples per CPU-second by round, medians, ratio line
+    ("one_round", [(1.0, 2.0)], (1.0, 2.0), "rwrouter/vmagent by round: 2.00 (median 2.00)"),
+    ("three_rounds", [(1.0, 1.5), (2.0, 2.0), (1.5, 3.0)], (1.5, 2.0),
+     "rwrouter/vmagent by round: 1.50, 1.00, 2.00 (median 1.50)"),
+    ("even_count_takes_the_lower_middle", [(4.0, 1.0), (3.0, 2.0)], (3.0, 1.0),
+     "rwrouter/vmagent by round: 0.25, 0.67 (median 0.25)"),
+]
+
+
+@pytest.mark.parametrize(("rates", "medians", "ratio_line"), [c[1:] for c in ROUND_CASES],
+                         ids=[c[0] for c in ROUND_CASES])  # fmt: skip
+def test_rounds_median_run_and_ratio_per_round(
+    rates: list[tuple[float, float]], medians: tuple[float, float], ratio_line: str
+) -> None:
+    rounds = [{"vmagent": runner.Measurement("vmagent", samples_per_cpu_second=v),
+               "rwrouter": runner.Measurement("rwrouter", samples_per_cpu_second=r)}
+              for v, r in rates]  # fmt: skip
+    chosen = runner.median_round(rounds)
+    assert (chosen["vmagent"].samples_per_cpu_second,
+            chosen["rwrouter"].samples_per_cpu_second) == medians  # fmt: skip
+    assert any(r["vmagent"] is chosen["vmagent"] for r in rounds)  # a real run, not a mix
+    assert runner.rounds_summary(rounds).splitlines()[-1] == ratio_line
