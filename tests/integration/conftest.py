@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import aiohttp
 import pytest
 from moto.server import ThreadedMotoServer
 
-from rwrouter.config import Config, parse_config
+from rwrouter.config import Config, load_config, parse_config
 from rwrouter.metrics import Metrics
 from rwrouter.server.runner import RouterServer
 from tests.support.capture import CaptureServer
 from tests.support.series import HEADERS
 
 StartRouter = Callable[[str], Awaitable[RouterServer]]
+Start = Callable[[Path], Awaitable[RouterServer]]  # a router from a config file: start_from_file
 
 
 @pytest.fixture(scope="module")
@@ -47,17 +50,11 @@ def router_config(yaml_text: str, storage: Path, **env: str) -> Config:
 
 @pytest.fixture
 async def start_router(tmp_path: Path) -> AsyncIterator[StartRouter]:
-    started: list[RouterServer] = []
+    def make(yaml_text: str, n: int) -> RouterServer:
+        return RouterServer(router_config(yaml_text, tmp_path / f"storage-{n}"))
 
-    async def start(yaml_text: str) -> RouterServer:
-        server = RouterServer(router_config(yaml_text, tmp_path / f"storage-{len(started)}"))
-        await server.start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        await server.stop(drain_timeout=2)
+    async with _started_routers(make, drain_timeout=2) as start:
+        yield start
 
 
 @pytest.fixture(scope="module")
@@ -103,3 +100,39 @@ def metric_value(source: RouterServer | Metrics, name: str, **labels: str) -> fl
     metrics = source.metrics if isinstance(source, RouterServer) else source
     value = metrics.registry.get_sample_value(name, labels)
     return 0.0 if value is None else value
+
+
+@pytest.fixture
+async def start_from_file() -> AsyncIterator[Start]:
+    """Start a router from a config file (reloadable: ``config_path`` is set); every one
+    started is stopped at the end (a stopped router's stop does nothing)."""
+
+    def make(path: Path, n: int) -> RouterServer:
+        return RouterServer(load_config(str(path)), config_path=str(path))
+
+    async with _started_routers(make, drain_timeout=1) as start:
+        yield start
+
+
+A = TypeVar("A")
+
+
+@contextlib.asynccontextmanager
+async def _started_routers(
+    make: Callable[[A, int], RouterServer], *, drain_timeout: float
+) -> AsyncIterator[Callable[[A], Awaitable[RouterServer]]]:
+    """``start(arg)`` builds router number n with ``make(arg, n)`` and starts it; each one
+    started is stopped (draining up to ``drain_timeout`` seconds) on the way out."""
+    started: list[RouterServer] = []
+
+    async def start(arg: A) -> RouterServer:
+        server = make(arg, len(started))
+        await server.start()
+        started.append(server)
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in started:
+            await server.stop(drain_timeout=drain_timeout)

@@ -7,17 +7,16 @@ from __future__ import annotations
 import asyncio
 import signal
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from rwrouter.config import load_config
 from rwrouter.server.runner import RouterServer
 from rwrouter.testing.prometheus import free_port
 from rwrouter.testing.router import RouterProcess
-from tests.integration.conftest import eventually, metric_value, post_write
+from tests.integration.conftest import Start, eventually, metric_value, post_write
 from tests.support.capture import CaptureServer
 from tests.support.series import Series, build_body
 
@@ -35,22 +34,6 @@ remote_write:
     queue_config: {{batch_send_deadline: 5ms, min_backoff: 50ms, max_backoff: 50ms}}
 """
 
-Start = Callable[[Path], Awaitable[RouterServer]]
-
-
-@pytest.fixture
-async def start_from_file() -> AsyncIterator[Start]:
-    started: list[RouterServer] = []
-
-    async def start(path: Path) -> RouterServer:
-        server = RouterServer(load_config(str(path)), config_path=str(path))
-        await server.start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        await server.stop(drain_timeout=1)
 
 
 def body(step: int, *, name: str = "m", series: int = 5) -> bytes:

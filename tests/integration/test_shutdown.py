@@ -14,17 +14,14 @@ import signal
 import subprocess
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from rwrouter.config import load_config
-from rwrouter.server.runner import RouterServer
 from rwrouter.testing.prometheus import free_port
 from rwrouter.testing.router import RouterProcess
-from tests.integration.conftest import eventually, metric_value, post_write
+from tests.integration.conftest import Start, eventually, metric_value, post_write
 from tests.support.capture import CaptureServer
 from tests.support.series import HEADERS, Series, build_body
 
@@ -42,22 +39,6 @@ remote_write:
 STOP_BOUND = 5.0  # seconds a stop with a drain timeout under 1 s may take at most (loaded CI)
 SERIES = 5
 
-Start = Callable[[Path], Awaitable[RouterServer]]
-
-
-@pytest.fixture
-async def start_from_file() -> AsyncIterator[Start]:
-    started: list[RouterServer] = []
-
-    async def start(path: Path) -> RouterServer:
-        server = RouterServer(load_config(str(path)), config_path=str(path))
-        await server.start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:  # a stopped router's stop does nothing
-        await server.stop(drain_timeout=1)
 
 
 def body(step: int) -> bytes:
