@@ -9,9 +9,11 @@ Public API (Prometheus relabel semantics, ``model/relabel/relabel.go``):
 - ``process(labels, rules) -> tuple[tuple[str, str], ...] | None``: apply rules in order; ``None``
   when a keep/drop/keepequal/dropequal rule dropped the series, else the label set sorted by name
   (possibly empty: the caller does not send a label-less series).
+- ``trace(rules, labels) -> list[Step]``: ``process`` rule by rule (the relabel debugger): each
+  step's index, rule, labels after it, and whether it kept the series; stops at a drop.
 """
 
-from rwrouter.relabel.engine import FILTER_ACTIONS, passes, process
+from rwrouter.relabel.engine import FILTER_ACTIONS, Step, apply_rule, passes, process, trace
 from rwrouter.relabel.rules import (
     DEFAULT,
     DEFAULT_REGEX,
@@ -29,8 +31,11 @@ __all__ = [
     "Action",
     "Regex",
     "RelabelConfig",
+    "Step",
+    "apply_rule",
     "parse_relabel_config",
     "parse_relabel_configs",
     "passes",
     "process",
+    "trace",
 ]

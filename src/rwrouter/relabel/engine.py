@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 from rwrouter.relabel.casemap import go_lower, go_upper
 from rwrouter.relabel.rules import DEFAULT_REGEX, Action, RelabelConfig, is_valid_label_name
@@ -148,3 +149,36 @@ def process(
         if not _ACTIONS[rule.action](rule, working, _source_value(rule, working)):
             return None
     return tuple(sorted(working.items()))
+
+
+def apply_rule(rule: RelabelConfig, labels: Labels) -> bool:
+    """Apply one rule to ``labels`` in place (the step :func:`process` takes per rule); False
+    when it drops the series."""
+    return _ACTIONS[rule.action](rule, labels, _source_value(rule, labels))
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One rule of a :func:`trace`: its index in the rules, and the label set after it (sorted
+    by name) — or, when ``kept`` is False, the label set it dropped."""
+
+    index: int
+    rule: RelabelConfig
+    labels: LabelTuple
+    kept: bool
+
+
+def trace(
+    rules: Iterable[RelabelConfig], labels: Mapping[str, str] | Iterable[tuple[str, str]]
+) -> list[Step]:
+    """:func:`process`, one :class:`Step` per rule applied (for the relabel debugger, not the
+    hot path). The steps stop at the rule that dropped the series; the last step's labels are
+    ``process``'s result when it kept the series (the input, sorted, when there are no rules)."""
+    working: Labels = dict(labels)
+    steps: list[Step] = []
+    for index, rule in enumerate(rules):
+        kept = apply_rule(rule, working)
+        steps.append(Step(index, rule, tuple(sorted(working.items())), kept))
+        if not kept:
+            break
+    return steps
