@@ -1,5 +1,5 @@
 """Command line: ``rwrouter run``, ``rwrouter check-config``, ``rwrouter demo``,
-``rwrouter rejected list|replay``.
+``rwrouter rejected list|replay``, ``rwrouter relabel`` (the relabel debugger).
 
 ``rwrouter run --config FILE`` runs the router (SIGHUP reloads FILE; SIGTERM drains for
 ``server.shutdown_timeout``); ``--workers N`` runs N router processes sharing the port
@@ -24,6 +24,7 @@ from rwrouter import __version__
 from rwrouter.errors import ConfigError, RwrouterError
 from rwrouter.logs import q, setup_logging
 from rwrouter.rejected_cli import register as register_rejected
+from rwrouter.relabel_cli import register as register_relabel
 
 if TYPE_CHECKING:
     from rwrouter.server.workers import WorkerSpec
@@ -148,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--workdir", default=None, help="where to keep the demo's data")
     demo.set_defaults(func=cmd_demo)
     register_rejected(sub)  # rwrouter rejected list|replay (rwrouter.rejected_cli)
+    register_relabel(sub)  # rwrouter relabel --config FILE --series S (rwrouter.relabel_cli)
     return parser
 
 
