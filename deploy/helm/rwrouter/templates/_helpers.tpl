@@ -141,6 +141,7 @@ spec:
         - name: http
           containerPort: 9250
           protocol: TCP
+      {{- if or .Values.workspace.region .Values.workspace.id .Values.env }}
       env:
         {{- with .Values.workspace.region }}
         - name: AWS_REGION
@@ -153,6 +154,7 @@ spec:
         {{- with .Values.env }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
+      {{- end }}
       {{- with .Values.envFrom }}
       envFrom:
         {{- toYaml . | nindent 8 }}
