@@ -1,0 +1,346 @@
+"""``rwrouter relabel`` (the relabel debugger): the --series parser, routing.explain (the router's
+own decisions), and the command end to end on the shipped configurations."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rwrouter.cli import main
+from rwrouter.relabel import parse_relabel_configs
+from rwrouter.relabel_cli import SeriesError, format_labels, parse_series
+from rwrouter.routing import Router
+from rwrouter.routing.explain import DROPPED, INVALID_OUTCOME, NOT_SENT, SENT, explain
+from rwrouter.routing.outcome import Route
+
+ROOT = Path(__file__).resolve().parents[2]
+MAIN_CONFIG = str(ROOT / "config" / "rwrouter.yaml")
+EXAMPLES = ROOT / "config" / "examples"
+GPU = '{__name__="DCGM_FI_DEV_GPU_UTIL",gpu="0"}'
+
+# --series ---------------------------------------------------------------------------------------
+PARSE_CASES = [
+    ("braces", '{__name__="m",gpu="0"}', {"__name__": "m", "gpu": "0"}),
+    ("braces_spaces_trailing_comma", ' { gpu = "0" , __name__="m", } ',
+     {"__name__": "m", "gpu": "0"}),
+    ("promql", 'DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="n1"}',
+     {"__name__": "DCGM_FI_DEV_GPU_UTIL", "gpu": "0", "Hostname": "n1"}),
+    ("promql_empty_braces", "up{}", {"__name__": "up"}),
+    ("bare_name", "node_load1", {"__name__": "node_load1"}),
+    ("bare_name_colons", "job:rate5m:sum", {"__name__": "job:rate5m:sum"}),
+    ("no_name", '{gpu="0"}', {"gpu": "0"}),
+    ("escapes_text_format", r'm{a="q\"b\\s\nn"}', {"__name__": "m", "a": 'q"b\\s\nn'}),
+    ("escapes_go", r'm{a="\t\x41\101\u00e9\U0001F600"}', {"__name__": "m", "a": "\tAAé😀"}),
+    ("single_quotes", r"m{a='it\'s \"x\"'}", {"__name__": "m", "a": "it's \"x\""}),
+    ("backquotes_raw", r"m{a=`\n\"`}", {"__name__": "m", "a": r"\n\""}),
+    ("utf8_value", 'm{a="Grüße ✓"}', {"__name__": "m", "a": "Grüße ✓"}),
+    ("quoted_name_and_label", '{"my.metric", "a.b"="1"}', {"__name__": "my.metric", "a.b": "1"}),
+    ("empty_value_is_absent", 'm{a="",b="1"}', {"__name__": "m", "b": "1"}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "expected"), [c[1:] for c in PARSE_CASES],
+                         ids=[c[0] for c in PARSE_CASES])  # fmt: skip
+def test_parse_series(text: str, expected: dict[str, str]) -> None:
+    assert parse_series(text) == tuple(sorted(expected.items()))
+
+
+ERROR_CASES = [
+    ("empty", "", "expected a metric name or { at the end"),
+    ("empty_braces", "{}", "no labels"),
+    ("only_empty_values", '{a=""}', "no labels"),
+    ("unterminated_braces", 'm{a="1"', "expected , or } at the end"),
+    ("unterminated_string", 'm{a="1}', 'unterminated "string" at position 5'),
+    ("newline_in_string", 'm{a="1\n"}', "unterminated"),
+    ("unquoted_value", "m{a=1}", "expected a quoted value for a at position 5"),
+    ("selector_not_equal", 'm{a!="1"}', "only = is allowed"),
+    ("selector_regex", 'm{a=~"1"}', "only = is allowed"),
+    ("missing_equals", 'm{a "1"}', "expected = after a"),
+    ("bad_label_name", 'm{1a="1"}', "expected a label name at position 3"),
+    ("duplicate_label", 'm{a="1",a="2"}', "label a given twice"),
+    ("name_twice", 'm{__name__="n"}', "label __name__ given twice"),
+    ("empty_label_name", '{""="1", __name__="m"}', "empty label name"),
+    ("bad_escape", r'm{a="\q"}', r"invalid escape \q"),
+    ("short_hex_escape", r'm{a="\x4"}', r"invalid escape \x"),
+    ("non_ascii_byte_escape", r'm{a="\xff"}', r"invalid escape \x"),
+    ("trailing_garbage", 'm{a="1"} 12', "unexpected '1' at position 10"),
+    ("space_in_name", "node load", "unexpected 'l'"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "message"), [c[1:] for c in ERROR_CASES],
+                         ids=[c[0] for c in ERROR_CASES])  # fmt: skip
+def test_parse_series_errors(text: str, message: str) -> None:
+    with pytest.raises(SeriesError) as info:
+        parse_series(text)
+    assert message in str(info.value)
+
+
+FORMAT_CASES = [
+    ("promql", {"__name__": "m", "a": "1"}, 'm{a="1"}'),
+    ("bare", {"__name__": "m"}, "m"),
+    ("no_name", {"a": "1"}, '{a="1"}'),
+    ("escaped", {"__name__": "m", "a": 'q"\\\n'}, 'm{a="q\\"\\\\\\n"}'),
+    ("odd_name", {"__name__": "my.metric", "a.b": "1"}, '{__name__="my.metric", "a.b"="1"}'),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("labels", "text"), [c[1:] for c in FORMAT_CASES],
+                         ids=[c[0] for c in FORMAT_CASES])  # fmt: skip
+def test_format_labels_round_trips(labels: dict[str, str], text: str) -> None:
+    assert format_labels(tuple(sorted(labels.items()))) == text
+    assert parse_series(text) == tuple(sorted(labels.items()))
+
+
+# routing.explain --------------------------------------------------------------------------------
+def _routes(spec: list[tuple[str, list[dict[str, Any]], bool]]) -> list[Route]:
+    return [Route(n, parse_relabel_configs(rules, n), fallback=fb) for n, rules, fb in spec]
+
+
+KEEP_DCGM = [{"source_labels": ["__name__"], "regex": "DCGM_.*", "action": "keep"}]
+DROP_NAME = [{"regex": "__name__", "action": "labeldrop"}]
+EXPLAIN_CASES = [
+    ("primary_keeps_fallback_not_sent", [], [("ws", KEEP_DCGM, False), ("fb", [], True)],
+     {"__name__": "DCGM_X"}, [("ws", SENT, None), ("fb", NOT_SENT, None)]),
+    ("primary_drops_fallback_sends", [], [("ws", KEEP_DCGM, False), ("fb", [], True)],
+     {"__name__": "node_load1"}, [("ws", DROPPED, ("destination", 0)), ("fb", SENT, None)]),
+    ("invalid_counts_as_not_kept", [], [("ws", DROP_NAME, False), ("fb", [], True)],
+     {"__name__": "m", "a": "1"}, [("ws", INVALID_OUTCOME, None), ("fb", SENT, None)]),
+    ("no_labels_left", [], [("ws", [{"action": "labeldrop"}], False)],
+     {"__name__": "m"}, [("ws", DROPPED, None)]),
+    ("global_drop_everywhere",
+     [{"source_labels": ["a"], "target_label": "b"}, {"action": "drop", "source_labels": ["a"],
+                                                      "regex": "x"}],
+     [("ws", [], False), ("fb", [], True)], {"__name__": "m", "a": "x"},
+     [("ws", DROPPED, ("global", 1)), ("fb", DROPPED, ("global", 1))]),
+    ("input_without_name_invalid", [], [("ws", [], False), ("fb", [], True)],
+     {"a": "1"}, [("ws", INVALID_OUTCOME, None), ("fb", INVALID_OUTCOME, None)]),
+    ("copy_to_both", [], [("a", [], False), ("b", KEEP_DCGM, False)],
+     {"__name__": "DCGM_X"}, [("a", SENT, None), ("b", SENT, None)]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("global_rules", "routes", "labels", "expected"),
+                         [c[1:] for c in EXPLAIN_CASES],
+                         ids=[c[0] for c in EXPLAIN_CASES])  # fmt: skip
+def test_explain_outcomes_are_the_routers(
+    global_rules: list[dict[str, Any]],
+    routes: list[tuple[str, list[dict[str, Any]], bool]],
+    labels: dict[str, str],
+    expected: list[tuple[str, str, tuple[str, int] | None]],
+) -> None:
+    rules, built = parse_relabel_configs(global_rules, "g"), _routes(routes)
+    result = explain(tuple(labels.items()), rules, built)
+    assert [(d.name, d.outcome, d.dropped_by) for d in result.decisions] == expected
+    # The sent label sets are what the router encodes (decode(route_labels) == labels).
+    outcomes = Router(global_rules=rules, routes=built).route_labels(tuple(sorted(labels.items())))
+    for d, res in zip(result.decisions, outcomes, strict=True):
+        assert (d.outcome == SENT) == isinstance(res, bytes)
+        assert (d.outcome == NOT_SENT) == (res is None)
+        assert d.reason == (res if isinstance(res, str) else None)
+
+
+# the command ------------------------------------------------------------------------------------
+def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["relabel", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _json(capsys: pytest.CaptureFixture[str], config: str, *series: str) -> list[Any]:
+    args = [a for s in series for a in ("--series", s)]
+    code, out, _ = _run(capsys, "--config", config, "--json", *args)
+    assert code == 0
+    result: list[Any] = json.loads(out)["series"]
+    return result
+
+
+def _outcomes(entry: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(d["name"], d["outcome"]) for d in entry["destinations"]]
+
+
+SHIPPED_CASES = [
+    ("main_gpu_to_workspace", MAIN_CONFIG, GPU,
+     [("workspace", "sent"), ("self-hosted", "not sent")]),
+    ("main_gpu_promql_form", MAIN_CONFIG, 'DCGM_FI_DEV_GPU_UTIL{gpu="0"}',
+     [("workspace", "sent"), ("self-hosted", "not sent")]),
+    ("main_node_exporter_to_fallback", MAIN_CONFIG, 'node_cpu_seconds_total{cpu="0"}',
+     [("workspace", "dropped"), ("self-hosted", "sent")]),
+    ("main_bare_name", MAIN_CONFIG, "up", [("workspace", "dropped"), ("self-hosted", "sent")]),
+    ("copy_to_both", str(EXAMPLES / "copy-to-both.yaml"), "up",
+     [("workspace", "sent"), ("self-hosted", "sent")]),
+    ("teams_a", str(EXAMPLES / "two-workspaces-by-team.yaml"), 'up{team="a"}',
+     [("team-a", "sent"), ("team-b", "dropped"), ("self-hosted", "not sent")]),
+    ("teams_none", str(EXAMPLES / "two-workspaces-by-team.yaml"), "up",
+     [("team-a", "dropped"), ("team-b", "dropped"), ("self-hosted", "sent")]),
+    ("sidecar", str(EXAMPLES / "sidecar-irsa.yaml"), "up", [("workspace", "sent")]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("config", "series", "expected"), [c[1:] for c in SHIPPED_CASES],
+                         ids=[c[0] for c in SHIPPED_CASES])  # fmt: skip
+def test_shipped_configs(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    config: str, series: str, expected: list[tuple[str, str]],
+) -> None:  # fmt: skip
+    for name in ("AWS_REGION", "AMP_WORKSPACE_ID", "TEAM_A_WORKSPACE_ID", "TEAM_B_WORKSPACE_ID"):
+        monkeypatch.delenv(name, raising=False)  # not needed to trace
+    [entry] = _json(capsys, config, series)
+    assert _outcomes(entry) == expected
+
+
+def test_text_output_gpu_and_node_exporter(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "--config", MAIN_CONFIG, "--series", GPU,
+                        "--series", 'node_cpu_seconds_total{cpu="0"}')  # fmt: skip
+    assert code == 0
+    gpu, node = out.split("\n\n")
+    assert gpu.splitlines()[0] == 'series DCGM_FI_DEV_GPU_UTIL{gpu="0"}'
+    assert '  destination workspace: sent DCGM_FI_DEV_GPU_UTIL{gpu="0"}' in gpu
+    assert "    [0] action=keep source_labels=[__name__] regex='DCGM_FI_DEV_GPU_UTIL|" in gpu
+    assert "        => kept" in gpu
+    assert "  destination self-hosted (fallback): not sent: kept by workspace" in gpu
+    assert "  destination workspace: dropped by rule [0] (not sent, counted as reason relabel)" \
+        in node
+    assert "        => dropped here" in node
+    assert '  destination self-hosted (fallback): sent node_cpu_seconds_total{cpu="0"}' in node
+
+
+def test_drop_high_cardinality_example_shows_global_and_labeldrop_steps(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    series = 'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1",__tmp_a="x"}'
+    code, out, _ = _run(capsys, "--config", str(EXAMPLES / "drop-high-cardinality-labels.yaml"),
+                        "--series", series)  # fmt: skip
+    assert code == 0
+    assert out.splitlines()[1:5] == [
+        "  global relabel_configs:",
+        "    [0] action=labeldrop regex='__tmp_.*'",
+        '        => -__tmp_a="x"',
+        '    result: DCGM_FI_DEV_GPU_UTIL{UUID="GPU-1", gpu="0"}',
+    ]
+    assert '        => -UUID="GPU-1"' in out
+    assert '  destination workspace: sent DCGM_FI_DEV_GPU_UTIL{gpu="0"}' in out
+    assert '  destination self-hosted: sent DCGM_FI_DEV_GPU_UTIL{UUID="GPU-1", gpu="0"}' in out
+
+
+STEPS_CONFIG = """
+remote_write:
+  - name: shaped
+    url: http://localhost:1/api/v1/write
+    write_relabel_configs:
+      - {action: drop, source_labels: [__name__], regex: "debug_.*"}
+      - {action: replace, source_labels: [gpu], regex: "(.*)", target_label: device,
+         replacement: "gpu$1"}
+      - {action: labelmap, regex: "k8s_(.+)", replacement: "$1"}
+      - {action: hashmod, source_labels: [device], modulus: 4, target_label: shard}
+      - {action: labeldrop, regex: "k8s_.*|gpu"}
+      - {action: lowercase, source_labels: [Hostname], target_label: Hostname}
+  - name: nameless
+    url: http://localhost:2/api/v1/write
+    write_relabel_configs:
+      - {action: labeldrop, regex: __name__}
+  - name: rest
+    url: http://${REST_HOST}:${REST_PORT}/api/v1/write
+    fallback: true
+"""
+
+
+@pytest.fixture
+def steps_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    for name in ("REST_HOST", "REST_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    path = tmp_path / "steps.yaml"
+    path.write_text(textwrap.dedent(STEPS_CONFIG))
+    return str(path)
+
+
+def test_steps_replace_labelmap_hashmod_labeldrop(
+    capsys: pytest.CaptureFixture[str], steps_config: str
+) -> None:
+    series = 'm{gpu="3",k8s_pod="p1",Hostname="NODE"}'
+    [entry] = _json(capsys, steps_config, series)
+    shaped, nameless, rest = entry["destinations"]
+    changes = [(s["index"], s["action"], s["changes"]) for s in shaped["steps"]]
+    nothing: dict[str, Any] = {"added": {}, "removed": {}, "changed": {}}
+    assert changes[:3] == [
+        (0, "drop", nothing),
+        (1, "replace", {**nothing, "added": {"device": "gpu3"}}),
+        (2, "labelmap", {**nothing, "added": {"pod": "p1"}}),
+    ]
+    assert changes[3][1] == "hashmod" and list(changes[3][2]["added"]) == ["shard"]
+    assert changes[4] == (4, "labeldrop", {**nothing, "removed": {"gpu": "3", "k8s_pod": "p1"}})
+    assert changes[5] == (5, "lowercase", {**nothing, "changed": {"Hostname": ["NODE", "node"]}})
+    shard = changes[3][2]["added"]["shard"]
+    assert shaped["outcome"] == "sent"
+    assert shaped["labels"] == {"Hostname": "node", "__name__": "m", "device": "gpu3",
+                                "pod": "p1", "shard": shard}  # fmt: skip
+    assert shaped["labels"] == shaped["steps"][-1]["labels"]
+    # nameless: the router refuses a label set without __name__ (counted "invalid").
+    assert nameless["outcome"] == "invalid" and nameless["reason"] == "invalid"
+    assert nameless["detail"] == "invalid: no __name__ label after relabeling"
+    assert rest["outcome"] == "not sent" and rest["detail"] == "kept by shaped"
+    _, _, err = _run(capsys, "--config", steps_config, "--series", "up")
+    assert "unset environment variables taken as '0': REST_HOST, REST_PORT" in err
+
+
+def test_drop_rule_json_shape(capsys: pytest.CaptureFixture[str], steps_config: str) -> None:
+    [entry] = _json(capsys, steps_config, 'debug_x{a="1"}')
+    assert entry["input"] == 'debug_x{a="1"}'
+    assert entry["labels"] == {"__name__": "debug_x", "a": "1"}
+    assert entry["global"] == {"steps": [], "labels": {"__name__": "debug_x", "a": "1"}}
+    shaped, nameless, rest = entry["destinations"]
+    assert shaped == {
+        "name": "shaped", "fallback": False, "outcome": "dropped", "labels": None,
+        "dropped_by": {"scope": "destination", "index": 0}, "reason": "relabel",
+        "detail": "dropped by rule [0]",
+        "steps": [{"index": 0, "action": "drop",
+                   "rule": "action=drop source_labels=[__name__] regex='debug_.*'",
+                   "kept": False, "labels": None,
+                   "changes": {"added": {}, "removed": {}, "changed": {}}}],
+    }  # fmt: skip
+    assert nameless["outcome"] == "invalid"
+    assert (rest["fallback"], rest["outcome"], rest["labels"]) == (True, "sent", entry["labels"])
+
+
+def test_text_invalid_outcome(capsys: pytest.CaptureFixture[str], steps_config: str) -> None:
+    code, out, _ = _run(capsys, "--config", steps_config, "--series", 'debug_x{a="1"}')
+    assert code == 0
+    assert ('  destination nameless: invalid: no __name__ label after relabeling: {a="1"} '
+            "(not sent, counted as reason invalid)") in out  # fmt: skip
+    assert '  destination rest (fallback): sent debug_x{a="1"}\n    (no write_relabel_configs)' \
+        in out
+    code, out, _ = _run(capsys, "--config", steps_config, "--series", "debug_x")
+    assert "  destination nameless: no labels left after relabeling (not sent, counted as " \
+        "reason relabel)" in out
+
+
+EXIT_2_CASES = [
+    ("bad_series", [MAIN_CONFIG, 'm{a!="1"}'], "rwrouter: invalid --series 'm{a!=\"1\"}': "),
+    ("missing_config", ["/nonexistent.yaml", "up"], "rwrouter: configuration error: "),
+    ("bad_config", ["@bad", "up"], "rwrouter: configuration error: remote_write"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("args", "message"), [c[1:] for c in EXIT_2_CASES],
+                         ids=[c[0] for c in EXIT_2_CASES])  # fmt: skip
+def test_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, args: list[str], message: str
+) -> None:
+    config, series = args
+    if config == "@bad":
+        config = str(tmp_path / "bad.yaml")
+        Path(config).write_text("remote_write: []\n")
+    code, out, err = _run(capsys, "--config", config, "--series", series)
+    assert code == 2
+    assert out == ""
+    assert err.startswith(message) and err.count("\n") == 1
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["relabel", "--config", MAIN_CONFIG])  # --series is required
+    assert info.value.code == 2
