@@ -344,3 +344,84 @@ class _Fixed(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self.families
+
+
+#: What the status page shows per destination: JSON key -> (metric sample name, how workers'
+#: values combine: "sum" or "max"/"min"), from the exposition (counters as totals; the page
+#: turns them into per-second rates between two reads).
+_STATUS_FIELDS: dict[str, tuple[str, str]] = {
+    "sent_samples_total": ("rwrouter_sent_samples_total", "sum"),
+    "sent_requests_total": ("rwrouter_sent_requests_total", "sum"),
+    "queue_disk_bytes": ("rwrouter_queue_disk_bytes", "sum"),
+    "queue_disk_capacity_bytes": ("rwrouter_queue_disk_capacity_bytes", "sum"),
+    "queue_memory_bytes": ("rwrouter_queue_bytes", "sum"),
+    "queue_samples": ("rwrouter_queue_samples", "sum"),
+    "oldest_unsent_age_seconds": ("rwrouter_queue_oldest_unsent_age_seconds", "max"),
+    "shards": ("rwrouter_shards", "sum"),
+    "rejected_store_bytes": ("rwrouter_rejected_store_bytes", "sum"),
+    "credentials_expiry_timestamp_seconds": (
+        "rwrouter_credentials_expiry_timestamp_seconds", "min"
+    ),
+}
+_COMBINE: dict[str, Callable[[float, float], float]] = {"sum": float.__add__, "max": max,
+                                                     "min": min}  # fmt: skip
+_STATUS_BY_REASON = {
+    "dropped_samples_total": "rwrouter_samples_dropped_total",
+    "retries_total": "rwrouter_retries_total",
+}
+
+
+def status_snapshot(exposition: str) -> dict[str, object]:
+    """The figures of the status page, read from a text exposition (one process's, or the
+    merged one of ``--workers``: per-worker values are combined). Shape::
+
+        {"version": str, "accelerated": bool, "workers": int,
+         "received_samples_total": float, "received_requests_total": float,
+         "relabel_cache_hit_ratio": float | None,
+         "destinations": {name: {<_STATUS_FIELDS keys>: float | None,
+                                 "dropped_samples_total": {reason: float},
+                                 "retries_total": {reason: float}}}}
+
+    Counters are totals since start; gauges as exposed (bytes, seconds, unix seconds for the
+    credential expiry). Raises ValueError for text that is not an exposition."""
+    destinations: dict[str, dict[str, object]] = {}
+    by_metric = {metric: (key, how) for key, (metric, how) in _STATUS_FIELDS.items()}
+    by_reason = {metric: key for key, metric in _STATUS_BY_REASON.items()}
+    out: dict[str, object] = {"version": "", "accelerated": False, "workers": 1,
+                              "received_samples_total": 0.0, "received_requests_total": 0.0,
+                              "relabel_cache_hit_ratio": None}  # fmt: skip
+    ratios: list[float] = []
+
+    def dest(name: str) -> dict[str, object]:
+        if name not in destinations:
+            destinations[name] = {  # counters start at 0, gauges unknown until exposed
+                key: 0.0 if key.endswith("_total") else None for key in _STATUS_FIELDS
+            } | {key: {} for key in _STATUS_BY_REASON}
+        return destinations[name]
+
+    for family in text_string_to_metric_families(exposition):
+        for s in family.samples:
+            name, labels, value = s.name, s.labels, float(s.value)
+            if name == "rwrouter_build_info":
+                out["version"] = labels.get("version", "")
+                out["accelerated"] = labels.get("accelerated") == "true"
+            elif name == "rwrouter_workers":
+                out["workers"] = int(value)
+            elif name in ("rwrouter_received_samples_total", "rwrouter_received_requests_total"):
+                key = name.removeprefix("rwrouter_")
+                out[key] = float(out[key]) + value  # type: ignore[arg-type]
+            elif name == "rwrouter_relabel_cache_hit_ratio":
+                ratios.append(value)
+            elif name in by_metric and "destination" in labels:
+                key, how = by_metric[name]
+                entry = dest(labels["destination"])
+                old = entry[key]
+                entry[key] = value if old is None else _COMBINE[how](float(old), value)  # type: ignore[arg-type]
+            elif name in by_reason and "destination" in labels:
+                reasons = dest(labels["destination"])[by_reason[name]]
+                assert isinstance(reasons, dict)
+                reason = labels.get("reason", "")
+                reasons[reason] = reasons.get(reason, 0.0) + value
+    out["relabel_cache_hit_ratio"] = sum(ratios) / len(ratios) if ratios else None
+    out["destinations"] = destinations
+    return out

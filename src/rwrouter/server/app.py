@@ -1,7 +1,8 @@
 """The receive side: an aiohttp web application (the only aiohttp.web importer).
 
 Endpoints: ``POST /api/v1/write`` and ``POST /api/v1/push`` (remote write 1.0), ``GET /metrics``,
-``GET /-/healthy``, ``GET /-/ready``, ``POST /-/reload``. Other methods on a known path get
+``GET /-/healthy``, ``GET /-/ready``, ``POST /-/reload``, ``GET /`` (the status page) and
+``GET /-/status`` (its figures as JSON). Other methods on a known path get
 405 (aiohttp).
 
 Answers (RW 1.0 spec; the sender's mistakes are 4xx with a one-line reason, never 5xx):
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib.resources
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -37,7 +39,7 @@ from rwrouter.errors import (
     UnsupportedError,
 )
 from rwrouter.logs import q
-from rwrouter.metrics import Metrics
+from rwrouter.metrics import Metrics, status_snapshot
 from rwrouter.sending.fanout import FanOut, Stale
 from rwrouter.server.decoders import LARGE_BODY, Busy, Decoders
 from rwrouter.wire import declared_size
@@ -213,10 +215,30 @@ async def handle_reload(request: web.Request) -> web.Response:
     return web.Response(text=f"{summary}\n")
 
 
+@functools.cache
+def status_page() -> str:
+    """The status page (``status.html`` next to this module: no external assets; its script
+    reads :func:`handle_status` every 2 s)."""
+    return (importlib.resources.files("rwrouter.server") / "status.html").read_text("utf-8")
+
+
+async def handle_status(request: web.Request) -> web.Response:
+    """``GET /-/status``: the status page's figures as JSON
+    (:func:`rwrouter.metrics.status_snapshot` of the ``/metrics`` exposition: every worker's
+    with ``--workers``)."""
+    body, _ = await request.app[EXPOSE]()
+    snapshot = status_snapshot(body.decode())
+    return web.json_response(snapshot, headers={"Cache-Control": "no-store"})
+
+
 async def handle_index(request: web.Request) -> web.Response:
-    """A plain-text list of the endpoints and destinations."""
+    """``GET /``: the status page for a browser (``Accept: text/html``), else a plain-text
+    list of the endpoints and destinations."""
+    if "text/html" in request.headers.get("Accept", ""):
+        return web.Response(text=status_page(), content_type="text/html")
     lines = ["rwrouter", "", "POST /api/v1/write (also /api/v1/push): remote write 1.0", ""]
-    lines += ["GET /metrics", "GET /-/healthy", "GET /-/ready", "POST /-/reload", ""]
+    lines += ["GET /metrics", "GET /-/status (JSON; / in a browser: the status page)",
+              "GET /-/healthy", "GET /-/ready", "POST /-/reload", ""]
     lines += ["destinations:"]
     for dest in request.app[FANOUT].destinations:
         disk, cap = dest.queue.size_bytes, dest.config.queue_config.max_disk_bytes
@@ -250,4 +272,5 @@ def make_app(*, fanout: FanOut, metrics: Metrics, settings: ServerConfig) -> web
     app.router.add_post("/-/reload", handle_reload)
     app.router.add_put("/-/reload", handle_reload)
     app.router.add_get("/", handle_index)
+    app.router.add_get("/-/status", handle_status)
     return app

@@ -1,0 +1,61 @@
+"""status_snapshot: the status page's figures read from an exposition (one process's, or the
+merged one of --workers, whose per-worker values are combined)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rwrouter.metrics import Metrics, merge_expositions, status_snapshot
+
+
+def _worker(sent: float, disk: float, age: float, expiry: float | None, drops: float) -> str:
+    m = Metrics()
+    m.sent_samples.labels("ws").inc(sent)
+    m.queue_disk_bytes.labels("ws").set(disk)
+    m.queue_oldest_age.labels("ws").set(age)
+    m.dropped_samples.labels("ws", "queue_full").inc(drops)
+    m.retries.labels("ws", "503").inc(1)
+    if expiry is not None:
+        m.credentials_expiry.sources["ws"] = lambda: expiry
+    return m.exposition()[0].decode()
+
+
+CASES = [
+    # id, workers' (sent, disk bytes, oldest age, credential expiry, drops), expected figures
+    ("one_process", [(5, 100, 3.0, 2000.0, 1)],
+     {"sent_samples_total": 5.0, "queue_disk_bytes": 100.0, "oldest_unsent_age_seconds": 3.0,
+      "credentials_expiry_timestamp_seconds": 2000.0, "dropped_samples_total": {"queue_full": 1.0},
+      "retries_total": {"503": 1.0}}),
+    ("two_workers_sum_max_min", [(5, 100, 3.0, 2000.0, 1), (7, 50, 9.0, 1000.0, 2)],
+     {"sent_samples_total": 12.0, "queue_disk_bytes": 150.0, "oldest_unsent_age_seconds": 9.0,
+      "credentials_expiry_timestamp_seconds": 1000.0,
+      "dropped_samples_total": {"queue_full": 3.0}, "retries_total": {"503": 2.0}}),
+    ("no_credential_expiry", [(0, 0, 0.0, None, 0)],
+     {"sent_samples_total": 0.0, "credentials_expiry_timestamp_seconds": None}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("workers", "expected"), [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])  # fmt: skip
+def test_status_snapshot_combines_workers(
+    workers: list[tuple[float, float, float, float | None, float]], expected: dict[str, object]
+) -> None:
+    texts = [_worker(*w) for w in workers]
+    if len(texts) == 1:
+        text = texts[0]
+    else:
+        text = merge_expositions({str(i): t for i, t in enumerate(texts)},
+                                 workers=len(texts)).decode()  # fmt: skip
+    snapshot = status_snapshot(text)
+    assert snapshot["workers"] == len(workers)
+    destinations = snapshot["destinations"]
+    assert isinstance(destinations, dict)
+    ws = destinations["ws"]
+    for key, value in expected.items():
+        assert ws[key] == value, key
+    assert ws["sent_requests_total"] == 0.0 and ws["shards"] is None  # counter 0, gauge unknown
+
+
+def test_status_snapshot_refuses_text_that_is_not_an_exposition() -> None:
+    with pytest.raises(ValueError):
+        status_snapshot("this is { not an exposition")
