@@ -6,6 +6,7 @@ prometheus_client). Names follow Prometheus conventions: ``_total`` counters, ba
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import (
@@ -383,7 +384,9 @@ def status_snapshot(exposition: str) -> dict[str, object]:
                                  "retries_total": {reason: float}}}}
 
     Counters are totals since start; gauges as exposed (bytes, seconds, unix seconds for the
-    credential expiry). Raises ValueError for text that is not an exposition."""
+    credential expiry); a value that is not finite (NaN, e.g. a hit ratio before any lookup)
+    counts as absent, so the result is always valid JSON. The hit ratio of several workers is
+    the mean of those that have one. Raises ValueError for text that is not an exposition."""
     destinations: dict[str, dict[str, object]] = {}
     by_metric = {metric: (key, how) for key, (metric, how) in _STATUS_FIELDS.items()}
     by_reason = {metric: key for key, metric in _STATUS_BY_REASON.items()}
@@ -402,6 +405,8 @@ def status_snapshot(exposition: str) -> dict[str, object]:
     for family in text_string_to_metric_families(exposition):
         for s in family.samples:
             name, labels, value = s.name, s.labels, float(s.value)
+            if not math.isfinite(value):  # e.g. a hit ratio before any lookup: unknown
+                continue
             if name == "rwrouter_build_info":
                 out["version"] = labels.get("version", "")
                 out["accelerated"] = labels.get("accelerated") == "true"

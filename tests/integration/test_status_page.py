@@ -85,10 +85,19 @@ def _by_reason(router: RouterServer, sample: str, destination: str) -> str:
     return ", ".join(f"{r}: {v:,.0f}" for r, v in sorted(found.items())) or "0"
 
 
+PAGE_CASES = [
+    # id, requests sent before the page opens, samples expected sent per destination
+    ("after_traffic", 1, {"workspace": "8", "selfhosted": "5"}),
+    ("idle_router", 0, {"workspace": "0", "selfhosted": "0"}),  # hit ratio NaN in /metrics
+]
+
+
 @pytest.mark.timeout(90)
+@pytest.mark.parametrize(("requests", "expected"), [c[1:] for c in PAGE_CASES],
+                         ids=[c[0] for c in PAGE_CASES])  # fmt: skip
 async def test_status_page_in_chromium_shows_what_metrics_shows(
     start_router: StartRouter, fresh_capture: CaptureServer, http: aiohttp.ClientSession,
-    tmp_path: Path,
+    tmp_path: Path, requests: int, expected: dict[str, str],
 ) -> None:  # fmt: skip
     _chromium()
     router: RouterServer = await start_router(ROUTER.format(url=fresh_capture.url("").rstrip("/")))
@@ -96,14 +105,15 @@ async def test_status_page_in_chromium_shows_what_metrics_shows(
               for g in range(8)]  # fmt: skip
     series += [Series((("__name__", "node_load1"), ("i", str(i))), ((1_000, 1.0),))
                for i in range(5)]  # fmt: skip
-    assert (await post_write(http, router, build_body(series)))[0] == 204
+    for _ in range(requests):
+        assert (await post_write(http, router, build_body(series)))[0] == 204
 
     def sent(name: str) -> float:
         return metric_value(router, "rwrouter_sent_samples_total", destination=name)
 
-    await eventually(lambda: sent("workspace") == 8 and sent("selfhosted") == 5, timeout=15)
-    expected = {"workspace": "8", "selfhosted": "5"}
-    shot = Path(os.environ.get("RWROUTER_TEST_ARTIFACTS") or tmp_path) / "status-page.png"
+    await eventually(lambda: all(f"{sent(n):,.0f}" == v for n, v in expected.items()),
+                     timeout=15)  # fmt: skip
+    shot = Path(os.environ.get("RWROUTER_TEST_ARTIFACTS") or tmp_path) / f"status-{requests}.png"
     shot.parent.mkdir(parents=True, exist_ok=True)
     cells, errors = await asyncio.to_thread(_browse, router.url + "/", shot, expected)
 

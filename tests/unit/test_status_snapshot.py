@@ -3,6 +3,8 @@ merged one of --workers, whose per-worker values are combined)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from rwrouter.metrics import Metrics, merge_expositions, status_snapshot
@@ -59,3 +61,17 @@ def test_status_snapshot_combines_workers(
 def test_status_snapshot_refuses_text_that_is_not_an_exposition() -> None:
     with pytest.raises(ValueError):
         status_snapshot("this is { not an exposition")
+
+
+def test_status_snapshot_treats_nan_as_absent_so_the_json_is_valid() -> None:
+    """A worker with no lookups yet exposes its hit ratio as NaN (not valid JSON)."""
+    busy, idle = Metrics(), Metrics()
+    busy.cache_hit_ratio.set(0.5)
+    idle.cache_hit_ratio.set(float("nan"))
+    text = merge_expositions({"0": busy.exposition()[0].decode(),
+                              "1": idle.exposition()[0].decode()}, workers=2).decode()  # fmt: skip
+    snapshot = status_snapshot(text)
+    assert snapshot["relabel_cache_hit_ratio"] == 0.5
+    json.dumps(snapshot, allow_nan=False)  # raises on NaN
+    alone = status_snapshot("rwrouter_relabel_cache_hit_ratio NaN\n")
+    assert alone["relabel_cache_hit_ratio"] is None

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import importlib.resources
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -228,7 +229,8 @@ async def handle_status(request: web.Request) -> web.Response:
     with ``--workers``)."""
     body, _ = await request.app[EXPOSE]()
     snapshot = status_snapshot(body.decode())
-    return web.json_response(snapshot, headers={"Cache-Control": "no-store"})
+    return web.json_response(snapshot, headers={"Cache-Control": "no-store"},
+                             dumps=functools.partial(json.dumps, allow_nan=False))  # fmt: skip
 
 
 async def handle_index(request: web.Request) -> web.Response:
