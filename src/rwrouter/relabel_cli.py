@@ -194,16 +194,15 @@ class _Reader:
             if len(code) != digits:
                 raise ValueError(code)
             value = int(code, base)
-            if char == "x" or base == 8:
-                if value > 255:
-                    raise ValueError(code)
-                # Go: \xHH and \ooo are bytes; alone they must be ASCII to stay valid UTF-8.
-                if value > 127:
-                    raise ValueError(code)
-            result = chr(value)
         except ValueError:
             self.pos -= 1
             raise self.fail(f"invalid escape \\{char}") from None
+        if (char == "x" or base == 8) and value > 127:
+            # Go: \xHH and \ooo are bytes; alone they must be ASCII to stay valid UTF-8.
+            self.pos -= 1
+            raise self.fail(f"escape \\{char if base == 16 else ''}{code} is a byte over 0x7f, "
+                            "not valid UTF-8 on its own (write the character itself)")
+        result = chr(value)
         self.pos += digits
         return result
 

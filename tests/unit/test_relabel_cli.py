@@ -66,7 +66,7 @@ ERROR_CASES = [
     ("empty_label_name", '{""="1", __name__="m"}', "empty label name"),
     ("bad_escape", r'm{a="\q"}', r"invalid escape \q"),
     ("short_hex_escape", r'm{a="\x4"}', r"invalid escape \x"),
-    ("non_ascii_byte_escape", r'm{a="\xff"}', r"invalid escape \x"),
+    ("non_ascii_byte_escape", r'm{a="\xff"}', r"byte over 0x7f"),
     ("trailing_garbage", 'm{a="1"} 12', "unexpected '1' at position 10"),
     ("space_in_name", "node load", "unexpected 'l'"),
 ]  # fmt: skip
