@@ -153,13 +153,59 @@ def test_strict_validation_catches_a_misspelt_field() -> None:
         kubernetes_validate.validate(statefulset, latest_version(), strict=True)
 
 
+def _prometheus_config_files() -> tuple[str, dict[str, str]]:
+    """The file name of Prometheus's --config.file and every file of the directory it is in, as
+    the pod sees it: the keys of the ConfigMaps of the volume mounted there (a configMap or a
+    projected volume)."""
+    container = _container("prometheus")
+    (config_arg,) = [a for a in container["args"] if a.startswith("--config.file=")]
+    config_dir, _, config_name = config_arg.removeprefix("--config.file=").rpartition("/")
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == config_dir]
+    volumes = _one("StatefulSet")["spec"]["template"]["spec"]["volumes"]
+    (volume,) = [v for v in volumes if v["name"] == mount["name"]]
+    if "projected" in volume:
+        names = [s["configMap"]["name"] for s in volume["projected"]["sources"]]
+    else:
+        names = [volume["configMap"]["name"]]
+    files: dict[str, str] = {}
+    for name in names:
+        data = _one("ConfigMap", name)["data"]
+        assert not set(data) & set(files), f"{name}: a file name used twice in {config_dir}"
+        files.update(data)
+    return config_name, files
+
+
 def test_embedded_prometheus_config_passes_promtool(tmp_path: Path) -> None:
-    config = tmp_path / "prometheus.yml"
-    config.write_text(_config_file("prometheus.yml"), encoding="utf-8")
+    # The files of the mounted directory, side by side as in the pod: promtool checks that the
+    # rule files exist and are valid.
+    config_name, files = _prometheus_config_files()
+    for name, text in files.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    config = tmp_path / config_name
     result = _promtool_run("check", "config", str(config))
     assert result.returncode == 0, result.stdout + result.stderr
-    remote_write = yaml.safe_load(config.read_text())["remote_write"]
-    assert [w["url"] for w in remote_write] == ["http://localhost:9250/api/v1/write"]
+    assert f"SUCCESS: {len(_alert_rules())} rules found" in result.stdout, result.stdout
+    parsed = yaml.safe_load(config.read_text())
+    assert [w["url"] for w in parsed["remote_write"]] == ["http://localhost:9250/api/v1/write"]
+
+
+def test_prometheus_loads_the_alert_rules_and_sends_to_an_alertmanager() -> None:
+    config_name, files = _prometheus_config_files()
+    config = yaml.safe_load(files[config_name])
+    assert config["rule_files"] == ["alerts.yaml"]
+    assert files["alerts.yaml"] == ALERTS.read_text(encoding="utf-8")
+    (alertmanagers,) = config["alerting"]["alertmanagers"]
+    assert alertmanagers["dns_sd_configs"][0]["port"] == 9093
+
+
+def test_alert_rules_config_map_equals_deploy_prometheus_alerts_yaml() -> None:
+    # The ConfigMap is a copy: after editing deploy/prometheus/alerts.yaml, paste it into the
+    # ConfigMap rwrouter-alerts of deploy/kubernetes/sidecar.yaml.
+    data = _one("ConfigMap", "rwrouter-alerts")["data"]
+    assert set(data) == {"alerts.yaml"}
+    assert data["alerts.yaml"] == ALERTS.read_text(encoding="utf-8"), (
+        "deploy/kubernetes/sidecar.yaml's rwrouter-alerts differs from deploy/prometheus/alerts.yaml"
+    )
 
 
 def test_embedded_rwrouter_config_loads_with_the_container_env(tmp_path: Path) -> None:
