@@ -204,7 +204,7 @@ def test_alert_rules_config_map_equals_deploy_prometheus_alerts_yaml() -> None:
     data = _one("ConfigMap", "rwrouter-alerts")["data"]
     assert set(data) == {"alerts.yaml"}
     assert data["alerts.yaml"] == ALERTS.read_text(encoding="utf-8"), (
-        "deploy/kubernetes/sidecar.yaml's rwrouter-alerts differs from deploy/prometheus/alerts.yaml"
+        "the ConfigMap rwrouter-alerts of sidecar.yaml differs from deploy/prometheus/alerts.yaml"
     )
 
 
@@ -325,10 +325,21 @@ def test_dashboard_top_level_and_variables() -> None:
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
-    query = variables["destination"]["query"]
-    query = query["query"] if isinstance(query, dict) else query
-    match = re.fullmatch(r"label_values\((rwrouter_\w+), destination\)", query)
-    assert match and match.group(1) in _exposed_names()
+    for label, variable in variables.items():
+        if label == "datasource":
+            continue
+        query = variable["query"]
+        query = query["query"] if isinstance(query, dict) else query
+        match = re.fullmatch(rf"label_values\((rwrouter_\w+)(\{{[^}}]*\}})?, {label}\)", query)
+        assert match and match.group(1) in _exposed_names(), (label, query)
+        assert variable["definition"] == query, label
+        # The choices of the other variables follow the chosen instances.
+        assert label == "instance" or _unfiltered_selectors(query) == [], (label, query)
+    instance = variables["instance"]
+    assert instance["query"]["query"] == "label_values(rwrouter_build_info, instance)"
+    assert instance["multi"] is True and instance["includeAll"] is True
+    names = [v["name"] for v in dashboard["templating"]["list"]]
+    assert names.index("instance") < min(names.index("destination"), names.index("worker"))
 
 
 def test_dashboard_panels_have_unique_ids_and_a_row_repeated_by_destination() -> None:
@@ -342,6 +353,28 @@ def test_dashboard_panels_have_unique_ids_and_a_row_repeated_by_destination() ->
             assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
 
 
+_SELECTOR = re.compile(r"\b(rwrouter_[a-zA-Z0-9_]+)(\{[^}]*\})?")
+INSTANCE_FILTER = 'instance=~"$instance"'
+
+
+def _unfiltered_selectors(expr: str) -> list[str]:
+    """The series selectors of expr without the dashboard's instance filter."""
+    return [m.group(0) for m in _SELECTOR.finditer(expr)
+            if INSTANCE_FILTER not in re.split(r"\s*,\s*", (m.group(2) or "{}")[1:-1])]  # fmt: skip
+
+
+def test_unfiltered_selectors_finds_every_selector_without_the_instance_filter() -> None:
+    # Guards the check below.
+    expr = (
+        'sum(rate(rwrouter_a_total{instance=~"$instance",worker=~"$worker"}[5m]))'
+        ' / sum(rate(rwrouter_b_total{worker=~"$worker"}[5m])) + rwrouter_c'
+        ' + rwrouter_d{instance="x"} + rwrouter_e{job="r", instance=~"$instance"}'
+    )
+    assert _unfiltered_selectors(expr) == [
+        'rwrouter_b_total{worker=~"$worker"}', "rwrouter_c", 'rwrouter_d{instance="x"}'
+    ]
+
+
 def _dashboard_exprs() -> list[tuple[str, str]]:
     return [(p["title"], t["expr"]) for p in _panels(_dashboard()["panels"])
             for t in p.get("targets", [])]  # fmt: skip
@@ -353,6 +386,14 @@ def test_dashboard_expression_uses_exported_metrics(title: str, expr: str) -> No
     names = _names_in(expr)
     assert names, f"{title}: no rwrouter metric in {expr!r}"
     assert names <= _exposed_names(), f"{title}: not exported: {names - _exposed_names()}"
+
+
+@pytest.mark.parametrize(("title", "expr"), _dashboard_exprs(),
+                         ids=[f"{t}:{i}" for i, (t, _) in enumerate(_dashboard_exprs())])
+def test_dashboard_expression_filters_by_instance(title: str, expr: str) -> None:
+    # With several rwrouter instances (replicas, one sidecar per Prometheus) a panel must not
+    # sum over instances the viewer did not choose.
+    assert _unfiltered_selectors(expr) == [], f"{title}: {expr}"
 
 
 # -- alert rules ---------------------------------------------------------------------------------
