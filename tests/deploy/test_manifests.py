@@ -424,3 +424,16 @@ def test_alert_rule(rule: dict[str, Any]) -> None:
     assert anchor in _anchors(RUNBOOK.read_text(encoding="utf-8")), anchor
     test_text = ALERTS_TEST.read_text(encoding="utf-8")
     assert f"alertname: {rule['alert']}\n" in test_text, "has promtool unit tests"
+
+
+def test_runbook_critical_series_section_starts_with_the_relabel_debugger() -> None:
+    runbook = RUNBOOK.read_text(encoding="utf-8")
+    section = runbook.split("## RwrouterCriticalSeriesNotForwarded", 1)[1].split("\n## ", 1)[0]
+    confirm = section.split("**Confirm.**", 1)[1]
+    first_check = confirm.split("\n- ", 2)[1]
+    assert "kubectl -n $NS exec $POD -c rwrouter" in first_check
+    assert "rwrouter relabel --config /etc/rwrouter/rwrouter.yaml --series" in first_check
+    assert "(relabel-debugger.md)" in first_check
+    mounts = {m["mountPath"] for m in _container("rwrouter")["volumeMounts"]}
+    assert "/etc/rwrouter" in mounts
+    assert "rwrouter.yaml" in _one("ConfigMap", "prometheus-rwrouter-rwrouter")["data"]
