@@ -21,6 +21,10 @@ from typing import Any
 import pytest
 import yaml
 
+from rwrouter.config.values import parse_size
+from rwrouter.server.runner import REQUEST_GRACE
+from rwrouter.server.supervisor import KILL_GRACE
+
 helm = pytest.importorskip("helm_python", reason="pip install -e '.[test]' (helm-python-sdk)")
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
@@ -83,6 +87,14 @@ SCENARIOS: list[tuple[str, dict[str, Any], set[str]]] = [
      {"ConfigMap", "Deployment", "Service", "ServiceAccount"}),
     ("workers_2", merged(WORKSPACE, {"workers": 2}),
      {"ConfigMap", "Deployment", "Service", "ServiceAccount"}),
+    ("workers_2_statefulset",
+     merged(WORKSPACE, AFFINITY, PERSISTENT, {"workers": 2, "replicaCount": 2}),
+     {"ConfigMap", "StatefulSet", "Service", "ServiceAccount"}),
+    ("listen_on_ipv6_port_8080", {"config": {"server": {"listen_address": "[::]:8080"}}},
+     {"ConfigMap", "Deployment", "Service", "ServiceAccount"}),
+    ("storage_under_the_volume", {"config": {"storage": {"path": "/var/lib/rwrouter/queues"}},
+                                  "emptyDir": {"sizeLimit": "3Gi"}},
+     {"ConfigMap", "Deployment", "Service", "ServiceAccount"}),
 ]  # fmt: skip
 
 # (id, values, a fragment of the error)
@@ -98,6 +110,44 @@ FAILING: list[tuple[str, dict[str, Any], str]] = [
      {"config": CUSTOM_CONFIG, "terminationGracePeriodSeconds": 90},
      "must be larger than config.server.shutdown_timeout"),
     ("workers_0", {"workers": 0}, "workers must be null or an integer >= 1"),
+    ("workers_fraction", {"workers": 1.5}, "workers must be null or an integer >= 1, got 1.5"),
+    ("workers_string", {"workers": "2"}, "workers must be null or an integer >= 1"),
+    ("workers_bool", {"workers": True}, "workers must be null or an integer >= 1"),
+    ("listen_on_loopback", {"config": {"server": {"listen_address": "127.0.0.1:9250"}}},
+     "config.server.listen_address must listen on all interfaces"),
+    ("listen_on_a_pod_name", {"config": {"server": {"listen_address": "rwrouter:9250"}}},
+     "config.server.listen_address must listen on all interfaces"),
+    ("listen_on_any_port", {"config": {"server": {"listen_address": "0.0.0.0:0"}}},
+     "config.server.listen_address must have a fixed port 1..65535"),
+    ("storage_path_absolute", {"config": {"storage": {"path": "/data"}}},
+     "config.storage.path must be on the queue volume"),
+    ("storage_path_beside_volume", {"config": {"storage": {"path": "/var/lib/rwrouter-old"}}},
+     "config.storage.path must be on the queue volume"),
+    ("storage_path_escapes", {"config": {"storage": {"path": "../data"}}},
+     "config.storage.path must be on the queue volume"),
+    ("storage_path_escapes_volume", {"config": {"storage": {"path": "/var/lib/rwrouter/../x"}}},
+     "config.storage.path must be on the queue volume"),
+    ("grace_without_supervisor_kill_grace", {"workers": 2, "terminationGracePeriodSeconds": 45},
+     "must be larger than config.server.shutdown_timeout (30000ms) + 15s with workers > 1"),
+    ("grace_custom_timeout_workers",
+     {"config": CUSTOM_CONFIG, "workers": 3, "terminationGracePeriodSeconds": 100},
+     "must be larger than config.server.shutdown_timeout (90000ms) + 15s with workers > 1"),
+    ("empty_dir_too_small_for_workers", {"workers": 2, "emptyDir": {"sizeLimit": "4Gi"}},
+     "emptyDir.sizeLimit (4Gi) is smaller than the queues may use: 4352Mi = workers (2)"),
+    ("empty_dir_too_small_for_bounds",
+     {"config": {"storage": {"rejected_max_bytes": "1GiB"}}, "emptyDir": {"sizeLimit": "4G"}},
+     "emptyDir.sizeLimit (4G) is smaller than the queues may use: 4096Mi = workers (1)"),
+    ("claim_too_small_for_workers",
+     merged(PERSISTENT, {"workers": 2, "persistence": {"size": "4Gi"}}),
+     "persistence.size (4Gi) is smaller than the queues may use: 4352Mi = workers (2)"),
+    ("claim_too_small_for_bounds",
+     merged(PERSISTENT, {"config": {"remote_write": [
+         {"name": "big", "url": "http://p:9090/api/v1/write",
+          "queue_config": {"max_disk_bytes": 10737418240}}]}}),
+     "persistence.size (10Gi) is smaller than the queues may use: 10304Mi = workers (1)"),
+    ("bad_size_in_config",
+     {"config": {"relabel_cache": {"max_bytes": "256mb"}}},
+     'config.relabel_cache.max_bytes: expected a size such as 1GiB or 512MiB, got "256mb"'),
 ]  # fmt: skip
 
 
@@ -200,7 +250,9 @@ def test_pod_is_locked_down_and_probed(chart: Any, values: dict[str, Any],
     assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
     assert c["livenessProbe"]["httpGet"] == {"path": "/-/healthy", "port": "http"}
     assert c["readinessProbe"]["httpGet"] == {"path": "/-/ready", "port": "http"}
-    assert c["ports"] == [{"name": "http", "containerPort": 9250, "protocol": "TCP"}]
+    listen = yaml.safe_load(config_text(docs))["server"]["listen_address"]
+    port = int(listen.rpartition(":")[2])
+    assert c["ports"] == [{"name": "http", "containerPort": port, "protocol": "TCP"}]
     assert c["image"] == "rwrouter:0.3.0"
     assert c["resources"]["requests"]["cpu"] and c["resources"]["limits"]["memory"]
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
@@ -217,7 +269,7 @@ def test_deployment_queue_is_an_empty_dir(chart: Any) -> None:
     deployment = one(docs, "Deployment")
     assert deployment["spec"]["replicas"] == 1
     volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
-    assert volumes["data"] == {"name": "data", "emptyDir": {"sizeLimit": "4Gi"}}
+    assert volumes["data"] == {"name": "data", "emptyDir": {"sizeLimit": "2784Mi"}}
     assert not any(d["kind"] in ("StatefulSet", "PersistentVolumeClaim") for d in docs)
 
 
@@ -268,7 +320,8 @@ def test_configmap_passes_check_config(chart: Any, values: dict[str, Any], kinds
     )
     assert result.returncode == 0, result.stdout + result.stderr
     parsed = yaml.safe_load(config_text(docs))
-    assert parsed["server"]["listen_address"].endswith(":9250")
+    port = container(docs)["ports"][0]["containerPort"]
+    assert parsed["server"]["listen_address"].endswith(f":{port}")
     grace = workload(docs)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert grace > 30
 
@@ -285,16 +338,119 @@ def test_default_config_targets_workspace_and_fallback(chart: Any) -> None:
     assert env == CONFIG_ENV
 
 
+MIB = 1024 * 1024
+BASE_MEMORY = 150 * MIB  # the chart's per-process base in its memory estimate
+
+
+def quantity(text: str) -> int:
+    """Bytes of a Kubernetes quantity with a binary suffix (as the chart's defaults use)."""
+    units = {"Ki": 1024, "Mi": MIB, "Gi": 1024 * MIB}
+    return int(text[:-2]) * units[text[-2:]]
+
+
+def bounds(config: dict[str, Any], workers: int = 1) -> tuple[int, int]:
+    """(disk, memory) the chart's documented formulas give for ``config``."""
+    rejected = parse_size((config.get("storage") or {}).get("rejected_max_bytes") or "64MiB", "")
+    cache = parse_size((config.get("relabel_cache") or {}).get("max_bytes") or "1GiB", "")
+    disk, memory = 0, cache + BASE_MEMORY
+    for dest in config["remote_write"]:
+        queue = dest.get("queue_config") or {}
+        disk += parse_size(queue.get("max_disk_bytes") or "1GiB", "") + rejected
+        memory += parse_size(queue.get("max_memory_bytes") or "256MiB", "")
+    return disk * workers, memory * workers
+
+
+def test_default_config_fits_the_default_memory_limit(chart: Any) -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    config = yaml.safe_load(config_text(render(chart, WORKSPACE)))
+    limit = quantity(values["resources"]["limits"]["memory"])
+    # The relabel cache is bounded well below the limit (rwrouter's own default is 1GiB)...
+    cache = parse_size(config["relabel_cache"]["max_bytes"], "")
+    assert cache == 256 * MIB and cache < limit // 2
+    # ...and so is each destination's read-ahead (rwrouter's own default is 256MiB).
+    assert [d["queue_config"]["max_memory_bytes"] for d in config["remote_write"]] == [
+        "64MiB", "64MiB"]  # fmt: skip
+    disk, memory = bounds(config)
+    assert memory == (256 + 2 * 64 + 150) * MIB <= limit
+    # The disk bound fits the default claim (persistence.size) with one worker.
+    assert disk == 2 * (1024 + 64) * MIB <= quantity(values["persistence"]["size"])
+    assert "resources.limits.memory" not in notes(chart, WORKSPACE)
+    # Two workers double it: above the default limit, and NOTES.txt says so.
+    assert bounds(config, 2)[1] > limit
+    text = notes(chart, merged(WORKSPACE, {"workers": 2}))
+    assert "WARNING: resources.limits.memory (1Gi) is below" in text and "1068Mi" in text
+    raised = {"workers": 2, "resources": {"limits": {"memory": "1200M"}}}
+    assert "resources.limits.memory" not in notes(chart, merged(WORKSPACE, raised))
+    # rwrouter's own defaults (the cache and read-ahead not bounded) exceed even one worker's.
+    unbounded = {"config": {"relabel_cache": None, "remote_write": [
+        {"name": "a", "url": "http://a:9090/api/v1/write"}]}}  # fmt: skip
+    assert "about 1430Mi = workers (1)" in notes(chart, merged(WORKSPACE, unbounded))
+
+
+@pytest.mark.parametrize(("values", "size_limit"), [
+    ({}, "2784Mi"),  # 2 x (1GiB + 64MiB) = 2176Mi, + a quarter + 64Mi
+    ({"workers": 2}, "5504Mi"),
+    ({"workers": 3}, "8224Mi"),
+    ({"config": {"storage": {"rejected_max_bytes": "1GiB"}}}, "5184Mi"),
+    ({"emptyDir": {"sizeLimit": "8Gi"}}, "8Gi"),
+    ({"emptyDir": {"sizeLimit": "1.5Gi"}}, "1.5Gi"),  # not parsed by the chart: not checked
+    ({"emptyDir": {"sizeLimit": ""}}, None),
+], ids=["default", "workers_2", "workers_3", "rejected_1GiB", "explicit", "fraction",
+        "no_limit"])  # fmt: skip
+def test_empty_dir_is_sized_from_the_disk_bounds(chart: Any, values: dict[str, Any],
+                                                 size_limit: str | None) -> None:  # fmt: skip
+    docs = render(chart, merged(WORKSPACE, values))
+    volumes = {v["name"]: v for v in workload(docs)["spec"]["template"]["spec"]["volumes"]}
+    expected = {"sizeLimit": size_limit} if size_limit else {}
+    assert volumes["data"] == {"name": "data", "emptyDir": expected}
+    if size_limit and size_limit.endswith("Mi") and "emptyDir" not in values:
+        disk, _ = bounds(yaml.safe_load(config_text(docs)), values.get("workers", 1))
+        assert quantity(size_limit) == -(-disk * 5 // (4 * MIB)) * MIB + 64 * MIB
+
+
+def test_container_port_follows_listen_address(chart: Any) -> None:
+    docs = render(chart, {"config": {"server": {"listen_address": "[::]:8080"}}})
+    assert container(docs)["ports"] == [{"name": "http", "containerPort": 8080,
+                                         "protocol": "TCP"}]  # fmt: skip
+    service = one(docs, "Service")["spec"]["ports"][0]
+    assert (service["port"], service["targetPort"]) == (9250, "http")
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["data", "./queues", "/var/lib/rwrouter", "/var/lib/rwrouter/", "/var/lib/rwrouter/queues"],
+)
+def test_storage_path_on_the_volume_is_accepted(chart: Any, path: str) -> None:
+    docs = render(chart, {"config": {"storage": {"path": path}}})
+    assert yaml.safe_load(config_text(docs))["storage"]["path"] == path
+
+
+@pytest.mark.parametrize(("workers", "grace"), [(None, 31), (1, 31), (2, 46), (4, 46)])
+def test_grace_just_above_the_stop_time_is_accepted(chart: Any, workers: int | None,
+                                                    grace: int) -> None:  # fmt: skip
+    # One process stops within shutdown_timeout (30s); the supervisor kills a worker still
+    # running 15 s later (REQUEST_GRACE 5 s + KILL_GRACE 10 s): the figure the chart checks.
+    assert REQUEST_GRACE + KILL_GRACE == 15
+    docs = render(chart, {"workers": workers, "terminationGracePeriodSeconds": grace})
+    assert workload(docs)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == grace
+
+
 def test_custom_config_is_rendered_verbatim(chart: Any) -> None:
     # A string is taken verbatim (e.g. --set-file config=my-rwrouter.yaml)...
     docs = render(chart, {"config": yaml.safe_dump(CUSTOM_CONFIG),
                           "terminationGracePeriodSeconds": 120})  # fmt: skip
     assert yaml.safe_load(config_text(docs)) == CUSTOM_CONFIG
     # ...a map is merged by Helm into the default map (lists such as remote_write replace the
-    # default's; keys not given keep the default's: relabel_configs [] here).
+    # default's; keys not given keep the default's: relabel_configs [] and the relabel_cache
+    # bound here).
     docs = render(chart, {"config": CUSTOM_CONFIG, "terminationGracePeriodSeconds": 120})
-    assert yaml.safe_load(config_text(docs)) == {**CUSTOM_CONFIG, "relabel_configs": []}
-    docs = render(chart, {"config": {**CUSTOM_CONFIG, "relabel_configs": None},
+    assert yaml.safe_load(config_text(docs)) == {
+        **CUSTOM_CONFIG,
+        "relabel_configs": [],
+        "relabel_cache": {"max_bytes": "256MiB"},
+    }
+    docs = render(chart, {"config": {**CUSTOM_CONFIG, "relabel_configs": None,
+                                     "relabel_cache": None},
                           "terminationGracePeriodSeconds": 120})  # fmt: skip
     assert yaml.safe_load(config_text(docs)) == CUSTOM_CONFIG
 
@@ -390,7 +546,8 @@ def test_notes_warn_about_what_is_missing(chart: Any) -> None:
     assert "workspace.id is not set" in text and "workspace.region is not set" in text
     assert "serviceAccount.roleArn is empty" in text and "emptyDir" in text
     text = notes(chart, merged(WORKSPACE, PERSISTENT, AFFINITY, HPA,
-                               {"serviceAccount": {"roleArn": ROLE}, "workers": 2}))  # fmt: skip
+                               {"serviceAccount": {"roleArn": ROLE}, "workers": 2,
+                                "resources": {"limits": {"memory": "2Gi"}}}))  # fmt: skip
     assert "WARNING" not in text and "roleArn is empty" not in text
     assert "sessionAffinity ClientIP" in text and "--workers 2" in text
     assert f"http://{RELEASE}-rwrouter.{NAMESPACE}.svc:9250/api/v1/write" in text

@@ -84,6 +84,116 @@ default 30s).
 {{- $total }}
 {{- end }}
 
+{{/*
+The number of router processes: `workers`, validated (null: 1). Fails for anything but an
+integer >= 1 (1.5, "2", true).
+*/}}
+{{- define "rwrouter.workers" -}}
+{{- $w := .Values.workers }}
+{{- if kindIs "invalid" $w }}
+{{- 1 }}
+{{- else }}
+{{- $ok := false }}
+{{- if or (kindIs "float64" $w) (kindIs "int" $w) (kindIs "int64" $w) }}
+{{- $ok = and (eq (float64 $w) (float64 (int64 $w))) (ge (int64 $w) 1) }}
+{{- end }}
+{{- if not $ok }}
+{{- fail (printf "workers must be null or an integer >= 1, got %v (%s)" $w (kindOf $w)) }}
+{{- end }}
+{{- int64 $w }}
+{{- end }}
+{{- end }}
+
+{{/*
+Bytes of an rwrouter size (docs/configuration.md, Sizes): an integer, or "<integer>[ ]<unit>"
+with B, KB/KiB, MB/MiB, GB/GiB, TB/TiB, PB/PiB, all base 2. Called with (list value path).
+*/}}
+{{- define "rwrouter.configBytes" -}}
+{{- $v := index . 0 }}
+{{- $path := index . 1 }}
+{{- if or (kindIs "float64" $v) (kindIs "int" $v) (kindIs "int64" $v) }}
+{{- int64 $v }}
+{{- else }}
+{{- $s := trim (toString $v) }}
+{{- $units := dict "" 1 "B" 1 "KB" 1024 "KiB" 1024 "MB" 1048576 "MiB" 1048576 "GB" 1073741824 "GiB" 1073741824 "TB" 1099511627776 "TiB" 1099511627776 "PB" 1125899906842624 "PiB" 1125899906842624 }}
+{{- $num := regexFind "^[0-9]+" $s }}
+{{- $unit := trim (trimPrefix $num $s) }}
+{{- if or (not $num) (not (hasKey $units $unit)) }}
+{{- fail (printf "config.%s: expected a size such as 1GiB or 512MiB, got %q" $path $s) }}
+{{- end }}
+{{- mul (int64 $num) (get $units $unit) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Bytes of a Kubernetes quantity written as an integer with an optional suffix (Ki Mi Gi Ti Pi Ei,
+k M G T P E); empty when written otherwise (e.g. 1.5Gi): the caller then cannot check it.
+*/}}
+{{- define "rwrouter.quantityBytes" -}}
+{{- $s := trim (toString .) }}
+{{- $units := dict "" 1 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 "Pi" 1125899906842624 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "P" 1000000000000000 }}
+{{- $num := regexFind "^[0-9]+" $s }}
+{{- $unit := trimPrefix $num $s }}
+{{- if and $num (hasKey $units $unit) }}
+{{- mul (int64 $num) (get $units $unit) }}
+{{- end }}
+{{- end }}
+
+{{/*
+What the configuration may use, as JSON {"disk": bytes, "memory": bytes} for the whole pod
+(all workers):
+  disk   = workers x sum over destinations of (queue_config.max_disk_bytes [1GiB]
+           + storage.rejected_max_bytes [64MiB])
+  memory = workers x (relabel_cache.max_bytes [1GiB]
+           + sum over destinations of queue_config.max_memory_bytes [256MiB] + 150MiB base)
+*/}}
+{{- define "rwrouter.bounds" -}}
+{{- $cfg := include "rwrouter.configMap" . | fromJson }}
+{{- $workers := include "rwrouter.workers" . | int64 }}
+{{- $storage := default dict (get $cfg "storage") }}
+{{- $rejected := include "rwrouter.configBytes" (list (default "64MiB" (get $storage "rejected_max_bytes")) "storage.rejected_max_bytes") | int64 }}
+{{- $cache := default dict (get $cfg "relabel_cache") }}
+{{- $memory := include "rwrouter.configBytes" (list (default "1GiB" (get $cache "max_bytes")) "relabel_cache.max_bytes") | int64 }}
+{{- $memory = add $memory 157286400 }}
+{{- $disk := 0 }}
+{{- range $i, $dest := (default list (get $cfg "remote_write")) }}
+{{- $queue := default dict (get (default dict $dest) "queue_config") }}
+{{- $disk = add $disk $rejected (include "rwrouter.configBytes" (list (default "1GiB" (get $queue "max_disk_bytes")) (printf "remote_write[%d].queue_config.max_disk_bytes" $i)) | int64) }}
+{{- $memory = add $memory (include "rwrouter.configBytes" (list (default "256MiB" (get $queue "max_memory_bytes")) (printf "remote_write[%d].queue_config.max_memory_bytes" $i)) | int64) }}
+{{- end }}
+{{- dict "disk" (mul $disk $workers) "memory" (mul $memory $workers) | toJson }}
+{{- end }}
+
+{{/*
+The emptyDir sizeLimit: `emptyDir.sizeLimit`, or with "auto" the disk bound of the
+configuration (rwrouter.bounds) plus a quarter and 64Mi, in Mi.
+*/}}
+{{- define "rwrouter.emptyDirSizeLimit" -}}
+{{- if eq (toString .Values.emptyDir.sizeLimit) "auto" }}
+{{- $disk := get (include "rwrouter.bounds" . | fromJson) "disk" | int64 }}
+{{- $mi := div (add (mul $disk 5) (sub (mul 4 1048576) 1)) (mul 4 1048576) }}
+{{- printf "%dMi" (add $mi 64) }}
+{{- else }}
+{{- .Values.emptyDir.sizeLimit }}
+{{- end }}
+{{- end }}
+
+{{/* The port of config.server.listen_address, which must be on all interfaces. */}}
+{{- define "rwrouter.listenPort" -}}
+{{- $cfg := include "rwrouter.configMap" . | fromJson }}
+{{- $server := default dict (get $cfg "server") }}
+{{- $addr := toString (default "0.0.0.0:9250" (get $server "listen_address")) }}
+{{- $port := regexFind "[^:]*$" $addr }}
+{{- $host := trimSuffix (printf ":%s" $port) $addr }}
+{{- if not (has $host (list "0.0.0.0" "[::]")) }}
+{{- fail (printf "config.server.listen_address must listen on all interfaces (0.0.0.0:<port> or [::]:<port>): the probes and the Service reach the pod's IP; got %q" $addr) }}
+{{- end }}
+{{- if or (not (regexMatch "^[0-9]+$" $port)) (lt (int64 $port) 1) (gt (int64 $port) 65535) }}
+{{- fail (printf "config.server.listen_address must have a fixed port 1..65535 (the container port, the probes and the Service use it); got %q" $addr) }}
+{{- end }}
+{{- int64 $port }}
+{{- end }}
+
 {{/* Refuse value combinations that would break rwrouter's guarantees. */}}
 {{- define "rwrouter.validate" -}}
 {{- $scaled := or .Values.autoscaling.enabled (gt (int .Values.replicaCount) 1) }}
@@ -93,12 +203,37 @@ default 30s).
 {{- if not (has (toString .Values.service.sessionAffinity) (list "None" "ClientIP")) }}
 {{- fail (printf "service.sessionAffinity must be None or ClientIP, got %q" (toString .Values.service.sessionAffinity)) }}
 {{- end }}
-{{- if and (not (kindIs "invalid" .Values.workers)) (lt (int .Values.workers) 1) }}
-{{- fail (printf "workers must be null or an integer >= 1, got %v" .Values.workers) }}
+{{- $workers := include "rwrouter.workers" . | int64 }}
+{{- $_ := include "rwrouter.listenPort" . }}
+{{- $cfg := include "rwrouter.configMap" . | fromJson }}
+{{- $storage := default dict (get $cfg "storage") }}
+{{- $path := toString (default "data" (get $storage "path")) }}
+{{- $under := or (not (hasPrefix "/" $path)) (eq (trimSuffix "/" $path) "/var/lib/rwrouter") (hasPrefix "/var/lib/rwrouter/" $path) }}
+{{- if or (not $under) (regexMatch "(^|/)\\.\\.(/|$)" $path) }}
+{{- fail (printf "config.storage.path must be on the queue volume: relative (to the working directory /var/lib/rwrouter) or under /var/lib/rwrouter, without \"..\"; got %q" $path) }}
 {{- end }}
 {{- $shutdownMs := include "rwrouter.shutdownTimeoutMs" . | int64 }}
-{{- if le (mul (int64 .Values.terminationGracePeriodSeconds) 1000) $shutdownMs }}
+{{- if gt $workers 1 }}
+{{- /* supervisor.py: SIGKILL to a worker KILL_GRACE (10 s) after shutdown_timeout + REQUEST_GRACE (5 s, runner.py) */}}
+{{- if le (mul (int64 .Values.terminationGracePeriodSeconds) 1000) (add $shutdownMs 15000) }}
+{{- fail (printf "terminationGracePeriodSeconds (%v) must be larger than config.server.shutdown_timeout (%vms) + 15s with workers > 1: the supervisor waits that long (REQUEST_GRACE 5s + KILL_GRACE 10s) before it kills a worker that has not stopped, and must stop before the SIGKILL" .Values.terminationGracePeriodSeconds $shutdownMs) }}
+{{- end }}
+{{- else if le (mul (int64 .Values.terminationGracePeriodSeconds) 1000) $shutdownMs }}
 {{- fail (printf "terminationGracePeriodSeconds (%v) must be larger than config.server.shutdown_timeout (%vms): rwrouter drains its queues that long after SIGTERM and must stop before the SIGKILL" .Values.terminationGracePeriodSeconds $shutdownMs) }}
+{{- end }}
+{{- $disk := get (include "rwrouter.bounds" . | fromJson) "disk" | int64 }}
+{{- $volume := "" }}
+{{- $what := "" }}
+{{- if .Values.persistence.enabled }}
+{{- $volume = toString .Values.persistence.size }}
+{{- $what = "persistence.size" }}
+{{- else if and .Values.emptyDir.sizeLimit (ne (toString .Values.emptyDir.sizeLimit) "auto") }}
+{{- $volume = toString .Values.emptyDir.sizeLimit }}
+{{- $what = "emptyDir.sizeLimit" }}
+{{- end }}
+{{- $volumeBytes := include "rwrouter.quantityBytes" $volume }}
+{{- if and $volumeBytes (lt (int64 $volumeBytes) $disk) }}
+{{- fail (printf "%s (%s) is smaller than the queues may use: %dMi = workers (%d) x the sum over destinations of queue_config.max_disk_bytes + storage.rejected_max_bytes; raise it (emptyDir: \"auto\" sizes it) or lower those bounds" $what $volume (div (add $disk 1048575) 1048576) $workers) }}
 {{- end }}
 {{- end }}
 
@@ -135,11 +270,11 @@ spec:
       {{- if not (kindIs "invalid" .Values.workers) }}
       args:
         - --workers
-        - {{ int .Values.workers | quote }}
+        - {{ include "rwrouter.workers" . | quote }}
       {{- end }}
       ports:
         - name: http
-          containerPort: 9250
+          containerPort: {{ include "rwrouter.listenPort" . }}
           protocol: TCP
       {{- if or .Values.workspace.region .Values.workspace.id .Values.env }}
       env:
@@ -185,9 +320,9 @@ spec:
         name: {{ include "rwrouter.fullname" . }}
     {{- if not .Values.persistence.enabled }}
     - name: data
-      {{- if .Values.emptyDir.sizeLimit }}
+      {{- with include "rwrouter.emptyDirSizeLimit" . }}
       emptyDir:
-        sizeLimit: {{ .Values.emptyDir.sizeLimit }}
+        sizeLimit: {{ . }}
       {{- else }}
       emptyDir: {}
       {{- end }}
