@@ -550,6 +550,8 @@ def test_notes_warn_about_what_is_missing(chart: Any) -> None:
                                 "resources": {"limits": {"memory": "2Gi"}}}))  # fmt: skip
     assert "WARNING" not in text and "roleArn is empty" not in text
     assert "sessionAffinity ClientIP" in text and "--workers 2" in text
+    assert "The HPA helps new senders only" in text and "prefer the sidecar" in text
+    assert "The HPA" not in notes(chart, merged(AFFINITY, {"replicaCount": 2}))
     assert f"http://{RELEASE}-rwrouter.{NAMESPACE}.svc:9250/api/v1/write" in text
 
 
