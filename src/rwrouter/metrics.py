@@ -212,6 +212,8 @@ class Metrics:
         )
         self.credentials_expiry = _ExpiryCollector()
         r.register(self.credentials_expiry)
+        self.name_shares = _NameShareCollector()
+        r.register(self.name_shares)
         self.config_reload_ok = Gauge(
             "rwrouter_config_last_reload_successful",
             "Whether the last configuration reload succeeded (1) or failed (0).",
@@ -299,6 +301,27 @@ class _ExpiryCollector(Collector):
         yield family
 
 
+class _NameShareCollector(Collector):
+    """``rwrouter_metric_name_share{destination, metric}``: the estimated fraction of a
+    destination's samples that carry this metric name, for its 10 largest names (from one
+    routed request a second: :mod:`rwrouter.sending.names`)."""
+
+    def __init__(self) -> None:
+        self.source: Callable[[], Mapping[str, list[tuple[str, float]]]] | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "rwrouter_metric_name_share",
+            "Estimated fraction (0-1) of a destination's samples with this metric name, for "
+            "its 10 largest names (sampled from one request a second).",
+            labels=["destination", "metric"],
+        )
+        for destination, shares in (self.source() if self.source else {}).items():
+            for metric, share in shares:
+                family.add_metric([destination, metric], share)
+        yield family
+
+
 def merge_expositions(parts: Mapping[str, str | None], *, workers: int) -> bytes:
     """One text exposition of several worker processes' own expositions (``rwrouter run
     --workers``): every sample gets a ``worker="<key>"`` label; a family present in several
@@ -381,7 +404,12 @@ def status_snapshot(exposition: str) -> dict[str, object]:
          "relabel_cache_hit_ratio": float | None,
          "destinations": {name: {<_STATUS_FIELDS keys>: float | None,
                                  "dropped_samples_total": {reason: float},
-                                 "retries_total": {reason: float}}}}
+                                 "retries_total": {reason: float},
+                                 "top_names": [[metric name, share 0..1], ...]}}}
+
+    ``top_names``: the 10 largest estimated shares (``rwrouter_metric_name_share``; with
+    workers, the mean over the workers reporting names for that destination, a name one of
+    them does not list counting 0 there), largest first.
 
     Counters are totals since start; gauges as exposed (bytes, seconds, unix seconds for the
     credential expiry); a value that is not finite (NaN, e.g. a hit ratio before any lookup)
@@ -394,12 +422,14 @@ def status_snapshot(exposition: str) -> dict[str, object]:
                               "received_samples_total": 0.0, "received_requests_total": 0.0,
                               "relabel_cache_hit_ratio": None}  # fmt: skip
     ratios: list[float] = []
+    names: dict[str, dict[str, list[float]]] = {}  # destination -> metric -> workers' shares
+    reporters: dict[str, set[str]] = {}  # destination -> workers reporting its names
 
     def dest(name: str) -> dict[str, object]:
         if name not in destinations:
             destinations[name] = {  # counters start at 0, gauges unknown until exposed
                 key: 0.0 if key.endswith("_total") else None for key in _STATUS_FIELDS
-            } | {key: {} for key in _STATUS_BY_REASON}
+            } | {key: {} for key in _STATUS_BY_REASON} | {"top_names": []}
         return destinations[name]
 
     for family in text_string_to_metric_families(exposition):
@@ -422,11 +452,19 @@ def status_snapshot(exposition: str) -> dict[str, object]:
                 entry = dest(labels["destination"])
                 old = entry[key]
                 entry[key] = value if old is None else _COMBINE[how](float(old), value)  # type: ignore[arg-type]
+            elif name == "rwrouter_metric_name_share" and "destination" in labels:
+                per_metric = names.setdefault(labels["destination"], {})
+                per_metric.setdefault(labels.get("metric", ""), []).append(value)
+                reporters.setdefault(labels["destination"], set()).add(labels.get("worker", ""))
             elif name in by_reason and "destination" in labels:
                 reasons = dest(labels["destination"])[by_reason[name]]
                 assert isinstance(reasons, dict)
                 reason = labels.get("reason", "")
                 reasons[reason] = reasons.get(reason, 0.0) + value
     out["relabel_cache_hit_ratio"] = sum(ratios) / len(ratios) if ratios else None
+    for destination, per_metric in names.items():
+        count = len(reporters[destination])  # a worker that reports others: 0 for this one
+        means = {m: sum(v) / count for m, v in per_metric.items()}
+        dest(destination)["top_names"] = sorted(means.items(), key=lambda item: -item[1])[:10]
     out["destinations"] = destinations
     return out

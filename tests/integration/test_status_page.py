@@ -42,11 +42,15 @@ def _chromium() -> str:
     pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
 
 
-def _browse(url: str, shot: Path, expected: dict[str, str]) -> tuple[dict[str, dict[str, str]],
-                                                                    list[str]]:  # fmt: skip
+Cells = dict[str, dict[str, str]]
+Names = dict[str, list[list[str]]]
+
+
+def _browse(url: str, shot: Path, expected: dict[str, str]) -> tuple[Cells, Names, list[str]]:
     """Open ``url`` in headless Chromium; wait until the page shows ``expected`` (destination
-    -> samples sent, as text); return the destinations' cells (field -> text) and the console
-    errors and page errors seen. Saves a screenshot to ``shot``."""
+    -> samples sent, as text); return the destinations' cells (field -> text), their top
+    metric names ([name, share text]), and the console errors and page errors seen. Saves a
+    screenshot to ``shot``."""
     from playwright.sync_api import sync_playwright
 
     errors: list[str] = []
@@ -65,6 +69,12 @@ def _browse(url: str, shot: Path, expected: dict[str, str]) -> tuple[dict[str, d
                 arg=expected, timeout=15_000,
             )  # fmt: skip
             page.wait_for_timeout(2_500)  # one more refresh: rates computed, still no error
+            names = page.evaluate(
+                """() => Object.fromEntries([...document.querySelectorAll(
+                     "#top-names table[data-destination]")].map(t => [t.dataset.destination,
+                     [...t.querySelectorAll("tr[data-metric]")].map(r => [r.dataset.metric,
+                       r.querySelector('td[data-field="share"]').textContent])]))"""
+            )  # fmt: skip
             cells = page.evaluate(
                 """() => Object.fromEntries([...document.querySelectorAll("tr[data-destination]")]
                      .map(r => [r.dataset.destination, Object.fromEntries(
@@ -74,7 +84,7 @@ def _browse(url: str, shot: Path, expected: dict[str, str]) -> tuple[dict[str, d
             page.screenshot(path=str(shot), full_page=True)
         finally:
             browser.close()
-    return cells, errors
+    return cells, names, errors
 
 
 def _by_reason(router: RouterServer, sample: str, destination: str) -> str:
@@ -86,18 +96,20 @@ def _by_reason(router: RouterServer, sample: str, destination: str) -> str:
 
 
 PAGE_CASES = [
-    # id, requests sent before the page opens, samples expected sent per destination
-    ("after_traffic", 1, {"workspace": "8", "selfhosted": "5"}),
-    ("idle_router", 0, {"workspace": "0", "selfhosted": "0"}),  # hit ratio NaN in /metrics
-]
+    # id, requests sent before the page opens, samples expected sent per destination, top names
+    ("after_traffic", 1, {"workspace": "8", "selfhosted": "5"},
+     {"workspace": [["DCGM_FI_DEV_GPU_UTIL", "100 %"]], "selfhosted": [["node_load1", "100 %"]]}),
+    ("idle_router", 0, {"workspace": "0", "selfhosted": "0"},  # hit ratio NaN in /metrics
+     {"workspace": [], "selfhosted": []}),
+]  # fmt: skip
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize(("requests", "expected"), [c[1:] for c in PAGE_CASES],
+@pytest.mark.parametrize(("requests", "expected", "top_names"), [c[1:] for c in PAGE_CASES],
                          ids=[c[0] for c in PAGE_CASES])  # fmt: skip
 async def test_status_page_in_chromium_shows_what_metrics_shows(
     start_router: StartRouter, fresh_capture: CaptureServer, http: aiohttp.ClientSession,
-    tmp_path: Path, requests: int, expected: dict[str, str],
+    tmp_path: Path, requests: int, expected: dict[str, str], top_names: Names,
 ) -> None:  # fmt: skip
     _chromium()
     router: RouterServer = await start_router(ROUTER.format(url=fresh_capture.url("").rstrip("/")))
@@ -115,10 +127,11 @@ async def test_status_page_in_chromium_shows_what_metrics_shows(
                      timeout=15)  # fmt: skip
     shot = Path(os.environ.get("RWROUTER_TEST_ARTIFACTS") or tmp_path) / f"status-{requests}.png"
     shot.parent.mkdir(parents=True, exist_ok=True)
-    cells, errors = await asyncio.to_thread(_browse, router.url + "/", shot, expected)
+    cells, names, errors = await asyncio.to_thread(_browse, router.url + "/", shot, expected)
 
     assert errors == []
     assert set(cells) == {"workspace", "selfhosted"}
+    assert names == top_names  # the first request is always looked at (one a second)
     for name, row in cells.items():
         assert row["sent_samples_total"] == f"{sent(name):,.0f}"
         assert row["shards"] == f"{metric_value(router, 'rwrouter_shards', destination=name):,.0f}"

@@ -75,3 +75,14 @@ def test_status_snapshot_treats_nan_as_absent_so_the_json_is_valid() -> None:
     json.dumps(snapshot, allow_nan=False)  # raises on NaN
     alone = status_snapshot("rwrouter_relabel_cache_hit_ratio NaN\n")
     assert alone["relabel_cache_hit_ratio"] is None
+
+
+def test_status_snapshot_top_names_are_the_mean_share_over_workers() -> None:
+    one, two = Metrics(), Metrics()
+    one.name_shares.source = lambda: {"ws": [("a", 0.75), ("b", 0.25)]}
+    two.name_shares.source = lambda: {"ws": [("a", 0.25), ("c", 0.75)]}
+    text = merge_expositions({"0": one.exposition()[0].decode(),
+                              "1": two.exposition()[0].decode()}, workers=2).decode()  # fmt: skip
+    destinations = status_snapshot(text)["destinations"]
+    assert isinstance(destinations, dict)
+    assert destinations["ws"]["top_names"] == [("a", 0.5), ("c", 0.375), ("b", 0.125)]

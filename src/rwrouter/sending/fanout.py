@@ -26,6 +26,7 @@ from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.routing import Route, RoutedRequest, Router
 from rwrouter.sending.destination import Destination
+from rwrouter.sending.names import MetricNameShares
 from rwrouter.sending.records import EncodedShare, encode_share
 from rwrouter.sending.transport import Transport
 from rwrouter.wire import decompress
@@ -85,6 +86,8 @@ class FanOut:
         metrics.watch(metrics.cache_entries, lambda: len(self.router))
         metrics.watch(metrics.cache_bytes, lambda: self.router.cached_bytes)
         metrics.watch(metrics.cache_hit_ratio, lambda: self.router.hit_ratio)
+        self.names = MetricNameShares()
+        metrics.name_shares.source = self.names.top
 
     @property
     def generation(self) -> int:
@@ -104,6 +107,7 @@ class FanOut:
         """Install a new router and destination list (inside :meth:`paused`)."""
         self._count_cache()
         self._state = (self.generation + 1, router, destinations)
+        self.names.forget([dest.name for dest in destinations])
         self._hits = self._misses = 0
 
     @contextlib.asynccontextmanager
@@ -125,7 +129,10 @@ class FanOut:
         """
         generation, router, destinations = self._state  # one read: consistent with each other
         data = decompress(body, max_decoded_bytes=max_decoded_bytes)
-        routed = router.route(data, now=time.monotonic())
+        now = time.monotonic()
+        routed = router.route(data, now=now)
+        if self.names.due(now):  # one request a second: names for the status page
+            self.names.observe([dest.name for dest in destinations], routed.series)
         received_ms = int(time.time() * 1000)
         shares = [
             encode_share(

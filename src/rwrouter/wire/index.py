@@ -17,6 +17,7 @@ __all__ = [
     "frames_of",
     "hashes_of",
     "index_totals_py",
+    "metric_name_samples",
     "split_shards_py",
 ]
 
@@ -78,3 +79,35 @@ def split_shards_py(body: bytes, index: bytes, shards: int) -> list[tuple[bytes,
         raise ValueError("index does not match its body")
     parts = zip(bodies, indexes, samples, series, strict=True)
     return [(bytes(b), bytes(x), n, k) for b, x, n, k in parts]
+
+
+_NAME_LABEL = b"\x0a\x08__name__\x12"  # Label{name: "__name__", value: <follows>}, framed
+
+
+def metric_name_samples(body: bytes, index: bytes, *, max_frames: int) -> dict[str, int]:
+    """Samples per metric name over the first ``max_frames`` framed series of a share
+    (``body`` + :data:`INDEX`): an estimate for the status page, never the hot path.
+
+    A frame's name is the value of its ``__name__`` Label (RW 1.0 wire schema: TimeSeries
+    field 1 = Label{name=1, value=2}), found by its encoding; a frame without one (or with
+    one that is not valid UTF-8) counts under ``""``.
+    """
+    counts: dict[str, int] = {}
+    pos = 0
+    for number, (length, samples, _) in enumerate(INDEX.iter_unpack(index)):
+        if number >= max_frames:
+            break
+        end = pos + length
+        name = ""
+        at = body.find(_NAME_LABEL, pos, end)
+        if at >= 0:
+            start = at + len(_NAME_LABEL)
+            size = body[start] if start < end else 0
+            if size < 0x80 and start + 1 + size <= end:  # names are shorter than 128 bytes
+                try:
+                    name = body[start + 1 : start + 1 + size].decode()
+                except UnicodeDecodeError:
+                    name = ""
+        counts[name] = counts.get(name, 0) + samples
+        pos = end
+    return counts
