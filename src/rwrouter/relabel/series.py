@@ -1,0 +1,191 @@
+"""A label set as text (pure): parsed from and written as the Prometheus text format /
+PromQL forms ``{__name__="m", gpu="0"}``, ``m{gpu="0"}`` or a bare ``m``; values double-quoted
+(``\\"``, ``\\\\``, ``\\n`` and Go's other escapes), single-quoted or in backquotes (raw), as in
+PromQL; a label with an empty value is absent. Used by the relabel debugger
+(:mod:`rwrouter.relabel_cli`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+Labels = tuple[tuple[str, str], ...]
+
+__all__ = ["Labels", "SeriesError", "format_labels", "format_name", "parse_series", "quote_value"]
+
+
+class SeriesError(ValueError):
+    """An unparsable ``--series``."""
+
+
+_METRIC = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_SPACE = re.compile(r"\s*")
+_SIMPLE_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v",
+                   "\\": "\\", "'": "'", '"': '"'}  # fmt: skip
+_HEX_ESCAPES = {"x": 2, "u": 4, "U": 8}
+
+
+class _Reader:
+    def __init__(self, text: str) -> None:
+        self.text, self.pos = text, 0
+
+    def skip_space(self) -> None:
+        self.pos = _SPACE.match(self.text, self.pos).end()  # type: ignore[union-attr]
+
+    def peek(self) -> str:
+        return self.text[self.pos : self.pos + 1]
+
+    def take(self, pattern: re.Pattern[str]) -> str | None:
+        match = pattern.match(self.text, self.pos)
+        if match is None:
+            return None
+        self.pos = match.end()
+        return match.group()
+
+    def fail(self, what: str) -> SeriesError:
+        where = f"at position {self.pos + 1}" if self.pos < len(self.text) else "at the end"
+        return SeriesError(f"{what} {where}")
+
+    def string(self) -> str:
+        """A PromQL string literal: "..." or '...' with Go escapes, or `...` (raw)."""
+        quote = self.peek()
+        start = self.pos
+        self.pos += 1
+        if quote == "`":
+            end = self.text.find("`", self.pos)
+            if end < 0:
+                self.pos = start
+                raise self.fail("unterminated `string`")
+            value, self.pos = self.text[self.pos : end], end + 1
+            return value
+        out: list[str] = []
+        while True:
+            char = self.peek()
+            if char == "" or char == "\n":
+                self.pos = start
+                raise self.fail(f"unterminated {quote}string{quote}")
+            self.pos += 1
+            if char == quote:
+                return "".join(out)
+            if char != "\\":
+                out.append(char)
+                continue
+            out.append(self._escape())
+
+    def _escape(self) -> str:
+        char = self.peek()
+        self.pos += 1
+        if char in _SIMPLE_ESCAPES:
+            return _SIMPLE_ESCAPES[char]
+        digits, base = (_HEX_ESCAPES[char], 16) if char in _HEX_ESCAPES else (3, 8)
+        if char not in _HEX_ESCAPES:
+            self.pos -= 1  # an octal escape's first digit is the character itself
+        code = self.text[self.pos : self.pos + digits]
+        try:
+            if len(code) != digits:
+                raise ValueError(code)
+            value = int(code, base)
+        except ValueError:
+            self.pos -= 1
+            raise self.fail(f"invalid escape \\{char}") from None
+        if (char == "x" or base == 8) and value > 127:
+            # Go: \xHH and \ooo are bytes; alone they must be ASCII to stay valid UTF-8.
+            self.pos -= 1
+            raise self.fail(f"escape \\{char if base == 16 else ''}{code} is a byte over 0x7f, "
+                            "not valid UTF-8 on its own (write the character itself)")
+        result = chr(value)
+        self.pos += digits
+        return result
+
+
+def parse_series(text: str) -> Labels:
+    """``{__name__="m", a="1"}``, ``m{a="1"}`` or ``m`` -> labels sorted by name (an empty
+    value: the label is absent). Raises :class:`SeriesError` saying what and where."""
+    reader = _Reader(text)
+    labels: dict[str, str] = {}
+
+    def add(name: str, value: str) -> None:
+        if not name:
+            raise reader.fail("empty label name")
+        if name in labels:
+            raise reader.fail(f"label {name} given twice")
+        labels[name] = value
+
+    reader.skip_space()
+    name = reader.take(_METRIC)
+    if name is not None:
+        add("__name__", name)
+    reader.skip_space()
+    if reader.peek() == "{":
+        reader.pos += 1
+        _braces(reader, add)
+    elif name is None:
+        raise reader.fail("expected a metric name or {")
+    reader.skip_space()
+    if reader.pos < len(text):
+        raise reader.fail(f"unexpected {text[reader.pos]!r}")
+    result = tuple(sorted((k, v) for k, v in labels.items() if v))
+    if not result:
+        raise SeriesError("no labels (a series needs at least one label with a value)")
+    return result
+
+
+def _braces(reader: _Reader, add: Callable[[str, str], None]) -> None:
+    """The label pairs after ``{`` up to and including ``}``."""
+    while True:
+        reader.skip_space()
+        if reader.peek() == "}":
+            reader.pos += 1
+            return
+        name: str | None
+        if reader.peek() in ('"', "'", "`"):
+            name = reader.string()
+            reader.skip_space()
+            if reader.peek() in (",", "}"):  # a lone quoted string: the metric name
+                add("__name__", name)
+                name = None
+        else:
+            name = reader.take(_LABEL)
+            if name is None:
+                raise reader.fail("expected a label name")
+        if name is not None:
+            reader.skip_space()
+            if reader.text.startswith(("!=", "=~", "!~"), reader.pos):
+                raise reader.fail("only = is allowed (a series, not a selector),")
+            if reader.peek() != "=":
+                raise reader.fail(f"expected = after {name}")
+            reader.pos += 1
+            reader.skip_space()
+            if reader.peek() not in ('"', "'", "`"):
+                raise reader.fail(f"expected a quoted value for {name}")
+            add(name, reader.string())
+        reader.skip_space()
+        if reader.peek() == ",":
+            reader.pos += 1
+        elif reader.peek() != "}":
+            raise reader.fail("expected , or }")
+
+
+def quote_value(value: str) -> str:
+    """``value`` double-quoted as in the text format (``\\``, ``"`` and newline escaped)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def format_name(name: str) -> str:
+    """A label name as written: bare when it is a classic name, else quoted (Prometheus 3)."""
+    return name if _LABEL.fullmatch(name) else quote_value(name)
+
+
+def format_labels(labels: Labels) -> str:
+    """``m{a="1"}`` (PromQL), or ``{a="1"}`` when there is no ``__name__`` (or it is not a
+    plain metric name: then ``{__name__="..."}``); values escaped as in the text format."""
+    mapping = dict(labels)
+    metric = mapping.get("__name__")
+    prefix = ""
+    if metric is not None and _METRIC.fullmatch(metric):
+        prefix = metric
+        del mapping["__name__"]
+    pairs = ", ".join(f"{format_name(k)}={quote_value(v)}" for k, v in mapping.items())
+    return f"{prefix}{{{pairs}}}" if pairs or not prefix else prefix
