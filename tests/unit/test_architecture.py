@@ -118,6 +118,7 @@ def is_pure(name: str) -> bool:
     return name in PURE_ROOTS or under(
         name,
         "rwrouter.wire",
+        "rwrouter.audit",
         "rwrouter.relabel",
         "rwrouter.routing",
         "rwrouter.auth.sigv4",

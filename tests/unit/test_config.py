@@ -13,6 +13,7 @@ from rwrouter.config import (
     BasicAuth,
     Config,
     MetadataConfig,
+    PriceTier,
     QueueConfig,
     Secret,
     ServerConfig,
@@ -778,3 +779,105 @@ def test_config_objects_are_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.remote_write[0].url = "http://y/"  # type: ignore[misc]
     hash(config)
+
+
+# ---------------------------------------------------------------------------------------------
+# Audit: shadow destinations and the audit section
+
+AUDIT_VALUES = [
+    # id, yaml, expected AuditConfig fields
+    ("defaults", "", {"window": 7200.0, "series_limit": 50_000_000, "max_series": 2_000_000,
+                      "rate_window": 300.0, "currency": "USD"}),
+    ("every_key", "audit: {window: 30m, series_limit: 10000000, max_series: 500000,"
+                  " rate_window: 1m, currency: EUR}",
+     {"window": 1800.0, "series_limit": 10_000_000, "max_series": 500_000, "rate_window": 60.0,
+      "currency": "EUR"}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("section", "expected"), [c[1:] for c in AUDIT_VALUES],
+                         ids=[c[0] for c in AUDIT_VALUES])  # fmt: skip
+def test_audit_values(section: str, expected: dict[str, object]) -> None:
+    audit = parse_config(f"{section}\nremote_write:\n  - url: http://x:1/w\n", env={}).audit
+    assert {key: getattr(audit, key) for key in expected} == expected
+
+
+def test_audit_price_tiers_read_in_order() -> None:
+    text = ("audit:\n  price_tiers:\n    - {up_to_samples: 1000, per_million: 2}\n"
+            "    - {up_to_samples: 5000, per_million: 1.5}\n    - {per_million: 0}\n"
+            "remote_write:\n  - url: http://x:1/w\n")  # fmt: skip
+    tiers = parse_config(text, env={}).audit.price_tiers
+    assert tiers == (
+        PriceTier(per_million=2.0, up_to_samples=1000),
+        PriceTier(per_million=1.5, up_to_samples=5000),
+        PriceTier(per_million=0.0),
+    )
+
+
+AUDIT_ERRORS = [
+    ("tiers_empty", "audit: {price_tiers: []}", "audit.price_tiers: expected a non-empty list"),
+    ("tiers_not_list", "audit: {price_tiers: 0.09}", "audit.price_tiers: expected a non-empty"),
+    ("last_tier_bounded", "audit: {price_tiers: [{up_to_samples: 10, per_million: 1}]}",
+     "audit.price_tiers[0].up_to_samples: the last tier has no bound"),
+    ("middle_tier_unbounded", "audit: {price_tiers: [{per_million: 1}, {per_million: 2}]}",
+     "audit.price_tiers[0].up_to_samples: required on every tier but the last"),
+    ("tiers_not_ascending", "audit: {price_tiers: [{up_to_samples: 10, per_million: 1},"
+     " {up_to_samples: 10, per_million: 1}, {per_million: 1}]}",
+     "audit.price_tiers[1].up_to_samples: must be >= 11"),
+    ("negative_price", "audit: {price_tiers: [{per_million: -1}]}",
+     "audit.price_tiers[0].per_million: expected a price >= 0"),
+    ("price_string", "audit: {price_tiers: [{per_million: '0.09'}]}",
+     "audit.price_tiers[0].per_million: expected a price >= 0"),
+    ("tier_unknown_key", "audit: {price_tiers: [{price: 1}]}",
+     "audit.price_tiers[0].price: unknown key"),
+    ("window_zero", "audit: {window: 0s}", "audit.window: must be a positive duration"),
+    ("limit_zero", "audit: {series_limit: 0}", "audit.series_limit: must be >= 1"),
+    ("currency_empty", "audit: {currency: ' '}", "audit.currency: must not be empty"),
+    ("unknown_key", "audit: {limit: 5}", "audit.limit: unknown key"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("section", "message"), [c[1:] for c in AUDIT_ERRORS],
+                         ids=[c[0] for c in AUDIT_ERRORS])  # fmt: skip
+def test_audit_errors(section: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(f"{section}\nremote_write:\n  - url: http://x:1/w\n", env={})
+    assert str(info.value).startswith(message)
+
+
+SHADOW_CASES = [
+    # id, destination yaml, expected (name, url, shadow, audited) or an error message
+    ("shadow_without_url", "{name: ws-audit, shadow: true}", ("ws-audit", "", True, True)),
+    ("shadow_with_url", "{url: 'http://ws:1/w', shadow: true}",
+     ("ws", "http://ws:1/w", True, True)),
+    ("audit_a_real_destination", "{url: 'http://ws:1/w', audit: true}",
+     ("ws", "http://ws:1/w", False, True)),
+    ("shadow_without_url_or_name", "{shadow: true}",
+     "remote_write[1].name: a shadow destination without url needs a name"),
+    ("url_still_required_without_shadow", "{name: x}", "remote_write[1].url: is required"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("dest", "expected"), [c[1:] for c in SHADOW_CASES],
+                         ids=[c[0] for c in SHADOW_CASES])  # fmt: skip
+def test_shadow_destinations(dest: str, expected: tuple[object, ...] | str) -> None:
+    text = f"remote_write:\n  - url: http://x:1/w\n  - {dest}\n"
+    if isinstance(expected, str):
+        with pytest.raises(ConfigError) as info:
+            parse_config(text, env={})
+        assert str(info.value).startswith(expected)
+        return
+    d = parse_config(text, env={}).remote_write[1]
+    assert (d.name, d.url, d.shadow, d.audited) == expected
+
+
+def test_describe_config_shows_shadow_and_audit() -> None:
+    text = ("audit: {series_limit: 1000}\nremote_write:\n  - url: http://x:1/w\n    audit: true\n"
+            "  - {name: ws-audit, shadow: true}\n")  # fmt: skip
+    described = describe_config(parse_config(text, env={}))
+    assert "audit: window=2h series_limit=1,000 " in described
+    assert "  audit: yes: sent, and counted by the audit" in described
+    assert "  url: (none)\n" in described
+    assert "  shadow: yes: counted by the audit, never queued or sent" in described
+    shadow_part = described.split("destination ws-audit:")[1]
+    assert "queue_config" not in shadow_part and "auth:" not in shadow_part

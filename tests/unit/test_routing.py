@@ -142,6 +142,17 @@ FALLBACK_CASES: list[tuple[str, list[Route], list[list[dict[str, str]]]]] = [
         [route("all"), route("rest", fallback=True)],
         [[GPU, NODE, APP], []],
     ),
+    (  # a shadow destination (audit only) keeping everything changes nothing for the fallback
+        "shadow_does_not_keep_for_the_fallback",
+        [route("gpu", KEEP_GPU), route("audit", shadow=True), route("rest", fallback=True)],
+        [[GPU], [GPU, NODE, APP], [NODE, APP]],
+    ),
+    (
+        "shadow_fallback_gets_what_the_fallback_gets",
+        [route("gpu", KEEP_GPU), route("rest", fallback=True),
+         route("audit-rest", fallback=True, shadow=True)],
+        [[GPU], [NODE, APP], [NODE, APP]],
+    ),
 ]  # fmt: skip
 
 
@@ -160,7 +171,7 @@ def test_fallback_gets_exactly_what_no_primary_kept(
     # Not receiving a series because a primary kept it is not a drop for a fallback.
     # (The primaries in these cases do not rewrite labels, so what they sent is what they kept.)
     kept = {frozenset(d.items()) for r, e in zip(routes, expected, strict=True)
-            if not r.fallback for d in e}  # fmt: skip
+            if not r.fallback and not r.shadow for d in e}  # fmt: skip
     for i, r in enumerate(routes):
         if r.fallback:
             drops = sum(n for (j, _), n in out.dropped.items() if j == i)

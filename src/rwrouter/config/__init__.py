@@ -9,7 +9,8 @@ Public API:
   and checks that every ``*_file`` is readable (``check_files``).
 - ``describe_config(config) -> str``: what ``rwrouter check-config FILE`` prints; no secrets.
 - The dataclasses (``Config``, ``ServerConfig``, ``StorageConfig``, ``DestinationConfig``,
-  ``QueueConfig``, ``MetadataConfig``, ``SigV4Config``, ``BasicAuth``, ``Authorization``,
+  ``AuditConfig``, ``PriceTier``, ``QueueConfig``, ``MetadataConfig``, ``SigV4Config``,
+  ``BasicAuth``, ``Authorization``,
   ``TLSConfig``) and ``Secret``; ``parse_duration``/``format_duration`` (float seconds) and
   ``parse_size``/``format_size`` (int bytes).
 
@@ -20,11 +21,13 @@ Module layout: ``values`` (scalar syntax) <- ``model`` (dataclasses) <- ``parse`
 from rwrouter.config.describe import describe_config, describe_rule, safe_url
 from rwrouter.config.load import check_files, load_config
 from rwrouter.config.model import (
+    AuditConfig,
     Authorization,
     BasicAuth,
     Config,
     DestinationConfig,
     MetadataConfig,
+    PriceTier,
     QueueConfig,
     ServerConfig,
     SigV4Config,
@@ -41,11 +44,13 @@ from rwrouter.config.values import (
 )
 
 __all__ = [
+    "AuditConfig",
     "Authorization",
     "BasicAuth",
     "Config",
     "DestinationConfig",
     "MetadataConfig",
+    "PriceTier",
     "QueueConfig",
     "Secret",
     "ServerConfig",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from urllib.parse import urlsplit, urlunsplit
 
-from rwrouter.config.model import Config, DestinationConfig, QueueConfig, StorageConfig
+from rwrouter.config.model import AuditConfig, Config, DestinationConfig, QueueConfig, StorageConfig
 from rwrouter.config.values import format_duration, format_size
 from rwrouter.relabel import RelabelConfig
 
@@ -33,6 +33,7 @@ def describe_config(config: Config) -> str:
         f"relabel_cache: max_entries={config.relabel_cache.max_entries}"
         f" max_bytes={format_size(config.relabel_cache.max_bytes)}"
         f" max_age={format_duration(config.relabel_cache.max_age)}",
+        f"audit: {_audit(config.audit)}",
         "relabel_configs (global, applied to every series before fan-out):",
         *_rules(config.relabel_configs),
     ]
@@ -41,16 +42,39 @@ def describe_config(config: Config) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _audit(audit: AuditConfig) -> str:
+    tiers = ", ".join(
+        f"{t.per_million:g}/M" + (f" up to {t.up_to_samples:,}" if t.up_to_samples else " beyond")
+        for t in audit.price_tiers
+    )
+    return (f"window={format_duration(audit.window)} series_limit={audit.series_limit:,}"
+            f" max_series={audit.max_series:,} rate_window={format_duration(audit.rate_window)}"
+            f" price_tiers={audit.currency} [{tiers}] a month")  # fmt: skip
+
+
 def _destination(dest: DestinationConfig) -> list[str]:
     role = (
-        "yes: receives the series no non-fallback destination kept"
+        "yes: receives the series no non-fallback, non-shadow destination kept"
         if dest.fallback
         else "no: receives the series its write_relabel_configs keep"
     )
     lines = [
         f"destination {dest.name}:",
-        f"  url: {safe_url(dest.url)}",
+        f"  url: {safe_url(dest.url) if dest.url else '(none)'}",
         f"  fallback: {role}",
+    ]
+    if dest.shadow:  # no queue, no connection: only what decides its series
+        return [
+            *lines,
+            "  shadow: yes: counted by the audit, never queued or sent",
+            f"  send_exemplars={_flag(dest.send_exemplars)}"
+            f" send_native_histograms={_flag(dest.send_native_histograms)}",
+            "  write_relabel_configs:",
+            *_rules(dest.write_relabel_configs, indent="    "),
+        ]
+    if dest.audit:
+        lines.append("  audit: yes: sent, and counted by the audit")
+    lines += [
         f"  auth: {_auth(dest)}",
         f"  remote_timeout: {format_duration(dest.remote_timeout)}",
     ]

@@ -15,11 +15,13 @@ if TYPE_CHECKING:
     from rwrouter.relabel import RelabelConfig
 
 __all__ = [
+    "AuditConfig",
     "Authorization",
     "BasicAuth",
     "Config",
     "DestinationConfig",
     "MetadataConfig",
+    "PriceTier",
     "QueueConfig",
     "RelabelCacheConfig",
     "ServerConfig",
@@ -191,6 +193,11 @@ class DestinationConfig:
     that no non-fallback destination kept after its own ``write_relabel_configs``. At most one of
     ``sigv4``, ``basic_auth``, ``authorization`` is set. ``send_exemplars`` and
     ``send_native_histograms`` default to true: the router forwards what the sender sent.
+
+    ``shadow``: relabeled and routed like any destination, then only counted by the audit
+    (:mod:`rwrouter.audit`), never queued or sent; it does not count as keeping a series for a
+    fallback destination, and ``url`` may be omitted (then ``name`` is required). ``audit``:
+    count this destination's series in the audit too (a shadow destination always is).
     """
 
     name: str
@@ -208,6 +215,13 @@ class DestinationConfig:
     send_exemplars: bool = True
     send_native_histograms: bool = True
     fallback: bool = False
+    shadow: bool = False
+    audit: bool = False
+
+    @property
+    def audited(self) -> bool:
+        """Whether the audit counts this destination's series (``shadow`` or ``audit``)."""
+        return self.shadow or self.audit
 
     @property
     def auth_mode(self) -> str:
@@ -235,14 +249,58 @@ class RelabelCacheConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PriceTier:
+    """One tier of a monthly ingestion price: ``per_million`` (currency units per million
+    samples) for the samples of a month up to ``up_to_samples`` (cumulative; None: no bound,
+    the last tier)."""
+
+    per_million: float
+    up_to_samples: int | None = None
+
+
+# Amazon Managed Service for Prometheus, metric samples ingested, us-east-1 list price as
+# published on https://aws.amazon.com/prometheus/pricing/ (USD 0.90 / 0.35 / 0.16 per 10 M
+# samples for the first 2 B, the next 250 B, and beyond, a month). Prices differ by region
+# and change: set ``audit.price_tiers`` to yours.
+AMP_PRICE_TIERS = (
+    PriceTier(per_million=0.090, up_to_samples=2_000_000_000),
+    PriceTier(per_million=0.035, up_to_samples=252_000_000_000),
+    PriceTier(per_million=0.016),
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditConfig:
+    """The audit (YAML ``audit``; rwrouter's own section): what counts as an active series and
+    what a sample costs, for destinations with ``shadow`` or ``audit`` set.
+
+    ``window``: seconds; a series is active when it had a sample within it (the managed
+    workspace counts 2 h). ``series_limit``: active series a workspace holds (default quota
+    50 M) that each destination's count is compared with. ``max_series``: label sets
+    remembered per destination (about 100 bytes each); beyond it new series are counted as
+    lower bounds. ``rate_window``: seconds over which samples/s are averaged.
+    ``price_tiers``: the monthly ingestion price (:class:`PriceTier`, ascending), in
+    ``currency``."""
+
+    window: float = 7200.0
+    series_limit: int = 50_000_000
+    max_series: int = 2_000_000
+    rate_window: float = 300.0
+    price_tiers: tuple[PriceTier, ...] = AMP_PRICE_TIERS
+    currency: str = "USD"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Config:
-    """The whole file: ``server``, ``storage``, ``relabel_cache``, global ``relabel_configs``
+    """The whole file: ``server``, ``storage``, ``relabel_cache``, ``audit``, global
+    ``relabel_configs``
     (applied to every series before fan-out), ``remote_write`` (at least one destination).
     ``source`` names where it came from."""
 
     server: ServerConfig = field(default_factory=ServerConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     relabel_cache: RelabelCacheConfig = field(default_factory=RelabelCacheConfig)
+    audit: AuditConfig = field(default_factory=AuditConfig)
     relabel_configs: tuple[RelabelConfig, ...] = ()
     remote_write: tuple[DestinationConfig, ...]
     source: str = "<string>"

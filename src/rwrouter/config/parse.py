@@ -19,9 +19,11 @@ from rwrouter.config.model import (
     FSYNC_POLICIES,
     ON_FULL_POLICIES,
     SIGV4_MAX_REQUEST_BYTES,
+    AuditConfig,
     Config,
     DestinationConfig,
     MetadataConfig,
+    PriceTier,
     QueueConfig,
     RelabelCacheConfig,
     ServerConfig,
@@ -83,7 +85,7 @@ def parse_config(
     top = Fields(
         _load_yaml(text, source),
         "",
-        known=("server", "storage", "relabel_cache", "relabel_configs", "remote_write"),
+        known=("server", "storage", "relabel_cache", "audit", "relabel_configs", "remote_write"),
         unsupported=_TOP_UNSUPPORTED,
     )
     ctx = Context(env=env, base_dir=base_dir)
@@ -93,6 +95,7 @@ def parse_config(
         relabel_cache=_relabel_cache(
             Fields(top.raw("relabel_cache"), "relabel_cache", known=field_names(RelabelCacheConfig))
         ),
+        audit=_audit(Fields(top.raw("audit"), "audit", known=field_names(AuditConfig))),
         relabel_configs=_rules(top.raw("relabel_configs"), "relabel_configs"),
         remote_write=_destinations(top.raw("remote_write"), "remote_write", ctx),
         source=source,
@@ -169,6 +172,43 @@ def _relabel_cache(f: Fields) -> RelabelCacheConfig:
         max_bytes=f.size("max_bytes", d.max_bytes),
         max_age=f.duration("max_age", d.max_age),
     )
+
+
+def _audit(f: Fields) -> AuditConfig:
+    d = AuditConfig()
+    currency = f.string("currency", d.currency) or ""
+    if not currency.strip():
+        raise ConfigError(f.at("currency"), "must not be empty")
+    return AuditConfig(
+        window=f.duration("window", d.window),
+        series_limit=f.integer("series_limit", d.series_limit, minimum=1),
+        max_series=f.integer("max_series", d.max_series, minimum=1),
+        rate_window=f.duration("rate_window", d.rate_window),
+        price_tiers=_price_tiers(f.raw("price_tiers"), f.at("price_tiers"))
+        if f.has("price_tiers") else d.price_tiers,
+        currency=currency,
+    )  # fmt: skip
+
+
+def _price_tiers(raw: object, path: str) -> tuple[PriceTier, ...]:
+    """Ascending tiers; only the last may (and must) have no ``up_to_samples``."""
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError(path, f"expected a non-empty list of tiers, got {kind_of(raw)}")
+    tiers, bound = [], 0
+    for i, item in enumerate(raw):
+        f = Fields(item, f"{path}[{i}]", known=field_names(PriceTier))
+        price = f.raw("per_million")
+        if isinstance(price, bool) or not isinstance(price, int | float) or not price >= 0:
+            why = f"expected a price >= 0 per million samples, got {price!r}"
+            raise ConfigError(f.at("per_million"), why)
+        last = i == len(raw) - 1
+        if last == f.has("up_to_samples"):
+            raise ConfigError(f.at("up_to_samples"), "the last tier has no bound (omit it)" if last
+                              else "required on every tier but the last")  # fmt: skip
+        up_to = None if last else f.integer("up_to_samples", 0, minimum=bound + 1)
+        bound = up_to or bound
+        tiers.append(PriceTier(per_million=float(price), up_to_samples=up_to))
+    return tuple(tiers)
 
 
 def _choice(f: Fields, key: str, default: str, choices: tuple[str, ...]) -> str:
@@ -254,8 +294,12 @@ def _destination(f: Fields, ctx: Context) -> DestinationConfig:
     name = f.string("name")
     if name is not None and not name.strip():
         raise ConfigError(f.at("name"), "must not be empty")
+    shadow = f.boolean("shadow", default.shadow)
+    if shadow and not f.has("url") and not name:
+        raise ConfigError(f.at("name"), "a shadow destination without url needs a name")
     # url before auth: errors come in the order a reader meets the keys.
-    url = http_url(env_string(f, "url", ctx), f.at("url"), userinfo=False)
+    url = "" if shadow and not f.has("url") else http_url(env_string(f, "url", ctx), f.at("url"),
+                                                            userinfo=False)  # fmt: skip
     auth_section = auth(f, ctx)
     proxy = env_string(f, "proxy_url", ctx)
     return DestinationConfig(
@@ -283,6 +327,8 @@ def _destination(f: Fields, ctx: Context) -> DestinationConfig:
         send_exemplars=f.boolean("send_exemplars", default.send_exemplars),
         send_native_histograms=f.boolean("send_native_histograms", default.send_native_histograms),
         fallback=f.boolean("fallback", default.fallback),
+        shadow=shadow,
+        audit=f.boolean("audit", default.audit),
         **auth_section,
     )
 

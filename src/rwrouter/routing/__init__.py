@@ -5,7 +5,8 @@ Rules (rwrouter's routing semantics, built on Prometheus relabel semantics):
 1. The global ``relabel_configs`` run first, on every series.
 2. Each destination applies its own ``write_relabel_configs`` to its *own copy* of the result.
 3. A ``fallback`` destination receives exactly the series that no non-fallback destination kept
-   after its own rules (then applies its own rules too).
+   after its own rules (then applies its own rules too). A ``shadow`` destination (counted by
+   the audit, never sent) does not count as keeping a series: adding one changes nothing else.
 4. A series left without labels is not sent (reason ``relabel``); one left without ``__name__``
    or with an empty label name is not sent either (reason ``invalid``: every receiver would
    reject it, and with it the rest of the batch).
@@ -305,7 +306,7 @@ class Router:
                 results.append(None)
                 continue
             res = apply(route.rules, filter_only)
-            kept_by_primary = kept_by_primary or isinstance(res, bytes)
+            kept_by_primary = kept_by_primary or (isinstance(res, bytes) and not route.shadow)
             results.append(res)
         if not kept_by_primary:
             for i, (route, filter_only) in enumerate(zip(self.routes, self._filter_only,

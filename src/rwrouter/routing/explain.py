@@ -78,7 +78,7 @@ def explain(
         after = last.labels if last.kept else None
         global_drop = None if last.kept else last.index
     primaries = [r.name for r, res in zip(routes, outcomes, strict=True)
-                 if not r.fallback and isinstance(res, bytes)]  # fmt: skip
+                 if not r.fallback and not r.shadow and isinstance(res, bytes)]  # fmt: skip
     decisions = []
     for route, res in zip(routes, outcomes, strict=True):
         if after is None:

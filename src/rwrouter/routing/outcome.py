@@ -22,11 +22,13 @@ _EXEMPLARS, _HISTOGRAMS = 3, 4
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """What routing needs to know about one destination."""
+    """What routing needs to know about one destination. ``shadow``: its outcome is computed
+    (for the audit) but does not count as keeping a series for a ``fallback`` route."""
 
     name: str
     rules: tuple[RelabelConfig, ...] = ()
     fallback: bool = False
+    shadow: bool = False
     send_exemplars: bool = True
     send_native_histograms: bool = True
 

@@ -9,7 +9,9 @@ The compiled versions of :func:`index_totals_py` and :func:`split_shards_py` are
 
 from __future__ import annotations
 
+import itertools
 import struct
+from collections.abc import Iterator
 
 __all__ = [
     "INDEX",
@@ -18,6 +20,7 @@ __all__ = [
     "hashes_of",
     "index_totals_py",
     "metric_name_samples",
+    "named_frames",
     "split_shards_py",
 ]
 
@@ -84,30 +87,45 @@ def split_shards_py(body: bytes, index: bytes, shards: int) -> list[tuple[bytes,
 _NAME_LABEL = b"\x0a\x08__name__\x12"  # Label{name: "__name__", value: <follows>}, framed
 
 
-def metric_name_samples(body: bytes, index: bytes, *, max_frames: int) -> dict[str, int]:
-    """Samples per metric name over the first ``max_frames`` framed series of a share
-    (``body`` + :data:`INDEX`): an estimate for the status page, never the hot path.
+def named_frames(body: bytes, index: bytes) -> Iterator[tuple[bytes, int, int]]:
+    """Per framed series of a share (``body`` + :data:`INDEX`), in order: (its metric name as
+    raw bytes, its samples, its shard hash). Not the hot path: the status page and the audit.
 
     A frame's name is the value of its ``__name__`` Label (RW 1.0 wire schema: TimeSeries
-    field 1 = Label{name=1, value=2}), found by its encoding; a frame without one (or with
-    one that is not valid UTF-8) counts under ``""``.
-    """
-    counts: dict[str, int] = {}
+    field 1 = Label{name=1, value=2}), found by its encoding; a frame without one gives
+    ``b""``. Raises ValueError when the index is not a whole number of entries."""
+    if len(index) % INDEX.size:
+        raise ValueError("index length is not a multiple of 12")
+    find = body.find
     pos = 0
-    for number, (length, samples, _) in enumerate(INDEX.iter_unpack(index)):
-        if number >= max_frames:
-            break
+    for length, samples, hashed in INDEX.iter_unpack(index):
         end = pos + length
-        name = ""
-        at = body.find(_NAME_LABEL, pos, end)
+        name = b""
+        at = find(_NAME_LABEL, pos, end)
         if at >= 0:
             start = at + len(_NAME_LABEL)
             size = body[start] if start < end else 0
-            if size < 0x80 and start + 1 + size <= end:  # names are shorter than 128 bytes
-                try:
-                    name = body[start + 1 : start + 1 + size].decode()
-                except UnicodeDecodeError:
-                    name = ""
-        counts[name] = counts.get(name, 0) + samples
+            if size >= 0x80 and start + 1 < end:  # a name of 128 bytes or more: 2-byte varint
+                size = (size & 0x7F) | body[start + 1] << 7
+                start += 1
+            if start + 1 + size <= end:
+                name = body[start + 1 : start + 1 + size]
+        yield name, samples, hashed
         pos = end
-    return counts
+
+
+def metric_name_samples(body: bytes, index: bytes, *, max_frames: int) -> dict[str, int]:
+    """Samples per metric name over the first ``max_frames`` framed series of a share
+    (``body`` + :data:`INDEX`, names as :func:`named_frames` finds them): an estimate for the
+    status page, never the hot path. A name that is not valid UTF-8 counts under ``""``."""
+    counts: dict[bytes, int] = {}
+    for name, samples, _ in itertools.islice(named_frames(body, index), max_frames):
+        counts[name] = counts.get(name, 0) + samples
+    out: dict[str, int] = {}
+    for raw, samples in counts.items():
+        try:
+            text = raw.decode()
+        except UnicodeDecodeError:
+            text = ""
+        out[text] = out.get(text, 0) + samples
+    return out

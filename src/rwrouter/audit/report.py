@@ -1,0 +1,166 @@
+"""The audit report (pure): what ``GET /-/audit``, ``rwrouter audit`` and the status page show.
+
+Per audited destination: its metric names ranked by active series (then samples per second),
+its total active series against the workspace limit (``audit.series_limit``), and the
+projected monthly samples and ingestion cost (:mod:`rwrouter.audit.cost`). A name's cost is
+its share of the destination's samples times the destination's cost (tiers make the price of
+one more sample depend on all the others).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rwrouter.audit.active import Snapshot
+from rwrouter.audit.cost import SECONDS_PER_MONTH, monthly_cost, monthly_samples
+from rwrouter.config.model import AuditConfig
+
+__all__ = ["SORT_KEYS", "build_report", "format_table", "rank"]
+
+SORT_KEYS = ("series", "samples")
+Report = dict[str, Any]  # JSON: see build_report
+
+
+def rank(metrics: Sequence[Mapping[str, Any]], by: str = "series") -> list[Mapping[str, Any]]:
+    """Metric entries (``name``, ``active_series``, ``samples_per_second``) largest first:
+    ``by`` ``series`` (then samples/s) or ``samples`` (then series); ties by name. Raises
+    ValueError for another ``by``."""
+    if by not in SORT_KEYS:
+        raise ValueError(f"sort by one of {', '.join(SORT_KEYS)}, not {by!r}")
+    first, second = (
+        ("active_series", "samples_per_second") if by == "series"
+        else ("samples_per_second", "active_series")
+    )  # fmt: skip
+    return sorted(metrics, key=lambda m: (-m[first], -m[second], m["name"]))
+
+
+def build_report(
+    snapshots: Mapping[str, Snapshot],
+    *,
+    audit: AuditConfig,
+    shadow: Mapping[str, bool],
+    top: int | None = None,
+    workers: int = 1,
+) -> Report:
+    """The report of each destination's :class:`Snapshot` (in the mapping's order): a dict
+    that ``json.dumps`` accepts (no NaN). ``shadow``: per destination name; ``top``: metric
+    names listed per destination (None: all; ``metric_names`` always counts them all).
+
+    Shape: ``window_seconds``, ``series_limit``, ``currency``, ``price_tiers``
+    (``up_to_samples`` or null, ``per_million``), ``seconds_per_month``, ``workers``, and
+    ``destinations``: per destination ``name``, ``shadow``, ``observed_seconds``,
+    ``complete`` (observed for a whole window), ``capped`` (counts are lower bounds),
+    ``active_series``, ``series_limit_ratio``, ``samples_per_second``, ``monthly_samples``,
+    ``monthly_cost``, ``metric_names`` and ``metrics`` (``name``, ``active_series``,
+    ``samples_per_second``, ``monthly_samples``, ``monthly_cost``; ranked by active series).
+    """
+    destinations = []
+    for name, snap in snapshots.items():
+        rate = snap.samples_per_second
+        samples = monthly_samples(rate)
+        cost = monthly_cost(samples, audit.price_tiers)
+        metrics = rank([
+            {"name": metric, "active_series": count.active_series,
+             "samples_per_second": _finite(count.samples_per_second),
+             "monthly_samples": _finite(monthly_samples(count.samples_per_second)),
+             "monthly_cost": _finite(cost * count.samples_per_second / rate if rate else 0.0)}
+            for metric, count in snap.names.items()
+        ])  # fmt: skip
+        destinations.append({
+            "name": name,
+            "shadow": bool(shadow.get(name, False)),
+            "observed_seconds": _finite(snap.observed),
+            "complete": snap.observed >= audit.window,
+            "capped": snap.capped,
+            "active_series": snap.active_series,
+            "series_limit_ratio": snap.active_series / audit.series_limit,
+            "samples_per_second": _finite(rate),
+            "monthly_samples": _finite(samples),
+            "monthly_cost": _finite(cost),
+            "metric_names": len(metrics),
+            "metrics": metrics if top is None else metrics[:top],
+        })  # fmt: skip
+    return {
+        "window_seconds": audit.window,
+        "series_limit": audit.series_limit,
+        "currency": audit.currency,
+        "price_tiers": [
+            {"up_to_samples": t.up_to_samples, "per_million": t.per_million}
+            for t in audit.price_tiers
+        ],
+        "seconds_per_month": SECONDS_PER_MONTH,
+        "workers": workers,
+        "destinations": destinations,
+    }
+
+
+def _finite(value: float) -> float:
+    return value if math.isfinite(value) else 0.0
+
+
+def format_table(report: Mapping[str, Any], *, sort: str = "series", top: int = 20) -> str:
+    """``report`` (:func:`build_report`'s shape, e.g. read back from JSON) as text: per
+    destination a summary and its ``top`` metric names sorted by ``sort`` (:data:`SORT_KEYS`;
+    0: all listed). Ends with a newline. Raises ValueError for an unknown ``sort``."""
+    currency = report["currency"]
+    lines: list[str] = []
+    if not report["destinations"]:
+        lines.append("no audited destination: set `shadow: true` or `audit: true` on a "
+                     "remote_write entry")  # fmt: skip
+    for dest in report["destinations"]:
+        role = " (shadow: counted, not sent)" if dest["shadow"] else ""
+        seen = _duration(dest["observed_seconds"])
+        window = _duration(report["window_seconds"])
+        state = (f"observed {seen} (a whole {window} window)" if dest["complete"]
+                 else f"observed {seen} of the {window} window: series that come less often"
+                      " may be missing")  # fmt: skip
+        bound = "at least " if dest["capped"] else ""
+        lines += [
+            f"destination {dest['name']}{role}: {state}",
+            f"  active series     {bound}{dest['active_series']:,}"
+            f" ({dest['series_limit_ratio']:.2%} of the {report['series_limit']:,} limit)",
+            f"  samples/s         {dest['samples_per_second']:,.1f}",
+            f"  per month         {_count(dest['monthly_samples'])} samples,"
+            f" {currency} {dest['monthly_cost']:,.2f} projected",
+        ]
+        if dest["capped"]:
+            lines.append("  (audit.max_series reached: counts are lower bounds)")
+        metrics = rank(dest["metrics"], sort)
+        shown = metrics if top == 0 else metrics[:top]
+        width = max([len("METRIC NAME"), *(len(m["name"]) for m in shown)])
+        lines.append(f"  {'METRIC NAME':<{width}}  {'ACTIVE SERIES':>13}  {'SAMPLES/S':>12}"
+                     f"  {currency + '/MONTH':>12}")  # fmt: skip
+        for m in shown:
+            name, series, cost = m["name"] or "(no name)", m["active_series"], m["monthly_cost"]
+            lines.append(f"  {name:<{width}}  {series:>13,}"
+                         f"  {m['samples_per_second']:>12,.1f}  {cost:>12,.2f}")  # fmt: skip
+        hidden = dest["metric_names"] - len(shown)
+        if hidden > 0:
+            lines.append(f"  ... and {hidden:,} more metric names")
+        lines.append("")
+    tiers = ", ".join(
+        f"{t['per_million']:g} per million"
+        + (f" up to {_count(t['up_to_samples'])}" if t["up_to_samples"] is not None else " beyond")
+        for t in report["price_tiers"]
+    )
+    lines.append(f"price ({currency}, samples a month): {tiers}; a month is 730 h")
+    return "\n".join(lines) + "\n"
+
+
+def _count(n: float) -> str:
+    """1234567 -> 1.23 M; 2e9 -> 2 B (the unit AWS pricing pages use)."""
+    for size, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= size:
+            return f"{n / size:,.3g} {unit}"
+    return f"{n:,.0f}"
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    if seconds >= 60:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds}s"
