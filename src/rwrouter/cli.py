@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rwrouter import __version__
+from rwrouter.audit_cli import register as register_audit
 from rwrouter.errors import ConfigError, RwrouterError
 from rwrouter.logs import q, setup_logging
 from rwrouter.rejected_cli import register as register_rejected
@@ -150,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
     register_rejected(sub)  # rwrouter rejected list|replay (rwrouter.rejected_cli)
     register_relabel(sub)  # rwrouter relabel --config FILE --series S (rwrouter.relabel_cli)
+    register_audit(sub)  # rwrouter audit [--url URL] (rwrouter.audit_cli)
     return parser
 
 

@@ -11,21 +11,26 @@ recognises exactly those bits as stale. The CLI smoke test runs first, before th
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 import re2
 
-from rwrouter.demo.configs import ALLOWLIST
+from rwrouter.audit import SECONDS_PER_MONTH, monthly_cost
+from rwrouter.config.model import AMP_PRICE_TIERS
+from rwrouter.demo.configs import ALLOWLIST, SHADOW_DESTINATION
 from rwrouter.demo.fleet import DCGM_FIELDS, GPUS_PER_NODE
 from rwrouter.demo.pipeline import DemoPipeline
+from rwrouter.demo.summary import names_of
 from rwrouter.wire import compress, remote_pb2, splice_compressed
 from tests.support.prometheus import prometheus_binary
 
@@ -163,6 +168,57 @@ def test_scraped_series_equal_workspace_plus_self_hosted(pipeline: DemoPipeline)
 
     scraped, workspace, self_hosted = wait_for(totals, timeout=20, what="equal totals")
     assert scraped == workspace + self_hosted == NODES * (SERIES_PER_NODE + SYNTHETIC_PER_TARGET)
+
+
+def _audit(pipeline: DemoPipeline) -> dict[str, Any]:
+    assert pipeline.router is not None
+    with urllib.request.urlopen(f"{pipeline.router.url}/-/audit?top=0", timeout=5) as response:
+        report: dict[str, Any] = json.load(response)
+    return report
+
+
+def test_audit_counts_the_series_the_stores_hold(pipeline: DemoPipeline) -> None:
+    """The audit's active series per metric name equal what the real stores hold: the
+    workspace's (``audit: true``) = the series the double stored; the shadow destination's
+    (every DCGM family, never sent) = the DCGM series of the double and the self-hosted
+    Prometheus together. Samples/s and the cost follow from the report's own figures."""
+    dcgm = {name for name, _, _ in DCGM_FIELDS}
+
+    def stored() -> tuple[dict[str, int], dict[str, int]] | None:
+        workspace = names_of(pipeline.workspace_series())
+        every_dcgm = {**{n: c for n, c in self_hosted_by_name(pipeline).items() if n in dcgm},
+                      **workspace}  # fmt: skip
+        if sum(workspace.values()) < NODES * ALLOWED_PER_NODE or set(every_dcgm) != dcgm:
+            return None
+        return workspace, every_dcgm
+
+    def audited() -> tuple[dict[str, Any], dict[str, int], dict[str, int]] | None:
+        report = _audit(pipeline)
+        by_dest = {d["name"]: {m["name"]: m["active_series"] for m in d["metrics"]}
+                   for d in report["destinations"]}  # fmt: skip
+        rate = report["destinations"][-1]["samples_per_second"]
+        series = report["destinations"][-1]["active_series"]
+        # 1 s scrapes: each DCGM series carries about one sample a second, once the first
+        # requests (and any backlog Prometheus sent first) are a small part of the average.
+        if not 0.8 * series < rate < 1.2 * series:
+            return None
+        return (report, by_dest["workspace"], by_dest[SHADOW_DESTINATION]) if (
+            (expected := stored()) and (by_dest["workspace"], by_dest[SHADOW_DESTINATION])
+            == expected) else None  # fmt: skip
+
+    report, workspace, every_dcgm = wait_for(audited, timeout=30, what="audit = stores")
+    assert set(workspace) == ALLOWED_NAMES and set(every_dcgm) == dcgm
+    dests = {d["name"]: d for d in report["destinations"]}
+    assert [d["name"] for d in report["destinations"]] == ["workspace", SHADOW_DESTINATION]
+    assert (dests["workspace"]["shadow"], dests[SHADOW_DESTINATION]["shadow"]) == (False, True)
+    shadow = dests[SHADOW_DESTINATION]
+    assert shadow["active_series"] == sum(every_dcgm.values())
+    assert shadow["series_limit_ratio"] == shadow["active_series"] / 50_000_000
+    assert shadow["monthly_cost"] == pytest.approx(
+        monthly_cost(shadow["samples_per_second"] * SECONDS_PER_MONTH, AMP_PRICE_TIERS))
+    assert dests["workspace"]["monthly_cost"] < shadow["monthly_cost"]
+    # Nothing was ever sent for the shadow destination.
+    assert SHADOW_DESTINATION not in pipeline.summary().router.sent
 
 
 def test_stopped_node_staleness_markers_are_bit_exact_and_stale(pipeline: DemoPipeline) -> None:

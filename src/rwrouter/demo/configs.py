@@ -14,6 +14,8 @@ import yaml  # type: ignore[import-untyped,unused-ignore]
 #: Series the managed workspace keeps (shared/reference/workload.md "Routing").
 ALLOWLIST = "DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_MEM_COPY_UTIL|DCGM_FI_PROF_.*"
 SCRAPE_JOB = "gpu-node"
+#: The demo's shadow destination: every DCGM family, counted by the audit, never sent.
+SHADOW_DESTINATION = "workspace-all-dcgm"
 #: ``job`` set per exporter kind by metric relabeling (workload.md's jobs), by name prefix.
 JOB_BY_PREFIX = (("DCGM_.*", "dcgm-exporter"), ("node_.*", "node-exporter"),
                  ("container_.*", "kubelet"))  # fmt: skip
@@ -79,7 +81,9 @@ def router_config(
     batch_send_deadline_s: float,
 ) -> str:
     """rwrouter's config: the allowlisted DCGM series to the workspace, the rest to the
-    self-hosted Prometheus (``fallback: true``)."""
+    self-hosted Prometheus (``fallback: true``). The audit counts what the workspace gets
+    (``audit: true``) and what it would get with every DCGM family (a ``shadow`` destination:
+    counted, never sent): ``rwrouter audit``, ``GET /-/audit``, the status page."""
     queue = {"batch_send_deadline": _duration(batch_send_deadline_s), "max_backoff": "2s"}
     config = {
         "server": {"listen_address": f"127.0.0.1:{listen_port}", "shutdown_timeout": "5s"},
@@ -92,6 +96,14 @@ def router_config(
                     {"source_labels": ["__name__"], "regex": ALLOWLIST, "action": "keep"}
                 ],
                 "queue_config": {**queue, "retry_on_http_429": True},
+                "audit": True,
+            },
+            {
+                "name": SHADOW_DESTINATION,
+                "shadow": True,
+                "write_relabel_configs": [
+                    {"source_labels": ["__name__"], "regex": "DCGM_.*", "action": "keep"}
+                ],
             },
             {
                 "name": "self-hosted",

@@ -158,7 +158,9 @@ class DemoPipeline:
         if self.sender is not None:
             urls["sender Prometheus UI"] = f"{self.sender.url}/targets"
         if self.router is not None:
+            urls["rwrouter status page"] = f"{self.router.url}/"
             urls["rwrouter metrics"] = f"{self.router.url}/metrics"
+            urls["rwrouter audit (or: rwrouter audit --url ...)"] = f"{self.router.url}/-/audit"
         urls["rwrouter config"] = str(self.workdir / "rwrouter.yaml")
         return urls
 

@@ -18,7 +18,7 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
@@ -215,6 +215,8 @@ class Metrics:
         r.register(self.credentials_expiry)
         self.name_shares = _NameShareCollector()
         r.register(self.name_shares)
+        self.audit = _AuditCollector()
+        r.register(self.audit)
         self.config_reload_ok = Gauge(
             "rwrouter_config_last_reload_successful",
             "Whether the last configuration reload succeeded (1) or failed (0).",
@@ -321,5 +323,46 @@ class _NameShareCollector(Collector):
             for metric, share in shares:
                 family.add_metric([destination, metric], share)
         yield family
+
+
+# Per audited destination: (active series, samples counted since the start); and the limit.
+AuditTotals = tuple[Mapping[str, tuple[int, int]], int]
+
+
+class _AuditCollector(Collector):
+    """The audit (:mod:`rwrouter.sending.audit`), per audited destination:
+    ``rwrouter_audit_active_series``, ``rwrouter_audit_samples_total``, and
+    ``rwrouter_audit_series_limit`` (``audit.series_limit``). Absent without an audited
+    destination. With ``--workers`` each worker counts what it received: ``GET /-/audit``
+    gives the union."""
+
+    def __init__(self) -> None:
+        self.source: Callable[[], AuditTotals] | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        totals, limit = self.source() if self.source else ({}, 0)
+        if not totals:
+            return
+        active = GaugeMetricFamily(
+            "rwrouter_audit_active_series",
+            "Series of an audited destination with a sample within audit.window.",
+            labels=["destination"],
+        )
+        samples = CounterMetricFamily(
+            "rwrouter_audit_samples",
+            "Samples (with exemplars and native histograms) counted for an audited destination.",
+            labels=["destination"],
+        )
+        for name, (series, counted) in totals.items():
+            active.add_metric([name], series)
+            samples.add_metric([name], counted)
+        yield active
+        yield samples
+        yield GaugeMetricFamily(
+            "rwrouter_audit_series_limit",
+            "Active series a workspace holds (audit.series_limit).",
+            limit,
+        )
+
 
 __all__ = ["Metrics", "merge_expositions", "status_snapshot"]

@@ -25,6 +25,7 @@ from rwrouter.errors import StorageError, TooLargeError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.routing import Route, RoutedRequest, Router
+from rwrouter.sending.audit import Audit
 from rwrouter.sending.destination import Destination
 from rwrouter.sending.names import MetricNameShares
 from rwrouter.sending.records import EncodedShare, encode_share
@@ -74,7 +75,10 @@ class FanOut:
     request decoded under an older generation is decoded again (:class:`Stale`).
     """
 
-    def __init__(self, *, router: Router, destinations: list[Destination], metrics: Metrics):
+    def __init__(self, *, router: Router, destinations: list[Destination], metrics: Metrics,
+                 audit: Audit | None = None):  # fmt: skip
+        """``router``: its routes are ``destinations`` (in order) followed by the shadow
+        destinations (counted by ``audit``, never sent)."""
         self._state = (0, router, destinations)  # swapped whole: decode threads read it
         self._metrics = metrics
         self._hits = self._misses = 0
@@ -88,6 +92,8 @@ class FanOut:
         metrics.watch(metrics.cache_hit_ratio, lambda: self.router.hit_ratio)
         self.names = MetricNameShares()
         metrics.name_shares.source = self.names.top
+        self.audit = audit or Audit(Config(remote_write=()), now=time.monotonic())
+        metrics.audit.source = lambda: self.audit.totals(time.monotonic())
 
     @property
     def generation(self) -> int:
@@ -103,10 +109,12 @@ class FanOut:
         """The destinations, in config order."""
         return self._state[2]
 
-    def swap(self, router: Router, destinations: list[Destination]) -> None:
-        """Install a new router and destination list (inside :meth:`paused`)."""
+    def swap(self, router: Router, destinations: list[Destination], config: Config) -> None:
+        """Install a new router and destination list (inside :meth:`paused`) of ``config``
+        (the audit follows it)."""
         self._count_cache()
         self._state = (self.generation + 1, router, destinations)
+        self.audit.configure(config, now=time.monotonic())
         self.names.forget([dest.name for dest in destinations])
         self._hits = self._misses = 0
 
@@ -131,8 +139,12 @@ class FanOut:
         data = decompress(body, max_decoded_bytes=max_decoded_bytes)
         now = time.monotonic()
         routed = router.route(data, now=now)
+        sent = routed.series[: len(destinations)]  # then the shadow destinations' shares
         if self.names.due(now):  # one request a second: names for the status page
-            self.names.observe([dest.name for dest in destinations], routed.series)
+            self.names.observe([dest.name for dest in destinations], sent)
+        if self.audit.shadow:  # an audited destination: count its share (shadow or not)
+            names = [route.name for route in router.routes]
+            self.audit.observe(list(zip(names, routed.series, strict=True)), now)
         received_ms = int(time.time() * 1000)
         shares = [
             encode_share(
@@ -142,7 +154,7 @@ class FanOut:
                 received_ms=received_ms,
                 max_body_bytes=dest.max_request_bytes,
             )
-            for series, dest in zip(routed.series, destinations, strict=True)
+            for series, dest in zip(sent, destinations, strict=True)
         ]
         return Decoded(routed, shares, generation)
 
@@ -221,8 +233,10 @@ class FanOut:
                           dest.name, share.too_large_series, share.too_large,
                           dest.max_request_bytes,
                           q("series larger than max_request_bytes dropped"))  # fmt: skip
+        sending = len(self.destinations)
         for (i, reason), samples in routed.dropped.items():
-            m.dropped_samples.labels(self.destinations[i].name, reason).inc(samples)
+            if i < sending:  # not the shadow destinations': they send nothing
+                m.dropped_samples.labels(self.destinations[i].name, reason).inc(samples)
         if routed.metadata_invalid:
             for dest in self.destinations:
                 m.dropped_metadata.labels(dest.name, "invalid").inc(routed.metadata_invalid)
@@ -282,21 +296,26 @@ async def build_fanout(config: Config, metrics: Metrics) -> FanOut:
     destinations = [
         await build_destination(dest, i, storage=config.storage, metrics=metrics)
         for i, dest in enumerate(config.remote_write)
+        if not dest.shadow
     ]
-    return FanOut(router=build_router(config), destinations=destinations, metrics=metrics)
+    return FanOut(router=build_router(config), destinations=destinations, metrics=metrics,
+                  audit=Audit(config, now=time.monotonic()))  # fmt: skip
 
 
 def build_router(config: Config) -> Router:
-    """The router of a configuration: global rules, then one route per destination."""
+    """The router of a configuration: global rules, then one route per destination: those
+    that send (config order), then the shadow ones (config order)."""
+    ordered = sorted(config.remote_write, key=lambda d: d.shadow)  # stable
     routes = [
         Route(
             name=d.name,
             rules=d.write_relabel_configs,
             fallback=d.fallback,
+            shadow=d.shadow,
             send_exemplars=d.send_exemplars,
             send_native_histograms=d.send_native_histograms,
         )
-        for d in config.remote_write
+        for d in ordered
     ]
     cache = config.relabel_cache
     return Router(

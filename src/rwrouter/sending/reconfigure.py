@@ -58,16 +58,19 @@ async def reconfigure(
         if getattr(running, section) != getattr(new, section)
     ]  # fmt: skip
     current = {dest.name: dest for dest in fanout.destinations}
-    wanted: list[Destination | None] = []
-    built: dict[int, Destination] = {}
+    wanted: list[Destination | None] = []  # the sending destinations, in config order
+    built: dict[int, Destination] = {}  # by index in wanted
     for i, config in enumerate(new.remote_write):
+        if config.shadow:  # counted by the audit only: no queue, no senders
+            continue
         old = current.get(config.name)
         if old is not None and old.config == config:
             wanted.append(old)
             summary.kept.append(config.name)
             continue
+        built[len(wanted)] = await build_destination(config, i, storage=running.storage,
+                                                     metrics=metrics)  # fmt: skip
         wanted.append(None)
-        built[i] = await build_destination(config, i, storage=running.storage, metrics=metrics)
         (summary.replaced if old is not None else summary.added).append(config.name)
     keep = {id(dest) for dest in wanted if dest is not None}
     retired = [dest for dest in fanout.destinations if id(dest) not in keep]
@@ -99,6 +102,7 @@ async def reconfigure(
         fanout.swap(
             build_router(new),
             [dest if dest is not None else built[i] for i, dest in enumerate(wanted)],
+            new,
         )
     log.info("msg=%s kept=%s replaced=%s added=%s removed=%s restart_needed=%s",
              q("configuration reloaded"), ",".join(summary.kept) or "-",

@@ -2,8 +2,8 @@
 
 Endpoints: ``POST /api/v1/write`` and ``POST /api/v1/push`` (remote write 1.0), ``GET /metrics``,
 ``GET /-/healthy``, ``GET /-/ready``, ``POST /-/reload``, ``GET /`` (the status page) and
-``GET /-/status`` (its figures as JSON). Other methods on a known path get
-405 (aiohttp).
+``GET /-/status`` (its figures as JSON), ``GET /-/audit`` (the audit report as JSON). Other
+methods on a known path get 405 (aiohttp).
 
 Answers (RW 1.0 spec; the sender's mistakes are 4xx with a one-line reason, never 5xx):
 204 accepted; 400 undecodable body; 408 body too slow to arrive; 413 body or declared decoded
@@ -27,6 +27,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -61,6 +62,9 @@ Expose = Callable[[], Awaitable[tuple[bytes, str]]]  # the /metrics body and its
 EndConnection = Callable[[asyncio.BaseTransport], bool]
 BALANCE: web.AppKey[EndConnection | None] = web.AppKey("balance")
 EXPOSE: web.AppKey[Expose] = web.AppKey("expose")  # rwrouter run --workers: all workers' metrics
+AuditReport = Callable[[int | None], Awaitable[dict[str, Any]]]  # top -> the report
+AUDIT: web.AppKey[AuditReport] = web.AppKey("audit")  # rwrouter run --workers: all workers'
+DEFAULT_AUDIT_TOP = 100  # metric names per destination in GET /-/audit without ?top
 
 WRITE_PATHS = ("/api/v1/write", "/api/v1/push")
 RW2_CONTENT_TYPE = "io.prometheus.write.v2.request"
@@ -233,6 +237,20 @@ async def handle_status(request: web.Request) -> web.Response:
                              dumps=functools.partial(json.dumps, allow_nan=False))  # fmt: skip
 
 
+async def handle_audit(request: web.Request) -> web.Response:
+    """``GET /-/audit[?top=N]``: the audit report as JSON (:func:`rwrouter.audit.build_report`:
+    per audited destination its metric names ranked by active series, the workspace limit,
+    the projected monthly cost); ``top``: names listed per destination (default
+    :data:`DEFAULT_AUDIT_TOP`, 0: all). 400 for a ``top`` that is not a whole number >= 0."""
+    raw = request.query.get("top", str(DEFAULT_AUDIT_TOP))
+    if not raw.isdigit():
+        return web.Response(status=400, text=f"top must be a whole number >= 0, got {raw!r}\n")
+    top = int(raw) or None
+    report = await request.app[AUDIT](top)
+    return web.json_response(report, headers={"Cache-Control": "no-store"},
+                             dumps=functools.partial(json.dumps, allow_nan=False))  # fmt: skip
+
+
 async def handle_index(request: web.Request) -> web.Response:
     """``GET /``: the status page for a browser (``Accept: text/html``), else a plain-text
     list of the endpoints and destinations."""
@@ -240,6 +258,7 @@ async def handle_index(request: web.Request) -> web.Response:
         return web.Response(text=status_page(), content_type="text/html")
     lines = ["rwrouter", "", "POST /api/v1/write (also /api/v1/push): remote write 1.0", ""]
     lines += ["GET /metrics", "GET /-/status (JSON; / in a browser: the status page)",
+              "GET /-/audit (JSON: active series and cost of the audited destinations)",
               "GET /-/healthy", "GET /-/ready", "POST /-/reload", ""]
     lines += ["destinations:"]
     for dest in request.app[FANOUT].destinations:
@@ -264,7 +283,11 @@ def make_app(*, fanout: FanOut, metrics: Metrics, settings: ServerConfig) -> web
     async def expose() -> tuple[bytes, str]:
         return metrics.exposition()
 
+    async def audit(top: int | None) -> dict[str, Any]:
+        return fanout.audit.report(time.monotonic(), top=top)
+
     app[EXPOSE] = expose
+    app[AUDIT] = audit
     app.on_cleanup.append(_shutdown_decoders)
     for path in WRITE_PATHS:
         app.router.add_post(path, handle_write)
@@ -275,4 +298,5 @@ def make_app(*, fanout: FanOut, metrics: Metrics, settings: ServerConfig) -> web
     app.router.add_put("/-/reload", handle_reload)
     app.router.add_get("/", handle_index)
     app.router.add_get("/-/status", handle_status)
+    app.router.add_get("/-/audit", handle_audit)
     return app

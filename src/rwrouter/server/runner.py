@@ -18,7 +18,7 @@ from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.sending.fanout import FanOut, build_fanout
 from rwrouter.sending.reconfigure import reconfigure
-from rwrouter.server.app import BALANCE, EXPOSE, READY, RELOAD, make_app
+from rwrouter.server.app import AUDIT, BALANCE, EXPOSE, READY, RELOAD, make_app
 from rwrouter.server.balance import Balancer, Board, board_path
 from rwrouter.server.workers import Peers, WorkerSpec, worker_config
 from rwrouter.wire.scan import ACCELERATED
@@ -81,8 +81,10 @@ class RouterServer:
             self._balancer = Balancer(board)
             self._app[BALANCE] = self._balancer.end_connection
             self.metrics.watch_write_connections(self._balancer.count)
-            self._peers = Peers(self.worker, metrics=self.metrics, reload=self.reload)
+            self._peers = Peers(self.worker, metrics=self.metrics, reload=self.reload,
+                                audit=self.fanout.audit)  # fmt: skip
             self._app[EXPOSE], self._app[RELOAD] = self._peers.exposition, self._peers.reload_all
+            self._app[AUDIT] = self._peers.audit_report
         # auto_decompress=False: aiohttp would otherwise decode gzip/deflate/br/zstd request
         # bodies itself (and fail on bad ones before our handler could answer 415).
         self._runner = web.AppRunner(

@@ -5,8 +5,10 @@ Each worker is a whole router (:class:`~rwrouter.server.runner.RouterServer`) bo
 address with ``SO_REUSEPORT`` (the kernel spreads connections), with its own queues:
 ``storage.path`` for worker 0 (the layout of a single process), ``storage.path/worker-<i>`` for
 worker ``i`` > 0. It also serves, on a private unix socket in the supervisor's runtime directory
-(``<dir>/worker-<i>.sock``, mode 0700 directory), ``GET /metrics`` (its own exposition only) and
-``POST /-/reload`` (reload itself only). A public ``GET /metrics`` gathers every worker's
+(``<dir>/worker-<i>.sock``, mode 0700 directory), ``GET /metrics`` (its own exposition only),
+``POST /-/reload`` (reload itself only) and ``GET /-/audit/keys`` (its audit counts with the
+series' hashes). A public ``GET /-/audit`` merges every worker's counts (a series counted once
+whichever workers saw it); a public ``GET /metrics`` gathers every worker's
 exposition from those sockets and merges them with a ``worker`` label
 (:func:`rwrouter.metrics.merge_expositions`); a public ``POST /-/reload`` reloads this worker
 and asks the others through their sockets. The workers balance their write connections
@@ -22,17 +24,21 @@ import json
 import logging
 import os
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from aiohttp import web
 
+from rwrouter.audit import Snapshot
 from rwrouter.config import Config
 from rwrouter.errors import RwrouterError
 from rwrouter.logs import LogfmtFormatter, q
 from rwrouter.metrics import Metrics, merge_expositions
+from rwrouter.sending.audit import Audit, snapshots_from_json, snapshots_to_json
 
 log = logging.getLogger("rwrouter.workers")
 
@@ -127,9 +133,11 @@ Reload = Callable[[], Awaitable[str]]
 class Peers:
     """This worker's private socket and its view of the other workers."""
 
-    def __init__(self, spec: WorkerSpec, *, metrics: Metrics, reload: Reload) -> None:
+    def __init__(self, spec: WorkerSpec, *, metrics: Metrics, reload: Reload,
+                 audit: Audit) -> None:  # fmt: skip
         self.spec = spec
         self.metrics = metrics
+        self.audit = audit
         self.reload_self = reload
         self._runner: web.AppRunner | None = None
         self._supervisor = os.getppid()
@@ -138,6 +146,7 @@ class Peers:
         """Serve ``GET /metrics`` and ``POST /-/reload`` (this worker only) on the socket."""
         app = web.Application()
         app.router.add_get("/metrics", self._handle_metrics)
+        app.router.add_get("/-/audit/keys", self._handle_audit_keys)
         app.router.add_post("/-/reload", self._handle_reload)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
                                      shutdown_timeout=1.0)  # fmt: skip
@@ -167,6 +176,29 @@ class Peers:
         ordered = {str(i): parts[str(i)] for i in range(self.spec.count)}
         body = await asyncio.to_thread(merge_expositions, ordered, workers=self.spec.count)
         return body, content_type
+
+    async def audit_report(self, top: int | None) -> dict[str, Any]:
+        """The audit report of every worker: each audited destination's series counted once
+        however many workers saw it (:func:`rwrouter.audit.merge`); a worker that did not
+        answer within :data:`PEER_TIMEOUT` is left out (``workers`` says how many counted)."""
+        own = await asyncio.to_thread(self._audit_keys)
+        others = [i for i in range(self.spec.count) if i != self.spec.index]
+        texts = await asyncio.gather(*(self._peer(i, "GET", "/-/audit/keys") for i in others))
+        parts = [own]
+        for i, text in zip(others, texts, strict=True):
+            try:
+                parts.append(snapshots_from_json(json.loads(text)) if text else {})
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("msg=%s worker=%d error=%s", q("bad audit answer"), i, q(exc))
+        counted = sum(1 for part in parts[1:] if part) + 1
+        return await asyncio.to_thread(self.audit.merged_report, parts, top=top, workers=counted)
+
+    def _audit_keys(self) -> dict[str, Snapshot]:
+        return self.audit.snapshots(time.monotonic(), keys=True)
+
+    async def _handle_audit_keys(self, request: web.Request) -> web.Response:
+        snapshots = await asyncio.to_thread(self._audit_keys)
+        return web.json_response(snapshots_to_json(snapshots))
 
     async def reload_all(self) -> str:
         """Reload this worker (its summary is the answer; errors raised as

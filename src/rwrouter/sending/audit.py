@@ -1,0 +1,126 @@
+"""The audit of a running router: counts the routed series of every audited destination
+(``shadow: true`` or ``audit: true``) as requests are decoded, and reports them
+(:mod:`rwrouter.audit`: active series and samples/s per metric name, workspace limit, cost).
+
+Counting walks each audited share once more in Python (about a microsecond per series, on the
+decode threads): cheap for a shadow destination holding the critical families, noticeable for
+one that would take everything — which is what an audit is for, and why it is opt-in.
+"""
+
+from __future__ import annotations
+
+import array
+import base64
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rwrouter.audit import ActiveSeries, NameCount, Snapshot, build_report, merge
+from rwrouter.config import AuditConfig, Config
+from rwrouter.routing import RoutedSeries
+
+__all__ = ["Audit", "snapshots_from_json", "snapshots_to_json"]
+
+
+class Audit:
+    """Per audited destination an :class:`~rwrouter.audit.ActiveSeries`; safe to use from the
+    decode threads and the event loop. Times: seconds, monotonic clock."""
+
+    def __init__(self, config: Config, *, now: float) -> None:
+        self._lock = threading.Lock()
+        self.settings = config.audit
+        self.shadow: dict[str, bool] = {}
+        self._counts: dict[str, ActiveSeries] = {}
+        self.configure(config, now=now)
+
+    def configure(self, config: Config, *, now: float) -> None:
+        """Follow a (re)loaded configuration: a destination still audited under the same
+        ``audit`` settings keeps its counts; others start afresh."""
+        audited = [d for d in config.remote_write if d.audited]
+        with self._lock:
+            old = self._counts if config.audit == self.settings else {}
+            self.settings = config.audit
+            self.shadow = {d.name: d.shadow for d in audited}
+            self._counts = {d.name: old.get(d.name) or self._new(config.audit, now)
+                            for d in audited}  # fmt: skip
+
+    @staticmethod
+    def _new(settings: AuditConfig, now: float) -> ActiveSeries:
+        return ActiveSeries(window=settings.window, max_series=settings.max_series,
+                            rate_window=settings.rate_window, now=now)  # fmt: skip
+
+    @property
+    def names(self) -> list[str]:
+        """The audited destinations, in config order."""
+        return list(self.shadow)
+
+    def observe(self, shares: Sequence[tuple[str, RoutedSeries]], now: float) -> None:
+        """Count each (destination name, its routed share) of one request; names not audited
+        (any more: a reload) are skipped."""
+        with self._lock:
+            for name, series in shares:
+                counts = self._counts.get(name)
+                if counts is not None and series.series:
+                    counts.observe(series.body, series.index, now)
+
+    def snapshots(self, now: float, *, keys: bool = False) -> dict[str, Snapshot]:
+        """Per audited destination (config order) its counts at ``now``."""
+        with self._lock:
+            return {name: counts.snapshot(now, keys=keys) for name, counts in self._counts.items()}
+
+    def report(self, now: float, *, top: int | None) -> dict[str, Any]:
+        """:func:`rwrouter.audit.build_report` of this process's counts."""
+        return build_report(self.snapshots(now), audit=self.settings, shadow=self.shadow, top=top)
+
+    def merged_report(self, parts: Sequence[Mapping[str, Snapshot]], *, top: int | None,
+                      workers: int) -> dict[str, Any]:  # fmt: skip
+        """The report of several workers' snapshots (taken with keys): each destination's
+        series counted once however many workers saw it."""
+        names = [n for n in self.shadow if any(n in part for part in parts)]
+        merged = {name: merge(part[name] for part in parts if name in part) for name in names}
+        return build_report(merged, audit=self.settings, shadow=self.shadow, top=top,
+                            workers=workers)  # fmt: skip
+
+    def totals(self, now: float) -> tuple[dict[str, tuple[int, int]], int]:
+        """Per audited destination (its active series at ``now``, samples counted since the
+        start), and ``audit.series_limit``: for /metrics."""
+        with self._lock:
+            totals = {name: (c.total(now), c.samples) for name, c in self._counts.items()}
+            return totals, self.settings.series_limit
+
+
+def snapshots_to_json(snapshots: Mapping[str, Snapshot]) -> dict[str, Any]:
+    """Snapshots taken with keys as JSON (a worker's answer to its peers): keys as base64 of
+    little-endian u32."""
+    return {
+        name: {"observed": snap.observed, "capped": snap.capped,
+               "names": {metric: [c.active_series, c.samples_per_second,
+                                  base64.b64encode(_le(c.keys)).decode()]
+                         for metric, c in snap.names.items()}}
+        for name, snap in snapshots.items()
+    }  # fmt: skip
+
+
+def snapshots_from_json(data: Mapping[str, Any]) -> dict[str, Snapshot]:
+    """The inverse of :func:`snapshots_to_json`. Raises ValueError / KeyError / TypeError for
+    another shape."""
+    out = {}
+    for name, snap in data.items():
+        names = {}
+        for metric, (active, rate, encoded) in snap["names"].items():
+            keys = array.array("I")
+            keys.frombytes(base64.b64decode(encoded, validate=True))
+            if array.array("I", [1]).tobytes() != b"\x01\x00\x00\x00":
+                keys.byteswap()
+            names[metric] = NameCount(int(active), float(rate), keys)
+        out[name] = Snapshot(names, float(snap["observed"]), bool(snap["capped"]))
+    return out
+
+
+def _le(keys: array.array[int] | None) -> bytes:
+    if keys is None:
+        raise ValueError("snapshots must be taken with keys=True")
+    if array.array("I", [1]).tobytes() != b"\x01\x00\x00\x00":
+        keys = array.array("I", keys)
+        keys.byteswap()
+    return keys.tobytes()
