@@ -4,6 +4,7 @@ workers sharing the port (SO_REUSEPORT), a capture server as the destination."""
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import signal
 import time
@@ -27,6 +28,9 @@ remote_write:
   - name: sink
     url: {url}
     queue_config: {{batch_send_deadline: 50ms, min_backoff: 50ms, max_backoff: 200ms}}
+  - name: audit
+    shadow: true
+    write_relabel_configs: [{{source_labels: [__name__], regex: "audit_.*", action: keep}}]
 """
 WORKERS = ("0", "1")
 CONNECTIONS = 32  # the kernel picks a worker per connection: 2 * 2**-32 that one gets none
@@ -138,6 +142,22 @@ def test_connections_spread_over_workers_and_every_sample_arrives(
     sent = per_worker(router, "rwrouter_sent_samples_total", destination="sink")
     assert sum(sent.values()) == CONNECTIONS
     assert sent == {w: spread[w] for w in WORKERS}
+
+
+def test_audit_counts_a_series_seen_by_both_workers_once(router: RouterProcess) -> None:
+    """The same 6 series over many new connections reach both workers: each worker counts
+    them, GET /-/audit counts them once (the union of the workers' series)."""
+    body = build_body([Series((("__name__", "audit_probe"), ("gpu", str(g))), [(1000, 1.0)])
+                       for g in range(6)])  # fmt: skip
+    assert [send(router, body) for _ in range(CONNECTIONS)] == [204] * CONNECTIONS
+    counted = per_worker(router, "rwrouter_audit_active_series", destination="audit")
+    assert counted == dict.fromkeys(WORKERS, 6.0)  # each worker saw all 6 (P(not) ~ 1e-9)
+    with urllib.request.urlopen(f"{router.url}/-/audit", timeout=10) as response:
+        report = json.load(response)
+    assert report["workers"] == 2
+    (dest,) = report["destinations"]
+    assert (dest["name"], dest["shadow"], dest["active_series"]) == ("audit", True, 6)
+    assert [(m["name"], m["active_series"]) for m in dest["metrics"]] == [("audit_probe", 6)]
 
 
 KEEP_ALIVE = 4  # connections of one sender: over 2 workers, 3/1 or 4/0 is 10 in 16 likely

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rwrouter.audit import ActiveSeries, NameCount, Snapshot, build_report, merge
-from rwrouter.config import AuditConfig, Config
+from rwrouter.config import AuditConfig, Config, DestinationConfig
 from rwrouter.routing import RoutedSeries
 
 __all__ = ["Audit", "snapshots_from_json", "snapshots_to_json"]
@@ -30,18 +30,23 @@ class Audit:
         self._lock = threading.Lock()
         self.settings = config.audit
         self.shadow: dict[str, bool] = {}
+        self._entries: dict[str, DestinationConfig] = {}
         self._counts: dict[str, ActiveSeries] = {}
         self.configure(config, now=now)
 
     def configure(self, config: Config, *, now: float) -> None:
-        """Follow a (re)loaded configuration: a destination still audited under the same
-        ``audit`` settings keeps its counts; others start afresh."""
+        """Follow a (re)loaded configuration: a destination whose ``remote_write`` entry is
+        unchanged, under unchanged ``audit`` settings, keeps its counts; others start afresh
+        (their counts would describe other rules)."""
         audited = [d for d in config.remote_write if d.audited]
         with self._lock:
-            old = self._counts if config.audit == self.settings else {}
+            same = config.audit == self.settings
+            old = {d.name: self._counts[d.name] for d in audited
+                   if same and self._entries.get(d.name) == d}  # fmt: skip
             self.settings = config.audit
             self.shadow = {d.name: d.shadow for d in audited}
-            self._counts = {d.name: old.get(d.name) or self._new(config.audit, now)
+            self._entries = {d.name: d for d in audited}
+            self._counts = {d.name: old[d.name] if d.name in old else self._new(config.audit, now)
                             for d in audited}  # fmt: skip
 
     @staticmethod
