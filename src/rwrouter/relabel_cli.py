@@ -172,6 +172,8 @@ def _outcome_text(d: Decision) -> str:
 
     if d.outcome == SENT:
         assert d.labels is not None
+        if d.shadow:
+            return f"counted by the audit as {format_labels(d.labels)} (never sent)"
         return f"sent {format_labels(d.labels)}"
     if d.outcome == INVALID_OUTCOME:
         assert d.labels is not None
@@ -192,6 +194,7 @@ def _as_text(text: str, e: Explanation) -> str:
         lines.append(f"    result: {after}")
     for d in _ordered(e.decisions):
         role = " (fallback)" if d.fallback else ""
+        role += " (shadow)" if d.shadow else ""
         lines.append(f"  destination {d.name}{role}: {_outcome_text(d)}")
         if e.after_global is not None and d.steps:
             lines += _step_lines(d.steps, e.after_global, "    ")
@@ -234,6 +237,7 @@ def _as_json(text: str, e: Explanation) -> dict[str, Any]:
             {
                 "name": d.name,
                 "fallback": d.fallback,
+                "shadow": d.shadow,
                 "outcome": d.outcome,
                 "labels": _labels_json(d.labels),
                 "dropped_by": None if d.dropped_by is None

@@ -294,7 +294,7 @@ def test_drop_rule_json_shape(capsys: pytest.CaptureFixture[str], steps_config: 
     assert entry["global"] == {"steps": [], "labels": {"__name__": "debug_x", "a": "1"}}
     shaped, nameless, rest = entry["destinations"]
     assert shaped == {
-        "name": "shaped", "fallback": False, "outcome": "dropped", "labels": None,
+        "name": "shaped", "fallback": False, "shadow": False, "outcome": "dropped", "labels": None,
         "dropped_by": {"scope": "destination", "index": 0}, "reason": "relabel",
         "detail": "dropped by rule [0]",
         "steps": [{"index": 0, "action": "drop",
@@ -344,3 +344,30 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         main(["relabel", "--config", MAIN_CONFIG])  # --series is required
     assert info.value.code == 2
+
+
+SHADOW_CONFIG = """
+remote_write:
+  - name: ws
+    url: http://ws:1/w
+    write_relabel_configs: [{source_labels: [__name__], regex: DCGM_FI_DEV_GPU_UTIL, action: keep}]
+  - name: all-dcgm
+    shadow: true
+    write_relabel_configs: [{source_labels: [__name__], regex: "DCGM_.*", action: keep}]
+  - {name: self, url: "http://self:1/w", fallback: true}
+"""
+
+
+def test_a_shadow_destination_is_counted_and_never_keeps_for_the_fallback(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "shadow.yaml"
+    path.write_text(SHADOW_CONFIG)
+    code, out, _ = _run(capsys, "--config", str(path), "--series", 'DCGM_FI_DEV_FB_USED{gpu="0"}')
+    assert code == 0
+    assert ('  destination all-dcgm (shadow): counted by the audit as '
+            'DCGM_FI_DEV_FB_USED{gpu="0"} (never sent)') in out  # fmt: skip
+    assert '  destination self (fallback): sent DCGM_FI_DEV_FB_USED{gpu="0"}' in out
+    [entry] = _json(capsys, str(path), "DCGM_FI_DEV_FB_USED")
+    shadow = {d["name"]: (d["shadow"], d["outcome"]) for d in entry["destinations"]}
+    assert shadow == {"ws": (False, DROPPED), "all-dcgm": (True, SENT), "self": (False, SENT)}

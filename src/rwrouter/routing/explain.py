@@ -8,6 +8,8 @@ applies). :func:`explain` checks that both agree on the labels sent.
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -35,7 +37,8 @@ class Decision:
     a global rule dropped the series, or a fallback destination does not receive it).
     ``dropped_by``: ``("global" | "destination", rule index)`` when a rule dropped the series.
     ``reason``: the drop reason the router counts (``relabel``, ``invalid``), None otherwise.
-    ``detail``: one line saying why, for people.
+    ``detail``: one line saying why, for people. ``shadow``: the destination is only counted
+    by the audit (what it would be sent is never sent).
     """
 
     name: str
@@ -46,6 +49,7 @@ class Decision:
     dropped_by: tuple[str, int] | None
     reason: str | None
     detail: str
+    shadow: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +102,8 @@ def explain(
                                       f"kept by {', '.join(primaries)}"))  # fmt: skip
             continue
         decisions.append(_decision(route, after, res))
+    decisions = [dataclasses.replace(d, shadow=r.shadow) if r.shadow else d
+                 for d, r in zip(decisions, routes, strict=True)]  # fmt: skip
     return Explanation(start, global_steps, after, tuple(decisions))
 
 
