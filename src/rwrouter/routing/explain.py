@@ -9,7 +9,6 @@ applies). :func:`explain` checks that both agree on the labels sent.
 from __future__ import annotations
 
 import dataclasses
-
 from collections.abc import Sequence
 from dataclasses import dataclass
 
