@@ -185,7 +185,7 @@ async def test_rwrouter_audit_reads_a_running_router(
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     assert lines[0].startswith("destination workspace: observed ")
-    assert "  active series     8 (0.80% of the 1,000 limit)" in lines
+    assert "  active series     8 (0.8% of the 1,000 limit)" in lines
     shadow = table.stdout.split("destination every-gpu-family (shadow: counted, not sent)")[1]
     rows = [line.split() for line in shadow.splitlines() if line.startswith("  DCGM_")]
     assert [(r[0], r[1]) for r in rows] == [("DCGM_FI_DEV_FB_USED", "8"),

@@ -264,7 +264,7 @@ def test_rank_rejects_an_unknown_key() -> None:
 def test_table_shows_the_summary_and_the_names() -> None:
     text = format_table(_report(), top=1)
     assert "destination ws (shadow: counted, not sent): observed 4s of the 13m20s window" in text
-    assert "  active series     6 (6.00% of the 100 limit)" in text
+    assert "  active series     6 (6% of the 100 limit)" in text
     assert "  samples/s         5.0" in text
     assert "USD/MONTH" in text and "  ... and 1 more metric names" in text
     assert text.splitlines()[-1].startswith("price (USD, samples a month): 2 per million up to")

@@ -120,7 +120,7 @@ def format_table(report: Mapping[str, Any], *, sort: str = "series", top: int = 
         lines += [
             f"destination {dest['name']}{role}: {state}",
             f"  active series     {bound}{dest['active_series']:,}"
-            f" ({dest['series_limit_ratio']:.2%} of the {report['series_limit']:,} limit)",
+            f" ({dest['series_limit_ratio'] * 100:.3g}% of the {report['series_limit']:,} limit)",
             f"  samples/s         {dest['samples_per_second']:,.1f}",
             f"  per month         {_count(dest['monthly_samples'])} samples,"
             f" {currency} {dest['monthly_cost']:,.2f} projected",
