@@ -17,7 +17,10 @@ now=...)`` on the decompressed body, ``len(router)``, ``cached_bytes``; cache bo
 - (c) memory per cached label set (bytes; ``tracemalloc`` over N distinct label sets routed into
   a new Router, divided by ``len(router)``; RSS delta shown too);
 - (d) churn: scrapes where a fraction of the nodes' training pods restart every scrape (new
-  ``pod`` and ``UUID`` values), cache size and RSS (MiB) over time with a bounded cache.
+  ``pod`` and ``UUID`` values), cache size and RSS (MiB) over time with a bounded cache;
+- (e) the audit (``rwrouter.audit.ActiveSeries``, what a ``shadow: true`` or ``audit: true``
+  destination costs): CPU per series counted (first sight, seen again) next to a warm route's,
+  and memory per series remembered (``tracemalloc``).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from bench.workload import (
     scrape_bodies,
     sorted_labels,
 )
+from rwrouter.audit import ActiveSeries
 from rwrouter.auth.credentials import load_source
 from rwrouter.auth.schemes import SigV4
 from rwrouter.auth.sigv4 import REMOTE_WRITE_HEADERS
@@ -129,6 +133,44 @@ def bench_route(nodes: int, seed: int, ks: Sequence[int]) -> list[dict[str, Any]
             }
         )
     return rows
+
+
+def bench_audit(nodes: int, seed: int) -> dict[str, Any]:
+    """(e): every series of the workload routed to one destination (no rules: a shadow
+    destination taking everything) and counted by an :class:`ActiveSeries`: us of CPU per
+    series at first sight (scrape 0) and seen again (scrape 1), a warm route's us per series for
+    comparison, and bytes per series remembered."""
+    workload, _ = load_or_generate(seed, nodes, 2)
+    half = len(workload.bodies) // 2
+    router = Router(global_rules=(), routes=[Route(name="all")])
+    shares = [route_one(router, body, 0.0).series[0] for body in workload.bodies]
+    t0 = time.process_time()
+    for body in workload.bodies[half:]:  # warm: every label set cached
+        route_one(router, body, 0.0)
+    route = time.process_time() - t0
+    audit = ActiveSeries(window=7200.0, max_series=10**8, rate_window=300.0, now=0.0)
+    times = []
+    for part in (shares[:half], shares[half:]):
+        t0 = time.process_time()
+        for share in part:
+            audit.observe(share.body, share.index, 1.0)
+        times.append(time.process_time() - t0)
+    series = len(audit)
+    gc.collect()
+    tracemalloc.start()
+    fresh = ActiveSeries(window=7200.0, max_series=10**8, rate_window=300.0, now=0.0)
+    before = tracemalloc.get_traced_memory()[0]
+    for share in shares[:half]:
+        fresh.observe(share.body, share.index, 1.0)
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    return {
+        "series": series,
+        "first_sight_us_per_series": times[0] / series * 1e6,
+        "seen_again_us_per_series": times[1] / series * 1e6,
+        "warm_route_us_per_series": route / series * 1e6,
+        "bytes_per_series": held / series,
+    }
 
 
 def bench_sigv4(body: bytes, iterations: int) -> dict[str, Any]:
@@ -274,10 +316,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=600.0,
         help="(d) cache_max_age seconds (max_age) of the second churn run",
     )
-    p.add_argument("--only", choices=["route", "sigv4", "memory", "churn"], nargs="+")
+    p.add_argument("--audit-nodes", type=int, default=140, help="(e) nodes")
+    p.add_argument("--only", choices=["route", "sigv4", "memory", "churn", "audit"], nargs="+")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     args = p.parse_args(argv)
-    parts = set(args.only or ["route", "sigv4", "memory", "churn"])
+    parts = set(args.only or ["route", "sigv4", "memory", "churn", "audit"])
     report: dict[str, Any] = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                               "accelerated": ACCELERATED}  # fmt: skip
     print(f"rwrouter accelerator: {'on' if ACCELERATED else 'off (pure Python)'}")
@@ -360,6 +403,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             report["churn"][mode] = {"cache": cache, "rows": rows, "bounded": bounded}
             print()
+    if "audit" in parts:
+        audit = bench_audit(args.audit_nodes, args.seed)
+        report["audit"] = audit
+        print(f"(e) audit of a destination taking every series ({audit['series']:,} series): "
+              f"{audit['first_sight_us_per_series']:.2f} us CPU per series at first sight, "
+              f"{audit['seen_again_us_per_series']:.2f} us seen again (a warm route: "
+              f"{audit['warm_route_us_per_series']:.2f} us), "
+              f"{audit['bytes_per_series']:.0f} bytes per series remembered")  # fmt: skip
+        print()
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0

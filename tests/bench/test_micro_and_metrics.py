@@ -25,6 +25,7 @@ def test_micro_tiny_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
             "--memory-nodes", "1",
             "--churn-nodes", "4", "--churn-scrapes", "25", "--churn-cache-size", "8000",
             "--churn-max-age", "300",
+            "--audit-nodes", "1",
             "--json", str(out),
         ]
     )  # fmt: skip
@@ -43,6 +44,9 @@ def test_micro_tiny_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert half > 0
     assert report["sigv4"]["us_per_signature"] > 0
     assert report["memory"]["label_sets"] == workload.series_per_scrape
+    audit = report["audit"]
+    assert audit["series"] == workload.series_per_scrape  # the same series both scrapes
+    assert audit["first_sight_us_per_series"] > 0 and audit["bytes_per_series"] > 0
     assert report["memory"]["cached_bytes_per_set"] > 0
     by_entries = report["churn"]["max_entries"]
     assert by_entries["bounded"]
