@@ -89,9 +89,11 @@ def _promtool_run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[s
 
 def _exposed_names() -> set[str]:
     """Every sample name rwrouter's /metrics can show: a single process's registry and the
-    merged view of `run --workers` (rwrouter_workers, rwrouter_worker_up, write connections)."""
+    merged view of `run --workers` (rwrouter_workers, rwrouter_worker_up, write connections),
+    with an audited destination (the rwrouter_audit_* metrics are absent without one)."""
     metrics = Metrics()
     metrics.watch_write_connections(lambda: 0.0)
+    metrics.audit.source = lambda: ({"workspace": (1, 1)}, 50_000_000)
     text = metrics.exposition()[0].decode()
     merged = merge_expositions({"0": text}, workers=2).decode()
     suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"],
@@ -217,6 +219,7 @@ def test_embedded_rwrouter_config_loads_with_the_container_env(tmp_path: Path) -
     by_name = {d.name: d for d in config.remote_write}
     assert set(by_name) == {"workspace", "self-hosted"}
     assert by_name["workspace"].sigv4 is not None
+    assert by_name["workspace"].audit, "RwrouterAuditedSeriesNearLimit reads its audit metrics"
     assert by_name["workspace"].url == (
         "https://aps-workspaces.eu-west-1.amazonaws.com/workspaces/ws-1234/api/v1/remote_write"
     )
