@@ -126,10 +126,12 @@ def test_samples_per_second_over_the_rate_window() -> None:
     assert names["net"].samples_per_second == pytest.approx(0.2)
 
 
-def test_rate_before_a_whole_rate_window_is_since_the_start() -> None:
+def test_rate_before_a_whole_rate_window_is_since_the_first_share() -> None:
     active = new(rate_window=100.0)
     routed = share(("gpu", 0, 10))
     active.observe(routed.body, routed.index, 0.0)
+    assert active.snapshot(3.0).names["gpu"].samples_per_second == 0.0  # one share: no rate
+    active.observe(routed.body, routed.index, 5.0)
     assert active.snapshot(5.0).names["gpu"].samples_per_second == pytest.approx(2.0)
 
 
@@ -158,8 +160,10 @@ def test_merge_counts_a_series_two_workers_saw_once_and_adds_rates() -> None:
     one, two = new(), new()
     a = share(("gpu", 0, 1), ("gpu", 1, 1), ("net", 0, 4))
     b = share(("gpu", 1, 1), ("gpu", 2, 1))
-    one.observe(a.body, a.index, 0.0)
-    two.observe(b.body, b.index, 0.0)
+    for at in (0.0, 10.0):
+        one.observe(a.body, a.index, at)
+    for at in (0.0, 20.0):
+        two.observe(b.body, b.index, at)
     merged = merge([one.snapshot(10.0, keys=True), two.snapshot(20.0, keys=True)])
     assert counts(merged) == {"gpu": 3, "net": 1}
     assert merged.names["gpu"].samples_per_second == pytest.approx(2 / 10 + 2 / 20)
@@ -222,6 +226,7 @@ def _report(top: int | None = None) -> dict[str, object]:
     active = new()
     a = share(*[("gpu", i, 1) for i in range(4)], ("net", 0, 8), ("net", 1, 8))
     active.observe(a.body, a.index, 0.0)
+    active.observe(a.body, a.index, 4.0)
     snap = active.snapshot(4.0)  # gpu 1 sample/s, net 4 samples/s
     audit = AuditConfig(window=WINDOW, series_limit=100, price_tiers=TIERS)
     return build_report({"ws": snap}, audit=audit, shadow={"ws": True}, top=top)
@@ -282,4 +287,19 @@ def test_rates_count_from_the_first_share_not_from_an_idle_start() -> None:
     assert active.snapshot(50.0).names == {}
     routed = share(("gpu", 0, 10))
     active.observe(routed.body, routed.index, 60.0)
+    active.observe(routed.body, routed.index, 65.0)
     assert active.snapshot(65.0).names["gpu"].samples_per_second == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize(("active", "limit", "text"),
+                         [(8, 50_000_000, "(<0.001% of"), (0, 10, "(0% of"),
+                          (4_194_304, 50_000_000, "(8.39% of"), (60, 50, "(120% of")],
+                         ids=["tiny_never_an_exponent", "zero", "some", "over"])  # fmt: skip
+def test_table_percent_of_the_limit(active: int, limit: int, text: str) -> None:
+    dest = {"name": "d", "shadow": False, "observed_seconds": 1.0, "complete": False,
+            "capped": False, "active_series": active, "series_limit_ratio": active / limit,
+            "samples_per_second": 0.0, "monthly_samples": 0.0, "monthly_cost": 0.0,
+            "metric_names": 0, "metrics": []}  # fmt: skip
+    report = {**build_report({}, audit=AuditConfig(), shadow={}), "destinations": [dest],
+              "series_limit": limit}  # fmt: skip
+    assert text in format_table(report)

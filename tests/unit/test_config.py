@@ -508,7 +508,7 @@ def test_shipped_config_parses(path: Path) -> None:
     assert config.remote_write
     workspaces = [d for d in config.remote_write if "aps-workspaces" in d.url]
     shadows = [d for d in config.remote_write if d.shadow]
-    assert shadows or all("us-east-1" in d.url for d in workspaces) and workspaces
+    assert shadows or (all("us-east-1" in d.url for d in workspaces) and workspaces)
     assert "${" not in describe_config(config)
 
 

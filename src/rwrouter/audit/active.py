@@ -14,7 +14,9 @@ every series seen within ``window`` is counted, and one last seen up to
 lower bounds (:attr:`Snapshot.capped`).
 
 Samples (samples + exemplars + native histograms, as the index counts them) per name are
-averaged over ``rate_window`` seconds, or since the first share counted when that is shorter.
+averaged over ``rate_window`` seconds, or since the first share counted when that is shorter
+(the samples after it, over the time since it: a steady stream gives its exact rate, and a
+single share none).
 """
 
 from __future__ import annotations
@@ -104,8 +106,6 @@ class ActiveSeries:
         """Count the framed series of one routed share (``body`` + its
         :data:`~rwrouter.wire.index.INDEX`) seen at ``now``. Raises ValueError for an index
         that is not a whole number of entries."""
-        if not self._marks:  # rates count from the first share, not from an idle start
-            self._marks.append((now, []))
         self._advance(now)
         newest = self._generations[-1]
         older = self._generations[-2::-1]  # most recent first
@@ -129,6 +129,8 @@ class ActiveSeries:
                 newest[key] = nid
                 active[nid] += 1
                 self._held += 1
+        if not self._marks:  # rates count from after the first share (as a rate() needs two
+            self._marks.append((now, list(samples_of)))  # points), not from an idle start
 
     def snapshot(self, now: float, *, keys: bool = False) -> Snapshot:
         """The counts at ``now`` (series older than the window are forgotten first);

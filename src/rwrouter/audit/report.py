@@ -120,7 +120,7 @@ def format_table(report: Mapping[str, Any], *, sort: str = "series", top: int = 
         lines += [
             f"destination {dest['name']}{role}: {state}",
             f"  active series     {bound}{dest['active_series']:,}"
-            f" ({dest['series_limit_ratio'] * 100:.3g}% of the {report['series_limit']:,} limit)",
+            f" ({_percent(dest['series_limit_ratio'])} of the {report['series_limit']:,} limit)",
             f"  samples/s         {dest['samples_per_second']:,.1f}",
             f"  per month         {_count(dest['monthly_samples'])} samples,"
             f" {currency} {dest['monthly_cost']:,.2f} projected",
@@ -147,6 +147,14 @@ def format_table(report: Mapping[str, Any], *, sort: str = "series", top: int = 
     )
     lines.append(f"price ({currency}, samples a month): {tiers}; a month is 730 h")
     return "\n".join(lines) + "\n"
+
+
+def _percent(ratio: float) -> str:
+    """0.0839 -> 8.39%; below 0.001 % -> <0.001% (never an exponent)."""
+    percent = ratio * 100
+    if 0 < percent < 0.001:
+        return "<0.001%"
+    return f"{percent:.3g}%"
 
 
 def _count(n: float) -> str:
