@@ -1,14 +1,21 @@
-"""``rwrouter audit``: what the audited destinations would cost — metric names ranked by active
-series and samples per second, total active series against the workspace limit, projected
-monthly ingestion cost (:mod:`rwrouter.audit`).
+"""``rwrouter audit`` and ``rwrouter capture``: what the audited destinations would cost —
+metric names ranked by active series and samples per second, total active series against the
+workspace limit, projected monthly ingestion cost (:mod:`rwrouter.audit`).
 
-It reads ``GET /-/audit`` of a running router (``--url``; by default the listen address of
-``--config``, else ``http://127.0.0.1:9250``), whose destinations with ``shadow: true`` (counted,
-never sent) or ``audit: true`` (sent and counted) are counted as requests arrive.
+``rwrouter audit`` reads ``GET /-/audit`` of a running router (``--url``; by default the listen
+address of ``--config``, else ``http://127.0.0.1:9250``), whose destinations with
+``shadow: true`` (counted, never sent) or ``audit: true`` (sent and counted) are counted as
+requests arrive. With ``--capture FILE`` it instead routes the requests of a capture file
+through ``--config``'s rules and counts **every** destination, offline (nothing is sent): try
+several configurations on the same traffic.
+
+``rwrouter capture --output FILE`` records the remote write requests it receives
+(:mod:`rwrouter.server.capture`) for ``--capture``.
 
 Output: a table per destination (``--top`` names, sorted by ``--sort``), or ``--json`` (the
-endpoint's JSON, ``--top`` names per destination; 0: all). Exit 0; 1 when the router cannot be
-reached or answers with an error; 2 for a bad configuration file (usage).
+report's JSON, ``--top`` names per destination; 0: all). Exit 0; 1 when the router cannot be
+reached or answers with an error, or the capture file cannot be read; 2 for a bad
+configuration file (usage).
 """
 
 from __future__ import annotations
@@ -36,13 +43,54 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     audit.add_argument("--url", help=f"the running router (default: the listen address of "
                                      f"--config, else {DEFAULT_URL})")  # fmt: skip
-    audit.add_argument("--config", help="rwrouter's configuration (for its listen address)")
+    audit.add_argument("--config", help="rwrouter's configuration (its listen address; with "
+                                        "--capture: the rules to apply)")  # fmt: skip
+    audit.add_argument("--capture", metavar="FILE",
+                       help="count the requests of this capture file (rwrouter capture) under "
+                            "--config's rules, offline, every destination")  # fmt: skip
     audit.add_argument("--json", action="store_true", help="print the JSON report")
     audit.add_argument("--top", type=_count, default=20,
                        help="metric names per destination (default 20; 0: all)")  # fmt: skip
     audit.add_argument("--sort", choices=SORT_KEYS, default="series",
                        help="rank names by active series (default) or samples/s")  # fmt: skip
     audit.set_defaults(func=cmd_audit)
+    capture = sub.add_parser(
+        "capture",
+        help="record received remote write requests to a file (for rwrouter audit --capture)",
+        description="A remote write receiver that records every request in a capture file: point "
+        "a Prometheus remote_write entry at it for a while, then count the file offline with "
+        "`rwrouter audit --config FILE --capture FILE`.",
+    )
+    capture.add_argument("--output", required=True, help="the capture file (appended to)")
+    capture.add_argument("--listen", default="127.0.0.1:9251",
+                         help="host:port to receive on (default 127.0.0.1:9251); "
+                              "POST /api/v1/write")  # fmt: skip
+    capture.add_argument("--duration", type=_duration, default=None,
+                         help="stop after this long (e.g. 1h; default: a signal)")  # fmt: skip
+    capture.add_argument("--max-bytes", type=_size, default=1 << 30,
+                         help="stop recording (still answering 204) at this file size "
+                              "(default 1GiB)")  # fmt: skip
+    capture.set_defaults(func=cmd_capture)
+
+
+def _duration(text: str) -> float:
+    from rwrouter.config import parse_duration
+    from rwrouter.errors import ConfigError
+
+    try:
+        return parse_duration(text, "--duration")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _size(text: str) -> int:
+    from rwrouter.config import parse_size
+    from rwrouter.errors import ConfigError
+
+    try:
+        return parse_size(text, "--max-bytes")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _count(text: str) -> int:
@@ -71,6 +119,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
     """``rwrouter audit``: print the report; 0, 1 (router unreachable or refusing)."""
     from rwrouter.audit import format_table
 
+    if args.capture is not None:
+        return _audit_capture(args)
     base = router_url(args.url, args.config)
     address = f"{base}/-/audit?top={args.top if args.json else 0}"
     try:
@@ -87,4 +137,61 @@ def cmd_audit(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
     else:
         print(format_table(report, sort=args.sort, top=args.top), end="")
+    return 0
+
+
+def _audit_capture(args: argparse.Namespace) -> int:
+    from rwrouter.audit import format_table
+    from rwrouter.audit.capture import CaptureError
+    from rwrouter.config import load_config
+    from rwrouter.sending.audit import audit_capture
+
+    if args.config is None:
+        print("rwrouter audit: --capture needs --config (the rules to apply)", file=sys.stderr)
+        return 2
+    config = load_config(args.config)
+    try:
+        with open(args.capture, "rb") as stream:
+            result = audit_capture(config, stream, top=(args.top or None) if args.json else None)
+    except (OSError, CaptureError) as exc:
+        print(f"rwrouter audit: cannot read {args.capture}: {exc}", file=sys.stderr)
+        return 1
+    reader = result.reader
+    notes = [f"{result.requests:,} requests counted"]
+    if result.skipped:
+        notes.append(f"{result.skipped:,} not valid write requests, skipped")
+    if reader.corrupt:
+        notes.append(f"{reader.corrupt:,} records failed their checksum, skipped")
+    if reader.torn:
+        notes.append("the file ends with an incomplete record (capture still running?)")
+    print(f"rwrouter audit: {args.capture}: {'; '.join(notes)}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(result.report, indent=2))
+    else:
+        print(format_table(result.report, sort=args.sort, top=args.top), end="")
+    return 0
+
+
+def cmd_capture(args: argparse.Namespace) -> int:
+    """``rwrouter capture``: serve until --duration or a signal; print what was recorded."""
+    import asyncio
+    from pathlib import Path
+
+    from rwrouter.audit.capture import CaptureError
+    from rwrouter.server.capture import run_capture
+
+    def listening(url: str) -> None:
+        print(f"rwrouter capture: receiving on {url}/api/v1/write, recording to {args.output}",
+              file=sys.stderr, flush=True)  # fmt: skip
+
+    try:
+        summary = asyncio.run(run_capture(Path(args.output), listen_address=args.listen,
+                                          duration=args.duration, max_bytes=args.max_bytes,
+                                          on_listening=listening))  # fmt: skip
+    except CaptureError as exc:
+        print(f"rwrouter capture: {exc}", file=sys.stderr)
+        return 1
+    print(f"rwrouter capture: {summary.requests:,} requests recorded ({summary.bytes:,} bytes) "
+          f"to {args.output}; {summary.refused:,} refused, {summary.discarded:,} not recorded "
+          "(file full)", file=sys.stderr)  # fmt: skip
     return 0

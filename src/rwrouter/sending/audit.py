@@ -11,15 +11,20 @@ from __future__ import annotations
 
 import array
 import base64
+import dataclasses
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, BinaryIO
 
 from rwrouter.audit import ActiveSeries, NameCount, Snapshot, build_report, merge
+from rwrouter.audit.capture import CaptureReader
 from rwrouter.config import AuditConfig, Config, DestinationConfig
+from rwrouter.errors import RwrouterError
 from rwrouter.routing import RoutedSeries
+from rwrouter.wire import decompress
 
-__all__ = ["Audit", "snapshots_from_json", "snapshots_to_json"]
+__all__ = ["Audit", "OfflineAudit", "audit_capture", "snapshots_from_json", "snapshots_to_json"]
 
 
 class Audit:
@@ -129,3 +134,50 @@ def _le(keys: array.array[int] | None) -> bytes:
         keys = array.array("I", keys)
         keys.byteswap()
     return keys.tobytes()
+
+
+@dataclass(slots=True)
+class OfflineAudit:
+    """The audit of a capture file under a configuration (:func:`audit_capture`): the
+    ``report``, the ``requests`` counted, the records ``skipped`` (not a valid write request),
+    and the reader (``corrupt`` records, a ``torn`` end)."""
+
+    report: dict[str, Any]
+    requests: int
+    skipped: int
+    reader: CaptureReader
+
+
+def audit_capture(config: Config, stream: BinaryIO, *, top: int | None) -> OfflineAudit:
+    """Route every request of a capture file (:mod:`rwrouter.audit.capture`) through
+    ``config``'s rules, as ``rwrouter run`` would at the time it was received, and count
+    **every** destination (nothing is sent offline; ``shadow`` is reported as configured).
+    The report's time is the last request's. Raises CaptureError for a file that is not a
+    capture."""
+    from rwrouter.sending.fanout import build_router
+
+    every = dataclasses.replace(
+        config, remote_write=tuple(dataclasses.replace(d, audit=True) for d in config.remote_write)
+    )
+    router = build_router(every)
+    names = [route.name for route in router.routes]
+    reader = CaptureReader(stream)
+    audit: Audit | None = None
+    requests = skipped = 0
+    now = 0.0
+    for received_ms, body in reader.records():
+        now = received_ms / 1000
+        if audit is None:
+            audit = Audit(every, now=now)
+        try:
+            routed = router.route(
+                decompress(body, max_decoded_bytes=config.server.max_decoded_bytes), now=now
+            )
+        except RwrouterError:  # DecodeError, TooLargeError: the receiver would refuse it too
+            skipped += 1
+            continue
+        audit.observe(list(zip(names, routed.series, strict=True)), now)
+        requests += 1
+    if audit is None:
+        audit = Audit(every, now=now)
+    return OfflineAudit(audit.report(now, top=top), requests, skipped, reader)

@@ -1,0 +1,154 @@
+"""``rwrouter capture``: a remote write receiver that records every request it accepts in a
+capture file (:mod:`rwrouter.audit.capture`), for ``rwrouter audit --capture`` to count offline
+under any configuration — the "audit first" step without rwrouter in the write path.
+
+Point a Prometheus ``remote_write`` entry at it for a while (an hour of a fleet's traffic
+holds every series that comes at least hourly). It answers like rwrouter's receive side
+(RW 1.0 spec: 204; 415 for another encoding or content type; 413 over
+``server.max_request_bytes`` / ``max_decoded_bytes``; 408 for a slow body; 400 for a body that
+is not a snappy block), without routing anything. Once the file holds ``max_bytes`` it answers
+204 and records nothing more (said once in the log), so the sender's queue does not back up;
+it stops after ``duration`` seconds, or on SIGTERM / SIGINT. The file is appended to (a new one
+starts with the magic line); records are flushed to the OS as they come.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from aiohttp import web
+
+from rwrouter.audit.capture import MAGIC, CaptureError, encode_record
+from rwrouter.config import ServerConfig
+from rwrouter.errors import RequestError
+from rwrouter.logs import q
+from rwrouter.server.app import WRITE_PATHS, check_headers, read_body
+from rwrouter.wire import decompress
+
+log = logging.getLogger("rwrouter.capture")
+
+__all__ = ["CaptureSummary", "CaptureWriter", "capture_app", "run_capture"]
+
+
+@dataclass(slots=True)
+class CaptureSummary:
+    """What a capture recorded: ``requests`` and ``bytes`` written (record headers included),
+    ``refused`` requests (4xx) and ``discarded`` ones (answered 204 after ``max_bytes``)."""
+
+    requests: int = 0
+    bytes: int = 0
+    refused: int = 0
+    discarded: int = 0
+
+
+class CaptureWriter:
+    """Appends records to a capture file, up to ``max_bytes`` (the file's size).
+
+    Raises CaptureError when ``path`` exists and is not a capture file; OSError when it cannot
+    be opened."""
+
+    def __init__(self, path: Path, *, max_bytes: int) -> None:
+        self.path, self.max_bytes = path, max_bytes
+        self._file: BinaryIO = open(path, "ab")  # noqa: SIM115 (closed by close())
+        try:
+            if self._file.tell() == 0:
+                self._file.write(MAGIC)
+                self._file.flush()
+            else:
+                with open(path, "rb") as existing:
+                    if existing.read(len(MAGIC)) != MAGIC:
+                        raise CaptureError(f"{path} exists and is not an rwrouter capture file")
+        except BaseException:
+            self._file.close()
+            raise
+        self.size = self._file.tell()
+        self.summary = CaptureSummary()
+
+    def write(self, body: bytes, received_ms: int) -> bool:
+        """Record ``body``; False (nothing written) once the file holds ``max_bytes``."""
+        record = encode_record(body, received_ms)
+        if self.size + len(record) > self.max_bytes:
+            if not self.summary.discarded:
+                why = q("capture file full: requests are answered 204, not recorded")
+                log.warning("path=%s max_bytes=%d msg=%s", q(str(self.path)), self.max_bytes, why)
+            self.summary.discarded += 1
+            return False
+        self._file.write(record)
+        self._file.flush()
+        self.size += len(record)
+        self.summary.requests += 1
+        self.summary.bytes += len(record)
+        return True
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def capture_app(writer: CaptureWriter, settings: ServerConfig) -> web.Application:
+    """The receiver: POST on :data:`~rwrouter.server.app.WRITE_PATHS` records the body."""
+
+    async def handle(request: web.Request) -> web.Response:
+        try:
+            check_headers(request.headers.get("Content-Encoding"),
+                          request.headers.get("Content-Type"))  # fmt: skip
+            body = await read_body(request, limit=settings.max_request_bytes,
+                                   timeout=settings.read_timeout)  # fmt: skip
+            decompress(body, max_decoded_bytes=settings.max_decoded_bytes)  # a snappy block
+        except RequestError as exc:
+            writer.summary.refused += 1
+            log.info("remote=%s status=%d reason=%s", request.remote, exc.status, q(exc))
+            return web.Response(status=exc.status, text=f"{exc}\n")
+        writer.write(body, int(time.time() * 1000))
+        return web.Response(status=204)
+
+    app = web.Application(client_max_size=settings.max_request_bytes)
+    for path in WRITE_PATHS:
+        app.router.add_post(path, handle)
+    return app
+
+
+async def run_capture(
+    output: Path, *, listen_address: str, duration: float | None, max_bytes: int,
+    on_listening: Callable[[str], None] | None = None,
+) -> CaptureSummary:  # fmt: skip
+    """Serve until ``duration`` seconds passed (None: until SIGTERM/SIGINT), then close the
+    file. ``on_listening`` gets the base URL once listening. Raises OSError (address in use,
+    file not writable), CaptureError (an existing file that is not a capture)."""
+    settings = ServerConfig(listen_address=listen_address)
+    writer = CaptureWriter(output, max_bytes=max_bytes)
+    runner = web.AppRunner(capture_app(writer, settings), access_log=None,
+                           handle_signals=False, auto_decompress=False)  # fmt: skip
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    try:
+        await runner.setup()
+        site = web.TCPSite(runner, settings.listen_host or None, settings.listen_port)
+        await site.start()
+        sockets = getattr(site._server, "sockets", None) or []  # the bound sockets
+        port = sockets[0].getsockname()[1] if sockets else settings.listen_port
+        host = settings.listen_host or "127.0.0.1"
+        host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        url = f"http://{host}:{port}"
+        log.info("msg=%s url=%s output=%s", q("capturing remote write"), url, q(str(output)))
+        if on_listening is not None:
+            on_listening(url)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(duration):
+                await stop.wait()
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+        await runner.cleanup()
+        writer.close()
+    return writer.summary
+

@@ -1,0 +1,158 @@
+"""``rwrouter capture`` (the receiver, in-process on 127.0.0.1) and ``rwrouter audit --capture``:
+the offline audit of a capture equals the live audit of a router that received the same
+requests; refusals, a full capture file and a file of another kind."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from rwrouter.audit.capture import CaptureError, CaptureReader
+from rwrouter.config import ServerConfig, parse_config
+from rwrouter.sending.audit import audit_capture
+from rwrouter.server.capture import CaptureWriter, capture_app
+from tests.integration.conftest import StartRouter, post_write
+from tests.integration.test_audit import ROUTER, audit, base, by_name, fleet
+from tests.support.capture import CaptureServer
+from tests.support.series import HEADERS
+
+
+@pytest.fixture
+async def capture_url(tmp_path: Path) -> AsyncIterator[tuple[str, CaptureWriter]]:
+    """A capture receiver on a free port of 127.0.0.1 writing ``tmp_path/traffic.rwcap``."""
+    writer = CaptureWriter(tmp_path / "traffic.rwcap", max_bytes=1 << 20)
+    runner = web.AppRunner(capture_app(writer, ServerConfig()), auto_decompress=False)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    yield f"http://127.0.0.1:{port}", writer
+    await runner.cleanup()
+    writer.close()
+
+
+async def test_offline_audit_of_a_capture_equals_the_live_audit(
+    capture_url: tuple[str, CaptureWriter], start_router: StartRouter,
+    http: aiohttp.ClientSession, fresh_capture: CaptureServer,
+) -> None:  # fmt: skip
+    url, writer = capture_url
+    router = await start_router(ROUTER.format(url=base(fresh_capture)))
+    for scrape in range(3):
+        body = fleet(scrape)
+        async with http.post(f"{url}/api/v1/write", data=body, headers=HEADERS) as resp:
+            assert resp.status == 204
+        assert (await post_write(http, router, body))[0] == 204
+    live = by_name(await audit(http, router))
+    writer.close()
+    config = parse_config(ROUTER.format(url=base(fresh_capture)), env={})
+    with open(writer.path, "rb") as stream:
+        offline = audit_capture(config, stream, top=None)
+    assert (offline.requests, offline.skipped, offline.reader.torn) == (3, 0, False)
+    counted = by_name(offline.report)
+    # Offline every destination is counted (nothing is sent); the audited ones match live.
+    assert {name: counted[name] for name in live} == live
+    assert counted["selfhosted"] == {"DCGM_FI_DEV_FB_USED": 8, "DCGM_FI_PROF_PIPE": 4,
+                                     "node_cpu_seconds_total": 3}  # fmt: skip
+    shadow = {d["name"]: d["shadow"] for d in offline.report["destinations"]}
+    assert shadow == {"workspace": False, "selfhosted": False, "every-gpu-family": True}
+
+
+RW2 = "application/x-protobuf;proto=io.prometheus.write.v2.Request"
+REFUSALS = [
+    ("not_snappy", b"not snappy", HEADERS, 400),
+    ("gzip", b"x", {**HEADERS, "Content-Encoding": "gzip"}, 415),
+    ("rw2", b"x", {**HEADERS, "Content-Type": RW2}, 415),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("body", "headers", "status"), [c[1:] for c in REFUSALS],
+                         ids=[c[0] for c in REFUSALS])  # fmt: skip
+async def test_capture_refuses_what_the_router_refuses_and_records_nothing(
+    capture_url: tuple[str, CaptureWriter], http: aiohttp.ClientSession, body: bytes,
+    headers: dict[str, str], status: int,
+) -> None:  # fmt: skip
+    url, writer = capture_url
+    async with http.post(f"{url}/api/v1/write", data=body, headers=headers) as resp:
+        assert resp.status == status
+        assert (await resp.text()).count("\n") == 1
+    assert (writer.summary.requests, writer.summary.refused) == (0, 1)
+
+
+async def test_a_full_capture_answers_204_and_records_no_more(
+    tmp_path: Path, http: aiohttp.ClientSession
+) -> None:
+    body = fleet(0)
+    writer = CaptureWriter(tmp_path / "small.rwcap", max_bytes=len(body) * 2 + 100)
+    runner = web.AppRunner(capture_app(writer, ServerConfig()), auto_decompress=False)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        for _ in range(4):
+            url = f"http://127.0.0.1:{port}/api/v1/push"
+            async with http.post(url, data=body, headers=HEADERS) as resp:
+                assert resp.status == 204
+    finally:
+        await runner.cleanup()
+        writer.close()
+    assert (writer.summary.requests, writer.summary.discarded) == (2, 2)
+    with open(writer.path, "rb") as stream:
+        assert len(list(CaptureReader(stream).records())) == 2
+    # Appending to the same file later keeps the earlier records.
+    again = CaptureWriter(writer.path, max_bytes=1 << 20)
+    again.write(body, 1)
+    again.close()
+    with open(writer.path, "rb") as stream:
+        assert len(list(CaptureReader(stream).records())) == 3
+
+
+def test_an_existing_file_of_another_kind_is_refused(tmp_path: Path) -> None:
+    other = tmp_path / "notes.txt"
+    other.write_text("keep me\n")
+    with pytest.raises(CaptureError, match="is not an rwrouter capture file"):
+        CaptureWriter(other, max_bytes=1 << 20)
+    assert other.read_text() == "keep me\n"
+
+
+def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "rwrouter", *args], capture_output=True,
+                          text=True, timeout=timeout)  # fmt: skip
+
+
+async def test_rwrouter_audit_capture_cli(
+    capture_url: tuple[str, CaptureWriter], http: aiohttp.ClientSession,
+    fresh_capture: CaptureServer, tmp_path: Path,
+) -> None:  # fmt: skip
+    url, writer = capture_url
+    for scrape in range(2):
+        async with http.post(f"{url}/api/v1/write", data=fleet(scrape), headers=HEADERS) as r:
+            assert r.status == 204
+    with open(writer.path, "ab") as stream:  # a capture cut mid-record
+        stream.write(b"\x01\x02\x03")
+    config = tmp_path / "rwrouter.yaml"
+    config.write_text(ROUTER.format(url=base(fresh_capture)))
+    result = await asyncio.to_thread(run_cli, "audit", "--config", str(config), "--capture",
+                                     str(writer.path), "--json", "--top", "0")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        f"rwrouter audit: {writer.path}: 2 requests counted; the file ends with an incomplete "
+        "record (capture still running?)")  # fmt: skip
+    assert sum(by_name(json.loads(result.stdout))["selfhosted"].values()) == 15
+    table = await asyncio.to_thread(run_cli, "audit", "--config", str(config), "--capture",
+                                    str(writer.path), "--sort", "samples")  # fmt: skip
+    assert "destination every-gpu-family (shadow: counted, not sent)" in table.stdout
+    missing = await asyncio.to_thread(run_cli, "audit", "--capture", str(writer.path))
+    assert missing.returncode == 2 and "--capture needs --config" in missing.stderr
+    not_capture = await asyncio.to_thread(run_cli, "audit", "--config", str(config),
+                                          "--capture", str(config))  # fmt: skip
+    assert not_capture.returncode == 1
+    assert "not an rwrouter capture file" in not_capture.stderr
