@@ -205,3 +205,18 @@ def test_rwrouter_audit_without_a_router_says_so_and_fails(tmp_path: Path) -> No
     config.write_text("remote_write: []\n")
     bad = run_cli("--config", str(config))
     assert bad.returncode == 2 and "configuration error" in bad.stderr
+
+
+async def test_a_router_of_shadow_destinations_only_counts_and_sends_nothing(
+    start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    """Pure audit mode: rwrouter as an extra remote_write of Prometheus, sending nowhere."""
+    router = await start_router("remote_write:\n  - {name: everything, shadow: true}\n")
+    async with http.get(router.url + "/-/ready") as resp:
+        assert resp.status == 200
+    for scrape in range(2):
+        assert (await post_write(http, router, fleet(scrape)))[0] == 204
+    assert router.fanout.destinations == []
+    report = await audit(http, router)
+    assert sum(by_name(report)["everything"].values()) == sum(FAMILIES.values())
+    assert metric_value(router, "rwrouter_received_samples_total") == 2 * 2 * 23
