@@ -34,7 +34,7 @@ class Audit:
     def __init__(self, config: Config, *, now: float) -> None:
         self._lock = threading.Lock()
         self.settings = config.audit
-        self.shadow: dict[str, bool] = {}
+        self.audited: dict[str, bool] = {}  # audited destination name -> is it a shadow
         self._entries: dict[str, DestinationConfig] = {}
         self._counts: dict[str, ActiveSeries] = {}
         self.configure(config, now=now)
@@ -49,7 +49,7 @@ class Audit:
             old = {d.name: self._counts[d.name] for d in audited
                    if same and self._entries.get(d.name) == d}  # fmt: skip
             self.settings = config.audit
-            self.shadow = {d.name: d.shadow for d in audited}
+            self.audited = {d.name: d.shadow for d in audited}
             self._entries = {d.name: d for d in audited}
             self._counts = {d.name: old[d.name] if d.name in old else self._new(config.audit, now)
                             for d in audited}  # fmt: skip
@@ -62,7 +62,7 @@ class Audit:
     @property
     def names(self) -> list[str]:
         """The audited destinations, in config order."""
-        return list(self.shadow)
+        return list(self.audited)
 
     def observe(self, shares: Sequence[tuple[str, RoutedSeries]], now: float) -> None:
         """Count each (destination name, its routed share) of one request; names not audited
@@ -80,15 +80,15 @@ class Audit:
 
     def report(self, now: float, *, top: int | None) -> dict[str, Any]:
         """:func:`rwrouter.audit.build_report` of this process's counts."""
-        return build_report(self.snapshots(now), audit=self.settings, shadow=self.shadow, top=top)
+        return build_report(self.snapshots(now), audit=self.settings, shadow=self.audited, top=top)
 
     def merged_report(self, parts: Sequence[Mapping[str, Snapshot]], *, top: int | None,
                       workers: int) -> dict[str, Any]:  # fmt: skip
         """The report of several workers' snapshots (taken with keys): each destination's
         series counted once however many workers saw it."""
-        names = [n for n in self.shadow if any(n in part for part in parts)]
+        names = [n for n in self.audited if any(n in part for part in parts)]
         merged = {name: merge(part[name] for part in parts if name in part) for name in names}
-        return build_report(merged, audit=self.settings, shadow=self.shadow, top=top,
+        return build_report(merged, audit=self.settings, shadow=self.audited, top=top,
                             workers=workers)  # fmt: skip
 
     def totals(self, now: float) -> tuple[dict[str, tuple[int, int]], int]:

@@ -142,7 +142,7 @@ class FanOut:
         sent = routed.series[: len(destinations)]  # then the shadow destinations' shares
         if self.names.due(now):  # one request a second: names for the status page
             self.names.observe([dest.name for dest in destinations], sent)
-        if self.audit.shadow:  # an audited destination: count its share (shadow or not)
+        if self.audit.audited:  # count the shares of the audited destinations (shadow or not)
             names = [route.name for route in router.routes]
             self.audit.observe(list(zip(names, routed.series, strict=True)), now)
         received_ms = int(time.time() * 1000)
