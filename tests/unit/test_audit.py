@@ -303,3 +303,38 @@ def test_table_percent_of_the_limit(active: int, limit: int, text: str) -> None:
     report = {**build_report({}, audit=AuditConfig(), shadow={}), "destinations": [dest],
               "series_limit": limit}  # fmt: skip
     assert text in format_table(report)
+
+
+# ---------------------------------------------------------------------------------------------
+# Following a reload (rwrouter.sending.audit.Audit.configure)
+
+BASE = """
+remote_write:
+  - {name: ws, url: "http://ws:1/w", audit: true}
+  - name: shadow
+    shadow: true
+    write_relabel_configs: [{source_labels: [__name__], regex: "gpu.*", action: keep}]
+"""
+RELOADS = [
+    # id, new file, destinations expected to keep their counts
+    ("unchanged", BASE, {"ws", "shadow"}),
+    ("shadow_rules_changed", BASE.replace('"gpu.*"', '"g.*"'), {"ws"}),
+    ("audit_settings_changed", "audit: {window: 1h}\n" + BASE, set()),
+    ("global_rules_changed",
+     "relabel_configs: [{action: labeldrop, regex: instance}]\n" + BASE, set()),
+    ("no_longer_audited", BASE.replace("audit: true", "audit: false"), {"shadow"}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "kept"), [c[1:] for c in RELOADS], ids=[c[0] for c in RELOADS])
+def test_audit_keeps_counts_only_under_the_same_rules(text: str, kept: set[str]) -> None:
+    from rwrouter.config import parse_config
+    from rwrouter.sending.audit import Audit
+
+    audit = Audit(parse_config(BASE, env={}), now=0.0)
+    routed = share(("gpu", 0, 1), ("gpu", 1, 1))
+    audit.observe([("ws", routed), ("shadow", routed)], 0.0)
+    audit.configure(parse_config(text, env={}), now=1.0)
+    counted = {name: snap.active_series for name, snap in audit.snapshots(2.0).items()}
+    assert {name for name, n in counted.items() if n} == kept
+    assert set(counted) == set(audit.audited)

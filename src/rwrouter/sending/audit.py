@@ -36,16 +36,18 @@ class Audit:
         self.settings = config.audit
         self.audited: dict[str, bool] = {}  # audited destination name -> is it a shadow
         self._entries: dict[str, DestinationConfig] = {}
+        self._global = config.relabel_configs
         self._counts: dict[str, ActiveSeries] = {}
         self.configure(config, now=now)
 
     def configure(self, config: Config, *, now: float) -> None:
         """Follow a (re)loaded configuration: a destination whose ``remote_write`` entry is
-        unchanged, under unchanged ``audit`` settings, keeps its counts; others start afresh
-        (their counts would describe other rules)."""
+        unchanged, under unchanged ``audit`` settings and global ``relabel_configs``, keeps its
+        counts; others start afresh (their counts would describe other rules)."""
         audited = [d for d in config.remote_write if d.audited]
         with self._lock:
-            same = config.audit == self.settings
+            same = (config.audit, config.relabel_configs) == (self.settings, self._global)
+            self._global = config.relabel_configs
             old = {d.name: self._counts[d.name] for d in audited
                    if same and self._entries.get(d.name) == d}  # fmt: skip
             self.settings = config.audit
