@@ -4,8 +4,9 @@ Kubernetes schemas (PyPI ``kubernetes-validate``, strict), for a table of value 
 
 Beyond the schemas: the ConfigMap's rwrouter.yaml passes ``rwrouter check-config``, the pod
 template rolls when the configuration changes, the IRSA annotation, the restrictive security
-context, the probes, the queue volume (emptyDir or a PersistentVolumeClaim) and the scaling
-rules (several replicas or an HPA need ClientIP session affinity, else the chart fails).
+context, the probes, the queue volume (emptyDir or a PersistentVolumeClaim), the scaling
+rules (several replicas or an HPA need ClientIP session affinity, else the chart fails) and the
+sizing estimate (disk and memory, the audit's series and shadow destinations included).
 """
 
 from __future__ import annotations
@@ -46,6 +47,14 @@ AFFINITY = {"service": {"sessionAffinity": "ClientIP"}}
 HPA = {"autoscaling": {"enabled": True, "minReplicas": 2, "maxReplicas": 6}}
 EXTRAS = {"serviceMonitor": {"enabled": True, "labels": {"release": "kps"}},
           "podDisruptionBudget": {"enabled": True}}  # fmt: skip
+DEFAULT_DESTINATIONS = yaml.safe_load((CHART / "values.yaml").read_text())["config"]["remote_write"]
+# A shadow candidate: a copy of the workspace destination (its queue_config left in place, unused)
+# keeping every DCGM family: counted by the audit, never queued or sent.
+CANDIDATE = {**{k: v for k, v in DEFAULT_DESTINATIONS[0].items() if k != "audit"},
+             "name": "workspace-all-dcgm", "shadow": True,
+             "write_relabel_configs": [{"source_labels": ["__name__"], "regex": "DCGM_.*",
+                                        "action": "keep"}]}  # fmt: skip
+SHADOW = {"config": {"remote_write": [*DEFAULT_DESTINATIONS, CANDIDATE]}}
 
 
 def merged(*parts: dict[str, Any]) -> dict[str, Any]:
@@ -95,6 +104,10 @@ SCENARIOS: list[tuple[str, dict[str, Any], set[str]]] = [
     ("storage_under_the_volume", {"config": {"storage": {"path": "/var/lib/rwrouter/queues"}},
                                   "emptyDir": {"sizeLimit": "3Gi"}},
      {"ConfigMap", "Deployment", "Service", "ServiceAccount"}),
+    ("shadow_candidate", merged(WORKSPACE, SHADOW),
+     {"ConfigMap", "Deployment", "Service", "ServiceAccount"}),
+    ("shadow_candidate_statefulset", merged(WORKSPACE, SHADOW, PERSISTENT),
+     {"ConfigMap", "StatefulSet", "Service", "ServiceAccount"}),
 ]  # fmt: skip
 
 # (id, values, a fragment of the error)
@@ -148,6 +161,11 @@ FAILING: list[tuple[str, dict[str, Any], str]] = [
     ("bad_size_in_config",
      {"config": {"relabel_cache": {"max_bytes": "256mb"}}},
      'config.relabel_cache.max_bytes: expected a size such as 1GiB or 512MiB, got "256mb"'),
+    ("audit_max_series_as_a_string", {"config": {"audit": {"max_series": "500k"}}},
+     "config.audit.max_series: expected an integer such as 500000, got 500k (string)"),
+    ("shadow_does_not_lift_the_volume_check",
+     merged(SHADOW, {"emptyDir": {"sizeLimit": "2175Mi"}}),
+     "emptyDir.sizeLimit (2175Mi) is smaller than the queues may use: 2176Mi = workers (1)"),
 ]  # fmt: skip
 
 
@@ -320,6 +338,10 @@ def test_configmap_passes_check_config(chart: Any, values: dict[str, Any], kinds
     )
     assert result.returncode == 0, result.stdout + result.stderr
     parsed = yaml.safe_load(config_text(docs))
+    # rwrouter sees the destinations audited and shadowed as the chart's estimate counts them.
+    dests = parsed["remote_write"]
+    assert result.stdout.count("\n  audit: yes") == sum(bool(d.get("audit")) for d in dests)
+    assert result.stdout.count("\n  shadow: yes") == sum(bool(d.get("shadow")) for d in dests)
     port = container(docs)["ports"][0]["containerPort"]
     assert parsed["server"]["listen_address"].endswith(f":{port}")
     grace = workload(docs)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
@@ -332,7 +354,11 @@ def test_default_config_targets_workspace_and_fallback(chart: Any) -> None:
     workspace, fallback = parsed["remote_write"]
     assert workspace["sigv4"] == {"region": "${AWS_REGION}"}
     assert "${AMP_WORKSPACE_ID}" in workspace["url"]
-    assert fallback["fallback"] is True
+    # The workspace is audited (sent and counted: the alert RwrouterAuditedSeriesNearLimit, the
+    # dashboard's Audit row, `rwrouter audit`); the fallback is not.
+    assert workspace["audit"] is True and "shadow" not in workspace
+    assert fallback["fallback"] is True and "audit" not in fallback
+    assert parsed["audit"] == {"max_series": 500_000}
     assert parsed["storage"]["path"] == "data"  # relative to the working dir: the volume
     env = {e["name"]: e["value"] for e in container(docs)["env"]}
     assert env == CONFIG_ENV
@@ -340,6 +366,8 @@ def test_default_config_targets_workspace_and_fallback(chart: Any) -> None:
 
 MIB = 1024 * 1024
 BASE_MEMORY = 150 * MIB  # the chart's per-process base in its memory estimate
+SERIES_BYTES = 100  # the chart's bytes per series an audit remembers (bench measured 83)
+DEFAULT_MAX_SERIES = 2_000_000  # rwrouter's audit.max_series
 
 
 def quantity(text: str) -> int:
@@ -349,11 +377,18 @@ def quantity(text: str) -> int:
 
 
 def bounds(config: dict[str, Any], workers: int = 1) -> tuple[int, int]:
-    """(disk, memory) the chart's documented formulas give for ``config``."""
+    """(disk, memory) the chart's documented formulas give for ``config``: a shadow destination
+    has no queue (no disk, no read-ahead); an audited one (shadow or audit) remembers up to
+    audit.max_series series."""
     rejected = parse_size((config.get("storage") or {}).get("rejected_max_bytes") or "64MiB", "")
     cache = parse_size((config.get("relabel_cache") or {}).get("max_bytes") or "1GiB", "")
+    max_series = (config.get("audit") or {}).get("max_series", DEFAULT_MAX_SERIES)
     disk, memory = 0, cache + BASE_MEMORY
     for dest in config["remote_write"]:
+        if dest.get("shadow") or dest.get("audit"):
+            memory += max_series * SERIES_BYTES
+        if dest.get("shadow"):
+            continue
         queue = dest.get("queue_config") or {}
         disk += parse_size(queue.get("max_disk_bytes") or "1GiB", "") + rejected
         memory += parse_size(queue.get("max_memory_bytes") or "256MiB", "")
@@ -370,16 +405,19 @@ def test_default_config_fits_the_default_memory_limit(chart: Any) -> None:
     # ...and so is each destination's read-ahead (rwrouter's own default is 256MiB).
     assert [d["queue_config"]["max_memory_bytes"] for d in config["remote_write"]] == [
         "64MiB", "64MiB"]  # fmt: skip
+    # ...and so is the audit of the workspace (rwrouter's own default is 2 M series, ~191MiB).
+    assert config["audit"]["max_series"] * SERIES_BYTES == 50_000_000  # about 48MiB
     disk, memory = bounds(config)
-    assert memory == (256 + 2 * 64 + 150) * MIB <= limit
+    assert memory == (256 + 2 * 64 + 150) * MIB + 50_000_000 <= limit
+    assert -(-memory // MIB) == 582  # the per-worker figure of the README and values.yaml
     # The disk bound fits the default claim (persistence.size) with one worker.
     assert disk == 2 * (1024 + 64) * MIB <= quantity(values["persistence"]["size"])
     assert "resources.limits.memory" not in notes(chart, WORKSPACE)
     # Two workers double it: above the default limit, and NOTES.txt says so.
     assert bounds(config, 2)[1] > limit
     text = notes(chart, merged(WORKSPACE, {"workers": 2}))
-    assert "WARNING: resources.limits.memory (1Gi) is below" in text and "1068Mi" in text
-    raised = {"workers": 2, "resources": {"limits": {"memory": "1200M"}}}
+    assert "WARNING: resources.limits.memory (1Gi) is below" in text and "1164Mi" in text
+    raised = {"workers": 2, "resources": {"limits": {"memory": "1200Mi"}}}
     assert "resources.limits.memory" not in notes(chart, merged(WORKSPACE, raised))
     # rwrouter's own defaults (the cache and read-ahead not bounded) exceed even one worker's.
     unbounded = {"config": {"relabel_cache": None, "remote_write": [
@@ -406,6 +444,74 @@ def test_empty_dir_is_sized_from_the_disk_bounds(chart: Any, values: dict[str, A
     if size_limit and size_limit.endswith("Mi") and "emptyDir" not in values:
         disk, _ = bounds(yaml.safe_load(config_text(docs)), values.get("workers", 1))
         assert quantity(size_limit) == -(-disk * 5 // (4 * MIB)) * MIB + 64 * MIB
+
+
+DEFAULT_DISK = 2 * (1024 + 64) * MIB  # per worker: two queued destinations
+AUDIT_BYTES = 500_000 * SERIES_BYTES  # the default config's audit.max_series, one destination
+DEFAULT_MEMORY = (256 + 2 * 64 + 150) * MIB + AUDIT_BYTES  # per worker: the workspace audited
+WORKSPACE_DEST, FALLBACK_DEST = DEFAULT_DESTINATIONS
+
+# (id, values, disk added to the default config's estimate per worker, memory added per worker)
+ESTIMATES: list[tuple[str, dict[str, Any], int, int]] = [
+    ("default", {}, 0, 0),
+    # A shadow destination has no queue: its queue_config (left in place) takes no disk and no
+    # read-ahead; only the series its audit remembers count.
+    ("shadow_candidate", SHADOW, 0, AUDIT_BYTES),
+    ("shadow_candidate_workers_2", merged(SHADOW, {"workers": 2}), 0, AUDIT_BYTES),
+    ("shadow_without_queue_config",
+     {"config": {"remote_write": [*DEFAULT_DESTINATIONS, {"name": "bare", "shadow": True}]}},
+     0, AUDIT_BYTES),
+    # A sending destination takes rwrouter's default queue (1GiB + 64MiB rejected, 256MiB).
+    ("sending_destination_added",
+     {"config": {"remote_write": [*DEFAULT_DESTINATIONS,
+                                  {"name": "more", "url": "http://m:9090/api/v1/write"}]}},
+     (1024 + 64) * MIB, 256 * MIB),
+    ("fallback_audited_too",
+     {"config": {"remote_write": [WORKSPACE_DEST, {**FALLBACK_DEST, "audit": True}]}},
+     0, AUDIT_BYTES),
+    ("workspace_not_audited",
+     {"config": {"remote_write": [{**WORKSPACE_DEST, "audit": False}, FALLBACK_DEST]}},
+     0, -AUDIT_BYTES),
+    ("rwrouter_default_max_series", {"config": {"audit": None}},
+     0, (DEFAULT_MAX_SERIES - 500_000) * SERIES_BYTES),
+    # 100 M series remembered: about 9.3GiB more, far above the default 1Gi limit.
+    ("huge_max_series", {"config": {"audit": {"max_series": 100_000_000}}},
+     0, (100_000_000 - 500_000) * SERIES_BYTES),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("values", "disk_added", "memory_added"),
+                         [(v, d, m) for _, v, d, m in ESTIMATES],
+                         ids=[i for i, _, _, _ in ESTIMATES])  # fmt: skip
+def test_estimate_counts_audits_and_no_shadow_queue(chart: Any, values: dict[str, Any],
+                                                    disk_added: int,
+                                                    memory_added: int) -> None:  # fmt: skip
+    workers = values.get("workers", 1)
+    disk = (DEFAULT_DISK + disk_added) * workers
+    memory = (DEFAULT_MEMORY + memory_added) * workers
+    docs = render(chart, merged(WORKSPACE, values))
+    assert bounds(yaml.safe_load(config_text(docs)), workers) == (disk, memory)
+    volumes = {v["name"]: v for v in workload(docs)["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["data"]["emptyDir"]["sizeLimit"] == f"{-(-disk * 5 // (4 * MIB)) + 64}Mi"
+
+    def limited(limit: str) -> str:
+        return notes(chart, merged(WORKSPACE, values, {"resources": {"limits": {"memory": limit}}}))
+
+    # The chart's memory estimate to the byte: a limit of exactly that is enough, a byte less
+    # is warned about; with the default 1Gi, NOTES.txt warns when the estimate is above it.
+    assert "resources.limits.memory" not in limited(str(memory))
+    assert f"about {-(-memory // MIB)}Mi = workers ({workers})" in limited(str(memory - 1))
+    default_limit = notes(chart, merged(WORKSPACE, values))
+    warned = "WARNING: resources.limits.memory (1Gi) is below" in default_limit
+    assert warned == (memory > 1024 * MIB)
+
+    # Its disk estimate to the byte: a claim of exactly that is accepted, a byte less refused.
+    def claim(size: int) -> dict[str, Any]:
+        return merged(WORKSPACE, values, PERSISTENT, {"persistence": {"size": str(size)}})
+
+    render(chart, claim(disk))
+    with pytest.raises(helm.HelmError, match=r"persistence\.size \(\d+\) is smaller"):
+        render(chart, claim(disk - 1))
 
 
 def test_container_port_follows_listen_address(chart: Any) -> None:
@@ -442,15 +548,16 @@ def test_custom_config_is_rendered_verbatim(chart: Any) -> None:
     assert yaml.safe_load(config_text(docs)) == CUSTOM_CONFIG
     # ...a map is merged by Helm into the default map (lists such as remote_write replace the
     # default's; keys not given keep the default's: relabel_configs [] and the relabel_cache
-    # bound here).
+    # and audit bounds here).
     docs = render(chart, {"config": CUSTOM_CONFIG, "terminationGracePeriodSeconds": 120})
     assert yaml.safe_load(config_text(docs)) == {
         **CUSTOM_CONFIG,
         "relabel_configs": [],
         "relabel_cache": {"max_bytes": "256MiB"},
+        "audit": {"max_series": 500_000},
     }
     docs = render(chart, {"config": {**CUSTOM_CONFIG, "relabel_configs": None,
-                                     "relabel_cache": None},
+                                     "relabel_cache": None, "audit": None},
                           "terminationGracePeriodSeconds": 120})  # fmt: skip
     assert yaml.safe_load(config_text(docs)) == CUSTOM_CONFIG
 

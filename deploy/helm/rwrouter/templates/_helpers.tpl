@@ -140,12 +140,32 @@ k M G T P E); empty when written otherwise (e.g. 1.5Gi): the caller then cannot 
 {{- end }}
 
 {{/*
+audit.max_series of the configuration (a map; default 2000000): the series each audited
+destination remembers, per worker. Fails for anything but a number (rwrouter wants an integer).
+*/}}
+{{- define "rwrouter.auditMaxSeries" -}}
+{{- $audit := default dict (get . "audit") }}
+{{- $v := 2000000 }}
+{{- if hasKey $audit "max_series" }}
+{{- $v = get $audit "max_series" }}
+{{- if not (or (kindIs "float64" $v) (kindIs "int" $v) (kindIs "int64" $v)) }}
+{{- fail (printf "config.audit.max_series: expected an integer such as 500000, got %v (%s)" $v (kindOf $v)) }}
+{{- end }}
+{{- end }}
+{{- int64 $v }}
+{{- end }}
+
+{{/*
 What the configuration may use, as JSON {"disk": bytes, "memory": bytes} for the whole pod
 (all workers):
-  disk   = workers x sum over destinations of (queue_config.max_disk_bytes [1GiB]
+  disk   = workers x sum over queued destinations of (queue_config.max_disk_bytes [1GiB]
            + storage.rejected_max_bytes [64MiB])
   memory = workers x (relabel_cache.max_bytes [1GiB]
-           + sum over destinations of queue_config.max_memory_bytes [256MiB] + 150MiB base)
+           + sum over queued destinations of queue_config.max_memory_bytes [256MiB]
+           + audit.max_series [2000000] x 100 bytes per audited destination + 150MiB base)
+A queued destination is one without `shadow: true` (a shadow destination has no queue, no disk,
+no read-ahead); an audited one has `shadow: true` or `audit: true` (bench/RESULTS.md measured
+83 bytes per series remembered; 100 is the margin).
 */}}
 {{- define "rwrouter.bounds" -}}
 {{- $cfg := include "rwrouter.configMap" . | fromJson }}
@@ -155,11 +175,19 @@ What the configuration may use, as JSON {"disk": bytes, "memory": bytes} for the
 {{- $cache := default dict (get $cfg "relabel_cache") }}
 {{- $memory := include "rwrouter.configBytes" (list (default "1GiB" (get $cache "max_bytes")) "relabel_cache.max_bytes") | int64 }}
 {{- $memory = add $memory 157286400 }}
+{{- $auditMemory := mul (include "rwrouter.auditMaxSeries" $cfg | int64) 100 }}
 {{- $disk := 0 }}
 {{- range $i, $dest := (default list (get $cfg "remote_write")) }}
-{{- $queue := default dict (get (default dict $dest) "queue_config") }}
+{{- $d := default dict $dest }}
+{{- $shadow := eq (toString (get $d "shadow")) "true" }}
+{{- if or $shadow (eq (toString (get $d "audit")) "true") }}
+{{- $memory = add $memory $auditMemory }}
+{{- end }}
+{{- if not $shadow }}
+{{- $queue := default dict (get $d "queue_config") }}
 {{- $disk = add $disk $rejected (include "rwrouter.configBytes" (list (default "1GiB" (get $queue "max_disk_bytes")) (printf "remote_write[%d].queue_config.max_disk_bytes" $i)) | int64) }}
 {{- $memory = add $memory (include "rwrouter.configBytes" (list (default "256MiB" (get $queue "max_memory_bytes")) (printf "remote_write[%d].queue_config.max_memory_bytes" $i)) | int64) }}
+{{- end }}
 {{- end }}
 {{- dict "disk" (mul $disk $workers) "memory" (mul $memory $workers) | toJson }}
 {{- end }}
@@ -233,7 +261,7 @@ configuration (rwrouter.bounds) plus a quarter and 64Mi, in Mi.
 {{- end }}
 {{- $volumeBytes := include "rwrouter.quantityBytes" $volume }}
 {{- if and $volumeBytes (lt (int64 $volumeBytes) $disk) }}
-{{- fail (printf "%s (%s) is smaller than the queues may use: %dMi = workers (%d) x the sum over destinations of queue_config.max_disk_bytes + storage.rejected_max_bytes; raise it (emptyDir: \"auto\" sizes it) or lower those bounds" $what $volume (div (add $disk 1048575) 1048576) $workers) }}
+{{- fail (printf "%s (%s) is smaller than the queues may use: %dMi = workers (%d) x the sum over destinations of queue_config.max_disk_bytes + storage.rejected_max_bytes (shadow destinations: none, they have no queue); raise it (emptyDir: \"auto\" sizes it) or lower those bounds" $what $volume (div (add $disk 1048575) 1048576) $workers) }}
 {{- end }}
 {{- end }}
 
