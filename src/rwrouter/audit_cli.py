@@ -25,6 +25,7 @@ import json
 import sys
 import urllib.error
 import urllib.request
+from typing import Any
 
 DEFAULT_URL = "http://127.0.0.1:9250"
 TIMEOUT = 30.0  # seconds to wait for the router's answer (it merges every worker's counts)
@@ -94,7 +95,7 @@ def _size(text: str) -> int:
 
 
 def _count(text: str) -> int:
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
     return int(text)
 
@@ -103,7 +104,8 @@ def router_url(url: str | None, config_path: str | None) -> str:
     """The base URL to ask: ``url``, else the listen address of ``config_path`` (a wildcard
     host asked on 127.0.0.1), else :data:`DEFAULT_URL`. Raises ConfigError for a bad file."""
     if url:
-        return url.rstrip("/")
+        url = url.rstrip("/")
+        return url if "://" in url else f"http://{url}"  # host:port alone
     if config_path is None:
         return DEFAULT_URL
     from rwrouter.config import load_config
@@ -117,12 +119,13 @@ def router_url(url: str | None, config_path: str | None) -> str:
 
 def cmd_audit(args: argparse.Namespace) -> int:
     """``rwrouter audit``: print the report; 0, 1 (router unreachable or refusing)."""
-    from rwrouter.audit import format_table
 
     if args.capture is not None:
         return _audit_capture(args)
     base = router_url(args.url, args.config)
-    address = f"{base}/-/audit?top={args.top if args.json else 0}"
+    # The endpoint ranks by active series: ask for every name when another order is wanted.
+    top = args.top if args.json and args.sort == "series" else 0
+    address = f"{base}/-/audit?top={top}"
     try:
         with urllib.request.urlopen(address, timeout=TIMEOUT) as response:
             report = json.load(response)
@@ -133,15 +136,21 @@ def cmd_audit(args: argparse.Namespace) -> int:
     except (urllib.error.URLError, OSError, ValueError) as exc:
         print(f"rwrouter audit: cannot read {address}: {exc}", file=sys.stderr)
         return 1
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print(format_table(report, sort=args.sort, top=args.top), end="")
+    _print(report, args)
     return 0
 
 
+def _print(report: dict[str, Any], args: argparse.Namespace) -> None:
+    """The report as JSON (``--top`` names per destination by ``--sort``) or as tables."""
+    from rwrouter.audit import format_table, reranked
+
+    if args.json:
+        print(json.dumps(reranked(report, args.sort, args.top), indent=2))
+    else:
+        print(format_table(report, sort=args.sort, top=args.top), end="")
+
+
 def _audit_capture(args: argparse.Namespace) -> int:
-    from rwrouter.audit import format_table
     from rwrouter.audit.capture import CaptureError
     from rwrouter.config import load_config
     from rwrouter.sending.audit import audit_capture
@@ -152,7 +161,7 @@ def _audit_capture(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     try:
         with open(args.capture, "rb") as stream:
-            result = audit_capture(config, stream, top=(args.top or None) if args.json else None)
+            result = audit_capture(config, stream, top=None)
     except (OSError, CaptureError) as exc:
         print(f"rwrouter audit: cannot read {args.capture}: {exc}", file=sys.stderr)
         return 1
@@ -163,12 +172,10 @@ def _audit_capture(args: argparse.Namespace) -> int:
     if reader.corrupt:
         notes.append(f"{reader.corrupt:,} records failed their checksum, skipped")
     if reader.torn:
-        notes.append("the file ends with an incomplete record (capture still running?)")
+        notes.append("read up to an incomplete or unreadable record (a capture still being "
+                     "written, or a damaged file)")
     print(f"rwrouter audit: {args.capture}: {'; '.join(notes)}", file=sys.stderr)
-    if args.json:
-        print(json.dumps(result.report, indent=2))
-    else:
-        print(format_table(result.report, sort=args.sort, top=args.top), end="")
+    _print(result.report, args)
     return 0
 
 

@@ -276,9 +276,10 @@ def _summary(name: str, store: RejectedStore, entries: list[RejectedEntry], tall
 def _select(config: Config, name: str | None) -> list[tuple[int, DestinationConfig]] | None:
     """(index, destination) pairs for ``name`` (all when None); None (and a message on stderr)
     when the configuration has no such destination."""
-    chosen = [(i, d) for i, d in enumerate(config.remote_write) if name in (None, d.name)]
+    sending = [(i, d) for i, d in enumerate(config.remote_write) if not d.shadow]  # shadows
+    chosen = [(i, d) for i, d in sending if name in (None, d.name)]  # send nothing: no store
     if not chosen:
-        known = ", ".join(d.name for d in config.remote_write)
+        known = ", ".join(d.name for _, d in sending)
         print(f"rwrouter: unknown destination {name!r} (the configuration {config.source} "
               f"has: {known})", file=sys.stderr)  # fmt: skip
     return chosen or None

@@ -175,6 +175,8 @@ def _outcome_text(d: Decision) -> str:
         if d.shadow:
             return f"counted by the audit as {format_labels(d.labels)} (never sent)"
         return f"sent {format_labels(d.labels)}"
+    if d.shadow and d.reason is not None:  # a shadow destination counts no drops
+        return f"{d.detail} (not counted by the audit)"
     if d.outcome == INVALID_OUTCOME:
         assert d.labels is not None
         return f"{d.detail}: {format_labels(d.labels)} (not sent, counted as reason {d.reason})"

@@ -19,6 +19,7 @@ from rwrouter.config import PriceTier
 from rwrouter.server.runner import RouterServer
 from tests.integration.conftest import Start, StartRouter, eventually, metric_value, post_write
 from tests.support.capture import CaptureServer
+from tests.support.prometheus import free_port
 from tests.support.series import Series, build_body
 
 ROUTER = """
@@ -123,7 +124,8 @@ async def test_audit_top(
     assert (len(shadow["metrics"]), shadow["metric_names"]) == (listed, 3)
 
 
-@pytest.mark.parametrize("top", ["-1", "x", "1.5", ""], ids=["negative", "word", "float", "empty"])
+@pytest.mark.parametrize("top", ["-1", "x", "1.5", "", "²"],
+                         ids=["negative", "word", "float", "empty", "unicode_digit"])  # fmt: skip
 async def test_audit_bad_top_is_a_400_with_one_line(
     start_router: StartRouter, http: aiohttp.ClientSession, fresh_capture: CaptureServer, top: str
 ) -> None:
@@ -220,3 +222,22 @@ async def test_a_router_of_shadow_destinations_only_counts_and_sends_nothing(
     report = await audit(http, router)
     assert sum(by_name(report)["everything"].values()) == sum(FAMILIES.values())
     assert metric_value(router, "rwrouter_received_samples_total") == 2 * 2 * 23
+
+
+async def test_only_accepted_requests_are_counted(
+    start_router: StartRouter, http: aiohttp.ClientSession
+) -> None:
+    """A destination that is down fills its small queue: the requests answered 503 (sent
+    again by Prometheus later) are not counted by the audit; those answered 204 are."""
+    dead = f"http://127.0.0.1:{free_port()}/write"
+    router = await start_router(
+        "remote_write:\n"
+        f"  - {{name: down, url: '{dead}', queue_config: {{max_disk_bytes: 16KiB}}}}\n"
+        "  - {name: everything, shadow: true}\n"
+    )
+    statuses = [(await post_write(http, router, fleet(i)))[0] for i in range(30)]
+    assert 204 in statuses and 503 in statuses
+    received = metric_value(router, "rwrouter_received_samples_total")
+    assert received == statuses.count(204) * 2 * sum(FAMILIES.values())
+    counted = metric_value(router, "rwrouter_audit_samples_total", destination="everything")
+    assert counted == received

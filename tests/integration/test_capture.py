@@ -144,8 +144,8 @@ async def test_rwrouter_audit_capture_cli(
                                      str(writer.path), "--json", "--top", "0")  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stderr.splitlines()[-1] == (
-        f"rwrouter audit: {writer.path}: 2 requests counted; the file ends with an incomplete "
-        "record (capture still running?)")  # fmt: skip
+        f"rwrouter audit: {writer.path}: 2 requests counted; read up to an incomplete or "
+        "unreadable record (a capture still being written, or a damaged file)")  # fmt: skip
     assert sum(by_name(json.loads(result.stdout))["selfhosted"].values()) == 15
     table = await asyncio.to_thread(run_cli, "audit", "--config", str(config), "--capture",
                                     str(writer.path), "--sort", "samples")  # fmt: skip
@@ -156,3 +156,49 @@ async def test_rwrouter_audit_capture_cli(
                                           "--capture", str(config))  # fmt: skip
     assert not_capture.returncode == 1
     assert "not an rwrouter capture file" in not_capture.stderr
+
+
+def test_appending_to_a_torn_capture_cuts_the_torn_end_first(tmp_path: Path) -> None:
+    path = tmp_path / "torn.rwcap"
+    first = CaptureWriter(path, max_bytes=1 << 20)
+    first.write(fleet(0), 1)
+    first.write(fleet(1), 2)
+    first.close()
+    with open(path, "r+b") as stream:  # killed mid-write: 7 bytes of the last record missing
+        stream.truncate(path.stat().st_size - 7)
+    again = CaptureWriter(path, max_bytes=1 << 20)
+    again.write(fleet(2), 3)
+    again.close()
+    with open(path, "rb") as stream:
+        reader = CaptureReader(stream)
+        assert [ms for ms, _ in reader.records()] == [1, 3]
+    assert (reader.torn, reader.corrupt) == (False, 0)
+
+
+CAPTURE_CLI_ERRORS = [
+    ("listen_without_port", ["--listen", "nohost"], 2, "--listen: expected host:port"),
+    ("listen_port_too_large", ["--listen", "127.0.0.1:99999"], 2, "--listen: expected host:port"),
+]
+
+
+@pytest.mark.parametrize(("args", "code", "message"), [c[1:] for c in CAPTURE_CLI_ERRORS],
+                         ids=[c[0] for c in CAPTURE_CLI_ERRORS])  # fmt: skip
+def test_rwrouter_capture_bad_arguments(tmp_path: Path, args: list[str], code: int,
+                                        message: str) -> None:  # fmt: skip
+    output = tmp_path / "out.rwcap"
+    result = run_cli("capture", "--output", str(output), *args)
+    assert result.returncode == code and message in result.stderr
+    assert "Traceback" not in result.stderr and not output.exists()
+
+
+def test_rwrouter_capture_on_a_port_in_use_leaves_no_file(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        output = tmp_path / "out.rwcap"
+        result = run_cli("capture", "--output", str(output), "--listen", f"127.0.0.1:{port}")
+    assert result.returncode == 1 and "address already in use" in result.stderr.lower()
+    assert not output.exists()

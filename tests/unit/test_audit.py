@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from rwrouter.audit import (
     GENERATIONS,
+    OTHER,
     SECONDS_PER_MONTH,
     ActiveSeries,
     Snapshot,
@@ -115,34 +116,54 @@ def test_max_series_caps_the_count_and_says_so_for_a_window() -> None:
     assert active.snapshot(WINDOW + SPAN).capped is False  # nothing new was refused since
 
 
-def test_samples_per_second_over_the_rate_window() -> None:
-    active = new(rate_window=100.0)
-    for now in range(0, 400, 10):  # 6 samples of gpu and 2 of net every 10 s
-        routed = share(("gpu", 0, 3), ("gpu", 1, 3), ("net", 0, 2))
+RATE_CASES = [
+    # id, rate window s, arrivals (time s, samples of "gpu"), snapshot time, expected samples/s
+    # Buckets of rate_window / 5 = 20 s; the rate is over [start of the bucket 100 s ago, now].
+    ("steady_stream_exact", 100.0, [(t, 8) for t in range(0, 400, 10)], 400.0, 0.8),
+    ("early_over_at_least_one_bucket", 100.0, [(0, 10)], 5.0, 0.5),
+    ("idle_start_does_not_count", 100.0, [(60, 10)], 65.0, 0.5),
+    ("a_burst_at_the_start_is_not_thousands", 100.0, [(0, 1), (0.004, 1)], 0.004, 0.1),
+    # 1/s for 90 s, 300 s of silence nobody read, 1/s again for 20 s: over [348, 410]
+    ("after_an_unread_silence", 60.0, [(t, 1) for t in [*range(90), *range(390, 410)]], 410.0,
+     20 / 62),
+    ("long_after_everything_stopped", 100.0, [(t, 8) for t in range(0, 100, 10)], 400.0, 0.0),
+    # (a capture of concurrent requests): over [the earliest, now]
+    ("out_of_order_times_count_in_the_newest_bucket", 100.0, [(50, 4), (10, 4)], 60.0, 8 / 50),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("rate_window", "arrivals", "at", "expected"),
+                         [c[1:] for c in RATE_CASES], ids=[c[0] for c in RATE_CASES])  # fmt: skip
+def test_samples_per_second(rate_window: float, arrivals: list[tuple[float, int]], at: float,
+                            expected: float) -> None:  # fmt: skip
+    active = new(rate_window=rate_window)
+    for now, samples in arrivals:
+        routed = share(("gpu", 0, samples))
         active.observe(routed.body, routed.index, float(now))
-    names = active.snapshot(400.0).names
-    # marks every 20 s; the oldest within 100 s is at 300 s: the sightings at 300..390
-    assert names["gpu"].samples_per_second == pytest.approx(0.6)
-    assert names["net"].samples_per_second == pytest.approx(0.2)
+    rate = active.snapshot(at).names.get("gpu")
+    assert (rate.samples_per_second if rate else 0.0) == pytest.approx(expected)
+    assert active.samples == sum(n for _, n in arrivals)
 
 
-def test_rate_before_a_whole_rate_window_is_since_the_first_share() -> None:
-    active = new(rate_window=100.0)
-    routed = share(("gpu", 0, 10))
-    active.observe(routed.body, routed.index, 0.0)
-    assert active.snapshot(3.0).names["gpu"].samples_per_second == 0.0  # one share: no rate
-    active.observe(routed.body, routed.index, 5.0)
-    assert active.snapshot(5.0).names["gpu"].samples_per_second == pytest.approx(2.0)
+def test_rates_do_not_depend_on_reads() -> None:
+    read, unread = new(rate_window=60.0), new(rate_window=60.0)
+    for t in range(0, 600, 7):
+        routed = share(("gpu", 0, 3), ("net", 1, 1))
+        read.observe(routed.body, routed.index, float(t))
+        unread.observe(routed.body, routed.index, float(t))
+        read.snapshot(float(t) + 1)
+    assert read.snapshot(601.0) == unread.snapshot(601.0)
 
 
 def test_a_long_metric_name_is_found_and_a_missing_one_is_never_routed() -> None:
     routed = share(("", 0, 1))  # no __name__: the routed share is empty (invalid)
     assert routed.series == 0
     active = new()
-    long_name = "DCGM_FI_PROF_" + "X" * 200  # a 2-byte length
-    routed = share((long_name, 0, 1), (long_name, 1, 1))
-    active.observe(routed.body, routed.index, 0.0)
-    assert counts(active.snapshot(1.0)) == {long_name: 2}
+    for size in (200, 20_000, 100_000):  # a 2- and a 3-byte length
+        long_name = "DCGM_FI_PROF_" + "X" * size
+        routed = share((long_name, 0, 1), (long_name, 1, 1), ("short", 0, 1))
+        active.observe(routed.body, routed.index, 0.0)
+        assert counts(active.snapshot(1.0))[long_name] == 2
 
 
 @pytest.mark.parametrize(("window", "rate", "size"), [(0.0, 1.0, 1), (1.0, 0.0, 1), (1.0, 1.0, 0)],
@@ -164,9 +185,12 @@ def test_merge_counts_a_series_two_workers_saw_once_and_adds_rates() -> None:
         one.observe(a.body, a.index, at)
     for at in (0.0, 20.0):
         two.observe(b.body, b.index, at)
-    merged = merge([one.snapshot(10.0, keys=True), two.snapshot(20.0, keys=True)])
+    first, second = one.snapshot(10.0, keys=True), two.snapshot(20.0, keys=True)
+    merged = merge([first, second])
     assert counts(merged) == {"gpu": 3, "net": 1}
-    assert merged.names["gpu"].samples_per_second == pytest.approx(2 / 10 + 2 / 20)
+    assert merged.names["gpu"].samples_per_second == pytest.approx(
+        first.names["gpu"].samples_per_second + second.names["gpu"].samples_per_second)
+    assert merged.names["gpu"].samples_per_second > 0
     assert merged.observed == 20.0
 
 
@@ -223,10 +247,9 @@ def test_a_month_is_730_hours() -> None:
 
 
 def _report(top: int | None = None) -> dict[str, object]:
-    active = new()
+    active = new(rate_window=20.0)  # buckets of 4 s
     a = share(*[("gpu", i, 1) for i in range(4)], ("net", 0, 8), ("net", 1, 8))
     active.observe(a.body, a.index, 0.0)
-    active.observe(a.body, a.index, 4.0)
     snap = active.snapshot(4.0)  # gpu 1 sample/s, net 4 samples/s
     audit = AuditConfig(window=WINDOW, series_limit=100, price_tiers=TIERS)
     return build_report({"ws": snap}, audit=audit, shadow={"ws": True}, top=top)
@@ -282,19 +305,20 @@ def test_table_without_audited_destinations_says_how_to_get_one() -> None:
     assert "set `shadow: true` or `audit: true`" in format_table(report)
 
 
-def test_rates_count_from_the_first_share_not_from_an_idle_start() -> None:
-    active = new(rate_window=100.0)
-    assert active.snapshot(50.0).names == {}
+def test_observed_counts_from_the_first_share_not_from_an_idle_start() -> None:
+    active = new(window=20.0)
+    assert active.snapshot(50.0).observed == 0.0  # nothing yet: nothing observed
     routed = share(("gpu", 0, 10))
     active.observe(routed.body, routed.index, 60.0)
-    active.observe(routed.body, routed.index, 65.0)
-    assert active.snapshot(65.0).names["gpu"].samples_per_second == pytest.approx(2.0)
+    assert active.snapshot(65.0).observed == 5.0
 
 
 @pytest.mark.parametrize(("active", "limit", "text"),
                          [(8, 50_000_000, "(<0.001% of"), (0, 10, "(0% of"),
-                          (4_194_304, 50_000_000, "(8.39% of"), (60, 50, "(120% of")],
-                         ids=["tiny_never_an_exponent", "zero", "some", "over"])  # fmt: skip
+                          (4_194_304, 50_000_000, "(8.39% of"), (60, 50, "(120% of"),
+                          (1000, 100, "(1,000% of")],
+                         ids=["tiny_never_an_exponent", "zero", "some", "over",
+                              "ten_times"])  # fmt: skip
 def test_table_percent_of_the_limit(active: int, limit: int, text: str) -> None:
     dest = {"name": "d", "shadow": False, "observed_seconds": 1.0, "complete": False,
             "capped": False, "active_series": active, "series_limit_ratio": active / limit,
@@ -338,3 +362,54 @@ def test_audit_keeps_counts_only_under_the_same_rules(text: str, kept: set[str])
     counted = {name: snap.active_series for name, snap in audit.snapshots(2.0).items()}
     assert {name for name, n in counted.items() if n} == kept
     assert set(counted) == set(audit.audited)
+
+
+def test_memory_is_bounded_names_beyond_max_series_count_as_other() -> None:
+    active = new(max_series=10, window=80.0, rate_window=10.0)  # generations of 10 s
+    routed = share(*[(f"name_{i}", 0, 1) for i in range(25)])
+    active.observe(routed.body, routed.index, 0.0)
+    snap = active.snapshot(1.0)
+    assert (snap.active_series, snap.capped) == (10, True)
+    assert len(snap.names) == 11 and OTHER in snap.names  # 10 names, then the rest as one
+    assert snap.names[OTHER].samples_per_second == pytest.approx(15 / 2)  # over one bucket
+
+
+def test_names_without_series_or_recent_samples_are_forgotten() -> None:
+    active = new(max_series=10_000, window=80.0, rate_window=10.0)
+    for round_ in range(4):  # 3,000 new names a round; each round's expire before the next
+        routed = share(*[(f"r{round_}_{i}", 0, 1) for i in range(3000)])
+        active.observe(routed.body, routed.index, round_ * 200.0)
+    assert len(active._names) == 3000  # the dead names of earlier rounds were forgotten
+    snap = active.snapshot(601.0)
+    assert snap.active_series == 3000 and set(snap.names) == {f"r3_{i}" for i in range(3000)}
+    keyed = active.snapshot(601.0, keys=True)
+    assert all(len(c.keys or ()) == 1 for c in keyed.names.values())  # renumbered consistently
+
+
+
+NAME_CASES = [
+    ("plain", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL"),
+    ("terminal_escape", "evil\x1b[2Jname", "evil\\x1b[2Jname"),
+    ("newline", "a\nb", "a\\nb"),
+    ("huge", "N" * 18_000, "N" * 60 + "... (18,000 chars)"),
+]
+
+
+@pytest.mark.parametrize(("name", "shown"), [c[1:] for c in NAME_CASES],
+                         ids=[c[0] for c in NAME_CASES])  # fmt: skip
+def test_table_names_are_safe_for_a_terminal(name: str, shown: str) -> None:
+    report = _report()
+    report["destinations"][0]["metrics"][0]["name"] = name  # type: ignore[index]
+    lines = format_table(report).splitlines()
+    assert any(line.startswith(f"  {shown} ") for line in lines)
+    assert all(c.isprintable() for line in lines for c in line)
+
+
+def test_reranked_orders_then_cuts() -> None:
+    from rwrouter.audit import reranked
+
+    report = _report()
+    by_samples = reranked(report, "samples", 1)["destinations"][0]["metrics"]
+    assert [m["name"] for m in by_samples] == ["net"]
+    assert [m["name"] for m in reranked(report, "series", 0)["destinations"][0]["metrics"]] == [
+        "gpu", "net"]  # fmt: skip

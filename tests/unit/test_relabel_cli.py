@@ -368,6 +368,8 @@ def test_a_shadow_destination_is_counted_and_never_keeps_for_the_fallback(
     assert ('  destination all-dcgm (shadow): counted by the audit as '
             'DCGM_FI_DEV_FB_USED{gpu="0"} (never sent)') in out  # fmt: skip
     assert '  destination self (fallback): sent DCGM_FI_DEV_FB_USED{gpu="0"}' in out
+    code, out, _ = _run(capsys, "--config", str(path), "--series", 'node_load1{cpu="0"}')
+    assert "  destination all-dcgm (shadow): dropped by rule [0] (not counted by the audit)" in out
     [entry] = _json(capsys, str(path), "DCGM_FI_DEV_FB_USED")
     shadow = {d["name"]: (d["shadow"], d["outcome"]) for d in entry["destinations"]}
     assert shadow == {"ws": (False, DROPPED), "all-dcgm": (True, SENT), "self": (False, SENT)}

@@ -10,12 +10,23 @@ The I/O side (counting in the decode path, ``GET /-/audit``, ``rwrouter audit``)
 :mod:`rwrouter.sending.audit`, :mod:`rwrouter.server.app` and :mod:`rwrouter.audit_cli`.
 """
 
-from rwrouter.audit.active import GENERATIONS, ActiveSeries, NameCount, Snapshot, merge
+from rwrouter.audit.active import (
+    GENERATIONS,
+    OTHER,
+    RATE_BUCKETS,
+    ActiveSeries,
+    NameCount,
+    Snapshot,
+    merge,
+    with_keys,
+)
 from rwrouter.audit.cost import SECONDS_PER_MONTH, monthly_cost, monthly_samples
-from rwrouter.audit.report import SORT_KEYS, build_report, format_table, rank
+from rwrouter.audit.report import SORT_KEYS, build_report, format_table, rank, reranked
 
 __all__ = [
     "GENERATIONS",
+    "OTHER",
+    "RATE_BUCKETS",
     "SECONDS_PER_MONTH",
     "SORT_KEYS",
     "ActiveSeries",
@@ -27,4 +38,6 @@ __all__ = [
     "monthly_cost",
     "monthly_samples",
     "rank",
+    "reranked",
+    "with_keys",
 ]

@@ -46,12 +46,14 @@ class CaptureReader:
         self.records_read = 0
         self.corrupt = 0  # records skipped: their body failed its checksum
         self.torn = False  # reading stopped at an incomplete or untrustworthy record
+        self.end = 0  # the offset after the last whole record (where a torn end begins)
 
     def records(self) -> Iterator[tuple[int, bytes]]:
         """Each intact record as (received ms, body), in file order."""
         head = self._stream.read(len(MAGIC))
         if head != MAGIC:
             raise CaptureError("not an rwrouter capture file (written by `rwrouter capture`)")
+        self.end = len(MAGIC)
         while True:
             header = self._stream.read(HEADER.size)
             if not header:
@@ -67,6 +69,7 @@ class CaptureReader:
             if len(body) < length:
                 self.torn = True
                 return
+            self.end += HEADER.size + length
             if zlib.crc32(body) != checksum:
                 self.corrupt += 1
                 continue

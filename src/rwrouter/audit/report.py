@@ -17,7 +17,7 @@ from rwrouter.audit.active import Snapshot
 from rwrouter.audit.cost import SECONDS_PER_MONTH, monthly_cost, monthly_samples
 from rwrouter.config.model import AuditConfig
 
-__all__ = ["SORT_KEYS", "build_report", "format_table", "rank"]
+__all__ = ["SORT_KEYS", "build_report", "format_table", "rank", "reranked"]
 
 SORT_KEYS = ("series", "samples")
 Report = dict[str, Any]  # JSON: see build_report
@@ -34,6 +34,16 @@ def rank(metrics: Sequence[Mapping[str, Any]], by: str = "series") -> list[Mappi
         else ("samples_per_second", "active_series")
     )  # fmt: skip
     return sorted(metrics, key=lambda m: (-m[first], -m[second], m["name"]))
+
+
+def reranked(report: Mapping[str, Any], by: str, top: int) -> Report:
+    """A copy of ``report`` whose destinations list their ``top`` metric names (0: all)
+    ranked by ``by`` (:func:`rank`) among those the report lists."""
+    destinations = []
+    for dest in report["destinations"]:
+        metrics = rank(dest["metrics"], by)
+        destinations.append({**dest, "metrics": metrics[:top] if top else metrics})
+    return {**report, "destinations": destinations}
 
 
 def build_report(
@@ -129,11 +139,12 @@ def format_table(report: Mapping[str, Any], *, sort: str = "series", top: int = 
             lines.append("  (audit.max_series reached: counts are lower bounds)")
         metrics = rank(dest["metrics"], sort)
         shown = metrics if top == 0 else metrics[:top]
-        width = max([len("METRIC NAME"), *(len(m["name"]) for m in shown)])
+        names = [_printable(m["name"]) for m in shown]
+        width = max([len("METRIC NAME"), *(len(name) for name in names)])
         lines.append(f"  {'METRIC NAME':<{width}}  {'ACTIVE SERIES':>13}  {'SAMPLES/S':>12}"
                      f"  {currency + '/MONTH':>12}")  # fmt: skip
-        for m in shown:
-            name, series, cost = m["name"] or "(no name)", m["active_series"], m["monthly_cost"]
+        for m, name in zip(shown, names, strict=True):
+            series, cost = m["active_series"], m["monthly_cost"]
             lines.append(f"  {name:<{width}}  {series:>13,}"
                          f"  {m['samples_per_second']:>12,.1f}  {cost:>12,.2f}")  # fmt: skip
         hidden = dest["metric_names"] - len(shown)
@@ -149,12 +160,26 @@ def format_table(report: Mapping[str, Any], *, sort: str = "series", top: int = 
     return "\n".join(lines) + "\n"
 
 
+NAME_WIDTH = 80  # characters of a metric name the table shows
+
+
+def _printable(name: str) -> str:
+    """A metric name for a terminal: control characters escaped (``\\x1b``), at most
+    :data:`NAME_WIDTH` characters (the JSON has it whole)."""
+    if not name:
+        return "(no name)"
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
+    if len(text) > NAME_WIDTH:
+        text = f"{text[: NAME_WIDTH - 20]}... ({len(name):,} chars)"
+    return text
+
+
 def _percent(ratio: float) -> str:
     """0.0839 -> 8.39%; below 0.001 % -> <0.001% (never an exponent)."""
     percent = ratio * 100
     if 0 < percent < 0.001:
         return "<0.001%"
-    return f"{percent:.3g}%"
+    return f"{percent:.3g}%" if percent < 100 else f"{percent:,.0f}%"
 
 
 def _count(n: float) -> str:

@@ -34,7 +34,7 @@ from rwrouter.config.model import (
     StorageConfig,
     TLSConfig,
 )
-from rwrouter.config.parse import parse_config
+from rwrouter.config.parse import parse_config, parse_listen_address
 from rwrouter.config.values import (
     Secret,
     format_duration,
@@ -65,6 +65,7 @@ __all__ = [
     "load_config",
     "parse_config",
     "parse_duration",
+    "parse_listen_address",
     "parse_size",
     "safe_url",
 ]

@@ -9,6 +9,7 @@ expanded only in ``url``, ``headers`` values, credential fields, ``*_file`` path
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
@@ -141,7 +142,7 @@ def _check_duplicate_keys(node: yaml.Node, path: str, seen: set[int]) -> None:
 def _server(f: Fields) -> ServerConfig:
     default = ServerConfig()
     return ServerConfig(
-        listen_address=_listen_address(
+        listen_address=parse_listen_address(
             f.string("listen_address", default.listen_address), f.at("listen_address")
         ),
         max_request_bytes=f.size("max_request_bytes", default.max_request_bytes),
@@ -193,13 +194,17 @@ def _audit(f: Fields) -> AuditConfig:
 def _price_tiers(raw: object, path: str) -> tuple[PriceTier, ...]:
     """Ascending tiers; only the last may (and must) have no ``up_to_samples``."""
     if not isinstance(raw, list) or not raw:
-        raise ConfigError(path, f"expected a non-empty list of tiers, got {kind_of(raw)}")
+        got = "an empty list" if raw == [] else kind_of(raw)
+        raise ConfigError(path, f"expected a non-empty list of tiers, got {got}")
     tiers, bound = [], 0
     for i, item in enumerate(raw):
         f = Fields(item, f"{path}[{i}]", known=field_names(PriceTier))
         price = f.raw("per_million")
-        if isinstance(price, bool) or not isinstance(price, int | float) or not price >= 0:
-            why = f"expected a price >= 0 per million samples, got {price!r}"
+        if price is None:
+            raise ConfigError(f.at("per_million"), "required (price per million samples)")
+        if (isinstance(price, bool) or not isinstance(price, int | float)
+                or not 0 <= price < math.inf):  # fmt: skip
+            why = f"expected a finite price >= 0 per million samples, got {price!r}"
             raise ConfigError(f.at("per_million"), why)
         last = i == len(raw) - 1
         if last == f.has("up_to_samples"):
@@ -218,7 +223,7 @@ def _choice(f: Fields, key: str, default: str, choices: tuple[str, ...]) -> str:
     return value
 
 
-def _listen_address(value: str | None, path: str) -> str:
+def parse_listen_address(value: str | None, path: str) -> str:
     """``host:port`` (port 0..65535; an IPv6 host in brackets), else ConfigError."""
     text = value or ""
     host, sep, port = text.rpartition(":")

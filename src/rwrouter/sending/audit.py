@@ -2,9 +2,11 @@
 (``shadow: true`` or ``audit: true``) as requests are decoded, and reports them
 (:mod:`rwrouter.audit`: active series and samples/s per metric name, workspace limit, cost).
 
-Counting walks each audited share once more in Python (about a microsecond per series, on the
-decode threads): cheap for a shadow destination holding the critical families, noticeable for
-one that would take everything — which is what an audit is for, and why it is opt-in.
+Only requests the router accepted (204) are counted: a refused request (503, 413, ...) is sent
+again by Prometheus and counted then. Counting walks each audited share once more in Python
+(about a microsecond per series, on the event loop when the request is accepted): cheap for a
+shadow destination holding the critical families, noticeable for one that would take
+everything — which is what an audit is for, and why it is opt-in.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from rwrouter.audit import ActiveSeries, NameCount, Snapshot, build_report, merge
+from rwrouter.audit import ActiveSeries, NameCount, Snapshot, build_report, merge, with_keys
 from rwrouter.audit.capture import CaptureReader
 from rwrouter.config import AuditConfig, Config, DestinationConfig
 from rwrouter.errors import RwrouterError
@@ -76,9 +78,14 @@ class Audit:
                     counts.observe(series.body, series.index, now)
 
     def snapshots(self, now: float, *, keys: bool = False) -> dict[str, Snapshot]:
-        """Per audited destination (config order) its counts at ``now``."""
+        """Per audited destination (config order) its counts at ``now``; ``keys``: with the
+        series' hashes, built outside the lock from a quick copy (counting goes on)."""
         with self._lock:
-            return {name: counts.snapshot(now, keys=keys) for name, counts in self._counts.items()}
+            snaps = {name: counts.snapshot(now) for name, counts in self._counts.items()}
+            copies = {name: counts.copy_keys(now) for name, counts in self._counts.items()} \
+                if keys else {}  # fmt: skip
+        return {name: with_keys(snap, *copies[name]) if keys else snap
+                for name, snap in snaps.items()}  # fmt: skip
 
     def report(self, now: float, *, top: int | None) -> dict[str, Any]:
         """:func:`rwrouter.audit.build_report` of this process's counts."""

@@ -142,9 +142,6 @@ class FanOut:
         sent = routed.series[: len(destinations)]  # then the shadow destinations' shares
         if self.names.due(now):  # one request a second: names for the status page
             self.names.observe([dest.name for dest in destinations], sent)
-        if self.audit.audited:  # count the shares of the audited destinations (shadow or not)
-            names = [route.name for route in router.routes]
-            self.audit.observe(list(zip(names, routed.series, strict=True)), now)
         received_ms = int(time.time() * 1000)
         shares = [
             encode_share(
@@ -224,6 +221,9 @@ class FanOut:
             if not isinstance(error, OSError | StorageError):
                 raise error
             raise self._storage_error(error) from error
+        if self.audit.audited:  # accepted: count the audited destinations' shares (shadow too)
+            names = [route.name for route in self.router.routes]
+            self.audit.observe(list(zip(names, routed.series, strict=True)), time.monotonic())
         for i, dest in enumerate(self.destinations):
             dest.enqueue_metadata(routed.metadata[i])
             share = decoded.shares[i]

@@ -243,7 +243,7 @@ async def handle_audit(request: web.Request) -> web.Response:
     the projected monthly cost); ``top``: names listed per destination (default
     :data:`DEFAULT_AUDIT_TOP`, 0: all). 400 for a ``top`` that is not a whole number >= 0."""
     raw = request.query.get("top", str(DEFAULT_AUDIT_TOP))
-    if not raw.isdigit():
+    if not (raw.isascii() and raw.isdigit()):
         return web.Response(status=400, text=f"top must be a whole number >= 0, got {raw!r}\n")
     top = int(raw) or None
     report = await request.app[AUDIT](top)

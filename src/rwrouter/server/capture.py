@@ -26,8 +26,8 @@ from typing import BinaryIO
 
 from aiohttp import web
 
-from rwrouter.audit.capture import MAGIC, CaptureError, encode_record
-from rwrouter.config import ServerConfig
+from rwrouter.audit.capture import MAGIC, CaptureError, CaptureReader, encode_record
+from rwrouter.config import ServerConfig, parse_listen_address
 from rwrouter.errors import RequestError
 from rwrouter.logs import q
 from rwrouter.server.app import WRITE_PATHS, check_headers, read_body
@@ -57,20 +57,37 @@ class CaptureWriter:
 
     def __init__(self, path: Path, *, max_bytes: int) -> None:
         self.path, self.max_bytes = path, max_bytes
+        self.created = not path.exists()
         self._file: BinaryIO = open(path, "ab")  # noqa: SIM115 (closed by close())
         try:
             if self._file.tell() == 0:
                 self._file.write(MAGIC)
                 self._file.flush()
             else:
-                with open(path, "rb") as existing:
-                    if existing.read(len(MAGIC)) != MAGIC:
-                        raise CaptureError(f"{path} exists and is not an rwrouter capture file")
+                self._cut_torn_end(path)
         except BaseException:
             self._file.close()
             raise
         self.size = self._file.tell()
         self.summary = CaptureSummary()
+
+    def _cut_torn_end(self, path: Path) -> None:
+        """Appending after an incomplete last record (a capture killed mid-write) would hide
+        every new record behind it: cut it first (logged). Raises CaptureError for a file
+        that is not a capture."""
+        with open(path, "rb") as existing:
+            reader = CaptureReader(existing)
+            try:
+                for _ in reader.records():
+                    pass
+            except CaptureError:
+                raise CaptureError(f"{path} exists and is not an rwrouter capture file") from None
+        if reader.torn:
+            size = self._file.tell()
+            self._file.truncate(reader.end)
+            self._file.seek(reader.end)
+            log.warning("path=%s bytes=%d msg=%s", q(str(path)), size - reader.end,
+                        q("cut an incomplete last record before appending"))  # fmt: skip
 
     def write(self, body: bytes, received_ms: int) -> bool:
         """Record ``body``; False (nothing written) once the file holds ``max_bytes``."""
@@ -121,8 +138,9 @@ async def run_capture(
 ) -> CaptureSummary:  # fmt: skip
     """Serve until ``duration`` seconds passed (None: until SIGTERM/SIGINT), then close the
     file. ``on_listening`` gets the base URL once listening. Raises OSError (address in use,
-    file not writable), CaptureError (an existing file that is not a capture)."""
-    settings = ServerConfig(listen_address=listen_address)
+    file not writable), CaptureError (an existing file that is not a capture), ConfigError (a
+    listen address that is not host:port)."""
+    settings = ServerConfig(listen_address=parse_listen_address(listen_address, "--listen"))
     writer = CaptureWriter(output, max_bytes=max_bytes)
     runner = web.AppRunner(capture_app(writer, settings), access_log=None,
                            handle_signals=False, auto_decompress=False)  # fmt: skip
@@ -131,7 +149,13 @@ async def run_capture(
     try:
         await runner.setup()
         site = web.TCPSite(runner, settings.listen_host or None, settings.listen_port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError:  # e.g. the address is in use: leave no empty capture behind
+            writer.close()
+            if writer.created and writer.size == len(MAGIC):
+                output.unlink(missing_ok=True)
+            raise
         sockets = getattr(site._server, "sockets", None) or []  # the bound sockets
         port = sockets[0].getsockname()[1] if sockets else settings.listen_port
         host = settings.listen_host or "127.0.0.1"

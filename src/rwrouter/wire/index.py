@@ -104,12 +104,16 @@ def named_frames(body: bytes, index: bytes) -> Iterator[tuple[bytes, int, int]]:
         at = find(_NAME_LABEL, pos, end)
         if at >= 0:
             start = at + len(_NAME_LABEL)
-            size = body[start] if start < end else 0
-            if size >= 0x80 and start + 1 < end:  # a name of 128 bytes or more: 2-byte varint
-                size = (size & 0x7F) | body[start + 1] << 7
+            size = shift = 0
+            while start < end and shift < 35:  # the value's length: a varint
+                byte = body[start]
+                size |= (byte & 0x7F) << shift
                 start += 1
-            if start + 1 + size <= end:
-                name = body[start + 1 : start + 1 + size]
+                shift += 7
+                if byte < 0x80:
+                    break
+            if start + size <= end:
+                name = body[start : start + size]
         yield name, samples, hashed
         pos = end
 
