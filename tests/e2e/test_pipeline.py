@@ -126,8 +126,10 @@ def test_only_allowlisted_dcgm_series_reach_the_workspace_all_signed(
     pipeline: DemoPipeline,
 ) -> None:
     expected = NODES * ALLOWED_PER_NODE
+    # The double stores a request's series before it records the request: wait for both.
     series = wait_for(
-        lambda: (s := pipeline.workspace_series()) and len(s) >= expected and s,
+        lambda: (s := pipeline.workspace_series()) and len(s) >= expected
+        and pipeline.double.request_count > 0 and s,
         timeout=20, what=f"{expected} series at the workspace double",
     )  # fmt: skip
     names = {name_of(key) for key in series}

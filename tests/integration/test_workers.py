@@ -154,7 +154,7 @@ def test_audit_counts_a_series_seen_by_both_workers_once(router: RouterProcess) 
     assert counted == dict.fromkeys(WORKERS, 6.0)  # each worker saw all 6 (P(not) ~ 1e-9)
     with urllib.request.urlopen(f"{router.url}/-/audit", timeout=10) as response:
         report = json.load(response)
-    assert report["workers"] == 2
+    assert (report["workers"], report["workers_expected"]) == (2, 2)
     (dest,) = report["destinations"]
     assert (dest["name"], dest["shadow"], dest["active_series"]) == ("audit", True, 6)
     assert [(m["name"], m["active_series"]) for m in dest["metrics"]] == [("audit_probe", 6)]

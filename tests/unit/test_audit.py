@@ -120,9 +120,10 @@ RATE_CASES = [
     # id, rate window s, arrivals (time s, samples of "gpu"), snapshot time, expected samples/s
     # Buckets of rate_window / 5 = 20 s; the rate is over [start of the bucket 100 s ago, now].
     ("steady_stream_exact", 100.0, [(t, 8) for t in range(0, 400, 10)], 400.0, 0.8),
-    ("early_over_at_least_one_bucket", 100.0, [(0, 10)], 5.0, 0.5),
-    ("idle_start_does_not_count", 100.0, [(60, 10)], 65.0, 0.5),
-    ("a_burst_at_the_start_is_not_thousands", 100.0, [(0, 1), (0.004, 1)], 0.004, 0.1),
+    ("early_over_at_least_15_s", 100.0, [(0, 10)], 5.0, 10 / 15),
+    ("early_over_at_least_a_short_bucket", 10.0, [(0, 10)], 1.0, 10 / 2),
+    ("idle_start_does_not_count", 100.0, [(60, 10)], 65.0, 10 / 15),
+    ("a_burst_at_the_start_is_not_thousands", 100.0, [(0, 1), (0.004, 1)], 0.004, 2 / 15),
     # 1/s for 90 s, 300 s of silence nobody read, 1/s again for 20 s: over [348, 410]
     ("after_an_unread_silence", 60.0, [(t, 1) for t in [*range(90), *range(390, 410)]], 410.0,
      20 / 62),
@@ -343,7 +344,9 @@ RELOADS = [
     # id, new file, destinations expected to keep their counts
     ("unchanged", BASE, {"ws", "shadow"}),
     ("shadow_rules_changed", BASE.replace('"gpu.*"', '"g.*"'), {"ws"}),
-    ("audit_settings_changed", "audit: {window: 1h}\n" + BASE, set()),
+    ("audit_window_changed", "audit: {window: 1h}\n" + BASE, set()),
+    ("only_prices_changed", "audit: {series_limit: 5, currency: EUR, price_tiers: "
+     "[{per_million: 1}]}\n" + BASE, {"ws", "shadow"}),
     ("global_rules_changed",
      "relabel_configs: [{action: labeldrop, regex: instance}]\n" + BASE, set()),
     ("no_longer_audited", BASE.replace("audit: true", "audit: false"), {"shadow"}),
@@ -413,3 +416,15 @@ def test_reranked_orders_then_cuts() -> None:
     assert [m["name"] for m in by_samples] == ["net"]
     assert [m["name"] for m in reranked(report, "series", 0)["destinations"][0]["metrics"]] == [
         "gpu", "net"]  # fmt: skip
+
+
+@pytest.mark.parametrize(("workers", "expected", "line"),
+                         [(1, 1, None), (2, 2, "counted over 2 workers"),
+                          (1, 2, "only 1 of 2 workers answered: the counts are low")],
+                         ids=["one_process", "all_workers", "a_worker_missing"])  # fmt: skip
+def test_table_says_how_many_workers_counted(workers: int, expected: int,
+                                             line: str | None) -> None:  # fmt: skip
+    report = build_report({}, audit=AuditConfig(), shadow={}, workers=workers,
+                          workers_expected=expected)  # fmt: skip
+    first = format_table(report).splitlines()[0]
+    assert first.startswith(line) if line else first.startswith("no audited destination")

@@ -18,7 +18,8 @@ lower bounds (:attr:`Snapshot.capped`).
 Samples (samples + exemplars + native histograms, as the index counts them) per name are
 counted in buckets of ``rate_window / RATE_BUCKETS`` seconds of receive time; the rate is the
 samples received from the start of the bucket ``rate_window`` ago (or the first share, when
-later) to now, over that time, and over at least one bucket's length. Rates depend on when
+later) to now, over that time, and over at least ``MIN_RATE_SECONDS`` (15 s, or one bucket
+when shorter: the first seconds read low rather than as thousands a second). Rates depend on when
 requests arrive, not on when anyone reads them; a steady stream reads within one request's
 samples over the window of its rate (e.g. ±5 % at 15 s scrapes and the default 5 m), and a
 sender catching up on a backlog reads high while the backlog is in the window.
@@ -34,11 +35,21 @@ from dataclasses import dataclass, field
 
 from rwrouter.wire.index import named_frames
 
-__all__ = ["GENERATIONS", "OTHER", "RATE_BUCKETS", "ActiveSeries", "NameCount", "Snapshot",
-           "merge", "with_keys"]
+__all__ = [
+    "GENERATIONS",
+    "MIN_RATE_SECONDS",
+    "OTHER",
+    "RATE_BUCKETS",
+    "ActiveSeries",
+    "NameCount",
+    "Snapshot",
+    "merge",
+    "with_keys",
+]
 
 GENERATIONS = 8  # a series last seen up to window/8 before the window may still count
 RATE_BUCKETS = 5  # rate_window in buckets of rate_window / 5
+MIN_RATE_SECONDS = 15.0  # a rate is over at least this long (a usual scrape interval)
 OTHER = "(other names: audit.max_series reached)"
 _HASH_BITS = 32
 _HASH_MASK = (1 << _HASH_BITS) - 1
@@ -181,13 +192,13 @@ class ActiveSeries:
     def _rates(self, now: float) -> dict[int, float]:
         """Samples per second per name id: the samples of the buckets from ``rate_window``
         ago (a whole bucket) to ``now``, over that time — since the first share when that is
-        later, and over at least one bucket's length (so a burst at the start is not a rate
-        of thousands)."""
+        later, and over at least :data:`MIN_RATE_SECONDS` (or a bucket, when shorter), so a
+        burst at the start is not a rate of thousands."""
         lowest = math.floor(now / self._bucket_seconds) - RATE_BUCKETS
         start = lowest * self._bucket_seconds
         if self._first is not None:
             start = max(start, self._first)
-        seconds = max(now - start, self._bucket_seconds)
+        seconds = max(now - start, min(self._bucket_seconds, MIN_RATE_SECONDS))
         totals: dict[int, int] = {}
         for number, counts in self._buckets:
             if number >= lowest:

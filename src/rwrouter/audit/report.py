@@ -53,13 +53,15 @@ def build_report(
     shadow: Mapping[str, bool],
     top: int | None = None,
     workers: int = 1,
+    workers_expected: int | None = None,
 ) -> Report:
     """The report of each destination's :class:`Snapshot` (in the mapping's order): a dict
     that ``json.dumps`` accepts (no NaN). ``shadow``: per destination name; ``top``: metric
     names listed per destination (None: all; ``metric_names`` always counts them all).
 
     Shape: ``window_seconds``, ``series_limit``, ``currency``, ``price_tiers``
-    (``up_to_samples`` or null, ``per_million``), ``seconds_per_month``, ``workers``, and
+    (``up_to_samples`` or null, ``per_million``), ``seconds_per_month``, ``workers`` (whose
+    counts are in it) and ``workers_expected`` (``rwrouter run --workers``: how many run), and
     ``destinations``: per destination ``name``, ``shadow``, ``observed_seconds``,
     ``complete`` (observed for a whole window), ``capped`` (counts are lower bounds),
     ``active_series``, ``series_limit_ratio``, ``samples_per_second``, ``monthly_samples``,
@@ -102,6 +104,7 @@ def build_report(
         ],
         "seconds_per_month": SECONDS_PER_MONTH,
         "workers": workers,
+        "workers_expected": workers if workers_expected is None else workers_expected,
         "destinations": destinations,
     }
 
@@ -116,6 +119,11 @@ def format_table(report: Mapping[str, Any], *, sort: str = "series", top: int = 
     0: all listed). Ends with a newline. Raises ValueError for an unknown ``sort``."""
     currency = report["currency"]
     lines: list[str] = []
+    workers, expected = report.get("workers", 1), report.get("workers_expected", 1)
+    if expected > workers:
+        lines += [f"only {workers} of {expected} workers answered: the counts are low", ""]
+    elif workers > 1:
+        lines += [f"counted over {workers} workers (a series seen by several counts once)", ""]
     if not report["destinations"]:
         lines.append("no audited destination: set `shadow: true` or `audit: true` on a "
                      "remote_write entry")  # fmt: skip

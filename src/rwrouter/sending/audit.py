@@ -44,11 +44,14 @@ class Audit:
 
     def configure(self, config: Config, *, now: float) -> None:
         """Follow a (re)loaded configuration: a destination whose ``remote_write`` entry is
-        unchanged, under unchanged ``audit`` settings and global ``relabel_configs``, keeps its
-        counts; others start afresh (their counts would describe other rules)."""
+        unchanged, under unchanged counting settings (``audit`` ``window``, ``max_series``,
+        ``rate_window``) and global ``relabel_configs``, keeps its counts; others start afresh
+        (their counts would describe other rules). Prices, currency and the series limit
+        only change the report."""
         audited = [d for d in config.remote_write if d.audited]
         with self._lock:
-            same = (config.audit, config.relabel_configs) == (self.settings, self._global)
+            same = (_counting(config.audit), config.relabel_configs) == (
+                _counting(self.settings), self._global)  # fmt: skip
             self._global = config.relabel_configs
             old = {d.name: self._counts[d.name] for d in audited
                    if same and self._entries.get(d.name) == d}  # fmt: skip
@@ -92,13 +95,14 @@ class Audit:
         return build_report(self.snapshots(now), audit=self.settings, shadow=self.audited, top=top)
 
     def merged_report(self, parts: Sequence[Mapping[str, Snapshot]], *, top: int | None,
-                      workers: int) -> dict[str, Any]:  # fmt: skip
-        """The report of several workers' snapshots (taken with keys): each destination's
-        series counted once however many workers saw it."""
+                      workers: int, expected: int) -> dict[str, Any]:  # fmt: skip
+        """The report of several workers' snapshots (taken with keys; ``workers`` of
+        ``expected`` answered): each destination's series counted once however many workers
+        saw it."""
         names = [n for n in self.audited if any(n in part for part in parts)]
         merged = {name: merge(part[name] for part in parts if name in part) for name in names}
         return build_report(merged, audit=self.settings, shadow=self.audited, top=top,
-                            workers=workers)  # fmt: skip
+                            workers=workers, workers_expected=expected)  # fmt: skip
 
     def totals(self, now: float) -> tuple[dict[str, tuple[int, int]], int]:
         """Per audited destination (its active series at ``now``, samples counted since the
@@ -106,6 +110,11 @@ class Audit:
         with self._lock:
             totals = {name: (c.total(now), c.samples) for name, c in self._counts.items()}
             return totals, self.settings.series_limit
+
+
+def _counting(settings: AuditConfig) -> tuple[float, int, float]:
+    """The settings the counts depend on."""
+    return settings.window, settings.max_series, settings.rate_window
 
 
 def snapshots_to_json(snapshots: Mapping[str, Snapshot]) -> dict[str, Any]:

@@ -43,6 +43,7 @@ from rwrouter.sending.audit import Audit, snapshots_from_json, snapshots_to_json
 log = logging.getLogger("rwrouter.workers")
 
 PEER_TIMEOUT = 5.0  # seconds a worker waits for another worker's exposition or reload answer
+AUDIT_REPORT_TTL = 10.0  # seconds a merged audit report is served again (GET /-/audit)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -140,6 +141,8 @@ class Peers:
         self.audit = audit
         self.reload_self = reload
         self._runner: web.AppRunner | None = None
+        self._audit_lock = asyncio.Lock()
+        self._audit_cache: tuple[float, dict[str, Any]] | None = None
         self._supervisor = os.getppid()
 
     async def start(self) -> None:
@@ -180,18 +183,33 @@ class Peers:
     async def audit_report(self, top: int | None) -> dict[str, Any]:
         """The audit report of every worker: each audited destination's series counted once
         however many workers saw it (:func:`rwrouter.audit.merge`); a worker that did not
-        answer within :data:`PEER_TIMEOUT` is left out (``workers`` says how many counted)."""
+        answer within :data:`PEER_TIMEOUT` is left out (``workers`` says how many counted,
+        ``workers_expected`` how many run). Gathering every worker's series costs: one
+        report serves every request for :data:`AUDIT_REPORT_TTL` seconds."""
+        async with self._audit_lock:
+            cached = self._audit_cache
+            if cached is None or time.monotonic() - cached[0] >= AUDIT_REPORT_TTL:
+                cached = self._audit_cache = (time.monotonic(), await self._merged_report())
+        report = cached[1]
+        if top is None:
+            return report
+        return {**report, "destinations": [{**d, "metrics": d["metrics"][:top]}
+                                           for d in report["destinations"]]}  # fmt: skip
+
+    async def _merged_report(self) -> dict[str, Any]:
         own = await asyncio.to_thread(self._audit_keys)
         others = [i for i in range(self.spec.count) if i != self.spec.index]
         texts = await asyncio.gather(*(self._peer(i, "GET", "/-/audit/keys") for i in others))
         parts = [own]
         for i, text in zip(others, texts, strict=True):
+            if text is None:
+                continue
             try:
-                parts.append(snapshots_from_json(json.loads(text)) if text else {})
+                parts.append(snapshots_from_json(json.loads(text)))
             except (ValueError, KeyError, TypeError) as exc:
                 log.warning("msg=%s worker=%d error=%s", q("bad audit answer"), i, q(exc))
-        counted = sum(1 for part in parts[1:] if part) + 1
-        return await asyncio.to_thread(self.audit.merged_report, parts, top=top, workers=counted)
+        return await asyncio.to_thread(self.audit.merged_report, parts, top=None,
+                                       workers=len(parts), expected=self.spec.count)  # fmt: skip
 
     def _audit_keys(self) -> dict[str, Snapshot]:
         return self.audit.snapshots(time.monotonic(), keys=True)
