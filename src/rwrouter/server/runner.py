@@ -104,8 +104,9 @@ class RouterServer:
         sockets = getattr(server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else settings.listen_port
         self._app[READY][0] = True
-        log.info("msg=%s url=%s destinations=%d accelerated=%s", '"listening"', self.url,
-                 len(self.fanout.destinations), str(ACCELERATED).lower())  # fmt: skip
+        log.info("msg=%s url=%s destinations=%d audited=%s accelerated=%s", '"listening"',
+                 self.url, len(self.fanout.destinations), ",".join(self.fanout.audit.names) or "-",
+                 str(ACCELERATED).lower())  # fmt: skip
         if not ACCELERATED:
             log.warning("msg=%s", q("the compiled accelerator is not in use (not built, or "
                         "RWROUTER_NO_EXTENSIONS set): the pure-Python hot path runs, "
