@@ -112,7 +112,10 @@ class ActiveSeries:
         self._samples = 0  # samples counted since the start
         self._capped_until = -math.inf  # a series was not remembered: lower bounds until then
         self._bucket_seconds = rate_window / RATE_BUCKETS
-        self._buckets: deque[tuple[int, dict[int, int]]] = deque()  # (index, id -> samples)
+        self._counted: list[int] = []  # id -> samples counted since the start
+        # Per rate bucket that received a share: (its number, _counted before that share) —
+        # the counts at the bucket's start, since nothing arrived between the two.
+        self._marks: deque[tuple[int, list[int]]] = deque()
 
     def __len__(self) -> int:
         """Series remembered (all generations)."""
@@ -135,16 +138,16 @@ class ActiveSeries:
         self._advance(now)
         if self._first is None or now < self._first:  # (a capture may hold earlier times later)
             self._first = now
-        bucket = self._bucket(now)
+        self._mark(now)
         newest = self._generations[-1]
         older = self._generations[-2::-1]  # most recent first
-        ids, active = self._ids, self._active
+        ids, active, counted_of = self._ids, self._active, self._counted
         counted = 0
         for raw, samples, hashed in named_frames(body, index):
             nid = ids.get(raw)
             if nid is None:
                 nid = self._add_name(raw, now)
-            bucket[nid] = bucket.get(nid, 0) + samples
+            counted_of[nid] += samples
             counted += samples
             key = nid << _HASH_BITS | hashed
             if key in newest:
@@ -195,24 +198,23 @@ class ActiveSeries:
         later, and over at least :data:`MIN_RATE_SECONDS` (or a bucket, when shorter), so a
         burst at the start is not a rate of thousands."""
         lowest = math.floor(now / self._bucket_seconds) - RATE_BUCKETS
+        base = next((counts for number, counts in self._marks if number >= lowest), None)
+        if base is None:  # nothing received within the window
+            return {}
         start = lowest * self._bucket_seconds
         if self._first is not None:
             start = max(start, self._first)
         seconds = max(now - start, min(self._bucket_seconds, MIN_RATE_SECONDS))
-        totals: dict[int, int] = {}
-        for number, counts in self._buckets:
-            if number >= lowest:
-                for nid, samples in counts.items():
-                    totals[nid] = totals.get(nid, 0) + samples
-        return {nid: samples / seconds for nid, samples in totals.items()}
+        return {nid: (total - (base[nid] if nid < len(base) else 0)) / seconds
+                for nid, total in enumerate(self._counted)}  # fmt: skip
 
-    def _bucket(self, now: float) -> dict[int, int]:
-        """The rate bucket of ``now`` (a receive time earlier than the newest bucket, as in a
-        capture of concurrent requests, counts in the newest)."""
+    def _mark(self, now: float) -> None:
+        """Remember the counts at the start of ``now``'s rate bucket, at its first share (a
+        receive time earlier than the newest mark, as in a capture of concurrent requests,
+        counts in the newest bucket)."""
         number = math.floor(now / self._bucket_seconds)
-        if not self._buckets or number > self._buckets[-1][0]:
-            self._buckets.append((number, {}))
-        return self._buckets[-1][1]
+        if not self._marks or number > self._marks[-1][0]:
+            self._marks.append((number, list(self._counted)))
 
     def _add_name(self, raw: bytes, now: float) -> int:
         if len(self._names) >= self.max_series:  # names are bounded like the series
@@ -226,6 +228,7 @@ class ActiveSeries:
     def _new_name(self, name: str) -> int:
         self._names.append(name)
         self._active.append(0)
+        self._counted.append(0)
         return len(self._names) - 1
 
     def _advance(self, now: float) -> None:
@@ -248,15 +251,17 @@ class ActiveSeries:
         else:  # idle for longer than the whole window: nothing is left
             self._opened = now
         oldest = math.floor(now / self._bucket_seconds) - RATE_BUCKETS
-        while self._buckets and self._buckets[0][0] < oldest:
-            self._buckets.popleft()
+        while self._marks and self._marks[0][0] < oldest:
+            self._marks.popleft()
         if dropped and len(self._names) - self._alive > max(1024, len(self._names) // 2):
             self._compact()
 
     def _compact(self) -> None:
         """Forget the names with no series held and no samples in the rate buckets: renumber
         the others (in the generations and the buckets too)."""
-        recent = {nid for _, counts in self._buckets for nid in counts}
+        base = self._marks[0][1] if self._marks else self._counted  # at the window's start
+        recent = {nid for nid, total in enumerate(self._counted)
+                  if total > (base[nid] if nid < len(base) else 0)}  # fmt: skip
         keep = [nid for nid in range(len(self._names)) if self._active[nid] or nid in recent]
         new_of = {old: new for new, old in enumerate(keep)}
         self._names = [self._names[old] for old in keep]
@@ -268,9 +273,10 @@ class ActiveSeries:
              for key, nid in generation.items()}
             for generation in self._generations
         ]  # fmt: skip
-        self._buckets = deque(
-            (number, {new_of[nid]: samples for nid, samples in counts.items()})
-            for number, counts in self._buckets
+        self._counted = [self._counted[old] for old in keep]
+        self._marks = deque(
+            (number, [counts[old] if old < len(counts) else 0 for old in keep])
+            for number, counts in self._marks
         )
 
 
