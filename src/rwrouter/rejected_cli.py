@@ -278,6 +278,10 @@ def _select(config: Config, name: str | None) -> list[tuple[int, DestinationConf
     when the configuration has no such destination."""
     sending = [(i, d) for i, d in enumerate(config.remote_write) if not d.shadow]  # shadows
     chosen = [(i, d) for i, d in sending if name in (None, d.name)]  # send nothing: no store
+    if not chosen and any(d.shadow and d.name == name for d in config.remote_write):
+        print(f"rwrouter: destination {name!r} is a shadow destination: it sends nothing, so it "
+              "has no dead-letter store", file=sys.stderr)  # fmt: skip
+        return None
     if not chosen:
         known = ", ".join(d.name for _, d in sending)
         print(f"rwrouter: unknown destination {name!r} (the configuration {config.source} "

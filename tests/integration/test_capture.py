@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from rwrouter.audit.capture import CaptureError, CaptureReader
+from rwrouter.audit.capture import MAGIC, MAX_BODY_BYTES, CaptureError, CaptureReader
 from rwrouter.config import ServerConfig, parse_config
 from rwrouter.sending.audit import audit_capture
 from rwrouter.server.capture import CaptureWriter, capture_app
@@ -158,21 +158,39 @@ async def test_rwrouter_audit_capture_cli(
     assert "not an rwrouter capture file" in not_capture.stderr
 
 
-def test_appending_to_a_torn_capture_cuts_the_torn_end_first(tmp_path: Path) -> None:
+@pytest.mark.parametrize("damage", ["killed_mid_write", "damaged_length"])
+def test_appending_to_a_capture_with_an_unreadable_end_is_refused(tmp_path: Path,
+                                                                  damage: str) -> None:  # fmt: skip
+    """Records appended behind an unreadable end could never be read, and cutting the end
+    could destroy whole records behind a damaged length field: refuse, and say where the
+    readable part ends (truncating there keeps it)."""
     path = tmp_path / "torn.rwcap"
     first = CaptureWriter(path, max_bytes=1 << 20)
-    first.write(fleet(0), 1)
-    first.write(fleet(1), 2)
+    for ms in range(1, 5):
+        first.write(fleet(ms), ms)
     first.close()
-    with open(path, "r+b") as stream:  # killed mid-write: 7 bytes of the last record missing
-        stream.truncate(path.stat().st_size - 7)
+    data = path.read_bytes()
+    record = (len(data) - len(MAGIC)) // 4
+    readable = len(MAGIC) + 2 * record
+    if damage == "killed_mid_write":  # the last record is missing its end: 3 records readable
+        path.write_bytes(data[:-7])
+        readable = len(MAGIC) + 3 * record
+    else:  # the third record's length field says 1 GiB + 1: records 3 and 4 unreadable
+        at = readable + 8
+        path.write_bytes(data[:at] + (MAX_BODY_BYTES + 1).to_bytes(4, "little") + data[at + 4:])
+    before = path.read_bytes()
+    with pytest.raises(CaptureError, match=f"truncate -s {readable} "):
+        CaptureWriter(path, max_bytes=1 << 20)
+    assert path.read_bytes() == before  # nothing destroyed
+    with open(path, "r+b") as stream:  # what the message says to do
+        stream.truncate(readable)
     again = CaptureWriter(path, max_bytes=1 << 20)
-    again.write(fleet(2), 3)
+    again.write(fleet(9), 9)
     again.close()
     with open(path, "rb") as stream:
         reader = CaptureReader(stream)
-        assert [ms for ms, _ in reader.records()] == [1, 3]
-    assert (reader.torn, reader.corrupt) == (False, 0)
+        times = [ms for ms, _ in reader.records()]
+    assert times[-1] == 9 and not reader.torn
 
 
 CAPTURE_CLI_ERRORS = [

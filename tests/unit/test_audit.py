@@ -14,6 +14,7 @@ from rwrouter.audit import (
     OTHER,
     SECONDS_PER_MONTH,
     ActiveSeries,
+    NameCount,
     Snapshot,
     build_report,
     format_table,
@@ -118,18 +119,21 @@ def test_max_series_caps_the_count_and_says_so_for_a_window() -> None:
 
 RATE_CASES = [
     # id, rate window s, arrivals (time s, samples of "gpu"), snapshot time, expected samples/s
-    # Buckets of rate_window / 5 = 20 s; the rate is over [start of the bucket 100 s ago, now].
+    # Buckets of rate_window / 5 = 20 s; the rate is over [start of the bucket 100 s ago, now],
+    # or from the first share (its samples the base, as a rate() from a first point).
     ("steady_stream_exact", 100.0, [(t, 8) for t in range(0, 400, 10)], 400.0, 0.8),
-    ("early_over_at_least_15_s", 100.0, [(0, 10)], 5.0, 10 / 15),
-    ("early_over_at_least_a_short_bucket", 10.0, [(0, 10)], 1.0, 10 / 2),
-    ("idle_start_does_not_count", 100.0, [(60, 10)], 65.0, 10 / 15),
-    ("a_burst_at_the_start_is_not_thousands", 100.0, [(0, 1), (0.004, 1)], 0.004, 2 / 15),
+    ("steady_from_the_start_exact", 100.0, [(t, 8) for t in range(0, 60, 15)], 45.0, 8 / 15),
+    ("one_share_is_no_rate", 100.0, [(0, 10)], 5.0, 0.0),
+    ("early_over_at_least_15_s", 100.0, [(0, 10), (3, 10)], 5.0, 10 / 15),
+    ("early_over_at_least_a_short_bucket", 10.0, [(0, 10), (1, 10)], 1.0, 10 / 2),
+    ("idle_start_does_not_count", 100.0, [(60, 10), (75, 10)], 75.0, 10 / 15),
+    ("a_burst_at_the_start_is_not_thousands", 100.0, [(0, 1), (0.004, 1)], 0.004, 1 / 15),
     # 1/s for 90 s, 300 s of silence nobody read, 1/s again for 20 s: over [348, 410]
     ("after_an_unread_silence", 60.0, [(t, 1) for t in [*range(90), *range(390, 410)]], 410.0,
      20 / 62),
     ("long_after_everything_stopped", 100.0, [(t, 8) for t in range(0, 100, 10)], 400.0, 0.0),
     # (a capture of concurrent requests): over [the earliest, now]
-    ("out_of_order_times_count_in_the_newest_bucket", 100.0, [(50, 4), (10, 4)], 60.0, 8 / 50),
+    ("out_of_order_times_count_in_the_newest_bucket", 100.0, [(50, 4), (10, 4)], 60.0, 4 / 50),
 ]  # fmt: skip
 
 
@@ -251,6 +255,7 @@ def _report(top: int | None = None) -> dict[str, object]:
     active = new(rate_window=20.0)  # buckets of 4 s
     a = share(*[("gpu", i, 1) for i in range(4)], ("net", 0, 8), ("net", 1, 8))
     active.observe(a.body, a.index, 0.0)
+    active.observe(a.body, a.index, 4.0)
     snap = active.snapshot(4.0)  # gpu 1 sample/s, net 4 samples/s
     audit = AuditConfig(window=WINDOW, series_limit=100, price_tiers=TIERS)
     return build_report({"ws": snap}, audit=audit, shadow={"ws": True}, top=top)
@@ -312,6 +317,13 @@ def test_observed_counts_from_the_first_share_not_from_an_idle_start() -> None:
     routed = share(("gpu", 0, 10))
     active.observe(routed.body, routed.index, 60.0)
     assert active.snapshot(65.0).observed == 5.0
+    active.observe(routed.body, routed.index, 70.0)
+    assert active.snapshot(75.0).observed == 15.0
+    # No share for longer than the whole window (and its last generation): nothing is left,
+    # and "observed" starts again from the next share.
+    assert active.snapshot(200.0).observed == 0.0
+    active.observe(routed.body, routed.index, 210.0)
+    assert active.snapshot(212.0).observed == 2.0
 
 
 @pytest.mark.parametrize(("active", "limit", "text"),
@@ -371,10 +383,35 @@ def test_memory_is_bounded_names_beyond_max_series_count_as_other() -> None:
     active = new(max_series=10, window=80.0, rate_window=10.0)  # generations of 10 s
     routed = share(*[(f"name_{i}", 0, 1) for i in range(25)])
     active.observe(routed.body, routed.index, 0.0)
-    snap = active.snapshot(1.0)
+    active.observe(routed.body, routed.index, 2.0)
+    snap = active.snapshot(2.0)
     assert (snap.active_series, snap.capped) == (10, True)
     assert len(snap.names) == 11 and OTHER in snap.names  # 10 names, then the rest as one
-    assert snap.names[OTHER].samples_per_second == pytest.approx(15 / 2)  # over one bucket
+    # OTHER counts samples (15 names over one 2 s bucket), never series: counting them
+    # under OTHER and again under their own name later would count them twice.
+    assert snap.names[OTHER] == NameCount(0, pytest.approx(15 / 2))
+
+
+@pytest.mark.parametrize("max_series", [10, 1000, 3000])
+def test_names_are_reused_never_a_series_counted_twice(max_series: int) -> None:
+    """Steady names plus waves of one-off names, more names than max_series: the ids of
+    expired names are reused (OTHER only while names are full), the count is never above
+    the series seen within the window."""
+    active = new(max_series=max_series, window=80.0, rate_window=10.0)  # generations of 10 s
+    steady = [(f"steady_{i}", 0, 1) for i in range(max_series // 2)]
+    seen: dict[str, float] = {}
+    for wave in range(12):
+        now = wave * 50.0
+        one_off = [(f"w{wave}_{i}", 0, 1) for i in range(max_series)]
+        routed = share(*steady, *one_off)
+        active.observe(routed.body, routed.index, now)
+        for name, _, _ in (*steady, *one_off):
+            seen[name] = now
+        snap = active.snapshot(now)
+        within = sum(now - t < 80.0 for t in seen.values())
+        assert snap.active_series <= within
+        assert snap.active_series >= len(steady)  # the steady ones always count
+    assert len(active._names) <= max_series + 1  # names bounded (+ OTHER)
 
 
 def test_names_without_series_or_recent_samples_are_forgotten() -> None:
@@ -428,3 +465,19 @@ def test_table_says_how_many_workers_counted(workers: int, expected: int,
                           workers_expected=expected)  # fmt: skip
     first = format_table(report).splitlines()[0]
     assert first.startswith(line) if line else first.startswith("no audited destination")
+
+
+COUNT_CASES = [
+    ("zero", 0, "0"), ("hundreds", 999, "999"), ("rounds_up_a_unit", 999_999, "1 M"),
+    ("millions", 1234567, "1.23 M"), ("billions", 2e9, "2 B"),
+    ("hundreds_of_billions", 252e9, "252 B"), ("rounds_to_billions", 999_999_999, "1 B"),
+    ("trillions", 1.5e13, "15 T"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("n", "text"), [c[1:] for c in COUNT_CASES],
+                         ids=[c[0] for c in COUNT_CASES])  # fmt: skip
+def test_counts_never_in_exponent_form(n: float, text: str) -> None:
+    from rwrouter.audit.report import _count
+
+    assert _count(n) == text

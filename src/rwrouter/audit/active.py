@@ -11,15 +11,18 @@ name, 0.01 % of 1 M random ones.
 Series are remembered in ``GENERATIONS`` + 1 generations of ``window / GENERATIONS`` seconds
 each (a series seen again moves to the newest one; the oldest is forgotten as a whole), so
 every series seen within ``window`` is counted, and one last seen up to
-``window / GENERATIONS`` earlier may still be. At most ``max_series`` series are remembered
-(about 100 bytes each in CPython); series seen beyond that are not, and the counts are then
-lower bounds (:attr:`Snapshot.capped`).
+``window / GENERATIONS`` earlier may still be; after no share for a whole window, "observed"
+starts again. At most ``max_series`` series and names are remembered (about 100 bytes a
+series, 300 bytes plus twice its length a name, in CPython); series seen beyond that are not
+and the counts are then lower bounds (:attr:`Snapshot.capped`); names beyond it count their
+samples under :data:`OTHER` (never series: they would be counted again under their own name).
 
 Samples (samples + exemplars + native histograms, as the index counts them) per name are
 counted in buckets of ``rate_window / RATE_BUCKETS`` seconds of receive time; the rate is the
-samples received from the start of the bucket ``rate_window`` ago (or the first share, when
-later) to now, over that time, and over at least ``MIN_RATE_SECONDS`` (15 s, or one bucket
-when shorter: the first seconds read low rather than as thousands a second). Rates depend on when
+samples received from the start of the bucket ``rate_window`` ago to now, over that time; when
+the first share came later, like a PromQL ``rate()`` from a first point: the samples after the
+first share, over the time since it (one share: no rate). Always over at least
+``MIN_RATE_SECONDS`` (15 s, or one bucket when shorter), so a burst is not thousands a second. Rates depend on when
 requests arrive, not on when anyone reads them; a steady stream reads within one request's
 samples over the window of its rate (e.g. ±5 % at 15 s scrapes and the default 5 m), and a
 sender catching up on a backlog reads high while the backlog is in the window.
@@ -41,6 +44,7 @@ __all__ = [
     "OTHER",
     "RATE_BUCKETS",
     "ActiveSeries",
+    "Counts",
     "NameCount",
     "Snapshot",
     "merge",
@@ -86,12 +90,48 @@ class Snapshot:
         return sum(n.samples_per_second for n in self.names.values())
 
 
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """A copy of an :class:`ActiveSeries`'s per-name state at one time (taken quickly, e.g.
+    under a lock; :meth:`snapshot` does the per-name work): names by id (None: a free id),
+    active series, samples counted and the counts the rate starts from, by id; the rate's
+    ``seconds``; ``observed`` seconds; ``capped``."""
+
+    names: list[str | None]
+    active: list[int]
+    counted: list[int]
+    base: list[int] | None  # None: nothing received within the rate window
+    seconds: float
+    observed: float
+    capped: bool
+
+    def snapshot(self) -> Snapshot:
+        """The :class:`Snapshot` of these counts."""
+        names: dict[str, NameCount] = {}
+        base = self.base
+        for nid, name in enumerate(self.names):
+            if name is None:
+                continue
+            rate = 0.0
+            if base is not None:
+                rate = (self.counted[nid] - (base[nid] if nid < len(base) else 0)) / self.seconds
+            if self.active[nid] or rate:
+                if name in names:  # two raw names shown alike (not valid UTF-8)
+                    old = names[name]
+                    names[name] = NameCount(old.active_series + self.active[nid],
+                                            old.samples_per_second + rate)  # fmt: skip
+                else:
+                    names[name] = NameCount(self.active[nid], rate)
+        return Snapshot(names, self.observed, self.capped)
+
+
 class ActiveSeries:
     """Counts one destination's routed series (:meth:`observe`) and reports them
     (:meth:`snapshot`). Times: seconds on one clock (monotonic, or a capture's receive times).
     Not thread-safe. Memory is bounded by ``max_series``: at most that many series and metric
-    names are remembered (names beyond it count under :data:`OTHER`), plus the samples of the
-    last ``rate_window``; names without series or recent samples are forgotten.
+    names are remembered (samples of names beyond it count under :data:`OTHER`, whose series
+    are not counted); the id of a name with neither series nor samples in the rate window is
+    reused.
 
     Raises ValueError for a window, rate window or ``max_series`` that is not positive."""
 
@@ -102,17 +142,19 @@ class ActiveSeries:
         self._span = window / GENERATIONS
         self._generations: list[dict[int, int]] = [{}]  # key -> name id; newest last
         self._opened = now  # when the newest generation began
-        self._first: float | None = None  # when the first share was counted
+        self._first: float | None = None  # when the first share (since an idle window) came
+        self._after_first: list[int] = []  # the counts just after that share
         self._ids: dict[bytes, int] = {}  # raw name -> id
+        self._raw: list[bytes | None] = []  # id -> raw name (None: OTHER, or a free id)
+        self._names: list[str | None] = []  # id -> name (None: a free id)
+        self._free: list[int] = []  # ids to reuse
         self._other: int | None = None  # the id of OTHER, once names ran out
-        self._names: list[str] = []  # id -> name
         self._active: list[int] = []  # id -> series held in the generations
-        self._alive = 0  # names with series held
+        self._counted: list[int] = []  # id -> samples counted since the start
         self._held = 0  # keys in all generations
         self._samples = 0  # samples counted since the start
         self._capped_until = -math.inf  # a series was not remembered: lower bounds until then
         self._bucket_seconds = rate_window / RATE_BUCKETS
-        self._counted: list[int] = []  # id -> samples counted since the start
         # Per rate bucket that received a share: (its number, _counted before that share) —
         # the counts at the bucket's start, since nothing arrived between the two.
         self._marks: deque[tuple[int, list[int]]] = deque()
@@ -136,8 +178,6 @@ class ActiveSeries:
         :data:`~rwrouter.wire.index.INDEX`) received at ``now``. Raises ValueError for an
         index that is not a whole number of entries."""
         self._advance(now)
-        if self._first is None or now < self._first:  # (a capture may hold earlier times later)
-            self._first = now
         self._mark(now)
         newest = self._generations[-1]
         older = self._generations[-2::-1]  # most recent first
@@ -150,7 +190,7 @@ class ActiveSeries:
             counted_of[nid] += samples
             counted += samples
             key = nid << _HASH_BITS | hashed
-            if key in newest:
+            if key in newest or nid == self._other:
                 continue
             for generation in older:
                 if generation.pop(key, None) is not None:
@@ -161,52 +201,40 @@ class ActiveSeries:
                     self._capped_until = now + self.window
                     continue
                 newest[key] = nid
-                if not active[nid]:
-                    self._alive += 1
                 active[nid] += 1
                 self._held += 1
         self._samples += counted
+        if self._first is None:
+            self._first, self._after_first = now, list(counted_of)
+        elif now < self._first:  # a capture may hold earlier times later
+            self._first = now
+
+    def counts(self, now: float) -> Counts:
+        """A quick copy of the per-name state at ``now`` (series older than the window are
+        forgotten first): :meth:`Counts.snapshot` does the rest, e.g. outside a lock."""
+        self._advance(now)
+        lowest = math.floor(now / self._bucket_seconds) - RATE_BUCKETS
+        base = next((list(c) for number, c in self._marks if number >= lowest), None)
+        start = lowest * self._bucket_seconds
+        if self._first is not None and self._first >= start:
+            # Like a rate() from the first point: the first share's samples are the base.
+            start, base = self._first, list(self._after_first) if base is not None else None
+        seconds = max(now - start, min(self._bucket_seconds, MIN_RATE_SECONDS))
+        observed = 0.0 if self._first is None else max(0.0, now - self._first)
+        return Counts(list(self._names), list(self._active), list(self._counted), base, seconds,
+                      observed, now < self._capped_until)  # fmt: skip
 
     def snapshot(self, now: float, *, keys: bool = False) -> Snapshot:
-        """The counts at ``now`` (series older than the window are forgotten first);
-        ``keys``: include each name's series hashes (for :func:`merge`; see also
-        :meth:`copy_keys`, to build them outside a lock)."""
-        self._advance(now)
-        rates = self._rates(now)
-        names: dict[str, NameCount] = {}
-        for nid, name in enumerate(self._names):
-            rate = rates.get(nid, 0.0)
-            if self._active[nid] or rate:
-                if name in names:  # two raw names shown alike (not valid UTF-8)
-                    rate += names[name].samples_per_second
-                    names[name] = NameCount(names[name].active_series + self._active[nid], rate)
-                else:
-                    names[name] = NameCount(self._active[nid], rate)
-        observed = 0.0 if self._first is None else max(0.0, now - self._first)
-        snap = Snapshot(names, observed, now < self._capped_until)
+        """The counts at ``now``; ``keys``: with each name's series hashes (for
+        :func:`merge`; :meth:`copy_keys` + :func:`with_keys` build them outside a lock)."""
+        snap = self.counts(now).snapshot()
         return with_keys(snap, *self.copy_keys(now)) if keys else snap
 
-    def copy_keys(self, now: float) -> tuple[list[str], list[dict[int, int]]]:
+    def copy_keys(self, now: float) -> tuple[list[str | None], list[dict[int, int]]]:
         """The names (by id) and a copy of each generation (key -> name id) at ``now``: what
         :func:`with_keys` needs, copied quickly (no Python loop over the series)."""
         self._advance(now)
         return list(self._names), [dict(generation) for generation in self._generations]
-
-    def _rates(self, now: float) -> dict[int, float]:
-        """Samples per second per name id: the samples of the buckets from ``rate_window``
-        ago (a whole bucket) to ``now``, over that time — since the first share when that is
-        later, and over at least :data:`MIN_RATE_SECONDS` (or a bucket, when shorter), so a
-        burst at the start is not a rate of thousands."""
-        lowest = math.floor(now / self._bucket_seconds) - RATE_BUCKETS
-        base = next((counts for number, counts in self._marks if number >= lowest), None)
-        if base is None:  # nothing received within the window
-            return {}
-        start = lowest * self._bucket_seconds
-        if self._first is not None:
-            start = max(start, self._first)
-        seconds = max(now - start, min(self._bucket_seconds, MIN_RATE_SECONDS))
-        return {nid: (total - (base[nid] if nid < len(base) else 0)) / seconds
-                for nid, total in enumerate(self._counted)}  # fmt: skip
 
     def _mark(self, now: float) -> None:
         """Remember the counts at the start of ``now``'s rate bucket, at its first share (a
@@ -217,23 +245,33 @@ class ActiveSeries:
             self._marks.append((number, list(self._counted)))
 
     def _add_name(self, raw: bytes, now: float) -> int:
-        if len(self._names) >= self.max_series:  # names are bounded like the series
+        live = len(self._names) - len(self._free)
+        if live >= self.max_series + (self._other is not None):  # names are bounded too
             self._capped_until = now + self.window
             if self._other is None:
-                self._other = self._new_name(OTHER)
+                self._other = self._new_id(OTHER, None)
             return self._other
-        nid = self._ids[raw] = self._new_name(raw.decode(errors="replace"))
+        nid = self._ids[raw] = self._new_id(raw.decode(errors="replace"), raw)
         return nid
 
-    def _new_name(self, name: str) -> int:
+    def _new_id(self, name: str, raw: bytes | None) -> int:
+        if self._free:
+            nid = self._free.pop()
+            self._names[nid], self._raw[nid] = name, raw
+            self._counted[nid] = 0
+            for _, counts in self._marks:  # its old samples are not the new name's
+                if nid < len(counts):
+                    counts[nid] = 0
+            return nid
         self._names.append(name)
+        self._raw.append(raw)
         self._active.append(0)
         self._counted.append(0)
         return len(self._names) - 1
 
     def _advance(self, now: float) -> None:
-        """Open generations up to ``now``, forgetting the oldest (and then the names left
-        with neither series nor recent samples, once they are many)."""
+        """Open generations up to ``now``, forgetting the oldest; then free the ids of the
+        names left with neither series nor samples in the rate window."""
         dropped = False
         for _ in range(GENERATIONS + 1):
             if now - self._opened < self._span:
@@ -245,49 +283,47 @@ class ActiveSeries:
                 active = self._active
                 for nid in self._generations.pop(0).values():
                     active[nid] -= 1
-                    if not active[nid]:
-                        self._alive -= 1
                 self._held = sum(len(generation) for generation in self._generations)
-        else:  # idle for longer than the whole window: nothing is left
+        else:  # idle for longer than the whole window: nothing is left, observed starts again
             self._opened = now
+            self._first = None
         oldest = math.floor(now / self._bucket_seconds) - RATE_BUCKETS
         while self._marks and self._marks[0][0] < oldest:
             self._marks.popleft()
-        if dropped and len(self._names) - self._alive > max(1024, len(self._names) // 2):
-            self._compact()
+        if dropped:
+            self._free_ids()
 
-    def _compact(self) -> None:
-        """Forget the names with no series held and no samples in the rate buckets: renumber
-        the others (in the generations and the buckets too)."""
-        base = self._marks[0][1] if self._marks else self._counted  # at the window's start
-        recent = {nid for nid, total in enumerate(self._counted)
-                  if total > (base[nid] if nid < len(base) else 0)}  # fmt: skip
-        keep = [nid for nid in range(len(self._names)) if self._active[nid] or nid in recent]
-        new_of = {old: new for new, old in enumerate(keep)}
-        self._names = [self._names[old] for old in keep]
-        self._active = [self._active[old] for old in keep]
-        self._ids = {raw: new_of[nid] for raw, nid in self._ids.items() if nid in new_of}
-        self._other = None if self._other is None else new_of.get(self._other)
-        self._generations = [
-            {new_of[nid] << _HASH_BITS | key & _HASH_MASK: new_of[nid]
-             for key, nid in generation.items()}
-            for generation in self._generations
-        ]  # fmt: skip
-        self._counted = [self._counted[old] for old in keep]
-        self._marks = deque(
-            (number, [counts[old] if old < len(counts) else 0 for old in keep])
-            for number, counts in self._marks
-        )
+    def _free_ids(self) -> None:
+        """Free the ids of names with no series held and no samples since the rate window's
+        start (their memory is reused: names stay bounded by ``max_series``)."""
+        base = self._marks[0][1] if self._marks else self._counted
+        free = set(self._free)
+        for nid, name in enumerate(self._names):
+            if (name is None or self._active[nid] or nid in free
+                    or self._counted[nid] > (base[nid] if nid < len(base) else 0)):  # fmt: skip
+                continue
+            raw = self._raw[nid]
+            if raw is not None:
+                del self._ids[raw]
+            if nid == self._other:
+                self._other = None
+            self._names[nid] = self._raw[nid] = None
+            self._free.append(nid)
 
 
-def with_keys(snap: Snapshot, names: list[str], generations: list[dict[int, int]]) -> Snapshot:
+def with_keys(snap: Snapshot, names: list[str | None],
+              generations: list[dict[int, int]]) -> Snapshot:  # fmt: skip
     """``snap`` with each name's series hashes (sorted u32) from :meth:`ActiveSeries.copy_keys`
     taken at the same time."""
     hashes: list[array.array[int]] = [array.array("I") for _ in names]
     for generation in generations:
         for key, nid in generation.items():
             hashes[nid].append(key & _HASH_MASK)
-    by_name = {name: array.array("I", sorted(hashes[nid])) for nid, name in enumerate(names)}
+    by_name: dict[str, array.array[int]] = {}
+    for nid, name in enumerate(names):
+        if name is not None:
+            by_name.setdefault(name, array.array("I")).extend(hashes[nid])
+    by_name = {name: array.array("I", sorted(keys)) for name, keys in by_name.items()}
     counts = {name: NameCount(c.active_series, c.samples_per_second,
                               by_name.get(name, array.array("I")))
               for name, c in snap.names.items()}  # fmt: skip

@@ -191,11 +191,13 @@ def _percent(ratio: float) -> str:
 
 
 def _count(n: float) -> str:
-    """1234567 -> 1.23 M; 2e9 -> 2 B (the unit AWS pricing pages use)."""
+    """1234567 -> 1.23 M; 2e9 -> 2 B (the unit AWS pricing pages use); 999999 -> 1 M (3
+    significant digits first, then the unit: never an exponent)."""
+    rounded = float(f"{n:.3g}")
     for size, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
-        if abs(n) >= size:
-            return f"{n / size:,.3g} {unit}"
-    return f"{n:,.0f}"
+        if abs(rounded) >= size:
+            return f"{rounded / size:,.4g} {unit}"
+    return f"{rounded:,.0f}"
 
 
 def _duration(seconds: float) -> str:

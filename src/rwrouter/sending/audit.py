@@ -14,6 +14,7 @@ from __future__ import annotations
 import array
 import base64
 import dataclasses
+import logging
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,10 +24,13 @@ from rwrouter.audit import ActiveSeries, NameCount, Snapshot, build_report, merg
 from rwrouter.audit.capture import CaptureReader
 from rwrouter.config import AuditConfig, Config, DestinationConfig
 from rwrouter.errors import RwrouterError
+from rwrouter.logs import q
 from rwrouter.routing import RoutedSeries
 from rwrouter.wire import decompress
 
 __all__ = ["Audit", "OfflineAudit", "audit_capture", "snapshots_from_json", "snapshots_to_json"]
+
+log = logging.getLogger("rwrouter.audit")
 
 
 class Audit:
@@ -58,8 +62,13 @@ class Audit:
             self.settings = config.audit
             self.audited = {d.name: d.shadow for d in audited}
             self._entries = {d.name: d for d in audited}
+            restarted = [d.name for d in audited
+                         if d.name not in old and d.name in self._counts]  # fmt: skip
             self._counts = {d.name: old[d.name] if d.name in old else self._new(config.audit, now)
                             for d in audited}  # fmt: skip
+        if restarted:
+            why = q("audit counts start afresh (rules or counting settings changed)")
+            log.info("destinations=%s msg=%s", ",".join(restarted), why)
 
     @staticmethod
     def _new(settings: AuditConfig, now: float) -> ActiveSeries:
@@ -83,10 +92,11 @@ class Audit:
     def snapshots(self, now: float, *, keys: bool = False) -> dict[str, Snapshot]:
         """Per audited destination (config order) its counts at ``now``; ``keys``: with the
         series' hashes, built outside the lock from a quick copy (counting goes on)."""
-        with self._lock:
-            snaps = {name: counts.snapshot(now) for name, counts in self._counts.items()}
+        with self._lock:  # quick copies only: counting waits for this lock
+            states = {name: counts.counts(now) for name, counts in self._counts.items()}
             copies = {name: counts.copy_keys(now) for name, counts in self._counts.items()} \
                 if keys else {}  # fmt: skip
+        snaps = {name: state.snapshot() for name, state in states.items()}
         return {name: with_keys(snap, *copies[name]) if keys else snap
                 for name, snap in snaps.items()}  # fmt: skip
 
@@ -170,8 +180,8 @@ def audit_capture(config: Config, stream: BinaryIO, *, top: int | None) -> Offli
     """Route every request of a capture file (:mod:`rwrouter.audit.capture`) through
     ``config``'s rules, as ``rwrouter run`` would at the time it was received, and count
     **every** destination (nothing is sent offline; ``shadow`` is reported as configured).
-    The report's time is the last request's. Raises CaptureError for a file that is not a
-    capture."""
+    The report's time is the latest receive time in the file. Raises CaptureError for a file
+    that is not a capture."""
     from rwrouter.sending.fanout import build_router
 
     every = dataclasses.replace(
@@ -184,17 +194,18 @@ def audit_capture(config: Config, stream: BinaryIO, *, top: int | None) -> Offli
     requests = skipped = 0
     now = 0.0
     for received_ms, body in reader.records():
-        now = received_ms / 1000
+        at = received_ms / 1000
+        now = max(now, at) if audit is not None else at
         if audit is None:
             audit = Audit(every, now=now)
         try:
             routed = router.route(
-                decompress(body, max_decoded_bytes=config.server.max_decoded_bytes), now=now
+                decompress(body, max_decoded_bytes=config.server.max_decoded_bytes), now=at
             )
         except RwrouterError:  # DecodeError, TooLargeError: the receiver would refuse it too
             skipped += 1
             continue
-        audit.observe(list(zip(names, routed.series, strict=True)), now)
+        audit.observe(list(zip(names, routed.series, strict=True)), at)
         requests += 1
     if audit is None:
         audit = Audit(every, now=now)

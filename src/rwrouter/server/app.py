@@ -243,8 +243,10 @@ async def handle_audit(request: web.Request) -> web.Response:
     the projected monthly cost); ``top``: names listed per destination (default
     :data:`DEFAULT_AUDIT_TOP`, 0: all). 400 for a ``top`` that is not a whole number >= 0."""
     raw = request.query.get("top", str(DEFAULT_AUDIT_TOP))
-    if not (raw.isascii() and raw.isdigit()):
-        return web.Response(status=400, text=f"top must be a whole number >= 0, got {raw!r}\n")
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 9):
+        shown = raw if len(raw) <= 20 else raw[:20] + "..."
+        why = f"top must be a whole number from 0 to 999999999, got {shown!r}"
+        return web.Response(status=400, text=f"{why}\n")
     top = int(raw) or None
     report = await request.app[AUDIT](top)
     return web.json_response(report, headers={"Cache-Control": "no-store"},
@@ -283,8 +285,8 @@ def make_app(*, fanout: FanOut, metrics: Metrics, settings: ServerConfig) -> web
     async def expose() -> tuple[bytes, str]:
         return metrics.exposition()
 
-    async def audit(top: int | None) -> dict[str, Any]:
-        return fanout.audit.report(time.monotonic(), top=top)
+    async def audit(top: int | None) -> dict[str, Any]:  # per name: off the event loop
+        return await asyncio.to_thread(fanout.audit.report, time.monotonic(), top=top)
 
     app[EXPOSE] = expose
     app[AUDIT] = audit

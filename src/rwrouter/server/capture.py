@@ -9,7 +9,8 @@ holds every series that comes at least hourly). It answers like rwrouter's recei
 is not a snappy block), without routing anything. Once the file holds ``max_bytes`` it answers
 204 and records nothing more (said once in the log), so the sender's queue does not back up;
 it stops after ``duration`` seconds, or on SIGTERM / SIGINT. The file is appended to (a new one
-starts with the magic line); records are flushed to the OS as they come.
+starts with the magic line; one whose end is unreadable is refused); records are flushed to
+the OS as they come.
 """
 
 from __future__ import annotations
@@ -64,16 +65,17 @@ class CaptureWriter:
                 self._file.write(MAGIC)
                 self._file.flush()
             else:
-                self._cut_torn_end(path)
+                self._check_end(path)
         except BaseException:
             self._file.close()
             raise
         self.size = self._file.tell()
         self.summary = CaptureSummary()
 
-    def _cut_torn_end(self, path: Path) -> None:
-        """Appending after an incomplete last record (a capture killed mid-write) would hide
-        every new record behind it: cut it first (logged). Raises CaptureError for a file
+    def _check_end(self, path: Path) -> None:
+        """Records appended after an unreadable end (a capture killed mid-write, or a damaged
+        length) could never be read: refuse, saying where the readable part ends (cutting it
+        could destroy records behind a damaged length). Raises CaptureError, also for a file
         that is not a capture."""
         with open(path, "rb") as existing:
             reader = CaptureReader(existing)
@@ -84,10 +86,11 @@ class CaptureWriter:
                 raise CaptureError(f"{path} exists and is not an rwrouter capture file") from None
         if reader.torn:
             size = self._file.tell()
-            self._file.truncate(reader.end)
-            self._file.seek(reader.end)
-            log.warning("path=%s bytes=%d msg=%s", q(str(path)), size - reader.end,
-                        q("cut an incomplete last record before appending"))  # fmt: skip
+            raise CaptureError(
+                f"{path} ends with {size - reader.end} unreadable bytes after its last whole "
+                f"record (a capture killed mid-write?): capture to a new file, or keep the "
+                f"readable part with `truncate -s {reader.end} {path}`"
+            )
 
     def write(self, body: bytes, received_ms: int) -> bool:
         """Record ``body``; False (nothing written) once the file holds ``max_bytes``."""
