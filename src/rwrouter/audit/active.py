@@ -22,10 +22,11 @@ counted in buckets of ``rate_window / RATE_BUCKETS`` seconds of receive time; th
 samples received from the start of the bucket ``rate_window`` ago to now, over that time; when
 the first share came later, like a PromQL ``rate()`` from a first point: the samples after the
 first share, over the time since it (one share: no rate). Always over at least
-``MIN_RATE_SECONDS`` (15 s, or one bucket when shorter), so a burst is not thousands a second. Rates depend on when
-requests arrive, not on when anyone reads them; a steady stream reads within one request's
-samples over the window of its rate (e.g. ±5 % at 15 s scrapes and the default 5 m), and a
-sender catching up on a backlog reads high while the backlog is in the window.
+``MIN_RATE_SECONDS`` (15 s, or one bucket when shorter), so a burst is not thousands a second.
+Rates depend on when requests arrive, not on when anyone reads them; a steady stream reads
+within one request's samples over the window of its rate (e.g. ±5 % at 15 s scrapes and the
+default 5 m), and a sender catching up on a backlog reads high while the backlog is in the
+window.
 """
 
 from __future__ import annotations
