@@ -50,7 +50,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        help="count the requests of this capture file (rwrouter capture) under "
                             "--config's rules, offline, every destination")  # fmt: skip
     audit.add_argument("--json", action="store_true", help="print the JSON report")
-    audit.add_argument("--top", type=_count, default=20,
+    audit.add_argument("--top", type=_whole_number, default=20,
                        help="metric names per destination (default 20; 0: all)")  # fmt: skip
     audit.add_argument("--sort", choices=SORT_KEYS, default="series",
                        help="rank names by active series (default) or samples/s")  # fmt: skip
@@ -94,7 +94,7 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _count(text: str) -> int:
+def _whole_number(text: str) -> int:
     if not (text.isascii() and text.isdigit()):
         raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
     return int(text)

@@ -15,6 +15,7 @@ import array
 import base64
 import dataclasses
 import logging
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -148,9 +149,7 @@ def snapshots_from_json(data: Mapping[str, Any]) -> dict[str, Snapshot]:
         for metric, (active, rate, encoded) in snap["names"].items():
             keys = array.array("I")
             keys.frombytes(base64.b64decode(encoded, validate=True))
-            if array.array("I", [1]).tobytes() != b"\x01\x00\x00\x00":
-                keys.byteswap()
-            names[metric] = NameCount(int(active), float(rate), keys)
+            names[metric] = NameCount(int(active), float(rate), _little_endian(keys))
         out[name] = Snapshot(names, float(snap["observed"]), bool(snap["capped"]))
     return out
 
@@ -158,10 +157,17 @@ def snapshots_from_json(data: Mapping[str, Any]) -> dict[str, Snapshot]:
 def _le(keys: array.array[int] | None) -> bytes:
     if keys is None:
         raise ValueError("snapshots must be taken with keys=True")
-    if array.array("I", [1]).tobytes() != b"\x01\x00\x00\x00":
-        keys = array.array("I", keys)
-        keys.byteswap()
-    return keys.tobytes()
+    return _little_endian(keys).tobytes()
+
+
+def _little_endian(keys: array.array[int]) -> array.array[int]:
+    """``keys`` in little-endian order (the wire order) from native, or back: a swapped copy
+    on a big-endian machine, ``keys`` itself elsewhere."""
+    if sys.byteorder == "little":
+        return keys
+    swapped = array.array("I", keys)
+    swapped.byteswap()
+    return swapped
 
 
 @dataclass(slots=True)
