@@ -126,6 +126,7 @@ def is_pure(name: str) -> bool:
         "rwrouter.sending.batching",
         "rwrouter.sending.records",
         "rwrouter.errors",
+        "rwrouter.protocol",
         "rwrouter.config",
     )
 

@@ -41,7 +41,23 @@ BAD = {
     "unknown_destination_key": [f"{RW0}.urll: unknown key", "did you mean 'url'"],
     "unknown_server_key": ["server.listen_port: unknown key"],
     "unknown_queue_key": [f"{RW0}.queue_config.max_retries: unknown key"],
-    "prometheus_top_level_key": ["global: a Prometheus setting, not read by rwrouter"],
+    "prometheus_top_level_key": ["scrape_configs: a Prometheus setting, not read by rwrouter"],
+    "global_scrape_interval": ["global.scrape_interval: a Prometheus setting, not read by"],
+    "global_bad_validation_scheme": [
+        "global.metric_name_validation_scheme: expected one of utf8, legacy, got 'utf-8'"
+    ],
+    "global_escaping_scheme": [
+        "global.metric_name_escaping_scheme: a Prometheus scrape setting",
+        "remote_write[].metric_name_escaping_scheme",
+    ],
+    "protobuf_message_unknown": [
+        f"{RW0}.protobuf_message: expected one of prometheus.WriteRequest, "
+        "io.prometheus.write.v2.Request, got 'io.prometheus.write.v3.Request'"
+    ],
+    "escaping_scheme_unknown": [
+        f"{RW0}.metric_name_escaping_scheme: expected one of allow-utf-8, underscores, dots, "
+        "values, got 'utf8'"
+    ],
     "no_destinations": ["remote_write: at least one destination is required"],
     "remote_write_not_a_list": ["remote_write: expected a list of destinations, got a mapping"],
     "destination_not_a_mapping": [f"{RW0}: expected a mapping, got the string"],
@@ -82,7 +98,6 @@ BAD = {
     "not_supported_sample_age_limit": [
         f"{RW0}.queue_config.sample_age_limit: not supported by rwrouter"
     ],
-    "not_supported_protobuf_message_v2": [f"{RW0}.protobuf_message: not supported by rwrouter"],
     "not_supported_tls_inline_cert": [f"{RW0}.tls_config.ca: not supported by rwrouter"],
     "queue_max_shards_zero": [f"{RW0}.queue_config.max_shards: must be >= 1"],
     "queue_min_shards_over_max": [f"{RW0}.queue_config.min_shards: must be <= max_shards (5)"],
@@ -195,12 +210,46 @@ def test_minimal_file_takes_every_default() -> None:
     assert dest.send_exemplars and dest.send_native_histograms
     assert not dest.fallback
     assert dest.auth_mode == "none"
+    assert dest.protobuf_message == "prometheus.WriteRequest"  # RW 1.0, as Prometheus
+    assert dest.metric_name_escaping_scheme == "allow-utf-8"
+    assert config.global_.metric_name_validation_scheme == "utf8"  # Prometheus 3's default
     assert (dest.headers, dest.write_relabel_configs, dest.tls_config, dest.proxy_url) == (
         (),
         (),
         None,
         None,
     )
+
+
+PROTOCOL_CASES = [
+    # (name, destination YAML lines, global YAML, expected message, escaping, validation)
+    ("defaults", "", "", "prometheus.WriteRequest", "allow-utf-8", "utf8"),
+    ("sigv4_escapes_underscores", "sigv4: {region: us-east-1}", "",
+     "prometheus.WriteRequest", "underscores", "utf8"),
+    ("sigv4_allows_utf8_when_said", "sigv4: {region: us-east-1}\n"
+     "    metric_name_escaping_scheme: allow-utf-8", "", "prometheus.WriteRequest",
+     "allow-utf-8", "utf8"),
+    ("rw2_and_dots", "protobuf_message: io.prometheus.write.v2.Request\n"
+     "    metric_name_escaping_scheme: dots", "", "io.prometheus.write.v2.Request", "dots",
+     "utf8"),
+    ("rw1_named_values", "protobuf_message: prometheus.WriteRequest\n"
+     "    metric_name_escaping_scheme: values", "", "prometheus.WriteRequest", "values", "utf8"),
+    ("legacy_global", "", "global: {metric_name_validation_scheme: legacy}\n",
+     "prometheus.WriteRequest", "allow-utf-8", "legacy"),
+    ("empty_global", "", "global: {}\n", "prometheus.WriteRequest", "allow-utf-8", "utf8"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "lines", "global_", "message", "escaping", "validation"),
+                         PROTOCOL_CASES, ids=[c[0] for c in PROTOCOL_CASES])  # fmt: skip
+def test_protocol_and_name_settings(
+    name: str, lines: str, global_: str, message: str, escaping: str, validation: str
+) -> None:
+    text = f"{global_}remote_write:\n  - url: https://example.com/api/v1/write\n    {lines}\n"
+    config = parse_config(text, env={})
+    (dest,) = config.remote_write
+    assert (dest.protobuf_message, dest.metric_name_escaping_scheme) == (message, escaping)
+    assert config.global_.metric_name_validation_scheme == validation
 
 
 def test_pasted_prometheus_block_with_sigv4() -> None:
@@ -728,8 +777,9 @@ def test_describe_config_shows_storage_shutdown_and_queue_keys() -> None:
     config = load_config(ROOT / "config" / "rwrouter.yaml", env=SHIPPED_ENV)
     out = describe_config(config)
     lines = out.splitlines()
-    assert lines[1].endswith(" read_timeout=1m shutdown_timeout=30s")
-    assert lines[2] == (
+    assert lines[1] == "global: metric_name_validation_scheme=utf8"
+    assert lines[2].endswith(" read_timeout=1m shutdown_timeout=30s")
+    assert lines[3] == (
         "storage: path=data (relative to the working directory) fsync=interval"
         " fsync_interval=1s rejected_max_bytes=64MiB"
     )

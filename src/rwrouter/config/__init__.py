@@ -8,10 +8,10 @@ Public API:
 - ``load_config(path, *, env=None) -> Config``: reads the file (env defaults to ``os.environ``)
   and checks that every ``*_file`` is readable (``check_files``).
 - ``describe_config(config) -> str``: what ``rwrouter check-config FILE`` prints; no secrets.
-- The dataclasses (``Config``, ``ServerConfig``, ``StorageConfig``, ``DestinationConfig``,
-  ``AuditConfig``, ``PriceTier``, ``QueueConfig``, ``MetadataConfig``, ``SigV4Config``,
-  ``BasicAuth``, ``Authorization``,
-  ``TLSConfig``) and ``Secret``; ``parse_duration``/``format_duration`` (float seconds) and
+- The dataclasses (``Config``, ``GlobalConfig``, ``ServerConfig``, ``StorageConfig``,
+  ``DestinationConfig``, ``AuditConfig``, ``PriceTier``, ``QueueConfig``, ``MetadataConfig``,
+  ``SigV4Config``, ``BasicAuth``, ``Authorization``, ``TLSConfig``) and ``Secret``;
+  ``parse_duration``/``format_duration`` (float seconds) and
   ``parse_size``/``format_size`` (int bytes).
 
 Module layout: ``values`` (scalar syntax) <- ``model`` (dataclasses) <- ``parse`` (YAML, pure)
@@ -26,6 +26,7 @@ from rwrouter.config.model import (
     BasicAuth,
     Config,
     DestinationConfig,
+    GlobalConfig,
     MetadataConfig,
     PriceTier,
     QueueConfig,
@@ -49,6 +50,7 @@ __all__ = [
     "BasicAuth",
     "Config",
     "DestinationConfig",
+    "GlobalConfig",
     "MetadataConfig",
     "PriceTier",
     "QueueConfig",

@@ -23,6 +23,7 @@ def describe_config(config: Config) -> str:
     server = config.server
     lines = [
         f"config: {config.source}",
+        f"global: metric_name_validation_scheme={config.global_.metric_name_validation_scheme}",
         f"server: listen_address={server.listen_address}"
         f" max_request_bytes={format_size(server.max_request_bytes)}"
         f" max_decoded_bytes={format_size(server.max_decoded_bytes)}"
@@ -76,6 +77,8 @@ def _destination(dest: DestinationConfig) -> list[str]:
         lines.append("  audit: yes: sent, and counted by the audit")
     lines += [
         f"  auth: {_auth(dest)}",
+        f"  protocol: {_protocol(dest)}",
+        f"  metric_name_escaping_scheme: {_escaping(dest)}",
         f"  remote_timeout: {format_duration(dest.remote_timeout)}",
     ]
     if dest.headers:
@@ -110,6 +113,22 @@ def _destination(dest: DestinationConfig) -> list[str]:
         *_rules(dest.write_relabel_configs, indent="    "),
     ]
     return lines
+
+
+def _protocol(dest: DestinationConfig) -> str:
+    if dest.protobuf_message == "prometheus.WriteRequest":
+        return "remote write 1.0 (protobuf_message: prometheus.WriteRequest)"
+    return (f"remote write 2.0 (protobuf_message: {dest.protobuf_message}; remote write 1.0"
+            " from the first 415 answer until a reload)")  # fmt: skip
+
+
+def _escaping(dest: DestinationConfig) -> str:
+    scheme = dest.metric_name_escaping_scheme
+    if scheme == "allow-utf-8":
+        return "allow-utf-8 (UTF-8 metric and label names are sent as they are)"
+    why = ("the default for a sigv4 destination: the managed workspace refuses UTF-8 names"
+           if dest.sigv4 is not None and scheme == "underscores" else "set in the file")
+    return f"{scheme} (names outside the legacy character set are escaped; {why})"
 
 
 def _auth(dest: DestinationConfig) -> str:

@@ -20,6 +20,7 @@ __all__ = [
     "BasicAuth",
     "Config",
     "DestinationConfig",
+    "GlobalConfig",
     "MetadataConfig",
     "PriceTier",
     "QueueConfig",
@@ -35,6 +36,11 @@ GIB = 1024 * MIB
 SIGV4_MAX_REQUEST_BYTES = 1 * MIB  # the managed workspace refuses requests over about 1 MB
 DEFAULT_MAX_REQUEST_BYTES = 8 * MIB  # other destinations (vmagent's -remoteWrite.maxBlockSize)
 FSYNC_POLICIES = ("always", "interval")
+# Prometheus's name validation schemes (``global.metric_name_validation_scheme``; Prometheus 3
+# defaults to utf8) and escaping schemes (``metric_name_escaping_scheme``: prometheus/common
+# ``model.EscapingScheme``, the same names as Prometheus's scrape option).
+VALIDATION_SCHEMES = ("utf8", "legacy")
+ESCAPING_SCHEMES = ("allow-utf-8", "underscores", "dots", "values")
 ON_FULL_POLICIES = ("backpressure", "drop_oldest")
 
 
@@ -185,6 +191,20 @@ class TLSConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class GlobalConfig:
+    """Settings every rule of the file follows (YAML ``global``; Prometheus's key).
+
+    ``metric_name_validation_scheme``: ``utf8`` (Prometheus 3's default: a metric or label name
+    is any non-empty UTF-8) or ``legacy`` (``[a-zA-Z_:][a-zA-Z0-9_:]*`` metric names,
+    ``[a-zA-Z_][a-zA-Z0-9_]*`` label names): how ``relabel_configs`` and every destination's
+    ``write_relabel_configs`` validate their targets, at load and when a rule runs
+    (Prometheus relabel semantics).
+    """
+
+    metric_name_validation_scheme: str = "utf8"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DestinationConfig:
     """One ``remote_write`` entry: where a copy of the (relabeled) series goes, and how.
 
@@ -217,6 +237,14 @@ class DestinationConfig:
     fallback: bool = False
     shadow: bool = False
     audit: bool = False
+    protobuf_message: str = "prometheus.WriteRequest"
+    """The protobuf message sent: ``prometheus.WriteRequest`` (RW 1.0) or
+    ``io.prometheus.write.v2.Request`` (RW 2.0); Prometheus's key and values."""
+    metric_name_escaping_scheme: str = "allow-utf-8"
+    """How metric and label names outside the legacy character set are written for this
+    destination after relabeling: ``allow-utf-8`` (as they are), ``underscores``, ``dots`` or
+    ``values`` (Prometheus's escaping schemes). When the YAML omits it: ``underscores`` for a
+    sigv4 destination (the managed workspace refuses UTF-8 names), else ``allow-utf-8``."""
 
     @property
     def audited(self) -> bool:
@@ -292,11 +320,12 @@ class AuditConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Config:
-    """The whole file: ``server``, ``storage``, ``relabel_cache``, ``audit``, global
-    ``relabel_configs``
+    """The whole file: ``global`` (``global_``: a Python keyword), ``server``, ``storage``,
+    ``relabel_cache``, ``audit``, global ``relabel_configs``
     (applied to every series before fan-out), ``remote_write`` (at least one destination).
     ``source`` names where it came from."""
 
+    global_: GlobalConfig = field(default_factory=GlobalConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     relabel_cache: RelabelCacheConfig = field(default_factory=RelabelCacheConfig)

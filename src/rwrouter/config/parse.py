@@ -17,12 +17,15 @@ import yaml
 
 from rwrouter.config.client import NOT_SUPPORTED, Context, auth, env_string, headers, http_url, tls
 from rwrouter.config.model import (
+    ESCAPING_SCHEMES,
     FSYNC_POLICIES,
     ON_FULL_POLICIES,
     SIGV4_MAX_REQUEST_BYTES,
+    VALIDATION_SCHEMES,
     AuditConfig,
     Config,
     DestinationConfig,
+    GlobalConfig,
     MetadataConfig,
     PriceTier,
     QueueConfig,
@@ -32,17 +35,17 @@ from rwrouter.config.model import (
 )
 from rwrouter.config.values import Fields, field_names, kind_of
 from rwrouter.errors import ConfigError
+from rwrouter.protocol import MESSAGES
 from rwrouter.relabel import RelabelConfig, parse_relabel_configs
 
 __all__ = ["parse_config"]
 
 _PROMETHEUS_ONLY = (
     "a Prometheus setting, not read by rwrouter "
-    "(its keys: server, storage, relabel_cache, relabel_configs, remote_write)"
+    "(its keys: global, server, storage, relabel_cache, audit, relabel_configs, remote_write)"
 )
 _TOP_UNSUPPORTED = dict.fromkeys(
     (
-        "global",
         "scrape_configs",
         "scrape_config_files",
         "rule_files",
@@ -72,7 +75,39 @@ _DEST_UNSUPPORTED = dict.fromkeys(
     ),
     NOT_SUPPORTED,
 )
-_RW1_MESSAGE = "prometheus.WriteRequest"
+_GLOBAL_PROMETHEUS_ONLY = (
+    "a Prometheus setting, not read by rwrouter (its global key: metric_name_validation_scheme)"
+)
+_GLOBAL_UNSUPPORTED = {
+    **dict.fromkeys(
+        (
+            "scrape_interval",
+            "scrape_timeout",
+            "scrape_protocols",
+            "evaluation_interval",
+            "rule_query_offset",
+            "query_log_file",
+            "scrape_failure_log_file",
+            "body_size_limit",
+            "sample_limit",
+            "label_limit",
+            "label_name_length_limit",
+            "label_value_length_limit",
+            "target_limit",
+            "keep_dropped_targets",
+            "always_scrape_classic_histograms",
+            "convert_classic_histograms_to_nhcb",
+            "scrape_native_histograms",
+            "extra_scrape_metrics",
+        ),
+        _GLOBAL_PROMETHEUS_ONLY,
+    ),
+    "external_labels": f"{NOT_SUPPORTED} (add the labels with a relabel_configs replace rule)",
+    "metric_name_escaping_scheme": (
+        "a Prometheus scrape setting; rwrouter escapes per destination: set "
+        "remote_write[].metric_name_escaping_scheme"
+    ),
+}
 
 
 def parse_config(
@@ -86,19 +121,27 @@ def parse_config(
     top = Fields(
         _load_yaml(text, source),
         "",
-        known=("server", "storage", "relabel_cache", "audit", "relabel_configs", "remote_write"),
+        known=("global", "server", "storage", "relabel_cache", "audit", "relabel_configs",
+               "remote_write"),
         unsupported=_TOP_UNSUPPORTED,
-    )
+    )  # fmt: skip
     ctx = Context(env=env, base_dir=base_dir)
+    global_fields = Fields(
+        top.raw("global"), "global", known=field_names(GlobalConfig),
+        unsupported=_GLOBAL_UNSUPPORTED,
+    )  # fmt: skip
+    global_ = _global(global_fields)
+    scheme = global_.metric_name_validation_scheme
     return Config(
+        global_=global_,
         server=_server(Fields(top.raw("server"), "server", known=field_names(ServerConfig))),
         storage=_storage(Fields(top.raw("storage"), "storage", known=field_names(StorageConfig))),
         relabel_cache=_relabel_cache(
             Fields(top.raw("relabel_cache"), "relabel_cache", known=field_names(RelabelCacheConfig))
         ),
         audit=_audit(Fields(top.raw("audit"), "audit", known=field_names(AuditConfig))),
-        relabel_configs=_rules(top.raw("relabel_configs"), "relabel_configs"),
-        remote_write=_destinations(top.raw("remote_write"), "remote_write", ctx),
+        relabel_configs=_rules(top.raw("relabel_configs"), "relabel_configs", scheme),
+        remote_write=_destinations(top.raw("remote_write"), "remote_write", ctx, scheme),
         source=source,
     )
 
@@ -137,6 +180,16 @@ def _check_duplicate_keys(node: yaml.Node, path: str, seen: set[int]) -> None:
                     raise ConfigError(child, f"duplicate key (lines {first} and {line})")
                 lines[(key.tag, key.value)] = line
             _check_duplicate_keys(value, child, seen)
+
+
+def _global(f: Fields) -> GlobalConfig:
+    d = GlobalConfig()
+    return GlobalConfig(
+        metric_name_validation_scheme=_choice(
+            f, "metric_name_validation_scheme", d.metric_name_validation_scheme,
+            VALIDATION_SCHEMES,
+        ),
+    )  # fmt: skip
 
 
 def _server(f: Fields) -> ServerConfig:
@@ -236,15 +289,18 @@ def parse_listen_address(value: str | None, path: str) -> str:
     return text
 
 
-def _rules(raw: object, path: str) -> tuple[RelabelConfig, ...]:
+def _rules(raw: object, path: str, scheme: str) -> tuple[RelabelConfig, ...]:
+    """The rules at ``path``, validated under the name validation ``scheme``."""
     if raw is None:
         return ()
     if not isinstance(raw, list):
         raise ConfigError(path, "expected a list of relabel rules")
-    return parse_relabel_configs(raw, path)
+    return parse_relabel_configs(raw, path, scheme=scheme)
 
 
-def _destinations(raw: object, path: str, ctx: Context) -> tuple[DestinationConfig, ...]:
+def _destinations(
+    raw: object, path: str, ctx: Context, scheme: str
+) -> tuple[DestinationConfig, ...]:
     if raw is None or raw == []:
         raise ConfigError(path, "at least one destination is required")
     if not isinstance(raw, list):
@@ -254,10 +310,11 @@ def _destinations(raw: object, path: str, ctx: Context) -> tuple[DestinationConf
             Fields(
                 item,
                 f"{path}[{i}]",
-                known=(*field_names(DestinationConfig), "protobuf_message"),
+                known=field_names(DestinationConfig),
                 unsupported=_DEST_UNSUPPORTED,
             ),
             ctx,
+            scheme,
         )
         for i, item in enumerate(raw)
     ]
@@ -290,12 +347,8 @@ def _named(parsed: list[DestinationConfig], path: str) -> tuple[DestinationConfi
     return tuple(named)
 
 
-def _destination(f: Fields, ctx: Context) -> DestinationConfig:
+def _destination(f: Fields, ctx: Context, scheme: str) -> DestinationConfig:
     default = DestinationConfig(name="", url="")
-    if f.has("protobuf_message") and f.raw("protobuf_message") != _RW1_MESSAGE:
-        raise ConfigError(
-            f.at("protobuf_message"), f"{NOT_SUPPORTED} (only {_RW1_MESSAGE}, remote write 1.0)"
-        )
     name = f.string("name")
     if name is not None and not name.strip():
         raise ConfigError(f.at("name"), "must not be empty")
@@ -312,7 +365,9 @@ def _destination(f: Fields, ctx: Context) -> DestinationConfig:
         url=url,
         remote_timeout=f.duration("remote_timeout", default.remote_timeout),
         headers=headers(f, ctx, sigv4="sigv4" in auth_section),
-        write_relabel_configs=_rules(f.raw("write_relabel_configs"), f.at("write_relabel_configs")),
+        write_relabel_configs=_rules(
+            f.raw("write_relabel_configs"), f.at("write_relabel_configs"), scheme
+        ),
         tls_config=tls(f, ctx) if f.has("tls_config") else None,
         proxy_url=None if proxy is None else http_url(proxy, f.at("proxy_url"), userinfo=True),
         queue_config=_queue(
@@ -334,8 +389,15 @@ def _destination(f: Fields, ctx: Context) -> DestinationConfig:
         fallback=f.boolean("fallback", default.fallback),
         shadow=shadow,
         audit=f.boolean("audit", default.audit),
+        protobuf_message=_choice(f, "protobuf_message", default.protobuf_message, MESSAGES),
+        # The managed workspace refuses UTF-8 names (400): a sigv4 destination escapes them.
+        metric_name_escaping_scheme=_choice(
+            f, "metric_name_escaping_scheme",
+            "underscores" if "sigv4" in auth_section else default.metric_name_escaping_scheme,
+            ESCAPING_SCHEMES,
+        ),
         **auth_section,
-    )
+    )  # fmt: skip
 
 
 def _queue(f: Fields, *, sigv4: bool) -> QueueConfig:

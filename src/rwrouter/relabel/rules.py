@@ -258,8 +258,10 @@ def _fields(raw: Mapping[Any, Any], path: str) -> dict[str, Any]:
     return fields
 
 
-def parse_relabel_config(raw: object, path: str) -> RelabelConfig:
-    """Parse and validate one rule (a YAML mapping); errors name ``path.key``."""
+def parse_relabel_config(raw: object, path: str, *, scheme: str = "utf8") -> RelabelConfig:
+    """Parse and validate one rule (a YAML mapping) under the name validation ``scheme``
+    (``utf8`` or ``legacy``: ``global.metric_name_validation_scheme``); errors name
+    ``path.key``."""
     if not isinstance(raw, Mapping):
         raise ConfigError(path, "expected a mapping")
     fields = _fields(raw, path)
@@ -270,8 +272,11 @@ def parse_relabel_config(raw: object, path: str) -> RelabelConfig:
     return rule
 
 
-def parse_relabel_configs(raw: object, path: str) -> tuple[RelabelConfig, ...]:
-    """Parse a YAML list of rules (``None`` is no rules); errors name ``path[i].key``.
+def parse_relabel_configs(
+    raw: object, path: str, *, scheme: str = "utf8"
+) -> tuple[RelabelConfig, ...]:
+    """Parse a YAML list of rules (``None`` is no rules) under the name validation ``scheme``
+    (see :func:`parse_relabel_config`); errors name ``path[i].key``.
 
     Raises :class:`rwrouter.errors.ConfigError`.
     """
@@ -279,7 +284,10 @@ def parse_relabel_configs(raw: object, path: str) -> tuple[RelabelConfig, ...]:
         return ()
     if not isinstance(raw, list | tuple):
         raise ConfigError(path, "expected a list of relabel rules")
-    return tuple(parse_relabel_config(item, f"{path}[{index}]") for index, item in enumerate(raw))
+    return tuple(
+        parse_relabel_config(item, f"{path}[{index}]", scheme=scheme)
+        for index, item in enumerate(raw)
+    )
 
 
 def validate(rule: RelabelConfig, *, path: str, source_labels_set: bool) -> None:
