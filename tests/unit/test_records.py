@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from rwrouter.errors import DecodeError
 from rwrouter.sending.records import (
+    FLAG_START_TIMESTAMPS,
     HEADER,
     META_SIZE,
     EncodedShare,
@@ -91,6 +92,19 @@ def test_record_layout_is_the_documented_one() -> None:
     index = [INDEX.unpack_from(rest, META_SIZE + i * INDEX.size) for i in range(2)]
     assert index == [(2, 3, shard_hash(b"a")), (1, 4, shard_hash(b"b"))]
     assert rest[META_SIZE + 2 * INDEX.size :] == compress(b"xyz")
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["decompressed", "lazy"])
+@pytest.mark.parametrize("flags", [0, FLAG_START_TIMESTAMPS], ids=["no_flags", "start_ts"])
+def test_flags_are_kept_on_every_record(flags: int, lazy: bool) -> None:
+    frames = [b"\x0a\x01a" * 5, b"\x0a\x01b" * 5]
+    share = encode_share(*pack_frames(frames, [b"a", b"b"], [1, 1]), received_ms=1,
+                         max_body_bytes=15, flags=flags)  # fmt: skip
+    assert len(share.records) == 2  # one frame a record
+    for record in share.records:
+        _, rest = split(record)
+        assert META.unpack_from(rest)[2] == flags
+        assert decode_record(rest, decompress_body=not lazy).flags == flags
 
 
 def test_empty_share_has_no_records() -> None:

@@ -9,10 +9,15 @@ frame's length, sample count and shard hash, so reading a record back never walk
 Layout (little-endian)::
 
     u32 length of what follows the checksum   u32 zlib.crc32 of what follows it
-    u8 version (1)  u8 kind (0 = samples)  u16 reserved (0)
+    u8 version (1)  u8 kind (0 = samples)  u16 flags
     i64 received_ms (unix milliseconds)  u32 series  u32 samples  u32 raw body length
     series x (u32 frame length, u32 samples, u32 shard hash)
     snappy block of the raw body
+
+``flags`` (0 in records written before they existed): :data:`FLAG_START_TIMESTAMPS`, some
+frame may carry what only remote write 2.0 can send (a start timestamp inside a Sample, field
+3, or a Histogram, field 17: the RW 2.0 messages' numbers), so a remote write 1.0 sender
+strips them instead of sending the stored block as it is.
 
 A torn or corrupt record fails the length or checksum test (:func:`check_record`). A record's
 raw body never exceeds the destination's ``max_request_bytes``: :func:`encode_share` splits a
@@ -32,6 +37,7 @@ from rwrouter.wire import compress, declared_size, decompress
 from rwrouter.wire.scan import INDEX, counts_of, frames_of, hashes_of, index_totals
 
 __all__ = [
+    "FLAG_START_TIMESTAMPS",
     "HEADER",
     "MAX_RECORD_BYTES",
     "META_SIZE",
@@ -47,8 +53,9 @@ __all__ = [
 
 VERSION = 1
 KIND_SAMPLES = 0
+FLAG_START_TIMESTAMPS = 1  # some frame has a start timestamp (RW 2.0 only): strip for RW 1.0
 HEADER = struct.Struct("<II")  # length of the rest, crc32 of the rest
-_META = struct.Struct("<BBHqIII")  # version, kind, reserved, received_ms, series, samples, raw
+_META = struct.Struct("<BBHqIII")  # version, kind, flags, received_ms, series, samples, raw
 META_SIZE = _META.size  # bytes of the fixed part after the header
 MAX_RECORD_BYTES = 1 << 30  # a length field above this is garbage, not a record (1 GiB)
 
@@ -91,19 +98,21 @@ def encode_share(
     received_ms: int,
     max_body_bytes: int,
     samples: int | None = None,
+    flags: int = 0,
 ) -> EncodedShare:
     """Pack a destination's share (``body``: framed series; ``index``: per frame
     :data:`~rwrouter.wire.scan.INDEX`) into records whose raw body is at most
     ``max_body_bytes`` bytes each, keeping the frames' order. A frame alone over the limit is
     refused (counted in ``too_large``). ``received_ms``: milliseconds since the epoch;
-    ``samples``: the share's total (computed from ``index`` when not given)."""
+    ``samples``: the share's total (computed from ``index`` when not given); ``flags``: set
+    on every record (:data:`FLAG_START_TIMESTAMPS`)."""
     out = EncodedShare()
     if not index:
         return out
     if len(body) <= max_body_bytes:  # the usual case: one record, no per-frame work
         if samples is None:
             samples = sum(n for _, n, _ in INDEX.iter_unpack(index))
-        _emit(out, body, index, len(index) // INDEX.size, samples, received_ms)
+        _emit(out, body, index, len(index) // INDEX.size, samples, received_ms, flags)
         return out
     start = size = pos = 0  # frames [start, i) wait; size: their bytes; pos: offset of frame i
     samples = 0
@@ -111,20 +120,22 @@ def encode_share(
     entries = list(INDEX.iter_unpack(index))
     for i, (n, count, _) in enumerate(entries):
         if n > max_body_bytes:
-            _emit_range(out, body, index, entries, start, i, first_at, size, samples, received_ms)
+            _emit_range(out, body, index, entries, start, i, first_at, size, samples, received_ms,
+                        flags)  # fmt: skip
             out.too_large += count
             out.too_large_series += 1
             start, size, samples, first_at = i + 1, 0, 0, pos + n
             pos += n
             continue
         if size + n > max_body_bytes:
-            _emit_range(out, body, index, entries, start, i, first_at, size, samples, received_ms)
+            _emit_range(out, body, index, entries, start, i, first_at, size, samples, received_ms,
+                        flags)  # fmt: skip
             start, size, samples, first_at = i, 0, 0, pos
         size += n
         samples += count
         pos += n
     _emit_range(out, body, index, entries, start, len(entries), first_at, size, samples,
-                received_ms)  # fmt: skip
+                received_ms, flags)  # fmt: skip
     return out
 
 
@@ -139,19 +150,26 @@ def _emit_range(
     size: int,
     samples: int,
     received_ms: int,
+    flags: int,
 ) -> None:
     if start < end:
         raw = body[offset : offset + size]
         _emit(out, raw, index[start * INDEX.size : end * INDEX.size], end - start, samples,
-              received_ms)  # fmt: skip
+              received_ms, flags)  # fmt: skip
 
 
 def _emit(
-    out: EncodedShare, raw: bytes, index: bytes, series: int, samples: int, received_ms: int
+    out: EncodedShare,
+    raw: bytes,
+    index: bytes,
+    series: int,
+    samples: int,
+    received_ms: int,
+    flags: int = 0,
 ) -> None:
     rest = b"".join(
         (
-            _META.pack(VERSION, KIND_SAMPLES, 0, received_ms, series, samples, len(raw)),
+            _META.pack(VERSION, KIND_SAMPLES, flags, received_ms, series, samples, len(raw)),
             index,
             compress(raw),
         )
@@ -177,10 +195,13 @@ def record_samples(rest: bytes) -> tuple[int, int]:
 
 class Block:
     """A record read back: its index (per frame :data:`~rwrouter.wire.scan.INDEX`), totals,
-    its stored snappy block (``compressed``: a valid write request body) and its raw body
-    (frames concatenated; decompressed on first use unless :func:`decode_record` did)."""
+    its stored snappy block (``compressed``: a valid write request body), its raw body
+    (frames concatenated; decompressed on first use unless :func:`decode_record` did) and its
+    ``flags`` (:data:`FLAG_START_TIMESTAMPS`)."""
 
-    __slots__ = ("_body", "compressed", "index", "nbytes", "received_ms", "samples", "series")
+    __slots__ = (
+        "_body", "compressed", "flags", "index", "nbytes", "received_ms", "samples", "series"
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -191,10 +212,12 @@ class Block:
         series: int,
         nbytes: int,
         body: bytes | None = None,
+        flags: int = 0,
     ) -> None:
         self.received_ms, self.compressed, self.index = received_ms, compressed, index
         self.samples, self.series, self.nbytes = samples, series, nbytes  # nbytes: raw bytes
         self._body = body
+        self.flags = flags
 
     @property
     def decoded(self) -> bytes | None:
@@ -230,7 +253,7 @@ def decode_record(rest: bytes, *, decompress_body: bool = True) -> Block:
     Raises DecodeError when the record is intact but inconsistent (another version, an index
     that does not match the body): the queue treats that like corruption.
     """
-    version, kind, _, received_ms, series, samples, raw_len = _META.unpack_from(rest)
+    version, kind, flags, received_ms, series, samples, raw_len = _META.unpack_from(rest)
     if version != VERSION or kind != KIND_SAMPLES:
         raise DecodeError(f"queue record of version {version} kind {kind} is not supported")
     index_end = _META.size + series * INDEX.size
@@ -243,11 +266,11 @@ def decode_record(rest: bytes, *, decompress_body: bool = True) -> Block:
     if not decompress_body:
         if declared_size(compressed) != raw_len:
             raise DecodeError("queue record body length does not match its header")
-        return Block(received_ms, compressed, index, samples, series, raw_len)
+        return Block(received_ms, compressed, index, samples, series, raw_len, flags=flags)
     try:
         raw = decompress(compressed, max_decoded_bytes=raw_len)
     except TooLargeError:  # a RequestError, not a DecodeError: callers catch DecodeError
         raise DecodeError("queue record body is longer than its header says") from None
     if len(raw) != raw_len:
         raise DecodeError("queue record body length does not match its header")
-    return Block(received_ms, compressed, index, samples, series, raw_len, raw)
+    return Block(received_ms, compressed, index, samples, series, raw_len, raw, flags=flags)
