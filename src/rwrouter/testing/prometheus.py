@@ -104,8 +104,12 @@ class PrometheusProcess:
         extra_args: tuple[str, ...] = (),
         workdir: Path | None = None,
         new_session: bool = False,
+        binary: str | None = None,
     ) -> PrometheusProcess:
         """Start Prometheus with ``config_text`` (YAML) and wait for ``/-/ready``.
+
+        ``binary``: the Prometheus to run (default: :func:`prometheus_binary`, Debian's); a
+        Prometheus 3 takes the same flags (its remote-write receiver accepts RW 1.0 and 2.0).
 
         ``new_session=True`` starts it in its own session, so a terminal's Ctrl-C reaches only
         the caller, which then stops it in order.
@@ -115,7 +119,7 @@ class PrometheusProcess:
         removed. Raises :class:`PrometheusNotFoundError`, or ``RuntimeError`` (with the log
         tail) when the process exits or is not ready within ``ready_timeout`` seconds.
         """
-        binary = prometheus_binary()
+        binary = binary or prometheus_binary()
         owns = workdir is None
         workdir = Path(tempfile.mkdtemp(prefix="rwrouter-prometheus-")) if owns else workdir
         assert workdir is not None
