@@ -30,7 +30,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -39,9 +39,9 @@ from typing import Any
 import snappy
 
 from bench import procs
+from bench import vmagent as vm
 from bench.workload import A_REGEX, Workload, load_or_generate
 
-VMAGENT = "/usr/bin/vmagent"
 CONTENDERS = ("vmagent", "rwrouter")
 SMOKE_NODES, SMOKE_SCRAPES = 3, 2
 DEFAULT_NODES, DEFAULT_SCRAPES = 280, 20
@@ -162,6 +162,7 @@ class Contender:
     notes: list[str] = field(default_factory=list)
     env: dict[str, str] | None = None
     metrics_path: str | None = None  # read at the end (after delivery) when set
+    parse_metrics: Callable[[str], dict[str, Any]] | None = None  # of the metrics_path text
 
     @property
     def metrics_url(self) -> str:
@@ -191,13 +192,51 @@ VMAGENT_FLAGS: tuple[tuple[str, str], ...] = (
     ("-remoteWrite.queues=4", "vmagent's default on 2 cores (2 x CPUs), written out"),
 )
 
+#: Flags passed only when the vmagent's ``-help`` lists them (newer vmagents), with why.
+VMAGENT_IF_LISTED: tuple[tuple[str, str], ...] = (
+    ("-remoteWrite.forcePromProto",
+     "remote write 1.0 (snappy), as rwrouter sends, from the first request: without it a "
+     "vmagent that knows the VictoriaMetrics protocol sends zstd first, and re-packs each "
+     "refused block to snappy after the sink's 400"),
+)  # fmt: skip
+
+
+def vmagent_flags(listed: frozenset[str]) -> list[str]:
+    """:data:`VMAGENT_FLAGS`, plus those of :data:`VMAGENT_IF_LISTED` in ``listed`` (the flag
+    names the vmagent's ``-help`` lists)."""
+    extra = [flag for flag, _ in VMAGENT_IF_LISTED if vm.flag_name(flag) in listed]
+    return [*(flag for flag, _ in VMAGENT_FLAGS), *extra]
+
+
+def vmagent_argv(
+    binary: Path, *, port: int, workdir: Path, urls: tuple[str, str], batch: int,
+    flags: Sequence[str],
+) -> list[str]:  # fmt: skip
+    """The vmagent command line: listen on ``port``, A then B with their relabel files in
+    ``workdir`` (keepA.yml, dropA.yml), its queue in ``workdir``, ``batch`` samples per block
+    (``-remoteWrite.maxRowsPerBlock``), then ``flags``."""
+    return [
+        str(binary),
+        f"-httpListenAddr=127.0.0.1:{port}",
+        f"-remoteWrite.url={urls[0]}",
+        f"-remoteWrite.urlRelabelConfig={workdir / 'keepA.yml'}",
+        f"-remoteWrite.url={urls[1]}",
+        f"-remoteWrite.urlRelabelConfig={workdir / 'dropA.yml'}",
+        f"-remoteWrite.tmpDataPath={workdir / 'vmagent-data'}",
+        f"-remoteWrite.maxRowsPerBlock={batch}",
+        *flags,
+    ]
+
 
 def vmagent_contender(
-    workdir: Path, a_url: str, b_url: str, rules: int, batch: int = DEFAULT_BATCH
-) -> Contender:
-    """vmagent: A keeps :data:`A_REGEX`, B drops it (one -remoteWrite.urlRelabelConfig per
-    -remoteWrite.url), each file with ``rules - 1`` no-op labeldrop rules first; at most
-    ``batch`` samples per request it sends (``-remoteWrite.maxRowsPerBlock``)."""
+    workdir: Path, a_url: str, b_url: str, rules: int, batch: int = DEFAULT_BATCH, *,
+    binary: Path, flags: Sequence[str],
+) -> Contender:  # fmt: skip
+    """vmagent (``binary``): A keeps :data:`A_REGEX`, B drops it (one
+    -remoteWrite.urlRelabelConfig per -remoteWrite.url), each file with ``rules - 1`` no-op
+    labeldrop rules first; at most ``batch`` samples per request it sends
+    (``-remoteWrite.maxRowsPerBlock``); ``flags`` (:func:`vmagent_flags`). Its ``/metrics``
+    is read at the end (:func:`bench.vmagent.parse_metrics`)."""
     keep = [*labeldrop_rules(rules - 1), {"action": "keep", "source_labels": ["__name__"],
                                            "regex": A_REGEX}]  # fmt: skip
     drop = [*labeldrop_rules(rules - 1), {"action": "drop", "source_labels": ["__name__"],
@@ -205,18 +244,10 @@ def vmagent_contender(
     (workdir / "keepA.yml").write_text(yaml_dump(keep))
     (workdir / "dropA.yml").write_text(yaml_dump(drop))
     port = free_port()
-    argv = [
-        VMAGENT,
-        f"-httpListenAddr=127.0.0.1:{port}",
-        f"-remoteWrite.url={a_url}",
-        f"-remoteWrite.urlRelabelConfig={workdir / 'keepA.yml'}",
-        f"-remoteWrite.url={b_url}",
-        f"-remoteWrite.urlRelabelConfig={workdir / 'dropA.yml'}",
-        f"-remoteWrite.tmpDataPath={workdir / 'vmagent-data'}",
-        f"-remoteWrite.maxRowsPerBlock={batch}",
-        *(flag for flag, _ in VMAGENT_FLAGS),
-    ]
-    return Contender("vmagent", argv, port, "/health")
+    argv = vmagent_argv(binary, port=port, workdir=workdir, urls=(a_url, b_url), batch=batch,
+                        flags=flags)  # fmt: skip
+    return Contender("vmagent", argv, port, "/health", metrics_path="/metrics",
+                     parse_metrics=vm.parse_metrics)  # fmt: skip
 
 
 def export_rwrouter(ref: str, dest: Path) -> dict[str, str]:
@@ -293,24 +324,27 @@ def rwrouter_contender(
         argv += ["--workers", str(workers)]
         notes.append(f"--workers {workers}")
     return Contender("rwrouter", argv, port, "/-/ready", notes=notes, env=env,
-                     metrics_path="/metrics")  # fmt: skip
+                     metrics_path="/metrics", parse_metrics=parse_router_metrics)  # fmt: skip
 
 
-def router_metrics(url: str) -> dict[str, Any]:
-    """rwrouter's own figures from its ``/metrics`` (read once everything was delivered, before
-    it stops; with ``--workers`` the exposition is merged with a ``worker`` label): the
-    ``accelerated`` label of ``rwrouter_build_info`` (one per worker), write requests and
-    samples received per worker (``"all"`` without ``--workers``), requests by status code,
-    relabel cache entries/bytes per worker and its lookups by result. Metrics this rwrouter does
-    not expose are left out; an unreachable endpoint gives ``{"error": ...}``."""
+def router_metrics(
+    url: str, parse: Callable[[str], dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """A router's own figures from its ``/metrics`` (read once everything was delivered,
+    before it stops), by ``parse`` (default :func:`parse_router_metrics`; vmagent's:
+    :func:`bench.vmagent.parse_metrics`); an unreachable endpoint gives ``{"error": ...}``."""
     status, body = http("GET", url, timeout=15.0)
     if status != 200:
         return {"error": f"GET {url} answered {status}"}
-    return parse_router_metrics(body.decode("utf-8", "replace"))
+    return (parse or parse_router_metrics)(body.decode("utf-8", "replace"))
 
 
 def parse_router_metrics(text: str) -> dict[str, Any]:
-    """The figures :func:`router_metrics` keeps, from an exposition's text."""
+    """rwrouter's figures from its ``/metrics`` text (with ``--workers`` the exposition is
+    merged with a ``worker`` label): ``version`` and ``accelerated`` (one per worker) of
+    ``rwrouter_build_info``, write requests and samples received per worker (``"all"``
+    without ``--workers``), requests by status code, relabel cache entries/bytes per worker
+    and its lookups by result. Metrics this rwrouter does not expose are left out."""
     from prometheus_client.parser import text_string_to_metric_families
 
     out: dict[str, Any] = {}
@@ -323,6 +357,7 @@ def parse_router_metrics(text: str) -> dict[str, Any]:
         for s in family.samples:
             worker = s.labels.get("worker", "all")
             if s.name == "rwrouter_build_info":
+                out["version"] = s.labels.get("version", "unknown")
                 add("accelerated", worker, 0)
                 out["accelerated"][worker] = s.labels.get("accelerated", "unknown")
             elif s.name == "rwrouter_received_requests_total":
@@ -407,7 +442,7 @@ class Measurement:
     requests_a: int = 0
     requests_b: int = 0
     driver: dict[str, Any] = field(default_factory=dict)
-    router_metrics: dict[str, Any] = field(default_factory=dict)  # rwrouter: /metrics at the end
+    router_metrics: dict[str, Any] = field(default_factory=dict)  # its /metrics at the end
     exit_status: int | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -494,7 +529,7 @@ def measure(
             m.notes.append(f"not all delivered within {timeout:.0f} s")
         m.ok = delivered and not m.driver["lost"]
         if contender.metrics_path:
-            m.router_metrics = router_metrics(contender.metrics_url)
+            m.router_metrics = router_metrics(contender.metrics_url, contender.parse_metrics)
     except Exception as exc:
         m.error = f"{type(exc).__name__}: {exc}"
     finally:
@@ -678,6 +713,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="run the contenders this many times, alternating (ABBA); the table "
                    "shows each one's median run, and the ratio of each round is printed")  # fmt: skip
     p.add_argument("--only", choices=CONTENDERS, default=None)
+    p.add_argument("--vmagent", type=Path, default=None,
+                   help="the vmagent binary (default: the one scripts/build-peers built, "
+                   "in the peers cache)")  # fmt: skip
     p.add_argument("--smoke", action="store_true",
                    help=f"tiny run: {SMOKE_NODES} nodes, {SMOKE_SCRAPES} scrapes")  # fmt: skip
     p.add_argument("--json", type=Path, default=None, help="write the results here")
@@ -721,9 +759,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     samples to A and B."""
     args = parse_args(argv)
     names = [args.only] if args.only else list(CONTENDERS)
-    if "vmagent" in names and not os.access(VMAGENT, os.X_OK):
-        print(f"{VMAGENT} not found: install Debian's victoria-metrics", file=sys.stderr)
-        return 2
+    peer: dict[str, Any] | None = None
+    if "vmagent" in names:
+        peer = vmagent_peer(args.vmagent)
+        if "error" in peer:
+            print(peer["error"], file=sys.stderr)
+            return 2
+        print(f"vmagent: {peer['path']}: {peer['version'] or '(prints no version)'}", flush=True)
     t_start = time.monotonic()
     load_before = os.getloadavg()
     if load_before[0] > 0.5:
@@ -754,8 +796,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for name in names if number % 2 == 0 else names[::-1]:
                     sub = workdir / (name if args.rounds == 1 else f"{name}-{number + 1}")
                     sub.mkdir()
-                    if name == "vmagent":
-                        c = vmagent_contender(sub, a.url, b.url, args.rules, args.batch)
+                    if name == "vmagent" and peer is not None:
+                        c = vmagent_contender(sub, a.url, b.url, args.rules, args.batch,
+                                              binary=Path(peer["path"]),
+                                              flags=peer["flags"])  # fmt: skip
                     else:
                         c = rwrouter_contender(sub, a.url, b.url, args.rules, workers,
                                                 rw_env, args.batch)  # fmt: skip
@@ -783,7 +827,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{floor_figs['no_page_faults_samples_per_cpu_second']:,.0f} samples per CPU-second"
     )
     for m in results.values():
-        for line in metrics_summary(m.router_metrics):
+        summary = vm.metrics_summary if m.name == "vmagent" else metrics_summary
+        for line in summary(m.router_metrics):
             print(f"{m.name}: {line}")
         for note in m.notes:
             print(f"note: {m.name}: {note}")
@@ -793,11 +838,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         commit = (_commit(args.rwrouter_ref or "HEAD") or "?")[:8]
         where = f"git ref {args.rwrouter_ref}" if args.rwrouter_ref else "working tree"
         diff = None if args.rwrouter_ref else _src_diff_sha1()
-        print(f"rwrouter: {where}, commit {commit}"
+        version = results["rwrouter"].router_metrics.get("version", "?")
+        print(f"rwrouter {version}: {where}, commit {commit}"
               + (f", uncommitted src/ changes (diff sha1 {diff})" if diff else ""))  # fmt: skip
+    if peer is not None:
+        print(f"vmagent: {peer['path']}: {peer['version'] or '(prints no version)'}; flags "
+              + " ".join(peer["flags"]))  # fmt: skip
     total = time.monotonic() - t_start
     print(f"total time {total:.1f} s" + (f"; work directory kept: {workdir}"
                                          if args.keep_workdir else ""))  # fmt: skip
+    rw_version = (
+        results["rwrouter"].router_metrics.get("version") if "rwrouter" in results else None
+    )
     report = {
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
@@ -818,7 +870,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "raw_bytes_per_series": workload.raw_bytes_per_series,
             "compressed_bytes_per_series": workload.compressed_bytes_per_series,
         },
-        "vmagent_flags": [flag for flag, _ in VMAGENT_FLAGS],
+        "vmagent_flags": peer["flags"] if peer else [flag for flag, _ in VMAGENT_FLAGS],
+        "peers": {"vmagent": peer} if peer else {},
+        "rwrouter_version": rw_version,
         "floor": floor_figs,
         "contenders": {n: asdict(m) for n, m in results.items()},
         "rounds": [{n: asdict(m) for n, m in r.items()} for r in rounds],
@@ -832,6 +886,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0 if results and all(m.ok for m in results.values()) else 1
+
+
+def vmagent_peer(binary: Path | None) -> dict[str, Any]:
+    """The vmagent to run: ``binary``, else the one scripts/build-peers built. ``{"path",
+    "version" (its -version line), "pinned" (scripts/peers.txt's version, when built),
+    "flags"}``, or ``{"error": why}`` when it is missing or its ``-help`` does not list a flag
+    the runner passes (renamed since the flags were written)."""
+    path = binary or vm.built_path()
+    if not os.access(path, os.X_OK):
+        hint = "pass --vmagent PATH" if binary else f"run {vm.BUILD_HINT}"
+        return {"error": f"vmagent not found at {path}: {hint}"}
+    listed = vm.help_flags(path)
+    flags = vmagent_flags(listed)
+    argv = vmagent_argv(path, port=1, workdir=Path("."), urls=("http://a", "http://b"),
+                        batch=DEFAULT_BATCH, flags=flags)  # fmt: skip
+    unknown = vm.unknown_flags(argv, listed)
+    if unknown:
+        return {"error": f"{path} -help does not list " + ", ".join(f"-{f}" for f in unknown)
+                + " (renamed?): update bench/runner.py's vmagent flags"}  # fmt: skip
+    version = vm.version(path)
+    pinned = None if binary else vm.pinned_version()
+    if pinned and pinned not in version:
+        return {"error": f"{path} reports {version!r}, not {pinned}: run {vm.BUILD_HINT}"}
+    return {"path": str(path), "version": version, "pinned": pinned, "flags": flags}
 
 
 def _ratios(results: dict[str, Measurement], floor_rate: float) -> dict[str, float | None]:

@@ -1,22 +1,24 @@
 """The benchmark runner end to end in --smoke mode: real vmagent, real rwrouter, real sinks.
 
-Asserts correctness only (both contenders delivered exactly the expected samples to A and B, the
-table is well-formed, the run exits cleanly); never speed. Without /usr/bin/vmagent the test
-skips locally and fails when ``CI`` is set (CI must not silently skip a real-peer test).
+Asserts correctness only (both contenders delivered exactly the expected samples to A and B,
+vmagent sent remote write 1.0 from its first request and retried nothing, the versions are
+recorded, the table is well-formed, the run exits cleanly); never speed. The vmagent is the one
+scripts/build-peers built: without it the test skips locally and fails when ``CI`` is set (CI
+must not silently skip a real-peer test).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.peers import peer_binary, peers
+
 REPO = Path(__file__).resolve().parents[2]
-VMAGENT = Path("/usr/bin/vmagent")
 ROWS = (
     "samples per CPU-second",
     "CPU seconds",
@@ -32,18 +34,9 @@ ROWS = (
 )
 
 
-def require_vmagent() -> None:
-    if VMAGENT.exists() and os.access(VMAGENT, os.X_OK):
-        return
-    message = f"{VMAGENT} not installed (Debian package victoria-metrics)"
-    if os.environ.get("CI"):
-        pytest.fail(f"{message}; CI is set: the benchmark smoke test must not be skipped")
-    pytest.skip(message)
-
-
 @pytest.mark.timeout(240)
 def test_smoke_run_delivers_everything(tmp_path: Path) -> None:
-    require_vmagent()
+    vmagent = peer_binary("vmagent")
     out = tmp_path / "results.json"
     proc = subprocess.run(
         [sys.executable, "-m", "bench", "--smoke", "--json", str(out)],
@@ -68,6 +61,15 @@ def test_smoke_run_delivers_everything(tmp_path: Path) -> None:
     assert any(line.startswith("floor (snappy decompress + compress):") for line in lines)
 
     report = json.loads(out.read_text())
+    pinned = peers()["vmagent"].version
+    assert report["peers"]["vmagent"]["path"] == vmagent
+    assert pinned in report["peers"]["vmagent"]["version"]
+    assert f"vmagent: {vmagent}: {report['peers']['vmagent']['version']}" in lines
+    assert report["rwrouter_version"] and report["rwrouter_version"] != "unknown"
+    vm_own = report["contenders"]["vmagent"]["router_metrics"]
+    assert vm_own["version"] == pinned  # vm_app_version of the process that ran
+    assert set(vm_own["requests_by_code"]) == {"2XX"}, vm_own  # no zstd refused by a sink
+    assert (vm_own["retries"], vm_own["packets_dropped"]) == (0, 0)
     expected_a = report["workload"]["samples_a"]
     expected_b = report["workload"]["samples_b"]
     assert expected_a > 0 and expected_b > 0

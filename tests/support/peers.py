@@ -6,11 +6,16 @@ Binaries live in the peers cache, ``$RWROUTER_PEERS_DIR`` or
 
     prometheus3 = peer_binary("prometheus")  # Prometheus 3.x (module v0.3NN.x)
     vmagent = peer_binary("vmagent")
+
+:func:`report_lines` gives the versions of the peers a run uses (the pytest report header).
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +25,8 @@ from tests.support.prometheus import missing_prometheus
 ROOT = Path(__file__).resolve().parents[2]
 PEERS_FILE = ROOT / "scripts" / "peers.txt"
 BUILD_HINT = "scripts/build-peers"
+#: The argument that makes each peer print its version.
+VERSION_FLAGS = {"prometheus": "--version", "vmagent": "-version"}
 
 
 @dataclass(frozen=True)
@@ -66,3 +73,35 @@ def peer_binary(name: str) -> str:
             f"{name} {peers()[name].version} is not built at {path} (run {BUILD_HINT})"
         ))  # fmt: skip
     return str(path)
+
+
+@functools.cache
+def version_line(path: str, flag: str) -> str:
+    """The first line ``path flag`` prints (stdout, else stderr), run once per (path, flag)
+    in a session; a short reason in parentheses when there is none."""
+    try:
+        proc = subprocess.run([path, flag], capture_output=True, text=True, timeout=60,
+                              check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"(cannot run it: {exc})"
+    lines = (proc.stdout.strip() or proc.stderr.strip()).splitlines()
+    return lines[0].strip() if lines else f"(printed nothing, exit status {proc.returncode})"
+
+
+def report_lines() -> list[str]:
+    """One line per real peer the suites run: the built Prometheus 3 and vmagent (path and
+    the first line of their version output, or why they are missing) and Debian's
+    ``prometheus`` on PATH (or "not installed")."""
+    lines = []
+    for name, title in (("prometheus", "Prometheus 3"), ("vmagent", "vmagent")):
+        path = peer_path(name)
+        if os.access(path, os.X_OK):
+            lines.append(f"peer {title}: {path}: {version_line(str(path), VERSION_FLAGS[name])}")
+        else:
+            lines.append(f"peer {title}: {peers()[name].version} not built at {path} "
+                         f"(run {BUILD_HINT})")  # fmt: skip
+    debian = shutil.which("prometheus")
+    lines.append("peer Debian prometheus: "
+                 + (f"{debian}: {version_line(debian, '--version')}" if debian
+                    else "not installed"))  # fmt: skip
+    return lines
