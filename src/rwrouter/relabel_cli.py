@@ -81,7 +81,7 @@ def cmd_relabel(args: argparse.Namespace) -> int:
         print(f"rwrouter: note: unset environment variables taken as {UNSET!r}: {names} "
               "(URLs and credentials are not used here)", file=sys.stderr)  # fmt: skip
     router = build_router(config)  # the routes rwrouter run builds
-    results = [(text, explain(labels, router.global_rules, router.routes))
+    results = [(text, explain(labels, router.global_rules, router.routes, router=router))
                for text, labels in parsed]  # fmt: skip
     if args.json:
         print(json.dumps({"series": [_as_json(text, e) for text, e in results]}, indent=2))
@@ -198,6 +198,8 @@ def _as_text(text: str, e: Explanation) -> str:
         role = " (fallback)" if d.fallback else ""
         role += " (shadow)" if d.shadow else ""
         lines.append(f"  destination {d.name}{role}: {_outcome_text(d)}")
+        if d.escape_note:
+            lines.append(f"    {d.escape_note}")
         if e.after_global is not None and d.steps:
             lines += _step_lines(d.steps, e.after_global, "    ")
         elif e.after_global is not None and d.outcome != "not sent":
@@ -246,6 +248,13 @@ def _as_json(text: str, e: Explanation) -> dict[str, Any]:
                 else {"scope": d.dropped_by[0], "index": d.dropped_by[1]},
                 "reason": d.reason,
                 "detail": d.detail,
+                "escaping": d.escaping,
+                "escaped": None if d.escaped is None else {
+                    "before": _labels_json(d.before),
+                    "metric_name": d.escaped.metric_name and list(d.escaped.metric_name),
+                    "renamed": dict(d.escaped.renamed),
+                    "dropped": dict(d.escaped.dropped),
+                },
                 "steps": _steps_json(d.steps, start),
             }
             for d in _ordered(e.decisions)

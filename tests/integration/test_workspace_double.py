@@ -736,3 +736,82 @@ def test_module_entry_point_serves_until_terminated() -> None:
     finally:
         process.terminate()
         assert process.wait(timeout=10) == 0
+
+
+# -- names the workspace refuses, and remote write 2.0 -----------------------------------------
+
+UTF8_NAMES = [
+    # (name, labels of the refused series, the whole message: Cortex's shapes)
+    ("metric name with dots", (("__name__", "http.server.duration"), ("job", "a")),
+     'sample invalid metric name: "http.server.duration"'),
+    ("metric name utf-8", (("__name__", "größe"),), 'sample invalid metric name: "größe"'),
+    ("label name with a dot", (NAME, ("service.name", "api")),
+     'sample invalid label: "service.name" metric "gpu_util{service.name=\\"api\\"}"'),
+    ("label name with a colon", (NAME, ("a:b", "x")),
+     'sample invalid label: "a:b" metric "gpu_util{a:b=\\"x\\"}"'),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("labels", "message"), [c[1:] for c in UTF8_NAMES],
+                         ids=[c[0] for c in UTF8_NAMES])  # fmt: skip
+async def test_12_utf8_names_are_refused_with_cortex_messages(
+    ws: WorkspaceDouble,
+    http: aiohttp.ClientSession,
+    clock: ManualClock,
+    labels: Pairs,
+    message: str,
+) -> None:
+    ts = now_ms(clock)
+    good = ((NAME, ("job", "ok")), [(ts, 1.0)])
+    status, text = await send(http, ws, body_of(write_request((labels, [(ts, 2.0)]), good)))
+    assert (status, text) == (400, message)
+    assert list(ws.series("ws-1")) == [(NAME, ("job", "ok"))]  # the valid series is stored
+    assert ws.rejections == {"invalid_series": 1}
+    assert ws.last_request is not None and ws.last_request.check == 12
+
+
+def botocore_signed(url: str, body: bytes, headers: dict[str, str]) -> dict[str, str]:
+    """Sign exactly ``headers`` (plus Host) with botocore: for a Content-Type our signer does
+    not send to the workspace."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    request = AWSRequest(method="POST", url=url, data=body,
+                         headers={**headers, "Host": url.split("/")[2]})  # fmt: skip
+    SigV4Auth(Credentials(STATIC.access_key, STATIC.secret_key), "aps", REGION).add_auth(request)
+    return {str(name): str(value) for name, value in request.headers.items()}
+
+
+CONTENT_TYPES = [
+    # (name, Content-Type, status)
+    ("rw2", "application/x-protobuf;proto=io.prometheus.write.v2.Request", 415),
+    ("rw2 spaced and quoted", 'application/x-protobuf; proto="io.prometheus.write.v2.request"',
+     415),
+    ("rw1 named", "application/x-protobuf;proto=prometheus.WriteRequest", 200),
+    ("rw1", "application/x-protobuf", 200),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("content_type", "status"), [c[1:] for c in CONTENT_TYPES],
+                         ids=[c[0] for c in CONTENT_TYPES])  # fmt: skip
+async def test_11_remote_write_2_is_unsupported_media_type(
+    ws: WorkspaceDouble,
+    http: aiohttp.ClientSession,
+    clock: ManualClock,
+    content_type: str,
+    status: int,
+) -> None:
+    body = up(ts_ms=now_ms(clock))
+    headers = {"Content-Encoding": "snappy", "Content-Type": content_type,
+               "X-Prometheus-Remote-Write-Version": "2.0.0" if status == 415 else "0.1.0"}
+    got, text = await post(http, ws.url(), body, botocore_signed(ws.url(), body, headers))
+    assert got == status, text
+    if status == 415:
+        assert json.loads(text)["message"].endswith(
+            "the workspace accepts remote write 1.0 (prometheus.WriteRequest) only")
+        assert ws.sample_count("ws-1") == 0 and ws.verified_signatures == 1
+        assert ws.rejections == {"unsupported_media_type": 1}
+        assert ws.last_request is not None and ws.last_request.check == 11
+    else:
+        assert ws.sample_count("ws-1") == 1 and not ws.rejections

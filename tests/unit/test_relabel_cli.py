@@ -296,7 +296,7 @@ def test_drop_rule_json_shape(capsys: pytest.CaptureFixture[str], steps_config: 
     assert shaped == {
         "name": "shaped", "fallback": False, "shadow": False, "outcome": "dropped", "labels": None,
         "dropped_by": {"scope": "destination", "index": 0}, "reason": "relabel",
-        "detail": "dropped by rule [0]",
+        "detail": "dropped by rule [0]", "escaping": "allow-utf-8", "escaped": None,
         "steps": [{"index": 0, "action": "drop",
                    "rule": "action=drop source_labels=[__name__] regex='debug_.*'",
                    "kept": False, "labels": None,

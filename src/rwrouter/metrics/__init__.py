@@ -98,7 +98,8 @@ class Metrics:
         self.dropped_samples = Counter(
             "rwrouter_samples_dropped",
             "Samples not delivered to a destination, by reason: relabel (its rules dropped the "
-            "series), invalid (no metric name left), filtered (only exemplars or histograms "
+            "series), invalid (no metric name left), name_collision (its escaped names equal "
+            "a series seen first), filtered (only exemplars or histograms "
             "the destination does not take), 4xx/3xx (refused by the destination), "
             "retry_budget (max_retry_duration spent), too_large (one series over "
             "max_request_bytes), queue_full (the request was refused with 503, the sender "
@@ -240,6 +241,15 @@ class Metrics:
         self.cache_hit_ratio = Gauge(
             "rwrouter_relabel_cache_hit_ratio",
             "Relabel cache hits / lookups over the last completed minute (NaN before any).",
+            registry=r,
+        )
+        self.name_collisions = Counter(
+            "rwrouter_name_collisions",
+            "Names that collide after a destination's metric_name_escaping_scheme, per label set "
+            "routed (a relabel cache miss): kind=label (two label names of one series: the "
+            "first by original name is kept), kind=series (two series: the later one is not "
+            "sent, reason name_collision).",
+            ["destination", "kind"],
             registry=r,
         )
         self.cache_lookups = Counter(

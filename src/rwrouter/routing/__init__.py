@@ -12,9 +12,16 @@ Rules (rwrouter's routing semantics, built on Prometheus relabel semantics):
    reject it, and with it the rest of the batch).
    A destination with ``send_exemplars: false`` or ``send_native_histograms: false`` gets the
    series without those; a series left with nothing to send is not sent (reason ``filtered``).
-5. Metadata entries are routed by applying the same rules to the label set
-   ``{__name__: <metric family name>}``; the entry itself is forwarded unchanged. An entry
-   without a family name is sent nowhere (counted as ``invalid``).
+5. Then each destination's ``metric_name_escaping_scheme`` writes its output names
+   (:mod:`rwrouter.routing.escape`; ``allow-utf-8`` changes nothing). Two series that escaping
+   makes equal at a destination collide: the first seen is sent, the later one is not (reason
+   ``name_collision``; :mod:`rwrouter.routing.collisions`). Escaping and collisions come after
+   the fallback decision: a series a destination kept counts as kept even when a collision
+   drops it there.
+6. Metadata entries are routed by applying the same rules to the label set
+   ``{__name__: <metric family name>}``; the entry itself is forwarded unchanged (but for its
+   family name, escaped as the destination escapes metric names). An entry without a family
+   name is sent nowhere (counted as ``invalid``).
 
 The outcome of a label set depends only on its raw bytes, so it is computed once and cached (the
 same series return every scrape). Samples, exemplars and histograms are never decoded: a routed
@@ -23,34 +30,41 @@ series is its re-encoded labels followed by the sender's raw bytes.
 
 from __future__ import annotations
 
-import math
+import functools
 import struct
-import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from rwrouter.relabel import FILTER_ACTIONS, RelabelConfig, process
+from rwrouter.relabel.series import format_labels
+from rwrouter.routing.cache import (
+    DEFAULT_CACHE_BYTES,
+    DEFAULT_CACHE_MAX_AGE,
+    DEFAULT_CACHE_SIZE,
+    Generations,
+)
+from rwrouter.routing.collisions import LABEL, SERIES, Claims, Collision, CollisionLog
+from rwrouter.routing.escape import ALLOW_UTF8, SCHEMES, escape_metadata
 from rwrouter.routing.outcome import (
     INVALID,
+    NAME_COLLISION,
     REASONS,
     RELABEL,
+    Renamed,
+    Result,
     Route,
     RuleCopies,
     filter_series,
     labels_read,
     template_parts,
 )
+from rwrouter.routing.routed import RoutedRequest, RoutedSeries, shard_hash
 from rwrouter.wire import RawSeries, frame_metadata, metadata_family
 from rwrouter.wire.scan import (
     FILTERED,
-    Cache,
     Entry,
     Item,
-    counts_of,
     decode_labels,
-    frames_of,
-    hashes_of,
-    new_cache,
+    encode_labels,
     pack_entry,
     scan_request,
     signature,
@@ -63,6 +77,7 @@ __all__ = [
     "DEFAULT_CACHE_SIZE",
     "FILTERED",
     "INVALID",
+    "NAME_COLLISION",
     "RELABEL",
     "Route",
     "RoutedRequest",
@@ -72,67 +87,13 @@ __all__ = [
 ]
 
 
-# Defaults of the relabel_cache section (rwrouter.config.RelabelCacheConfig).
-DEFAULT_CACHE_SIZE = 2_000_000  # label sets
-DEFAULT_CACHE_BYTES = 1024 * 1024 * 1024  # raw label bytes and outcomes held by the cache
-DEFAULT_CACHE_MAX_AGE = 600.0  # seconds: a label set not seen for this long is forgotten
-HIT_RATIO_WINDOW = 60.0  # seconds over which Router.hit_ratio is computed
 MAX_TEMPLATES = 10_000  # distinct values of the labels filter-only rules read (metric names)
 _U32 = struct.Struct("<I")
+_COLLIDED = REASONS.index(NAME_COLLISION)
 
 
-def shard_hash(key: bytes) -> int:
-    """The shard hash of a series: crc32 of its encoded output labels (u32; stable across
-    restarts and processes, so a series keeps its shard however its queue is read back)."""
-    return zlib.crc32(key)
-
-
-@dataclass(slots=True)
-class RoutedSeries:
-    """Series routed to one destination: ``body``, its framed ``timeseries`` fields
-    concatenated (``snappy(body)`` is a valid write request), and ``index``, per frame
-    :data:`~rwrouter.wire.scan.INDEX` (frame bytes, samples, shard hash). ``samples``
-    (samples + exemplars + histograms) and ``series`` are the totals; a series carrying
-    nothing is not forwarded."""
-
-    body: bytes = b""
-    index: bytes = b""
-    samples: int = 0
-    series: int = 0
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held: the body and its index."""
-        return len(self.body) + len(self.index)
-
-    @property
-    def counts(self) -> list[int]:
-        """Each frame's sample count (decodes the index: for tools and tests)."""
-        return counts_of(self.index)
-
-    @property
-    def hashes(self) -> list[int]:
-        """Each frame's shard hash (decodes the index: for tools and tests)."""
-        return hashes_of(self.index)
-
-    @property
-    def frames(self) -> list[bytes]:
-        """Each framed series (slices the body: for tools and tests)."""
-        return frames_of(self.body, self.index)
-
-
-@dataclass(slots=True)
-class RoutedRequest:
-    """One write request routed: per destination (in config order) its series and metadata,
-    and the samples not sent, by destination index and reason."""
-
-    series: list[RoutedSeries]
-    metadata: list[list[bytes]]
-    dropped: dict[tuple[int, str], int]
-    samples_in: int = 0
-    series_in: int = 0
-    metadata_invalid: int = 0  # entries without a metric family name: sent nowhere
-    metadata_in: int = 0
+def _same(report: Collision) -> Collision:
+    return report
 
 
 # Per destination: encoded output labels, or the drop reason (a str) — or None for a fallback
@@ -140,22 +101,16 @@ class RoutedRequest:
 Outcome = tuple[bytes | str | None, ...]
 
 
-class Router:
-    """Routes series and metadata to destinations; caches the outcome per raw label set.
-
-    The cache is bounded three ways (rwrouter's own policy): ``cache_size`` label sets,
-    ``cache_bytes`` bytes of raw and encoded labels, and ``cache_max_age`` seconds (a label set
-    not seen for that long is forgotten: series churn, e.g. restarted pods, cannot grow it).
-    It keeps two generations: lookups try the young one, then the old one (a hit there is
-    copied to the young one). The old generation is forgotten and the young one becomes old
-    every ``cache_max_age / 2`` seconds, and whenever the young one holds half of
-    ``cache_size`` or ``cache_bytes``: the label sets seen most recently stay, and a stable
-    set of up to ``cache_size / 2`` label sets is always fully cached. Bounds are applied
-    after each request (a request may add its own series on top).
+class Router(Generations):
+    """Routes series and metadata to destinations; caches the outcome per raw label set
+    (bounds and generations: :class:`~rwrouter.routing.cache.Generations`).
 
     Lookups run in :func:`~rwrouter.wire.scan.scan_request` (compiled when available). Safe
     to use from several threads under the GIL: the cache is only ever a cache (an outcome
-    depends on the label bytes alone), though concurrent requests may blur the counters.
+    depends on the label bytes alone, and, at a destination that escapes names, on the
+    collision memory), though concurrent requests may blur the counters. Collisions are
+    counted once per label set routed the full way (a cache miss), not per request:
+    :meth:`take_collisions`.
     """
 
     def __init__(
@@ -167,16 +122,10 @@ class Router:
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         cache_max_age: float = DEFAULT_CACHE_MAX_AGE,
     ) -> None:
+        super().__init__(cache_size=cache_size, cache_bytes=cache_bytes,
+                         cache_max_age=cache_max_age)  # fmt: skip
         self.global_rules = tuple(global_rules)
         self.routes = tuple(routes)
-        self.cache_size = cache_size
-        self.cache_bytes = cache_bytes
-        self.cache_max_age = cache_max_age
-        self._young: Cache = new_cache()
-        self._old: Cache = new_cache()
-        self._young_bytes = self._old_bytes = 0
-        self._overlap = self._overlap_bytes = 0  # in both generations (copied since rotation)
-        self._rotated_at: float | None = None
         # Per route: does it filter out exemplars or native histograms?
         self._filters = tuple(not (r.send_exemplars and r.send_native_histograms) for r in routes)
         # Per route: are its rules only keep/drop (they never change the labels)?
@@ -185,67 +134,30 @@ class Router:
         # template shortcut of the miss path (:meth:`_from_template`); else None.
         self._signature_names = labels_read(self.global_rules, self.routes)
         self._templates: dict[tuple[bytes | None, ...], tuple[bytes, ...]] = {}
-        self.hits = 0
-        self.misses = 0
-        self._window: tuple[float, int, int] | None = None  # start, hits, misses at start
-        self._ratio = math.nan
+        # Escaping: per route its scheme; the claims of escaped label sets (None when no route
+        # escapes); signature values the template shortcut must not take (a claim's labels).
+        self._escaping = tuple(r.escaping for r in routes)
+        if unknown := [s for s in self._escaping if s not in SCHEMES]:
+            raise ValueError(f"unknown metric_name_escaping_scheme {unknown[0]!r}")
+        escaping = sum(s != ALLOW_UTF8 for s in self._escaping)
+        self._claims = Claims(routes=len(self.routes), max_claims=cache_size * escaping,
+                              alive=self._cached) if escaping else None  # fmt: skip
+        self._no_template: set[tuple[bytes | None, ...]] = set()
+        self._collisions = CollisionLog()
+        self._now = 0.0
 
     # -- cache -----------------------------------------------------------------------------
 
-    def __len__(self) -> int:
-        """Distinct label sets in the cache."""
-        return len(self._young) + len(self._old) - self._overlap
+    def _rotated(self) -> None:
+        if self._claims is not None and self._claims.losers:
+            self._claims.recheck(self._route_again)
 
-    @property
-    def cached_bytes(self) -> int:
-        """Bytes of raw and encoded labels the cache holds (distinct entries)."""
-        return self._young_bytes + self._old_bytes - self._overlap_bytes
-
-    @property
-    def hit_ratio(self) -> float:
-        """Cache hits / lookups over the last :data:`HIT_RATIO_WINDOW` seconds completed (the
-        current window until one completed); NaN before any lookup."""
-        if math.isnan(self._ratio):
-            lookups = self.hits + self.misses
-            return self.hits / lookups if lookups else math.nan
-        return self._ratio
-
-    def maintain(self, now: float) -> None:
-        """Apply the age bound and roll the hit-ratio window; ``now``: seconds on any monotonic
-        clock. :meth:`route` calls it first."""
-        if self._rotated_at is None:
-            self._rotated_at = now
-        elif (idle := now - self._rotated_at) >= self.cache_max_age / 2:
-            self._rotate(now)
-            if idle >= self.cache_max_age:
-                self._rotate(now)  # no request for a whole max_age: nothing is recent
-        if self._window is None:
-            self._window = (now, self.hits, self.misses)
-        elif now - self._window[0] >= HIT_RATIO_WINDOW:
-            hits, misses = self.hits - self._window[1], self.misses - self._window[2]
-            if hits + misses:
-                self._ratio = hits / (hits + misses)
-            self._window = (now, self.hits, self.misses)
-
-    def _bound(self, now: float) -> None:
-        """The size and byte bounds: a young generation holding half of either becomes old
-        (the previous old one is forgotten); an old one over the whole bound (one request
-        larger than the cache) is forgotten at once."""
-        if len(self._young) >= self.cache_size / 2 or self._young_bytes >= self.cache_bytes / 2:
-            self._rotate(now)
-            if len(self._old) > self.cache_size or self._old_bytes > self.cache_bytes:
-                self._forget_old()
-
-    def _forget_old(self) -> None:
-        self._old = new_cache()
-        self._old_bytes = 0
-        self._overlap = self._overlap_bytes = 0
-
-    def _rotate(self, now: float) -> None:
-        self._forget_old()
-        self._old, self._old_bytes = self._young, self._young_bytes
-        self._young, self._young_bytes = new_cache(), 0
-        self._rotated_at = now
+    def _route_again(self, key: bytes) -> None:
+        """Route a cached label set the full way again (a collision loser whose claimant is
+        gone) and cache the new outcome in the young generation."""
+        entry = self._route_raw(key)
+        self._young[key] = entry
+        self._young_bytes += len(key) + len(entry)
 
     def _miss(self, raw_labels: bytes) -> Entry:
         """Route a label set not in the cache and remember it (the young generation)."""
@@ -263,16 +175,19 @@ class Router:
         """The shortcut for rules that only filter (keep/drop): their outcome depends only on
         the values of the labels they read, so a canonical label set (:func:`signature`)
         takes the outcome of the first one with the same values, with its own shard hash.
-        None when the set is not canonical, or that outcome would change its labels."""
+        None when the set is not canonical, or that outcome would change its labels. When a
+        route escapes names, only legacy names are canonical (escaping changes no such set),
+        and values whose labels a claim holds (:meth:`_taint`) go the full way, where the
+        collision memory is asked."""
         assert self._signature_names is not None
-        values = signature(raw_labels, self._signature_names)
-        if values is None:
+        values = signature(raw_labels, self._signature_names, self._claims is not None)
+        if values is None or values in self._no_template:
             return None
         parts = self._templates.get(values)
         if parts is None:
             items = unpack_entry(raw_labels, self._route_raw(raw_labels))
-            if any(isinstance(i, tuple) and i[0] != raw_labels for i in items):
-                return None  # (cannot happen with filter-only rules on a canonical set)
+            if any((isinstance(i, tuple) and i[0] != raw_labels) or i == _COLLIDED for i in items):
+                return None  # (cannot happen with filter-only rules on a legacy canonical set)
             parts = template_parts(items)
             if len(self._templates) >= MAX_TEMPLATES:
                 self._templates.clear()
@@ -280,10 +195,13 @@ class Router:
         return _U32.pack(shard_hash(raw_labels)).join(parts)
 
     def _route_raw(self, raw_labels: bytes) -> Entry:
-        """The full way: decode the labels, apply the rules, encode the results."""
-        outcome = self.route_labels(decode_labels(raw_labels))
+        """The full way: decode the labels, apply the rules, escape, ask the collision
+        memory, encode the results."""
         items: list[Item] = []
-        for res in outcome:
+        for i, res in enumerate(self._results(decode_labels(raw_labels))):
+            if isinstance(res, Renamed) or (isinstance(res, bytes) and self._claims is not None
+                                            and self._escaping[i] != ALLOW_UTF8):  # fmt: skip
+                res = self._collide(i, res, raw_labels)
             if isinstance(res, bytes):
                 items.append((res, shard_hash(res)))
             else:
@@ -293,27 +211,105 @@ class Router:
     # -- routing ---------------------------------------------------------------------------
 
     def route_labels(self, labels: tuple[tuple[str, str], ...]) -> Outcome:
-        """Apply global then per-destination rules and fallback routing to one label set
-        (sorted by name, as :func:`~rwrouter.wire.scan.decode_labels` gives it)."""
+        """Apply global then per-destination rules, fallback routing and escaping to one
+        label set (sorted by name, as :func:`~rwrouter.wire.scan.decode_labels` gives it);
+        without the collision memory (see :meth:`route_series`)."""
+        return tuple(r.escaped if isinstance(r, Renamed) else r for r in self._results(labels))
+
+    def _results(self, labels: tuple[tuple[str, str], ...]) -> list[Result | None]:
         base = process(labels, self.global_rules) if self.global_rules else labels
         if base is None or not base:
-            return (RELABEL,) * len(self.routes)
+            return [RELABEL] * len(self.routes)
         apply = RuleCopies(base)
-        results: list[bytes | str | None] = []
+        results: list[Result | None] = []
         kept_by_primary = False
         for route, filter_only in zip(self.routes, self._filter_only, strict=True):
             if route.fallback:
                 results.append(None)
                 continue
-            res = apply(route.rules, filter_only)
-            kept_by_primary = kept_by_primary or (isinstance(res, bytes) and not route.shadow)
+            res = apply(route.rules, filter_only, route.escaping)
+            kept_by_primary = kept_by_primary or (not isinstance(res, str) and not route.shadow)
             results.append(res)
         if not kept_by_primary:
             for i, (route, filter_only) in enumerate(zip(self.routes, self._filter_only,
                                                          strict=True)):  # fmt: skip
                 if route.fallback:
-                    results[i] = apply(route.rules, filter_only)
-        return tuple(results)
+                    results[i] = apply(route.rules, filter_only, route.escaping)
+        return results
+
+    def route_series(self, labels: tuple[tuple[str, str], ...]) -> Outcome:
+        """What the router does with a series of these labels (sorted by name): its cached
+        outcome, or the miss path's (with the collision memory; then cached). For tools: the
+        relabel debugger routes several series through one router."""
+        raw = encode_labels(labels)
+        entry = self._young.get(raw) or self._old.get(raw) or self._miss(raw)
+        return tuple(item if item is None else REASONS[item] if isinstance(item, int)
+                     else item[0] for item in unpack_entry(raw, entry))  # fmt: skip
+
+    # -- collisions ------------------------------------------------------------------------
+
+    def _collide(self, i: int, res: bytes | Renamed, key: bytes) -> bytes | str:
+        """Route ``i``'s escaped output labels for the series of cache key ``key``, or
+        NAME_COLLISION when an earlier series holds them (:class:`Claims`)."""
+        assert self._claims is not None
+        route, log = self.routes[i], self._collisions
+        escaped: bytes = res.escaped if isinstance(res, Renamed) else res
+        original = res.original if isinstance(res, Renamed) else None
+        if isinstance(res, Renamed):
+            sent = format_labels(res.detail.labels)
+            for dropped, kept in () if route.shadow else res.detail.dropped:
+                report = Collision(route.name, LABEL, sent, kept, dropped)
+                log.add(destination=route.name, kind=LABEL, key=(i, dropped, kept),
+                        now=self._now, describe=functools.partial(_same, report))  # fmt: skip
+        verdict = self._claims.check(route=i, escaped=escaped, original=original, key=key,
+                                     twin=self._twin)  # fmt: skip
+        if verdict.recorded:
+            self._taint(escaped)
+        if verdict.kept:
+            return escaped
+        if not route.shadow:
+            claimant = verdict.claimant
+            describe = functools.partial(self._describe, i, escaped, original or escaped, claimant)
+            log.add(destination=route.name, kind=SERIES, key=(i, escaped, original),
+                    now=self._now, describe=describe)  # fmt: skip
+        return NAME_COLLISION
+
+    def _describe(self, i: int, escaped: bytes, dropped: bytes, claimant: bytes | None
+                  ) -> Collision:  # fmt: skip
+        """The report of a series collision at route ``i`` (the kept series routed again)."""
+        kept = "(unknown)"
+        res = self._results(decode_labels(claimant))[i] if claimant is not None else None
+        if isinstance(res, Renamed | bytes):
+            kept = format_labels(decode_labels(res.original if isinstance(res, Renamed) else res))
+        return Collision(self.routes[i].name, SERIES, format_labels(decode_labels(escaped)),
+                         kept, format_labels(decode_labels(dropped)))  # fmt: skip
+
+    def _twin(self, i: int, labels: bytes) -> bool:
+        """Whether ``labels`` are a cached key that route ``i`` sends unchanged."""
+        entry = self._young.get(labels) or self._old.get(labels)
+        if entry is None:
+            return False
+        item = unpack_entry(labels, entry)[i]
+        return isinstance(item, tuple) and item[0] == labels
+
+    def _taint(self, escaped: bytes) -> None:
+        """A claim holds ``escaped``: label sets with its signature values go the full way
+        (where the memory is asked); too many such values turn the shortcut off."""
+        if not self._signature_names:
+            return
+        values = signature(escaped, self._signature_names, True)
+        if values is None:
+            return
+        self._no_template.add(values)
+        self._templates.pop(values, None)
+        if len(self._no_template) > MAX_TEMPLATES:
+            self._signature_names = None  # the shortcut off (for good)
+            self._templates.clear()  # (the compiled loop may hold the dict until it returns)
+
+    def take_collisions(self) -> tuple[dict[tuple[str, str], int], list[Collision], int]:
+        """Collisions since the last call: counts by (destination, kind ``label``|``series``),
+        the distinct ones to log (at most 10 a minute) and how many more were not logged."""
+        return self._collisions.take()
 
     def route(self, data: bytes, *, now: float = 0.0) -> RoutedRequest:
         """Route every series and metadata entry of a decompressed write request (RW 1.0);
@@ -322,10 +318,12 @@ class Router:
         Raises DecodeError for malformed input or a series with invalid labels (the whole
         request is refused).
         """
+        self._now = now
         self.maintain(now)
         templates = self._templates if self._signature_names else None
         scan = scan_request(data, self._young, self._old, self._miss, self._filters, self._filter,
-                            REASONS, templates, self._signature_names or ())  # fmt: skip
+                            REASONS, templates, self._signature_names or (),
+                            self._claims is not None)  # fmt: skip
         self.hits += scan.hits
         self.misses += scan.misses
         self._young_bytes += scan.miss_bytes
@@ -353,7 +351,8 @@ class Router:
                 continue
             for i, res in enumerate(self.route_labels((("__name__", family),))):
                 if isinstance(res, bytes):
-                    out.metadata[i].append(frame_metadata(payload))
+                    sent = escape_metadata(payload, family, self._escaping[i])
+                    out.metadata[i].append(frame_metadata(sent))
         return out
 
     def _filter(self, i: int, raw: RawSeries) -> tuple[bytes, int]:

@@ -1,9 +1,11 @@
 """Why one label set goes where it goes (pure; the relabel debugger, ``rwrouter relabel``).
 
-The decision of each destination is the router's own (:meth:`Router.route_labels`, the function
-every series goes through on a cache miss); the steps are the engine's own
-(:func:`rwrouter.relabel.trace`, rule by rule with the function :func:`~rwrouter.relabel.process`
-applies). :func:`explain` checks that both agree on the labels sent.
+The decision of each destination is the router's own (:meth:`Router.route_series`, what every
+series gets on a cache miss, escaping and the collision memory included); the steps are the
+engine's own (:func:`rwrouter.relabel.trace`, rule by rule with the function
+:func:`~rwrouter.relabel.process` applies), then the destination's escaping scheme
+(:func:`rwrouter.routing.escape.escape_labels`). :func:`explain` checks that both agree on the
+labels sent.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rwrouter.relabel import RelabelConfig, Step, trace
+from rwrouter.relabel.series import format_labels
 from rwrouter.routing import Router
-from rwrouter.routing.outcome import INVALID, RELABEL, Route
+from rwrouter.routing.escape import ALLOW_UTF8, Escaped, escape_labels
+from rwrouter.routing.outcome import INVALID, NAME_COLLISION, RELABEL, Route
 from rwrouter.wire.scan import decode_labels
 
 __all__ = ["DROPPED", "INVALID_OUTCOME", "NOT_SENT", "SENT", "Decision", "Explanation", "explain"]
@@ -35,9 +39,13 @@ class Decision:
     ``steps``: its own write_relabel_configs, rule by rule (empty when they were not applied:
     a global rule dropped the series, or a fallback destination does not receive it).
     ``dropped_by``: ``("global" | "destination", rule index)`` when a rule dropped the series.
-    ``reason``: the drop reason the router counts (``relabel``, ``invalid``), None otherwise.
-    ``detail``: one line saying why, for people. ``shadow``: the destination is only counted
-    by the audit (what it would be sent is never sent).
+    ``reason``: the drop reason the router counts (``relabel``, ``invalid``,
+    ``name_collision``), None otherwise. ``detail``: one line saying why, for people.
+    ``shadow``: the destination is only counted by the audit (what it would be sent is never
+    sent). ``labels``: the labels sent (after escaping), or that would be. ``escaping``: the
+    destination's ``metric_name_escaping_scheme``; ``escaped``: what it changed
+    (:class:`~rwrouter.routing.escape.Escaped`) and ``before``: the labels before it, both None
+    when it changed nothing.
     """
 
     name: str
@@ -49,6 +57,23 @@ class Decision:
     reason: str | None
     detail: str
     shadow: bool = False
+    escaping: str = ALLOW_UTF8
+    escaped: Escaped | None = None
+    before: LabelTuple | None = None
+
+    @property
+    def escape_note(self) -> str:
+        """What escaping changed, in one line for people ("" when nothing)."""
+        if self.escaped is None:
+            return ""
+        parts = []
+        if self.escaped.metric_name is not None:
+            old, new = self.escaped.metric_name
+            parts.append(f"metric name {old} -> {new}")
+        parts += [f"label {old} -> {new}" for old, new in self.escaped.renamed]
+        parts += [f"label {old} dropped (its escaped name is {kept}'s too; {kept} sorts first)"
+                  for old, kept in self.escaped.dropped]  # fmt: skip
+        return f"escaped ({self.escaping}): " + "; ".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,13 +91,18 @@ def explain(
     labels: Sequence[tuple[str, str]],
     global_rules: Sequence[RelabelConfig],
     routes: Sequence[Route],
+    *,
+    router: Router | None = None,
 ) -> Explanation:
     """The outcome of ``labels`` (any order) at each destination of ``routes`` after
-    ``global_rules``, with the rules' steps. Raises AssertionError if the engine's steps and
-    the router's decision disagree (a bug)."""
+    ``global_rules``, with the rules' steps. ``router`` (of those rules and routes): one that
+    remembers the series explained before, so a collision between them shows (a fresh one
+    otherwise). Raises AssertionError if the engine's steps and the router's decision disagree
+    (a bug)."""
     start = tuple(sorted(labels))
-    router = Router(global_rules=global_rules, routes=routes, cache_size=1, cache_bytes=1)
-    outcomes = router.route_labels(start)
+    if router is None:
+        router = Router(global_rules=global_rules, routes=routes, cache_size=1, cache_bytes=1)
+    outcomes = router.route_series(start)
     global_steps = tuple(trace(global_rules, start))
     after: LabelTuple | None = start
     global_drop: int | None = None
@@ -81,7 +111,8 @@ def explain(
         after = last.labels if last.kept else None
         global_drop = None if last.kept else last.index
     primaries = [r.name for r, res in zip(routes, outcomes, strict=True)
-                 if not r.fallback and not r.shadow and isinstance(res, bytes)]  # fmt: skip
+                 if not r.fallback and not r.shadow and res not in (RELABEL, INVALID, None)
+                 ]  # fmt: skip
     decisions = []
     for route, res in zip(routes, outcomes, strict=True):
         if after is None:
@@ -114,9 +145,19 @@ def _decision(route: Route, labels: LabelTuple, res: bytes | str) -> Decision:
         index = steps[-1].index
         return Decision(route.name, route.fallback, DROPPED, None, steps,
                         ("destination", index), RELABEL, f"dropped by rule [{index}]")  # fmt: skip
-    if isinstance(res, bytes):
-        assert decode_labels(res) == final, (route.name, res, final)
-        return Decision(route.name, route.fallback, SENT, final, steps, None, None, "sent")
+    if isinstance(res, bytes) or res == NAME_COLLISION:
+        escaped = escape_labels(final, route.escaping)
+        change = escaped if escaped.changed else None
+        if isinstance(res, bytes):
+            assert decode_labels(res) == escaped.labels, (route.name, res, escaped)
+            outcome, reason, why = SENT, None, "sent"
+        else:
+            outcome, reason = DROPPED, NAME_COLLISION
+            why = (f"dropped: escaped, it is {format_labels(escaped.labels)}, the series of"
+                   " another one seen first (name collision)")  # fmt: skip
+        return Decision(route.name, route.fallback, outcome, escaped.labels, steps, None, reason,
+                        why, escaping=route.escaping, escaped=change,
+                        before=final if change else None)  # fmt: skip
     if res == INVALID:
         names = [name for name, _ in final]
         why = "no __name__ label" if "__name__" not in names else "an empty label name"

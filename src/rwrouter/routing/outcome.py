@@ -1,13 +1,16 @@
 """The outcome of one label set (pure): each destination's rules on its own copy (Prometheus
-relabel semantics), the exemplar/histogram filters, and the pieces the cache's template
-shortcut is made of. The routing semantics (fallback, caching) are in :mod:`rwrouter.routing`.
+relabel semantics), its escaping scheme (:mod:`rwrouter.routing.escape`), the
+exemplar/histogram filters, and the pieces the cache's template shortcut is made of. The
+routing semantics (fallback, caching, collisions) are in :mod:`rwrouter.routing`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from rwrouter.relabel import FILTER_ACTIONS, Action, RelabelConfig, passes, process
+from rwrouter.routing.escape import ALLOW_UTF8, Escaped, escape_labels, needs_escaping
 from rwrouter.wire import RawSeries, strip_fields
 from rwrouter.wire.scan import DROPPED, KEPT_SAME, NOT_SENT, Item, encode_labels
 
@@ -15,7 +18,8 @@ from rwrouter.wire.scan import DROPPED, KEPT_SAME, NOT_SENT, Item, encode_labels
 # exemplars or histograms the destination does not take.
 RELABEL = "relabel"
 INVALID = "invalid"
-REASONS = (RELABEL, INVALID)  # what a cache entry's drop reason index refers to
+NAME_COLLISION = "name_collision"  # escaping made it equal to a series seen first
+REASONS = (RELABEL, INVALID, NAME_COLLISION)  # what a cache entry's reason index refers to
 
 _EXEMPLARS, _HISTOGRAMS = 3, 4
 
@@ -31,7 +35,23 @@ class Route:
     shadow: bool = False
     send_exemplars: bool = True
     send_native_histograms: bool = True
+    escaping: str = ALLOW_UTF8
+    """``metric_name_escaping_scheme``: how its output names are written
+    (:data:`rwrouter.routing.escape.SCHEMES`)."""
 
+
+class Renamed(NamedTuple):
+    """Output labels that escaping changed: ``escaped`` (encoded: what is sent), ``original``
+    (encoded, before escaping) and ``detail`` (the names changed or dropped)."""
+
+    escaped: bytes
+    original: bytes
+    detail: Escaped
+
+
+Result = bytes | str | Renamed
+"""One destination's result for a label set: encoded output labels (that escaping did not
+change), the drop reason, or :class:`Renamed`."""
 
 
 def filter_series(raw: RawSeries, route: Route) -> tuple[bytes, int]:
@@ -86,39 +106,50 @@ def template_parts(items: list[Item]) -> tuple[bytes, ...]:
 
 
 class RuleCopies:
-    """Each destination's rules on its own copy of one label set (sorted by name): encoded
-    labels, or the drop reason. Rules that only filter (keep/drop, :data:`FILTER_ACTIONS`)
-    leave the set unchanged, so they are checked without copying it, and the set is encoded
-    once for all the destinations that keep it unchanged."""
+    """Each destination's rules on its own copy of one label set (sorted by name), then its
+    escaping scheme: a :data:`Result`. Rules that only filter (keep/drop,
+    :data:`FILTER_ACTIONS`) leave the set unchanged, so they are checked without copying it,
+    and the set is encoded (and escaped) once per scheme for all the destinations that keep
+    it unchanged."""
 
-    __slots__ = ("_encoded", "_labels", "_mapping")
+    __slots__ = ("_finished", "_labels", "_mapping")
 
     def __init__(self, labels: tuple[tuple[str, str], ...]) -> None:
         self._labels = labels
         self._mapping: dict[str, str] | None = None
-        self._encoded: bytes | str | None = None
+        self._finished: dict[str, Result] = {}
 
-    def __call__(self, rules: tuple[RelabelConfig, ...], filter_only: bool) -> bytes | str:
+    def __call__(self, rules: tuple[RelabelConfig, ...], filter_only: bool,
+                 escaping: str = ALLOW_UTF8) -> Result:  # fmt: skip
         if filter_only:
             if rules:
                 if self._mapping is None:
                     self._mapping = dict(self._labels)
                 if not passes(self._mapping, rules):
                     return RELABEL
-            if self._encoded is None:
-                self._encoded = _finish(self._labels)
-            return self._encoded
+            finished = self._finished.get(escaping)
+            if finished is None:
+                finished = self._finished[escaping] = finish(self._labels, escaping)
+            return finished
         result = process(self._labels, rules)
         if not result:
             return RELABEL
-        return _finish(result)
+        return finish(result, escaping)
 
 
-def _finish(labels: tuple[tuple[str, str], ...]) -> bytes | str:
-    """The encoded output labels, or INVALID without ``__name__`` or with an empty name."""
+def finish(labels: tuple[tuple[str, str], ...], escaping: str = ALLOW_UTF8) -> Result:
+    """The output labels of a destination (sorted by name) encoded, escaped by ``escaping``;
+    RELABEL when none is left, INVALID without ``__name__`` or with an empty name (judged
+    before escaping, which never empties a name)."""
     if not labels:
         return RELABEL
     names = [name for name, _ in labels]
     if "__name__" not in names or "" in names:  # "" can come from a labelmap replacement
         return INVALID
-    return encode_labels(labels)
+    encoded = encode_labels(labels)
+    if escaping == ALLOW_UTF8 or not needs_escaping(labels):
+        return encoded
+    escaped = escape_labels(labels, escaping)
+    if not escaped.changed:
+        return encoded
+    return Renamed(encode_labels(escaped.labels), encoded, escaped)

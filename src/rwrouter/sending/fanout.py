@@ -277,6 +277,16 @@ class FanOut:
         if router.misses != self._misses:
             m.cache_lookups.labels("miss").inc(router.misses - self._misses)
             self._misses = router.misses
+        counts, reports, suppressed = router.take_collisions()
+        for (name, kind), count in counts.items():
+            m.name_collisions.labels(name, kind).inc(count)
+        for c in reports:
+            log.warning("destination=%s kind=%s escaped=%s kept=%s dropped=%s msg=%s",
+                        c.destination, c.kind, q(c.escaped), q(c.kept), q(c.dropped),
+                        q("names collide after escaping: the later one is not sent"))  # fmt: skip
+        if suppressed:
+            log.warning("collisions=%d msg=%s", suppressed,
+                        q("more name collisions this minute, not logged"))  # fmt: skip
 
     async def start(self) -> None:
         """Start every destination's senders."""
@@ -314,6 +324,7 @@ def build_router(config: Config) -> Router:
             shadow=d.shadow,
             send_exemplars=d.send_exemplars,
             send_native_histograms=d.send_native_histograms,
+            escaping=d.metric_name_escaping_scheme,
         )
         for d in ordered
     ]

@@ -6,9 +6,11 @@ Spec: shared/reference/managed-workspace.md "Spec: our local workspace double". 
 failing wins: 1 unknown path/method, 2 no Authorization (403 Missing Authentication Token),
 3 malformed Authorization, 4 host/x-amz-date unsigned, 5 wrong scope, 6 X-Amz-Date over 300 s
 off, 7 unknown key / bad token / expired key, 8 signature mismatch (all 403), 9 unknown
-workspace (404), 10 body over the limit (413), 11 not snappy block / bad protobuf (400),
-12 invalid series, 13 out of order / duplicate / too new (400), 14 ingestion rate (429),
-15 series cap (400). Nothing from a request failing checks 1-11 is stored.
+workspace (404), 10 body over the limit (413), 11 a remote write 2.0 request (415: the
+workspace speaks RW 1.0 only), not snappy block / bad protobuf (400), 12 invalid series
+(names outside the legacy scheme included: the workspace refuses UTF-8 names), 13 out of
+order / duplicate / too new (400), 14 ingestion rate (429), 15 series cap (400). Nothing from
+a request failing checks 1-11 is stored.
 
 Use from async tests::
 
@@ -31,15 +33,18 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import snappy  # type: ignore[import-untyped,unused-ignore]
 from aiohttp import web
-from google.protobuf.message import (  # type: ignore[import-untyped,unused-ignore]
-    DecodeError as ProtobufDecodeError,
-)
 
 from rwrouter.testing.sigv4_verify import Key, Rejection, verify
-from rwrouter.testing.workspace_store import Limits, Metadata, Outcome, Series, WorkspaceStore
-from rwrouter.wire import remote_pb2
+from rwrouter.testing.workspace_store import (
+    Limits,
+    Metadata,
+    Outcome,
+    Series,
+    WorkspaceStore,
+    decode_request,
+    is_rw2,
+)
 
 if TYPE_CHECKING:
     from rwrouter.testing.workspace_runner import ThreadedWorkspace
@@ -55,7 +60,6 @@ __all__ = [
 ]
 
 _PATH = re.compile(r"/workspaces/([^/]+)/api/v1/remote_write")
-_SNAPPY_FRAMED_MAGIC = b"\xff\x06\x00\x00sNaPpY"
 #: Path of the JSON inspection endpoint (GET), a testing backdoor outside the AWS API.
 INSPECT_PATH = "/_double/state"
 
@@ -298,9 +302,11 @@ class WorkspaceDouble:
         if isinstance(verdict, Rejection):
             return verdict, (), None
         self.verified_signatures += 1
-        return self._ingest(match.group(1), body), verdict.signed_headers, verdict.access_key
+        content_type = request.headers.get("Content-Type", "")
+        outcome = self._ingest(match.group(1), body, content_type)
+        return outcome, verdict.signed_headers, verdict.access_key
 
-    def _ingest(self, workspace_id: str, body: bytes) -> Rejection | Outcome:
+    def _ingest(self, workspace_id: str, body: bytes, content_type: str) -> Rejection | Outcome:
         store = self.stores.get(workspace_id)
         if store is None:
             message = f"Workspace not found: {workspace_id}"
@@ -310,7 +316,12 @@ class WorkspaceDouble:
                 f"request body too large: {len(body)} bytes, limit {self.limits.max_body_bytes}"
             )
             return Rejection(10, 413, "too_large", message, "ValidationException")
-        decoded = _decode(body)
+        if is_rw2(content_type):
+            message = (f"unsupported Content-Type {content_type!r}: the workspace accepts remote "
+                       "write 1.0 (prometheus.WriteRequest) only")  # fmt: skip
+            return Rejection(11, 415, "unsupported_media_type", message,
+                             "UnsupportedMediaTypeException")  # fmt: skip
+        decoded = decode_request(body)
         if isinstance(decoded, str):
             return Rejection(11, 400, "bad_body", decoded, "ValidationException")
         return store.ingest(decoded, now_s=self.clock())
@@ -363,21 +374,6 @@ _CHECK_OF_REASON = {
     "rate_limited": 14,
     "series_limit": 15,
 }
-
-
-def _decode(body: bytes) -> remote_pb2.WriteRequest | str:
-    """Check 11: the body as a WriteRequest, or the 400 message."""
-    if body.startswith(_SNAPPY_FRAMED_MAGIC):
-        return "snappy: corrupt input (framed/stream format; remote write needs the block format)"
-    try:
-        raw = snappy.uncompress(body)
-    except Exception as exc:  # python-snappy raises several types
-        return f"snappy: corrupt input: {exc}"
-    try:
-        request: remote_pb2.WriteRequest = remote_pb2.WriteRequest.FromString(raw)
-    except ProtobufDecodeError as exc:
-        return f"proto: cannot parse WriteRequest: {exc}"
-    return request
 
 
 def _aws_error(status: int, error_type: str, message: str) -> web.Response:

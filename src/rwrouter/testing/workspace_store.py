@@ -4,7 +4,8 @@ Accepted data is keyed by label set. Float samples keep their raw 8-byte value b
 staleness marker ``0x7ff0000000000002`` stays itself), histograms keep their encoded protobuf
 bytes. Time is passed in (unix seconds). Messages follow Cortex's validation texts.
 Source: shared/reference/managed-workspace.md "Quotas that matter", "Answers you will see";
-Cortex ``pkg/util/validation`` and ingester error texts.
+Cortex ``pkg/util/validation`` and ingester error texts. Also the body checks of check 11
+(:func:`is_rw2`, :func:`decode_request`).
 """
 
 from __future__ import annotations
@@ -15,11 +16,17 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import snappy  # type: ignore[import-untyped,unused-ignore]
+from google.protobuf.message import (  # type: ignore[import-untyped,unused-ignore]
+    DecodeError as ProtobufDecodeError,
+)
+
 from rwrouter.wire import remote_pb2, types_pb2
 
 #: A series identity: (name, value) pairs in the order received (they are validated sorted).
 Labels = tuple[tuple[str, str], ...]
 
+_SNAPPY_FRAMED_MAGIC = b"\xff\x06\x00\x00sNaPpY"
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
@@ -228,39 +235,108 @@ class WorkspaceStore:
 
 
 def validate_labels(labels: Labels, limits: Limits) -> tuple[str, str] | None:
-    """Check 12 for one series: ``(reason, Cortex-style message)`` or ``None`` when valid."""
+    """Check 12 for one series: ``(reason, Cortex-style message)`` or ``None`` when valid.
+
+    Names are judged by the legacy scheme, as the managed workspace does (it refuses UTF-8
+    names): metric name ``[a-zA-Z_:][a-zA-Z0-9_:]*``, label name ``[a-zA-Z_][a-zA-Z0-9_]*``.
+    Order and texts: Cortex ``pkg/util/validation`` ``ValidateLabels`` (``%.200q``: Go quoting
+    of at most 200 characters; the series as ``formatLabelSet`` writes it)."""
     name = _name(labels)
-    shown = format_labels(labels)
     if not name:
         return ("invalid_series", "sample missing metric name")
     if not _METRIC_NAME.fullmatch(name):
-        return ("invalid_series", f"sample invalid metric name: {name!r}")
+        return ("invalid_series", f"sample invalid metric name: {go_quote(name)}")
     if len(labels) > limits.max_labels:
         return (
             "invalid_series",
             f"series has too many labels (actual: {len(labels)}, "
-            f"limit: {limits.max_labels}) series: '{shown}'",
+            f"limit: {limits.max_labels}) series: '{format_labels(labels)}'",
         )
     previous = ""
     for label_name, value in labels:
-        problem = ""
-        if not _LABEL_NAME.fullmatch(label_name) and label_name != "__name__":
-            problem = f"sample invalid label: {label_name!r}"
+        problem, cause = "", label_name
+        if not _LABEL_NAME.fullmatch(label_name):
+            problem = "sample invalid label"
         elif len(label_name.encode()) > limits.max_name_bytes:
-            problem = f"label name too long: {label_name!r}"
+            problem = "label name too long"
         elif not value:
-            problem = f"sample has empty label value: {label_name!r}"
+            problem = "sample has empty label value"
         elif len(value.encode()) > limits.max_value_bytes:
-            problem = f"label value too long: {value!r}"
+            problem, cause = "label value too long", value
         elif label_name == previous:
-            problem = f"duplicate label name: {label_name!r}"
+            problem = "duplicate label name"
         elif label_name < previous:
-            problem = f"labels not sorted: {label_name!r}"
+            problem = "labels not sorted"
         if problem:
-            return ("invalid_series", f"{problem} metric: {shown!r}")
+            series = go_quote(cortex_series(labels))
+            return ("invalid_series", f"{problem}: {go_quote(cause)} metric {series}")
         previous = label_name
     return None
 
 
+_GO_SHORT = {0x07: "\\a", 0x08: "\\b", 0x0C: "\\f", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t",
+             0x0B: "\\v", 0x5C: "\\\\", 0x22: '\\"'}
+
+
+def go_quote(text: str, limit: int = 200) -> str:
+    """Go's ``fmt`` ``%.200q`` of ``text``: its first ``limit`` characters, double-quoted,
+    with Go's escapes (``strconv.Quote``: printable characters as they are)."""
+    out = ['"']
+    for char in text[:limit]:
+        code = ord(char)
+        if code in _GO_SHORT:
+            out.append(_GO_SHORT[code])
+        elif char.isprintable():
+            out.append(char)
+        elif code < 0x80:
+            out.append(f"\\x{code:02x}")
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    out.append('"')
+    return "".join(out)
+
+
+def cortex_series(labels: Labels) -> str:
+    """A series as Cortex's ``formatLabelSet`` writes it in validation messages:
+    ``name{a="x", b="y"}`` (labels in the order received, values Go-quoted)."""
+    name, rest = "", []
+    for label_name, value in labels:
+        if label_name == "__name__" and not name and value:
+            name = value
+        else:
+            rest.append(f"{label_name}={go_quote(value, limit=1 << 30)}")
+    if not rest:
+        return name or "{}"
+    return f"{name}{{{', '.join(rest)}}}"
+
+
 def _name(labels: Labels) -> str:
     return next((value for name, value in labels if name == "__name__"), "")
+
+
+def is_rw2(content_type: str) -> bool:
+    """Whether ``Content-Type`` names the RW 2.0 message (``proto=io.prometheus.write.v2.Request``,
+    case-insensitive, possibly quoted)."""
+    _, _, params = content_type.partition(";")
+    for param in params.split(";"):
+        key, _, value = param.partition("=")
+        if key.strip().lower() == "proto":
+            return value.strip().strip('"').lower() == "io.prometheus.write.v2.request"
+    return False
+
+
+def decode_request(body: bytes) -> remote_pb2.WriteRequest | str:
+    """Check 11: the body as a WriteRequest, or the 400 message."""
+    if body.startswith(_SNAPPY_FRAMED_MAGIC):
+        return "snappy: corrupt input (framed/stream format; remote write needs the block format)"
+    try:
+        raw = snappy.uncompress(body)
+    except Exception as exc:  # python-snappy raises several types
+        return f"snappy: corrupt input: {exc}"
+    try:
+        request: remote_pb2.WriteRequest = remote_pb2.WriteRequest.FromString(raw)
+    except ProtobufDecodeError as exc:
+        return f"proto: cannot parse WriteRequest: {exc}"
+    return request

@@ -243,15 +243,16 @@ static PyObject *pure_scan(PyObject *const *args, Py_ssize_t nargs) {
     return call_reference("rwrouter.wire.scan", "scan_request_py", args, nargs);
 }
 
-static PyObject *signature_values(const uint8_t *d, Py_ssize_t end, PyObject *names);
+static PyObject *signature_values(const uint8_t *d, Py_ssize_t end, PyObject *names,
+                                  int legacy);
 static PyObject *crc32_fn; /* zlib.crc32: the shard hash of routing.shard_hash */
 
 /* The miss path's template shortcut of routing.Router._from_template, for a label set the
  * Python side has a template for: 1 and *out a new entry, 0 when it does not apply (the caller
  * calls miss()), -1 on error. templates: {signature values: tuple of bytes pieces}. */
 static int template_entry(const char *kp, Py_ssize_t kn, PyObject *names, PyObject *templates,
-                          PyObject **out) {
-    PyObject *values = signature_values((const uint8_t *)kp, kn, names);
+                          int legacy, PyObject **out) {
+    PyObject *values = signature_values((const uint8_t *)kp, kn, names, legacy);
     if (!values) return -1;
     if (values == Py_None) {
         Py_DECREF(values);
@@ -367,14 +368,16 @@ static Py_ssize_t prehash(const uint8_t *d, Py_ssize_t end, PreHash **out) {
 
 static PyObject *scan_request(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 7 && nargs != 9) {
-        PyErr_SetString(PyExc_TypeError, "scan_request takes 7 or 9 arguments");
+    if (nargs != 7 && nargs != 9 && nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "scan_request takes 7, 9 or 10 arguments");
         return NULL;
     }
     PyObject *data = args[0], *young = args[1], *old = args[2], *miss = args[3];
     PyObject *filters = args[4], *filt = args[5], *reasons = args[6];
     /* The template shortcut (templates dict, names tuple), or None */
-    PyObject *templates = nargs == 9 ? args[7] : Py_None, *names = nargs == 9 ? args[8] : Py_None;
+    PyObject *templates = nargs >= 9 ? args[7] : Py_None, *names = nargs >= 9 ? args[8] : Py_None;
+    int legacy = nargs == 10 ? PyObject_IsTrue(args[9]) : 0; /* legacy names only */
+    if (legacy < 0) return NULL;
     int use_templates = PyDict_CheckExact(templates) && PyTuple_CheckExact(names);
     for (Py_ssize_t i = 0; use_templates && i < PyTuple_GET_SIZE(names); i++)
         use_templates = PyBytes_CheckExact(PyTuple_GET_ITEM(names, i));
@@ -512,7 +515,7 @@ static PyObject *scan_request(PyObject *module, PyObject *const *args, Py_ssize_
                 promoted_bytes += kn + PyBytes_GET_SIZE(entry);
             } else {
                 int made = use_templates && kn > 0
-                               ? template_entry(kp, kn, names, templates, &entry) : 0;
+                               ? template_entry(kp, kn, names, templates, legacy, &entry) : 0;
                 if (made < 0) FAIL;
                 if (made) {
                     if (lc_insert((LabelCache *)young, g, entry) < 0) FAIL;
@@ -889,23 +892,36 @@ static PyObject *pure_signature(PyObject *const *args, Py_ssize_t nargs) {
 
 /* Compiled rwrouter.wire.scan.signature_py: the values of ``names`` (sorted bytes) in a
  * canonical label set, or None when the set is not canonical. */
-static PyObject *signature_values(const uint8_t *d, Py_ssize_t end, PyObject *names);
-
 static PyObject *signature(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 2 || !PyBytes_CheckExact(args[0]) || !PyTuple_CheckExact(args[1]))
+    if ((nargs != 2 && nargs != 3) || !PyBytes_CheckExact(args[0]) ||
+        !PyTuple_CheckExact(args[1]) || (nargs == 3 && !PyBool_Check(args[2])))
         return pure_signature(args, nargs);
     PyObject *names = args[1];
     for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(names); k++)
         if (!PyBytes_CheckExact(PyTuple_GET_ITEM(names, k)))
             return pure_signature(args, nargs);
     return signature_values((const uint8_t *)PyBytes_AS_STRING(args[0]),
-                            PyBytes_GET_SIZE(args[0]), names);
+                            PyBytes_GET_SIZE(args[0]), names, nargs == 3 && args[2] == Py_True);
+}
+
+/* Whether s[0:n] (n > 0) is a legacy name: [a-zA-Z_][a-zA-Z0-9_]*, with ':' too when colon
+ * (a metric name). */
+static int legacy_name(const uint8_t *s, uint64_t n, int colon) {
+    if (s[0] >= '0' && s[0] <= '9') return 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint8_t c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || (colon && c == ':')))
+            return 0;
+    }
+    return 1;
 }
 
 /* The values of ``names`` (a tuple of bytes, sorted) in the canonical label set d[0:end], or
- * None when it is not canonical (see signature_py). */
-static PyObject *signature_values(const uint8_t *d, Py_ssize_t end, PyObject *names) {
+ * None when it is not canonical (see signature_py; legacy: legacy names only). */
+static PyObject *signature_values(const uint8_t *d, Py_ssize_t end, PyObject *names,
+                                  int legacy) {
     Py_ssize_t pos = 0, nnames = PyTuple_GET_SIZE(names);
     PyObject *values = PyTuple_New(nnames);
     if (!values) return NULL;
@@ -942,6 +958,9 @@ static PyObject *signature_values(const uint8_t *d, Py_ssize_t end, PyObject *na
             if (name[i] >= 0x80) goto no;
         for (uint64_t i = 0; i < vlen; i++)
             if (value[i] >= 0x80) goto no;
+        if (legacy && (!legacy_name(name, nlen, 0) ||
+                       (nlen == 8 && !memcmp(name, "__name__", 8) && !legacy_name(value, vlen, 1))))
+            goto no;
         if (prev) { /* strictly increasing names */
             Py_ssize_t m = prev_len < (Py_ssize_t)nlen ? prev_len : (Py_ssize_t)nlen;
             int c = memcmp(prev, name, (size_t)m);

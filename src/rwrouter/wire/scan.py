@@ -146,7 +146,7 @@ LabelDecoder = Callable[[bytes], tuple[tuple[str, str], ...]]
 LabelEncoder = Callable[[tuple[tuple[str, str], ...]], bytes]
 IndexTotals = Callable[[bytes], tuple[int, int]]
 ShardSplitter = Callable[[bytes, bytes, int], list[tuple[bytes, bytes, int, int]]]
-Signature = Callable[[bytes, tuple[bytes, ...]], tuple[bytes | None, ...] | None]
+Signature = Callable[[bytes, tuple[bytes, ...], bool], tuple[bytes | None, ...] | None]
 Filter = Callable[[int, RawSeries], tuple[bytes, int]]
 
 
@@ -194,14 +194,17 @@ def scan_request_py(
     reasons: tuple[str, ...],
     templates: Templates | None = None,
     names: tuple[bytes, ...] = (),
+    legacy: bool = False,
 ) -> Scan:
     """Split a decompressed write request (RW 1.0) into per-destination shares.
 
     ``young``/``old``: the routing cache (read; ``young`` also gets what ``old`` answered).
     ``miss(raw_labels)``: the outcome of a label set in neither (the caller caches it).
-    ``reasons``: the drop reasons an :data:`Entry` refers to by index. ``templates``/``names``:
-    the miss path's template shortcut (:meth:`rwrouter.routing.Router._from_template`), which
-    the compiled loop applies itself; this loop leaves it to ``miss`` (same entries).
+    ``reasons``: the drop reasons an :data:`Entry` refers to by index.
+    ``templates``/``names``/``legacy``: the miss path's template shortcut
+    (:meth:`rwrouter.routing.Router._from_template`, with :func:`signature` ``(raw, names,
+    legacy)``), which the compiled loop applies itself; this loop leaves it to ``miss`` (same
+    entries).
     ``filters[i]``: destination ``i`` takes only some of exemplars/histograms; then
     ``filt(i, raw_series)`` gives (the series' remaining raw fields, samples left). A series
     without samples, exemplars or histograms is looked up (its labels are checked) but not
@@ -283,13 +286,29 @@ def scan_request_py(
     )
 
 
-def signature_py(raw: bytes, names: tuple[bytes, ...]) -> tuple[bytes | None, ...] | None:
+_LEGACY_LABEL = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789")
+_LEGACY_METRIC = _LEGACY_LABEL | {ord(":")}
+_DIGITS = frozenset(b"0123456789")
+
+
+def _legacy(text: bytes, allowed: frozenset[int]) -> bool:
+    """Whether ``text`` (non-empty) is a legacy name of the character set ``allowed``: no
+    digit first (the RW 1.0 label rules)."""
+    return text[0] not in _DIGITS and all(byte in allowed for byte in text)
+
+
+def signature_py(
+    raw: bytes, names: tuple[bytes, ...], legacy: bool = False
+) -> tuple[bytes | None, ...] | None:
     """The values of the labels ``names`` (sorted by byte order) in ``raw``, the raw Label
     fields of a series, if ``raw`` is canonical: every Label exactly ``0a len 0a len name 12
     len value`` with minimal varints, names and values non-empty ASCII, names strictly
-    increasing. Then :func:`decode_labels` of ``raw`` gives its labels in order and
-    :func:`encode_labels` of those gives ``raw`` back. None when not canonical (the caller
-    decodes it the full way). An absent name has the value None."""
+    increasing, and with ``legacy`` every name a legacy label name
+    (``[a-zA-Z_][a-zA-Z0-9_]*``) and the ``__name__`` value a legacy metric name
+    (``[a-zA-Z_:][a-zA-Z0-9_:]*``: no escaping scheme changes such a set). Then
+    :func:`decode_labels` of ``raw`` gives its labels in order and :func:`encode_labels` of
+    those gives ``raw`` back. None when not canonical (the caller decodes it the full way). An
+    absent name has the value None."""
     values: list[bytes | None] = [None] * len(names)
     wanted = {name: i for i, name in enumerate(names)}
     pos, end, previous = 0, len(raw), b""
@@ -315,6 +334,10 @@ def signature_py(raw: bytes, names: tuple[bytes, ...]) -> tuple[bytes | None, ..
                 return None
             value = raw[vat:stop]
             if not (name.isascii() and value.isascii()) or (previous and name <= previous):
+                return None
+            if legacy and not _legacy(name, _LEGACY_LABEL):
+                return None
+            if legacy and name == b"__name__" and not _legacy(value, _LEGACY_METRIC):
                 return None
             previous = name
             if name in wanted:
