@@ -13,16 +13,19 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+import snappy
 from aiohttp import web
 
 from rwrouter.audit.capture import MAGIC, MAX_BODY_BYTES, CaptureError, CaptureReader
 from rwrouter.config import ServerConfig, parse_config
+from rwrouter.protocol import Written
 from rwrouter.sending.audit import audit_capture
 from rwrouter.server.capture import CaptureWriter, capture_app
 from tests.integration.conftest import StartRouter, post_write
 from tests.integration.test_audit import ROUTER, audit, base, by_name, fleet
 from tests.support.capture import CaptureServer
-from tests.support.series import HEADERS
+from tests.support.rw2 import HEADERS_V2, encode_v2, symbolize
+from tests.support.series import HEADERS, decode
 
 
 @pytest.fixture
@@ -65,11 +68,14 @@ async def test_offline_audit_of_a_capture_equals_the_live_audit(
     assert shadow == {"workspace": False, "selfhosted": False, "every-gpu-family": True}
 
 
-RW2 = "application/x-protobuf;proto=io.prometheus.write.v2.Request"
+RW3 = "application/x-protobuf;proto=io.prometheus.write.v3.Request"
 REFUSALS = [
     ("not_snappy", b"not snappy", HEADERS, 400),
     ("gzip", b"x", {**HEADERS, "Content-Encoding": "gzip"}, 415),
-    ("rw2", b"x", {**HEADERS, "Content-Type": RW2}, 415),
+    ("unknown_protobuf_message", b"x", {**HEADERS, "Content-Type": RW3}, 415),
+    ("rw2_not_snappy", b"x", HEADERS_V2, 400),
+    ("rw2_ref_outside_the_symbols_table", bytes(snappy.compress(b"\x22\x00\x2a\x03\x0a\x01\x05")),
+     HEADERS_V2, 400),
 ]  # fmt: skip
 
 
@@ -83,7 +89,40 @@ async def test_capture_refuses_what_the_router_refuses_and_records_nothing(
     async with http.post(f"{url}/api/v1/write", data=body, headers=headers) as resp:
         assert resp.status == status
         assert (await resp.text()).count("\n") == 1
+        written = Written.parse(resp.headers)
+    assert written == (Written() if headers is HEADERS_V2 else None)
     assert (writer.summary.requests, writer.summary.refused) == (0, 1)
+
+
+async def test_rw2_requests_are_captured_in_their_rw1_form(
+    capture_url: tuple[str, CaptureWriter], start_router: StartRouter,
+    http: aiohttp.ClientSession, fresh_capture: CaptureServer,
+) -> None:  # fmt: skip
+    """A capture of RW 2.0 requests holds their RW1 form (the format of every capture file):
+    its offline audit equals the live audit of a router sent the same series as RW 1.0."""
+    url, writer = capture_url
+    router = await start_router(ROUTER.format(url=base(fresh_capture)))
+    sent = []
+    for scrape in range(3):
+        body = fleet(scrape)
+        rw1, _ = decode(body)
+        sent.append(rw1.SerializeToString())
+        async with http.post(f"{url}/api/v1/write", data=encode_v2(symbolize(rw1)),
+                             headers=HEADERS_V2) as resp:  # fmt: skip
+            assert resp.status == 204, await resp.text()
+            samples = sum(len(ts.samples) for ts in rw1.timeseries)
+            assert Written.parse(resp.headers) == Written(samples=samples)
+        assert (await post_write(http, router, body))[0] == 204
+    writer.close()
+    with open(writer.path, "rb") as stream:
+        recorded = [bytes(snappy.decompress(body)) for _, body in CaptureReader(stream).records()]
+    assert recorded == sent
+    config = parse_config(ROUTER.format(url=base(fresh_capture)), env={})
+    with open(writer.path, "rb") as stream:
+        offline = audit_capture(config, stream, top=None)
+    assert (offline.requests, offline.skipped) == (3, 0)
+    live = by_name(await audit(http, router))
+    assert {name: by_name(offline.report)[name] for name in live} == live
 
 
 async def test_a_full_capture_answers_204_and_records_no_more(

@@ -1,4 +1,5 @@
-"""The receive side over HTTP: answers to good and bad requests (RW 1.0 spec; issue 2 sec. 2).
+"""The receive side over HTTP: answers to good and bad requests (RW 1.0 spec; issue 2 sec. 2;
+remote write 2.0 in: test_receive_rw2.py).
 
 Every bad request gets a 4xx with a one-line reason, never a 5xx, and the next request is
 served normally.
@@ -66,9 +67,9 @@ BAD_REQUESTS = [
     ("gzip_encoding", {**HEADERS, "Content-Encoding": "gzip"}, GOOD, 415, "Content-Encoding"),
     ("json_content_type", {**HEADERS, "Content-Type": "application/json"}, GOOD, 415,
      "Content-Type"),
-    ("remote_write_2_0", {**HEADERS,
-     "Content-Type": "application/x-protobuf;proto=io.prometheus.write.v2.Request"}, GOOD, 415,
-     "2.0"),
+    ("unknown_protobuf_message", {**HEADERS,
+     "Content-Type": "application/x-protobuf;proto=io.prometheus.write.v3.Request"}, GOOD, 415,
+     "io.prometheus.write.v3.Request"),
 ]  # fmt: skip
 
 ROUTER = """

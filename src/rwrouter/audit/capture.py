@@ -1,13 +1,15 @@
 """The capture file (pure): remote write requests as received, for an offline audit
 (``rwrouter capture`` writes one, ``rwrouter audit --capture`` reads it).
 
-Layout (rwrouter's own): the line :data:`MAGIC`, then one record per request: a header
-``<qII`` (little-endian: received time in milliseconds since the epoch, body length in bytes,
-zlib crc32 of the body) and the body exactly as the sender sent it (snappy block of a RW 1.0
-``WriteRequest``). A capture stopped mid-write leaves a torn last record: reading stops there
-(:attr:`CaptureReader.torn`). A record whose body fails its checksum is skipped
-(:attr:`CaptureReader.corrupt`); a length over :data:`MAX_BODY_BYTES` cannot be trusted, so
-reading stops there too.
+Layout (rwrouter's own): the line :data:`MAGIC`, then one record per request: a header ``<qII``
+(little-endian: received time in milliseconds since the epoch, body length in bytes, zlib crc32
+of the body) and the body: a snappy block of an RW 1.0 ``WriteRequest``, exactly as the sender
+sent it, or for a remote write 2.0 request its RW1 form (what the router routes,
+:mod:`rwrouter.wire.rw2_in`), compressed again: one format for both protocols, so files written
+before RW 2.0 and after read the same way, by any version. A capture stopped mid-write leaves a
+torn last record: reading stops there (:attr:`CaptureReader.torn`). A record whose body fails
+its checksum is skipped (:attr:`CaptureReader.corrupt`); a length over :data:`MAX_BODY_BYTES`
+cannot be trusted, so reading stops there too.
 """
 
 from __future__ import annotations

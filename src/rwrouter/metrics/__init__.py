@@ -51,6 +51,14 @@ class Metrics:
             ["code"],
             registry=r,
         )
+        self.received_protocol_requests = Counter(
+            "rwrouter_received_protocol_requests",
+            "Remote write requests received, by the protocol their Content-Type named "
+            "(1.0: prometheus.WriteRequest, 2.0: io.prometheus.write.v2.Request), whatever "
+            "the answer.",
+            ["protocol"],
+            registry=r,
+        )
         self.received_series = Counter(
             "rwrouter_received_series", "Series received in accepted requests.", registry=r
         )

@@ -24,13 +24,15 @@ from rwrouter.config import Config, DestinationConfig, StorageConfig, TLSConfig,
 from rwrouter.errors import StorageError, TooLargeError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
+from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written
 from rwrouter.routing import Route, RoutedRequest, Router
 from rwrouter.sending.audit import Audit
 from rwrouter.sending.destination import Destination
 from rwrouter.sending.names import MetricNameShares
-from rwrouter.sending.records import EncodedShare, encode_share
+from rwrouter.sending.records import FLAG_START_TIMESTAMPS, EncodedShare, encode_share
 from rwrouter.sending.transport import Transport
 from rwrouter.wire import decompress
+from rwrouter.wire.rw2_in import to_rw1
 
 log = logging.getLogger("rwrouter.fanout")
 
@@ -45,22 +47,27 @@ _TLS_VERSIONS = {
 @dataclass(frozen=True, slots=True)
 class Accepted:
     """What happened to one request: ``full`` names the destinations without room (then
-    nothing was enqueued); ``series``/``samples`` count what was received."""
+    nothing was enqueued); ``series``/``samples`` count what was received. ``written``: for
+    an RW 2.0 request, what it carried (the counts of its Written headers), else None."""
 
     full: tuple[str, ...]
     series: int
     samples: int
     metadata: int
+    written: Written | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Decoded:
     """A request decoded and routed, with each destination's share encoded as queue records
-    (in config order)."""
+    (in config order). ``written``: for an RW 2.0 request, the samples, histograms and
+    exemplars it carried (all accepted once enqueued, even those the rules drop), else
+    None."""
 
     routed: RoutedRequest
     shares: list[EncodedShare]
     generation: int = 0
+    written: Written | None = None
 
 
 class Stale(Exception):
@@ -128,15 +135,27 @@ class FanOut:
         finally:
             self._open.set()
 
-    def decode(self, body: bytes, *, max_decoded_bytes: int) -> Decoded:
-        """Decompress, parse and route one request body, and encode each destination's share
-        as queue records. CPU-bound and independent of the queues: the server runs it in a
-        worker thread, so the event loop stays responsive.
+    def decode(
+        self, body: bytes, *, max_decoded_bytes: int, message: str = RW1_MESSAGE
+    ) -> Decoded:
+        """Decompress, parse and route one request body carrying ``message``
+        (:data:`~rwrouter.protocol.RW1_MESSAGE` or :data:`~rwrouter.protocol.RW2_MESSAGE`: an
+        RW 2.0 request is converted to the RW1 form first, :mod:`rwrouter.wire.rw2_in`), and
+        encode each destination's share as queue records (``FLAG_START_TIMESTAMPS`` when the
+        request carried start timestamps). CPU-bound and independent of the queues: the
+        server runs it in a worker thread, so the event loop stays responsive.
 
-        Raises DecodeError / TooLargeError (see :func:`rwrouter.wire.decompress`).
+        Raises DecodeError / TooLargeError (see :func:`rwrouter.wire.decompress` and
+        :func:`rwrouter.wire.rw2_in.to_rw1_py`: ``max_decoded_bytes`` bounds an RW 2.0
+        request's RW1 form too).
         """
         generation, router, destinations = self._state  # one read: consistent with each other
         data = decompress(body, max_decoded_bytes=max_decoded_bytes)
+        written, flags = None, 0
+        if message == RW2_MESSAGE:
+            converted = to_rw1(data, max_bytes=max_decoded_bytes)  # its RW1 form too
+            data, written = converted.data, converted.written
+            flags = FLAG_START_TIMESTAMPS if converted.start_timestamps else 0
         now = time.monotonic()
         routed = router.route(data, now=now)
         sent = routed.series[: len(destinations)]  # then the shadow destinations' shares
@@ -150,10 +169,11 @@ class FanOut:
                 samples=series.samples,
                 received_ms=received_ms,
                 max_body_bytes=dest.max_request_bytes,
+                flags=flags,
             )
             for series, dest in zip(sent, destinations, strict=True)
         ]
-        return Decoded(routed, shares, generation)
+        return Decoded(routed, shares, generation, written)
 
     async def accept(self, decoded: Decoded) -> Accepted:
         """Append a decoded request to every destination's disk queue, or to none if one with
@@ -197,7 +217,7 @@ class FanOut:
                 if dest.name in full:
                     m.dropped_samples.labels(dest.name, "queue_full").inc(share.total_samples)
                     dest.refused(share.total_samples)
-            return Accepted(full, *counts)
+            return Accepted(full, *counts, written=decoded.written)
         writes = [(dest, share) for dest, share in pairs if share.nbytes]
         reserved: list[tuple[Destination, EncodedShare]] = []
         try:
@@ -240,7 +260,7 @@ class FanOut:
         if routed.metadata_invalid:
             for dest in self.destinations:
                 m.dropped_metadata.labels(dest.name, "invalid").inc(routed.metadata_invalid)
-        return Accepted((), *counts)
+        return Accepted((), *counts, written=decoded.written)
 
     @staticmethod
     async def _append_all(

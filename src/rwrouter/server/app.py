@@ -1,19 +1,24 @@
 """The receive side: an aiohttp web application (the only aiohttp.web importer).
 
-Endpoints: ``POST /api/v1/write`` and ``POST /api/v1/push`` (remote write 1.0), ``GET /metrics``,
+Endpoints: ``POST /api/v1/write`` and ``POST /api/v1/push`` (remote write 1.0 and 2.0,
+negotiated by ``Content-Type``: :func:`rwrouter.protocol.message_of`), ``GET /metrics``,
 ``GET /-/healthy``, ``GET /-/ready``, ``POST /-/reload``, ``GET /`` (the status page) and
 ``GET /-/status`` (its figures as JSON), ``GET /-/audit`` (the audit report as JSON). Other
 methods on a known path get 405 (aiohttp).
 
-Answers (RW 1.0 spec; the sender's mistakes are 4xx with a one-line reason, never 5xx):
-204 accepted; 400 undecodable body; 408 body too slow to arrive; 413 body or declared decoded
-size over the limit, or a share larger than a destination's whole queue; 415 another
-Content-Encoding or Content-Type (RW 2.0 included, until it is supported); 503 with
+Answers (RW 1.0 and 2.0 specs; the sender's mistakes are 4xx with a one-line reason, never
+5xx): 204 accepted; 400 undecodable body (for RW 2.0 also a label ref outside the symbols
+table, an odd number of refs, symbols[0] not empty: :mod:`rwrouter.wire.rw2_in`); 408 body too
+slow to arrive; 413 body or declared decoded size over the limit, or a share larger than a
+destination's whole queue; 415 another Content-Encoding, Content-Type or ``proto=``; 503 with
 ``Retry-After`` when a destination queue is full or too many requests wait to be decoded
 (nothing of the request was kept; the sender retries) or when a disk queue could not be
 written. 204 means the request is in every destination's durable queue. Bodies are decoded
 and routed in worker threads (:mod:`rwrouter.server.decoders`); a sender that gave up before
-its answer gets nothing enqueued (it will send again). With ``--workers``, a 204 may end its
+its answer gets nothing enqueued (it will send again). Every answer to an RW 2.0 request
+carries the three ``X-Prometheus-Remote-Write-*-Written`` headers: on 204 the samples,
+histograms and exemplars it carried (written = accepted and routed, including series the rules
+drop), zeros on every other answer; RW 1.0 answers carry none. With ``--workers``, a 204 may end its
 connection (``Connection: close``) to balance the connections over the workers
 (:mod:`rwrouter.server.balance`).
 """
@@ -42,8 +47,9 @@ from rwrouter.errors import (
 )
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics, status_snapshot
+from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written, message_of
 from rwrouter.sending.fanout import FanOut, Stale
-from rwrouter.server.decoders import LARGE_BODY, Busy, Decoders
+from rwrouter.server.decoders import LARGE_BODY, Busy, Decoders, work_size
 from rwrouter.wire import declared_size
 from rwrouter.wire.scan import ACCELERATED
 
@@ -67,35 +73,28 @@ AUDIT: web.AppKey[AuditReport] = web.AppKey("audit")  # rwrouter run --workers: 
 DEFAULT_AUDIT_TOP = 100  # metric names per destination in GET /-/audit without ?top
 
 WRITE_PATHS = ("/api/v1/write", "/api/v1/push")
-RW2_CONTENT_TYPE = "io.prometheus.write.v2.request"
 _REASONS = {400: "decode", 408: "slow_body", 413: "too_large", 415: "unsupported"}
+PROTOCOLS = {RW1_MESSAGE: "1.0", RW2_MESSAGE: "2.0"}  # the protocol label of the metrics
+NOTHING_WRITTEN = Written()
 
 
-def check_headers(content_encoding: str | None, content_type: str | None) -> None:
-    """Refuse (415) a Content-Encoding other than snappy, or a Content-Type other than
-    ``application/x-protobuf`` for ``prometheus.WriteRequest`` (RW 1.0). Absent headers are
-    accepted, as Prometheus's own receiver does."""
-    if content_encoding and content_encoding.strip().lower() != "snappy":
-        raise UnsupportedError(
-            f"unsupported Content-Encoding {content_encoding!r}: remote write needs snappy"
-        )
-    if not content_type:
-        return
-    media, _, params = content_type.partition(";")
-    if media.strip().lower() != "application/x-protobuf":
-        raise UnsupportedError(
-            f"unsupported Content-Type {content_type!r}: expected application/x-protobuf"
-        )
-    for param in params.split(";"):
-        key, _, value = param.partition("=")
-        proto = value.strip().strip('"').lower()
-        if key.strip().lower() == "proto" and proto not in ("", "prometheus.writerequest"):
-            if proto == RW2_CONTENT_TYPE:
-                raise UnsupportedError(
-                    "remote write 2.0 (io.prometheus.write.v2.Request) is not supported yet; "
-                    "send remote write 1.0 (prometheus.WriteRequest)"
-                )
-            raise UnsupportedError(f"unsupported protobuf message {value.strip()!r}")
+def named_message(content_type: str | None) -> str | None:
+    """The message ``Content-Type`` names, or None when it names none rwrouter takes (so a
+    415 for a bad ``Content-Encoding`` still answers an RW 2.0 sender as one)."""
+    try:
+        return message_of(None, content_type)
+    except UnsupportedError:
+        return None
+
+
+def written_headers(message: str | None, written: Written | None = None) -> dict[str, str]:
+    """The ``X-Prometheus-Remote-Write-*-Written`` headers of an answer: for an RW 2.0
+    request always (``written``, or zeros on a failure: RW 2.0 spec, "Required Written
+    Response Headers"); none for RW 1.0 (exact counts or none, and rwrouter does not send
+    them)."""
+    if message != RW2_MESSAGE:
+        return {}
+    return (written or NOTHING_WRITTEN).headers()
 
 
 async def read_body(request: web.Request, *, limit: int, timeout: float) -> bytes:
@@ -119,21 +118,25 @@ class ClientGone(Exception):
 
 
 async def handle_write(request: web.Request) -> web.Response:
-    """Receive one remote write 1.0 request; route and enqueue it (see module docstring)."""
+    """Receive one remote write request (1.0 or 2.0, by its Content-Type); route and enqueue
+    it (see module docstring)."""
     app = request.app
     metrics, settings, fanout = app[METRICS], app[SETTINGS], app[FANOUT]
     started = time.perf_counter()
     body = None
+    headers = request.headers
+    message = named_message(headers.get("Content-Type"))
     try:
-        check_headers(request.headers.get("Content-Encoding"), request.headers.get("Content-Type"))
+        message = message_of(headers.get("Content-Encoding"), headers.get("Content-Type"))
+        metrics.received_protocol_requests.labels(PROTOCOLS[message]).inc()
         body = await read_body(
             request, limit=settings.max_request_bytes, timeout=settings.read_timeout
         )
         decode = functools.partial(
-            fanout.decode, body, max_decoded_bytes=settings.max_decoded_bytes
+            fanout.decode, body, max_decoded_bytes=settings.max_decoded_bytes, message=message
         )
         while True:
-            routed = await app[DECODERS].run(declared_size(body), decode)
+            routed = await app[DECODERS].run(work_size(declared_size(body), message), decode)
             if request.transport is None or request.transport.is_closing():
                 raise ClientGone  # the sender gave up (its timeout): it will send again
             try:
@@ -142,24 +145,27 @@ async def handle_write(request: web.Request) -> web.Response:
             except Stale:  # a reload swapped the destinations meanwhile: route it again
                 continue
     except StorageError as exc:
-        return _unavailable(request, "storage", str(exc))
+        return _unavailable(request, "storage", str(exc), message)
     except ClientGone:
         metrics.refused_requests.labels("client_gone").inc()
-        return web.Response(status=400, text="connection closed before the answer\n")
+        return web.Response(status=400, text="connection closed before the answer\n",
+                            headers=written_headers(message))  # fmt: skip
     except Busy as exc:
-        return _unavailable(request, "busy", f"too many {exc} requests being decoded")
+        return _unavailable(request, "busy", f"too many {exc} requests being decoded", message)
     except RequestError as exc:
         metrics.requests.labels(str(exc.status)).inc()
         metrics.refused_requests.labels(_REASONS.get(exc.status, "bad_request")).inc()
         log.info("remote=%s status=%d reason=%s", request.remote, exc.status, q(exc))
-        response = web.Response(status=exc.status, text=f"{exc}\n")
+        response = web.Response(status=exc.status, text=f"{exc}\n",
+                                headers=written_headers(message))  # fmt: skip
         if body is None:  # the body was not read: do not reuse the connection for the next one
             response.force_close()
         return response
     if accepted.full:
         full = ", ".join(accepted.full)
-        return _unavailable(request, "queue_full", f"queue full for destination(s) {full}")
-    response = web.Response(status=204)
+        return _unavailable(request, "queue_full", f"queue full for destination(s) {full}",
+                            message)  # fmt: skip
+    response = web.Response(status=204, headers=written_headers(message, accepted.written))
     end_connection, transport = app[BALANCE], request.transport
     if end_connection is not None and transport is not None and end_connection(transport):
         # With --workers, this worker has more than its share of the write connections: the
@@ -173,15 +179,14 @@ async def handle_write(request: web.Request) -> web.Response:
     return response
 
 
-def _unavailable(request: web.Request, reason: str, text: str) -> web.Response:
+def _unavailable(request: web.Request, reason: str, text: str, message: str | None) -> web.Response:
     """503 with Retry-After: nothing of the request was kept; the sender retries it."""
     metrics, settings = request.app[METRICS], request.app[SETTINGS]
     metrics.requests.labels("503").inc()
     metrics.refused_requests.labels(reason).inc()
     retry_after = max(1, round(settings.queue_full_retry_after))
-    return web.Response(
-        status=503, headers={"Retry-After": str(retry_after)}, text=f"{text}; retry later\n"
-    )
+    headers = {"Retry-After": str(retry_after), **written_headers(message)}
+    return web.Response(status=503, headers=headers, text=f"{text}; retry later\n")
 
 
 async def handle_metrics(request: web.Request) -> web.Response:
@@ -258,7 +263,8 @@ async def handle_index(request: web.Request) -> web.Response:
     list of the endpoints and destinations."""
     if "text/html" in request.headers.get("Accept", ""):
         return web.Response(text=status_page(), content_type="text/html")
-    lines = ["rwrouter", "", "POST /api/v1/write (also /api/v1/push): remote write 1.0", ""]
+    lines = ["rwrouter", "", "POST /api/v1/write (also /api/v1/push): remote write 1.0 and 2.0",
+             ""]
     lines += ["GET /metrics", "GET /-/status (JSON; / in a browser: the status page)",
               "GET /-/audit (JSON: active series and cost of the audited destinations)",
               "GET /-/healthy", "GET /-/ready", "POST /-/reload", ""]

@@ -2,15 +2,21 @@
 capture file (:mod:`rwrouter.audit.capture`), for ``rwrouter audit --capture`` to count offline
 under any configuration — the "audit first" step without rwrouter in the write path.
 
-Point a Prometheus ``remote_write`` entry at it for a while (an hour of a fleet's traffic
-holds every series that comes at least hourly). It answers like rwrouter's receive side
-(RW 1.0 spec: 204; 415 for another encoding or content type; 413 over
+Point a Prometheus ``remote_write`` entry at it for a while (an hour of a fleet's traffic holds
+every series that comes at least hourly). It takes remote write 1.0 and 2.0 as the router does
+(:func:`rwrouter.protocol.message_of`) and answers like rwrouter's receive side, without
+routing anything: 204; 415 for another encoding, content type or ``proto=``; 413 over
 ``server.max_request_bytes`` / ``max_decoded_bytes``; 408 for a slow body; 400 for a body that
-is not a snappy block), without routing anything. Once the file holds ``max_bytes`` it answers
-204 and records nothing more (said once in the log), so the sender's queue does not back up;
-it stops after ``duration`` seconds, or on SIGTERM / SIGINT. The file is appended to (a new one
-starts with the magic line; one whose end is unreadable is refused); records are flushed to
-the OS as they come.
+is not a snappy block, or an RW 2.0 request that does not convert
+(:mod:`rwrouter.wire.rw2_in`). Every answer to an RW 2.0 request carries the
+``X-Prometheus-Remote-Write-*-Written`` headers (what it carried on 204, zeros otherwise). An
+RW 2.0 request is recorded in its RW1 form (the form the router routes, snappy compressed
+again), so a capture file has one format whichever protocol the senders speak, and files
+written before RW 2.0 read as they did. Once the file holds ``max_bytes`` it answers 204 and
+records nothing more (said once in the log), so the sender's queue does not back up; it stops
+after ``duration`` seconds, or on SIGTERM / SIGINT. The file is appended to (a new one starts
+with the magic line; one whose end is unreadable is refused); records are flushed to the OS as
+they come.
 """
 
 from __future__ import annotations
@@ -31,8 +37,9 @@ from rwrouter.audit.capture import MAGIC, CaptureError, CaptureReader, encode_re
 from rwrouter.config import ServerConfig, parse_listen_address
 from rwrouter.errors import RequestError
 from rwrouter.logs import q
-from rwrouter.server.app import WRITE_PATHS, check_headers, read_body
-from rwrouter.wire import decompress
+from rwrouter.protocol import RW2_MESSAGE, Written, message_of
+from rwrouter.server.app import WRITE_PATHS, named_message, read_body, written_headers
+from rwrouter.wire import compress, decompress, to_rw1
 
 log = logging.getLogger("rwrouter.capture")
 
@@ -116,23 +123,39 @@ def capture_app(writer: CaptureWriter, settings: ServerConfig) -> web.Applicatio
     """The receiver: POST on :data:`~rwrouter.server.app.WRITE_PATHS` records the body."""
 
     async def handle(request: web.Request) -> web.Response:
+        headers = request.headers
+        message = named_message(headers.get("Content-Type"))
         try:
-            check_headers(request.headers.get("Content-Encoding"),
-                          request.headers.get("Content-Type"))  # fmt: skip
+            message = message_of(headers.get("Content-Encoding"), headers.get("Content-Type"))
             body = await read_body(request, limit=settings.max_request_bytes,
                                    timeout=settings.read_timeout)  # fmt: skip
-            decompress(body, max_decoded_bytes=settings.max_decoded_bytes)  # a snappy block
+            body, written = recorded_body(body, message, settings.max_decoded_bytes)
         except RequestError as exc:
             writer.summary.refused += 1
             log.info("remote=%s status=%d reason=%s", request.remote, exc.status, q(exc))
-            return web.Response(status=exc.status, text=f"{exc}\n")
+            return web.Response(status=exc.status, text=f"{exc}\n",
+                                headers=written_headers(message))  # fmt: skip
         writer.write(body, int(time.time() * 1000))
-        return web.Response(status=204)
+        return web.Response(status=204, headers=written_headers(message, written))
 
     app = web.Application(client_max_size=settings.max_request_bytes)
     for path in WRITE_PATHS:
         app.router.add_post(path, handle)
     return app
+
+
+def recorded_body(
+    body: bytes, message: str, max_decoded_bytes: int
+) -> tuple[bytes, Written | None]:
+    """What a capture records of a request body carrying ``message``: an RW 1.0 body as it
+    came (once it decompresses: a snappy block), an RW 2.0 one in its RW1 form, snappy
+    compressed; and for RW 2.0 the counts of its Written headers. Raises DecodeError (400) /
+    TooLargeError (413) as the router's receive side does."""
+    data = decompress(body, max_decoded_bytes=max_decoded_bytes)
+    if message != RW2_MESSAGE:
+        return body, None
+    converted = to_rw1(data, max_bytes=max_decoded_bytes)
+    return compress(converted.data), converted.written
 
 
 async def run_capture(

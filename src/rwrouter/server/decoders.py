@@ -14,7 +14,8 @@ ordinary bodies (up to :data:`LARGE_BODY` bytes once decoded, as the snappy head
 and one for larger ones, so ordinary requests never queue behind a huge one (the GIL
 interleaves the two lanes). Within a lane requests run in arrival order. Each lane admits at
 most ``backlog`` requests (running or waiting); more get :class:`Busy` (the server answers
-503: the sender retries), so waiting bodies cannot pile up in memory.
+503: the sender retries), so waiting bodies cannot pile up in memory. A remote write 2.0 body
+is placed by the size of its RW1 form (:func:`work_size`), which is what gets routed.
 """
 
 from __future__ import annotations
@@ -25,12 +26,23 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from rwrouter.protocol import RW2_MESSAGE
+
 T = TypeVar("T")
 
 INLINE_SLOW = 0.02  # CPU seconds: an inline decode costing more turns inline decoding off...
 INLINE_PAUSE = 10.0  # ...for this many seconds (the event loop must answer probes and sends)
 LARGE_BODY = 1024 * 1024  # decoded bytes; a Prometheus batch of 2000 samples is ~0.5-0.7 MiB
 BACKLOG = 8  # requests per lane, running or waiting
+RW2_EXPANSION = 5
+"""An RW 2.0 request's RW1 form over its decoded size: the labels written out in full instead
+of refs into the symbols table (5.2 measured on the benchmark workload, metadata included)."""
+
+
+def work_size(decoded: int, message: str) -> int:
+    """The bytes of RW1 form a body of ``decoded`` bytes (as its snappy header declares)
+    carrying ``message`` comes to, about: what :meth:`Decoders.run` places it by."""
+    return decoded * RW2_EXPANSION if message == RW2_MESSAGE else decoded
 
 
 class Busy(Exception):

@@ -1,7 +1,9 @@
-"""Remote write 1.0 wire codec (pure): snappy block framing, label-only protobuf walk, encoding.
+"""Remote write wire codec (pure): snappy block framing, label-only protobuf walk, encoding,
+and remote write 2.0 requests turned into the RW1 form (:mod:`rwrouter.wire.rw2_in`).
 
-The generated protobuf modules (``remote_pb2``, ``types_pb2``) come from the ``.proto`` files
-next to them (``scripts/gen-proto``); the router's hot path does not use them.
+The generated protobuf modules (``remote_pb2``, ``types_pb2``: RW 1.0; ``write_v2_pb2``: RW
+2.0, as package ``rwrouter.writev2``) come from the ``.proto`` files next to them
+(``scripts/gen-proto``); the router's hot path does not use them (tests and tools do).
 """
 
 from rwrouter.wire.codec import (
@@ -19,8 +21,10 @@ from rwrouter.wire.codec import (
     splice_compressed,
     strip_fields,
 )
+from rwrouter.wire.rw2_in import Converted, to_rw1
 
 __all__ = [
+    "Converted",
     "RawSeries",
     "WriteRequestParts",
     "compress",
@@ -34,4 +38,5 @@ __all__ = [
     "parse_write_request",
     "splice_compressed",
     "strip_fields",
+    "to_rw1",
 ]

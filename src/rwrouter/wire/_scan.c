@@ -1113,6 +1113,8 @@ done:
     return out;
 }
 
+#include "_rw2in.h" /* rw2_to_rw1: remote write 2.0 in (rwrouter.wire.rw2_in) */
+
 static PyMethodDef methods[] = {
     {"scan_request", (PyCFunction)(void (*)(void))scan_request, METH_FASTCALL,
      "Compiled rwrouter.wire.scan.scan_request_py (same arguments, same result)."},
@@ -1126,6 +1128,8 @@ static PyMethodDef methods[] = {
      "Compiled rwrouter.wire.codec.decode_labels (same result, same errors)."},
     {"encode_labels", (PyCFunction)encode_labels, METH_O,
      "Compiled rwrouter.wire.codec.encode_labels (same result)."},
+    {"rw2_to_rw1", (PyCFunction)(void (*)(void))rw2_to_rw1, METH_FASTCALL,
+     "Compiled rwrouter.wire.rw2_in.to_rw1_py (same result, same errors)."},
     {NULL, NULL, 0, NULL},
 };
 
