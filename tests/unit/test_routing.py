@@ -407,6 +407,27 @@ def test_metadata_routed_by_family_name() -> None:
     assert out.metadata[1] == framed
 
 
+def test_metadata_routing_is_remembered_per_payload() -> None:
+    routes = [route("gpu", KEEP_GPU), route("rest", fallback=True)]
+    router = Router(global_rules=(), routes=routes)
+    calls: list[tuple[tuple[str, str], ...]] = []
+    route_labels = router.route_labels
+
+    def counting(labels: tuple[tuple[str, str], ...]) -> Any:
+        calls.append(labels)
+        return route_labels(labels)
+
+    router.route_labels = counting  # type: ignore[method-assign]
+    data = request(metadata=["DCGM_FI_DEV_GPU_UTIL", "node_load1"])
+    first, second = router.route(data), router.route(data)
+    assert len(calls) == 2  # once per payload, not once per request
+    for out in (first, second):
+        assert sent_metadata(out, 0) == ["DCGM_FI_DEV_GPU_UTIL"]
+        assert sent_metadata(out, 1) == ["node_load1"]
+    nameless = request(metadata=[""])
+    assert [router.route(nameless).metadata_invalid for _ in range(2)] == [1, 1]
+
+
 def test_metadata_fallback_and_global_drop() -> None:
     global_rules = rules([{"action": "drop", "source_labels": ["__name__"], "regex": "go_.*"}])
     routes = [route("gpu", KEEP_GPU), route("rest", fallback=True)]

@@ -88,6 +88,7 @@ __all__ = [
 
 
 MAX_TEMPLATES = 10_000  # distinct values of the labels filter-only rules read (metric names)
+MAX_METADATA_OUTCOMES = 50_000  # distinct metadata payloads whose routing is remembered
 _U32 = struct.Struct("<I")
 _COLLIDED = REASONS.index(NAME_COLLISION)
 
@@ -143,6 +144,7 @@ class Router(Generations):
         self._claims = Claims(routes=len(self.routes), max_claims=cache_size * escaping,
                               alive=self._cached) if escaping else None  # fmt: skip
         self._no_template: set[tuple[bytes | None, ...]] = set()
+        self._metadata_outcomes: dict[bytes, tuple[bytes | None, ...]] = {}
         self._collisions = CollisionLog()
         self._now = 0.0
 
@@ -345,15 +347,32 @@ class Router(Generations):
             metadata_in=len(scan.metadata),
         )
         for payload in scan.metadata:
-            family = metadata_family(payload)
-            if not family:
+            framed = self._metadata_outcomes.get(payload)
+            if framed is None:
+                framed = self._route_metadata(payload)
+            if not framed:
                 out.metadata_invalid += 1
-                continue
-            for i, res in enumerate(self.route_labels((("__name__", family),))):
-                if isinstance(res, bytes):
-                    sent = escape_metadata(payload, family, self._escaping[i])
-                    out.metadata[i].append(frame_metadata(sent))
+            for i, entry in enumerate(framed):
+                if entry is not None:
+                    out.metadata[i].append(entry)
         return out
+
+    def _route_metadata(self, payload: bytes) -> tuple[bytes | None, ...]:
+        """Per destination the framed entry a metadata payload becomes (None: not sent there),
+        remembered per payload (a sender repeats its metadata: Prometheus's RW 2.0 in every
+        request); ``()`` for an entry without a family name (sent nowhere)."""
+        family = metadata_family(payload)
+        framed: tuple[bytes | None, ...] = ()
+        if family:
+            framed = tuple(
+                frame_metadata(escape_metadata(payload, family, self._escaping[i]))
+                if isinstance(res, bytes) else None
+                for i, res in enumerate(self.route_labels((("__name__", family),)))
+            )  # fmt: skip
+        if len(self._metadata_outcomes) >= MAX_METADATA_OUTCOMES:
+            self._metadata_outcomes.clear()
+        self._metadata_outcomes[payload] = framed
+        return framed
 
     def _filter(self, i: int, raw: RawSeries) -> tuple[bytes, int]:
         return filter_series(raw, self.routes[i])
