@@ -32,35 +32,34 @@ class LabelBuilder(dict[str, str]):
     name from ``add``. So: build from the labels sorted by name (:meth:`of`); ``added`` holds
     the names in ``add``; :meth:`set` of a name not in it moves the name to the end. The order
     decides which label wins when a labelmap maps two names to one (the last one set, as in
-    Prometheus 3.14+). Read with the dict methods; change only with :meth:`set`.
+    Prometheus 3.14+). Build with :meth:`of`; read with the dict methods; change only with
+    :meth:`set`.
     """
 
     __slots__ = ("added",)
-
-    def __init__(self, items: Iterable[tuple[str, str]] = ()) -> None:
-        super().__init__(items)
-        self.added: set[str] = set()
+    added: set[str]
 
     @classmethod
     def of(cls, labels: Mapping[str, str] | Iterable[tuple[str, str]]) -> LabelBuilder:
-        """A builder whose base is ``labels`` (a mapping or (name, value) pairs; a repeated
-        name: the last value) in name order."""
-        builder = cls(labels.items() if isinstance(labels, Mapping) else labels)
-        names = list(builder)
-        if names != sorted(names):
-            return cls(sorted(builder.items()))
+        """A builder whose base is ``labels`` (a mapping, or (name, value) pairs with distinct
+        names) in name order."""
+        if type(labels) is tuple:  # the usual input: sorted already, so sorting is cheap
+            builder = cls(sorted(labels))
+        else:
+            builder = cls(sorted(labels.items() if isinstance(labels, Mapping) else labels))
+        builder.added = set()
         return builder
 
     def set(self, name: str, value: str) -> None:
         """``Builder.Set``: set ``name`` to ``value``; "" deletes it (``Builder.Del``)."""
-        if not value:
-            if self.pop(name, None) is not None:
-                self.added.discard(name)
-            return
-        if name not in self.added:
-            self.pop(name, None)
-            self.added.add(name)
-        self[name] = value
+        if value:
+            added = self.added
+            if name not in added:
+                added.add(name)
+                self.pop(name, None)  # a base label moves to the end
+            self[name] = value
+        elif self.pop(name, None) is not None:
+            self.added.discard(name)
 
 
 def _drop(rule: RelabelConfig, labels: Mapping[str, str], value: str) -> bool:
