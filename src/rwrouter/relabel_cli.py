@@ -15,8 +15,11 @@ variable is not an error here (URLs and credentials are not used): it stands for
 named in a note on stderr. ``*_file`` paths are not checked.
 
 SERIES: ``{__name__="m", gpu="0"}`` (Prometheus text format / PromQL labels), ``m{gpu="0"}``, or
-a bare ``m``; values are double-quoted (``\\"``, ``\\\\``, ``\\n`` and Go's other escapes),
-single-quoted or in backquotes (raw), as in PromQL; a label with an empty value is absent.
+a bare ``m``; UTF-8 names are quoted as in Prometheus 3: ``{"service.name"="api"}``, and a lone
+quoted string in the braces is the metric name: ``{"http.server.duration", job="a"}``; strings
+are double-quoted (``\\"``, ``\\\\``, ``\\n`` and Go's other escapes), single-quoted or in
+backquotes (raw), as in PromQL; a label with an empty value is absent. Label sets are printed as
+Prometheus 3 prints them (names outside the legacy set quoted; :mod:`rwrouter.relabel.series`).
 
 Exit 0 when traced; 2 for a bad configuration or an unparsable ``--series``.
 """
@@ -55,7 +58,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cmd = sub.add_parser("relabel", help="show where series go and which relabel rule decided")
     cmd.add_argument("--config", required=True, help="the YAML configuration of rwrouter run")
     cmd.add_argument("--series", action="append", required=True, metavar="SERIES",
-                     help='a label set: \'{__name__="m",gpu="0"}\', \'m{gpu="0"}\' or \'m\'; '
+                     help='a label set: \'{__name__="m",gpu="0"}\', \'m{gpu="0"}\', \'m\' or, '
+                          'with UTF-8 names, \'{"my.metric", "service.name"="api"}\'; '
                           "repeat for several")  # fmt: skip
     cmd.add_argument("--json", action="store_true", help="print JSON instead of text")
     cmd.set_defaults(func=cmd_relabel)

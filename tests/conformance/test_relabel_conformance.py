@@ -1,304 +1,72 @@
-"""Relabel conformance: a real Prometheus (Debian 2.42) is the oracle for ``rwrouter.relabel``.
+"""Relabel conformance: a real Prometheus 3 (3.16, the peers cache) is the oracle for
+``rwrouter.relabel`` and for what a real rwrouter process sends; Debian's Prometheus 2.42 is
+compared too, where its answers are the same.
 
-One Prometheus runs for the module with one ``remote_write`` block per rule set below, each
-pointing at its own path on a capture server. The series table is written to Prometheus's
-remote-write receiver; every queue relabels the series with its ``write_relabel_configs`` and
-sends what is left. We wait until Prometheus's own counters say each queue handled every fed
-sample and the capture server holds all sent samples. The same series are posted to a real
-rwrouter process (``python -m rwrouter run``) with one destination per rule set, and we compare,
-per rule set, the label sets Prometheus sent with what rwrouter sent (``rwrouter_outputs``).
-The one intended difference: rwrouter does not send a label set left without ``__name__`` (or
-with an empty label name) and counts it as ``invalid``; the engine alone matches Prometheus
-exactly, nameless results included.
+How (``relabel_harness.py``): one ``remote_write`` queue (Prometheus) or destination (rwrouter)
+per rule set, each series written once with its index as the sample value, so every delivered
+label set is traced back to its series. Runs:
 
-Version differences: rwrouter follows *current* Prometheus (``^(?s:...)$`` dot-all regexes;
-``replace`` deletes the *expanded* target when the replacement expands to ""). Prometheus 2.42
-compiled ``^(?:...)$`` and deleted the unexpanded ``target_label``. Those cases are kept out of
-the equality table (no newline values there) and documented by the ``test_prometheus_2_42_*``
-tests, which run after a config reload on their own series.
+- Prometheus 3 and rwrouter with ``global.metric_name_validation_scheme: utf8``: every rule
+  set of ``relabel_tables.py`` over every series, UTF-8 label and metric names included (RW 1.0
+  carries them as they are; Prometheus 3's receiver accepts them under either scheme).
+- The same with ``legacy``, without the utf8-only rule sets (both refuse those at load:
+  ``test_relabel_validation_conformance.py``).
+- Prometheus 2.42 (no scheme key; its names are legacy): the rule sets and series without UTF-8
+  names, compared with Prometheus 3 under ``legacy``.
+
+rwrouter's one intended difference from Prometheus: it does not send a label set left without
+``__name__`` or with an empty label name (counted as reason ``invalid``), nor an empty one
+(reason ``relabel``); Prometheus 3 sends both. The engine alone matches Prometheus 3 exactly.
+
+Where Prometheus 2.42 and 3.x differ (rwrouter follows 3.x; ``test_prometheus_2_42_*``):
+
+- regexes: 3.x compiles ``^(?s:...)$``, 2.42 ``^(?:...)$`` — in 2.42 ``.`` does not match a
+  newline, so ``(.*)`` does not match a value with one;
+- a replace whose replacement expands to "": 3.x deletes the *expanded* target, 2.42 the
+  target as written (``${1}``: no such label);
+- labelmap when two names map to one: 3.14+ sets in ``labels.Builder.Range`` order (labels no
+  earlier rule set or deleted, by name, then the labels earlier rules set, in the order set),
+  2.42 in name order — the last one set wins;
+- a series relabeled to no labels at all: 3.x sends it (an empty label set), 2.42 does not;
+- UTF-8 names: 2.42 refuses them in rules (legacy names only) and its receiver drops series
+  that have them.
 """
 
 from __future__ import annotations
 
-import time
-import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
-from rwrouter.relabel import Action, parse_relabel_configs, process
-from rwrouter.testing.router import RouterProcess
+from rwrouter.relabel import Action
+from tests.conformance import relabel_tables as t
+from tests.conformance.relabel_harness import (
+    Outcomes,
+    engine_outcomes,
+    prometheus_outcomes,
+    rwrouter_outcomes,
+    sendable,
+)
 from tests.support.capture import CaptureServer
-from tests.support.prometheus import PrometheusProcess, free_port
-from tests.support.series import HEADERS, LabelSet, Series, build_body, label_set
+from tests.support.peers import peer_binary
+from tests.support.series import LabelSet, label_set
 
-pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(180)]
 
-RuleSets = dict[str, list[dict[str, Any]]]
+#: Series without UTF-8 names come first: Prometheus 2.42 is fed this prefix, so a series has
+#: the same index in every run.
+LEGACY_NAMED_SERIES = [*t.COMMON_SERIES, *t.VERSION_DIFF_SERIES, *t.LABELMAP_ORDER_SERIES,
+                       *t.BENCHMARK_SERIES]  # fmt: skip
+ALL_SERIES = [*LEGACY_NAMED_SERIES, *t.UTF8_SERIES]
+P242_RULE_SETS = {**t.COMMON_RULE_SETS, **t.VERSION_DIFF_RULE_SETS,
+                  **t.LABELMAP_ORDER_RULE_SETS, **t.BENCHMARK_RULE_SETS}  # fmt: skip
+LEGACY_RULE_SETS = {**P242_RULE_SETS, **t.SCHEME_RULE_SETS}
+UTF8_RULE_SETS = {**LEGACY_RULE_SETS, **t.UTF8_RULE_SETS}
+RUNS = {"utf8": UTF8_RULE_SETS, "legacy": LEGACY_RULE_SETS}
+CASES = [(scheme, name) for scheme, rule_sets in RUNS.items() for name in rule_sets]
 
-SERIES: list[dict[str, str]] = [
-    {"__name__": "gpu_util", "GPU": "0", "instance": "h:1", "job": "dcgm",
-     "tags": ",env:stage,app:web,"},
-    {"__name__": "GPU_UTIL", "instance": "h:2", "job": "dcgm"},
-    {"__name__": "X_GPU_UTIL_Y", "instance": "h:3", "job": "node"},
-    {"__name__": "m", "pod_name": "d", "test": "c"},
-    {"__name__": "m", "pod": "p1", "pod_name": "d"},
-    {"__name__": "up", "instance": "h:1", "job": "a", "pod": "p"},
-    {"__name__": "node_cpu", "cpu": "0", "mode": "idle", "instance": "h:10", "job": "node"},
-    {"__name__": "unicode_m", "city": "İstanbul", "word": "straße", "greek": "ΟΔΟΣ",
-     "emoji": "🙂x", "cyr": "привет", "iota": "ᾳ"},
-    {"__name__": "commas", "v": "a,b;c", "w": "x;y"},
-    {"__name__": "tmpm", "__tmp_shard": "3", "__meta_kubernetes_pod_name": "pod-a",
-     "__meta_kubernetes_namespace": "ns"},
-    {"__name__": "eq", "a": "same", "b": "same", "c": "other"},
-    {"__name__": "neq", "a": "one", "b": "two"},
-    {"__name__": "m2", "app": "Web-Front", "env": "PROD"},
-    {"__name__": "dollar", "v": "$1 and $$", "t": "a_b"},
-    {"__name__": "space", "v": "  lead and trail ", "k": "x"},
-]
-
-RULE_SETS: RuleSets = {
-    "replace_default_copy": [{"source_labels": ["job"], "target_label": "job_copy"}],
-    "replace_constant": [{"target_label": "env", "replacement": "prod"}],
-    "replace_groups": [
-        {"source_labels": ["instance"], "regex": "(.*):(\\d+)", "target_label": "host"},
-        {"source_labels": ["instance"], "regex": "(.*):(\\d+)", "target_label": "port",
-         "replacement": "${2}"},
-    ],
-    "replace_missing_source_deletes": [{"source_labels": ["pod"], "target_label": "pod_name"}],
-    "replace_substring_regex_anchored": [
-        {"source_labels": ["tags"], "regex": ",app:(.*),", "target_label": "app"}
-    ],
-    "replace_prefixed_regex": [
-        {"source_labels": ["tags"], "regex": ".*,app:(.*),", "target_label": "app2"}
-    ],
-    "replace_multi_source_separator": [
-        {"source_labels": ["__name__", "instance"], "separator": "@", "target_label": "id"}
-    ],
-    "replace_empty_separator_missing": [
-        {"source_labels": ["job", "nothere", "instance"], "separator": "", "target_label": "ji"}
-    ],
-    "replace_template_edges": [
-        {"source_labels": ["job"], "regex": "(d)(.*)", "target_label": "t",
-         "replacement": "$1_x|${1}_x|$$1|${2}|$10|${|$"}
-    ],
-    "replace_templated_target": [
-        {"source_labels": ["job"], "regex": "(.+)", "target_label": "job_${1}",
-         "replacement": "yes"}
-    ],
-    "replace_templated_target_invalid": [
-        {"source_labels": ["instance"], "regex": "(.*)", "target_label": "${1}",
-         "replacement": "x"}
-    ],
-    "replace_unicode_value": [
-        {"source_labels": ["city"], "regex": "(.)(.*)", "target_label": "first"},
-        {"source_labels": ["greek"], "regex": "(.*)(.)", "target_label": "last",
-         "replacement": "$2"},
-    ],
-    "replace_sets_name": [
-        {"source_labels": ["__name__"], "regex": "GPU_UTIL", "target_label": "__name__",
-         "replacement": "gpu_util_renamed"}
-    ],
-    "replace_empty_replacement_deletes": [
-        {"source_labels": ["job"], "target_label": "instance", "replacement": ""}
-    ],
-    "replace_dollar_in_value": [
-        {"source_labels": ["v"], "target_label": "v2", "replacement": "<$1>"}
-    ],
-    "replace_separator_in_values": [
-        {"source_labels": ["v", "w"], "regex": "(.*);(.*);(.*)", "target_label": "split",
-         "replacement": "$3|$2|$1"}
-    ],
-    "replace_lazy_trim": [
-        {"source_labels": ["v"], "regex": "\\s*(.*?)\\s*", "target_label": "trimmed"}
-    ],
-    "keep_name_exact": [{"action": "keep", "source_labels": ["__name__"], "regex": "GPU_UTIL"}],
-    "keep_alternation_anchored": [
-        {"action": "keep", "source_labels": ["__name__"], "regex": "m|up"}
-    ],
-    "keep_case_insensitive": [
-        {"action": "keep", "source_labels": ["__name__"], "regex": "(?i)gpu_util"}
-    ],
-    "keep_lazy_group": [{"action": "keep", "source_labels": ["instance"], "regex": "(.*?):1"}],
-    "keep_nothing": [{"action": "keep", "source_labels": ["nothere"], "regex": "x"}],
-    "drop_name_regex": [
-        {"action": "drop", "source_labels": ["__name__"], "regex": ".*gpu.*|.*GPU.*"}
-    ],
-    "drop_missing_label": [{"action": "drop", "source_labels": ["pod"], "regex": ""}],
-    "keepequal": [{"action": "keepequal", "source_labels": ["a"], "target_label": "b"}],
-    "dropequal": [{"action": "dropequal", "source_labels": ["a"], "target_label": "b"}],
-    "hashmod": [
-        {"action": "hashmod", "source_labels": ["instance"], "modulus": 7,
-         "target_label": "shard"},
-        {"action": "hashmod", "source_labels": ["nothere"], "modulus": 1000,
-         "target_label": "empty_hash"},
-    ],
-    "hashmod_shard_select": [
-        {"action": "hashmod", "source_labels": ["__name__", "instance"], "modulus": 2,
-         "target_label": "__tmp_hash"},
-        {"action": "keep", "source_labels": ["__tmp_hash"], "regex": "0"},
-        {"action": "labeldrop", "regex": "__tmp_hash"},
-    ],
-    "labelmap_meta": [
-        {"action": "labelmap", "regex": "__meta_kubernetes_(.+)", "replacement": "k8s_$1"}
-    ],
-    "labelmap_groups_swap": [
-        {"action": "labelmap", "regex": "(i)(n.*)", "replacement": "${2}_$1"}
-    ],
-    "labeldrop_double_underscore": [{"action": "labeldrop", "regex": "__.*"}],
-    "labeldrop_everything": [{"action": "labeldrop"}],
-    "labelkeep_job_instance": [{"action": "labelkeep", "regex": "job|instance"}],
-    "labeldrop_mixed_case_action": [{"action": "LabelDrop", "regex": "job|pod.*"}],
-    "tmp_labels_not_removed": [{"source_labels": ["job"], "target_label": "__tmp_job"}],
-    "lowercase_unicode": [
-        {"action": "lowercase", "source_labels": ["city", "word", "greek", "__name__"],
-         "target_label": "lower"}
-    ],
-    "uppercase_unicode": [
-        {"action": "uppercase", "source_labels": ["word", "cyr", "emoji", "iota"],
-         "target_label": "upper"}
-    ],
-    "lowercase_uppercase_in_place": [
-        {"action": "lowercase", "source_labels": ["app"], "target_label": "app"},
-        {"action": "uppercase", "source_labels": ["__name__"], "target_label": "__name__"},
-    ],
-    "chain_tmp_then_drop": [
-        {"source_labels": ["job"], "target_label": "__tmp_j"},
-        {"source_labels": ["__tmp_j"], "regex": "d(.*)", "target_label": "dj"},
-        {"action": "labeldrop", "regex": "__tmp.*"},
-        {"action": "drop", "source_labels": ["dj"], "regex": ""},
-    ],
-}
-
-#: Rule sets whose results differ between Prometheus 2.42 and current Prometheus semantics.
-VERSION_DIFF_SERIES: list[dict[str, str]] = [
-    {"__name__": "vd_newline", "v": "line1\nline2"},
-    {"__name__": "vd_target", "sel": "a_b", "a_b": "present"},
-]
-VERSION_DIFF_RULE_SETS: RuleSets = {
-    "vd_dot_matches_newline": [{"action": "keep", "source_labels": ["v"], "regex": "line1.line2"}],
-    "vd_copy_newline_value": [{"source_labels": ["v"], "target_label": "copy"}],
-    "vd_empty_replacement_expanded_target": [
-        {"source_labels": ["sel"], "regex": "(.+)", "target_label": "${1}", "replacement": ""}
-    ],
-}
-
-QUEUE = {"batch_send_deadline": "100ms", "max_shards": 1, "min_backoff": "10ms"}
-
-
-def rwrouter_outputs(
-    capture: CaptureServer, rule_sets: RuleSets, series: list[dict[str, str]], workdir: Path
-) -> tuple[dict[str, set[LabelSet]], dict[str, float]]:
-    """What a real rwrouter process sends per rule set, fed the same series over HTTP.
-
-    One destination per rule set (its rules as ``write_relabel_configs``) pointing at
-    ``/rw/<rule set>`` on the capture server. Returns the label sets received per rule set and
-    the samples each destination counted as ``invalid`` (label sets without ``__name__`` or
-    with an empty label name, which rwrouter does not send and Prometheus does).
-    """
-    destinations = [
-        {"name": name, "url": capture.url(f"/rw/{name}"), "write_relabel_configs": rules,
-         "queue_config": {"batch_send_deadline": "20ms"}, "metadata_config": {"send": False}}
-        for name, rules in rule_sets.items()
-    ]  # fmt: skip
-    port = free_port()
-    config = {"server": {"listen_address": f"127.0.0.1:{port}"}, "remote_write": destinations}
-    config_path = workdir / "rwrouter.yaml"
-    config_path.write_text(yaml.safe_dump(config, allow_unicode=True, sort_keys=False))
-    router = RouterProcess(config_path=config_path, port=port, log_path=workdir / "router.log")
-    try:
-        router.wait_ready(timeout_s=20)
-        body = build_body(Series(label_set(labels), [(1_000, float(i))])
-                          for i, labels in enumerate(series))  # fmt: skip
-        request = urllib.request.Request(f"{router.url}/api/v1/write", data=body, headers=HEADERS)
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            assert answer.status == 204
-        deadline = time.monotonic() + 20
-        while not _router_done(router, capture, rule_sets, len(series)):
-            assert time.monotonic() < deadline, "rwrouter did not deliver everything in time"
-            time.sleep(0.05)
-        invalid = {
-            name: router.metric_value("rwrouter_samples_dropped_total", destination=name,
-                                      reason="invalid")
-            for name in rule_sets
-        }  # fmt: skip
-    finally:
-        router.stop()
-    return {name: set(capture.label_sets(f"/rw/{name}")) for name in rule_sets}, invalid
-
-
-def _router_done(
-    router: RouterProcess, capture: CaptureServer, rule_sets: RuleSets, fed: int
-) -> bool:
-    totals: dict[tuple[str, str], float] = {}
-    for sample in router.metrics():
-        if sample.name in ("rwrouter_sent_samples_total", "rwrouter_samples_dropped_total"):
-            key = (sample.labels["destination"], sample.name)
-            totals[key] = totals.get(key, 0.0) + sample.value
-    for name in rule_sets:
-        sent = totals.get((name, "rwrouter_sent_samples_total"), 0.0)
-        dropped = totals.get((name, "rwrouter_samples_dropped_total"), 0.0)
-        if sent + dropped < fed or capture.sample_count(f"/rw/{name}") < sent:
-            return False
-    return True
-
-
-def _sendable(label_sets: set[LabelSet]) -> set[LabelSet]:
-    """What rwrouter sends of what Prometheus sends: label sets with a metric name and no
-    empty label name (receivers reject the others, and with them the whole batch)."""
-    return {ls for ls in label_sets if "__name__" in dict(ls) and "" not in dict(ls)}
-
-
-def _config(capture: CaptureServer, rule_sets: RuleSets) -> str:
-    remotes = [
-        {"name": name, "url": capture.url(f"/{name}"), "write_relabel_configs": rules,
-         "queue_config": QUEUE, "metadata_config": {"send": False}}
-        for name, rules in rule_sets.items()
-    ]
-    config = {"global": {"scrape_interval": "1h"}, "remote_write": remotes}
-    return yaml.safe_dump(config, allow_unicode=True, sort_keys=False)
-
-
-def _feed_and_collect(
-    prom: PrometheusProcess, capture: CaptureServer, rule_sets: RuleSets,
-    series: list[dict[str, str]], *, timeout: float = 30.0,
-) -> dict[str, set[LabelSet]]:
-    """Write ``series`` (one sample each, ts a bit after now) and wait until every queue of
-    ``rule_sets`` handled them all (sent + dropped == fed) and the capture holds what was sent.
-    """
-    timestamp_ms = int(time.time() * 1000) + 1000  # after every queue's WAL-watcher start time
-    body = build_body(Series(label_set(labels), [(timestamp_ms, float(i))])
-                      for i, labels in enumerate(series))
-    status, answer = prom.write(body)
-    assert status == 204, answer
-    deadline = time.monotonic() + timeout
-    while not _all_done(prom, capture, rule_sets, len(series)):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"remote write queues did not finish:\n{prom.log_text()[-3000:]}")
-        time.sleep(0.05)
-    return {name: set(capture.label_sets(f"/{name}")) for name in rule_sets}
-
-
-def _all_done(
-    prom: PrometheusProcess, capture: CaptureServer, rule_sets: RuleSets, fed: int
-) -> bool:
-    totals: dict[tuple[str, str], float] = {}
-    for sample in prom.metrics():
-        remote = sample.labels.get("remote_name")
-        if remote in rule_sets:
-            key = (remote, sample.name)
-            totals[key] = totals.get(key, 0.0) + sample.value
-    for name in rule_sets:
-        sent = totals.get((name, "prometheus_remote_storage_samples_total"), 0.0)
-        dropped = totals.get((name, "prometheus_remote_storage_samples_dropped_total"), 0.0)
-        failed = totals.get((name, "prometheus_remote_storage_samples_failed_total"), 0.0)
-        assert failed == 0, f"{name}: Prometheus failed to send samples"
-        if sent + dropped < fed or capture.sample_count(f"/{name}") < sent:
-            return False
-    return True
+RouterResults = tuple[Outcomes, dict[str, float]]
 
 
 @pytest.fixture(scope="module")
@@ -308,118 +76,188 @@ def capture() -> Iterator[CaptureServer]:
 
 
 @pytest.fixture(scope="module")
-def prometheus(capture: CaptureServer) -> Iterator[PrometheusProcess]:
-    with PrometheusProcess.start(_config(capture, RULE_SETS)) as prom:
-        yield prom
+def prometheus3() -> dict[str, Outcomes]:
+    """What Prometheus 3 sent, per scheme (one process per scheme, its config's scheme)."""
+    binary = peer_binary("prometheus")
+    with CaptureServer() as capture:
+        return {scheme: prometheus_outcomes(binary, capture, rule_sets, ALL_SERIES,
+                                            prefix=f"p3-{scheme}", scheme=scheme)
+                for scheme, rule_sets in RUNS.items()}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def prometheus_outputs(
-    prometheus: PrometheusProcess, capture: CaptureServer
-) -> dict[str, set[LabelSet]]:
-    return _feed_and_collect(prometheus, capture, RULE_SETS, SERIES)
+def prometheus_2_42(capture: CaptureServer) -> Outcomes:
+    return prometheus_outcomes(None, capture, P242_RULE_SETS, LEGACY_NAMED_SERIES,
+                               prefix="p2", scheme=None)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def router_results(
+def rwrouter(
     capture: CaptureServer, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[dict[str, set[LabelSet]], dict[str, float]]:
-    return rwrouter_outputs(capture, RULE_SETS, SERIES, tmp_path_factory.mktemp("router"))
+) -> dict[str, RouterResults]:
+    return {scheme: rwrouter_outcomes(capture, rule_sets, ALL_SERIES,
+                                      Path(tmp_path_factory.mktemp(f"router-{scheme}")),
+                                      prefix=f"rw-{scheme}", scheme=scheme)
+            for scheme, rule_sets in RUNS.items()}  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def router_version_diff(
-    capture: CaptureServer, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, set[LabelSet]]:
-    workdir = tmp_path_factory.mktemp("router-vd")
-    return rwrouter_outputs(capture, VERSION_DIFF_RULE_SETS, VERSION_DIFF_SERIES, workdir)[0]
-
-
-@pytest.fixture(scope="module")
-def version_diff_outputs(
-    prometheus: PrometheusProcess,
-    capture: CaptureServer,
-    prometheus_outputs: Mapping[str, set[LabelSet]],  # the main comparison runs first
-) -> dict[str, set[LabelSet]]:
-    prometheus.reload(_config(capture, VERSION_DIFF_RULE_SETS))
-    return _feed_and_collect(prometheus, capture, VERSION_DIFF_RULE_SETS, VERSION_DIFF_SERIES)
-
-
-def test_table_is_broad() -> None:
-    used = {Action(rule.get("action", "replace").lower()) for rules in RULE_SETS.values()
-            for rule in rules}
+def test_tables_are_broad() -> None:
+    used = {Action(rule.get("action", "replace").lower())
+            for rules in t.COMMON_RULE_SETS.values() for rule in rules}  # fmt: skip
     assert used == set(Action)
-    assert len(RULE_SETS) >= 30
-    assert not any("\n" in value for labels in SERIES for value in labels.values())
-    assert len({label_set(labels) for labels in SERIES}) == len(SERIES)
+    assert len(t.COMMON_RULE_SETS) >= 30 and len(UTF8_RULE_SETS) >= 70
+    assert len({label_set(labels) for labels in ALL_SERIES}) == len(ALL_SERIES)
+    assert not any(not name.isidentifier() for labels in LEGACY_NAMED_SERIES for name in labels)
+    assert all(any(not name.isidentifier() for name in labels) for labels in t.UTF8_SERIES)
 
 
-@pytest.mark.parametrize("rule_set", list(RULE_SETS))
-def test_rwrouter_matches_prometheus(
-    rule_set: str,
-    prometheus_outputs: Mapping[str, set[LabelSet]],
-    router_results: tuple[dict[str, set[LabelSet]], dict[str, float]],
+def _expected_from_rwrouter(prometheus: dict[int, LabelSet]) -> dict[int, LabelSet]:
+    return {index: labels for index, labels in prometheus.items() if sendable(labels)}
+
+
+@pytest.mark.parametrize(("scheme", "rule_set"), CASES, ids=[f"{s}-{n}" for s, n in CASES])
+def test_rwrouter_matches_prometheus3(
+    scheme: str, rule_set: str, prometheus3: dict[str, Outcomes],
+    rwrouter: dict[str, RouterResults],
+) -> None:  # fmt: skip
+    from_prometheus = prometheus3[scheme][rule_set]
+    expected = _expected_from_rwrouter(from_prometheus)
+    actual, invalid = rwrouter[scheme][0][rule_set], rwrouter[scheme][1][rule_set]
+    assert actual == expected, _diff(actual, expected)
+    # What rwrouter refuses to send, but for empty label sets (reason relabel), is exactly
+    # what it counts as invalid (one sample each).
+    assert invalid == sum(1 for labels in from_prometheus.values() if labels and
+                          not sendable(labels))  # fmt: skip
+
+
+@pytest.mark.parametrize("scheme", list(RUNS))
+def test_engine_matches_prometheus3(scheme: str, prometheus3: dict[str, Outcomes]) -> None:
+    """The engine alone, before the router's filter of what it sends: exactly Prometheus 3,
+    empty and nameless label sets included."""
+    engine = engine_outcomes(RUNS[scheme], ALL_SERIES, scheme=scheme)
+    for name in RUNS[scheme]:
+        ours = {index: labels for index, labels in engine[name].items() if labels is not None}
+        theirs = prometheus3[scheme][name]
+        assert ours == theirs, f"{name}: {_diff(ours, theirs)}"
+
+
+def _diff(ours: Mapping[int, LabelSet], theirs: Mapping[int, LabelSet]) -> str:
+    lines = [f"series {i}: ours {ours.get(i)}\n    oracle {theirs.get(i)}"
+             for i in sorted(set(ours) | set(theirs)) if ours.get(i) != theirs.get(i)]  # fmt: skip
+    return "\n".join(lines)
+
+
+def test_prometheus3_really_sent(
+    prometheus3: dict[str, Outcomes], rwrouter: dict[str, RouterResults]
 ) -> None:
-    from_prometheus = prometheus_outputs[rule_set]
-    expected = _sendable(from_prometheus)
-    actual, invalid = router_results[0][rule_set], router_results[1][rule_set]
-    assert actual == expected, (
-        f"only rwrouter: {sorted(actual - expected)}\nonly Prometheus: {sorted(expected - actual)}"
-    )
-    # What rwrouter refuses to send is exactly what it counts as invalid (one sample each).
-    assert invalid == len(from_prometheus - expected)
+    """Guards the comparisons against being vacuous: everything arrived where nothing drops,
+    UTF-8 names unchanged, and some results are ones rwrouter refuses to send."""
+    for scheme in RUNS:
+        copied = prometheus3[scheme]["replace_default_copy"]
+        assert len(copied) == len(ALL_SERIES)
+        odd = ALL_SERIES.index(t.UTF8_SERIES[3])
+        assert dict(copied[odd]).items() >= t.UTF8_SERIES[3].items()
+        assert sum(1 for sent in prometheus3[scheme].values() if sent) >= 60
+        assert sum(1 for count in rwrouter[scheme][1].values() if count) >= 1
 
 
-def test_some_rule_sets_leave_series_rwrouter_refuses_to_send(
-    router_results: tuple[dict[str, set[LabelSet]], dict[str, float]],
+@pytest.mark.parametrize("name", [*t.SCHEME_RULE_SETS, *t.UTF8_RULE_SETS,
+                                  *t.LABELMAP_ORDER_RULE_SETS])  # fmt: skip
+def test_new_rule_sets_change_something(name: str, prometheus3: dict[str, Outcomes]) -> None:
+    sent = prometheus3["utf8"][name]
+    assert any(sent.get(i) != label_set(labels) for i, labels in enumerate(ALL_SERIES)), name
+
+
+SCHEME_DIFFERENCES = [
+    # (rule set, series labels, utf8 result, legacy result): a replace's expanded target
+    ("utf8_expanded_target", t.UTF8_SERIES[2], {**t.UTF8_SERIES[2], "a.b": "yes"},
+     t.UTF8_SERIES[2]),
+    ("utf8_expanded_target_delete", t.UTF8_SERIES[2],
+     {k: v for k, v in t.UTF8_SERIES[2].items() if k != "a.b"}, t.UTF8_SERIES[2]),
+    ("replace_templated_target_invalid", t.COMMON_SERIES[0],
+     {**t.COMMON_SERIES[0], "h:1": "x"}, t.COMMON_SERIES[0]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "series", "utf8", "legacy"), SCHEME_DIFFERENCES,
+                         ids=[c[0] for c in SCHEME_DIFFERENCES])  # fmt: skip
+def test_prometheus3_checks_expanded_targets_under_its_scheme(
+    name: str, series: dict[str, str], utf8: dict[str, str], legacy: dict[str, str],
+    prometheus3: dict[str, Outcomes],
+) -> None:  # fmt: skip
+    index = ALL_SERIES.index(series)
+    assert prometheus3["utf8"][name][index] == label_set(utf8)
+    assert prometheus3["legacy"][name][index] == label_set(legacy)
+
+
+# Prometheus 2.42 ---------------------------------------------------------------------------
+def _documented_2_42_difference(name: str, index: int, ours: LabelSet | None) -> bool:
+    """Whether a 2.42 answer may differ from 3.x's for this rule set and series (module
+    docstring): newline values, the VERSION_DIFF and LABELMAP_ORDER rule sets, and empty
+    label sets, which 2.42 does not send."""
+    has_newline = any("\n" in value for value in LEGACY_NAMED_SERIES[index].values())
+    return (has_newline or ours == () or name in t.VERSION_DIFF_RULE_SETS
+            or name in t.LABELMAP_ORDER_RULE_SETS)  # fmt: skip
+
+
+def test_prometheus_2_42_agrees_except_where_documented(
+    prometheus_2_42: Outcomes, prometheus3: dict[str, Outcomes]
 ) -> None:
-    # Guards the invalid-series comparison above against being vacuous.
-    assert sum(1 for count in router_results[1].values() if count) >= 1
+    differing: set[str] = set()
+    for name in P242_RULE_SETS:
+        theirs, ours = prometheus_2_42[name], prometheus3["legacy"][name]
+        for index in range(len(LEGACY_NAMED_SERIES)):
+            if theirs.get(index) != ours.get(index):
+                assert _documented_2_42_difference(name, index, ours.get(index)), (
+                    f"{name} series {index}: 2.42 {theirs.get(index)}, 3.x {ours.get(index)}"
+                )
+                differing.add(name)
+    # Every documented difference shows (or the documentation is stale).
+    assert differing >= set(t.VERSION_DIFF_RULE_SETS)
+    assert len(differing & set(t.LABELMAP_ORDER_RULE_SETS)) >= 4
+    assert {"labeldrop_everything", "replace_lazy_trim"} <= differing
 
 
-def test_engine_matches_prometheus_including_nameless_results(
-    prometheus_outputs: Mapping[str, set[LabelSet]],
-) -> None:
-    """The engine alone, before the router's invalid-series filter, equals Prometheus exactly."""
-    for name, raw in RULE_SETS.items():
-        rules = parse_relabel_configs(raw, f"remote_write[{name}].write_relabel_configs")
-        results = {process(labels, rules) for labels in SERIES}
-        assert {r for r in results if r} == prometheus_outputs[name], name
-
-
-def test_prometheus_really_sent(prometheus_outputs: Mapping[str, set[LabelSet]]) -> None:
-    # Guards against a vacuous comparison (e.g. nothing captured at all).
-    assert len(prometheus_outputs["replace_default_copy"]) == len(SERIES)
-    assert sum(1 for sent in prometheus_outputs.values() if sent) >= 30
+def _at(outcomes: Outcomes, name: str, series: dict[str, str]) -> LabelSet | None:
+    return outcomes[name].get(ALL_SERIES.index(series))
 
 
 def test_prometheus_2_42_dot_does_not_match_newline(
-    version_diff_outputs: Mapping[str, set[LabelSet]],
-    router_version_diff: Mapping[str, set[LabelSet]],
+    prometheus_2_42: Outcomes, prometheus3: dict[str, Outcomes]
 ) -> None:
-    """2.42 compiles ``^(?:...)$``: ``.`` stops at a newline. Current Prometheus and rwrouter
-    compile ``^(?s:...)$``, so ``line1.line2`` keeps the series and ``(.*)`` copies the value."""
-    newline = label_set(VERSION_DIFF_SERIES[0])
-    ours = router_version_diff
-
-    assert version_diff_outputs["vd_dot_matches_newline"] == set()  # 2.42 drops it
-    assert ours["vd_dot_matches_newline"] == {newline}
-
-    assert newline in version_diff_outputs["vd_copy_newline_value"]  # 2.42: unchanged, no copy
-    assert (*newline, ("copy", "line1\nline2")) not in version_diff_outputs["vd_copy_newline_value"]
-    assert label_set({**dict(newline), "copy": "line1\nline2"}) in ours["vd_copy_newline_value"]
+    newline = t.VERSION_DIFF_SERIES[0]
+    assert _at(prometheus_2_42, "vd_dot_matches_newline", newline) is None  # dropped
+    assert _at(prometheus3["legacy"], "vd_dot_matches_newline", newline) == label_set(newline)
+    copied = label_set({**newline, "copy": newline["v"]})
+    assert _at(prometheus_2_42, "vd_copy_newline_value", newline) == label_set(newline)
+    assert _at(prometheus3["legacy"], "vd_copy_newline_value", newline) == copied
 
 
 def test_prometheus_2_42_deletes_unexpanded_target_on_empty_replacement(
-    version_diff_outputs: Mapping[str, set[LabelSet]],
-    router_version_diff: Mapping[str, set[LabelSet]],
+    prometheus_2_42: Outcomes, prometheus3: dict[str, Outcomes]
 ) -> None:
-    """replace with target ``${1}`` and a replacement that expands to "": 2.42 deletes the label
-    literally named ``${1}`` (none), current Prometheus and rwrouter delete the expanded one."""
-    series = VERSION_DIFF_SERIES[1]
-    sent = version_diff_outputs["vd_empty_replacement_expanded_target"]
-    assert label_set(series) in sent  # 2.42 keeps a_b="present"
-    ours = router_version_diff
-    assert label_set({"__name__": "vd_target", "sel": "a_b"}) in ours[
-        "vd_empty_replacement_expanded_target"
-    ]
+    series = t.VERSION_DIFF_SERIES[1]
+    name = "vd_empty_replacement_expanded_target"
+    assert _at(prometheus_2_42, name, series) == label_set(series)  # keeps a_b="present"
+    assert _at(prometheus3["legacy"], name, series) == label_set(
+        {"__name__": "vd_target", "sel": "a_b"}
+    )
+
+
+def test_prometheus_2_42_labelmap_sets_in_name_order(
+    prometheus_2_42: Outcomes, prometheus3: dict[str, Outcomes]
+) -> None:
+    """``a_x`` set by an earlier rule: 3.x walks it after the untouched ``b_x`` (x = a_x's
+    value), 2.42 walked by name (x = b_x's value)."""
+    series = t.LABELMAP_ORDER_SERIES[0]
+    name = "lm_set_walked_after_base"
+    assert dict(_at(prometheus_2_42, name, series) or ())["x"] == "2"
+    assert dict(_at(prometheus3["legacy"], name, series) or ())["x"] == "set"
+    assert dict(_at(prometheus3["utf8"], name, series) or ())["x"] == "set"
+
+
+def test_prometheus_2_42_does_not_send_empty_label_sets(
+    prometheus_2_42: Outcomes, prometheus3: dict[str, Outcomes]
+) -> None:
+    assert prometheus_2_42["labeldrop_everything"] == {}
+    assert set(prometheus3["legacy"]["labeldrop_everything"].values()) == {()}

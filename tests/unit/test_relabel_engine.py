@@ -35,8 +35,8 @@ CASES: list[Case] = [
     ("replace_expanded_target", [{"source_labels": ["a"], "regex": "(f)(.*)",
                                   "target_label": "${1}_$2", "replacement": "v"}], BASE,
      {**BASE, "f_oo": "v"}),
-    ("replace_expanded_target_invalid_no_change", [{"source_labels": ["c"], "regex": "(.*)",
-                                                    "target_label": "${1}", "replacement": "v"}],
+    ("replace_expanded_target_empty_no_change", [{"source_labels": ["zz"], "regex": "(.*)",
+                                                  "target_label": "${1}", "replacement": "v"}],
      {"__name__": "m", "c": "1x"}, {"__name__": "m", "c": "1x"}),
     ("replace_expanded_empty_deletes_expanded_target",
      [{"source_labels": ["a"], "regex": "(.*)", "target_label": "${1}", "replacement": "$2"}],
@@ -79,6 +79,11 @@ CASES: list[Case] = [
     ("labelmap_sees_labels_before_rule", [{"action": "labelmap", "regex": "(.*)",
                                           "replacement": "x${1}"}], {"a": "1"},
      {"a": "1", "xa": "1"}),
+    ("labelmap_to_existing_label_walked_later", [{"action": "labelmap", "regex": "(a)",
+                                                  "replacement": "b"}],
+     {"a": "1", "b": "2"}, {"a": "1", "b": "1"}),
+    ("labelmap_empty_name_result", [{"action": "labelmap", "regex": "x(.*)"}],
+     {"__name__": "m", "x": "1"}, {"": "1", "__name__": "m", "x": "1"}),
     # labeldrop / labelkeep
     ("labeldrop", [{"action": "labeldrop", "regex": "b|c"}], BASE, {"__name__": "m", "a": "foo"}),
     ("labeldrop_name", [{"action": "labeldrop", "regex": "__name__"}], BASE,
@@ -123,8 +128,50 @@ CASES: list[Case] = [
 ]
 
 
-@pytest.mark.parametrize(("rules", "labels", "expected"), [c[1:] for c in CASES],
-                         ids=[c[0] for c in CASES])
+# labelmap, two names mapped to one target: the winner is the label Prometheus 3.14+'s
+# labels.Builder.Range walks last — the base labels no earlier rule set or deleted, by name,
+# then the labels earlier rules set, in the order first set (Prometheus 2.42 walked by name).
+TO_X = {"action": "labelmap", "regex": "(.)_x", "replacement": "x"}
+LABELMAP_ORDER_CASES: list[Case] = [
+    ("base_only_by_name", [TO_X], {"a_x": "1", "b_x": "2"}, {"a_x": "1", "b_x": "2", "x": "2"}),
+    ("set_label_walked_after_base", [{"target_label": "a_x", "replacement": "set"}, TO_X],
+     {"b_x": "base"}, {"a_x": "set", "b_x": "base", "x": "set"}),
+    ("changed_base_label_moves_last", [{"target_label": "a_x", "replacement": "new"}, TO_X],
+     {"a_x": "1", "b_x": "2"}, {"a_x": "new", "b_x": "2", "x": "new"}),
+    ("same_value_set_still_moves_last", [{"target_label": "a_x", "replacement": "1"}, TO_X],
+     {"a_x": "1", "b_x": "2"}, {"a_x": "1", "b_x": "2", "x": "1"}),
+    ("set_order_not_name_order", [{"target_label": "z_x", "replacement": "z"},
+                                  {"target_label": "a_x", "replacement": "a"}, TO_X],
+     {"__name__": "m"}, {"__name__": "m", "a_x": "a", "z_x": "z", "x": "a"}),
+    ("set_again_keeps_first_position", [{"target_label": "z_x", "replacement": "1"},
+                                        {"target_label": "a_x", "replacement": "2"},
+                                        {"target_label": "z_x", "replacement": "3"}, TO_X],
+     {"__name__": "m"}, {"__name__": "m", "a_x": "2", "z_x": "3", "x": "2"}),
+    ("deleted_then_set_goes_last", [{"target_label": "z_x", "replacement": "1"},
+                                    {"target_label": "a_x", "replacement": "2"},
+                                    {"action": "labeldrop", "regex": "z_x"},
+                                    {"target_label": "z_x", "replacement": "3"}, TO_X],
+     {"__name__": "m"}, {"__name__": "m", "a_x": "2", "z_x": "3", "x": "3"}),
+    ("deleted_base_label_set_again_goes_last",
+     [{"action": "labeldrop", "regex": "a_x"}, {"target_label": "a_x", "replacement": "again"},
+      TO_X], {"a_x": "1", "b_x": "2"}, {"a_x": "again", "b_x": "2", "x": "again"}),
+    ("labelmap_results_in_walk_order", [
+        {"action": "labelmap", "regex": "(.)_y", "replacement": "${1}_x"}, TO_X],
+     {"b_y": "b", "a_y": "a"}, {"a_y": "a", "b_y": "b", "a_x": "a", "b_x": "b", "x": "b"}),
+    ("labelmap_target_already_set_updated_in_place", [
+        {"target_label": "x", "replacement": "0"}, {"target_label": "b_x", "replacement": "b"},
+        {"action": "labelmap", "regex": "(.)_x", "replacement": "x"}],
+     {"a_x": "a"}, {"a_x": "a", "b_x": "b", "x": "b"}),
+    ("lowercase_hashmod_count_as_set", [
+        {"action": "lowercase", "source_labels": ["b_x"], "target_label": "b_x"},
+        {"action": "hashmod", "source_labels": ["b_x"], "modulus": 1, "target_label": "a_x"},
+        TO_X], {"b_x": "B", "c_x": "c"}, {"a_x": "0", "b_x": "b", "c_x": "c", "x": "0"}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("rules", "labels", "expected"),
+                         [c[1:] for c in CASES + LABELMAP_ORDER_CASES],
+                         ids=[c[0] for c in CASES + LABELMAP_ORDER_CASES])
 def test_process(
     rules: list[dict[str, Any]], labels: dict[str, str], expected: dict[str, str] | None
 ) -> None:

@@ -1,4 +1,7 @@
-"""Relabel rule parsing and validation (Prometheus ``Config.Validate`` texts, our key paths)."""
+"""Relabel rule parsing and validation (Prometheus ``Config.Validate`` texts, our key paths).
+
+The errors here do not depend on the name validation scheme: each case runs under both
+(``tests/unit/test_relabel_schemes.py`` has the ones that do)."""
 
 from __future__ import annotations
 
@@ -24,8 +27,6 @@ BAD: list[tuple[str, Any, str, str]] = [
      "error parsing regexp"),
     ("any_byte_escape_go_refuses", {"action": "keep", "regex": r"a\C"}, f"{P}[0].regex",
      "invalid escape sequence"),
-    ("bad_source_label", {"source_labels": ["ok", "not-ok"], "target_label": "x"},
-     f"{P}[0].source_labels[1]", '"not-ok" is not a valid label name'),
     ("source_labels_not_list", {"source_labels": "a", "target_label": "x"},
      f"{P}[0].source_labels", "expected a list"),
     ("separator_not_string", {"separator": 1.5, "target_label": "x"}, f"{P}[0].separator",
@@ -46,22 +47,10 @@ BAD: list[tuple[str, Any, str, str]] = [
      "relabel configuration for keepequal action requires 'target_label' value"),
     ("dropequal_needs_target", {"action": "dropequal"}, f"{P}[0].target_label",
      "relabel configuration for dropequal action requires 'target_label' value"),
-    ("replace_invalid_target", {"target_label": "a-b"}, f"{P}[0].target_label",
-     "\"a-b\" is invalid 'target_label' for replace action"),
-    ("replace_invalid_templated_target", {"target_label": "${1}-x"}, f"{P}[0].target_label",
-     "\"${1}-x\" is invalid 'target_label' for replace action"),
-    ("lowercase_invalid_target", {"action": "lowercase", "target_label": "1a"},
-     f"{P}[0].target_label", "\"1a\" is invalid 'target_label' for lowercase action"),
-    ("lowercase_templated_target", {"action": "lowercase", "target_label": "$1"},
-     f"{P}[0].target_label", "\"$1\" is invalid 'target_label' for lowercase action"),
     ("keepequal_replacement", {"action": "keepequal", "target_label": "a", "replacement": "x"},
      f"{P}[0].replacement", "'replacement' can not be set for keepequal action"),
     ("uppercase_replacement", {"action": "uppercase", "target_label": "a", "replacement": "x"},
      f"{P}[0].replacement", "'replacement' can not be set for uppercase action"),
-    ("labelmap_invalid_replacement", {"action": "labelmap", "replacement": "a-$1"},
-     f"{P}[0].replacement", "\"a-$1\" is invalid 'replacement' for labelmap action"),
-    ("hashmod_invalid_target", {"action": "hashmod", "modulus": 2, "target_label": "$1"},
-     f"{P}[0].target_label", "\"$1\" is invalid 'target_label' for hashmod action"),
     ("dropequal_regex", {"action": "dropequal", "target_label": "a", "regex": "(.*)"},
      f"{P}[0]", "dropequal action requires only 'source_labels' and `target_label`, and no other"),
     ("keepequal_separator", {"action": "keepequal", "target_label": "a", "separator": ","},
@@ -76,14 +65,29 @@ BAD: list[tuple[str, Any, str, str]] = [
      "labelkeep action requires only 'regex'"),
     ("labeldrop_replacement", {"action": "labeldrop", "replacement": "x"}, f"{P}[0]",
      "labeldrop action requires only 'regex'"),
+    ("empty_source_label", {"source_labels": ["ok", ""], "target_label": "x"},
+     f"{P}[0].source_labels[1]", '"" is not a valid label name'),
+    ("surrogate_source_label", {"source_labels": ["a\ud800"], "target_label": "x"},
+     f"{P}[0].source_labels[0]", '"a\\ud800" is not valid UTF-8'),
+    ("surrogate_pair_target", {"target_label": "\ud83d\ude00"}, f"{P}[0].target_label",
+     "found invalid Unicode character escape code"),
+    ("surrogate_replacement", {"target_label": "x", "replacement": "\udfff"},
+     f"{P}[0].replacement", "not valid UTF-8"),
+    ("surrogate_regex", {"action": "keep", "regex": "\udc00"}, f"{P}[0].regex",
+     "not valid UTF-8"),
+    ("surrogate_separator", {"target_label": "x", "separator": "\ud800"}, f"{P}[0].separator",
+     "not valid UTF-8"),
+    ("order_modulus_before_target", {"action": "hashmod", "target_label": "a.b"},
+     f"{P}[0].modulus", "requires non-zero modulus"),
 ]
 
 
+@pytest.mark.parametrize("scheme", ["utf8", "legacy"])
 @pytest.mark.parametrize(("rule", "path", "reason"), [c[1:] for c in BAD],
                          ids=[c[0] for c in BAD])
-def test_invalid_rule(rule: Any, path: str, reason: str) -> None:
+def test_invalid_rule(rule: Any, path: str, reason: str, scheme: str) -> None:
     with pytest.raises(ConfigError) as info:
-        parse_relabel_configs([rule], P)
+        parse_relabel_configs([rule], P, scheme=scheme)
     assert info.value.path == path
     assert reason in info.value.reason
     assert str(info.value).startswith(f"{path}: ")
@@ -119,12 +123,22 @@ GOOD: list[tuple[str, Any]] = [
     ("null_regex_is_empty_regex", {"action": "keep", "regex": None}),
     ("null_source_labels_on_labeldrop", {"action": "labeldrop", "source_labels": None}),
     ("max_modulus", {"action": "hashmod", "modulus": 2**64 - 1, "target_label": "x"}),
+    ("utf8_source_labels", {"source_labels": ["service.name", "ä", "not-ok", "1"],
+                            "target_label": "x"}),
+    ("non_bmp_names", {"source_labels": ["\U0001F600"], "target_label": "y"}),
 ]
 
 
+@pytest.mark.parametrize("scheme", ["utf8", "legacy"])
 @pytest.mark.parametrize("rule", [c[1] for c in GOOD], ids=[c[0] for c in GOOD])
-def test_valid_rule(rule: Any) -> None:
-    assert len(parse_relabel_configs([rule], P)) == 1
+def test_valid_rule(rule: Any, scheme: str) -> None:
+    (parsed,) = parse_relabel_configs([rule], P, scheme=scheme)
+    assert parsed.name_validation_scheme == scheme
+
+
+def test_unknown_scheme_is_a_programming_error() -> None:
+    with pytest.raises(ValueError, match="unknown name validation scheme 'utf-8'"):
+        parse_relabel_configs([{"target_label": "x"}], P, scheme="utf-8")
 
 
 def test_explicit_values() -> None:

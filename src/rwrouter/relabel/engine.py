@@ -1,8 +1,9 @@
 """The relabel engine: apply compiled rules to one label set (pure).
 
-Source of the rules: Prometheus ``model/relabel/relabel.go`` (``Process`` / ``relabel``), one
-function per action. Each action function takes the rule, the working label dict (mutated in
-place) and the source value, and returns whether the series is kept.
+Source of the rules: Prometheus ``model/relabel/relabel.go`` (``ProcessBuilder`` / ``relabel``),
+one function per action, on a :class:`LabelBuilder` (Prometheus ``model/labels`` ``Builder``).
+Each action function takes the rule, the working label set (mutated in place) and the source
+value, and returns whether the series is kept.
 
 Setting a label to "" deletes it (Prometheus ``labels.Builder.Set``). Labels starting with ``__``
 are not removed after the rules (write relabeling).
@@ -15,94 +16,126 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from rwrouter.relabel.casemap import go_lower, go_upper
-from rwrouter.relabel.rules import DEFAULT_REGEX, Action, RelabelConfig, is_valid_label_name
+from rwrouter.relabel.rules import DEFAULT_REGEX, Action, RelabelConfig
 from rwrouter.relabel.template import expand
 
-Labels = dict[str, str]
 LabelTuple = tuple[tuple[str, str], ...]
 
 
-def _set(labels: Labels, name: str, value: str) -> None:
-    if value:
-        labels[name] = value
-    else:
-        labels.pop(name, None)
+class LabelBuilder(dict[str, str]):
+    """One series' label set while rules run: Prometheus ``labels.Builder`` as a dict whose
+    iteration order is ``Builder.Range``'s.
+
+    ``Range`` walks the base labels no rule deleted or set, in name order, then the labels rules
+    set (its ``add`` list) in the order they were first set; ``Set`` of a name already in
+    ``add`` changes its value in place, ``Set`` of another name appends it, ``Del`` removes a
+    name from ``add``. So: build from the labels sorted by name (:meth:`of`); ``added`` holds
+    the names in ``add``; :meth:`set` of a name not in it moves the name to the end. The order
+    decides which label wins when a labelmap maps two names to one (the last one set, as in
+    Prometheus 3.14+). Build with :meth:`of`; read with the dict methods; change only with
+    :meth:`set`.
+    """
+
+    __slots__ = ("added",)
+    added: set[str]
+
+    @classmethod
+    def of(cls, labels: Mapping[str, str] | Iterable[tuple[str, str]]) -> LabelBuilder:
+        """A builder whose base is ``labels`` (a mapping, or (name, value) pairs with distinct
+        names) in name order."""
+        if type(labels) is tuple:  # the usual input: sorted already, so sorting is cheap
+            builder = cls(sorted(labels))
+        else:
+            builder = cls(sorted(labels.items() if isinstance(labels, Mapping) else labels))
+        builder.added = set()
+        return builder
+
+    def set(self, name: str, value: str) -> None:
+        """``Builder.Set``: set ``name`` to ``value``; "" deletes it (``Builder.Del``)."""
+        if value:
+            added = self.added
+            if name not in added:
+                added.add(name)
+                self.pop(name, None)  # a base label moves to the end
+            self[name] = value
+        elif self.pop(name, None) is not None:
+            self.added.discard(name)
 
 
-def _drop(rule: RelabelConfig, labels: Labels, value: str) -> bool:
+def _drop(rule: RelabelConfig, labels: Mapping[str, str], value: str) -> bool:
     return not rule.regex.matches(value)
 
 
-def _keep(rule: RelabelConfig, labels: Labels, value: str) -> bool:
+def _keep(rule: RelabelConfig, labels: Mapping[str, str], value: str) -> bool:
     return rule.regex.matches(value)
 
 
-def _dropequal(rule: RelabelConfig, labels: Labels, value: str) -> bool:
+def _dropequal(rule: RelabelConfig, labels: Mapping[str, str], value: str) -> bool:
     return labels.get(rule.target_label, "") != value
 
 
-def _keepequal(rule: RelabelConfig, labels: Labels, value: str) -> bool:
+def _keepequal(rule: RelabelConfig, labels: Mapping[str, str], value: str) -> bool:
     return labels.get(rule.target_label, "") == value
 
 
-def _replace(rule: RelabelConfig, labels: Labels, value: str) -> bool:
-    target, replacement = rule.target_label, rule.replacement
+def _replace(rule: RelabelConfig, labels: LabelBuilder, value: str) -> bool:
     # Prometheus's fast path: add or delete a fixed label pair.
-    if value == "" and rule.regex is DEFAULT_REGEX and "$" not in target + replacement:
-        _set(labels, target, replacement)
+    if value == "" and rule.fixed_pair and rule.regex is DEFAULT_REGEX:
+        labels.set(rule.target_label, rule.replacement)
         return True
     match = rule.regex.pattern.search(value)
     if match is None:
         return True
-    if "$" in target:
-        target = expand(rule.target_template, match)
-        if not is_valid_label_name(target):
-            return True
-    _set(labels, target, expand(rule.replacement_template, match))
+    target = expand(rule.target_template, match)
+    if not rule.valid_target(target):  # under the rule's name validation scheme
+        return True
+    labels.set(target, expand(rule.replacement_template, match))
     return True
 
 
-def _lowercase(rule: RelabelConfig, labels: Labels, value: str) -> bool:
-    _set(labels, rule.target_label, go_lower(value))
+def _lowercase(rule: RelabelConfig, labels: LabelBuilder, value: str) -> bool:
+    labels.set(rule.target_label, go_lower(value))
     return True
 
 
-def _uppercase(rule: RelabelConfig, labels: Labels, value: str) -> bool:
-    _set(labels, rule.target_label, go_upper(value))
+def _uppercase(rule: RelabelConfig, labels: LabelBuilder, value: str) -> bool:
+    labels.set(rule.target_label, go_upper(value))
     return True
 
 
-def _hashmod(rule: RelabelConfig, labels: Labels, value: str) -> bool:
+def _hashmod(rule: RelabelConfig, labels: LabelBuilder, value: str) -> bool:
     digest = hashlib.md5(value.encode("utf-8"), usedforsecurity=False).digest()
     # Last 8 bytes of the digest, big-endian unsigned, as Prometheus does.
-    _set(labels, rule.target_label, str(int.from_bytes(digest[8:], "big") % rule.modulus))
+    labels.set(rule.target_label, str(int.from_bytes(digest[8:], "big") % rule.modulus))
     return True
 
 
-def _labelmap(rule: RelabelConfig, labels: Labels, value: str) -> bool:
-    search = rule.regex.pattern.search
-    for name, label_value in list(labels.items()):  # the label set before this rule
+def _labelmap(rule: RelabelConfig, labels: LabelBuilder, value: str) -> bool:
+    search, template = rule.regex.pattern.search, rule.replacement_template
+    # Builder.Range: a snapshot of the names and values before this rule, in Range order (so
+    # when two names map to one target, the one walked last wins). No check of the new name.
+    for name, label_value in list(labels.items()):
         match = search(name)
         if match is not None:
-            _set(labels, expand(rule.replacement_template, match), label_value)
+            labels.set(expand(template, match), label_value)
     return True
 
 
-def _labeldrop(rule: RelabelConfig, labels: Labels, value: str) -> bool:
+def _labeldrop(rule: RelabelConfig, labels: LabelBuilder, value: str) -> bool:
     matches = rule.regex.matches  # label names are few: the answers are remembered
     for name in [name for name in labels if matches(name)]:
-        del labels[name]
+        labels.set(name, "")
     return True
 
 
-def _labelkeep(rule: RelabelConfig, labels: Labels, value: str) -> bool:
+def _labelkeep(rule: RelabelConfig, labels: LabelBuilder, value: str) -> bool:
     matches = rule.regex.matches
     for name in [name for name in labels if not matches(name)]:
-        del labels[name]
+        labels.set(name, "")
     return True
 
 
-_ACTIONS: dict[Action, Callable[[RelabelConfig, Labels, str], bool]] = {
+_ACTIONS: dict[Action, Callable[[RelabelConfig, LabelBuilder, str], bool]] = {
     Action.REPLACE: _replace,
     Action.KEEP: _keep,
     Action.DROP: _drop,
@@ -126,13 +159,19 @@ def _source_value(rule: RelabelConfig, labels: Mapping[str, str]) -> str:
 
 FILTER_ACTIONS = frozenset((Action.KEEP, Action.DROP, Action.KEEPEQUAL, Action.DROPEQUAL))
 """Actions that only decide whether a series is kept: they never change its labels."""
+_FILTERS: dict[Action, Callable[[RelabelConfig, Mapping[str, str], str], bool]] = {
+    Action.KEEP: _keep,
+    Action.DROP: _drop,
+    Action.KEEPEQUAL: _keepequal,
+    Action.DROPEQUAL: _dropequal,
+}
 
 
-def passes(labels: Labels, rules: Iterable[RelabelConfig]) -> bool:
+def passes(labels: Mapping[str, str], rules: Iterable[RelabelConfig]) -> bool:
     """Whether rules made only of :data:`FILTER_ACTIONS` keep ``labels`` (same answer as
     ``process(labels, rules) is not None``; filters only read ``labels``, so no copy and no
     sort)."""
-    return all(_ACTIONS[rule.action](rule, labels, _source_value(rule, labels)) for rule in rules)
+    return all(_FILTERS[rule.action](rule, labels, _source_value(rule, labels)) for rule in rules)
 
 
 def process(
@@ -144,14 +183,14 @@ def process(
     a keep/drop/keepequal/dropequal rule dropped the series, else the resulting label set as
     (name, value) pairs sorted by name — possibly empty (the caller does not send those).
     """
-    working: Labels = dict(labels)
+    working = LabelBuilder.of(labels)
     for rule in rules:
         if not _ACTIONS[rule.action](rule, working, _source_value(rule, working)):
             return None
     return tuple(sorted(working.items()))
 
 
-def apply_rule(rule: RelabelConfig, labels: Labels) -> bool:
+def apply_rule(rule: RelabelConfig, labels: LabelBuilder) -> bool:
     """Apply one rule to ``labels`` in place (the step :func:`process` takes per rule); False
     when it drops the series."""
     return _ACTIONS[rule.action](rule, labels, _source_value(rule, labels))
@@ -174,7 +213,7 @@ def trace(
     """:func:`process`, one :class:`Step` per rule applied (for the relabel debugger, not the
     hot path). The steps stop at the rule that dropped the series; the last step's labels are
     ``process``'s result when it kept the series (the input, sorted, when there are no rules)."""
-    working: Labels = dict(labels)
+    working = LabelBuilder.of(labels)
     steps: list[Step] = []
     for index, rule in enumerate(rules):
         kept = apply_rule(rule, working)

@@ -1,8 +1,19 @@
 """Relabel rule schema, parsing, validation and compilation (pure).
 
 Source of the rules: Prometheus ``model/relabel/relabel.go`` (``Config``, ``DefaultRelabelConfig``,
-``Config.Validate``, ``NewRegexp``) with the legacy label-name scheme
-``[a-zA-Z_][a-zA-Z0-9_]*``. Validation error texts are Prometheus's; the key path is ours.
+``Config.Validate``, ``NewRegexp``) and prometheus/common ``model`` (``ValidationScheme``,
+``LabelName.UnmarshalYAML``). Validation error texts are Prometheus's; the key path is ours.
+
+Name validation schemes (``global.metric_name_validation_scheme``; each compiled rule keeps its
+own, as Prometheus's ``Config.NameValidationScheme``):
+
+- ``utf8`` (Prometheus 3's default): a label name is any non-empty valid UTF-8 text; targets and
+  labelmap replacements may contain ``$`` references (any non-empty text is accepted).
+- ``legacy``: a label name matches ``[a-zA-Z_][a-zA-Z0-9_]*``; a replace target with ``$`` and a
+  labelmap replacement must match Prometheus's ``relabelTargetLegacy`` (a legacy name in which
+  ``$name`` / ``${name}`` references may stand).
+- ``source_labels`` accept any non-empty UTF-8 name under both (Prometheus 3 reads them with
+  prometheus/common's global scheme, which its ``main`` sets to UTF-8).
 
 YAML value handling (mirrors ``gopkg.in/yaml.v2`` as Prometheus uses it):
 
@@ -10,19 +21,30 @@ YAML value handling (mirrors ``gopkg.in/yaml.v2`` as Prometheus uses it):
   ``replacement: "$1"``); an explicit ``null`` takes the *zero* value (``""``, ``0``, no source
   labels), and ``regex: null`` becomes the empty regex, as in Prometheus;
 - string fields accept strings and plain integers (``replacement: 1`` is ``"1"``); other scalars
-  (floats, booleans) are refused because their YAML text cannot be recovered after parsing.
+  (floats, booleans) are refused because their YAML text cannot be recovered after parsing;
+- a string holding a surrogate code point (only a ``"\\ud800"``-style escape gives one: PyYAML
+  accepts it, Go's YAML parser refuses every ``\\uD800``-``\\uDFFF`` escape, pairs included) is
+  refused: it is not valid UTF-8.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import re2  # type: ignore[import-untyped]
 
 from rwrouter.errors import ConfigError
+from rwrouter.relabel.names import (
+    UTF8,
+    go_quote,
+    is_utf8_label_name,
+    is_valid_utf8,
+    is_valid_with_references,
+    name_check,
+)
 from rwrouter.relabel.template import Template, compile_template
 
 
@@ -44,36 +66,6 @@ class Action(enum.StrEnum):
 
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False
-# Prometheus's relabelTargetLegacy: a label name that may contain $var / ${var} references.
-_RELABEL_TARGET = re2.compile(r"^(?:(?:[a-zA-Z_]|\$(?:\{\w+\}|\w+))+\w*)+$", _RE2_OPTIONS)
-
-
-def is_valid_label_name(name: str) -> bool:
-    """Legacy Prometheus label name: ``[a-zA-Z_][a-zA-Z0-9_]*``."""
-    return name.isascii() and name.isidentifier()
-
-
-def go_quote(text: str) -> str:
-    """Go's ``%q`` for the texts that appear in error messages (quotes, backslash, controls)."""
-    out = ['"']
-    for char in text:
-        if char in '"\\':
-            out.append("\\" + char)
-        elif char == "\n":
-            out.append("\\n")
-        elif char == "\t":
-            out.append("\\t")
-        elif char == "\r":
-            out.append("\\r")
-        elif not char.isprintable() and ord(char) < 0x100:
-            out.append(f"\\x{ord(char):02x}")
-        elif not char.isprintable():
-            out.append(f"\\u{ord(char):04x}" if ord(char) < 0x10000 else f"\\U{ord(char):08x}")
-        else:
-            out.append(char)
-    out.append('"')
-    return "".join(out)
-
 
 MATCH_MEMO = 4096  # distinct values whose keep/drop answer a Regex remembers
 
@@ -153,6 +145,9 @@ class RelabelConfig:
 
     Build through :func:`parse_relabel_configs` (which validates). The defaults below are the
     only place they are declared; templates are compiled against ``regex`` on construction.
+    ``name_validation_scheme`` (``utf8`` or ``legacy``, Prometheus's ``NameValidationScheme``)
+    is the scheme the rule was validated under; a replace checks its expanded target with it
+    (``valid_target``) when it runs.
     """
 
     action: Action = Action.REPLACE
@@ -162,10 +157,16 @@ class RelabelConfig:
     modulus: int = 0
     target_label: str = ""
     replacement: str = "$1"
+    name_validation_scheme: str = UTF8
     target_template: Template = field(init=False, repr=False, compare=False)
     replacement_template: Template = field(init=False, repr=False, compare=False)
+    valid_target: Callable[[str], bool] = field(init=False, repr=False, compare=False)
+    fixed_pair: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "valid_target", name_check(self.name_validation_scheme))
+        # Prometheus's replace fast path: neither target nor replacement has a $ reference.
+        object.__setattr__(self, "fixed_pair", "$" not in self.target_label + self.replacement)
         pattern = self.regex.pattern
         groups = {"group_index": pattern.groupindex, "groups": pattern.groups}
         object.__setattr__(self, "target_template", compile_template(self.target_label, **groups))
@@ -197,6 +198,10 @@ def _string(value: object, path: str) -> str:
     if value is None:
         return ""
     if isinstance(value, str):
+        if not is_valid_utf8(value):
+            raise ConfigError(path, f"{go_quote(value)} is not valid UTF-8 (a surrogate escape; "
+                              "Prometheus's YAML parser refuses it: found invalid Unicode "
+                              "character escape code)")  # fmt: skip
         return value
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
@@ -211,7 +216,7 @@ def _source_labels(value: object, path: str) -> tuple[str, ...]:
     names = []
     for index, item in enumerate(value):
         name = _string(item, f"{path}[{index}]")
-        if not is_valid_label_name(name):
+        if not is_utf8_label_name(name):  # any scheme: prometheus/common's global (UTF-8)
             raise ConfigError(f"{path}[{index}]", f"{go_quote(name)} is not a valid label name")
         names.append(name)
     return tuple(names)
@@ -260,14 +265,17 @@ def _fields(raw: Mapping[Any, Any], path: str) -> dict[str, Any]:
 
 def parse_relabel_config(raw: object, path: str, *, scheme: str = "utf8") -> RelabelConfig:
     """Parse and validate one rule (a YAML mapping) under the name validation ``scheme``
-    (``utf8`` or ``legacy``: ``global.metric_name_validation_scheme``); errors name
-    ``path.key``."""
+    (``utf8`` or ``legacy``: ``global.metric_name_validation_scheme``), which the rule keeps.
+
+    Raises :class:`rwrouter.errors.ConfigError` naming ``path.key``; ``ValueError`` for an
+    unknown ``scheme`` (the config parser refuses those first)."""
     if not isinstance(raw, Mapping):
         raise ConfigError(path, "expected a mapping")
+    name_check(scheme)  # ValueError for an unknown scheme
     fields = _fields(raw, path)
     if "action" in fields and fields["action"] is None:
         raise ConfigError(f"{path}.action", "relabel action cannot be empty")
-    rule = RelabelConfig(**fields)
+    rule = RelabelConfig(**fields, name_validation_scheme=scheme)
     validate(rule, path=path, source_labels_set=raw.get("source_labels") is not None)
     return rule
 
@@ -291,12 +299,14 @@ def parse_relabel_configs(
 
 
 def validate(rule: RelabelConfig, *, path: str, source_labels_set: bool) -> None:
-    """Prometheus ``Config.Validate`` (same order, same texts); raises ``ConfigError``.
+    """Prometheus ``Config.Validate`` (same order, same texts) under the rule's
+    ``name_validation_scheme``; raises ``ConfigError``.
 
     ``source_labels_set`` is whether ``source_labels`` was given (even as ``[]``): labeldrop and
     labelkeep refuse it, as Prometheus refuses a non-nil list.
     """
     action, target = rule.action, rule.target_label
+    scheme, valid_name = rule.name_validation_scheme, rule.valid_target
     if action is Action.HASHMOD and rule.modulus == 0:
         raise ConfigError(
             f"{path}.modulus", "relabel configuration for hashmod requires non-zero modulus"
@@ -306,25 +316,21 @@ def validate(rule: RelabelConfig, *, path: str, source_labels_set: bool) -> None
             f"{path}.target_label",
             f"relabel configuration for {action} action requires 'target_label' value",
         )
-    if action is Action.REPLACE and not _is_valid_replace_target(target):
+    if action is Action.REPLACE and "$" not in target and not valid_name(target):
         raise _invalid_target(path, rule)
-    if action in _NO_REPLACEMENT and not is_valid_label_name(target):
+    if action is Action.REPLACE and "$" in target and not is_valid_with_references(target, scheme):
+        raise _invalid_target(path, rule)
+    if action in _NO_REPLACEMENT and not valid_name(target):
         raise _invalid_target(path, rule)
     if action in _NO_REPLACEMENT and rule.replacement != DEFAULT.replacement:
         reason = f"'replacement' can not be set for {action} action"
         raise ConfigError(f"{path}.replacement", reason)
-    if action is Action.LABELMAP and _RELABEL_TARGET.search(rule.replacement) is None:
+    if action is Action.LABELMAP and not is_valid_with_references(rule.replacement, scheme):
         reason = f"{go_quote(rule.replacement)} is invalid 'replacement' for {action} action"
         raise ConfigError(f"{path}.replacement", reason)
-    if action is Action.HASHMOD and not is_valid_label_name(target):
+    if action is Action.HASHMOD and not valid_name(target):
         raise _invalid_target(path, rule)
     _validate_field_sets(rule, path=path, source_labels_set=source_labels_set)
-
-
-def _is_valid_replace_target(target: str) -> bool:
-    if "$" not in target:
-        return is_valid_label_name(target)
-    return _RELABEL_TARGET.search(target) is not None
 
 
 def _invalid_target(path: str, rule: RelabelConfig) -> ConfigError:

@@ -1,14 +1,25 @@
-"""A label set as text (pure): parsed from and written as the Prometheus text format /
-PromQL forms ``{__name__="m", gpu="0"}``, ``m{gpu="0"}`` or a bare ``m``; values double-quoted
-(``\\"``, ``\\\\``, ``\\n`` and Go's other escapes), single-quoted or in backquotes (raw), as in
-PromQL; a label with an empty value is absent. Used by the relabel debugger
-(:mod:`rwrouter.relabel_cli`).
+"""A label set as text (pure), for the relabel debugger (:mod:`rwrouter.relabel_cli`).
+
+Read (:func:`parse_series`) in the Prometheus 3 text format / PromQL forms
+``{__name__="m", gpu="0"}``, ``m{gpu="0"}`` or a bare ``m``, UTF-8 names quoted:
+``{"service.name"="api"}``, and a lone quoted string in the braces is the metric name:
+``{"http.server.duration", job="a"}`` (Prometheus ``model/textparse/promparse.go``, PromQL
+``label_set_item``). ``"my.metric"{...}`` is refused: neither Prometheus's text parser nor
+PromQL takes a quoted name before the braces. Strings are double-quoted (``\\"``, ``\\\\``,
+``\\n`` and Go's other escapes), single-quoted or in backquotes (raw), as in PromQL; a label with
+an empty value is absent.
+
+Written (:func:`format_labels`) as Prometheus 3 prints label sets: names outside the legacy
+character set and all values quoted as Go's ``strconv.Quote`` does (``labels.Labels.String``),
+the metric name in front when it is a legacy metric name (PromQL), else as ``__name__``.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+
+from rwrouter.relabel.names import go_quote, is_legacy_label_name
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -90,6 +101,9 @@ class _Reader:
         except ValueError:
             self.pos -= 1
             raise self.fail(f"invalid escape \\{char}") from None
+        if value > 0x10FFFF or 0xD800 <= value <= 0xDFFF:
+            self.pos -= 1  # Go's strconv.Unquote: not a Unicode code point
+            raise self.fail(f"escape \\{char}{code} is not a Unicode character")
         if (char == "x" or base == 8) and value > 127:
             # Go: \xHH and \ooo are bytes; alone they must be ASCII to stay valid UTF-8.
             self.pos -= 1
@@ -117,6 +131,9 @@ def parse_series(text: str) -> Labels:
     name = reader.take(_METRIC)
     if name is not None:
         add("__name__", name)
+    elif reader.peek() in ('"', "'", "`"):
+        raise reader.fail("a quoted metric name goes inside the braces, "
+                          '{"my.metric", label="value"}:')  # fmt: skip
     reader.skip_space()
     if reader.peek() == "{":
         reader.pos += 1
@@ -169,18 +186,22 @@ def _braces(reader: _Reader, add: Callable[[str, str], None]) -> None:
 
 
 def quote_value(value: str) -> str:
-    """``value`` double-quoted as in the text format (``\\``, ``"`` and newline escaped)."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    """``value`` double-quoted as Prometheus 3 prints it (Go ``strconv.Quote``: ``\\``, ``"``,
+    controls and other non-printable characters escaped)."""
+    return go_quote(value)
 
 
 def format_name(name: str) -> str:
-    """A label name as written: bare when it is a classic name, else quoted (Prometheus 3)."""
-    return name if _LABEL.fullmatch(name) else quote_value(name)
+    """A label name as Prometheus 3 prints it (``labels.Labels.String``): bare when it is a
+    legacy label name, else quoted as Go's ``strconv.Quote`` does."""
+    return name if is_legacy_label_name(name) else go_quote(name)
 
 
 def format_labels(labels: Labels) -> str:
-    """``m{a="1"}`` (PromQL), or ``{a="1"}`` when there is no ``__name__`` (or it is not a
-    plain metric name: then ``{__name__="..."}``); values escaped as in the text format."""
+    """``m{a="1", "service.name"="x"}`` (PromQL), or ``{a="1"}`` when there is no ``__name__``
+    (or it is not a legacy metric name: then ``{__name__="my.metric", ...}``, as
+    ``labels.Labels.String`` writes it); names and values quoted by :func:`format_name` and
+    :func:`quote_value`."""
     mapping = dict(labels)
     metric = mapping.get("__name__")
     prefix = ""

@@ -1,0 +1,177 @@
+"""Running the relabel oracles: a real Prometheus and a real rwrouter, fed the same series.
+
+Each series is written with one sample whose value is its index in the series list, so what a
+sender delivered can be traced back to the series it came from: an :data:`Outcomes` maps each
+rule set to {series index: the label set delivered}; an index that is absent was not sent.
+
+- :func:`prometheus_outcomes`: one ``remote_write`` queue per rule set, its rules as
+  ``write_relabel_configs``, each to its own path ``/<prefix>/<rule set>`` on the capture
+  server; the series are written to Prometheus's remote-write receiver (RW 1.0, names as they
+  are) and we wait until Prometheus's own counters say each queue handled them all.
+- :func:`rwrouter_outcomes`: a ``python -m rwrouter run`` with one destination per rule set.
+- :func:`engine_outcomes`: ``rwrouter.relabel.process`` alone.
+
+Both configurations set ``global.metric_name_validation_scheme`` to the run's scheme (Prometheus
+2.42 has no such key: ``scheme=None`` leaves it out).
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from rwrouter.relabel import parse_relabel_configs, process
+from rwrouter.testing.router import RouterProcess
+from tests.conformance.relabel_tables import RuleSets
+from tests.support.capture import CaptureServer
+from tests.support.prometheus import PrometheusProcess, free_port
+from tests.support.series import HEADERS, LabelSet, Series, build_body, label_set
+
+Outcomes = dict[str, dict[int, LabelSet]]
+QUEUE = {"batch_send_deadline": "100ms", "max_shards": 1, "min_backoff": "10ms"}
+
+
+def prometheus_config(
+    capture: CaptureServer, rule_sets: RuleSets, *, prefix: str, scheme: str | None
+) -> str:
+    """The YAML of a Prometheus with one remote_write queue per rule set."""
+    remotes = [
+        {"name": name, "url": capture.url(f"/{prefix}/{name}"), "write_relabel_configs": rules,
+         "queue_config": QUEUE, "metadata_config": {"send": False}}
+        for name, rules in rule_sets.items()
+    ]  # fmt: skip
+    global_: dict[str, str] = {"scrape_interval": "1h"}
+    if scheme is not None:
+        global_["metric_name_validation_scheme"] = scheme
+    config = {"global": global_, "remote_write": remotes}
+    return yaml.safe_dump(config, allow_unicode=True, sort_keys=False)
+
+
+def _body(series: Sequence[dict[str, str]], timestamp_ms: int) -> bytes:
+    return build_body(Series(label_set(labels), [(timestamp_ms, float(index))])
+                      for index, labels in enumerate(series))  # fmt: skip
+
+
+def delivered(capture: CaptureServer, path: str) -> dict[int, LabelSet]:
+    """{sample value (the series index): label set} of what arrived at ``path``."""
+    out: dict[int, LabelSet] = {}
+    for received in capture.requests(path):
+        if received.request is None or received.status >= 300:
+            continue
+        for ts in received.request.timeseries:
+            labels = tuple((label.name, label.value) for label in ts.labels)
+            for sample in ts.samples:
+                out[int(sample.value)] = labels
+    return out
+
+
+def prometheus_outcomes(
+    binary: str | None, capture: CaptureServer, rule_sets: RuleSets,
+    series: Sequence[dict[str, str]], *, prefix: str, scheme: str | None, timeout: float = 60.0,
+) -> Outcomes:  # fmt: skip
+    """Start a Prometheus (``binary``; ``None``: Debian's), write ``series``, wait until every
+    queue handled every sample, stop it; what each queue sent."""
+    config = prometheus_config(capture, rule_sets, prefix=prefix, scheme=scheme)
+    with PrometheusProcess.start(config, binary=binary) as prom:
+        timestamp_ms = int(time.time() * 1000) + 1000  # after each queue's WAL-watcher start
+        status, answer = prom.write(_body(series, timestamp_ms))
+        assert status == 204, answer
+        deadline = time.monotonic() + timeout
+        while not _prometheus_done(prom, capture, rule_sets, len(series), prefix):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"queues did not finish:\n{prom.log_text()[-3000:]}")
+            time.sleep(0.05)
+    return {name: delivered(capture, f"/{prefix}/{name}") for name in rule_sets}
+
+
+def _prometheus_done(
+    prom: PrometheusProcess, capture: CaptureServer, rule_sets: RuleSets, fed: int, prefix: str
+) -> bool:
+    totals: dict[tuple[str, str], float] = {}
+    for sample in prom.metrics():
+        remote = sample.labels.get("remote_name")
+        if remote in rule_sets:
+            key = (remote, sample.name)
+            totals[key] = totals.get(key, 0.0) + sample.value
+    for name in rule_sets:
+        sent = totals.get((name, "prometheus_remote_storage_samples_total"), 0.0)
+        dropped = totals.get((name, "prometheus_remote_storage_samples_dropped_total"), 0.0)
+        failed = totals.get((name, "prometheus_remote_storage_samples_failed_total"), 0.0)
+        assert failed == 0, f"{name}: Prometheus failed to send samples"
+        if sent + dropped < fed or capture.sample_count(f"/{prefix}/{name}") < sent:
+            return False
+    return True
+
+
+def rwrouter_outcomes(
+    capture: CaptureServer, rule_sets: RuleSets, series: Sequence[dict[str, str]],
+    workdir: Path, *, prefix: str, scheme: str, timeout: float = 30.0,
+) -> tuple[Outcomes, dict[str, float]]:  # fmt: skip
+    """What a real rwrouter process sends per rule set, fed ``series`` over HTTP, and the
+    samples each destination counted as ``invalid`` (a label set without ``__name__`` or with
+    an empty label name: rwrouter does not send it, Prometheus does)."""
+    destinations = [
+        {"name": name, "url": capture.url(f"/{prefix}/{name}"), "write_relabel_configs": rules,
+         "queue_config": {"batch_send_deadline": "20ms"}, "metadata_config": {"send": False}}
+        for name, rules in rule_sets.items()
+    ]  # fmt: skip
+    port = free_port()
+    config = {"global": {"metric_name_validation_scheme": scheme},
+              "server": {"listen_address": f"127.0.0.1:{port}"}, "remote_write": destinations}
+    config_path = workdir / "rwrouter.yaml"
+    config_path.write_text(yaml.safe_dump(config, allow_unicode=True, sort_keys=False))
+    router = RouterProcess(config_path=config_path, port=port, log_path=workdir / "router.log")
+    try:
+        router.wait_ready(timeout_s=20)
+        request = urllib.request.Request(f"{router.url}/api/v1/write",
+                                         data=_body(series, 1_000), headers=HEADERS)
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert answer.status == 204
+        deadline = time.monotonic() + timeout
+        while not _router_done(router, capture, rule_sets, len(series), prefix):
+            assert time.monotonic() < deadline, "rwrouter did not deliver everything in time"
+            time.sleep(0.05)
+        invalid = {name: router.metric_value("rwrouter_samples_dropped_total",
+                                             destination=name, reason="invalid")
+                   for name in rule_sets}  # fmt: skip
+    finally:
+        router.stop()
+    return {name: delivered(capture, f"/{prefix}/{name}") for name in rule_sets}, invalid
+
+
+def _router_done(
+    router: RouterProcess, capture: CaptureServer, rule_sets: RuleSets, fed: int, prefix: str
+) -> bool:
+    totals: dict[tuple[str, str], float] = {}
+    for sample in router.metrics():
+        if sample.name in ("rwrouter_sent_samples_total", "rwrouter_samples_dropped_total"):
+            key = (sample.labels["destination"], sample.name)
+            totals[key] = totals.get(key, 0.0) + sample.value
+    for name in rule_sets:
+        sent = totals.get((name, "rwrouter_sent_samples_total"), 0.0)
+        dropped = totals.get((name, "rwrouter_samples_dropped_total"), 0.0)
+        if sent + dropped < fed or capture.sample_count(f"/{prefix}/{name}") < sent:
+            return False
+    return True
+
+
+def engine_outcomes(
+    rule_sets: RuleSets, series: Sequence[dict[str, str]], *, scheme: str
+) -> dict[str, dict[int, LabelSet | None]]:
+    """``process`` per rule set and series index (``None``: dropped by a rule)."""
+    out: dict[str, dict[int, LabelSet | None]] = {}
+    for name, raw in rule_sets.items():
+        rules = parse_relabel_configs(raw, f"remote_write[{name}]", scheme=scheme)
+        out[name] = {index: process(labels, rules) for index, labels in enumerate(series)}
+    return out
+
+
+def sendable(labels: LabelSet) -> bool:
+    """Whether rwrouter sends ``labels``: a metric name and no empty label name (receivers
+    refuse the others, and with them the whole batch)."""
+    names = [name for name, _ in labels]
+    return "__name__" in names and "" not in names
