@@ -50,6 +50,7 @@ BAD = {
         "global.metric_name_escaping_scheme: a Prometheus scrape setting",
         "remote_write[].metric_name_escaping_scheme",
     ],
+    "lone_surrogate": [f"{RW0}.headers.X-Team: invalid UTF-8: a lone surrogate \\ud800"],
     "protobuf_message_unknown": [
         f"{RW0}.protobuf_message: expected one of prometheus.WriteRequest, "
         "io.prometheus.write.v2.Request, got 'io.prometheus.write.v3.Request'"
@@ -237,6 +238,8 @@ PROTOCOL_CASES = [
     ("legacy_global", "", "global: {metric_name_validation_scheme: legacy}\n",
      "prometheus.WriteRequest", "allow-utf-8", "legacy"),
     ("empty_global", "", "global: {}\n", "prometheus.WriteRequest", "allow-utf-8", "utf8"),
+    ("empty_scheme_is_unset", "", "global: {metric_name_validation_scheme: ''}\n",
+     "prometheus.WriteRequest", "allow-utf-8", "utf8"),
 ]  # fmt: skip
 
 

@@ -172,7 +172,7 @@ def test_check_config_utf8_names(
     if expected == 0:
         assert code == 0
         assert f"global: metric_name_validation_scheme={scheme}" in out
-        assert "source_labels=[service.name]" in out
+        assert "source_labels=[\"service.name\"]" in out
     else:
         assert code == 2
         assert expected in err

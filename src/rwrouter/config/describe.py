@@ -12,6 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 from rwrouter.config.model import AuditConfig, Config, DestinationConfig, QueueConfig, StorageConfig
 from rwrouter.config.values import format_duration, format_size
 from rwrouter.relabel import RelabelConfig
+from rwrouter.relabel.names import go_quote
 
 __all__ = ["describe_config", "describe_rule"]
 
@@ -204,17 +205,24 @@ def describe_rule(rule: RelabelConfig) -> str:
     action = rule.action.value
     parts = [f"action={action}"]
     if rule.source_labels:
-        parts.append(f"source_labels=[{', '.join(rule.source_labels)}]")
+        parts.append(f"source_labels=[{', '.join(map(_name, rule.source_labels))}]")
         if rule.separator != ";":
             parts.append(f"separator={rule.separator!r}")
     parts.append(f"regex={rule.regex.text!r}")
     if rule.target_label:
-        parts.append(f"target_label={rule.target_label}")
+        parts.append(f"target_label={_name(rule.target_label)}")
     if action in ("replace", "labelmap"):
         parts.append(f"replacement={rule.replacement!r}")
     if action == "hashmod":
         parts.append(f"modulus={rule.modulus}")
     return " ".join(parts)
+
+
+def _name(name: str) -> str:
+    """A label name as Prometheus 3 prints one: as it is when made of legacy characters
+    (``$`` references included: template text), else quoted (``"service.name"``)."""
+    plain = name.replace("$", "_").replace("{", "_").replace("}", "_")
+    return name if plain.isascii() and plain.replace("_", "a").isalnum() else go_quote(name)
 
 
 def safe_url(url: str) -> str:

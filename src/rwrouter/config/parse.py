@@ -162,10 +162,24 @@ def _load_yaml(text: str, source: str) -> object:
         loader.dispose()
 
 
+def _check_utf8(text: str, path: str) -> None:
+    """Refuse a lone surrogate (``"\\ud800"`` YAML escapes: not valid UTF-8; Go's YAML parser,
+    so Prometheus, refuses every such escape)."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            bad = text[exc.start]
+            raise ConfigError(path, f"invalid UTF-8: a lone surrogate \\u{ord(bad):04x} "
+                              "(from a YAML escape)") from None  # fmt: skip
+
+
 def _check_duplicate_keys(node: yaml.Node, path: str, seen: set[int]) -> None:
     if id(node) in seen:
         return
     seen.add(id(node))
+    if isinstance(node, yaml.ScalarNode) and isinstance(node.value, str):
+        _check_utf8(node.value, path)
     if isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             _check_duplicate_keys(item, f"{path}[{i}]", seen)
@@ -184,12 +198,13 @@ def _check_duplicate_keys(node: yaml.Node, path: str, seen: set[int]) -> None:
 
 def _global(f: Fields) -> GlobalConfig:
     d = GlobalConfig()
-    return GlobalConfig(
-        metric_name_validation_scheme=_choice(
-            f, "metric_name_validation_scheme", d.metric_name_validation_scheme,
-            VALIDATION_SCHEMES,
-        ),
-    )  # fmt: skip
+    key = "metric_name_validation_scheme"
+    # Empty is Prometheus's "unset": the default (utf8), as when the key is absent.
+    scheme = f.string(key, d.metric_name_validation_scheme) or d.metric_name_validation_scheme
+    if scheme not in VALIDATION_SCHEMES:
+        raise ConfigError(f.at(key), f"expected one of {', '.join(VALIDATION_SCHEMES)}, "
+                          f"got {scheme!r}")  # fmt: skip
+    return GlobalConfig(metric_name_validation_scheme=scheme)
 
 
 def _server(f: Fields) -> ServerConfig:
