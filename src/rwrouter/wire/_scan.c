@@ -1094,6 +1094,8 @@ done:
     return out;
 }
 
+#include "_rw2out.h"
+
 static PyMethodDef methods[] = {
     {"scan_request", (PyCFunction)(void (*)(void))scan_request, METH_FASTCALL,
      "Compiled rwrouter.wire.scan.scan_request_py (same arguments, same result)."},
@@ -1107,6 +1109,10 @@ static PyMethodDef methods[] = {
      "Compiled rwrouter.wire.codec.decode_labels (same result, same errors)."},
     {"encode_labels", (PyCFunction)encode_labels, METH_O,
      "Compiled rwrouter.wire.codec.encode_labels (same result)."},
+    {"encode_v2", (PyCFunction)(void (*)(void))encode_v2, METH_FASTCALL,
+     "Compiled rwrouter.wire.rw2_out.encode_request_py (same arguments, same result)."},
+    {"strip_start_timestamps", (PyCFunction)strip_start_timestamps, METH_O,
+     "Compiled rwrouter.wire.rw2_out.strip_start_timestamps_py."},
     {NULL, NULL, 0, NULL},
 };
 
