@@ -76,6 +76,22 @@ static int rw_field(const uint8_t *d, Py_ssize_t *pos, Py_ssize_t end, uint64_t 
 
 /* -- symbols table ----------------------------------------------------------------------- */
 
+/* A 64-bit hash of a short byte string, seeded per process (lc_seed1): 8 bytes a round,
+ * multiply-rotate mixing, MurmurHash3's finaliser. For the per-request tables only (the
+ * strings are compared in full on a hash match). */
+static inline uint64_t rw_hash(const uint8_t *p, Py_ssize_t n) {
+    uint64_t h = lc_seed1 ^ ((uint64_t)n * 0x9E3779B97F4A7C15ULL);
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        h ^= lc_load64(p + i) * 0x87C37B91114253D5ULL;
+        h = lc_rotl(h, 31) * 0x4CF5AD432745937FULL;
+    }
+    uint64_t k = 0;
+    for (Py_ssize_t j = 0; i + j < n; j++) k |= (uint64_t)p[i + j] << (8 * j);
+    h ^= k * 0x87C37B91114253D5ULL;
+    return lc_fmix64(h);
+}
+
 typedef struct {
     const char *p; /* into the body, or a metadata bytes object kept alive by the caller */
     Py_ssize_t n;
@@ -119,7 +135,7 @@ static int sym_init(RwSymbols *t) {
 /* The ref of a string (added when new): >= 0, or -1 with an error set. "" is ref 0. */
 static int64_t sym_ref(RwSymbols *t, const char *p, Py_ssize_t n) {
     if (n == 0) return 0;
-    uint64_t h = lc_digest((const uint8_t *)p, n).h1;
+    uint64_t h = rw_hash((const uint8_t *)p, n);
     Py_ssize_t i = (Py_ssize_t)(h & (uint64_t)t->mask);
     while (t->slots[i]) {
         RwSym *s = &t->syms[t->slots[i] - 1];
@@ -143,6 +159,25 @@ static int64_t sym_ref(RwSymbols *t, const char *p, Py_ssize_t n) {
 
 /* -- the encoder's state ----------------------------------------------------------------- */
 
+/* The refs of a Label payload seen before in this request (its exact bytes): a second hash
+ * table, so a label repeated across series (job, cluster, ...) costs one lookup. */
+typedef struct {
+    const char *p; /* the payload's first occurrence, in the body */
+    Py_ssize_t n;
+    uint64_t h;
+    uint32_t a, b;     /* name ref, value ref */
+    Py_ssize_t name_v; /* a __name__ label: its value's offset in the payload; else -1 */
+    Py_ssize_t name_n;
+} RwPair;
+
+typedef struct {
+    RwPair *pairs;
+    Py_ssize_t npairs, cappairs;
+    uint32_t *slots; /* pair index + 1; 0: empty */
+    Py_ssize_t mask;
+} RwPairs;
+
+
 typedef struct {
     uint8_t kind;
     Py_ssize_t start, len;
@@ -160,6 +195,7 @@ typedef struct {
 
 typedef struct {
     RwSymbols sym;
+    RwPairs pairs;
     uint32_t *refs;
     Py_ssize_t nrefs, caprefs;
     RwPiece *pieces;
@@ -181,6 +217,8 @@ typedef struct {
 static void enc_free(RwEnc *e) {
     PyMem_Free(e->sym.syms);
     PyMem_Free(e->sym.slots);
+    PyMem_Free(e->pairs.pairs);
+    PyMem_Free(e->pairs.slots);
     PyMem_Free(e->refs);
     PyMem_Free(e->pieces);
     PyMem_Free(e->frames);
@@ -223,23 +261,92 @@ static int rw_label(const uint8_t *d, Py_ssize_t start, Py_ssize_t end, Py_ssize
     return 1;
 }
 
-/* Symbolize a Label payload into dst (two refs appended): 1, 0, -1. */
-static int label_refs(RwEnc *e, const uint8_t *d, Py_ssize_t start, Py_ssize_t end,
-                      uint32_t **dst, Py_ssize_t *n, Py_ssize_t *cap, Py_ssize_t *name_at,
-                      Py_ssize_t *name_n) {
+static int pairs_rehash(RwPairs *t, Py_ssize_t capacity) {
+    uint32_t *slots = PyMem_Calloc((size_t)capacity, sizeof(uint32_t));
+    if (!slots) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < t->npairs; k++) {
+        Py_ssize_t i = (Py_ssize_t)(t->pairs[k].h & (uint64_t)(capacity - 1));
+        while (slots[i]) i = (i + 1) & (capacity - 1);
+        slots[i] = (uint32_t)(k + 1);
+    }
+    PyMem_Free(t->slots);
+    t->slots = slots;
+    t->mask = capacity - 1;
+    return 0;
+}
+
+/* The pair of d[start:end]: found (1, *out set), absent (0, *slot: where it goes), -1. */
+static int pair_find(RwPairs *t, const uint8_t *d, Py_ssize_t start, Py_ssize_t end,
+                     uint64_t *h, RwPair **out, Py_ssize_t *slot) {
+    if (!t->slots && pairs_rehash(t, 1024) < 0) return -1;
+    Py_ssize_t n = end - start;
+    *h = rw_hash(d + start, n);
+    Py_ssize_t i = (Py_ssize_t)(*h & (uint64_t)t->mask);
+    while (t->slots[i]) {
+        RwPair *q = &t->pairs[t->slots[i] - 1];
+        if (q->h == *h && q->n == n && memcmp(q->p, d + start, (size_t)n) == 0) {
+            *out = q;
+            return 1;
+        }
+        i = (i + 1) & t->mask;
+    }
+    *slot = i;
+    return 0;
+}
+
+static int pair_add(RwPairs *t, Py_ssize_t slot, const RwPair *pair) {
+    if (t->npairs >= (Py_ssize_t)UINT32_MAX - 1) return 0; /* not cached: still correct */
+    if (rw_reserve((void **)&t->pairs, &t->cappairs, t->npairs + 1, sizeof(RwPair)) < 0)
+        return -1;
+    t->pairs[t->npairs] = *pair;
+    t->slots[slot] = (uint32_t)(++t->npairs);
+    if (2 * t->npairs > t->mask + 1) return pairs_rehash(t, 2 * (t->mask + 1));
+    return 0;
+}
+
+/* The refs (and __name__ value) of a Label payload, symbolized when new: 1, 0, -1. */
+static int label_pair(RwEnc *e, const uint8_t *d, Py_ssize_t start, Py_ssize_t end,
+                      RwPair *out) {
+    uint64_t h;
+    RwPair *found;
+    Py_ssize_t slot;
+    int r = pair_find(&e->pairs, d, start, end, &h, &found, &slot);
+    if (r < 0) return -1;
+    if (r == 1) {
+        *out = *found;
+        return 1;
+    }
     Py_ssize_t nm, nn, vl, vn;
-    int r = rw_label(d, start, end, &nm, &nn, &vl, &vn);
+    r = rw_label(d, start, end, &nm, &nn, &vl, &vn);
     if (r <= 0) return r;
     int64_t a = sym_ref(&e->sym, (const char *)d + nm, nn);
     if (a < 0) return -1;
     int64_t b = sym_ref(&e->sym, (const char *)d + vl, vn);
     if (b < 0) return -1;
+    int is_name = nn == 8 && memcmp(d + nm, "__name__", 8) == 0;
+    RwPair pair = {(const char *)d + start, end - start, h, (uint32_t)a, (uint32_t)b,
+                   is_name ? vl - start : -1, vn};
+    *out = pair;
+    return pair_add(&e->pairs, slot, &pair) < 0 ? -1 : 1;
+}
+
+/* Symbolize a Label payload into dst (two refs appended), noting the first __name__ value
+ * (when name_at is given): 1, 0, -1. */
+static int label_refs(RwEnc *e, const uint8_t *d, Py_ssize_t start, Py_ssize_t end,
+                      uint32_t **dst, Py_ssize_t *n, Py_ssize_t *cap, Py_ssize_t *name_at,
+                      Py_ssize_t *name_n) {
+    RwPair pair;
+    int r = label_pair(e, d, start, end, &pair);
+    if (r <= 0) return r;
     if (rw_reserve((void **)dst, cap, *n + 2, sizeof(uint32_t)) < 0) return -1;
-    (*dst)[(*n)++] = (uint32_t)a;
-    (*dst)[(*n)++] = (uint32_t)b;
-    if (name_at && nn == 8 && memcmp(d + nm, "__name__", 8) == 0 && *name_at < 0) {
-        *name_at = vl;
-        *name_n = vn;
+    (*dst)[(*n)++] = pair.a;
+    (*dst)[(*n)++] = pair.b;
+    if (name_at && pair.name_v >= 0 && *name_at < 0) {
+        *name_at = start + pair.name_v;
+        *name_n = pair.name_n;
     }
     return 1;
 }
@@ -436,8 +543,8 @@ static int refs_equal(RwEnc *e, RwFrame *a, RwFrame *b) {
 }
 
 static uint64_t refs_hash(RwEnc *e, RwFrame *f) {
-    return lc_digest((const uint8_t *)(e->refs + f->refs_off),
-                     f->refs_n * (Py_ssize_t)sizeof(uint32_t)).h1;
+    return rw_hash((const uint8_t *)(e->refs + f->refs_off),
+                   f->refs_n * (Py_ssize_t)sizeof(uint32_t));
 }
 
 static int exemplars_only(RwFrame *f) { return f->nex && !f->nsamples && !f->nhist; }
