@@ -228,3 +228,24 @@ async def test_flagged_records_reach_an_rw1_destination_without_start_timestamps
             "rwrouter_start_timestamps_dropped_total", {"destination": "v1"}) == 4  # fmt: skip
     finally:
         await dest.stop(timeout=2)
+
+
+@pytest.mark.parametrize("case", [str.upper, str.lower, str], ids=["upper", "lower", "as_is"])
+async def test_written_headers_read_whatever_their_case(
+    serve: Serve, case: object  # noqa: F811
+) -> None:
+    """HTTP header names are case-insensitive (HTTP/2 lower-cases them): the transport's
+    answer keeps them so, for Written.parse."""
+    names = Written(3, 1, 2).headers()
+
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(status=204, headers={case(k): v for k, v in names.items()})  # type: ignore[operator]
+
+    transport = Transport(url=await serve(answer), timeout=5)
+    await transport.start()
+    try:
+        got = await transport.post(b"", {})
+    finally:
+        await transport.close()
+    assert Written.parse(got.headers) == Written(3, 1, 2)

@@ -22,17 +22,12 @@
 - Every part refused for good is counted (``dropped_samples``/``dropped_metadata`` by
   :attr:`Refusal.reason`), logged, and handed to the ``on_rejected`` hook (the dead-letter
   store), once per part.
-- Protocol (:mod:`rwrouter.sending.encoding`): samples go out in :attr:`Deliverer.message`
-  (the destination's ``protobuf_message``), each part encoded for it: RW 1.0 as stored
-  (start timestamps stripped from flagged records, counted once delivered), RW 2.0 built
-  from the frames with the destination's metadata book; a split part is encoded again the
-  same way. Metadata-only requests are RW 1.0. An RW 2.0 destination that answers 415, or a
-  2xx without the Written headers (or all three 0) to a part carrying data, does not speak
-  RW 2.0: the same part goes again at once as RW 1.0, and the destination gets RW 1.0 from
-  then on (``on_protocol``), until :meth:`Deliverer.use` (a reload) says otherwise.
-- A 2xx whose Written headers count less than the part carried: the difference is counted
-  (``dropped_samples``, reason ``not_written``) and logged, at most once per batch and once a
-  minute (RW 2.0 spec: receivers send exact counts, Prometheus trusts them).
+- Samples go out in :attr:`Deliverer.message` (``protobuf_message``), each part (a split
+  half too) encoded for it by :mod:`rwrouter.sending.encoding`; metadata requests are RW 1.0.
+  An RW 2.0 destination that does not speak it (415, or a 2xx that wrote nothing) gets the
+  same part again at once as RW 1.0, and RW 1.0 from then on (``on_protocol``) until
+  :meth:`Deliverer.use` (a reload). What a 2xx's Written headers say was not written is
+  counted (``dropped_samples``, ``not_written``) and logged at most once per batch and minute.
 """
 
 from __future__ import annotations
@@ -310,10 +305,8 @@ class Deliverer:
                     self.name, missing.samples, missing.histograms, missing.exemplars,
                     NOT_WRITTEN, q(NOT_WRITTEN_MESSAGE))  # fmt: skip
 
-    async def send_body(
-        self, body: bytes, kind: str, *, started: float | None = None,
-        message: str = RW1_MESSAGE,
-    ) -> Refusal | None:  # fmt: skip
+    async def send_body(self, body: bytes, kind: str, *, started: float | None = None,
+                        message: str = RW1_MESSAGE) -> Refusal | None:  # fmt: skip
         """Send one snappy-compressed write request body (``kind``: "samples" or "metadata")
         in ``message`` with retries, a credential refresh on 401/403, and the retry budget
         counted from ``started`` (clock seconds; default now). None when delivered (2xx), else
