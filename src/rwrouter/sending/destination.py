@@ -204,8 +204,9 @@ class Destination:
 
     def _protocol_changed(self, message: str) -> None:
         """The deliverer fell back to ``message`` (RW 1.0): metadata requests from now on,
-        starting with what the book holds."""
-        if self._started:
+        starting with what the book holds. (A destination being replaced leaves the gauge
+        to its successor.)"""
+        if self._started and not self._stopping.closing:
             self._show_protocol()
         if self.book is not None and message == RW1_MESSAGE and self.config.metadata_config.send:
             self._metadata.add(self.book.entries())
