@@ -153,7 +153,7 @@ async def test_reload_tries_rw2_again(
 ) -> None:  # fmt: skip
     sink = Sink(rw2=False)
     path = tmp_path / "rwrouter.yaml"
-    path.write_text(config(await serve(sink.handle)))
+    path.write_text(f"storage: {{path: {tmp_path / 'data'}}}\n" + config(await serve(sink.handle)))
     router = await start_from_file(path)
     assert (await post_write(http, router, samples_request(0)))[0] == 204
     await eventually(lambda: len(sink.samples(RW1_MESSAGE)) == 5)
