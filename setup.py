@@ -16,7 +16,11 @@ if not os.environ.get("RWROUTER_NO_EXTENSIONS"):
         Extension(
             "rwrouter.wire._scan",
             ["src/rwrouter/wire/_scan.c"],
-            depends=["src/rwrouter/wire/_labelcache.h", "src/rwrouter/wire/_rw2in.h"],
+            depends=[
+                "src/rwrouter/wire/_labelcache.h",
+                "src/rwrouter/wire/_rw2in.h",
+                "src/rwrouter/wire/_rw2out.h",
+            ],
             optional=True,
             extra_compile_args=["-O2"],
         )

@@ -50,7 +50,7 @@ from bench.workload import (
 from rwrouter.audit import ActiveSeries
 from rwrouter.auth.credentials import load_source
 from rwrouter.auth.schemes import SigV4
-from rwrouter.auth.sigv4 import REMOTE_WRITE_HEADERS
+from rwrouter.protocol import RW1_MESSAGE, request_headers
 from rwrouter.relabel import RelabelConfig, parse_relabel_configs
 from rwrouter.routing import Route, Router
 from rwrouter.wire import decompress
@@ -182,10 +182,10 @@ def bench_sigv4(body: bytes, iterations: int) -> dict[str, Any]:
     url = "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-bench/api/v1/remote_write"
 
     async def loop() -> float:
-        await signer.headers(url=url, body=body, base=REMOTE_WRITE_HEADERS)  # warm up
+        await signer.headers(url=url, body=body, base=request_headers(RW1_MESSAGE))  # warm up
         t0 = time.process_time()
         for _ in range(iterations):
-            await signer.headers(url=url, body=body, base=REMOTE_WRITE_HEADERS)
+            await signer.headers(url=url, body=body, base=request_headers(RW1_MESSAGE))
         return time.process_time() - t0
 
     cpu = asyncio.run(loop())

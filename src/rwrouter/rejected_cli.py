@@ -8,8 +8,11 @@ Both read the configuration file of ``rwrouter run`` (``--config``): the store o
   series, samples, body bytes, first line of the answer), then totals. Exit 0.
 - ``replay DESTINATION [--dry-run]``: resends the entries present when it starts, oldest first,
   as ``rwrouter run`` sends (URL, configured and remote-write headers, authentication, TLS,
-  proxy). A 2xx answer removes the entry; a refusal keeps it and is reported. Network errors,
-  5xx and (with ``retry_on_http_429``) 429 are retried :data:`REPLAY_RETRIES` times with the
+  proxy, and ``protobuf_message``: an RW 2.0 destination gets RW 2.0, without metadata, as
+  the replay has no metadata book; an RW 1.0 one gets the batch without start timestamps;
+  an RW 2.0 destination answering 415 or a 2xx that wrote nothing gets RW 1.0). A 2xx
+  answer removes the entry; a refusal keeps it and is reported. Network errors, 5xx and
+  (with ``retry_on_http_429``) 429 are retried :data:`REPLAY_RETRIES` times with the
   destination's backoff; after a network error the remaining entries are not attempted.
   Entries added meanwhile are neither sent nor removed. Exit 0 when every entry was
   delivered, 1 otherwise (also when interrupted). ``--dry-run`` lists what would be sent.
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
     from rwrouter.sending.rejected import RejectedEntry, RejectedStore
 
 REPLAY_RETRIES = 3  # retries of one entry after network errors / 5xx before it stays
+MAX_REPLAY_BYTES = 1 << 30  # decoded size of a stored batch (a record is at most 1 GiB)
 RESPONSE_COLUMN = 60  # characters of the answer's first line shown by ``list``
 
 
@@ -198,7 +202,6 @@ async def _replay(
     dest: DestinationConfig, index: int, store: RejectedStore, entries: list[RejectedEntry]
 ) -> _Tally:
     from rwrouter.auth.schemes import authenticator_for
-    from rwrouter.auth.sigv4 import REMOTE_WRITE_HEADERS
     from rwrouter.metrics import Metrics
     from rwrouter.sending.delivery import Deliverer
     from rwrouter.sending.fanout import transport_for  # as `rwrouter run` builds it
@@ -212,7 +215,8 @@ async def _replay(
         policy=RetryPolicy(min_backoff=q.min_backoff, max_backoff=q.max_backoff,
                            retry_on_http_429=q.retry_on_http_429,
                            max_retries=REPLAY_RETRIES),
-        base_headers={**dict(dest.headers), **REMOTE_WRITE_HEADERS},
+        headers=dict(dest.headers),
+        message=dest.protobuf_message,
         metrics=Metrics(),
     )
     tally = _Tally()
@@ -231,17 +235,25 @@ async def _replay_one(
     sender: Deliverer, store: RejectedStore, entry: RejectedEntry, tally: _Tally
 ) -> bool:
     """Send one entry and account for it; False when the destination is unreachable."""
+    from rwrouter.errors import RwrouterError
+    from rwrouter.wire import decompress
+
     try:
         body = await asyncio.to_thread(store.body, entry)
+        samples = entry.kind == "samples"
+        raw = decompress(body, max_decoded_bytes=MAX_REPLAY_BYTES) if samples else b""
     except FileNotFoundError:
         tally.gone += 1
         print(f"gone      {entry.name}: removed meanwhile (store bound), not sent")
         return True
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RwrouterError) as exc:
         tally.kept += 1
         print(f"kept      {entry.name}: unreadable: {exc}")
         return True
-    refusal = await sender.send_body(body, entry.kind)
+    if entry.kind == "samples":  # in the destination's protocol, as `rwrouter run` sends
+        refusal = await sender.send_frames(raw, entry.samples)
+    else:
+        refusal = await sender.send_body(body, entry.kind)
     if refusal is None:
         await asyncio.to_thread(store.remove, entry)
         tally.delivered += 1

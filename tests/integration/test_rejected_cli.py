@@ -266,3 +266,65 @@ class _Server:
 
     def __exit__(self, *exc_info: object) -> None:
         self._capture.stop()
+
+
+# replay in the destination's protocol ------------------------------------------------------
+PROTOCOL_REPLAYS = [
+    # id, protobuf_message, does the destination speak RW 2.0, messages received
+    ("rw2_destination_gets_rw2", "io.prometheus.write.v2.Request", True,
+     ["io.prometheus.write.v2.Request"]),
+    ("rw2_destination_answering_415_gets_rw1", "io.prometheus.write.v2.Request", False,
+     ["io.prometheus.write.v2.Request", "prometheus.WriteRequest"]),
+    ("rw1_destination_gets_rw1_without_start_timestamps", "prometheus.WriteRequest", True,
+     ["prometheus.WriteRequest"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("message", "speaks_rw2", "received"),
+                         [c[1:] for c in PROTOCOL_REPLAYS],
+                         ids=[c[0] for c in PROTOCOL_REPLAYS])  # fmt: skip
+def test_replay_in_the_destinations_protocol(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], message: str, speaks_rw2: bool,
+    received: list[str],
+) -> None:  # fmt: skip
+    """A stored batch (RW1 form, a start timestamp in a sample, as received by RW 2.0) goes
+    out as ``rwrouter run`` would send it to that destination."""
+    from rwrouter.protocol import RW2_MESSAGE, Written, message_of
+    from rwrouter.wire import decompress, remote_pb2, write_v2_pb2
+    from tests.support.rw2_frames import Frame, frames
+
+    sample = write_v2_pb2.Sample(value=2.5, timestamp=5_000, start_timestamp=4_000)
+    raw = frames([Frame((("__name__", "m"),), (sample.SerializeToString(),))])
+    seen: list[tuple[str, bytes]] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        kind = message_of(request.headers.get("Content-Encoding"),
+                          request.headers.get("Content-Type"))  # fmt: skip
+        seen.append((kind, decompress(await request.read(), max_decoded_bytes=1 << 20)))
+        if kind == RW2_MESSAGE:
+            if not speaks_rw2:
+                return web.Response(status=415)
+            return web.Response(status=204, headers=Written(1, 0, 0).headers())
+        return web.Response(status=204)
+
+    store = RejectedStore(rejected_dir(str(tmp_path / "data"), "self-hosted"),
+                          max_bytes=1 << 20)  # fmt: skip
+    store.add(raw=raw, kind="samples", status=400, reason="4xx", series=1, samples=1,
+              response="")  # fmt: skip
+    with _Server(handle) as url:
+        config = write_config(tmp_path, url)
+        setting = f"    protobuf_message: {message}\n    queue_config:"
+        config.write_text(config.read_text().replace("    queue_config:", setting))
+        assert main(["replay", "--config", str(config), "self-hosted"]) == 0
+    assert [kind for kind, _ in seen] == received
+    assert store.entries() == []
+    kind, body = seen[-1]
+    if kind == RW2_MESSAGE:
+        request = write_v2_pb2.Request.FromString(body)
+        assert list(request.symbols) == ["", "__name__", "m"]
+        assert request.timeseries[0].samples[0] == sample  # the start timestamp kept
+    else:
+        rw1 = remote_pb2.WriteRequest.FromString(body)
+        assert rw1.timeseries[0].samples[0].SerializeToString() == write_v2_pb2.Sample(
+            value=2.5, timestamp=5_000).SerializeToString()  # fmt: skip
+    assert "delivered 1 of 1 batches" in capsys.readouterr().out

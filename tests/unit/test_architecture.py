@@ -125,6 +125,8 @@ def is_pure(name: str) -> bool:
         "rwrouter.sending.retry",
         "rwrouter.sending.batching",
         "rwrouter.sending.records",
+        "rwrouter.sending.metabook",
+        "rwrouter.sending.encoding",
         "rwrouter.errors",
         "rwrouter.protocol",
         "rwrouter.config",

@@ -170,7 +170,7 @@ def rig(
         transport=transport,
         auth=auth if auth is not None else NoAuth(),
         policy=policy,
-        base_headers={"Content-Encoding": "snappy"},
+        headers={"X-Team": "gpu"},
         metrics=metrics,
         clock=clock,
         wall_clock=lambda: WALL,

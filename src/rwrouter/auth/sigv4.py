@@ -7,7 +7,7 @@ headers it signs, so that every header we send (except ``User-Agent`` and the
 
 Sources: shared/reference/managed-workspace.md ("Endpoint and headers", "Answers you
 will see"); AWS SigV4 docs ("Create a canonical request"); botocore ``auth.py``
-``SIGNED_HEADERS_BLACKLIST``; RW 1.0 spec (the three fixed headers).
+``SIGNED_HEADERS_BLACKLIST``; RW 1.0 and 2.0 specs (the three fixed headers).
 """
 
 from __future__ import annotations
@@ -17,12 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-#: The fixed remote write 1.0 headers (RW 1.0 spec); they win over configured headers.
-REMOTE_WRITE_HEADERS: Mapping[str, str] = {
-    "Content-Encoding": "snappy",
-    "Content-Type": "application/x-protobuf",
-    "X-Prometheus-Remote-Write-Version": "0.1.0",
-}
+from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, request_headers
 
 #: Lower-case names never put on a signed request by :func:`headers_to_sign`:
 #: botocore's ``SIGNED_HEADERS_BLACKLIST`` (hop-by-hop, tracing, User-Agent: it would be sent
@@ -73,15 +68,21 @@ _REFRESHABLE_403: tuple[str, ...] = (
 def headers_to_sign(
     *,
     configured: Mapping[str, str],
-    fixed: Mapping[str, str] = REMOTE_WRITE_HEADERS,
+    fixed: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The headers to put on a SigV4-signed request, before the signer adds its own.
 
-    ``configured`` is the destination's ``headers`` setting, ``fixed`` the protocol's headers
-    (which win, compared case-insensitively). Drops empty values (never sign an empty header)
-    and every name in :data:`NEVER_SIGNED`, in any case. Returns a new dict; names keep the
-    spelling of their source. Source: managed-workspace.md "Endpoint and headers".
+    ``configured`` is the request's headers (the destination's ``headers`` setting, with the
+    protocol's headers when the caller added them), ``fixed`` the protocol's headers (which
+    win, compared case-insensitively); by default those of the message ``configured``'s own
+    ``Content-Type`` names (:func:`rwrouter.protocol.request_headers`; remote write 1.0 when
+    it names none or another one), so a remote write 2.0 request is signed as it is sent.
+    Drops empty values (never sign an empty header) and every name in :data:`NEVER_SIGNED`,
+    in any case. Returns a new dict; names keep the spelling of their source. Source:
+    managed-workspace.md "Endpoint and headers"; RW 1.0 and 2.0 specs (the fixed headers).
     """
+    if fixed is None:
+        fixed = request_headers(_message_of(configured))
     fixed_names = {name.lower() for name in fixed}
     chosen: dict[str, str] = {}
     for name, value in configured.items():
@@ -93,6 +94,16 @@ def headers_to_sign(
         for name, value in chosen.items()
         if value.strip() and name.lower() not in NEVER_SIGNED
     }
+
+
+def _message_of(headers: Mapping[str, str]) -> str:
+    """The protobuf message the ``Content-Type`` of ``headers`` names: RW 1.0 unless it is
+    RW 2.0's exactly (the value :func:`rwrouter.protocol.request_headers` gives)."""
+    rw2 = request_headers(RW2_MESSAGE)["Content-Type"]
+    for name, value in headers.items():
+        if name.lower() == "content-type" and value.strip() == rw2:
+            return RW2_MESSAGE
+    return RW1_MESSAGE
 
 
 def host_header(url: str) -> str:

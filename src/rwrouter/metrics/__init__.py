@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 
 from rwrouter import __version__
 from rwrouter.metrics.expositions import merge_expositions, status_snapshot
+from rwrouter.protocol import MESSAGES
 from rwrouter.wire.scan import ACCELERATED
 
 # No *_created series: they would double the exposition for no use here.
@@ -112,13 +113,16 @@ class Metrics:
             "retry_budget (max_retry_duration spent), too_large (one series over "
             "max_request_bytes), queue_full (the request was refused with 503, the sender "
             "retries), drop_oldest (removed from a full disk queue), corrupt (a queue record "
-            "that failed its checksum).",
+            "that failed its checksum), not_written (answered 2xx, but the destination's "
+            "X-Prometheus-Remote-Write-*-Written headers count less than was sent).",
             ["destination", "reason"],
             registry=r,
         )
         self.dropped_metadata = Counter(
             "rwrouter_metadata_dropped",
-            "Metadata entries not delivered, by reason (queue_full, 4xx, invalid: no family name).",
+            "Metadata entries not delivered, by reason (queue_full, 4xx, invalid: no family "
+            "name, book_full: a family evicted from a remote write 2.0 destination's "
+            "metadata book).",
             ["destination", "reason"],
             registry=r,
         )
@@ -220,6 +224,30 @@ class Metrics:
         self.shards = Gauge(
             "rwrouter_shards", "Concurrent senders of a destination.", ["destination"], registry=r
         )
+        self.destination_protocol = Gauge(
+            "rwrouter_destination_protocol",
+            "The protobuf message a destination's samples go out in (1), by protobuf_message; "
+            "a remote write 2.0 destination has 0 for the other one (1 for "
+            "prometheus.WriteRequest after a fallback).",
+            ["destination", "protobuf_message"],
+            registry=r,
+        )
+        self.protocol_fallbacks = Counter(
+            "rwrouter_protocol_fallbacks",
+            "Times a remote write 2.0 destination was switched to remote write 1.0 until the "
+            "next reload, by reason: 415 (it answered 415), nothing_written (a 2xx without "
+            "the Written headers, or with all three 0: a remote write 1.0 receiver).",
+            ["destination", "reason"],
+            registry=r,
+        )
+        self.start_timestamps_dropped = Counter(
+            "rwrouter_start_timestamps_dropped",
+            "Start timestamps (of samples and native histograms received by remote write 2.0) "
+            "removed from what was delivered to a remote write 1.0 destination, which has no "
+            "field for them; the samples themselves were delivered.",
+            ["destination"],
+            registry=r,
+        )
         self.credentials_expiry = _ExpiryCollector()
         r.register(self.credentials_expiry)
         self.name_shares = _NameShareCollector()
@@ -291,6 +319,9 @@ class Metrics:
         for gauge in gauges:
             with contextlib.suppress(KeyError):
                 gauge.remove(name)
+        for message in MESSAGES:
+            with contextlib.suppress(KeyError):
+                self.destination_protocol.remove(name, message)
         self.credentials_expiry.sources.pop(name, None)
 
     def watch(self, gauge: Gauge, read: Callable[[], float], *labels: str) -> None:

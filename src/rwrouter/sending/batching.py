@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from rwrouter.sending.records import FLAG_START_TIMESTAMPS
 from rwrouter.wire import compress, decompress, splice_compressed
 from rwrouter.wire.scan import INDEX, split_shards
 
@@ -33,9 +34,10 @@ class Chunk:
     A whole record may come as ``compressed`` (its snappy block, exactly a write request body)
     with ``nbytes`` (its raw size) instead of ``body``: sent alone, it goes out as it is stored,
     without being decompressed and compressed again; ``body`` is decompressed only if needed.
+    ``flags``: its record's (:data:`~rwrouter.sending.records.FLAG_START_TIMESTAMPS`).
     """
 
-    __slots__ = ("_body", "compressed", "index", "nbytes", "owner", "samples", "series")
+    __slots__ = ("_body", "compressed", "flags", "index", "nbytes", "owner", "samples", "series")
 
     def __init__(
         self,
@@ -47,11 +49,13 @@ class Chunk:
         *,
         compressed: bytes | None = None,
         nbytes: int | None = None,
+        flags: int = 0,
     ) -> None:
         if body is None and (compressed is None or nbytes is None):
             raise ValueError("a chunk needs its body, or its compressed body and raw size")
         self._body = body
         self.compressed = compressed
+        self.flags = flags
         self.index = index
         self.samples = samples
         self.series = series
@@ -92,9 +96,10 @@ class Chunk:
         if frames == self.series:
             return self, None
         cut = frames * INDEX.size
-        head = Chunk(self.body[:size], self.index[:cut], taken, frames, self.owner)
+        head = Chunk(self.body[:size], self.index[:cut], taken, frames, self.owner,
+                     flags=self.flags)  # fmt: skip
         rest = Chunk(self.body[size:], self.index[cut:], self.samples - taken,
-                     self.series - frames, self.owner)  # fmt: skip
+                     self.series - frames, self.owner, flags=self.flags)  # fmt: skip
         return head, rest
 
     def items(self) -> list[tuple[bytes, int]]:
@@ -113,6 +118,11 @@ class Batch:
     chunks: list[Chunk]
     samples: int
     nbytes: int
+
+    @property
+    def start_timestamps(self) -> bool:
+        """Some chunk's record may carry start timestamps (:data:`FLAG_START_TIMESTAMPS`)."""
+        return any(chunk.flags & FLAG_START_TIMESTAMPS for chunk in self.chunks)
 
     @property
     def stored(self) -> bool:
@@ -252,7 +262,7 @@ def chunks_by_shard(chunk: Chunk, shards: int) -> list[Chunk | None]:
     if shards == 1:
         return [chunk]
     return [
-        Chunk(b, x, n, k, chunk.owner) if k else None
+        Chunk(b, x, n, k, chunk.owner, flags=chunk.flags) if k else None
         for b, x, n, k in split_shards(chunk.body, chunk.index, shards)
     ]
 

@@ -22,6 +22,12 @@
 - Every part refused for good is counted (``dropped_samples``/``dropped_metadata`` by
   :attr:`Refusal.reason`), logged, and handed to the ``on_rejected`` hook (the dead-letter
   store), once per part.
+- Samples go out in :attr:`Deliverer.message` (``protobuf_message``), each part (a split
+  half too) encoded for it by :mod:`rwrouter.sending.encoding`; metadata requests are RW 1.0.
+  An RW 2.0 destination that does not speak it (415, or a 2xx that wrote nothing) gets the
+  same part again at once as RW 1.0, and RW 1.0 from then on (``on_protocol``) until
+  :meth:`Deliverer.use` (a reload). What a 2xx's Written headers say was not written is
+  counted (``dropped_samples``, ``not_written``) and logged at most once per batch and minute.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -39,9 +45,19 @@ from rwrouter.auth.schemes import Authenticator
 from rwrouter.errors import CredentialsError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
+from rwrouter.protocol import MESSAGES, RW1_MESSAGE, RW2_MESSAGE, Written, request_headers
+from rwrouter.sending.encoding import (
+    FALLBACK_MESSAGES,
+    NOT_WRITTEN_MESSAGE,
+    NotRW2,
+    Request,
+    encode_part,
+    not_rw2,
+    not_written,
+)
+from rwrouter.sending.metabook import MetadataBook
 from rwrouter.sending.retry import RETRY_BUDGET, RetryPolicy
 from rwrouter.sending.transport import Answer, Transport, TransportError
-from rwrouter.wire import compress
 
 log = logging.getLogger("rwrouter.sending")
 
@@ -49,6 +65,8 @@ SPLITTABLE = frozenset((400, 409, 413, 422))  # refusals of the content, not of 
 SPLIT_BUDGET = 64  # extra requests one batch may cost to isolate its refused series
 TOO_LARGE = "too_large"  # reason: a single series (metadata entry) refused with 413
 CREDENTIAL_REFRESH = "credential_refresh"  # retries label value of the refresh retry
+NOT_WRITTEN = "not_written"  # reason: answered 2xx, but its Written headers count less
+NOT_WRITTEN_LOG_INTERVAL = 60.0  # seconds between two "not written" log lines
 
 Item = tuple[bytes, int]  # a framed series (or metadata entry) and its sample count
 
@@ -56,8 +74,6 @@ _MESSAGES = {
     TOO_LARGE: "series larger than the destination accepts, not retried",
     RETRY_BUDGET: "retry budget spent, not retried further",
 }
-
-
 @dataclass(frozen=True, slots=True)
 class Refusal:
     """The final answer for a part that was not delivered.
@@ -85,6 +101,8 @@ class _Batch:
     splits: int = SPLIT_BUDGET
     resent: bool = False
     split_logged: bool = False
+    start_timestamps: bool = False  # some record of it is flagged FLAG_START_TIMESTAMPS
+    not_written_logged: bool = False
 
 
 def is_out_of_order(status: int | None, text: str) -> bool:
@@ -98,12 +116,15 @@ def is_out_of_order(status: int | None, text: str) -> bool:
 class Deliverer:
     """Sends batches for one destination (see the module docstring).
 
-    ``base_headers``: the protocol headers plus the destination's configured headers.
-    ``on_rejected(items, kind, refusal)``: called on the event loop, synchronously, once for
-    every part refused for good (it must not block: file writes go to a thread); an exception
-    it raises is logged, not propagated. ``clock``: monotonic seconds (durations, retry budget);
-    ``wall_clock``: unix seconds (Retry-After dates). Clocks, randomness and sleep are
-    injectable for tests.
+    ``headers``: the destination's configured headers (the protocol's own are added per
+    request, :func:`rwrouter.protocol.request_headers`). ``message``: the protobuf message
+    samples go out in (``protobuf_message``); ``book``: the metadata of an RW 2.0
+    destination. ``on_rejected(items, kind, refusal)``: called on the event loop,
+    synchronously, once for every part refused for good (it must not block: file writes go
+    to a thread); an exception it raises is logged, not propagated. ``on_protocol(message)``:
+    called when the destination turned out not to speak RW 2.0 (now RW 1.0). ``clock``:
+    monotonic seconds (durations, retry budget); ``wall_clock``: unix seconds (Retry-After
+    dates). Clocks, randomness and sleep are injectable for tests.
     """
 
     def __init__(
@@ -113,31 +134,53 @@ class Deliverer:
         transport: Transport,
         auth: Authenticator,
         policy: RetryPolicy,
-        base_headers: dict[str, str],
         metrics: Metrics,
+        headers: Mapping[str, str] | None = None,
+        message: str = RW1_MESSAGE,
+        book: MetadataBook | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         rand: Callable[[], float] = random.random,
         sleep: Callable[[float], Coroutine[Any, Any, None]] = asyncio.sleep,
         on_rejected: RejectHook | None = None,
+        on_protocol: Callable[[str], None] | None = None,
     ) -> None:
         self.name = name
         self.transport = transport
         self.auth = auth
         self.policy = policy
-        self.base_headers = base_headers
+        configured = dict(headers or {})
+        self._headers = {m: {**configured, **request_headers(m)} for m in MESSAGES}
+        self.message = message
+        self.book = book
         self.metrics = metrics
         self._clock, self._wall, self._rand, self._sleep = clock, wall_clock, rand, sleep
         self._on_rejected = on_rejected
+        self._on_protocol = on_protocol
         self.failures = 0  # retried attempts, for the resharding decision
+        self._not_written_at: float | None = None  # when "not written" was last logged
 
-    async def deliver(self, items: list[Item], kind: str, *, resent: bool = False) -> int:
+    def use(self, message: str) -> None:
+        """Send samples in ``message`` from now on (a reload tries RW 2.0 again)."""
+        self.message = message
+
+    def sends_stored(self, *, start_timestamps: bool) -> bool:
+        """Whether stored records go out as they are stored (RW 1.0, no start timestamps):
+        then :meth:`deliver_raw` may be given their compressed blocks."""
+        return self.message == RW1_MESSAGE and not start_timestamps
+
+    async def deliver(
+        self, items: list[Item], kind: str, *, resent: bool = False,
+        start_timestamps: bool = False,
+    ) -> int:  # fmt: skip
         """Deliver a batch (``kind``: "samples" or "metadata"); returns how many of its
         samples (metadata entries) were delivered. Refused parts are counted, logged and handed
         to ``on_rejected``. ``resent``: the batch may have been delivered before a crash (see
-        the module docstring); it may be split down to single series."""
+        the module docstring); it may be split down to single series. ``start_timestamps``:
+        some of its frames may carry start timestamps (stripped for RW 1.0)."""
         splits = 2 * len(items) if resent else SPLIT_BUDGET
-        batch = _Batch(started=self._clock(), splits=splits, resent=resent)
+        batch = _Batch(started=self._clock(), splits=splits, resent=resent,
+                       start_timestamps=start_timestamps)  # fmt: skip
         return await self._deliver_part(items, kind, batch)
 
     async def deliver_raw(
@@ -149,30 +192,34 @@ class Deliverer:
         kind: str = "samples",
         resent: bool = False,
         compressed: bytes | None = None,
+        start_timestamps: bool = False,
     ) -> int:
         """:meth:`deliver` for a batch given as its frames already concatenated (``raw``) with
         ``count`` samples: the usual case costs no walk over its series; ``expand()`` gives
         the (frame, samples) items only when the batch is refused and must be split. With
-        ``compressed`` (the batch already snappy-compressed), that is sent and ``raw`` is not
-        used."""
-        batch = _Batch(started=self._clock(), splits=SPLIT_BUDGET, resent=resent)
+        ``compressed`` (the batch already snappy-compressed, only when :meth:`sends_stored`),
+        that is sent as RW 1.0 and ``raw`` is not used."""
+        batch = _Batch(started=self._clock(), splits=SPLIT_BUDGET, resent=resent,
+                       start_timestamps=start_timestamps)  # fmt: skip
         if compressed is not None:
-            refusal = await self.send_body(compressed, kind, started=batch.started)
+            stored = Request(compressed, RW1_MESSAGE)
+            result = await self._send_request(stored, count, kind, batch)
+            assert not isinstance(result, NotRW2)  # an RW 1.0 request
         else:
-            refusal = await self._send(raw, kind, batch)
-        if refusal is None:
-            return count
+            result = await self._send(raw, count, kind, batch)
+        if not isinstance(result, Refusal):
+            return result
         items = expand()
         if resent:
             batch.splits = 2 * len(items)
-        return await self._refused_part(items, kind, batch, refusal, count)
+        return await self._refused_part(items, kind, batch, result, count)
 
     async def _deliver_part(self, items: list[Item], kind: str, batch: _Batch) -> int:
         count = sum(n for _, n in items)
-        refusal = await self._send(b"".join(frame for frame, _ in items), kind, batch)
-        if refusal is None:
-            return count
-        return await self._refused_part(items, kind, batch, refusal, count)
+        result = await self._send(b"".join(frame for frame, _ in items), count, kind, batch)
+        if not isinstance(result, Refusal):
+            return result
+        return await self._refused_part(items, kind, batch, result, count)
 
     async def _refused_part(
         self, items: list[Item], kind: str, batch: _Batch, refusal: Refusal, count: int
@@ -196,25 +243,98 @@ class Deliverer:
         self._refused(items, kind, count, refusal)
         return 0
 
-    async def _send(self, raw: bytes, kind: str, batch: _Batch) -> Refusal | None:
-        """Send one request with retries; None when delivered, else the final refusal."""
-        return await self.send_body(compress(raw), kind, started=batch.started)
+    async def _send(self, raw: bytes, count: int, kind: str, batch: _Batch) -> int | Refusal:
+        """Send one part (``raw``: its frames, ``count`` samples) in the protocol in use,
+        with retries: the samples delivered, or the final refusal. Samples that an RW 2.0
+        destination does not take as RW 2.0 (see :func:`~rwrouter.sending.encoding.not_rw2`)
+        go again at once as RW 1.0, and the destination falls back to it."""
+        message = self.message if kind == "samples" else RW1_MESSAGE
+        while True:
+            request = encode_part(raw, message=message, start_timestamps=batch.start_timestamps,
+                                  book=self.book)  # fmt: skip
+            result = await self._send_request(request, count, kind, batch)
+            if not isinstance(result, NotRW2):
+                return result
+            self._fall_back(result.reason)
+            message = RW1_MESSAGE
 
-    async def send_body(
-        self, body: bytes, kind: str, *, started: float | None = None
-    ) -> Refusal | None:
+    async def _send_request(
+        self, request: Request, count: int, kind: str, batch: _Batch
+    ) -> int | Refusal | NotRW2:
+        """Send one encoded request with retries and read the answer's Written headers."""
+        answer = await self._post(request.body, kind, request.message, batch.started)
+        status = answer.status if isinstance(answer, Refusal) else 200
+        written = None if isinstance(answer, Refusal) else Written.parse(answer)
+        if request.message == RW2_MESSAGE:
+            reason = not_rw2(status=status, carried=request.carried, written=written)
+            if reason is not None:
+                return NotRW2(reason)
+        if isinstance(answer, Refusal):
+            return answer
+        if request.removed:
+            self.metrics.start_timestamps_dropped.labels(self.name).inc(request.removed)
+        if kind != "samples":
+            return count
+        missing = not_written(count=count, carried=request.carried, written=written)
+        if missing.total:
+            self._not_written(missing, batch)
+        return count - min(count, missing.total)
+
+    def _fall_back(self, reason: str) -> None:
+        """The destination does not speak RW 2.0: RW 1.0 from now on (logged, counted once)."""
+        if self.message == RW1_MESSAGE:
+            return  # another shard's part noticed first
+        self.message = RW1_MESSAGE
+        self.metrics.protocol_fallbacks.labels(self.name, reason).inc()
+        log.warning("destination=%s protobuf_message=%s reason=%s msg=%s", self.name,
+                    RW1_MESSAGE, reason, q(FALLBACK_MESSAGES[reason]))  # fmt: skip
+        if self._on_protocol is not None:
+            self._on_protocol(RW1_MESSAGE)
+
+    def _not_written(self, missing: Written, batch: _Batch) -> None:
+        """Count (``not_written``) and log (at most once per batch and a minute) what a 2xx
+        said was not written."""
+        self.metrics.dropped_samples.labels(self.name, NOT_WRITTEN).inc(missing.total)
+        now = self._clock()
+        last = self._not_written_at
+        if batch.not_written_logged or (last is not None and now - last < NOT_WRITTEN_LOG_INTERVAL):
+            return
+        batch.not_written_logged = True
+        self._not_written_at = now
+        log.warning("destination=%s samples=%d histograms=%d exemplars=%d reason=%s msg=%s",
+                    self.name, missing.samples, missing.histograms, missing.exemplars,
+                    NOT_WRITTEN, q(NOT_WRITTEN_MESSAGE))  # fmt: skip
+
+    async def send_body(self, body: bytes, kind: str, *, started: float | None = None,
+                        message: str = RW1_MESSAGE) -> Refusal | None:  # fmt: skip
         """Send one snappy-compressed write request body (``kind``: "samples" or "metadata")
-        with retries, a credential refresh on 401/403, and the retry budget counted from
-        ``started`` (clock seconds; default now). None when delivered (2xx), else the final
-        refusal. Nothing is counted as sent or dropped here: that is the caller's."""
+        in ``message`` with retries, a credential refresh on 401/403, and the retry budget
+        counted from ``started`` (clock seconds; default now). None when delivered (2xx), else
+        the final refusal. Nothing is counted as sent or dropped here: that is the caller's."""
+        answer = await self._post(body, kind, message, started)
+        return answer if isinstance(answer, Refusal) else None
+
+    async def send_frames(self, raw: bytes, count: int, kind: str = "samples") -> Refusal | None:
+        """Send ``raw`` (RW1-form frames carrying ``count`` samples, start timestamps
+        perhaps) as one request in the protocol in use, falling back to RW 1.0 as a batch
+        does; None when delivered. For ``rwrouter rejected replay`` (no split)."""
+        batch = _Batch(self._clock(), start_timestamps=True)
+        result = await self._send(raw, count, kind, batch)
+        return result if isinstance(result, Refusal) else None
+
+    async def _post(
+        self, body: bytes, kind: str, message: str, started: float | None
+    ) -> Refusal | Mapping[str, str]:
+        """POST ``body`` with retries: the headers of the 2xx answer, or the final refusal."""
         started = self._clock() if started is None else started
         attempt = 0
         refreshed = False
         while True:
-            answer = await self._attempt(body)
+            answer = await self._attempt(body, message)
             status = answer.status if isinstance(answer, Answer) else None
             if status is not None and 200 <= status < 300:
-                return None
+                assert isinstance(answer, Answer)
+                return answer.headers
             text = answer.text if isinstance(answer, Answer) else str(answer)
             if status is not None and not refreshed:
                 refreshed = await self._refresh(status, text)
@@ -237,12 +357,13 @@ class Deliverer:
             await self._sleep(decision.delay)
             attempt += 1
 
-    async def _attempt(self, body: bytes) -> Answer | Exception:
-        """One signed POST; the answer, or the error that prevented one."""
+    async def _attempt(self, body: bytes, message: str) -> Answer | Exception:
+        """One signed POST of a ``message`` body; the answer, or the error that prevented
+        one."""
         started = self._clock()
         try:
             headers = await self.auth.headers(
-                url=self.transport.url, body=body, base=self.base_headers
+                url=self.transport.url, body=body, base=self._headers[message]
             )
             headers["User-Agent"] = USER_AGENT
             self.metrics.sent_bytes.labels(self.name).inc(len(body))

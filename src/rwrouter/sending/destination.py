@@ -14,11 +14,20 @@ This module holds the write side and the lifecycle: admission and appends (with 
 policy), metrics registration, start and stop.
 
 Metadata entries are kept in memory only (Prometheus sends all metadata again every minute).
+An RW 1.0 destination sends them in metadata-only requests (:mod:`rwrouter.sending.metadata`,
+``metadata_config``); an RW 2.0 one (``protobuf_message: io.prometheus.write.v2.Request``)
+keeps the latest per family in its metadata book (:mod:`rwrouter.sending.metabook`) and sends
+it inside each series, never alone (Prometheus: ``metadata_config.send`` is ignored with
+RW 2.0). An RW 2.0 destination that turns out not to speak it (see
+:mod:`rwrouter.sending.delivery`) gets RW 1.0 from then on, metadata requests included (what
+the book holds, once, then what comes), until :meth:`Destination.try_configured_protocol`
+(a reload).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -27,14 +36,15 @@ from pathlib import Path
 from typing import Any
 
 from rwrouter.auth.schemes import Authenticator
-from rwrouter.auth.sigv4 import REMOTE_WRITE_HEADERS
 from rwrouter.config import DestinationConfig, StorageConfig
 from rwrouter.errors import StorageError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
+from rwrouter.protocol import MESSAGES, RW1_MESSAGE, RW2_MESSAGE
 from rwrouter.sending.deadletter import DeadLetters
 from rwrouter.sending.delivery import Deliverer
 from rwrouter.sending.diskqueue import DiskQueue
+from rwrouter.sending.metabook import MetadataBook
 from rwrouter.sending.metadata import MetadataQueue
 from rwrouter.sending.reader import QueueReader, resent
 from rwrouter.sending.records import EncodedShare
@@ -88,6 +98,8 @@ class Destination:
         self._metrics = metrics
         self._clock, self._wall = clock, wall_clock
         self._dead_letters = DeadLetters(name=self.name, store=self.rejected, metrics=metrics)
+        self.book = MetadataBook() if config.protobuf_message == RW2_MESSAGE else None
+        self._started = False
         self._deliverer = Deliverer(
             name=config.name,
             transport=transport,
@@ -99,13 +111,16 @@ class Destination:
                 max_retry_duration=q_.max_retry_duration,
                 max_retry_duration_on_http_429=q_.max_retry_duration_on_http_429,
             ),
-            base_headers={**dict(config.headers), **REMOTE_WRITE_HEADERS},
+            headers=dict(config.headers),
+            message=config.protobuf_message,
+            book=self.book,
             metrics=metrics,
             clock=clock,
             wall_clock=wall_clock,
             rand=rand,
             sleep=sleep,
             on_rejected=self._dead_letters,
+            on_protocol=self._protocol_changed,
         )
         self._stopping = Stopping()
         self._senders = Shards(
@@ -166,6 +181,45 @@ class Destination:
         m.watch(m.rejected_bytes, lambda: self.rejected.size_bytes, name)
         m.watch(m.rejected_entries, lambda: len(self.rejected), name)
         m.credentials_expiry.sources[name] = self.auth.expiry
+        self._show_protocol()
+
+    @property
+    def protocol(self) -> str:
+        """The protobuf message samples go out in now (the configured one, or RW 1.0 after
+        a fallback)."""
+        return self._deliverer.message
+
+    def _show_protocol(self) -> None:
+        """``rwrouter_destination_protocol``: 1 for the message in use; for an RW 2.0
+        destination also 0 for the other one."""
+        gauge = self._metrics.destination_protocol
+        for message in MESSAGES:
+            if message == self.protocol:
+                gauge.labels(self.name, message).set(1)
+            elif self.config.protobuf_message == RW2_MESSAGE:
+                gauge.labels(self.name, message).set(0)
+            else:  # an RW 1.0 destination (perhaps RW 2.0 before a reload): one series
+                with contextlib.suppress(KeyError):
+                    gauge.remove(self.name, message)
+
+    def _protocol_changed(self, message: str) -> None:
+        """The deliverer fell back to ``message`` (RW 1.0): metadata requests from now on,
+        starting with what the book holds. (A destination being replaced leaves the gauge
+        to its successor.)"""
+        if self._started and not self._stopping.closing:
+            self._show_protocol()
+        if self.book is not None and message == RW1_MESSAGE and self.config.metadata_config.send:
+            self._metadata.add(self.book.entries())
+
+    def try_configured_protocol(self) -> None:
+        """A reload: an RW 2.0 destination that fell back to RW 1.0 tries RW 2.0 again."""
+        if self.protocol != self.config.protobuf_message:
+            log.info("destination=%s protobuf_message=%s msg=%s", self.name,
+                     self.config.protobuf_message, q("configuration reloaded: trying remote "
+                                                     "write 2.0 again"))  # fmt: skip
+            self._deliverer.use(self.config.protobuf_message)
+            if self._started:
+                self._show_protocol()
 
     # -- admission (event loop) -----------------------------------------------------------
 
@@ -238,8 +292,18 @@ class Destination:
         await asyncio.to_thread(self.queue.cancel, ticket, share.records)
 
     def enqueue_metadata(self, metadata: list[bytes]) -> None:
-        """Queue metadata entries in memory (:mod:`rwrouter.sending.metadata`)."""
-        if metadata and self.config.metadata_config.send:
+        """Framed metadata entries routed here: queued for metadata requests (RW 1.0,
+        :mod:`rwrouter.sending.metadata`), recorded in the book (RW 2.0; see the module
+        docstring)."""
+        if not metadata:
+            return
+        if self.book is not None:
+            evicted = self.book.update(metadata)
+            if evicted:
+                self._metrics.dropped_metadata.labels(self.name, "book_full").inc(evicted)
+            if self.protocol != RW1_MESSAGE:
+                return
+        if self.config.metadata_config.send:
             self._metadata.add(metadata)
 
     def refused(self, samples: int) -> None:
@@ -264,6 +328,7 @@ class Destination:
         """Open (recover) the disk queue, then start the reader, senders, metadata sender,
         resharding and the fsync timer. Raises OSError when the queue cannot be opened."""
         await self._reader.open()
+        self._started = True
         self._register_metrics()
         await self._transport.start()
         self._senders.start()

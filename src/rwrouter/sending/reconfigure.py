@@ -5,7 +5,9 @@ Rules (what an operator of Prometheus expects from ``SIGHUP`` / ``POST /-/reload
 - The new file is fully validated first, and the new destinations' credentials set up; any
   error leaves the running configuration untouched.
 - A destination whose settings are unchanged (same name, equal ``remote_write`` entry) keeps
-  running: its queue, senders and connections survive.
+  running: its queue, senders and connections survive. One configured for remote write 2.0
+  that fell back to 1.0 (:mod:`rwrouter.sending.delivery`) tries 2.0 again; a replaced one
+  starts with 2.0.
 - A changed destination is replaced: its senders finish the batch in flight (while requests
   still flow and are appended to its queue), then its disk queue (same name, same directory) is
   opened by the new one, which sends what was left first. New requests wait only while queues
@@ -104,6 +106,8 @@ async def reconfigure(
             [dest if dest is not None else built[i] for i, dest in enumerate(wanted)],
             new,
         )
+    for dest in fanout.destinations:  # the kept ones, and the new ones (a no-op there)
+        dest.try_configured_protocol()
     log.info("msg=%s kept=%s replaced=%s added=%s removed=%s restart_needed=%s",
              q("configuration reloaded"), ",".join(summary.kept) or "-",
              ",".join(summary.replaced) or "-", ",".join(summary.added) or "-",

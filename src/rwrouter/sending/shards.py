@@ -134,7 +134,8 @@ class Shards:
         buffers, wake = self.buffers, self._wake
         max_samples = self._q.max_samples_per_send
         whole = Chunk(block.decoded, block.index, block.samples, block.series, owner,
-                      compressed=block.compressed, nbytes=block.nbytes)  # fmt: skip
+                      compressed=block.compressed, nbytes=block.nbytes,
+                      flags=block.flags)  # fmt: skip
         try:
             parts = chunks_by_shard(whole, len(buffers))  # decompresses it with several shards
         except DecodeError as exc:
@@ -227,10 +228,13 @@ class Shards:
         unexpectedly (a bug, not an answer: the caller keeps the batch and tries again)."""
         started = self._clock()
         try:
-            compressed = batch.compressed
+            flagged = batch.start_timestamps  # RW 1.0 strips them: the frames are needed
+            stored = self._deliverer.sends_stored(start_timestamps=flagged)
+            compressed = batch.compressed if stored else None
             delivered = await self._deliverer.deliver_raw(
                 batch.raw if compressed is None else b"", batch.samples, lambda: batch.items,
                 compressed=compressed, resent=self._resent(batch.chunks[0].owner),
+                start_timestamps=flagged,
             )  # fmt: skip
         except DecodeError as exc:  # a stored body that does not decompress: done, counted
             if len(batch.chunks) == 1:

@@ -19,7 +19,9 @@ BODY_HEAD_BYTES = 1024  # how much of an error answer is kept for logs
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """A destination's answer: status, headers, and the first KiB of its body."""
+    """A destination's answer: status, headers (names looked up case-insensitively, e.g. the
+    ``X-Prometheus-Remote-Write-*-Written`` counts of :meth:`rwrouter.protocol.Written.parse`),
+    and the first KiB of its body."""
 
     status: int
     headers: Mapping[str, str]
@@ -85,7 +87,7 @@ class Transport:
                 allow_redirects=False,  # a redirected POST would lose its body
             ) as resp:
                 head = await resp.content.read(BODY_HEAD_BYTES)
-                return Answer(resp.status, dict(resp.headers), head)
+                return Answer(resp.status, resp.headers.copy(), head)  # names case-insensitive
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise TransportError(_scrub(f"{type(exc).__name__}: {exc}".rstrip(": "))) from exc
 

@@ -1114,6 +1114,7 @@ done:
 }
 
 #include "_rw2in.h" /* rw2_to_rw1: remote write 2.0 in (rwrouter.wire.rw2_in) */
+#include "_rw2out.h" /* encode_v2, strip_start_timestamps: remote write 2.0 out */
 
 static PyMethodDef methods[] = {
     {"scan_request", (PyCFunction)(void (*)(void))scan_request, METH_FASTCALL,
@@ -1130,6 +1131,10 @@ static PyMethodDef methods[] = {
      "Compiled rwrouter.wire.codec.encode_labels (same result)."},
     {"rw2_to_rw1", (PyCFunction)(void (*)(void))rw2_to_rw1, METH_FASTCALL,
      "Compiled rwrouter.wire.rw2_in.to_rw1_py (same result, same errors)."},
+    {"encode_v2", (PyCFunction)(void (*)(void))encode_v2, METH_FASTCALL,
+     "Compiled rwrouter.wire.rw2_out.encode_request_py (same arguments, same result)."},
+    {"strip_start_timestamps", (PyCFunction)strip_start_timestamps, METH_O,
+     "Compiled rwrouter.wire.rw2_out.strip_start_timestamps_py."},
     {NULL, NULL, 0, NULL},
 };
 
