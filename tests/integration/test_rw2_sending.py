@@ -181,18 +181,19 @@ async def double() -> AsyncIterator[WorkspaceDouble]:
 async def test_sigv4_rw2_to_an_rw1_only_workspace_falls_back_signed(
     start_router: StartRouter, double: WorkspaceDouble, http: aiohttp.ClientSession
 ) -> None:
-    """The workspace double decodes every body as RW 1.0 (as a 1.x receiver ignoring the
-    Content-Type would): an RW 2.0 request reads as empty, answered 200 without Written
-    headers. The router sends it again as RW 1.0; both requests carry valid signatures."""
+    """The workspace double answers 415 to remote write 2.0, as the managed workspace does
+    (RW 1.0 only). The router sends the same data again as RW 1.0, from then on; every
+    request carries a valid signature."""
     sigv4 = f"{{region: us-east-1, access_key: {ACCESS_KEY}, secret_key: '{SECRET}'}}"
     router = await start_router(config(double.url("ws-1"), name="workspace")
                                 + f"    sigv4: {sigv4}\n")  # fmt: skip
     for step in range(3):
         assert (await post_write(http, router, samples_request(step)))[0] == 204
     await eventually(lambda: double.sample_count("ws-1") == 15)
-    assert double.verified_signatures == len(double.requests) and not double.rejections
+    assert double.verified_signatures == len(double.requests)
+    assert double.rejections == {"unsupported_media_type": 1}  # the first request only
     assert metric_value(router, "rwrouter_protocol_fallbacks_total", destination="workspace",
-                        reason="nothing_written") == 1  # fmt: skip
+                        reason="415") == 1  # fmt: skip
     signed = [r.signed_headers for r in double.requests]
     assert all("content-type" in s and "x-prometheus-remote-write-version" in s for s in signed)
 

@@ -211,9 +211,9 @@ class SizeRecordingDouble(WorkspaceDouble):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.body_sizes: list[tuple[int, int]] = []
 
-    def _ingest(self, workspace_id: str, body: bytes) -> Rejection | Outcome:
+    def _ingest(self, workspace_id: str, body: bytes, content_type: str) -> Rejection | Outcome:
         self.body_sizes.append((len(body), declared_size(body)))
-        return super()._ingest(workspace_id, body)
+        return super()._ingest(workspace_id, body, content_type)
 
 
 class Sink:
