@@ -144,7 +144,10 @@ async def test_415_destination_gets_everything_as_rw1(
     assert metric_value(router, "rwrouter_samples_dropped_total", destination="rw2",
                         reason="4xx") == 0  # fmt: skip
     await eventually(lambda: ["gpu_util"] in sink.metadata_requests)  # the book, as RW 1.0
-    assert (await post_write(http, router, meta))[0] == 204  # and what comes from now on
+    # What comes from now on: a changed entry at once (an identical one within half of
+    # metadata_config.send_interval would not be sent again).
+    changed = metadata_request(("gpu_util", MM.GAUGE, "GPU utilization, percent.", ""))
+    assert (await post_write(http, router, changed))[0] == 204
     await eventually(lambda: sink.metadata_requests.count(["gpu_util"]) == 2)
 
 

@@ -375,9 +375,11 @@ remote_write:
     url: {await serve(unavailable)}
     queue_config: {{max_memory_bytes: 64KiB, min_backoff: 1s, max_backoff: 1s}}
 """)
-    entry = types_pb2.MetricMetadata(metric_family_name="m", help="h" * 10_000)
-    body = encode(remote_pb2.WriteRequest(metadata=[entry]))
-    statuses = [(await post_write(http, router, body))[0] for _ in range(10)]
+    def body(i: int) -> bytes:  # distinct entries: an identical one is not queued again
+        entry = types_pb2.MetricMetadata(metric_family_name="m", help=f"{i}" + "h" * 10_000)
+        return encode(remote_pb2.WriteRequest(metadata=[entry]))
+
+    statuses = [(await post_write(http, router, body(i)))[0] for i in range(10)]
     assert statuses == [204] * 10
     dropped = metric_value(router, "rwrouter_metadata_dropped_total", destination="down",
                            reason="queue_full")  # fmt: skip

@@ -150,6 +150,7 @@ class Destination:
             batch_size=config.metadata_config.max_samples_per_send,
             max_bytes=q_.max_memory_bytes,
             metrics=metrics,
+            resend_after=config.metadata_config.send_interval / 2,
         )
         self._tasks: list[asyncio.Task[None]] = []  # reader, metadata sender, fsync timer
         self._sync_lock = asyncio.Lock()

@@ -4,13 +4,22 @@ Prometheus sends all metadata again every ``metadata_config.send_interval`` (1 m
 so losing queued metadata at a crash costs nothing lasting; it never holds back samples.
 The queue is bounded by :data:`METADATA_QUEUE_LIMIT` entries and a byte bound; the oldest
 entries are dropped first (counted, reason ``queue_full``).
+
+An entry identical to one queued less than ``resend_after`` seconds ago (half of
+``metadata_config.send_interval``) is not queued again: a Prometheus sending remote write 2.0
+repeats every series' metadata in every request, and several senders send the same families;
+a changed entry (new help, type or unit) is queued at once. What was queued is remembered for
+at most :data:`RECENT_LIMIT` distinct entries (then forgotten all at once: they are queued
+again once).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
+from collections.abc import Callable
 
 from rwrouter.metrics import Metrics
 from rwrouter.sending.delivery import Deliverer
@@ -18,14 +27,29 @@ from rwrouter.sending.delivery import Deliverer
 log = logging.getLogger("rwrouter.sending")
 
 METADATA_QUEUE_LIMIT = 10_000  # entries
+RECENT_LIMIT = 100_000  # distinct entries whose last queueing time is remembered
 
 
 class MetadataQueue:
     """Metadata entries (framed ``metadata`` fields of a write request) waiting to be sent in
-    batches of ``batch_size`` entries; ``max_bytes`` bounds the entries' total size."""
+    batches of ``batch_size`` entries; ``max_bytes`` bounds the entries' total size;
+    ``resend_after`` (seconds) how soon an identical entry is queued again; ``clock``:
+    monotonic seconds."""
 
-    def __init__(self, *, name: str, batch_size: int, max_bytes: int, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        *,
+        name: str,
+        batch_size: int,
+        max_bytes: int,
+        metrics: Metrics,
+        resend_after: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.name = name
+        self.resend_after = resend_after
+        self._clock = clock
+        self._recent: dict[bytes, float] = {}  # entry -> when it was last queued
         self.batch_size = batch_size
         self.max_bytes = max_bytes
         self._metrics = metrics
@@ -36,7 +60,11 @@ class MetadataQueue:
         self.closing = False
 
     def add(self, metadata: list[bytes]) -> None:
-        """Queue entries; drop (and count) the oldest beyond the bounds."""
+        """Queue entries not queued within ``resend_after`` seconds; drop (and count) the
+        oldest beyond the bounds."""
+        metadata = self._fresh(metadata)
+        if not metadata:
+            return
         self._entries.extend(metadata)
         added = sum(map(len, metadata))
         self.nbytes += added
@@ -52,6 +80,18 @@ class MetadataQueue:
         if dropped:
             self._metrics.dropped_metadata.labels(self.name, "queue_full").inc(dropped)
         self._wake.set()
+
+    def _fresh(self, metadata: list[bytes]) -> list[bytes]:
+        """The entries of ``metadata`` to queue now (each once), remembering when."""
+        now, recent, fresh = self._clock(), self._recent, []
+        for entry in metadata:
+            last = recent.get(entry)
+            if last is None or now - last >= self.resend_after:
+                if last is None and len(recent) >= RECENT_LIMIT:
+                    recent.clear()
+                recent[entry] = now
+                fresh.append(entry)
+        return fresh
 
     def close(self) -> None:
         """Send what is queued, then let :meth:`run` return."""
