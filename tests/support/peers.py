@@ -16,6 +16,7 @@ import functools
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,14 +65,41 @@ def peer_path(name: str) -> Path:
     return cache_dir() / f"{peer.name}-{peer.version}" / peer.name
 
 
+BUILD_SCRIPT = ROOT / "scripts" / "build-peers"
+BUILD_TIMEOUT = 3600.0  # seconds: a cold build of Prometheus on 2 cores takes minutes
+
+
+@functools.cache
+def _build(name: str) -> str:
+    """Run ``scripts/build-peers name`` once per session (the test that first needs a peer
+    builds it: ``pytest`` on a fresh machine with Go works without a step before it); ``""``
+    when it succeeded, else why not."""
+    if shutil.which("go") is None:
+        return "go is not installed (Go >= 1.26 builds it)"
+    print(f"\nbuilding {name} {peers()[name].version} with {BUILD_HINT} (once; cached)",
+          file=sys.stderr, flush=True)  # fmt: skip
+    try:
+        done = subprocess.run([sys.executable, str(BUILD_SCRIPT), name], capture_output=True,
+                              text=True, timeout=BUILD_TIMEOUT, check=False)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return f"{BUILD_HINT} {name} took over {BUILD_TIMEOUT:g} s"
+    if done.returncode:
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        return lines[-1] if lines else f"{BUILD_HINT} exited {done.returncode}"
+    return ""
+
+
 def peer_binary(name: str) -> str:
-    """The binary of peer ``name``; skips the calling test (fails it when ``CI`` is set)
-    when it was not built."""
+    """The binary of peer ``name``, built first (:func:`_build`) when the cache lacks it;
+    skips the calling test (fails it when ``CI`` is set) when it cannot be built."""
     path = peer_path(name)
     if not os.access(path, os.X_OK):
-        missing_prometheus(PrometheusNotFoundError(
-            f"{name} {peers()[name].version} is not built at {path} (run {BUILD_HINT})"
-        ))  # fmt: skip
+        why = _build(name)
+        if why or not os.access(path, os.X_OK):
+            missing_prometheus(PrometheusNotFoundError(
+                f"{name} {peers()[name].version} is not built at {path} and could not be "
+                f"built: {why or 'no binary after the build'} (run {BUILD_HINT})"
+            ))  # fmt: skip
     return str(path)
 
 

@@ -221,3 +221,22 @@ def test_go_env(environ: dict[str, str], wanted: dict[str, str]) -> None:
 def test_unknown_peer_name_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert bp.main(["nosuchpeer"], environ={"PATH": ""}) == 2
     assert capsys.readouterr().err.strip().startswith("build-peers: not in ")
+
+
+def test_a_missing_peer_is_built_at_first_need_or_skipped_with_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``peer_binary`` runs scripts/build-peers for a peer the cache lacks; without go it
+    says why (a skip locally: the CI case fails the test instead)."""
+    from tests.support import peers as support
+
+    monkeypatch.setenv("RWROUTER_PEERS_DIR", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no go on it
+    monkeypatch.delenv("CI", raising=False)
+    support._build.cache_clear()
+    try:
+        assert support._build("vmagent").startswith("go is not installed")
+        with pytest.raises(pytest.skip.Exception, match="could not be built: go is not"):
+            support.peer_binary("vmagent")
+    finally:
+        support._build.cache_clear()
