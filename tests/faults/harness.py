@@ -10,6 +10,8 @@ deliveries, the parts a test gets from its fixtures (:class:`SelfHosted`, :class
 - :class:`DeliveryTap`: a pass-through HTTP proxy in front of a store that counts, per sample
   key, how many times the store acknowledged it (2xx): duplicates = deliveries - unique keys.
   Headers go through unchanged (``Host`` included), so SigV4 signatures still verify.
+- :class:`Protocol` (:data:`PROTOCOLS`): the remote write version a test's ledger sends, for
+  the tests that run once per version (ids ``rw1``, ``rw2``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import snappy
 import yaml
 from aiohttp import web
 
+from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE
 from rwrouter.testing.prometheus import PrometheusProcess, free_port
 from rwrouter.testing.router import RouterProcess
 from rwrouter.testing.workspace import Fault, Key, WorkspaceDouble
@@ -230,6 +233,38 @@ def duplicates(deliveries: Counter[SampleKey]) -> tuple[int, set[SampleKey]]:
 
 # -- the parts of a test ----------------------------------------------------------------------
 Report = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """A remote write version the ledger sends: ``name`` (the test id and the figures'
+    ``protocol``), the protobuf ``message`` and the router's ``protocol`` metric label."""
+
+    name: str
+    message: str
+    label: str
+
+    def tag(self, base: str) -> str:
+        """The metric-name tag of a test's run: ``base`` for RW 1.0, ``<base>_<name>`` for
+        the others (the self-hosted Prometheus is shared by the package's tests)."""
+        return base if self.message == RW1_MESSAGE else f"{base}_{self.name}"
+
+
+#: The versions a per-protocol fault test runs with:
+#: ``pytest.mark.parametrize("protocol", PROTOCOLS, ids=PROTOCOL_IDS)``.
+PROTOCOLS = (Protocol("rw1", RW1_MESSAGE, "1.0"), Protocol("rw2", RW2_MESSAGE, "2.0"))
+PROTOCOL_IDS = tuple(protocol.name for protocol in PROTOCOLS)
+
+
+def received_by_protocol(router: RouterProcess) -> dict[str, float]:
+    """Requests the router read, by protocol name (``rwrouter_received_protocol_requests_total``
+    since its start), for a test to check its input was read as the version it sent."""
+    return {
+        protocol.name: router.metric_value(
+            "rwrouter_received_protocol_requests_total", protocol=protocol.label
+        )
+        for protocol in PROTOCOLS
+    }
 
 
 @dataclass

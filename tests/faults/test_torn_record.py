@@ -76,6 +76,7 @@ def test_torn_last_record_is_cut_counted_and_the_rest_delivered(
     at_workspace = workspace_keys(double, name=CRITICAL)
     at_self_hosted = prometheus_keys(self_hosted.prom, f'{{__name__=~"{BULK}"}}')
     report({
+        "protocol": "rw1",  # the ledger's default input
         "segments": len(segments),
         "records_in_workspace_queue": len(records),
         "torn_record_samples": last.samples,
@@ -127,7 +128,7 @@ def test_corrupt_record_inside_the_queue_is_skipped_alone_and_counted(
     corrupt = router.metric_value("rwrouter_queue_corrupt_records_total", destination="workspace")
     dropped = router.metric_value("rwrouter_samples_dropped_total", destination="workspace",
                                   reason="corrupt")  # fmt: skip
-    report({"skipped_records": len(skipped), "skipped_samples": len(lost_keys),
+    report({"protocol": "rw1", "skipped_records": len(skipped), "skipped_samples": len(lost_keys),
             "corrupt_records": corrupt, "dropped_corrupt_samples": dropped})  # fmt: skip
     assert critical - at_workspace == lost_keys  # that record, nothing else
     if (corrupt, dropped) != (1, len(lost_keys)):

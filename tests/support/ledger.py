@@ -6,14 +6,17 @@ labels as sorted (name, value) pairs. Delivery is counted by unique keys: a stor
 it does not, however many times it was sent.
 
 :class:`Ledger` sends remote write 1.0 requests (snappy block + protobuf,
-:mod:`tests.support.series`) to a router from ``streams`` concurrent senders, each owning its
-series (so each series is written in timestamp order, as one Prometheus shard would). Every
-request carries one new sample per series of its stream, at a timestamp unique to the stream.
-Like Prometheus it re-sends the same body after a 5xx, a 429 or no answer (backoff doubling from
-``min_backoff_s`` to ``max_backoff_s``; a ``Retry-After`` in seconds is honoured, capped at
-``retry_after_cap_s``), until it is acknowledged with a 2xx, so when :meth:`Ledger.stop` returns
-everything sent was acknowledged (or is listed in :attr:`Ledger.unacknowledged`). Other 4xx are
-not retried and are listed in :attr:`Ledger.refused`. Each attempt is recorded with its start
+:mod:`tests.support.series`), or 2.0 ones (``message=RW2_MESSAGE``: symbolized as Prometheus's
+sender does, :mod:`tests.support.rw2`), to a router from ``streams`` concurrent senders, each
+owning its series (so each series is written in timestamp order, as one Prometheus shard would).
+Every request carries one new sample per series of its stream, at a timestamp unique to the
+stream. Like Prometheus it re-sends the same body after a 5xx, a 429 or no answer (backoff
+doubling from ``min_backoff_s`` to ``max_backoff_s``; a ``Retry-After`` in seconds is honoured,
+capped at ``retry_after_cap_s``), until it is acknowledged with a 2xx, so when
+:meth:`Ledger.stop` returns everything sent was acknowledged (or is listed in
+:attr:`Ledger.unacknowledged`). Other 4xx are not retried and are listed in
+:attr:`Ledger.refused`. RW 2.0 answers must carry the Written headers as the spec and
+Prometheus 3 want them (:attr:`Ledger.written_errors`). Each attempt is recorded with its start
 (``time.monotonic()``), duration and status, for latency percentiles::
 
     ledger = Ledger(router.url, streams=make_streams("outage", streams=2, series=20))
@@ -41,14 +44,17 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from rwrouter.protocol import MESSAGES, RW1_MESSAGE, RW2_MESSAGE, Written, request_headers
 from rwrouter.testing.prometheus import PrometheusProcess
 from rwrouter.testing.workspace import WorkspaceDouble
-from tests.support.series import HEADERS, LabelSet, Series, build_body, label_set
+from tests.support.rw2 import encode_v2, symbolize
+from tests.support.series import LabelSet, Series, encode, label_set, write_request
 
 __all__ = [
     "Attempt",
     "Ledger",
     "SampleKey",
+    "WrittenError",
     "make_streams",
     "p99",
     "percentile",
@@ -72,6 +78,16 @@ class Attempt:
     seconds: float
     status: int | None
     samples: int
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenError:
+    """An RW 2.0 answer whose ``X-Prometheus-Remote-Write-*-Written`` headers break the spec:
+    its status, what the request carried, and what the answer said (None: no header)."""
+
+    status: int
+    carried: Written
+    answered: Written | None
 
 
 def make_streams(tag: str, *, streams: int, series: int) -> list[list[LabelSet]]:
@@ -108,7 +124,8 @@ class Ledger:
 
     ``interval_s``: time between the starts of a stream's requests (a stream waits for its
     request to be acknowledged first, as a Prometheus shard does). ``clock_ms``: unix ms for
-    sample timestamps (strictly increasing per stream).
+    sample timestamps (strictly increasing per stream). ``message``: the protobuf message
+    sent, one of :data:`rwrouter.protocol.MESSAGES` (RW 1.0 or 2.0; ValueError otherwise).
     """
 
     def __init__(
@@ -122,8 +139,13 @@ class Ledger:
         max_backoff_s: float = 0.5,
         retry_after_cap_s: float = 1.0,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        message: str = RW1_MESSAGE,
     ) -> None:
+        if message not in MESSAGES:
+            raise ValueError(f"unknown protobuf message {message!r}: one of {MESSAGES}")
         self.url = url.rstrip("/") + "/api/v1/write"
+        self.message = message
+        self._headers = request_headers(message)
         self.streams = [list(s) for s in streams]
         self.interval_s = interval_s
         self.request_timeout_s = request_timeout_s
@@ -136,6 +158,7 @@ class Ledger:
         self._unacked: set[SampleKey] = set()
         self._attempts: list[Attempt] = []
         self._refused: list[tuple[int, str]] = []
+        self._written_errors: list[WrittenError] = []
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
@@ -193,12 +216,16 @@ class Ledger:
             ts = max(self._clock_ms(), last_ts + 1)
             last_ts = ts
             value = float(ts % 1_000_000)
-            body = build_body(Series(labels, [(ts, value + j)]) for j, labels in enumerate(series))
+            body = self._body(Series(labels, [(ts, value + j)]) for j, labels in enumerate(series))
             keys = [(labels, ts) for labels in series]
             await self._send_until_acknowledged(session, index, body, keys)
             next_at = max(next_at + self.interval_s, time.monotonic())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), next_at - time.monotonic())
+
+    def _body(self, series: Iterable[Series]) -> bytes:
+        request = write_request(series)  # labels sorted, as Prometheus sends them
+        return encode_v2(symbolize(request)) if self.message == RW2_MESSAGE else encode(request)
 
     async def _send_until_acknowledged(
         self, session: aiohttp.ClientSession, index: int, body: bytes, keys: list[SampleKey]
@@ -206,12 +233,14 @@ class Ledger:
         attempt = 0
         unanswered = False
         while True:
-            status, retry_after, text = await self._post(session, index, body, len(keys))
+            status, retry_after, text, written = await self._post(session, index, body, len(keys))
+            as_promised = status is None or self._written_as_promised(status, written, len(keys))
             if status is not None and 200 <= status < 300:
-                with self._lock:
-                    self._acked.update(keys)
-                    if unanswered:  # an earlier attempt may have been kept: may arrive twice
-                        self._ambiguous.update(keys)
+                if as_promised:  # else Prometheus 3 takes it as not (all) written, not resent
+                    with self._lock:
+                        self._acked.update(keys)
+                        if unanswered:  # an earlier attempt may have been kept: may arrive twice
+                            self._ambiguous.update(keys)
                 return
             if status is not None and status < 500 and status != 429:
                 with self._lock:
@@ -227,21 +256,46 @@ class Ledger:
 
     async def _post(
         self, session: aiohttp.ClientSession, index: int, body: bytes, samples: int
-    ) -> tuple[int | None, str | None, str]:
+    ) -> tuple[int | None, str | None, str, Written | None]:
+        """(status or None, Retry-After, body text, the Written headers) of one POST."""
         started = time.monotonic()
         status: int | None = None
         retry_after: str | None = None
         text = ""
+        written: Written | None = None
         try:
-            async with session.post(self.url, data=body, headers=HEADERS) as response:
+            async with session.post(self.url, data=body, headers=self._headers) as response:
                 text = await response.text()
                 status, retry_after = response.status, response.headers.get("Retry-After")
+                written = Written.parse(response.headers)
         except (aiohttp.ClientError, TimeoutError, ConnectionError) as exc:
             text = f"{type(exc).__name__}: {exc}"
         seconds = time.monotonic() - started
         with self._lock:
             self._attempts.append(Attempt(index, started, seconds, status, samples))
-        return status, retry_after, text
+        return status, retry_after, text, written
+
+    def _written_as_promised(self, status: int, written: Written | None, samples: int) -> bool:
+        """Whether an RW 2.0 answer's ``X-Prometheus-Remote-Write-*-Written`` headers keep
+        the RW 2.0 spec ("Required Written Response Headers", read as Prometheus 3's
+        queue_manager.go does): every answer has them; a 2xx says it wrote exactly what the
+        request carried (Prometheus counts fewer as failed, none as a receiver that ignored the
+        Content-Type: a 2xx that breaks this acknowledges nothing); a 5xx or 429 says it
+        wrote nothing (the whole request is sent again). A breach is listed in
+        :attr:`written_errors`. Always true for RW 1.0."""
+        if self.message != RW2_MESSAGE:
+            return True
+        carried = Written(samples=samples)
+        if 200 <= status < 300:
+            kept = written == carried
+        elif status >= 500 or status == 429:
+            kept = written == Written()
+        else:  # a refusal may say what it wrote of the request (none, from rwrouter)
+            kept = written is not None
+        if not kept:
+            with self._lock:
+                self._written_errors.append(WrittenError(status, carried, written))
+        return kept
 
     def _delay(self, attempt: int, retry_after: str | None) -> float:
         if retry_after and retry_after.strip().isdigit():
@@ -273,6 +327,12 @@ class Ledger:
         """(status, body head) of requests refused with a 4xx other than 429 (not retried)."""
         with self._lock:
             return list(self._refused)
+
+    @property
+    def written_errors(self) -> list[WrittenError]:
+        """RW 2.0 answers whose Written headers broke the spec (empty for RW 1.0)."""
+        with self._lock:
+            return list(self._written_errors)
 
     @property
     def attempts(self) -> list[Attempt]:
