@@ -1,8 +1,9 @@
 """rwrouter: a hybrid Prometheus remote-write router.
 
-Receives remote write 1.0 requests, applies Prometheus-exact relabel configs, and fans series out
-to several destinations (for example a SigV4-signed Amazon Managed Service for Prometheus
-workspace and a self-hosted Prometheus).
+Receives remote write 1.0 and 2.0 requests, applies Prometheus-exact relabel configs (as
+Prometheus 3 does), and fans series out to several destinations, each in the protocol it
+speaks (for example a SigV4-signed Amazon Managed Service for Prometheus workspace and a
+self-hosted Prometheus).
 """
 
 __version__ = "0.3.0"
