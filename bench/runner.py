@@ -709,7 +709,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--rwrouter-ref", default=None,
                    help="run rwrouter's src/ of this git ref (git archive), e.g. HEAD, "
                    "instead of the working tree")  # fmt: skip
+    p.add_argument("--rwrouter-src", type=Path, default=None,
+                   help="run rwrouter from this directory (PYTHONPATH of the rwrouter process "
+                   "only), e.g. another commit's src/ with its C extension built")  # fmt: skip
     args = p.parse_args(argv)
+    if args.rwrouter_ref and args.rwrouter_src:
+        p.error("--rwrouter-ref and --rwrouter-src exclude each other")
     if args.nodes is None:
         args.nodes = SMOKE_NODES if args.smoke else DEFAULT_NODES
     if args.scrapes is None:
@@ -776,6 +781,9 @@ def prepare(args: argparse.Namespace, workdir: Path) -> Setup:
     if args.rwrouter_ref and rwrouters:
         rw_env = export_rwrouter(args.rwrouter_ref, workdir / "rwrouter-src")
         print(f"rwrouter from git ref {args.rwrouter_ref}", flush=True)
+    elif args.rwrouter_src and rwrouters:
+        rw_env = {**os.environ, "PYTHONPATH": str(args.rwrouter_src.resolve())}
+        print(f"rwrouter from {args.rwrouter_src}", flush=True)
     workers = args.workers
     if workers is not None and rwrouters and not rwrouter_supports_workers(rw_env):
         print("rwrouter run --help has no --workers yet: running without it", file=sys.stderr)
@@ -854,12 +862,15 @@ def print_report(args: argparse.Namespace, setup: Setup, rounds: list[dict[str, 
             print(f"error: {m.name}: {m.error}")
     rw = next((results[n] for n in ("rwrouter", "rwrouter-rw2") if n in results), None)
     if rw is not None:
-        commit = (_commit(args.rwrouter_ref or "HEAD") or "?")[:8]
-        where = f"git ref {args.rwrouter_ref}" if args.rwrouter_ref else "working tree"
-        diff = None if args.rwrouter_ref else _src_diff_sha1()
         version = rw.router_metrics.get("version", "?")
-        print(f"rwrouter {version}: {where}, commit {commit}"
-              + (f", uncommitted src/ changes (diff sha1 {diff})" if diff else ""))  # fmt: skip
+        if args.rwrouter_src:
+            print(f"rwrouter {version}: from {args.rwrouter_src} (PYTHONPATH)")
+        else:
+            commit = (_commit(args.rwrouter_ref or "HEAD") or "?")[:8]
+            where = f"git ref {args.rwrouter_ref}" if args.rwrouter_ref else "working tree"
+            diff = None if args.rwrouter_ref else _src_diff_sha1()
+            print(f"rwrouter {version}: {where}, commit {commit}"
+                  + (f", uncommitted src/ changes (diff sha1 {diff})" if diff else ""))  # fmt: skip
     if setup.peer is not None:
         print(f"vmagent: {setup.peer['path']}: {setup.peer['version'] or '(prints no version)'}; "
               "flags " + " ".join(setup.peer["flags"]))  # fmt: skip
@@ -935,14 +946,16 @@ def json_report(args: argparse.Namespace, setup: Setup, rounds: list[dict[str, M
     """What ``--json`` writes (without the total time and load averages, added by
     :func:`main`)."""
     rw = next((results[n] for n in ("rwrouter", "rwrouter-rw2") if n in results), None)
+    elsewhere = args.rwrouter_ref or args.rwrouter_src
     return {
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "workers": setup.workers,
         "rwrouter_ref": args.rwrouter_ref,
-        "rwrouter_commit": _commit(args.rwrouter_ref or "HEAD"),
-        "rwrouter_worktree_dirty": None if args.rwrouter_ref else _dirty_src(),
-        "rwrouter_src_diff_sha1": None if args.rwrouter_ref else _src_diff_sha1(),
+        "rwrouter_src": str(args.rwrouter_src) if args.rwrouter_src else None,
+        "rwrouter_commit": None if args.rwrouter_src else _commit(args.rwrouter_ref or "HEAD"),
+        "rwrouter_worktree_dirty": None if elsewhere else _dirty_src(),
+        "rwrouter_src_diff_sha1": None if elsewhere else _src_diff_sha1(),
         "workload": _workload_json(setup.workload),
         "workload_rw2": _workload_json(setup.inputs["rw2"][0]) if "rw2" in setup.inputs else None,
         "rw2_metadata": args.rw2_metadata,

@@ -324,3 +324,15 @@ def test_read_sinks(a: dict[str, object], b: dict[str, object], ok: bool, conten
     runner.read_sinks(m, (CannedSink("A", a), CannedSink("B", b)), ("aa", "bb"))
     assert (m.ok, m.content) == (ok, content)
     assert (m.delivered_a, m.delivered_b) == (3, 5)
+
+
+def test_rwrouter_ref_and_src_exclude_each_other() -> None:
+    with pytest.raises(SystemExit):
+        runner.parse_args(["--rwrouter-ref", "HEAD", "--rwrouter-src", "/tmp"])
+
+
+@pytest.mark.parametrize(("argv", "check"), [([], False), (["--smoke"], True),
+                                             (["--check-content"], True)],
+                         ids=["default", "smoke", "flag"])  # fmt: skip
+def test_content_check_is_on_with_smoke(argv: list[str], check: bool) -> None:
+    assert runner.parse_args(argv).check_content is check
