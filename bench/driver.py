@@ -1,6 +1,7 @@
 """Load driver: replays pre-encoded remote write requests to a URL (a separate process).
 
-``python -m bench.driver --url URL --workload CACHE --senders N --out RESULT.json [--go-stdin]``
+``python -m bench.driver --url URL --workload CACHE --senders N --out RESULT.json [--go-stdin]
+[--input rw1|rw2]``
 
 Closed loop: ``N`` connections (aiohttp client, keep-alive); each sends the next request in
 order as soon as its previous one was answered. A 503 or 429 answer is retried by the same
@@ -17,6 +18,17 @@ The result (JSON, times in seconds unless the key says ``_ms``): ``requests`` (a
 refusals), ``samples`` (in 2xx-answered requests), ``p50_ms``, ``p90_ms``, ``p99_ms``,
 ``max_ms`` (latency of every attempt, from sending the request to reading the answer),
 ``wall_seconds`` (first send to last answer), ``started_unix``, ``ended_unix``.
+
+``--input`` names the protobuf message of the bodies (``rw1``: ``prometheus.WriteRequest``,
+the default; ``rw2``: ``io.prometheus.write.v2.Request``); the fixed headers are
+:func:`rwrouter.protocol.request_headers` of it. The ``X-Prometheus-Remote-Write-*-Written``
+headers of every 2xx answer are checked against what the body carried (its samples, no
+histograms, no exemplars): ``written_exact`` counts the answers that had them exact,
+``written_missing`` the 2xx answers without them and ``written_wrong`` those with other
+counts. An RW 2.0 sender treats a 2xx without them as a failure (RW 2.0 spec, "Required
+Written Response Headers"); for RW 1.0 they are optional (absent is fine, present must be
+exact). Each of these answers still counts as answered (``requests``); the runner fails the
+run on them.
 """
 
 from __future__ import annotations
@@ -34,13 +46,10 @@ from pathlib import Path
 import aiohttp
 
 from bench.workload import load
+from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written, request_headers
 
-HEADERS = {
-    "Content-Encoding": "snappy",
-    "Content-Type": "application/x-protobuf",
-    "X-Prometheus-Remote-Write-Version": "0.1.0",
-    "User-Agent": "rwrouter-bench-driver/1",
-}
+MESSAGES = {"rw1": RW1_MESSAGE, "rw2": RW2_MESSAGE}
+USER_AGENT = "rwrouter-bench-driver/1"
 MAX_ATTEMPTS = 50  # per request, for errors other than 503/429
 MAX_RETRY_AFTER = 30.0  # seconds: cap of a Retry-After we honour
 
@@ -51,12 +60,16 @@ class Result:
 
     url: str
     senders: int
+    message: str = RW1_MESSAGE
     requests: int = 0
     attempts: int = 0
     retries: int = 0
     errors: int = 0
     lost: int = 0
     samples: int = 0
+    written_exact: int = 0
+    written_missing: int = 0
+    written_wrong: int = 0
     p50_ms: float = 0.0
     p90_ms: float = 0.0
     p99_ms: float = 0.0
@@ -90,6 +103,23 @@ def retry_after_seconds(value: str | None) -> float:
     return min(MAX_RETRY_AFTER, max(0.0, seconds))
 
 
+def headers_for(message: str) -> dict[str, str]:
+    """The request headers of a body carrying ``message`` (a :data:`MESSAGES` value)."""
+    return {**request_headers(message), "User-Agent": USER_AGENT}
+
+
+def check_written(result: Result, answered: Written | None, samples: int) -> None:
+    """Count one 2xx answer's Written headers (``answered``; None when absent) against the
+    ``samples`` its body carried (see the module docstring)."""
+    if answered is None:
+        if result.message == RW2_MESSAGE:
+            result.written_missing += 1
+    elif answered == Written(samples=samples):
+        result.written_exact += 1
+    else:
+        result.written_wrong += 1
+
+
 async def run(
     url: str,
     bodies: Sequence[bytes],
@@ -97,9 +127,12 @@ async def run(
     senders: int,
     go_stdin: bool,
     request_timeout: float,
+    message: str = RW1_MESSAGE,
 ) -> Result:
-    """Send every body once (retrying as described), ``senders`` at a time."""
-    result = Result(url=url, senders=senders)
+    """Send every body once (retrying as described), ``senders`` at a time, with the headers
+    of ``message``."""
+    result = Result(url=url, senders=senders, message=message)
+    headers = headers_for(message)
     latencies: list[float] = []
     next_index = 0
     timeout = aiohttp.ClientTimeout(total=request_timeout)
@@ -120,18 +153,20 @@ async def run(
                     result.attempts += 1
                     t0 = time.perf_counter()
                     try:
-                        async with session.post(url, data=body, headers=HEADERS) as resp:
+                        async with session.post(url, data=body, headers=headers) as resp:
                             await resp.read()
                             status = resp.status
                             retry_after = resp.headers.get("Retry-After")
+                            written = Written.parse(resp.headers)
                     except (aiohttp.ClientError, TimeoutError):
-                        status, retry_after = 0, None
+                        status, retry_after, written = 0, None, None
                     latencies.append(time.perf_counter() - t0)
                     key = str(status)
                     result.statuses[key] = result.statuses.get(key, 0) + 1
                     if 200 <= status < 300:
                         result.requests += 1
                         result.samples += samples_per_body[i]
+                        check_written(result, written, samples_per_body[i])
                         break
                     if status in (429, 503):
                         result.retries += 1
@@ -160,7 +195,8 @@ async def run(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line entry point; exit status 0 when every request was answered 2xx."""
+    """Command line entry point; exit status 0 when every request was answered 2xx and no
+    answer's Written headers were wrong (or, for RW 2.0, missing)."""
     parser = argparse.ArgumentParser(prog="python -m bench.driver", description=__doc__)
     parser.add_argument("--url", required=True)
     parser.add_argument("--workload", type=Path, required=True, help="cache file (workload.py)")
@@ -168,6 +204,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--go-stdin", action="store_true")
     parser.add_argument("--request-timeout", type=float, default=60.0, help="seconds")
+    parser.add_argument("--input", choices=sorted(MESSAGES), default="rw1",
+                        help="protobuf message of the bodies (default rw1)")  # fmt: skip
     args = parser.parse_args(argv)
     workload = load(args.workload)
     result = asyncio.run(
@@ -178,10 +216,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.senders,
             args.go_stdin,
             args.request_timeout,
+            MESSAGES[args.input],
         )
     )
     args.out.write_text(json.dumps(asdict(result), indent=2))
-    return 0 if result.lost == 0 else 1
+    bad = result.lost + result.written_missing + result.written_wrong
+    return 0 if bad == 0 else 1
 
 
 if __name__ == "__main__":

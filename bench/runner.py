@@ -1,6 +1,9 @@
 """The router comparison: vmagent, then rwrouter, on the same workload and sinks, in one run.
 
-For each contender (one at a time, never both at once):
+Contenders (:data:`bench.report.CONTENDERS`): vmagent and rwrouter fed the workload's remote
+write 1.0 requests, and ``rwrouter-rw2``: rwrouter fed the same requests as remote write 2.0
+(:mod:`bench.rw2`, encoded once before the first round; vmagent cannot take RW 2.0).
+``--input`` picks the inputs. For each contender (one at a time, never two at once):
 
 1. start it on 127.0.0.1 (a free port, its own temporary directory), wait until it is ready;
 2. zero the two sinks (A: the critical DCGM series, B: everything else);
@@ -8,7 +11,8 @@ For each contender (one at a time, never both at once):
 4. take the CPU baseline of the router's process tree, let the driver send;
 5. poll the sinks (bounded) until A and B received every expected sample;
 6. CPU (utime + stime, router process and all its descendants, sampled during the run) and peak
-   RSS (VmHWM, summed) of the router; stop it.
+   RSS (VmHWM, summed) of the router; stop it; read the sinks once more: exactly the expected
+   samples, nothing refused, and with ``--check-content`` the same samples (digests).
 
 CPU covers "start of load" to "all delivered". Samples per CPU-second = samples sent / CPU
 seconds of the router tree. The floor is the runner's own ``time.process_time`` for snappy
@@ -40,9 +44,22 @@ import snappy
 
 from bench import procs
 from bench import vmagent as vm
-from bench.workload import A_REGEX, Workload, load_or_generate
+from bench.report import (
+    CONTENDERS,
+    INPUT_OF,
+    Measurement,
+    median_round,
+    ratios,
+    rounds_summary,
+    table,
+)
+from bench.rw2 import as_rw2, sizes_line
+from bench.sink import DIGEST_MASK, sample_digest
+from bench.workload import A_REGEX, Workload, is_destination_a, load_or_generate, save
+from rwrouter.wire import remote_pb2
 
-CONTENDERS = ("vmagent", "rwrouter")
+ROUTERS = ("vmagent", "rwrouter")
+INPUTS = ("rw1", "rw2")
 SMOKE_NODES, SMOKE_SCRAPES = 3, 2
 DEFAULT_NODES, DEFAULT_SCRAPES = 280, 20
 POLL = 0.05  # seconds between polls of a sink or a readiness endpoint
@@ -115,10 +132,10 @@ class Sink:
             raise RuntimeError(f"sink {self.name}: /reset answered {status}")
 
 
-def start_sink(name: str, workdir: Path) -> Sink:
-    """Start one sink process and read its port."""
+def start_sink(name: str, workdir: Path, digest: bool = False) -> Sink:
+    """Start one sink process (``digest``: it hashes every sample) and read its port."""
     proc = procs.spawn(
-        [sys.executable, "-m", "bench.sink", "--name", name],
+        [sys.executable, "-m", "bench.sink", "--name", name, *(["--digest"] if digest else [])],
         log=workdir / f"sink-{name}.log",
         stdout_pipe=True,
         cwd=REPO,
@@ -158,6 +175,7 @@ class Contender:
     argv: list[str]
     port: int
     ready_path: str
+    input: str = "rw1"  # what the driver sends it (bench.rw2.INPUTS)
     write_path: str = "/api/v1/write"
     notes: list[str] = field(default_factory=list)
     env: dict[str, str] | None = None
@@ -288,10 +306,13 @@ def rwrouter_contender(
     workers: int | None,
     env: dict[str, str] | None = None,
     batch: int = DEFAULT_BATCH,
+    name: str = "rwrouter",
 ) -> Contender:
     """rwrouter: destination A keeps :data:`A_REGEX`, B is ``fallback: true``; each with
     ``rules - 1`` no-op labeldrop rules (A's keep comes last) and at most ``batch`` samples
-    per request it sends (``queue_config.max_samples_per_send``); defaults otherwise."""
+    per request it sends (``queue_config.max_samples_per_send``); defaults otherwise (so both
+    destinations get remote write 1.0, whatever the input). ``name``: ``rwrouter`` (fed
+    RW 1.0) or ``rwrouter-rw2`` (fed RW 2.0), the same configuration."""
     port = free_port()
     queue = {"max_samples_per_send": batch}
     config = {
@@ -323,7 +344,7 @@ def rwrouter_contender(
     if workers is not None:
         argv += ["--workers", str(workers)]
         notes.append(f"--workers {workers}")
-    return Contender("rwrouter", argv, port, "/-/ready", notes=notes, env=env,
+    return Contender(name, argv, port, "/-/ready", input=INPUT_OF[name], notes=notes, env=env,
                      metrics_path="/metrics", parse_metrics=parse_router_metrics)  # fmt: skip
 
 
@@ -343,7 +364,8 @@ def parse_router_metrics(text: str) -> dict[str, Any]:
     """rwrouter's figures from its ``/metrics`` text (with ``--workers`` the exposition is
     merged with a ``worker`` label): ``version`` and ``accelerated`` (one per worker) of
     ``rwrouter_build_info``, write requests and samples received per worker (``"all"``
-    without ``--workers``), requests by status code, relabel cache entries/bytes per worker
+    without ``--workers``), requests by status code and by protocol (``1.0``, ``2.0``: of
+    ``rwrouter_received_protocol_requests_total``), relabel cache entries/bytes per worker
     and its lookups by result. Metrics this rwrouter does not expose are left out."""
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -363,6 +385,8 @@ def parse_router_metrics(text: str) -> dict[str, Any]:
             elif s.name == "rwrouter_received_requests_total":
                 add("requests_by_worker", worker, s.value)
                 add("requests_by_code", s.labels.get("code", "?"), s.value)
+            elif s.name == "rwrouter_received_protocol_requests_total":
+                add("requests_by_protocol", s.labels.get("protocol", "?"), s.value)
             elif s.name == "rwrouter_received_samples_total":
                 add("samples_by_worker", worker, s.value)
             elif s.name == "rwrouter_relabel_cache_entries":
@@ -397,11 +421,15 @@ def metrics_summary(rm: dict[str, Any]) -> list[str]:
         total = sum(req.values()) or 1
         parts = [f"{w}: {req[w]:,.0f} ({req[w] / total:.0%}), {smp.get(w, 0):,.0f} samples"
                  for w in sorted(req)]  # fmt: skip
+        by_protocol = sorted(rm.get("requests_by_protocol", {}).items())
+        protocols = " | by protocol: " + ", ".join(f"{p}={n:,.0f}" for p, n in by_protocol)
+        protocols = protocols if by_protocol else ""
         lines.append(
             "write requests received per worker: "
             + "; ".join(parts)
             + " | by code: "
             + ", ".join(f"{c}={n:,.0f}" for c, n in sorted(rm.get("requests_by_code", {}).items()))
+            + protocols
         )
     if "cache_lookups" in rm or "cache_entries_by_worker" in rm:
         lk = rm.get("cache_lookups", {})
@@ -416,35 +444,6 @@ def metrics_summary(rm: dict[str, Any]) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------
 # One measurement
-
-
-@dataclass
-class Measurement:
-    """One contender's figures. Rates in samples per CPU-second, times in seconds unless the
-    key says ``_ms``, sizes in bytes unless ``_mib``."""
-
-    name: str
-    ok: bool = False
-    error: str | None = None
-    samples_sent: int = 0
-    cpu_seconds: float = 0.0
-    samples_per_cpu_second: float = 0.0
-    wall_seconds: float = 0.0  # start of load to all delivered
-    load_seconds: float = 0.0  # driver: first send to last answer
-    p50_ms: float = 0.0
-    p99_ms: float = 0.0
-    peak_rss_mib: float = 0.0
-    processes: int = 0
-    delivered_a: int = 0
-    delivered_b: int = 0
-    expected_a: int = 0
-    expected_b: int = 0
-    requests_a: int = 0
-    requests_b: int = 0
-    driver: dict[str, Any] = field(default_factory=dict)
-    router_metrics: dict[str, Any] = field(default_factory=dict)  # its /metrics at the end
-    exit_status: int | None = None
-    notes: list[str] = field(default_factory=list)
 
 
 def wait_delivered(sinks: Sequence[Sink], expected: Sequence[int], deadline: float) -> bool:
@@ -466,10 +465,15 @@ def measure(
     senders: int,
     workdir: Path,
     timeout: float,
+    digests: tuple[str, str] | None = None,
 ) -> Measurement:
-    """Run the load against one contender and measure it (see the module docstring)."""
+    """Run the load against one contender and measure it (see the module docstring).
+    ``workload``/``workload_path``: the bodies of the contender's input; ``digests``: the
+    sample digests A and B must end with (sinks started with ``--digest``), or None."""
     m = Measurement(
         contender.name,
+        input=contender.input,
+        body_bytes_per_sample=workload.compressed_bytes_per_series,
         expected_a=workload.samples_a,
         expected_b=workload.samples_b,
         samples_sent=workload.samples,
@@ -491,6 +495,7 @@ def measure(
                 "--workload", str(workload_path),
                 "--senders", str(senders),
                 "--out", str(result_path),
+                "--input", contender.input,
                 "--go-stdin",
             ],
             log=workdir / f"driver-{contender.name}.log",
@@ -523,11 +528,9 @@ def measure(
         m.peak_rss_mib = monitor.peak_rss_bytes() / 2**20
         m.processes = monitor.process_count()
         m.samples_per_cpu_second = m.samples_sent / m.cpu_seconds if m.cpu_seconds else 0.0
-        if m.driver["lost"]:
-            m.notes.append(f"driver: {m.driver['lost']} requests refused for good")
         if not delivered:
             m.notes.append(f"not all delivered within {timeout:.0f} s")
-        m.ok = delivered and not m.driver["lost"]
+        m.ok = delivered and driver_ok(m)
         if contender.metrics_path:
             m.router_metrics = router_metrics(contender.metrics_url, contender.parse_metrics)
     except Exception as exc:
@@ -538,15 +541,66 @@ def measure(
             procs.stop(driver, timeout=5)
         m.exit_status = procs.stop(proc, descendants=monitor.processes())
         with contextlib.suppress(Exception):
-            a, b = (s.stats() for s in sinks)  # after stop: duplicates would show here
-            m.delivered_a, m.delivered_b = a["samples"], b["samples"]
-            m.requests_a, m.requests_b = a["requests"], b["requests"]
+            read_sinks(m, sinks, digests)  # after stop: duplicates would show here
         if m.delivered_a != m.expected_a or m.delivered_b != m.expected_b:
             m.ok = False
         if not m.ok:
             tail = log.read_text(errors="replace").splitlines()[-15:] if log.exists() else []
             m.notes.append(f"{contender.name} log tail: " + " | ".join(tail))
     return m
+
+
+def driver_ok(m: Measurement) -> bool:
+    """Whether the driver's result (``m.driver``) shows every request accepted with exact
+    Written headers (RW 2.0: present on every 2xx; RW 1.0: exact when present); a note per
+    problem."""
+    d = m.driver
+    problems = {
+        "lost": "requests refused for good",
+        "written_missing": "2xx answers without the Written headers",
+        "written_wrong": "2xx answers whose Written headers do not count the body",
+    }
+    for key, what in problems.items():
+        if d.get(key):
+            m.notes.append(f"driver: {d[key]} {what}")  # fmt: skip
+    return not any(d.get(key) for key in problems)
+
+
+def read_sinks(m: Measurement, sinks: tuple[Sink, Sink], digests: tuple[str, str] | None) -> None:
+    """Fill ``m``'s sink figures from their ``/stats`` (samples, requests, refusals, content
+    types) and, with ``digests`` (A, B), whether they hold exactly those samples; a refused
+    request or another content makes ``m`` not ok."""
+    a, b = (s.stats() for s in sinks)
+    m.delivered_a, m.delivered_b = a["samples"], b["samples"]
+    m.requests_a, m.requests_b = a["requests"], b["requests"]
+    m.sink_errors = a["errors"] + b["errors"]
+    for stats in (a, b):
+        for ctype, n in stats.get("content_types", {}).items():
+            m.sink_content_types[ctype] = m.sink_content_types.get(ctype, 0) + n
+    if m.sink_errors:
+        m.ok = False
+        m.notes.append(f"the sinks refused {m.sink_errors} requests (400 undecodable or 415 "
+                       f"not RW 1.0); content types {m.sink_content_types}")  # fmt: skip
+    if digests is not None:
+        same = (a["digest"], b["digest"]) == digests
+        m.content = "same" if same else "DIFFERENT"
+        if not same:
+            m.ok = False
+            m.notes.append(f"sample digests A/B {a['digest']}/{b['digest']}, expected "
+                           f"{digests[0]}/{digests[1]}")  # fmt: skip
+
+
+def expected_digests(workload: Workload) -> tuple[str, str]:
+    """The sample digests (:func:`bench.sink.sample_digest`) sinks A and B must end with:
+    every sample of the workload's RW 1.0 bodies, split by :data:`A_REGEX`."""
+    totals = [0, 0]
+    for body in workload.bodies:
+        request = remote_pb2.WriteRequest()
+        request.ParseFromString(snappy.uncompress(body))
+        for ts in request.timeseries:
+            name = next(label.value for label in ts.labels if label.name == "__name__")
+            totals[0 if is_destination_a(name) else 1] += sample_digest(ts)
+    return f"{totals[0] & DIGEST_MASK:016x}", f"{totals[1] & DIGEST_MASK:016x}"
 
 
 def _floor_pass(bodies: Sequence[bytes]) -> float:
@@ -607,88 +661,6 @@ def floor_in_child(workload_path: Path) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Report
-
-
-def _ratio(a: float, b: float) -> str:
-    return f"{a / b:.2f}" if a and b else "-"
-
-
-def median_round(rounds: list[dict[str, Measurement]]) -> dict[str, Measurement]:
-    """Per contender, its run with the median samples per CPU-second (the lower middle one
-    for an even count): every figure of the table then comes from one real run."""
-    out: dict[str, Measurement] = {}
-    for name in CONTENDERS:
-        runs = sorted((r[name] for r in rounds if name in r),
-                      key=lambda m: m.samples_per_cpu_second)  # fmt: skip
-        if runs:
-            out[name] = runs[(len(runs) - 1) // 2]
-    return out
-
-
-def rounds_summary(rounds: list[dict[str, Measurement]]) -> str:
-    """One line per contender with the samples per CPU-second of each round, and (both
-    contenders) the ratio of each round (rwrouter / vmagent, runs next to each other)."""
-    lines = []
-    for name in CONTENDERS:
-        values = [r[name].samples_per_cpu_second for r in rounds if name in r]
-        if values:
-            lines.append(f"{name}: samples per CPU-second by round: "
-                         + ", ".join(f"{v:,.0f}" for v in values))  # fmt: skip
-    ratios = [r["rwrouter"].samples_per_cpu_second / r["vmagent"].samples_per_cpu_second
-              for r in rounds if "rwrouter" in r and "vmagent" in r
-              and r["vmagent"].samples_per_cpu_second]  # fmt: skip
-    if ratios:
-        middle = sorted(ratios)[(len(ratios) - 1) // 2]
-        lines.append("rwrouter/vmagent by round: " + ", ".join(f"{r:.2f}" for r in ratios)
-                     + f" (median {middle:.2f})")  # fmt: skip
-    return "\n".join(lines)
-
-
-def table(results: dict[str, Measurement], floor_rate: float) -> str:
-    """The side-by-side table (fixed-width text)."""
-    names = [n for n in CONTENDERS if n in results]
-    rows: list[tuple[str, list[str], str]] = []
-
-    def row(label: str, values: list[float], fmt: str, ratio: bool = True) -> None:
-        cells = [format(v, fmt) for v in values]
-        r = "-"
-        if ratio and len(values) == 2:
-            r = _ratio(values[1], values[0])
-        rows.append((label, cells, r))
-
-    get = [results[n] for n in names]
-    row("samples per CPU-second", [m.samples_per_cpu_second for m in get], ",.0f")
-    row("CPU seconds", [m.cpu_seconds for m in get], ".2f")
-    row("wall seconds (load -> delivered)", [m.wall_seconds for m in get], ".2f")
-    row("p50 latency ms", [m.p50_ms for m in get], ".2f")
-    row("p99 latency ms", [m.p99_ms for m in get], ".2f")
-    row("peak RSS MiB", [m.peak_rss_mib for m in get], ".1f")
-    rows.append(("delivered A / expected", [f"{m.delivered_a}/{m.expected_a}" for m in get], "-"))
-    rows.append(("delivered B / expected", [f"{m.delivered_b}/{m.expected_b}" for m in get], "-"))
-    rows.append(("requests sent to A / B", [f"{m.requests_a}/{m.requests_b}" for m in get], "-"))
-    rows.append(("retries (503/429)", [str(m.driver.get("retries", 0)) for m in get], "-"))
-    rows.append(("ok", ["yes" if m.ok else "NO" for m in get], "-"))
-    rows.append(
-        ("vs floor (samples/CPU-s / floor)",
-         [_ratio(m.samples_per_cpu_second, floor_rate) for m in get], "-")
-    )  # fmt: skip
-    width = max(len(r[0]) for r in rows)
-    cw = max(14, *(len(c) for r in rows for c in r[1]))
-    header = f"{'':<{width}}  " + "  ".join(f"{n:>{cw}}" for n in names)
-    if len(names) == 2:
-        header += f"  {'rwrouter/vmagent':>16}"
-    lines = [header]
-    for label, cells, r in rows:
-        line = f"{label:<{width}}  " + "  ".join(f"{c:>{cw}}" for c in cells)
-        if len(names) == 2:
-            line += f"  {r:>16}"
-        lines.append(line)
-    lines.append(f"floor (snappy decompress + compress): {floor_rate:,.0f} samples per CPU-second")
-    return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------------------------
 # Entry point
 
 
@@ -711,8 +683,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    f"{DEFAULT_BATCH}, vmagent's default)")  # fmt: skip
     p.add_argument("--rounds", type=int, default=1,
                    help="run the contenders this many times, alternating (ABBA); the table "
-                   "shows each one's median run, and the ratio of each round is printed")  # fmt: skip
-    p.add_argument("--only", choices=CONTENDERS, default=None)
+                   "shows each one's median run, and the ratios of each round")  # fmt: skip
+    p.add_argument("--only", choices=ROUTERS, default=None,
+                   help="one router (rwrouter: with the inputs of --input)")  # fmt: skip
+    p.add_argument("--input", choices=[*INPUTS, "both"], default="both",
+                   help="what the driver sends: rw1 (remote write 1.0, to vmagent and "
+                   "rwrouter), rw2 (remote write 2.0, to rwrouter only) or both "
+                   "(default)")  # fmt: skip
+    p.add_argument("--rw2-metadata", action="store_true",
+                   help="RW 2.0 input with a type and help per series (Prometheus 3 with "
+                   "metadata-wal-records); default none, as Prometheus 3 sends by "
+                   "default")  # fmt: skip
+    p.add_argument("--check-content", action="store_true",
+                   help="the sinks hash every sample and must hold exactly the workload's "
+                   "samples (on with --smoke; ~2 us per sample in the sinks)")  # fmt: skip
     p.add_argument("--vmagent", type=Path, default=None,
                    help="the vmagent binary (default: the one scripts/build-peers built, "
                    "in the peers cache)")  # fmt: skip
@@ -725,7 +709,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--rwrouter-ref", default=None,
                    help="run rwrouter's src/ of this git ref (git archive), e.g. HEAD, "
                    "instead of the working tree")  # fmt: skip
+    p.add_argument("--rwrouter-src", type=Path, default=None,
+                   help="run rwrouter from this directory (PYTHONPATH of the rwrouter process "
+                   "only), e.g. another commit's src/ with its C extension built")  # fmt: skip
     args = p.parse_args(argv)
+    if args.rwrouter_ref and args.rwrouter_src:
+        p.error("--rwrouter-ref and --rwrouter-src exclude each other")
     if args.nodes is None:
         args.nodes = SMOKE_NODES if args.smoke else DEFAULT_NODES
     if args.scrapes is None:
@@ -736,7 +725,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         p.error("--batch must be >= 1")
     if args.rounds < 1:
         p.error("--rounds must be >= 1")
+    args.check_content = args.check_content or args.smoke
+    if not contender_names(args.only, args.input):
+        p.error("vmagent cannot take remote write 2.0: --only vmagent needs --input rw1 or both")
     return args
+
+
+def contender_names(only: str | None, inputs: str) -> list[str]:
+    """The contenders to run, in :data:`~bench.report.CONTENDERS` order: those of the router
+    ``only`` (both when None) fed one of ``inputs`` (``rw1``, ``rw2`` or ``both``)."""
+    return [name for name in CONTENDERS
+            if (only is None or name.split("-")[0] == only)
+            and inputs in ("both", INPUT_OF[name])]  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -754,13 +754,139 @@ def _terminate_as_interrupt() -> Iterator[None]:
             signal.signal(s, h)
 
 
+@dataclass
+class Setup:
+    """What every round shares: the contenders' names, the vmagent peer (None without
+    vmagent), the rwrouter environment and ``--workers``, the workload and its bodies per
+    input (:data:`~bench.report.INPUT_OF` values: (workload, cache path)), the expected sample
+    digests (``--check-content``) and the floor."""
+
+    names: list[str]
+    peer: dict[str, Any] | None
+    rw_env: dict[str, str] | None
+    workers: int | None
+    workload: Workload
+    inputs: dict[str, tuple[Workload, Path]]
+    digests: tuple[str, str] | None
+    floor: dict[str, float]
+    timeout: float
+
+
+def prepare(args: argparse.Namespace, workdir: Path) -> Setup:
+    """Load the workload (and encode its RW 2.0 bodies when an RW 2.0 contender runs), the
+    rwrouter of ``--rwrouter-ref``, the floor; print what was prepared."""
+    names = contender_names(args.only, args.input)
+    rw_env = None
+    rwrouters = [n for n in names if n != "vmagent"]
+    if args.rwrouter_ref and rwrouters:
+        rw_env = export_rwrouter(args.rwrouter_ref, workdir / "rwrouter-src")
+        print(f"rwrouter from git ref {args.rwrouter_ref}", flush=True)
+    elif args.rwrouter_src and rwrouters:
+        rw_env = {**os.environ, "PYTHONPATH": str(args.rwrouter_src.resolve())}
+        print(f"rwrouter from {args.rwrouter_src}", flush=True)
+    workers = args.workers
+    if workers is not None and rwrouters and not rwrouter_supports_workers(rw_env):
+        print("rwrouter run --help has no --workers yet: running without it", file=sys.stderr)
+        workers = None
+    workload, workload_path = load_or_generate(args.seed, args.nodes, args.scrapes)
+    print(workload.summary(), flush=True)
+    inputs = {"rw1": (workload, workload_path)}
+    if "rwrouter-rw2" in names:
+        rw2 = as_rw2(workload, metadata=args.rw2_metadata)
+        save(rw2, workdir / "workload-rw2.pickle")
+        inputs["rw2"] = (rw2, workdir / "workload-rw2.pickle")
+        print(f"RW 2.0 bodies ({'with' if args.rw2_metadata else 'no'} metadata) encoded in "
+              f"{rw2.generate_seconds:.1f} s; {sizes_line(workload, rw2)}", flush=True)  # fmt: skip
+    digests = expected_digests(workload) if args.check_content else None
+    return Setup(names=names, peer=None, rw_env=rw_env, workers=workers, workload=workload,
+                 inputs=inputs, digests=digests, floor=floor_in_child(workload_path),
+                 timeout=args.timeout or 120 + workload.samples / 5_000)  # fmt: skip
+
+
+def run_rounds(args: argparse.Namespace, setup: Setup, workdir: Path,
+               sinks: tuple[Sink, Sink]) -> list[dict[str, Measurement]]:  # fmt: skip
+    """``--rounds`` rounds of every contender, alternating (ABBA: the order reversed every
+    other round, so drift on a shared machine hits all of them)."""
+    a, b = sinks
+    rounds: list[dict[str, Measurement]] = []
+    for number in range(args.rounds):
+        rounds.append({})
+        order = setup.names if number % 2 == 0 else setup.names[::-1]
+        for name in order:
+            sub = workdir / (name if args.rounds == 1 else f"{name}-{number + 1}")
+            sub.mkdir()
+            if name == "vmagent" and setup.peer is not None:
+                c = vmagent_contender(sub, a.url, b.url, args.rules, args.batch,
+                                      binary=Path(setup.peer["path"]),
+                                      flags=setup.peer["flags"])  # fmt: skip
+            else:
+                c = rwrouter_contender(sub, a.url, b.url, args.rules, setup.workers,
+                                       setup.rw_env, args.batch, name=name)  # fmt: skip
+            label = name if args.rounds == 1 else f"{name} (round {number + 1})"
+            print(f"running {label} ...", flush=True)
+            workload, path = setup.inputs[c.input]
+            m = measure(c, workload, path, sinks, args.senders, sub, setup.timeout,
+                        setup.digests)  # fmt: skip
+            rounds[-1][name] = m
+            status = "ok" if m.ok else f"FAILED {m.error or ''}"
+            print(f"  {label}: {status} in {m.wall_seconds:.1f} s", flush=True)
+    return rounds
+
+
+Load = tuple[tuple[float, ...], tuple[float, ...]]  # 1/5/15-min load averages, before and after
+
+
+def print_report(args: argparse.Namespace, setup: Setup, rounds: list[dict[str, Measurement]],
+                 load: Load) -> dict[str, Measurement]:  # fmt: skip
+    """Print the table, the rounds, each contender's own figures and notes, the versions and
+    the load average (before, after); return the median runs."""
+    results = median_round(rounds)
+    print()
+    print(table(results, setup.floor["samples_per_cpu_second"]))
+    if len(rounds) > 1:
+        print(rounds_summary(rounds))
+    print(
+        "floor without page faults (mallopt M_MMAP_THRESHOLD=64MiB): "
+        f"{setup.floor['no_page_faults_samples_per_cpu_second']:,.0f} samples per CPU-second"
+    )
+    if "rw2" in setup.inputs:
+        print(sizes_line(setup.inputs["rw1"][0], setup.inputs["rw2"][0])
+              + (" (RW 2.0 with metadata)" if args.rw2_metadata else ""))  # fmt: skip
+    for m in results.values():
+        summary = vm.metrics_summary if m.name == "vmagent" else metrics_summary
+        for line in summary(m.router_metrics):
+            print(f"{m.name}: {line}")
+        for note in m.notes:
+            print(f"note: {m.name}: {note}")
+        if m.error:
+            print(f"error: {m.name}: {m.error}")
+    rw = next((results[n] for n in ("rwrouter", "rwrouter-rw2") if n in results), None)
+    if rw is not None:
+        version = rw.router_metrics.get("version", "?")
+        if args.rwrouter_src:
+            print(f"rwrouter {version}: from {args.rwrouter_src} (PYTHONPATH)")
+        else:
+            commit = (_commit(args.rwrouter_ref or "HEAD") or "?")[:8]
+            where = f"git ref {args.rwrouter_ref}" if args.rwrouter_ref else "working tree"
+            diff = None if args.rwrouter_ref else _src_diff_sha1()
+            print(f"rwrouter {version}: {where}, commit {commit}"
+                  + (f", uncommitted src/ changes (diff sha1 {diff})" if diff else ""))  # fmt: skip
+    if setup.peer is not None:
+        print(f"vmagent: {setup.peer['path']}: {setup.peer['version'] or '(prints no version)'}; "
+              "flags " + " ".join(setup.peer["flags"]))  # fmt: skip
+    before, after = load
+    print("load average 1/5/15 min: before " + " ".join(f"{v:.2f}" for v in before)
+          + ", after " + " ".join(f"{v:.2f}" for v in after)
+          + f" ({os.cpu_count()} CPUs)")  # fmt: skip
+    return results
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the comparison; exit status 0 when every contender delivered exactly the expected
-    samples to A and B."""
+    samples to A and B (and everything else :func:`measure` checks held)."""
     args = parse_args(argv)
-    names = [args.only] if args.only else list(CONTENDERS)
     peer: dict[str, Any] | None = None
-    if "vmagent" in names:
+    if "vmagent" in contender_names(args.only, args.input):
         peer = vmagent_peer(args.vmagent)
         if "error" in peer:
             print(peer["error"], file=sys.stderr)
@@ -772,43 +898,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"warning: 1-minute load average {load_before[0]:.2f} before the run: other "
               "processes compete for the CPUs; figures may be off", file=sys.stderr)  # fmt: skip
     workdir = Path(tempfile.mkdtemp(prefix="rwrouter-bench-"))
-    rw_env = None
-    if args.rwrouter_ref and "rwrouter" in names:
-        rw_env = export_rwrouter(args.rwrouter_ref, workdir / "rwrouter-src")
-        print(f"rwrouter from git ref {args.rwrouter_ref}", flush=True)
-    workers = args.workers
-    if workers is not None and "rwrouter" in names and not rwrouter_supports_workers(rw_env):
-        print("rwrouter run --help has no --workers yet: running without it", file=sys.stderr)
-        workers = None
-    workload, workload_path = load_or_generate(args.seed, args.nodes, args.scrapes)
-    print(workload.summary(), flush=True)
-    timeout = args.timeout or 120 + workload.samples / 5_000
-    floor_figs = floor_in_child(workload_path)
-    rounds: list[dict[str, Measurement]] = []
     sinks: list[Sink] = []
     with _terminate_as_interrupt():
         try:
-            sinks = [start_sink("A", workdir), start_sink("B", workdir)]
-            a, b = sinks
-            for number in range(args.rounds):
-                rounds.append({})
-                # ABBA: the contender that ran second runs first in the next round (drift).
-                for name in names if number % 2 == 0 else names[::-1]:
-                    sub = workdir / (name if args.rounds == 1 else f"{name}-{number + 1}")
-                    sub.mkdir()
-                    if name == "vmagent" and peer is not None:
-                        c = vmagent_contender(sub, a.url, b.url, args.rules, args.batch,
-                                              binary=Path(peer["path"]),
-                                              flags=peer["flags"])  # fmt: skip
-                    else:
-                        c = rwrouter_contender(sub, a.url, b.url, args.rules, workers,
-                                                rw_env, args.batch)  # fmt: skip
-                    label = name if args.rounds == 1 else f"{name} (round {number + 1})"
-                    print(f"running {label} ...", flush=True)
-                    m = measure(c, workload, workload_path, (a, b), args.senders, sub, timeout)
-                    rounds[-1][name] = m
-                    status = "ok" if m.ok else f"FAILED {m.error or ''}"
-                    print(f"  {label}: {status} in {m.wall_seconds:.1f} s", flush=True)
+            setup = prepare(args, workdir)
+            setup.peer = peer
+            sinks = [start_sink(n, workdir, digest=args.check_content) for n in ("A", "B")]
+            rounds = run_rounds(args, setup, workdir, (sinks[0], sinks[1]))
         except KeyboardInterrupt as exc:
             print(f"interrupted ({exc or 'Ctrl-C'}): children stopped", file=sys.stderr)
             return 130
@@ -817,75 +913,62 @@ def main(argv: Sequence[str] | None = None) -> int:
                 procs.stop(sink.proc, timeout=10)
             if not args.keep_workdir:
                 subprocess.run(["rm", "-rf", str(workdir)], check=False)
-    results = median_round(rounds)
-    print()
-    print(table(results, floor_figs["samples_per_cpu_second"]))
-    if len(rounds) > 1:
-        print(rounds_summary(rounds))
-    print(
-        "floor without page faults (mallopt M_MMAP_THRESHOLD=64MiB): "
-        f"{floor_figs['no_page_faults_samples_per_cpu_second']:,.0f} samples per CPU-second"
-    )
-    for m in results.values():
-        summary = vm.metrics_summary if m.name == "vmagent" else metrics_summary
-        for line in summary(m.router_metrics):
-            print(f"{m.name}: {line}")
-        for note in m.notes:
-            print(f"note: {m.name}: {note}")
-        if m.error:
-            print(f"error: {m.name}: {m.error}")
-    if "rwrouter" in results:
-        commit = (_commit(args.rwrouter_ref or "HEAD") or "?")[:8]
-        where = f"git ref {args.rwrouter_ref}" if args.rwrouter_ref else "working tree"
-        diff = None if args.rwrouter_ref else _src_diff_sha1()
-        version = results["rwrouter"].router_metrics.get("version", "?")
-        print(f"rwrouter {version}: {where}, commit {commit}"
-              + (f", uncommitted src/ changes (diff sha1 {diff})" if diff else ""))  # fmt: skip
-    if peer is not None:
-        print(f"vmagent: {peer['path']}: {peer['version'] or '(prints no version)'}; flags "
-              + " ".join(peer["flags"]))  # fmt: skip
+    load_after = os.getloadavg()
+    results = print_report(args, setup, rounds, (load_before, load_after))
     total = time.monotonic() - t_start
     print(f"total time {total:.1f} s" + (f"; work directory kept: {workdir}"
                                          if args.keep_workdir else ""))  # fmt: skip
-    rw_version = (
-        results["rwrouter"].router_metrics.get("version") if "rwrouter" in results else None
-    )
-    report = {
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "workers": workers,
-        "rwrouter_ref": args.rwrouter_ref,
-        "rwrouter_commit": _commit(args.rwrouter_ref or "HEAD"),
-        "rwrouter_worktree_dirty": None if args.rwrouter_ref else _dirty_src(),
-        "rwrouter_src_diff_sha1": None if args.rwrouter_ref else _src_diff_sha1(),
-        "workload": {
-            "seed": workload.seed,
-            "nodes": workload.nodes,
-            "scrapes": workload.scrapes,
-            "series_per_scrape": workload.series_per_scrape,
-            "requests": len(workload.bodies),
-            "samples": workload.samples,
-            "samples_a": workload.samples_a,
-            "samples_b": workload.samples_b,
-            "raw_bytes_per_series": workload.raw_bytes_per_series,
-            "compressed_bytes_per_series": workload.compressed_bytes_per_series,
-        },
-        "vmagent_flags": peer["flags"] if peer else [flag for flag, _ in VMAGENT_FLAGS],
-        "peers": {"vmagent": peer} if peer else {},
-        "rwrouter_version": rw_version,
-        "floor": floor_figs,
-        "contenders": {n: asdict(m) for n, m in results.items()},
-        "rounds": [{n: asdict(m) for n, m in r.items()} for r in rounds],
-        "ratios": _ratios(results, floor_figs["samples_per_cpu_second"]),
-        "total_seconds": total,
-        "loadavg_before": load_before,
-        "loadavg_after": os.getloadavg(),
-        "cpus": os.cpu_count(),
-    }
     if args.json:
+        report = json_report(args, setup, rounds, results)
+        report.update(total_seconds=total, loadavg_before=load_before, loadavg_after=load_after)
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0 if results and all(m.ok for m in results.values()) else 1
+
+
+def _workload_json(workload: Workload) -> dict[str, Any]:
+    return {
+        "seed": workload.seed,
+        "nodes": workload.nodes,
+        "scrapes": workload.scrapes,
+        "series_per_scrape": workload.series_per_scrape,
+        "requests": len(workload.bodies),
+        "samples": workload.samples,
+        "samples_a": workload.samples_a,
+        "samples_b": workload.samples_b,
+        "raw_bytes_per_series": workload.raw_bytes_per_series,
+        "compressed_bytes_per_series": workload.compressed_bytes_per_series,
+    }
+
+
+def json_report(args: argparse.Namespace, setup: Setup, rounds: list[dict[str, Measurement]],
+                results: dict[str, Measurement]) -> dict[str, Any]:  # fmt: skip
+    """What ``--json`` writes (without the total time and load averages, added by
+    :func:`main`)."""
+    rw = next((results[n] for n in ("rwrouter", "rwrouter-rw2") if n in results), None)
+    elsewhere = args.rwrouter_ref or args.rwrouter_src
+    return {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "workers": setup.workers,
+        "rwrouter_ref": args.rwrouter_ref,
+        "rwrouter_src": str(args.rwrouter_src) if args.rwrouter_src else None,
+        "rwrouter_commit": None if args.rwrouter_src else _commit(args.rwrouter_ref or "HEAD"),
+        "rwrouter_worktree_dirty": None if elsewhere else _dirty_src(),
+        "rwrouter_src_diff_sha1": None if elsewhere else _src_diff_sha1(),
+        "workload": _workload_json(setup.workload),
+        "workload_rw2": _workload_json(setup.inputs["rw2"][0]) if "rw2" in setup.inputs else None,
+        "rw2_metadata": args.rw2_metadata,
+        "expected_digests": setup.digests,
+        "vmagent_flags": setup.peer["flags"] if setup.peer else [flag for flag, _ in VMAGENT_FLAGS],
+        "peers": {"vmagent": setup.peer} if setup.peer else {},
+        "rwrouter_version": rw.router_metrics.get("version") if rw else None,
+        "floor": setup.floor,
+        "contenders": {n: asdict(m) for n, m in results.items()},
+        "rounds": [{n: asdict(m) for n, m in r.items()} for r in rounds],
+        "ratios": ratios(results, setup.floor["samples_per_cpu_second"]),
+        "cpus": os.cpu_count(),
+    }
 
 
 def vmagent_peer(binary: Path | None) -> dict[str, Any]:
@@ -910,23 +993,6 @@ def vmagent_peer(binary: Path | None) -> dict[str, Any]:
     if pinned and pinned not in version:
         return {"error": f"{path} reports {version!r}, not {pinned}: run {vm.BUILD_HINT}"}
     return {"path": str(path), "version": version, "pinned": pinned, "flags": flags}
-
-
-def _ratios(results: dict[str, Measurement], floor_rate: float) -> dict[str, float | None]:
-    """rwrouter/vmagent ratios and each contender's share of the floor."""
-    out: dict[str, float | None] = {}
-    r, v = results.get("rwrouter"), results.get("vmagent")
-    if r and v:
-        out["samples_per_cpu_second"] = (
-            r.samples_per_cpu_second / v.samples_per_cpu_second
-            if v.samples_per_cpu_second
-            else None
-        )
-        out["p99_ms"] = r.p99_ms / v.p99_ms if v.p99_ms else None
-        out["peak_rss"] = r.peak_rss_mib / v.peak_rss_mib if v.peak_rss_mib else None
-    for name, m in results.items():
-        out[f"{name}_vs_floor"] = m.samples_per_cpu_second / floor_rate if floor_rate else None
-    return out
 
 
 def _commit(ref: str) -> str | None:

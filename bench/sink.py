@@ -1,14 +1,21 @@
 """A remote-write sink process: answers 204 and counts what it received.
 
-``python -m bench.sink --name A [--port 0]`` listens on 127.0.0.1 and prints one line
-``SINK <name> LISTENING <port>`` on stdout once ready.
+``python -m bench.sink --name A [--port 0] [--digest]`` listens on 127.0.0.1 and prints one
+line ``SINK <name> LISTENING <port>`` on stdout once ready.
 
 - ``POST /api/v1/write``: a snappy-compressed remote write 1.0 ``WriteRequest``; parsed with the
   generated protobuf class (upb), series and samples counted, answered 204. A body that does not
-  decode is answered 400 and counted in ``errors``.
+  decode is answered 400 and counted in ``errors``; a request whose headers name another
+  message (:func:`rwrouter.protocol.message_of`: an RW 2.0 ``Content-Type``, another
+  encoding) is answered 415, as a remote write 1.0 receiver answers it, and counted in
+  ``errors`` too. With ``--digest`` every sample is also hashed (:func:`sample_digest`; about
+  2 us per sample: for checking content, not for timing runs).
 - ``GET /stats``: JSON ``{"name", "requests", "series", "samples", "bytes", "errors",
-  "first_at", "last_at"}`` (counts since the last reset; ``bytes``: compressed body bytes;
-  ``*_at``: ``time.monotonic()`` seconds of the first/last counted request, or null).
+  "content_types", "digest", "first_at", "last_at"}`` (counts since the last reset;
+  ``bytes``: compressed body bytes; ``content_types``: requests by their ``Content-Type``;
+  ``digest``: :func:`sample_digest` summed over the samples counted, as 16 hex digits, or
+  null without ``--digest``; ``*_at``: ``time.monotonic()`` seconds of the first/last counted
+  request, or null).
 - ``POST /reset``: zero everything, answer 204.
 
 Stops by itself on SIGTERM/SIGINT, or when its parent process dies (PR_SET_PDEATHSIG is set by the
@@ -19,16 +26,36 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import signal
+import struct
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import snappy
 from aiohttp import web
 
-from rwrouter.wire import remote_pb2
+from rwrouter.errors import UnsupportedError
+from rwrouter.protocol import RW1_MESSAGE, message_of
+from rwrouter.wire import remote_pb2, types_pb2
+
+DIGEST_MASK = 2**64 - 1
+_SAMPLE = struct.Struct("<dq")
+
+
+def sample_digest(ts: types_pb2.TimeSeries) -> int:
+    """Sum (mod 2**64) over the samples of ``ts`` of a 64-bit BLAKE2b of (its label set sorted
+    by name, the sample's value bits, its timestamp): the same multiset of (labels, sample)
+    gives the same sum whatever the order of requests, series, labels and samples, or how the
+    samples are grouped into series."""
+    key = repr(sorted((label.name, label.value) for label in ts.labels)).encode()
+    total = 0
+    for sample in ts.samples:
+        h = hashlib.blake2b(key + _SAMPLE.pack(sample.value, sample.timestamp), digest_size=8)
+        total += int.from_bytes(h.digest(), "little")
+    return total & DIGEST_MASK
 
 
 @dataclass(slots=True)
@@ -42,34 +69,64 @@ class Counts:
     samples: int = 0
     bytes: int = 0
     errors: int = 0
+    content_types: dict[str, int] = field(default_factory=dict)
+    digest: str | None = None
     first_at: float | None = None
     last_at: float | None = None
 
 
-def count_body(body: bytes) -> tuple[int, int]:
-    """(series, samples) in one snappy-compressed ``WriteRequest`` body. Raises ValueError
-    (or snappy's error) when it does not decode."""
+def count_body(body: bytes, digest: bool = False) -> tuple[int, int, int]:
+    """(series, samples, digest) of one snappy-compressed ``WriteRequest`` body; the digest is
+    the :func:`sample_digest` sum when ``digest``, else 0. Raises ValueError (or snappy's
+    error) when it does not decode."""
     request = remote_pb2.WriteRequest()
     request.ParseFromString(snappy.uncompress(body))
-    samples = 0
+    samples = total = 0
     for ts in request.timeseries:
         samples += len(ts.samples)
-    return len(request.timeseries), samples
+        if digest:
+            total += sample_digest(ts)
+    return len(request.timeseries), samples, total & DIGEST_MASK
 
 
-def make_app(name: str) -> web.Application:
-    """The sink's aiohttp application."""
-    counts = Counts(name=name)
+def refusal(content_encoding: str | None, content_type: str | None) -> str | None:
+    """Why a request with these headers is not remote write 1.0 with snappy (the 415 reason),
+    or None when it is (:func:`rwrouter.protocol.message_of`)."""
+    try:
+        message = message_of(content_encoding, content_type)
+    except UnsupportedError as exc:
+        return f"remote write 1.0 only: {exc}"
+    if message != RW1_MESSAGE:
+        return f"remote write 1.0 only, not {message}"
+    return None
+
+
+def make_app(name: str, digest: bool = False) -> web.Application:
+    """The sink's aiohttp application (``digest``: hash every sample, see the module
+    docstring)."""
+
+    def fresh() -> Counts:
+        return Counts(name=name, digest=f"{0:016x}" if digest else None)
+
+    counts = fresh()
     app = web.Application(client_max_size=64 * 1024 * 1024)
 
     async def write(request: web.Request) -> web.Response:
         body = await request.read()
+        content_type = request.headers.get("Content-Type", "")
+        counts.content_types[content_type] = counts.content_types.get(content_type, 0) + 1
+        refused = refusal(request.headers.get("Content-Encoding"), content_type)
+        if refused:
+            counts.errors += 1
+            return web.Response(status=415, text=refused)
         try:
-            series, samples = count_body(body)
+            series, samples, total = count_body(body, digest)
         except Exception as exc:  # any decode error is the sender's fault: 400
             counts.errors += 1
             return web.Response(status=400, text=f"undecodable: {exc}")
         now = time.monotonic()
+        if counts.digest is not None:
+            counts.digest = f"{(int(counts.digest, 16) + total) & DIGEST_MASK:016x}"
         counts.requests += 1
         counts.series += series
         counts.samples += samples
@@ -84,7 +141,7 @@ def make_app(name: str) -> web.Application:
 
     async def reset(_: web.Request) -> web.Response:
         nonlocal counts
-        counts = Counts(name=name)
+        counts = fresh()
         return web.Response(status=204)
 
     app.router.add_post("/api/v1/write", write)
@@ -93,9 +150,9 @@ def make_app(name: str) -> web.Application:
     return app
 
 
-async def serve(name: str, port: int, max_seconds: float) -> None:
+async def serve(name: str, port: int, max_seconds: float, digest: bool = False) -> None:
     """Serve until SIGTERM/SIGINT or ``max_seconds``."""
-    runner = web.AppRunner(make_app(name), access_log=None)
+    runner = web.AppRunner(make_app(name, digest), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
@@ -120,8 +177,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--name", required=True)
     parser.add_argument("--port", type=int, default=0, help="0: any free port")
     parser.add_argument("--max-seconds", type=float, default=3600.0)
+    parser.add_argument("--digest", action="store_true", help="hash every sample")
     args = parser.parse_args(argv)
-    asyncio.run(serve(args.name, args.port, args.max_seconds))
+    asyncio.run(serve(args.name, args.port, args.max_seconds, args.digest))
     return 0
 
 

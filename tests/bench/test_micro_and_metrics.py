@@ -115,10 +115,18 @@ def test_parse_router_metrics_single_process_pure_path() -> None:
 ROUND_CASES = [
     # id, (vmagent, rwrouter) samples per CPU-second by round, medians, ratio line
     ("one_round", [(1.0, 2.0)], (1.0, 2.0), "rwrouter/vmagent by round: 2.00 (median 2.00)"),
-    ("three_rounds", [(1.0, 1.5), (2.0, 2.0), (1.5, 3.0)], (1.5, 2.0),
-     "rwrouter/vmagent by round: 1.50, 1.00, 2.00 (median 1.50)"),
-    ("even_count_takes_the_lower_middle", [(4.0, 1.0), (3.0, 2.0)], (3.0, 1.0),
-     "rwrouter/vmagent by round: 0.25, 0.67 (median 0.25)"),
+    (
+        "three_rounds",
+        [(1.0, 1.5), (2.0, 2.0), (1.5, 3.0)],
+        (1.5, 2.0),
+        "rwrouter/vmagent by round: 1.50, 1.00, 2.00 (median 1.50)",
+    ),
+    (
+        "even_count_takes_the_lower_middle",
+        [(4.0, 1.0), (3.0, 2.0)],
+        (3.0, 1.0),
+        "rwrouter/vmagent by round: 0.25, 0.67 (median 0.25)",
+    ),
 ]
 
 
