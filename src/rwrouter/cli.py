@@ -124,6 +124,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         nodes=getattr(args, "nodes", 2),
         duration=getattr(args, "duration", None),
         workdir=getattr(args, "workdir", None),
+        prometheus=getattr(args, "prometheus", None),
     )
 
 
@@ -143,11 +144,16 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", help="validate a configuration and describe it")
     check.add_argument("file")
     check.set_defaults(func=cmd_check_config)
-    demo = sub.add_parser("demo", help="run the local demo pipeline (needs Debian's prometheus)")
+    demo = sub.add_parser("demo", help="run the local demo pipeline (needs Debian's "
+                          "prometheus, or --prometheus)")  # fmt: skip
     demo.add_argument("--nodes", type=int, default=2, help="simulated GPU nodes (8 GPUs each)")
     demo.add_argument("--duration", type=float, default=None,
                       help="stop after this many seconds (default: run until Ctrl-C)")
     demo.add_argument("--workdir", default=None, help="where to keep the demo's data")
+    demo.add_argument("--prometheus", default=None, metavar="PATH",
+                      help="the Prometheus binary to run (default: Debian's); a Prometheus "
+                           ">= 3.8 sends remote write 2.0 and the self-hosted store gets 2.0 "
+                           "(scripts/build-peers builds 3.16)")  # fmt: skip
     demo.set_defaults(func=cmd_demo)
     register_rejected(sub)  # rwrouter rejected list|replay (rwrouter.rejected_cli)
     register_relabel(sub)  # rwrouter relabel --config FILE --series S (rwrouter.relabel_cli)

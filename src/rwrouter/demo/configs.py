@@ -27,9 +27,16 @@ def _duration(seconds: float) -> str:
     return f"{millis // 1000}s" if millis % 1000 == 0 else f"{millis}ms"
 
 
-def sender_config(*, targets: Sequence[str], scrape_interval_s: float, router_url: str) -> str:
-    """The sender: scrapes every exporter node, remote-writes everything to rwrouter.
-    (``cluster`` comes from the exporters' own labels.)"""
+RW2_MESSAGE = "io.prometheus.write.v2.Request"  # remote write 2.0 (rwrouter.protocol)
+
+
+def sender_config(
+    *, targets: Sequence[str], scrape_interval_s: float, router_url: str,
+    remote_write_2: bool = False,
+) -> str:  # fmt: skip
+    """The sender: scrapes every exporter node, remote-writes everything to rwrouter, in
+    remote write 2.0 with ``remote_write_2`` (a Prometheus >= 3.8). (``cluster`` comes from
+    the exporters' own labels.)"""
     relabel = [
         {"source_labels": ["__name__"], "regex": regex, "target_label": "job",
          "replacement": job}
@@ -54,6 +61,7 @@ def sender_config(*, targets: Sequence[str], scrape_interval_s: float, router_ur
             {
                 "name": "rwrouter",
                 "url": f"{router_url}/api/v1/write",
+                **({"protobuf_message": RW2_MESSAGE} if remote_write_2 else {}),
                 "queue_config": {
                     "batch_send_deadline": _duration(deadline),
                     "max_backoff": "1s",
@@ -79,11 +87,13 @@ def router_config(
     secret_key: str,
     self_hosted_url: str,
     batch_send_deadline_s: float,
+    remote_write_2: bool = False,
 ) -> str:
     """rwrouter's config: the allowlisted DCGM series to the workspace, the rest to the
-    self-hosted Prometheus (``fallback: true``). The audit counts what the workspace gets
-    (``audit: true``) and what it would get with every DCGM family (a ``shadow`` destination:
-    counted, never sent): ``rwrouter audit``, ``GET /-/audit``, the status page."""
+    self-hosted Prometheus (``fallback: true``; in remote write 2.0 with ``remote_write_2``, a
+    Prometheus 3 store). The audit counts what the workspace gets (``audit: true``) and what
+    it would get with every DCGM family (a ``shadow`` destination: counted, never sent):
+    ``rwrouter audit``, ``GET /-/audit``, the status page."""
     queue = {"batch_send_deadline": _duration(batch_send_deadline_s), "max_backoff": "2s"}
     config = {
         "server": {"listen_address": f"127.0.0.1:{listen_port}", "shutdown_timeout": "5s"},
@@ -108,6 +118,7 @@ def router_config(
             {
                 "name": "self-hosted",
                 "url": f"{self_hosted_url}/api/v1/write",
+                **({"protobuf_message": RW2_MESSAGE} if remote_write_2 else {}),
                 "fallback": True,
                 "queue_config": queue,
             },

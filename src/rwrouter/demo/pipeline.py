@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -52,6 +53,7 @@ WORKSPACE_ID = "ws-demo"
 ACCESS_KEY = "AKIAIOSFODNN7DEMOKEY"
 SECRET_KEY = "demo-secret-key-not-for-aws"
 SUMMARY_EVERY_S = 10.0
+RW2_SINCE = (3, 8)  # the first Prometheus whose sender speaks remote write 2.0 rc.4
 
 #: A series' label set as the double keys it, and its samples {timestamp ms: value bits}.
 LabelSet = tuple[tuple[str, str], ...]
@@ -63,12 +65,19 @@ class DemoPipeline:
     ``workdir`` receives ``rwrouter.yaml``, ``rwrouter.log`` and one directory per Prometheus
     (``sender/``, ``self-hosted/``: config, TSDB, log). ``scrape_interval_s`` is the sender's
     scrape interval (5 in the demo, 1 in tests); batching deadlines follow it (at most 2 s).
+    ``prometheus``: the Prometheus binary both Prometheus processes run (default Debian's);
+    ``remote_write_2``: it is a Prometheus >= 3.8, so the sender writes remote write 2.0 (with
+    each series' metadata: ``--enable-feature=metadata-wal-records``) and rwrouter sends 2.0
+    to the self-hosted store.
     """
 
     def __init__(
         self, *, workdir: Path, nodes: int = 2, scrape_interval_s: float = 5.0, seed: int = 1,
-        ready_timeout_s: float = 30.0,
+        ready_timeout_s: float = 30.0, prometheus: str | None = None,
+        remote_write_2: bool = False,
     ) -> None:  # fmt: skip
+        self.prometheus = prometheus
+        self.remote_write_2 = remote_write_2
         self.workdir = Path(workdir)
         self.scrape_interval_s = scrape_interval_s
         self.ready_timeout_s = ready_timeout_s
@@ -98,7 +107,7 @@ class DemoPipeline:
         self.workspace = run_in_thread(self.double)
         self.self_hosted = PrometheusProcess.start(
             self_hosted_config(), workdir=self.workdir / "self-hosted",
-            ready_timeout=self.ready_timeout_s, new_session=True,
+            ready_timeout=self.ready_timeout_s, new_session=True, binary=self.prometheus,
         )  # fmt: skip
         port = free_port()
         config_path = self.workdir / "rwrouter.yaml"
@@ -106,16 +115,18 @@ class DemoPipeline:
             listen_port=port, workspace_url=self.double.url(WORKSPACE_ID), region=REGION,
             access_key=ACCESS_KEY, secret_key=SECRET_KEY, self_hosted_url=self.self_hosted.url,
             batch_send_deadline_s=min(2.0, self.scrape_interval_s),
+            remote_write_2=self.remote_write_2,
         ))  # fmt: skip
         self.router = RouterProcess(
             config_path=config_path, port=port, log_path=self.workdir / "rwrouter.log"
         )
         self.router.wait_ready(timeout_s=self.ready_timeout_s)
+        features = ("--enable-feature=metadata-wal-records",) if self.remote_write_2 else ()
         self.sender = PrometheusProcess.start(
             sender_config(targets=self.fleet.targets, scrape_interval_s=self.scrape_interval_s,
-                          router_url=self.router.url),
+                          router_url=self.router.url, remote_write_2=self.remote_write_2),
             workdir=self.workdir / "sender", ready_timeout=self.ready_timeout_s,
-            new_session=True,
+            new_session=True, binary=self.prometheus, extra_args=features,
         )  # fmt: skip
 
     def stop(self, *, timeout_s: float = 10.0) -> None:
@@ -208,21 +219,50 @@ def ensure_prometheus() -> bool:
     return shutil.which("prometheus") is not None
 
 
+def prometheus_version(binary: str) -> tuple[int, int] | None:
+    """(major, minor) of what ``binary --version`` prints first (``prometheus, version
+    3.16.0 ...``); None when it prints no such version or does not run."""
+    try:
+        done = subprocess.run([binary, "--version"], capture_output=True, text=True,
+                              timeout=30, check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.search(r"version (\d+)\.(\d+)\.", done.stdout or done.stderr)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
 def run_demo(
-    nodes: int = 2, duration: float | None = None, workdir: str | Path | None = None
-) -> int:
+    nodes: int = 2, duration: float | None = None, workdir: str | Path | None = None,
+    prometheus: str | None = None,
+) -> int:  # fmt: skip
     """``rwrouter demo``: run the pipeline until Ctrl-C, SIGTERM or ``duration`` seconds.
+    ``prometheus``: the binary to run instead of Debian's; a Prometheus >= 3.8 makes the
+    sender and the self-hosted store speak remote write 2.0.
 
     Returns 0 after a clean stop, 1 when a part fails to start, 2 when ``prometheus`` is
-    missing and cannot be installed (not root). A temp work dir is removed on exit.
+    missing and cannot be installed (not root), or the given binary is no Prometheus. A temp
+    work dir is removed on exit.
     """
-    if not ensure_prometheus():
+    version = None
+    if prometheus is not None:
+        version = prometheus_version(prometheus)
+        if version is None:
+            print(f"rwrouter demo: {prometheus} --version prints no Prometheus version",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+    elif not ensure_prometheus():
         return 2
+    rw2 = version is not None and version >= RW2_SINCE
     temp = workdir is None
     path = Path(tempfile.mkdtemp(prefix="rwrouter-demo-")) if temp else Path(str(workdir))
     note = " (temporary: removed on exit; `rwrouter demo --workdir DIR` keeps it)" if temp else ""
     print(f"rwrouter demo: {nodes} GPU node(s), work dir {path}{note}", flush=True)
-    pipeline = DemoPipeline(workdir=path, nodes=nodes, scrape_interval_s=5.0)
+    if version is not None:
+        protocol = "remote write 2.0" if rw2 else "remote write 1.0"
+        print(f"rwrouter demo: Prometheus {version[0]}.{version[1]} ({prometheus}): the sender "
+              f"and the self-hosted store speak {protocol}", flush=True)  # fmt: skip
+    pipeline = DemoPipeline(workdir=path, nodes=nodes, scrape_interval_s=5.0,
+                            prometheus=prometheus, remote_write_2=rw2)  # fmt: skip
     stop = threading.Event()
     restore = _on_signals(stop)
     code = 1

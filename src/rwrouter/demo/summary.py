@@ -27,6 +27,10 @@ class RouterCounters:
     sent: Mapping[str, float] = field(default_factory=dict)
     dropped: Mapping[tuple[str, str], float] = field(default_factory=dict)
     error: str = ""
+    requests_by_protocol: Mapping[str, float] = field(default_factory=dict)
+    """Write requests received per remote write version (``1.0``, ``2.0``)."""
+    protocol_in_use: Mapping[str, str] = field(default_factory=dict)
+    """Per destination the protobuf message its samples go out in now."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,8 @@ def router_counters(metrics_url: str, *, timeout_s: float = 3.0) -> RouterCounte
     received = 0.0
     sent: dict[str, float] = {}
     dropped: dict[tuple[str, str], float] = {}
+    protocols: dict[str, float] = {}
+    in_use: dict[str, str] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             labels = sample.labels
@@ -82,7 +88,12 @@ def router_counters(metrics_url: str, *, timeout_s: float = 3.0) -> RouterCounte
                 sent[labels["destination"]] = sample.value
             elif sample.name == "rwrouter_samples_dropped_total" and sample.value:
                 dropped[(labels["destination"], labels["reason"])] = sample.value
-    return RouterCounters(received=received, sent=sent, dropped=dropped)
+            elif sample.name == "rwrouter_received_protocol_requests_total":
+                protocols[labels["protocol"]] = sample.value
+            elif sample.name == "rwrouter_destination_protocol" and sample.value == 1:
+                in_use[labels["destination"]] = labels["protobuf_message"]
+    return RouterCounters(received=received, sent=sent, dropped=dropped,
+                          requests_by_protocol=protocols, protocol_in_use=in_use)  # fmt: skip
 
 
 def format_summary(summary: Summary, *, top: int = 10) -> str:
@@ -132,4 +143,16 @@ def _router_line(router: RouterCounters) -> str:
     )
     line = f"rwrouter: received {router.received:,.0f} samples; sent {sent}"
     line += f"; kept out by rules {kept_out}" if kept_out else ""
-    return line + f"; not delivered: {lost or 'none'}"
+    line += f"; not delivered: {lost or 'none'}"
+    received = ", ".join(f"{v}: {n:,.0f}" for v, n in sorted(router.requests_by_protocol.items())
+                         if n)  # fmt: skip
+    in_use = sorted(router.protocol_in_use.items())
+    out = ", ".join(f"{d}: {_VERSIONS.get(m, m)}" for d, m in in_use)
+    if received or out:
+        line += f"\nrwrouter: write requests received by remote write version ({received or '-'})"
+        line += f"; sending {out}" if out else ""
+    return line
+
+
+_VERSIONS = {"prometheus.WriteRequest": "remote write 1.0",
+             "io.prometheus.write.v2.Request": "remote write 2.0"}  # fmt: skip

@@ -1,0 +1,84 @@
+"""``rwrouter demo --prometheus PATH`` with a Prometheus 3: the sender writes remote write 2.0
+(with each series' metadata) and rwrouter sends 2.0 to the self-hosted Prometheus 3, while the
+workspace double keeps getting 1.0. One pipeline of one node, 1 s scrapes; bounded polls."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+import re2
+
+from rwrouter.demo.configs import ALLOWLIST
+from rwrouter.demo.fleet import DCGM_FIELDS, GPUS_PER_NODE
+from rwrouter.demo.pipeline import DemoPipeline, prometheus_version, run_demo
+from rwrouter.demo.summary import format_summary, names_of
+from rwrouter.protocol import RW2_MESSAGE
+from tests.support.peers import peer_binary
+
+pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(90)]
+
+T = TypeVar("T")
+ALLOWED = re2.compile(ALLOWLIST)
+ALLOWED_NAMES = {name for name, _, _ in DCGM_FIELDS if ALLOWED.fullmatch(name)}
+
+
+def wait_for(probe: Callable[[], T | None], *, timeout: float, what: str) -> T:
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(0.2)
+    pytest.fail(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoPipeline]:
+    binary = peer_binary("prometheus")
+    demo = DemoPipeline(workdir=tmp_path_factory.mktemp("demo3"), nodes=1, scrape_interval_s=1.0,
+                        prometheus=binary, remote_write_2=True)  # fmt: skip
+    demo.start()
+    try:
+        yield demo
+    finally:
+        demo.stop()
+
+
+def test_the_binary_is_a_prometheus_that_speaks_remote_write_2() -> None:
+    version = prometheus_version(peer_binary("prometheus"))
+    assert version is not None and version >= (3, 8)
+
+
+def test_the_sender_writes_2_0_and_the_self_hosted_store_gets_2_0(
+    pipeline: DemoPipeline,
+) -> None:
+    wanted = {name: GPUS_PER_NODE for name in ALLOWED_NAMES}
+    wait_for(lambda: names_of(pipeline.workspace_series()) == wanted, timeout=45,
+             what="every allowlisted DCGM series at the workspace double")  # fmt: skip
+    summary = wait_for(lambda: (s := pipeline.summary()).self_hosted_by_name and s, timeout=30,
+                       what="series at the self-hosted store")  # fmt: skip
+    router = summary.router
+    assert router.requests_by_protocol.get("2.0", 0) > 0
+    assert router.requests_by_protocol.get("1.0", 0) == 0  # the sender sends 2.0 only
+    assert router.protocol_in_use == {"self-hosted": RW2_MESSAGE,
+                                      "workspace": "prometheus.WriteRequest"}  # fmt: skip
+    assert not set(summary.self_hosted_by_name) & ALLOWED_NAMES  # the workspace's only
+    assert summary.rejections == {}  # the double (RW 1.0 only) refused nothing
+    text = format_summary(summary)
+    assert "self-hosted: remote write 2.0" in text and "2.0: " in text
+
+
+def test_a_binary_that_is_no_prometheus_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = tmp_path / "prometheus"
+    fake.write_text("#!/bin/sh\necho not a prometheus\n")
+    fake.chmod(0o755)
+    assert prometheus_version(str(fake)) is None
+    assert run_demo(duration=1, prometheus=str(fake), workdir=tmp_path / "w") == 2
+    assert "prints no Prometheus version" in capsys.readouterr().err
