@@ -1,5 +1,8 @@
-"""Command line: ``rwrouter run``, ``rwrouter check-config``, ``rwrouter demo``,
-``rwrouter rejected list|replay``, ``rwrouter relabel`` (the relabel debugger).
+"""rwrouter: a remote write router for Prometheus (remote write 1.0 and 2.0).
+
+The commands: ``rwrouter run``, ``rwrouter check-config``, ``rwrouter demo``,
+``rwrouter rejected list|replay``, ``rwrouter relabel`` (the relabel debugger), ``rwrouter
+audit`` and ``rwrouter capture``.
 
 ``rwrouter run --config FILE`` runs the router (SIGHUP reloads FILE; SIGTERM drains for
 ``server.shutdown_timeout``); ``--workers N`` runs N router processes sharing the port

@@ -943,3 +943,26 @@ def test_describe_config_shows_shadow_and_audit() -> None:
     assert "  shadow: yes: counted by the audit, never queued or sent" in described
     shadow_part = described.split("destination ws-audit:")[1]
     assert "queue_config" not in shadow_part and "auth:" not in shadow_part
+
+
+def test_describe_rw2_sigv4_notes_and_regex_as_written() -> None:
+    text = """remote_write:
+  - url: https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write
+    sigv4: {region: us-east-1}
+    protobuf_message: io.prometheus.write.v2.Request
+    write_relabel_configs:
+      - {source_labels: [__name__], regex: 'gpu\\.utilization|it''s', action: keep}
+      - {source_labels: [job], regex: '(.+)', target_label: job_copy, replacement: 'a\\1'}
+  - url: http://prometheus:9090/api/v1/write
+"""
+    out = describe_config(parse_config(text, env={}))
+    workspace, other = out.split("destination prometheus:")
+    assert "remote write 1.0 from the first 415, or 2xx that wrote nothing, until a reload" in (
+        workspace
+    )
+    assert "the managed workspace speaks remote write 1.0 only" in workspace
+    assert "(send is not used with remote write 2.0" in workspace
+    assert "regex=\"gpu\\\\.utilization|it's\"" in workspace  # a quote inside: Python's repr
+    assert "replacement='a\\1'" in workspace  # backslashes as written
+    assert "remote write 1.0 (protobuf_message: prometheus.WriteRequest)" in other
+    assert "send is not used" not in other

@@ -49,7 +49,11 @@ ERROR_CASES = [
     ("quoted_metric_bare", '"my.metric"', "a quoted metric name goes inside the braces"),
     ("two_metric_names", '{"a.b", "c.d"}', "label __name__ given twice"),
     ("metric_outside_and_inside", 'm{"x.y"}', "label __name__ given twice"),
-    ("unquoted_utf8_name", '{service.name="x"}', "expected = after service at position 9"),
+    ("unquoted_utf8_name", '{service.name="x"}', "expected = after service at position 9 "
+     "(a name with '.' in it is quoted, as Prometheus 3 writes it"),
+    ("unquoted_utf8_metric", 'gpu.utilization{a="b"}', "unexpected '.' at position 4 (a name "
+     "with '.' in it is quoted"),
+    ("trailing_word_no_hint", 'm{a="b"} x', "unexpected 'x' at position 10"),
     ("empty_quoted_name", '{""="1"}', "empty label name"),
     ("surrogate_escape", r'{"\ud800"="1"}', r"escape \ud800 is not a Unicode character"),
     ("beyond_unicode", r'm{a="\U00110000"}', r"escape \U00110000 is not a Unicode character"),
@@ -62,6 +66,8 @@ def test_parse_utf8_series_errors(text: str, message: str) -> None:
     with pytest.raises(SeriesError) as info:
         parse_series(text)
     assert message in str(info.value)
+    if "quoted" not in message:
+        assert "quoted" not in str(info.value)  # no hint where a quote would not help
 
 
 FORMAT_CASES = [

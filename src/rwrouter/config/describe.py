@@ -107,7 +107,9 @@ def _destination(dest: DestinationConfig) -> list[str]:
         *_queue(dest.queue_config),
         f"  metadata_config: send={_flag(meta.send)}"
         f" send_interval={format_duration(meta.send_interval)}"
-        f" max_samples_per_send={meta.max_samples_per_send}",
+        f" max_samples_per_send={meta.max_samples_per_send}" + (
+            " (send is not used with remote write 2.0: metadata goes inside each series)"
+            if dest.protobuf_message != "prometheus.WriteRequest" else ""),
         f"  send_exemplars={_flag(dest.send_exemplars)}"
         f" send_native_histograms={_flag(dest.send_native_histograms)}",
         "  write_relabel_configs:",
@@ -119,8 +121,12 @@ def _destination(dest: DestinationConfig) -> list[str]:
 def _protocol(dest: DestinationConfig) -> str:
     if dest.protobuf_message == "prometheus.WriteRequest":
         return "remote write 1.0 (protobuf_message: prometheus.WriteRequest)"
-    return (f"remote write 2.0 (protobuf_message: {dest.protobuf_message}; remote write 1.0"
-            " from the first 415 answer until a reload)")  # fmt: skip
+    text = (f"remote write 2.0 (protobuf_message: {dest.protobuf_message}; remote write 1.0 "
+            "from the first 415, or 2xx that wrote nothing, until a reload)")  # fmt: skip
+    if dest.sigv4 is not None:
+        text += ("; note: the managed workspace speaks remote write 1.0 only (it answers 415 "
+                 "to 2.0), so this destination would fall back at its first request")  # fmt: skip
+    return text
 
 
 def _escaping(dest: DestinationConfig) -> str:
@@ -208,14 +214,22 @@ def describe_rule(rule: RelabelConfig) -> str:
         parts.append(f"source_labels=[{', '.join(map(_name, rule.source_labels))}]")
         if rule.separator != ";":
             parts.append(f"separator={rule.separator!r}")
-    parts.append(f"regex={rule.regex.text!r}")
+    parts.append(f"regex={_text(rule.regex.text)}")
     if rule.target_label:
         parts.append(f"target_label={_name(rule.target_label)}")
     if action in ("replace", "labelmap"):
-        parts.append(f"replacement={rule.replacement!r}")
+        parts.append(f"replacement={_text(rule.replacement)}")
     if action == "hashmod":
         parts.append(f"modulus={rule.modulus}")
     return " ".join(parts)
+
+
+def _text(text: str) -> str:
+    """A regex or replacement as written in YAML single quotes (``'gpu\\.util'``: backslashes
+    as they are); Python's quoting when that cannot show it (quotes, control characters)."""
+    if "'" in text or not text.isprintable():
+        return repr(text)
+    return f"'{text}'"
 
 
 def _name(name: str) -> str:

@@ -38,6 +38,7 @@ import re2  # type: ignore[import-untyped]
 
 from rwrouter.errors import ConfigError
 from rwrouter.relabel.names import (
+    LEGACY,
     UTF8,
     go_quote,
     is_utf8_label_name,
@@ -327,6 +328,8 @@ def validate(rule: RelabelConfig, *, path: str, source_labels_set: bool) -> None
         raise ConfigError(f"{path}.replacement", reason)
     if action is Action.LABELMAP and not is_valid_with_references(rule.replacement, scheme):
         reason = f"{go_quote(rule.replacement)} is invalid 'replacement' for {action} action"
+        if scheme == LEGACY:
+            reason += " (global.metric_name_validation_scheme is legacy)"
         raise ConfigError(f"{path}.replacement", reason)
     if action is Action.HASHMOD and not valid_name(target):
         raise _invalid_target(path, rule)
@@ -334,7 +337,11 @@ def validate(rule: RelabelConfig, *, path: str, source_labels_set: bool) -> None
 
 
 def _invalid_target(path: str, rule: RelabelConfig) -> ConfigError:
+    """Prometheus's text, plus which scheme refused it when that is ``legacy`` (under utf8
+    only an empty or invalid UTF-8 name is refused)."""
     reason = f"{go_quote(rule.target_label)} is invalid 'target_label' for {rule.action} action"
+    if rule.name_validation_scheme == LEGACY:
+        reason += " (global.metric_name_validation_scheme is legacy: [a-zA-Z_][a-zA-Z0-9_]*)"
     return ConfigError(f"{path}.target_label", reason)
 
 

@@ -142,7 +142,7 @@ def parse_series(text: str) -> Labels:
         raise reader.fail("expected a metric name or {")
     reader.skip_space()
     if reader.pos < len(text):
-        raise reader.fail(f"unexpected {text[reader.pos]!r}")
+        raise _with_hint(reader, f"unexpected {text[reader.pos]!r}")
     result = tuple(sorted((k, v) for k, v in labels.items() if v))
     if not result:
         raise SeriesError("no labels (a series needs at least one label with a value)")
@@ -172,7 +172,7 @@ def _braces(reader: _Reader, add: Callable[[str, str], None]) -> None:
             if reader.text.startswith(("!=", "=~", "!~"), reader.pos):
                 raise reader.fail("only = is allowed (a series, not a selector),")
             if reader.peek() != "=":
-                raise reader.fail(f"expected = after {name}")
+                raise _with_hint(reader, f"expected = after {name}")
             reader.pos += 1
             reader.skip_space()
             if reader.peek() not in ('"', "'", "`"):
@@ -183,6 +183,17 @@ def _braces(reader: _Reader, add: Callable[[str, str], None]) -> None:
             reader.pos += 1
         elif reader.peek() != "}":
             raise reader.fail("expected , or }")
+
+
+def _with_hint(reader: _Reader, what: str) -> SeriesError:
+    """``reader.fail(what)``, with a hint when the text goes on with a character that only a
+    quoted (UTF-8) name may hold (``gpu.utilization`` unquoted)."""
+    error = reader.fail(what)
+    char = reader.peek()
+    if not char or char.isspace() or char.isalnum() or char in '_:{}=,!~"\'`':
+        return error
+    return SeriesError(f"{error} (a name with {char!r} in it is quoted, as Prometheus 3 "
+                       'writes it: {"gpu.utilization", "service.name"="x"})')  # fmt: skip
 
 
 def quote_value(value: str) -> str:

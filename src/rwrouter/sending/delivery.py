@@ -286,7 +286,7 @@ class Deliverer:
             return  # another shard's part noticed first
         self.message = RW1_MESSAGE
         self.metrics.protocol_fallbacks.labels(self.name, reason).inc()
-        log.warning("destination=%s protobuf_message=%s reason=%s msg=%s", self.name,
+        log.warning("destination=%s now=%s reason=%s msg=%s", self.name,
                     RW1_MESSAGE, reason, q(FALLBACK_MESSAGES[reason]))  # fmt: skip
         if self._on_protocol is not None:
             self._on_protocol(RW1_MESSAGE)
