@@ -50,6 +50,10 @@ BAD = {
         "global.metric_name_escaping_scheme: a Prometheus scrape setting",
         "remote_write[].metric_name_escaping_scheme",
     ],
+    "secret_placeholder": [f"{RW0}.sigv4.secret_key: is <secret>, the placeholder Prometheus",
+                           "put the real value or ${VAR}"],
+    "password_placeholder": [f"{RW0}.basic_auth.password: is <secret>",
+                             "put the real value, ${VAR} or password_file"],
     "lone_surrogate": [f"{RW0}.headers.X-Team: invalid UTF-8: a lone surrogate \\ud800"],
     "protobuf_message_unknown": [
         f"{RW0}.protobuf_message: expected one of prometheus.WriteRequest, "

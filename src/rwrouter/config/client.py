@@ -56,6 +56,20 @@ def env_string(f: Fields, key: str, ctx: Context) -> str | None:
     return None if value is None else expand_env(value, ctx.env, f.at(key))
 
 
+PLACEHOLDER = "<secret>"  # how Prometheus's /api/v1/status/config shows a secret it hides
+
+
+def secret_string(f: Fields, key: str, ctx: Context, *, file_key: str | None = None) -> str | None:
+    """A secret's text (``${VAR}`` expanded); refuses Prometheus's placeholder ``<secret>``,
+    which a config copied from ``/api/v1/status/config`` holds instead of the secret."""
+    value = env_string(f, key, ctx)
+    if value == PLACEHOLDER:
+        where = f", ${{VAR}} or {file_key}" if file_key else " or ${VAR}"
+        raise ConfigError(f.at(key), "is <secret>, the placeholder Prometheus shows for a hidden "
+                          f"secret (/api/v1/status/config): put the real value{where}")  # fmt: skip
+    return value
+
+
 def _file(f: Fields, key: str, ctx: Context) -> str | None:
     value = env_string(f, key, ctx)
     if value is not None and not value:
@@ -142,9 +156,9 @@ def _sigv4(parent: Fields, ctx: Context) -> SigV4Config:
         unsupported=dict.fromkeys(("external_id", "use_fips_sts_endpoint"), NOT_SUPPORTED),
     )
     values = {
-        key: env_string(f, key, ctx)
-        for key in ("region", "access_key", "secret_key", "profile", "role_arn")
+        key: env_string(f, key, ctx) for key in ("region", "access_key", "profile", "role_arn")
     }
+    values["secret_key"] = secret_string(f, "secret_key", ctx)
     if (values["access_key"] is None) != (values["secret_key"] is None):
         missing = "secret_key" if values["secret_key"] is None else "access_key"
         raise ConfigError(f.at(missing), "access_key and secret_key must be set together")
@@ -169,7 +183,7 @@ def _basic_auth(parent: Fields, ctx: Context) -> BasicAuth:
     username = env_string(f, "username", ctx)
     if not username:
         raise ConfigError(f.at("username"), "is required")
-    password = env_string(f, "password", ctx)
+    password = secret_string(f, "password", ctx, file_key="password_file")
     if password is not None and f.has("password_file"):
         raise ConfigError(f.at("password_file"), "at most one of password and password_file")
     return BasicAuth(
@@ -189,7 +203,7 @@ def _authorization(parent: Fields, ctx: Context) -> Authorization:
     kind = f.string("type", Authorization().type) or ""
     if not _HEADER_NAME.fullmatch(kind) or kind.lower() == "basic":
         raise ConfigError(f.at("type"), f"invalid type {kind!r} (for Basic, use basic_auth)")
-    credentials = env_string(f, "credentials", ctx)
+    credentials = secret_string(f, "credentials", ctx, file_key="credentials_file")
     if (credentials is None) == (not f.has("credentials_file")):
         raise ConfigError(f.path, "exactly one of credentials and credentials_file is required")
     return Authorization(
