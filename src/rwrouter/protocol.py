@@ -117,9 +117,11 @@ class Written:
     @classmethod
     def parse(cls, headers: Mapping[str, str]) -> Written | None:
         """The counts a destination answered, or None when it sent none of the three headers
-        (a header missing among others counts 0, as Prometheus reads them). ``headers`` must
-        look names up case-insensitively (aiohttp's ``CIMultiDict``, or lower-case keys).
-        A value that is not a non-negative decimal integer counts 0."""
+        with a value (a header missing or empty among others counts 0; an empty one is no
+        header: Prometheus ``ParseWriteResponseStats``, "Empty means zero", confirms a 2.0
+        receiver only by a non-empty value). ``headers`` must look names up
+        case-insensitively (aiohttp's ``CIMultiDict``, or lower-case keys). A value that is
+        not a non-negative decimal integer counts 0."""
         values = [_header(headers, name) for name in WRITTEN_HEADERS]
         if all(value is None for value in values):
             return None
@@ -131,7 +133,7 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
     value = headers.get(name)
     if value is None:
         value = headers.get(name.lower())
-    return value
+    return value if value is not None and value.strip() else None
 
 
 def _count(value: str | None) -> int:

@@ -287,6 +287,7 @@ WRITTEN_CASES = [
     ("rw1_without_headers", RW1_MESSAGE, {}, 3, 0),
     ("rw1_part_written", RW1_MESSAGE, Written(2, 0, 0).headers(), 2, 1),
     ("rw1_zero_written", RW1_MESSAGE, Written(0, 0, 0).headers(), 0, 3),
+    ("rw1_empty_values", RW1_MESSAGE, dict.fromkeys(Written().headers(), ""), 3, 0),
 ]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from rwrouter.routing.escape import DOTS, SCHEMES, VALUES, escape_metric_name
 from rwrouter.sending.metabook import MetadataBook, parse_entry
 from rwrouter.wire import frame_metadata, types_pb2
 
@@ -129,3 +130,42 @@ def test_unusable_entries_are_skipped(framed: bytes) -> None:
     book = MetadataBook()
     assert book.update([framed, entry("ok")]) == 0
     assert [parse_entry(e)[0] for e in book.entries()] == [b"ok"]
+
+
+# -- names escaped for the destination (metric_name_escaping_scheme) ---------------------------
+
+# (id, family as received, its type, a series of that family as received). The book holds the
+# family escaped as the router escapes metadata (escape_metric_name of the family), the
+# encoder looks the escaped series name up: under dots and values every "_" doubles, so a
+# suffix "_total" arrives as "__total" ("a.b_total" -> "U__a_2e_b__total", family "U__a_2e_b").
+ESCAPED_FAMILIES = [
+    ("counter_total", "a.b", MM.COUNTER, "a.b_total"),
+    ("histogram_bucket", "h.x", MM.HISTOGRAM, "h.x_bucket"),
+    ("summary_count", "s.y", MM.SUMMARY, "s.y_count"),
+    ("gaugehistogram_gsum", "g.z", MM.GAUGEHISTOGRAM, "g.z_gsum"),
+    ("family_ending_in_escape", "a.", MM.COUNTER, "a._total"),
+    ("legacy_family", "rpc_seconds", MM.HISTOGRAM, "rpc_seconds_bucket"),
+    ("exact_name", "k.v", MM.GAUGE, "k.v"),
+]
+ESCAPED_CASES = [(scheme, *case[1:]) for scheme in SCHEMES for case in ESCAPED_FAMILIES]
+ESCAPED_IDS = [f"{scheme}-{case[0]}" for scheme in SCHEMES for case in ESCAPED_FAMILIES]
+
+
+@pytest.mark.parametrize(("scheme", "family", "kind", "series"), ESCAPED_CASES, ids=ESCAPED_IDS)
+def test_lookup_of_escaped_names(scheme: str, family: str, kind: int, series: str) -> None:
+    """A series finds its family's metadata whatever the destination's escaping scheme."""
+    book = MetadataBook(escaping=scheme)
+    framed = entry(escape_metric_name(family, scheme), kind, "Help.")
+    book.update([framed])
+    assert book.resolve(escape_metric_name(series, scheme).encode()) == parse_entry(framed)[1]
+
+
+@pytest.mark.parametrize("scheme", [DOTS, VALUES])
+def test_doubled_suffix_only_after_the_exact_family(scheme: str) -> None:
+    """A legacy name with a double underscore keeps its own family first (``x__total`` of the
+    counter ``x_``, left as it is by every scheme), and a doubled suffix needs the type."""
+    book = MetadataBook(escaping=scheme)
+    book.update([entry("x_", MM.COUNTER, "x_"), entry("x", MM.COUNTER, "x"),
+                 entry(escape_metric_name("g.y", scheme), MM.GAUGE, "gauge")])  # fmt: skip
+    assert book.resolve(b"x__total") == (MM.COUNTER, b"x_", b"")
+    assert book.resolve(escape_metric_name("g.y_total", scheme).encode()) is None

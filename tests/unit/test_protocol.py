@@ -69,6 +69,14 @@ WRITTEN = [
     ("garbage_counts_zero", {"X-Prometheus-Remote-Write-Samples-Written": "-1",
                              "X-Prometheus-Remote-Write-Histograms-Written": "1e3"},
      Written(0, 0, 0)),
+    # Prometheus ParseWriteResponseStats: "Empty means zero" and an empty value does not
+    # confirm a 2.0 receiver (h.Get, whose value Go trims, is compared with "").
+    ("empty_values_are_absent", {"X-Prometheus-Remote-Write-Samples-Written": "",
+                                 "X-Prometheus-Remote-Write-Histograms-Written": " ",
+                                 "X-Prometheus-Remote-Write-Exemplars-Written": ""}, None),
+    ("one_empty_among_others", {"X-Prometheus-Remote-Write-Samples-Written": "",
+                                "X-Prometheus-Remote-Write-Histograms-Written": "3"},
+     Written(0, 3, 0)),
 ]  # fmt: skip
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import struct
+import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
@@ -364,6 +365,35 @@ def test_refs_to_a_long_symbol_cannot_blow_up(
     with pytest.raises(TooLargeError) as caught:
         convert(data, max_bytes=64 * 1024 * 1024)
     assert caught.value.status == 413 and "server.max_decoded_bytes" in str(caught.value)
+
+
+EMPTY_SYMBOLS = b"\x22\x00" * 100_000  # 2 bytes a symbol: the most symbols a byte can hold
+# (id, RW 2.0 request): large symbols tables of short strings (at 64 MiB decoded, about 3 MB
+# compressed), accepted or refused only once the table was read.
+SYMBOL_TABLES = [
+    ("accepted", EMPTY_SYMBOLS + series(refs(0, 0))),
+    ("symbols_0_not_empty", symbols("ab") + EMPTY_SYMBOLS),
+    ("malformed_last_series", EMPTY_SYMBOLS + series(refs(0, 0)) + b"\x2a\x02\x0a\x05"),
+    ("two_byte_symbols", symbols("") + b"\x22\x02ab" * 100_000 + series(refs(1, 2))),
+]
+
+
+@pytest.mark.parametrize("convert", PATHS)
+@pytest.mark.parametrize("data", [t[1] for t in SYMBOL_TABLES], ids=[t[0] for t in SYMBOL_TABLES])
+def test_a_large_symbols_table_costs_little_memory(
+    convert: Callable[..., Converted], data: bytes
+) -> None:
+    """The symbols table is held as offsets into the request, at most 4 bytes a request byte
+    (a bytes object per symbol cost 20 times the request: 1.2 GB for a 3 MB request)."""
+    tracemalloc.start()
+    try:
+        convert(data, max_bytes=64 * 1024 * 1024)
+    except DecodeError:
+        pass
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    assert peak <= 4 * len(data) + 64 * 1024, f"{peak} bytes traced for {len(data)}"
 
 
 def route(data: bytes) -> Any:

@@ -98,7 +98,8 @@ class Destination:
         self._metrics = metrics
         self._clock, self._wall = clock, wall_clock
         self._dead_letters = DeadLetters(name=self.name, store=self.rejected, metrics=metrics)
-        self.book = MetadataBook() if config.protobuf_message == RW2_MESSAGE else None
+        self.book = (MetadataBook(escaping=config.metric_name_escaping_scheme)
+                     if config.protobuf_message == RW2_MESSAGE else None)  # fmt: skip
         self._started = False
         self._deliverer = Deliverer(
             name=config.name,

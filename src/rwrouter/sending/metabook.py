@@ -16,6 +16,12 @@ family's type, help and unit.
   ``_sum``, ``_count``, ``_created`` histogram; ``_bucket``, ``_gsum``, ``_gcount`` gauge
   histogram; ``_sum``, ``_count``, ``_created`` summary; ``_info`` info (Prometheus
   ``scrape.isSeriesPartOfFamily``, plus OpenMetrics ``_created``). Nothing found: None.
+- Names escaped for the destination (``metric_name_escaping_scheme``, applied by the router
+  to series and metadata alike): under ``dots`` and ``values`` every ``_`` of a name that
+  needed escaping doubles, so the suffix arrives doubled (``a.b_total`` -> ``U__a_2e_b__total``,
+  family ``a.b`` -> ``U__a_2e_b``). With such a scheme, a name whose family is not found without
+  the suffix is looked up without it and the ``_`` before it (``U__a_2e_b``), with the same type
+  rule.
 - Results are memoised in :attr:`MetadataBook.memo` (metric name -> metadata or None, at most
   :data:`MEMO_ENTRIES`), cleared whenever the book's content changes.
 """
@@ -26,6 +32,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 
 from rwrouter.errors import DecodeError
+from rwrouter.routing.escape import ALLOW_UTF8, DOTS, VALUES
 from rwrouter.wire.rw2_out import Meta
 from rwrouter.wire.walk import LEN, VARINT, fields, read_varint
 
@@ -78,11 +85,15 @@ class MetadataBook:
     """The latest metadata per family routed to one destination (see the module docstring).
 
     ``max_entries``/``max_bytes``: the bounds. ``nbytes``: bytes of the entries held.
+    ``escaping``: the destination's ``metric_name_escaping_scheme`` (the names it holds and
+    looks up are escaped by it).
     """
 
-    def __init__(self, *, max_entries: int = BOOK_ENTRIES, max_bytes: int = BOOK_BYTES) -> None:
+    def __init__(self, *, max_entries: int = BOOK_ENTRIES, max_bytes: int = BOOK_BYTES,
+                 escaping: str = ALLOW_UTF8) -> None:  # fmt: skip
         self.max_entries = max_entries
         self.max_bytes = max_bytes
+        self._doubled = escaping in (DOTS, VALUES)  # escaped names have their "_" doubled
         self._entries: OrderedDict[bytes, tuple[bytes, Meta]] = OrderedDict()
         self.nbytes = 0
         self.memo: dict[bytes, Meta | None] = {}
@@ -140,6 +151,9 @@ class MetadataBook:
         for suffix, kinds in _SUFFIXES:
             if name.endswith(suffix) and len(name) > len(suffix):
                 found = self._entries.get(name[: -len(suffix)])
+                cut = len(suffix) + 1
+                if found is None and self._doubled and len(name) > cut and name[-cut] == 0x5F:
+                    found = self._entries.get(name[:-cut])  # "_" + suffix, doubled
                 if found is not None and found[1][0] in kinds:
                     return found[1]
                 return None

@@ -4,8 +4,10 @@
  * exemplars, start_timestamps); max_bytes an int, or None for no limit. Included at the end of
  * _scan.c: it uses its Buf and varint helpers and _labelcache.h's lc_digest.
  *
- * The symbols table is decoded once per request (an array of offsets and lengths); each
- * series is then written in the RW1 form straight from the request's bytes. Anything
+ * The symbols table is decoded once per request (an array of offsets and lengths, 8 bytes a
+ * symbol, allocated once its size is counted: at most 4 bytes a request byte, a field being
+ * at least 2); each series is then written in the RW1 form straight from the request's bytes.
+ * A request of 4 GiB or more (offsets over 32 bits) goes to the reference. Anything
  * malformed (or a shape this file does not take, e.g. a varint over 64 bits) hands the whole
  * request to the reference, which raises the reference DecodeError: both paths give the same
  * results and the same errors. What this file accepts it checks as the reference does (the
@@ -17,7 +19,7 @@
  */
 
 typedef struct {
-    Py_ssize_t start, len;
+    uint32_t start, len; /* the request is under 4 GiB */
 } R2Span;
 
 typedef struct {
@@ -81,8 +83,8 @@ static int r2_grow(void **items, Py_ssize_t n, Py_ssize_t *cap, size_t size) {
 
 static inline int r2_span(R2Spans *a, Py_ssize_t start, Py_ssize_t len) {
     if (r2_grow((void **)&a->items, a->n, &a->cap, sizeof(R2Span)) < 0) return -1;
-    a->items[a->n].start = start;
-    a->items[a->n].len = len;
+    a->items[a->n].start = (uint32_t)start;
+    a->items[a->n].len = (uint32_t)len;
     a->n++;
     return 0;
 }
@@ -185,8 +187,8 @@ static int r2_refs(R2 *c, const R2Field *f, R2Refs *refs) {
 }
 
 static inline Py_ssize_t r2_label_inner(const R2Span *name, const R2Span *value) {
-    return 1 + varint_size((uint64_t)name->len) + name->len + 1 +
-           varint_size((uint64_t)value->len) + value->len;
+    Py_ssize_t n = name->len, v = value->len; /* 64-bit sums: one symbol may be both */
+    return 1 + varint_size((uint64_t)n) + n + 1 + varint_size((uint64_t)v) + v;
 }
 
 /* Bytes of the Label fields of refs (pairs; checked). */
@@ -416,8 +418,8 @@ static int r2_series(R2 *c, Py_ssize_t pos, Py_ssize_t end, long long *counts, i
     c->scratch.len = p - c->scratch.data;
     if (r2_copy(c, &c->samples, 0x12) < 0) return R2_ERR;
     for (Py_ssize_t i = 0; i < c->exemplars.n; i++) {
-        R2Span *x = &c->exemplars.items[i];
-        if ((r = r2_exemplar(c, x->start, x->start + x->len)) != R2_OK) return r;
+        Py_ssize_t start = c->exemplars.items[i].start;
+        if ((r = r2_exemplar(c, start, start + c->exemplars.items[i].len)) != R2_OK) return r;
     }
     if (r2_copy(c, &c->hists, 0x22) < 0) return R2_ERR;
     Py_ssize_t n = c->scratch.len;
@@ -432,11 +434,35 @@ static int r2_series(R2 *c, Py_ssize_t pos, Py_ssize_t end, long long *counts, i
     return R2_OK;
 }
 
-/* The request's symbols and series spans (symbols[0] empty): R2_OK, R2_BAIL, R2_ERR. */
+/* Allocate exactly n spans (n > 0) for a: 0 ok, -1 MemoryError. */
+static int r2_exact(R2Spans *a, Py_ssize_t n) {
+    a->items = PyMem_Malloc((size_t)n * sizeof(R2Span));
+    if (!a->items) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    a->cap = n;
+    return 0;
+}
+
+/* The request's symbols and series spans (symbols[0] empty): R2_OK, R2_BAIL, R2_ERR. A first
+ * walk counts them (and checks the framing), a second one records them. */
 static int r2_request(R2 *c, Py_ssize_t end) {
-    Py_ssize_t pos = 0;
+    Py_ssize_t pos = 0, nsym = 0, nseries = 0;
     R2Field f;
     int r;
+    while ((r = r2_next(c->d, &pos, end, &f)) == 1) {
+        if (f.field != 4 && f.field != 5) continue;
+        if (f.wire != 2 || (f.field == 4 && !nsym && f.vend > f.vstart)) return R2_BAIL;
+        if (f.field == 4)
+            nsym++;
+        else
+            nseries++;
+    }
+    if (r < 0) return R2_BAIL;
+    if ((nsym && r2_exact(&c->sym, nsym) < 0) || (nseries && r2_exact(&c->series, nseries) < 0))
+        return R2_ERR;
+    pos = 0;
     while ((r = r2_next(c->d, &pos, end, &f)) == 1) {
         if (f.field != 4 && f.field != 5) continue;
         if (f.wire != 2) return R2_BAIL;
@@ -510,11 +536,12 @@ static PyObject *rw2_to_rw1(PyObject *module, PyObject *const *args, Py_ssize_t 
             return r2_reference(data, max_bytes);
         }
     }
-    if (!PyBytes_CheckExact(data)) /* e.g. a bytearray or a memoryview: the reference */
+    /* e.g. a bytearray or a memoryview, or 4 GiB and more (32-bit spans): the reference */
+    if (!PyBytes_CheckExact(data) || (uint64_t)PyBytes_GET_SIZE(data) > UINT32_MAX)
         return r2_reference(data, max_bytes);
     c.d = (const uint8_t *)PyBytes_AS_STRING(data);
     long long counts[3] = {0, 0, 0};
-    int start = 0, r;
+    int start = 0, r = R2_ERR;
     PyObject *result = NULL;
     c.mask = 63;
     c.table = PyMem_Calloc((size_t)(c.mask + 1), sizeof(Py_ssize_t));
@@ -524,15 +551,13 @@ static PyObject *rw2_to_rw1(PyObject *module, PyObject *const *args, Py_ssize_t 
     }
     r = r2_request(&c, PyBytes_GET_SIZE(data));
     for (Py_ssize_t i = 0; r == R2_OK && i < c.series.n; i++) {
-        R2Span *s = &c.series.items[i];
-        r = r2_series(&c, s->start, s->start + s->len, counts, &start);
+        Py_ssize_t begin = c.series.items[i].start;
+        r = r2_series(&c, begin, begin + c.series.items[i].len, counts, &start);
     }
-    if (r == R2_OK)
-        result = r2_result(&c, counts, start);
-    else if (r == R2_BAIL)
-        result = r2_reference(data, max_bytes);
+    if (r == R2_OK) result = r2_result(&c, counts, start);
 done:
-    r2_free(&c);
+    r2_free(&c); /* before the reference: it holds a table of its own */
+    if (r == R2_BAIL) result = r2_reference(data, max_bytes);
     return result;
 }
 

@@ -537,9 +537,10 @@ static int parse_frame(RwEnc *e, const uint8_t *d, Py_ssize_t start, Py_ssize_t 
 /* -- adoption of exemplar-only frames ---------------------------------------------------- */
 
 static int refs_equal(RwEnc *e, RwFrame *a, RwFrame *b) {
+    /* no label in the whole body leaves e->refs NULL: memcmp must not see it */
     return a->refs_n == b->refs_n &&
-           memcmp(e->refs + a->refs_off, e->refs + b->refs_off,
-                  (size_t)a->refs_n * sizeof(uint32_t)) == 0;
+           (!a->refs_n || memcmp(e->refs + a->refs_off, e->refs + b->refs_off,
+                                 (size_t)a->refs_n * sizeof(uint32_t)) == 0);
 }
 
 static uint64_t refs_hash(RwEnc *e, RwFrame *f) {

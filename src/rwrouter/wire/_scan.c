@@ -36,8 +36,11 @@ typedef struct {
     Py_ssize_t len, cap;
 } Buf;
 
+/* Room for `extra` more bytes: 0 ok, -1 MemoryError. The buffer is allocated by the first call
+ * even for 0 bytes, so its data is never NULL once grown (memcpy from or to a NULL pointer is
+ * undefined behaviour even for 0 bytes, e.g. an empty series' labels). */
 static int buf_grow(Buf *b, Py_ssize_t extra) {
-    if (b->len + extra <= b->cap) return 0;
+    if (b->data && b->len + extra <= b->cap) return 0;
     Py_ssize_t cap = b->cap ? b->cap : 4096;
     while (cap < b->len + extra) cap *= 2;
     char *p = PyMem_Realloc(b->data, (size_t)cap);

@@ -8,7 +8,9 @@ converts a decompressed RW 2.0 request into it. Source of the field numbers: the
 Prometheus ``storage/remote/write_handler.go`` (``appendV2``) and the spec.
 
 - ``symbols`` (field 4) are collected first, wherever they are in the message; symbols[0]
-  must be the empty string. A symbol is copied as bytes: the strings forwarded are UTF-8
+  must be the empty string. The table and the series are held as offsets into the request
+  (4 bytes each, a field being at least 2 bytes: memory at most twice the request's, where a
+  bytes object per symbol cost 20 times). A symbol is used as bytes: the strings forwarded are UTF-8
   checked by the RW1 path (series labels by ``decode_labels`` when the routing cache misses,
   exemplar labels by ``check_exemplar``, metric names, help and unit by ``check_metadata``).
 - Each ``timeseries`` (field 5) becomes one RW1 ``TimeSeries``, fields in RW1 order: its
@@ -40,6 +42,7 @@ result, same errors), selected as :mod:`rwrouter.wire.scan` selects its function
 from __future__ import annotations
 
 import os
+from array import array
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -109,11 +112,28 @@ class _Budget:
                                 f"are written out (server.max_decoded_bytes)")  # fmt: skip
 
 
-def _request_parts(data: bytes) -> tuple[list[bytes], list[tuple[int, int]]]:
-    """The symbols table and the spans of the TimeSeries payloads of a Request. Other fields
-    (1-3 are reserved) are skipped once their framing is checked."""
-    symbols: list[bytes] = []
-    series: list[tuple[int, int]] = []
+class _Symbols:
+    """A Request's symbols table: (start, end) offsets of each symbol in ``data``;
+    ``symbols[ref]`` is its bytes."""
+
+    __slots__ = ("data", "spans")
+
+    def __init__(self, data: bytes, spans: array[int]) -> None:
+        self.data, self.spans = data, spans
+
+    def __len__(self) -> int:
+        return len(self.spans) // 2
+
+    def __getitem__(self, ref: int) -> bytes:
+        return self.data[self.spans[2 * ref] : self.spans[2 * ref + 1]]
+
+
+def _request_parts(data: bytes) -> tuple[_Symbols, array[int]]:
+    """The symbols table and the spans of the TimeSeries payloads of a Request (start, end
+    pairs). Other fields (1-3 are reserved) are skipped once their framing is checked; a first
+    symbol that is not empty is refused at once."""
+    code = "I" if len(data) < 1 << 32 else "Q"
+    symbols, series = array(code), array(code)
     for field, wire_type, _, start, end in fields(data, 0, len(data), "RW 2.0 Request"):
         if field != 4 and field != 5:
             continue
@@ -121,14 +141,16 @@ def _request_parts(data: bytes) -> tuple[list[bytes], list[tuple[int, int]]]:
             what = "symbols" if field == 4 else "timeseries"
             raise DecodeError(f"bad protobuf: RW 2.0 Request field {field} ({what}) has "
                               f"wire type {wire_type}")  # fmt: skip
-        if field == 4:
-            symbols.append(data[start:end])
-        else:
-            series.append((start, end))
-    if symbols and symbols[0]:
-        shown = symbols[0][:40].decode("utf-8", "replace")
-        raise DecodeError(f"symbols[0] must be the empty string (RW 2.0 spec), got {shown!r}")
-    return symbols, series
+        if field == 5:
+            series.append(start)
+            series.append(end)
+            continue
+        if not symbols and end > start:
+            shown = data[start : min(end, start + 40)].decode("utf-8", "replace")
+            raise DecodeError(f"symbols[0] must be the empty string (RW 2.0 spec), got {shown!r}")
+        symbols.append(start)
+        symbols.append(end)
+    return _Symbols(data, symbols), series
 
 
 def _refs(buf: bytes, wire_type: int, start: int, end: int) -> list[int]:
@@ -150,7 +172,7 @@ def _label_size(name: bytes, value: bytes) -> int:
     return 1 + len(encode_varint(inner)) + inner
 
 
-def _labels(refs: list[int], symbols: list[bytes], budget: _Budget) -> tuple[bytes, bytes]:
+def _labels(refs: list[int], symbols: _Symbols, budget: _Budget) -> tuple[bytes, bytes]:
     """The RW1 Label fields of ``refs`` (name, value pairs into ``symbols``), in order, and
     the value of the first ``__name__`` (b"" when there is none); taken from ``budget``."""
     if len(refs) % 2:
@@ -179,7 +201,7 @@ def _has_start(buf: bytes, start: int, end: int, field_number: int) -> bool:
     return False
 
 
-def _exemplar(buf: bytes, start: int, end: int, symbols: list[bytes], budget: _Budget) -> bytes:
+def _exemplar(buf: bytes, start: int, end: int, symbols: _Symbols, budget: _Budget) -> bytes:
     """One RW1 ``Exemplar`` field: labels from refs, then value and timestamp as they come
     (other fields dropped)."""
     refs: list[int] = []
@@ -217,7 +239,7 @@ def _family(metric: bytes, metric_type: int) -> bytes:
     return metric
 
 
-def _metadata_entry(meta: list[int], metric: bytes, symbols: list[bytes]) -> bytes | None:
+def _metadata_entry(meta: list[int], metric: bytes, symbols: _Symbols) -> bytes | None:
     """The RW1 ``MetricMetadata`` payload of a series' metadata, or None (empty, or no metric
     name to name the family by)."""
     metric_type, help_ref, unit_ref = meta
@@ -248,7 +270,7 @@ class _Series(NamedTuple):
     start_timestamps: bool
 
 
-def _series(buf: bytes, start: int, end: int, symbols: list[bytes], budget: _Budget) -> _Series:
+def _series(buf: bytes, start: int, end: int, symbols: _Symbols, budget: _Budget) -> _Series:
     """One RW 2.0 TimeSeries payload in the RW1 form (its frame taken from ``budget``; its
     metadata entry is the caller's to take, once per distinct entry)."""
     refs: list[int] = []
@@ -311,9 +333,9 @@ def to_rw1_py(data: bytes, *, max_bytes: int | None = None) -> Converted:
     metadata: dict[bytes, None] = {}
     samples = histograms = exemplars = 0
     starts = False
-    for i, (start, end) in enumerate(spans):
+    for i in range(len(spans) // 2):
         try:
-            series = _series(data, start, end, symbols, budget)
+            series = _series(data, spans[2 * i], spans[2 * i + 1], symbols, budget)
         except DecodeError as exc:
             raise DecodeError(f"timeseries[{i}]: {exc}") from None
         out += series.frame

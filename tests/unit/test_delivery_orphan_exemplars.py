@@ -1,0 +1,56 @@
+"""An exemplar-only series with no series of its labels in the same batch (an "orphan"), sent
+in remote write 2.0 to a Prometheus 3 receiver.
+
+Prometheus's RW 1.0 sender puts each exemplar in a TimeSeries of its own, after the samples
+of the same WAL read: with scrapes larger than its ``max_samples_per_send`` the exemplars of
+the first requests' series arrive in a later request, and rwrouter's own batches can cut
+between a series and its exemplar frame too. rwrouter sends such an orphan alone
+(docs/configuration.md, "Remote write 2.0 out"); Prometheus 3 answers 400 to the whole request
+("TimeSeries must contain at least one sample or histogram", storage/remote/write_handler.go
+``appendV2``), after committing the rest of it. The 400 splits the batch down to each orphan:
+with a real Prometheus 3.16, 5 batches of 100 orphans cost 325 requests and 165 error log
+lines (found by the adversarial review of issue 12, ``breakit``), and every already written
+series of a split batch is written again.
+
+Fakes only, no sockets (the rig of test_delivery_protocol.py).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from rwrouter.protocol import Written
+from tests.support.rw2_frames import Exemplar, Frame, decode_v2
+from tests.unit.test_delivery_protocol import Reply, Sent, items_of, rig, series
+
+
+def prometheus3(sent: Sent) -> Reply:
+    """Prometheus 3's RW 2.0 receiver: 400 for a request with an exemplar-only series (the
+    rest committed, Written counts it), else 204 and exact counts."""
+    request = decode_v2(sent.raw)
+    written = Written(sum(len(t.samples) for t in request.timeseries),
+                      sum(len(t.histograms) for t in request.timeseries),
+                      sum(len(t.exemplars) for t in request.timeseries
+                          if t.samples or t.histograms))  # fmt: skip
+    orphans = [t for t in request.timeseries if not (t.samples or t.histograms)]
+    return (400 if orphans else 204), written.headers()
+
+
+def orphan(i: int) -> Frame:
+    labels = (("__name__", "up"), ("i", str(i)))
+    return Frame(labels, exemplars=(Exemplar((("trace_id", f"t{i}"),), b"\x00" * 8, 1_000),))
+
+
+@pytest.mark.xfail(strict=True, reason="an orphan exemplar-only series is sent alone to an RW 2.0 "
+                   "destination; Prometheus 3's 400 splits the whole batch down to each orphan, "
+                   "one error log line per orphan (see the module docstring)")  # fmt: skip
+async def test_orphan_exemplars_cost_no_split_cascade(caplog: pytest.LogCaptureFixture) -> None:
+    r = rig(prometheus3)
+    batch = items_of([series(i) for i in range(50)] + [orphan(100 + i) for i in range(50)])
+    with caplog.at_level(logging.INFO, logger="rwrouter.sending"):
+        delivered = await r.deliverer.deliver(batch, "samples")
+    assert delivered >= 50  # the samples, written once
+    assert len(r.transport.sent) <= 2, f"{len(r.transport.sent)} requests for one batch"
+    assert sum(record.levelno >= logging.ERROR for record in caplog.records) <= 1
