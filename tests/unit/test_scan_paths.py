@@ -503,6 +503,12 @@ SCAN_REGRESSIONS: list[tuple[str, bytes, int, dict[bytes, bytes], dict[bytes, by
     # promotion and the miss were counted again by a second scan
     ("eighty_drop_kinds", frame(UP + ONE_SAMPLE) + frame(X + ONE_SAMPLE), 40, {},
      {UP: alternate_drops(40, 0)}),
+    # series with nothing after their labels (the compiled loop takes them itself): looked
+    # up, counted as received, never sent; an empty one is the empty label set
+    ("labels_only_and_empty_series", frame(UP) + frame(b"") + frame(X + ONE_SAMPLE)
+     + frame(UP) + frame(b"") + frame(X), 2, {}, {X: b"\x01\0\0\0\0\x00"}),
+    ("labels_only_key_goes_to_miss", frame(UP) + frame(label(b"\x0a\x01\xff\x12\x01a")),
+     1, {}, {}),
 ]  # fmt: skip
 
 

@@ -464,7 +464,9 @@ static PyObject *scan_request(PyObject *module, PyObject *const *args, Py_ssize_
         Py_ssize_t nrest;
         const char *kp; /* the raw labels: the cache key */
         Py_ssize_t kn;
-        if (nsamples) {
+        /* Labels then plain samples, or labels alone (an empty series too: nothing to send,
+           its labels still looked up as split_series + the reference loop do). */
+        if (nsamples || labels_end == vend) {
             kp = (const char *)d + vstart;
             kn = labels_end - vstart;
             if (!label_caches) { /* a dict needs a key object */
