@@ -66,6 +66,7 @@ SPLIT_BUDGET = 64  # extra requests one batch may cost to isolate its refused se
 TOO_LARGE = "too_large"  # reason: a single series (metadata entry) refused with 413
 CREDENTIAL_REFRESH = "credential_refresh"  # retries label value of the refresh retry
 NOT_WRITTEN = "not_written"  # reason: answered 2xx, but its Written headers count less
+ORPHAN_EXEMPLAR = "orphan_exemplar"  # reason: an exemplar-only series RW 2.0 cannot carry
 NOT_WRITTEN_LOG_INTERVAL = 60.0  # seconds between two "not written" log lines
 
 Item = tuple[bytes, int]  # a framed series (or metadata entry) and its sample count
@@ -275,6 +276,9 @@ class Deliverer:
             self.metrics.start_timestamps_dropped.labels(self.name).inc(request.removed)
         if kind != "samples":
             return count
+        if request.orphans:  # left out of the RW 2.0 request: never sent
+            self.metrics.dropped_samples.labels(self.name, ORPHAN_EXEMPLAR).inc(request.orphans)
+            count -= min(count, request.orphans)
         missing = not_written(count=count, carried=request.carried, written=written)
         if missing.total:
             self._not_written(missing, batch)

@@ -52,12 +52,15 @@ NOT_WRITTEN_MESSAGE = ("answered 2xx but its X-Prometheus-Remote-Write-*-Written
 class Request:
     """One request body (snappy-compressed) in ``message``; ``carried``: its samples,
     histograms and exemplars (RW 2.0; None for RW 1.0, whose parts count them together);
-    ``removed``: start timestamps stripped from it (RW 1.0)."""
+    ``removed``: start timestamps stripped from it (RW 1.0); ``orphans``: exemplars of the
+    part left out of it (RW 2.0: exemplar-only series without their series,
+    :func:`~rwrouter.wire.rw2_out.encode_request`)."""
 
     body: bytes
     message: str
     carried: Written | None = None
     removed: int = 0
+    orphans: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +86,8 @@ def encode_part(
         memo, resolve = (book.memo, book.resolve) if book is not None else ({}, _unknown)
         encoded = encode_request(raw, memo, resolve)
         carried = Written(encoded.samples, encoded.histograms, encoded.exemplars)
-        return Request(compress(encoded.request), message, carried)
+        return Request(compress(encoded.request), message, carried,
+                       orphans=encoded.orphan_exemplars)  # fmt: skip
     removed = 0
     if start_timestamps:
         raw, removed = strip_start_timestamps(raw)

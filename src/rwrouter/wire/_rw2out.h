@@ -188,7 +188,8 @@ typedef struct {
     Py_ssize_t pieces_off, pieces_n; /* into pieces */
     Py_ssize_t nsamples, nhist, nex;
     Py_ssize_t adopt_head, adopt_tail, adopt_next; /* adopted exemplar-only frames, -1: none */
-    int skip;                                      /* adopted by another frame */
+    int skip;                                      /* adopted by another frame, or orphan */
+    int orphan;                                    /* exemplar-only, no frame to join: out */
     int meta_len;
     uint8_t meta[40]; /* the Metadata payload: at most 3 x (tag + 10-byte varint) */
 } RwFrame;
@@ -551,7 +552,8 @@ static uint64_t refs_hash(RwEnc *e, RwFrame *f) {
 static int exemplars_only(RwFrame *f) { return f->nex && !f->nsamples && !f->nhist; }
 
 /* Exemplar-only frames join the first frame with their labels that has samples or
- * histograms (the reference's _adopt): 0, or -1 (MemoryError). */
+ * histograms, or are left out (orphans) when there is none (the reference's _adopt): 0, or
+ * -1 (MemoryError). */
 static int adopt(RwEnc *e) {
     Py_ssize_t n = e->nframes, any = 0;
     for (Py_ssize_t i = 0; i < n && !any; i++) any = exemplars_only(&e->frames[i]);
@@ -576,7 +578,10 @@ static int adopt(RwEnc *e) {
         if (!exemplars_only(f)) continue;
         Py_ssize_t s = (Py_ssize_t)(refs_hash(e, f) & (uint64_t)(cap - 1));
         while (slots[s] >= 0 && !refs_equal(e, &e->frames[slots[s]], f)) s = (s + 1) & (cap - 1);
-        if (slots[s] < 0) continue;
+        if (slots[s] < 0) {
+            f->skip = f->orphan = 1;
+            continue;
+        }
         RwFrame *t = &e->frames[slots[s]];
         if (t->adopt_tail < 0)
             t->adopt_head = i;
@@ -717,16 +722,20 @@ static PyObject *encode_v2(PyObject *module, PyObject *const *args, Py_ssize_t n
         goto done;
     }
     if (adopt(&e) < 0 || put_symbols(&e, &out) < 0) goto done;
-    long long samples = 0, hist = 0, ex = 0;
+    long long samples = 0, hist = 0, ex = 0, orphans = 0;
     for (Py_ssize_t i = 0; i < e.nframes; i++) {
         RwFrame *f = &e.frames[i];
+        if (f->orphan) {
+            orphans += f->nex;
+            continue;
+        }
         samples += f->nsamples;
         hist += f->nhist;
         ex += f->nex;
         if (!f->skip && put_frame(&e, f, (const char *)d, &out) < 0) goto done;
     }
     PyObject *request = PyBytes_FromStringAndSize(out.data ? out.data : "", out.len);
-    if (request) result = Py_BuildValue("(NLLL)", request, samples, hist, ex);
+    if (request) result = Py_BuildValue("(NLLLL)", request, samples, hist, ex, orphans);
 done:
     PyMem_Free(out.data);
     enc_free(&e);

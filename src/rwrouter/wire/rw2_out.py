@@ -27,7 +27,9 @@ present):
   a TimeSeries of its own) is sent inside the first series of the request with the same labels
   that has samples or histograms: Prometheus 3's receiver answers 400 to an exemplar-only
   series (prometheus#17247, #17857; the spec asks for a sample or a histogram). Without such a
-  series it goes alone, as Prometheus sends it.
+  series in the request (an "orphan": its series went in an earlier batch) it is left out and
+  counted (``orphan_exemplars``): sent alone it would make that receiver refuse the whole
+  request after writing the rest of it, and the refusal split the batch down to each orphan.
 
 :func:`strip_start_timestamps` gives RW1-clean frames for an RW 1.0 destination.
 
@@ -77,6 +79,9 @@ class Encoded(NamedTuple):
     samples: int
     histograms: int
     exemplars: int
+    orphan_exemplars: int = 0
+    """Exemplars of exemplar-only series left out (no series of their labels in the
+    request)."""
 
 
 class _Symbols:
@@ -200,23 +205,25 @@ def _exemplars_only(series: _Series) -> bool:
     return bool(series.exemplars) and not (series.samples or series.histograms)
 
 
-def _adopt(parsed: list[_Series]) -> list[_Series]:
+def _adopt(parsed: list[_Series]) -> tuple[list[_Series], int]:
     """The series to send: exemplar-only ones moved into the first series with the same
-    labels that has samples or histograms (see the module docstring)."""
+    labels that has samples or histograms, or left out when there is none (see the module
+    docstring); and how many exemplars were left out."""
     if not any(_exemplars_only(s) for s in parsed):
-        return parsed
+        return parsed, 0
     targets: dict[tuple[int, ...], _Series] = {}
     for series in parsed:
         if series.samples or series.histograms:
             targets.setdefault(tuple(series.refs), series)
-    out = []
+    out, orphans = [], 0
     for series in parsed:
-        target = targets.get(tuple(series.refs)) if _exemplars_only(series) else None
-        if target is None:
+        if not _exemplars_only(series):
             out.append(series)
-        else:
+        elif (target := targets.get(tuple(series.refs))) is not None:
             target.adopted.append(series)
-    return out
+        else:
+            orphans += len(series.exemplars)
+    return out, orphans
 
 
 def _field(tag: bytes, payload: bytes) -> bytes:
@@ -262,12 +269,13 @@ def encode_request_py(
     for text in symbols.strings:
         out += _field(b"\x22", text)
     samples = histograms = exemplars = 0
-    for series in _adopt(parsed):
+    sent, orphans = _adopt(parsed)
+    for series in sent:
         samples += len(series.samples)
         histograms += len(series.histograms)
         exemplars += sum(len(s.exemplars) for s in (series, *series.adopted))
         _emit(series, out)
-    return Encoded(bytes(out), samples, histograms, exemplars)
+    return Encoded(bytes(out), samples, histograms, exemplars, orphans)
 
 
 def _without(buf: bytes, start: int, end: int, number: int, what: str) -> tuple[bytes, int]:
