@@ -4,8 +4,7 @@ workspace double keeps getting 1.0. One pipeline of one node, 1 s scrapes; bound
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -18,6 +17,7 @@ from rwrouter.demo.pipeline import DemoPipeline, prometheus_version, run_demo
 from rwrouter.demo.summary import format_summary, names_of
 from rwrouter.protocol import RW2_MESSAGE
 from tests.support.peers import peer_binary
+from tests.support.polling import wait_for
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(90)]
 
@@ -25,16 +25,6 @@ T = TypeVar("T")
 ALLOWED = re2.compile(ALLOWLIST)
 ALLOWED_NAMES = {name for name, _, _ in DCGM_FIELDS if ALLOWED.fullmatch(name)}
 
-
-def wait_for(probe: Callable[[], T | None], *, timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(0.2)
-    pytest.fail(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
 
 
 @pytest.fixture(scope="module")

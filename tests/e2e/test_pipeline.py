@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,6 +32,7 @@ from rwrouter.demo.fleet import DCGM_FIELDS, GPUS_PER_NODE
 from rwrouter.demo.pipeline import DemoPipeline
 from rwrouter.demo.summary import names_of
 from rwrouter.wire import compress, remote_pb2, splice_compressed
+from tests.support.polling import wait_for
 from tests.support.prometheus import prometheus_binary
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(90)]
@@ -47,17 +48,6 @@ ALLOWED = re2.compile(ALLOWLIST)
 ALLOWED_NAMES = {name for name, _, _ in DCGM_FIELDS if ALLOWED.fullmatch(name)}
 ALLOWED_PER_NODE = len(ALLOWED_NAMES) * GPUS_PER_NODE
 
-
-def wait_for(probe: Callable[[], T | None], *, timeout: float, what: str) -> T:
-    """Poll ``probe`` every 0.2 s until it returns something truthy; fail after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(0.2)
-    pytest.fail(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
 
 
 def name_of(key: tuple[tuple[str, str], ...]) -> str:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -39,6 +39,7 @@ from rwrouter.protocol import RW2_MESSAGE
 from rwrouter.testing.router import RouterProcess
 from rwrouter.testing.workspace import Key, WorkspaceDouble, run_in_thread
 from tests.support.peers import peer_binary
+from tests.support.polling import wait_for
 from tests.support.prometheus import PrometheusProcess, free_port, prometheus_binary
 from tests.support.sidecar import SidecarCollector
 from tests.support.two_senders import (
@@ -75,17 +76,6 @@ T = TypeVar("T")
 STALE_BITS = 0x7FF0000000000002
 WINDOW_MS = 5_000
 
-
-def wait_for(probe: Callable[[], T | None], *, timeout: float, what: str) -> T:
-    """Poll ``probe`` every 0.25 s until it returns something truthy; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(0.25)
-    pytest.fail(f"timed out after {timeout} s waiting for {what} (last: {last!r:.2000})")
 
 
 # -- the processes ---------------------------------------------------------------------------------
