@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 import re2
@@ -21,7 +20,6 @@ from tests.support.polling import wait_for
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(90)]
 
-T = TypeVar("T")
 ALLOWED = re2.compile(ALLOWLIST)
 ALLOWED_NAMES = {name for name, _, _ in DCGM_FIELDS if ALLOWED.fullmatch(name)}
 

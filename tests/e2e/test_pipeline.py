@@ -20,7 +20,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import re2
@@ -37,7 +37,6 @@ from tests.support.prometheus import prometheus_binary
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(90)]
 
-T = TypeVar("T")
 STALE_BITS = 0x7FF0000000000002
 NODES = 2
 SERIES_PER_NODE = 730

@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -72,7 +72,6 @@ from tests.support.two_senders import (
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(180)]
 
-T = TypeVar("T")
 STALE_BITS = 0x7FF0000000000002
 WINDOW_MS = 5_000
 
