@@ -20,6 +20,7 @@ import pytest
 from rwrouter.server.balance import Board, board_path, create_board
 from rwrouter.server.runner import RouterServer
 from rwrouter.server.workers import WorkerSpec
+from rwrouter.wire import codec
 from tests.integration.conftest import (
     StartRouter,
     eventually,
@@ -231,16 +232,31 @@ async def test_slow_body_gets_408_and_the_next_request_works(
     assert (await post_write(http, router, GOOD))[0] == 204
 
 
+#: A rule that changes labels: every new label set goes through the (Python) relabel engine,
+#: not the compiled loop's shortcut, so a request of many new series takes a while to route.
+SLOW_ROUTER = ROUTER.replace("    queue_config:", """    write_relabel_configs:
+      - {{source_labels: [i], target_label: copy}}
+    queue_config:""").replace("max_request_bytes: 64KiB", "max_request_bytes: 8MiB")
+
+
+def many_new_series(count: int) -> bytes:
+    """A compressed request of ``count`` distinct series (``m{i="<n>"}``, one sample each):
+    decoded size over the large-lane bound, seconds of routing on a cold cache."""
+    import snappy
+
+    sample = b"\x12\x0b\x09" + struct.pack("<d", 1.0) + b"\x10\x01"
+    frames = (codec.frame_series(codec.encode_labels((("__name__", "m"), ("i", str(n)))),
+                                 sample) for n in range(count))  # fmt: skip
+    return bytes(snappy.compress(b"".join(frames)))
+
+
 async def test_a_huge_request_does_not_freeze_health_probes(
     start_router: StartRouter, fresh_capture: CaptureServer, http: aiohttp.ClientSession
 ) -> None:
-    """Decoding runs in a worker thread: while a request with a million (empty) series is
-    decoded, /-/healthy still answers promptly."""
-    import snappy
-
-    router = await start_router(ROUTER.format(url=fresh_capture.url("/all")).replace(
-        "max_request_bytes: 64KiB", "max_request_bytes: 8MiB"))  # fmt: skip
-    huge = bytes(snappy.compress(b"\x0a\x00" * 1_000_000))
+    """Decoding runs in a worker thread: while a request of 150,000 new series is decoded and
+    routed, /-/healthy still answers promptly."""
+    router = await start_router(SLOW_ROUTER.format(url=fresh_capture.url("/all")))
+    huge = many_new_series(150_000)
     write = asyncio.create_task(post_write(http, router, huge))
     await asyncio.sleep(0.1)  # let the decode start
     probes = []
@@ -258,11 +274,8 @@ async def test_a_huge_request_does_not_freeze_health_probes(
 async def test_ordinary_requests_do_not_queue_behind_a_huge_one(
     start_router: StartRouter, fresh_capture: CaptureServer, http: aiohttp.ClientSession
 ) -> None:
-    import snappy
-
-    router = await start_router(ROUTER.format(url=fresh_capture.url("/all")).replace(
-        "max_request_bytes: 64KiB", "max_request_bytes: 8MiB"))  # fmt: skip
-    huge = bytes(snappy.compress(b"\x0a\x00" * 1_000_000))  # 2 MB decoded: the large lane
+    router = await start_router(SLOW_ROUTER.format(url=fresh_capture.url("/all")))
+    huge = many_new_series(150_000)  # about 4.5 MB decoded: the large lane
     write = asyncio.create_task(post_write(http, router, huge))
     await asyncio.sleep(0.1)
     started = time.perf_counter()
