@@ -169,3 +169,28 @@ def test_doubled_suffix_only_after_the_exact_family(scheme: str) -> None:
                  entry(escape_metric_name("g.y", scheme), MM.GAUGE, "gauge")])  # fmt: skip
     assert book.resolve(b"x__total") == (MM.COUNTER, b"x_", b"")
     assert book.resolve(escape_metric_name("g.y_total", scheme).encode()) is None
+
+
+def test_an_entry_seen_before_is_not_parsed_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A remote write 2.0 sender repeats every series' metadata in every request: the book
+    recognises an entry it holds by its bytes; a changed one, or one evicted, is parsed."""
+    from rwrouter.sending import metabook
+
+    parsed: list[bytes] = []
+
+    def counting(framed: bytes) -> tuple[bytes, tuple[int, bytes, bytes]]:
+        parsed.append(framed)
+        return parse_entry(framed)
+
+    monkeypatch.setattr(metabook, "parse_entry", counting)
+    book = MetadataBook(max_entries=2)
+    a, b, c = entry("a"), entry("b"), entry("c")
+    for _ in range(3):
+        book.update([a, b])
+    assert parsed == [a, b]
+    changed = entry("a", help_text="new")
+    book.update([changed, c])  # a replaced, then b (least recently updated) evicted by c
+    assert parsed == [a, b, changed, c]
+    assert book.update([a]) == 0 and parsed[-1] == a  # the old a is no longer held: parsed
+    assert [parse_entry(e)[0] for e in book.entries()] == [b"c", b"a"]
+    assert book.resolve(b"a") == (MM.GAUGE, b"", b"")

@@ -95,6 +95,7 @@ class MetadataBook:
         self.max_bytes = max_bytes
         self._doubled = escaping in (DOTS, VALUES)  # escaped names have their "_" doubled
         self._entries: OrderedDict[bytes, tuple[bytes, Meta]] = OrderedDict()
+        self._held: dict[bytes, bytes] = {}  # framed entry held -> its family (no re-parse)
         self.nbytes = 0
         self.memo: dict[bytes, Meta | None] = {}
 
@@ -107,7 +108,12 @@ class MetadataBook:
         have no family name, are skipped (the receive side counted them as invalid)."""
         entries = self._entries
         changed = False
+        held = self._held
         for entry in framed:
+            known = held.get(entry)  # the same entry again (a sender repeats its metadata)
+            if known is not None:
+                entries.move_to_end(known)
+                continue
             try:
                 family, meta = parse_entry(entry)
             except DecodeError:
@@ -117,15 +123,16 @@ class MetadataBook:
             old = entries.get(family)
             if old is not None:
                 entries.move_to_end(family)
-                if old[0] == entry:
-                    continue
                 self.nbytes -= len(old[0])
+                del held[old[0]]
             entries[family] = (entry, meta)
+            held[entry] = family
             self.nbytes += len(entry)
             changed = True
         evicted = 0
         while entries and (len(entries) > self.max_entries or self.nbytes > self.max_bytes):
             _, (gone, _) = entries.popitem(last=False)
+            del held[gone]
             self.nbytes -= len(gone)
             evicted += 1
         if changed or evicted:
