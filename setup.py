@@ -18,6 +18,7 @@ if not os.environ.get("RWROUTER_NO_EXTENSIONS"):
             ["src/rwrouter/wire/_scan.c"],
             depends=[
                 "src/rwrouter/wire/_labelcache.h",
+                "src/rwrouter/wire/_pbwalk.h",
                 "src/rwrouter/wire/_rw2in.h",
                 "src/rwrouter/wire/_rw2out.h",
             ],

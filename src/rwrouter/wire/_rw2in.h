@@ -56,67 +56,20 @@ static inline int r2_over(const R2 *c, Py_ssize_t more) {
     return more > c->limit - c->out.len - c->meta_framed;
 }
 
-typedef struct {
-    uint64_t field;
-    unsigned wire;
-    Py_ssize_t vstart, vend; /* a LEN field's value excludes its length prefix */
-} R2Field;
 
 #define R2_BAIL 0 /* hand the request to the reference */
 #define R2_OK 1
 #define R2_ERR (-1) /* an exception is set */
 #define W(x) (1u << (x))
 
-/* Grow an array of `size`-byte items to hold one more: 0 ok, -1 MemoryError. */
-static int r2_grow(void **items, Py_ssize_t n, Py_ssize_t *cap, size_t size) {
-    if (n < *cap) return 0;
-    Py_ssize_t cap2 = *cap ? 2 * *cap : 64;
-    void *p = PyMem_Realloc(*items, (size_t)cap2 * size);
-    if (!p) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    *items = p;
-    *cap = cap2;
-    return 0;
-}
-
 static inline int r2_span(R2Spans *a, Py_ssize_t start, Py_ssize_t len) {
-    if (r2_grow((void **)&a->items, a->n, &a->cap, sizeof(R2Span)) < 0) return -1;
+    if (pb_reserve((void **)&a->items, &a->cap, a->n + 1, sizeof(R2Span)) < 0) return -1;
     a->items[a->n].start = (uint32_t)start;
     a->items[a->n].len = (uint32_t)len;
     a->n++;
     return 0;
 }
 
-/* The next field of d[*pos:end], framed as walk.fields frames it: 1 and *f, 0 at the end,
- * -1 when malformed. */
-static inline int r2_next(const uint8_t *d, Py_ssize_t *pos, Py_ssize_t end, R2Field *f) {
-    Py_ssize_t p = *pos;
-    uint64_t tag, n;
-    if (p >= end) return 0;
-    if (!read_varint(d, &p, end, &tag)) return -1;
-    f->field = tag >> 3;
-    f->wire = (unsigned)(tag & 7);
-    if (f->field == 0 || f->field > MAX_FIELD_NUMBER) return -1;
-    f->vstart = p;
-    if (f->wire == 0) {
-        if (!skip_varint(d, &p, end)) return -1;
-    } else if (f->wire == 2) {
-        if (!read_varint(d, &p, end, &n) || n > (uint64_t)(end - p)) return -1;
-        f->vstart = p;
-        p += (Py_ssize_t)n;
-    } else if (f->wire == 1 || f->wire == 5) {
-        Py_ssize_t width = f->wire == 1 ? 8 : 4;
-        if (end - p < width) return -1;
-        p += width;
-    } else {
-        return -1;
-    }
-    f->vend = p;
-    *pos = p;
-    return 1;
-}
 
 static inline int r2_nonzero(const uint8_t *d, Py_ssize_t start, Py_ssize_t end) {
     for (; start < end; start++)
@@ -129,9 +82,9 @@ static inline int r2_nonzero(const uint8_t *d, Py_ssize_t start, Py_ssize_t end)
  * sets *start. */
 static int r2_check(const uint8_t *d, Py_ssize_t pos, Py_ssize_t end, const uint8_t *allowed,
                     Py_ssize_t nallowed, uint64_t start_field, int *start) {
-    R2Field f;
+    PbField f;
     int r;
-    while ((r = r2_next(d, &pos, end, &f)) == 1) {
+    while ((r = pb_next(d, &pos, end, &f)) == 1) {
         if (f.field < (uint64_t)nallowed && allowed[f.field] && !(allowed[f.field] & W(f.wire)))
             return 0;
         if (start && f.field == start_field && f.wire == 0 && r2_nonzero(d, f.vstart, f.vend))
@@ -149,9 +102,9 @@ static const uint8_t r2_hist_wires[18] = {
 
 /* validate.check_histogram (and field 17, the start timestamp): 1 ok, 0 not. */
 static int r2_histogram(const uint8_t *d, Py_ssize_t pos, Py_ssize_t end, int *start) {
-    R2Field f;
+    PbField f;
     int r;
-    while ((r = r2_next(d, &pos, end, &f)) == 1) {
+    while ((r = pb_next(d, &pos, end, &f)) == 1) {
         if (f.field <= 17 && !(r2_hist_wires[f.field] & W(f.wire))) return 0;
         if (f.field == 17 && r2_nonzero(d, f.vstart, f.vend)) *start = 1;
         if (f.wire != 2) continue;
@@ -171,14 +124,14 @@ static int r2_histogram(const uint8_t *d, Py_ssize_t pos, Py_ssize_t end, int *s
 
 /* Append the refs of one labels_refs field (packed, or one varint) to *refs: R2_OK, R2_BAIL
  * (malformed, or a ref outside the table), R2_ERR. */
-static int r2_refs(R2 *c, const R2Field *f, R2Refs *refs) {
+static int r2_refs(R2 *c, const PbField *f, R2Refs *refs) {
     const uint8_t *d = c->d;
     Py_ssize_t p = f->vstart;
     if (f->wire != 0 && f->wire != 2) return R2_BAIL;
     while (p < f->vend) {
         uint64_t ref;
         if (!read_varint(d, &p, f->vend, &ref) || ref >= (uint64_t)c->sym.n) return R2_BAIL;
-        if (r2_grow((void **)&refs->items, refs->n, &refs->cap, sizeof(uint32_t)) < 0)
+        if (pb_reserve((void **)&refs->items, &refs->cap, refs->n + 1, sizeof(uint32_t)) < 0)
             return R2_ERR;
         refs->items[refs->n++] = (uint32_t)ref;
         if (f->wire == 0) break;
@@ -230,11 +183,11 @@ static char *r2_put_labels(const R2 *c, const R2Refs *refs, char *p, const R2Spa
  * to c->scratch: R2_OK, R2_BAIL, R2_ERR. */
 static int r2_exemplar(R2 *c, Py_ssize_t pos, Py_ssize_t end) {
     const uint8_t *d = c->d;
-    R2Field f;
+    PbField f;
     int r;
     Py_ssize_t rest = 0, at = pos;
     c->xrefs.n = 0;
-    while ((r = r2_next(d, &at, end, &f)) == 1) {
+    while ((r = pb_next(d, &at, end, &f)) == 1) {
         if (f.field == 1) {
             int k = r2_refs(c, &f, &c->xrefs);
             if (k != R2_OK) return k;
@@ -252,7 +205,7 @@ static int r2_exemplar(R2 *c, Py_ssize_t pos, Py_ssize_t end) {
     p = put_varint(p, (uint64_t)inner);
     p = r2_put_labels(c, &c->xrefs, p, NULL);
     at = pos;
-    while (r2_next(d, &at, end, &f) == 1) {
+    while (pb_next(d, &at, end, &f) == 1) {
         if (f.field != 2 && f.field != 3) continue;
         *p++ = f.field == 2 ? 0x11 : 0x18;
         memcpy(p, d + f.vstart, (size_t)(f.vend - f.vstart));
@@ -264,9 +217,9 @@ static int r2_exemplar(R2 *c, Py_ssize_t pos, Py_ssize_t end) {
 
 /* Merge one Metadata field into meta[type, help_ref, unit_ref]: 1 ok, 0 bail. */
 static int r2_metadata(const uint8_t *d, Py_ssize_t pos, Py_ssize_t end, uint64_t *meta) {
-    R2Field f;
+    PbField f;
     int r;
-    while ((r = r2_next(d, &pos, end, &f)) == 1) {
+    while ((r = pb_next(d, &pos, end, &f)) == 1) {
         if (f.field != 1 && f.field != 3 && f.field != 4) continue;
         Py_ssize_t p = f.vstart;
         if (f.wire != 0 || !read_varint(d, &p, f.vend, &meta[f.field > 1 ? f.field - 2 : 0]))
@@ -333,7 +286,7 @@ static int r2_add_metadata(R2 *c, uint64_t *meta, const R2Span *metric) {
             return R2_OK; /* seen: the tentative copy is overwritten by the next one */
     }
     if (r2_over(c, r2_string_size(size))) return R2_BAIL; /* a new entry over the limit */
-    if (r2_grow((void **)&c->entries, c->nentries, &c->capentries, sizeof(R2Entry)) < 0)
+    if (pb_reserve((void **)&c->entries, &c->capentries, c->nentries + 1, sizeof(R2Entry)) < 0)
         return R2_ERR;
     c->entries[c->nentries] = (R2Entry){off, size, hash};
     c->table[slot] = ++c->nentries;
@@ -362,10 +315,10 @@ static int r2_add_metadata(R2 *c, uint64_t *meta, const R2Span *metric) {
  * metadata; checks samples and histograms. R2_OK, R2_BAIL, R2_ERR. */
 static int r2_walk_series(R2 *c, Py_ssize_t pos, Py_ssize_t end, uint64_t *meta, int *start) {
     const uint8_t *d = c->d;
-    R2Field f;
+    PbField f;
     int r;
     c->refs.n = c->samples.n = c->hists.n = c->exemplars.n = 0;
-    while ((r = r2_next(d, &pos, end, &f)) == 1) {
+    while ((r = pb_next(d, &pos, end, &f)) == 1) {
         if (f.field == 1) {
             int k = r2_refs(c, &f, &c->refs);
             if (k != R2_OK) return k;
@@ -449,9 +402,9 @@ static int r2_exact(R2Spans *a, Py_ssize_t n) {
  * walk counts them (and checks the framing), a second one records them. */
 static int r2_request(R2 *c, Py_ssize_t end) {
     Py_ssize_t pos = 0, nsym = 0, nseries = 0;
-    R2Field f;
+    PbField f;
     int r;
-    while ((r = r2_next(c->d, &pos, end, &f)) == 1) {
+    while ((r = pb_next(c->d, &pos, end, &f)) == 1) {
         if (f.field != 4 && f.field != 5) continue;
         if (f.wire != 2 || (f.field == 4 && !nsym && f.vend > f.vstart)) return R2_BAIL;
         if (f.field == 4)
@@ -463,7 +416,7 @@ static int r2_request(R2 *c, Py_ssize_t end) {
     if ((nsym && r2_exact(&c->sym, nsym) < 0) || (nseries && r2_exact(&c->series, nseries) < 0))
         return R2_ERR;
     pos = 0;
-    while ((r = r2_next(c->d, &pos, end, &f)) == 1) {
+    while ((r = pb_next(c->d, &pos, end, &f)) == 1) {
         if (f.field != 4 && f.field != 5) continue;
         if (f.wire != 2) return R2_BAIL;
         if (r2_span(f.field == 4 ? &c->sym : &c->series, f.vstart, f.vend - f.vstart) < 0)

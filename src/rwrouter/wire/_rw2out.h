@@ -19,58 +19,17 @@
 #define RW_HIST 1     /* piece: a Histogram payload of the body (sent under tag 0x1a) */
 #define RW_EXEMPLAR 2 /* piece: a converted Exemplar payload in the exemplar buffer */
 
-/* A growable array of elem-sized items: room for `need` items, 0 ok, -1 (MemoryError). */
-static int rw_reserve(void **data, Py_ssize_t *cap, Py_ssize_t need, size_t elem) {
-    if (need <= *cap) return 0;
-    Py_ssize_t c = *cap ? *cap : 64;
-    while (c < need) c *= 2;
-    if ((size_t)c > (size_t)PY_SSIZE_T_MAX / elem) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    void *p = PyMem_Realloc(*data, (size_t)c * elem);
-    if (!p) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    *data = p;
-    *cap = c;
-    return 0;
-}
 
 /* The field at *pos (before end): its number, wire type, start (tag) and value range (a LEN
  * value without its length); *pos moves past it. 1, or 0 for what the reference decides. */
 static int rw_field(const uint8_t *d, Py_ssize_t *pos, Py_ssize_t end, uint64_t *number,
                     int *wire_type, Py_ssize_t *vstart, Py_ssize_t *vend) {
-    uint64_t key, len;
-    Py_ssize_t p = *pos;
-    if (!read_varint(d, &p, end, &key)) return 0;
-    *number = key >> 3;
-    *wire_type = (int)(key & 7);
-    if (*number == 0 || *number > MAX_FIELD_NUMBER) return 0;
-    *vstart = p;
-    switch (*wire_type) {
-    case 0:
-        if (!skip_varint(d, &p, end)) return 0;
-        break;
-    case 1:
-        if (end - p < 8) return 0;
-        p += 8;
-        break;
-    case 2:
-        if (!read_varint(d, &p, end, &len) || len > (uint64_t)(end - p)) return 0;
-        *vstart = p;
-        p += (Py_ssize_t)len;
-        break;
-    case 5:
-        if (end - p < 4) return 0;
-        p += 4;
-        break;
-    default:
-        return 0;
-    }
-    *vend = p;
-    *pos = p;
+    PbField f;
+    if (pb_next(d, pos, end, &f) != 1) return 0;
+    *number = f.field;
+    *wire_type = (int)f.wire;
+    *vstart = f.vstart;
+    *vend = f.vend;
     return 1;
 }
 
@@ -124,7 +83,7 @@ static int sym_rehash(RwSymbols *t, Py_ssize_t capacity) {
 }
 
 static int sym_init(RwSymbols *t) {
-    if (rw_reserve((void **)&t->syms, &t->capsyms, 1, sizeof(RwSym)) < 0) return -1;
+    if (pb_reserve((void **)&t->syms, &t->capsyms, 1, sizeof(RwSym)) < 0) return -1;
     t->syms[0].p = "";
     t->syms[0].n = 0;
     t->syms[0].h = 0;
@@ -146,7 +105,7 @@ static int64_t sym_ref(RwSymbols *t, const char *p, Py_ssize_t n) {
         PyErr_SetString(PyExc_OverflowError, "too many symbols in one request");
         return -1;
     }
-    if (rw_reserve((void **)&t->syms, &t->capsyms, t->nsyms + 1, sizeof(RwSym)) < 0) return -1;
+    if (pb_reserve((void **)&t->syms, &t->capsyms, t->nsyms + 1, sizeof(RwSym)) < 0) return -1;
     int64_t ref = t->nsyms;
     t->syms[ref].p = p;
     t->syms[ref].n = n;
@@ -230,7 +189,7 @@ static void enc_free(RwEnc *e) {
 }
 
 static int add_piece(RwEnc *e, uint8_t kind, Py_ssize_t start, Py_ssize_t len) {
-    if (rw_reserve((void **)&e->pieces, &e->cappieces, e->npieces + 1, sizeof(RwPiece)) < 0)
+    if (pb_reserve((void **)&e->pieces, &e->cappieces, e->npieces + 1, sizeof(RwPiece)) < 0)
         return -1;
     e->pieces[e->npieces].kind = kind;
     e->pieces[e->npieces].start = start;
@@ -300,7 +259,7 @@ static int pair_find(RwPairs *t, const uint8_t *d, Py_ssize_t start, Py_ssize_t 
 
 static int pair_add(RwPairs *t, Py_ssize_t slot, const RwPair *pair) {
     if (t->npairs >= (Py_ssize_t)UINT32_MAX - 1) return 0; /* not cached: still correct */
-    if (rw_reserve((void **)&t->pairs, &t->cappairs, t->npairs + 1, sizeof(RwPair)) < 0)
+    if (pb_reserve((void **)&t->pairs, &t->cappairs, t->npairs + 1, sizeof(RwPair)) < 0)
         return -1;
     t->pairs[t->npairs] = *pair;
     t->slots[slot] = (uint32_t)(++t->npairs);
@@ -342,7 +301,7 @@ static int label_refs(RwEnc *e, const uint8_t *d, Py_ssize_t start, Py_ssize_t e
     RwPair pair;
     int r = label_pair(e, d, start, end, &pair);
     if (r <= 0) return r;
-    if (rw_reserve((void **)dst, cap, *n + 2, sizeof(uint32_t)) < 0) return -1;
+    if (pb_reserve((void **)dst, cap, *n + 2, sizeof(uint32_t)) < 0) return -1;
     (*dst)[(*n)++] = pair.a;
     (*dst)[(*n)++] = pair.b;
     if (name_at && pair.name_v >= 0 && *name_at < 0) {
@@ -383,8 +342,8 @@ static int convert_exemplar(RwEnc *e, const uint8_t *d, Py_ssize_t start, Py_ssi
             if (r <= 0) return r;
             continue;
         }
-        if (rw_reserve((void **)&e->ranges, &e->capranges, e->nranges + 2, sizeof(Py_ssize_t)) <
-            0)
+        if (pb_reserve((void **)&e->ranges, &e->capranges, e->nranges + 2,
+                       sizeof(Py_ssize_t)) < 0)
             return -1;
         e->ranges[e->nranges++] = head;
         e->ranges[e->nranges++] = ve;
@@ -476,7 +435,7 @@ static int frame_meta(RwEnc *e, const uint8_t *d, Py_ssize_t at, Py_ssize_t n, R
  * labels, then exemplar labels, then metadata help and unit. */
 static int parse_frame(RwEnc *e, const uint8_t *d, Py_ssize_t start, Py_ssize_t end,
                        PyObject *memo, PyObject *resolve) {
-    if (rw_reserve((void **)&e->frames, &e->capframes, e->nframes + 1, sizeof(RwFrame)) < 0)
+    if (pb_reserve((void **)&e->frames, &e->capframes, e->nframes + 1, sizeof(RwFrame)) < 0)
         return -1;
     RwFrame *f = &e->frames[e->nframes];
     memset(f, 0, sizeof(*f));
@@ -501,7 +460,7 @@ static int parse_frame(RwEnc *e, const uint8_t *d, Py_ssize_t start, Py_ssize_t 
             if (add_piece(e, RW_HIST, vs, ve - vs) < 0) return -1;
             f->nhist++;
         } else if (number == 3) { /* converted after the labels, as the reference does */
-            if (rw_reserve((void **)&e->ranges, &e->capranges, e->nranges + 2,
+            if (pb_reserve((void **)&e->ranges, &e->capranges, e->nranges + 2,
                            sizeof(Py_ssize_t)) < 0)
                 return -1;
             e->ranges[e->nranges++] = vs;

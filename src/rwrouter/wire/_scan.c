@@ -1118,6 +1118,7 @@ done:
     return out;
 }
 
+#include "_pbwalk.h" /* pb_next, pb_reserve: shared by the two below */
 #include "_rw2in.h" /* rw2_to_rw1: remote write 2.0 in (rwrouter.wire.rw2_in) */
 #include "_rw2out.h" /* encode_v2, strip_start_timestamps: remote write 2.0 out */
 
