@@ -15,8 +15,8 @@ import sys
 
 from bench.workload import A_REGEX, load_or_generate
 from rwrouter.config import parse_config
-from rwrouter.sending.fanout import build_router
-from rwrouter.sending.records import encode_share
+from rwrouter.queue.records import encode_share
+from rwrouter.routing import build_router
 from rwrouter.wire import decompress
 
 CONFIG = f"""

@@ -24,6 +24,7 @@ from rwrouter.errors import UnsupportedError
 
 __all__ = [
     "MESSAGES",
+    "NEVER_SIGNED",
     "RW1_MESSAGE",
     "RW2_MESSAGE",
     "WRITTEN_HEADERS",
@@ -31,6 +32,42 @@ __all__ = [
     "message_of",
     "request_headers",
 ]
+
+#: Lower-case header names never put on a SigV4-signed request
+#: (:func:`rwrouter.auth.sigv4.headers_to_sign`) nor accepted in a sigv4 destination's
+#: ``headers`` (:mod:`rwrouter.config.client`):
+#: botocore's ``SIGNED_HEADERS_BLACKLIST`` (hop-by-hop, tracing, User-Agent: it would be sent
+#: unsigned), the Cortex/Mimir tenant header (never sent to the workspace), and the headers the
+#: signer or the HTTP client set themselves.
+NEVER_SIGNED: frozenset[str] = frozenset(
+    {
+        # botocore SIGNED_HEADERS_BLACKLIST
+        "baggage",
+        "connection",
+        "expect",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "traceparent",
+        "tracestate",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "user-agent",
+        "x-amzn-trace-id",
+        # tenant header of Cortex/Mimir: never sent to the workspace
+        "x-scope-orgid",
+        # set by the signer (Host, X-Amz-*, Authorization) or the HTTP client (Content-Length)
+        "authorization",
+        "host",
+        "date",
+        "x-amz-date",
+        "x-amz-security-token",
+        "x-amz-content-sha256",
+        "content-length",
+    }
+)
 
 RW1_MESSAGE = "prometheus.WriteRequest"
 RW2_MESSAGE = "io.prometheus.write.v2.Request"

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import yaml
 
+from rwrouter.doubles.router import RouterProcess
 from rwrouter.relabel import parse_relabel_configs, process
-from rwrouter.testing.router import RouterProcess
 from tests.conformance.relabel_tables import RuleSets
 from tests.support.capture import CaptureServer
 from tests.support.prometheus import PrometheusProcess, free_port

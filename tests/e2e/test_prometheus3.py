@@ -35,9 +35,10 @@ from typing import Any
 import pytest
 
 from rwrouter.demo.exporter import ExporterFleet
+from rwrouter.doubles.router import RouterProcess
+from rwrouter.doubles.workspace import Key, WorkspaceDouble
+from rwrouter.doubles.workspace_runner import run_in_thread
 from rwrouter.protocol import RW2_MESSAGE
-from rwrouter.testing.router import RouterProcess
-from rwrouter.testing.workspace import Key, WorkspaceDouble, run_in_thread
 from tests.support.peers import peer_binary
 from tests.support.polling import wait_for
 from tests.support.prometheus import PrometheusProcess, free_port, prometheus_binary

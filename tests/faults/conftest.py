@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from rwrouter.testing.workspace import run_in_thread
+from rwrouter.doubles.workspace_runner import run_in_thread
 from tests.faults.harness import (
     DeliveryTap,
     OutageWorkspace,

@@ -31,11 +31,11 @@ import snappy
 import yaml
 from aiohttp import web
 
+from rwrouter.doubles.prometheus import PrometheusProcess, free_port
+from rwrouter.doubles.router import RouterProcess
+from rwrouter.doubles.workspace import Fault, Key, WorkspaceDouble
+from rwrouter.doubles.workspace_runner import ThreadedWorkspace
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE
-from rwrouter.testing.prometheus import PrometheusProcess, free_port
-from rwrouter.testing.router import RouterProcess
-from rwrouter.testing.workspace import Fault, Key, WorkspaceDouble
-from rwrouter.testing.workspace_runner import ThreadedWorkspace
 from rwrouter.wire import remote_pb2
 from tests.support.ledger import SampleKey, by_name
 from tests.support.series import label_set

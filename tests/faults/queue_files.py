@@ -1,5 +1,5 @@
 """Reading a destination's disk queue from the test, with the router's own record format
-(:mod:`rwrouter.sending.records`) and position file (:mod:`rwrouter.sending.diskqueue`):
+(:mod:`rwrouter.queue.records`) and position file (:mod:`rwrouter.queue.diskqueue`):
 what a restart will send first, and where the last record lies (to tear it)."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rwrouter.sending.diskqueue import POSITION, SUFFIX
-from rwrouter.sending.records import HEADER, check_record, decode_record
-from rwrouter.sending.rejected import safe_dirname
+from rwrouter.deadletter.store import safe_dirname
+from rwrouter.queue.diskqueue import POSITION, SUFFIX
+from rwrouter.queue.records import HEADER, check_record, decode_record
 from rwrouter.wire import remote_pb2
 from tests.support.ledger import SampleKey
 from tests.support.series import label_set

@@ -29,8 +29,8 @@ import pytest
 import yaml
 
 from rwrouter.demo.exporter import ExporterFleet
+from rwrouter.doubles.router import RouterProcess
 from rwrouter.protocol import RW1_MESSAGE
-from rwrouter.testing.router import RouterProcess
 from tests.faults.harness import (
     PROTOCOL_IDS,
     PROTOCOLS,

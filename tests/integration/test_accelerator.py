@@ -13,8 +13,8 @@ import pytest
 import snappy  # type: ignore[import-untyped,unused-ignore]
 
 from bench.workload import A_REGEX, generate
-from rwrouter.testing.prometheus import free_port
-from rwrouter.testing.router import RouterProcess
+from rwrouter.doubles.prometheus import free_port
+from rwrouter.doubles.router import RouterProcess
 from rwrouter.wire import remote_pb2
 from rwrouter.wire.scan import ACCELERATED
 from tests.support.capture import CaptureServer

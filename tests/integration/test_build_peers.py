@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rwrouter.testing.prometheus import PrometheusNotFoundError
+from rwrouter.doubles.prometheus import PrometheusNotFoundError
 from tests.support.peers import peer_path, peers
 from tests.support.prometheus import missing_prometheus
 

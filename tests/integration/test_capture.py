@@ -17,9 +17,9 @@ import snappy
 from aiohttp import web
 
 from rwrouter.audit.capture import MAGIC, MAX_BODY_BYTES, CaptureError, CaptureReader
+from rwrouter.audit.live import audit_capture
 from rwrouter.config import ServerConfig, parse_config
 from rwrouter.protocol import Written
-from rwrouter.sending.audit import audit_capture
 from rwrouter.server.capture import CaptureWriter, capture_app
 from tests.integration.conftest import StartRouter, post_write
 from tests.integration.test_audit import ROUTER, audit, base, by_name, fleet

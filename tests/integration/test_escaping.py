@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
-from rwrouter.testing.workspace import Key, WorkspaceDouble
+from rwrouter.doubles.workspace import Key, WorkspaceDouble
 from rwrouter.wire import types_pb2
 from tests.integration.conftest import StartRouter, eventually, metric_value, post_write
 from tests.support.capture import CaptureServer

@@ -30,9 +30,9 @@ import aiohttp
 import pytest
 
 from rwrouter.auth.credentials import open_source
-from rwrouter.sending.rejected import RejectedEntry, RejectedStore, rejected_dir
+from rwrouter.deadletter.store import RejectedEntry, RejectedStore, rejected_dir
+from rwrouter.doubles.workspace import Key, Limits, WorkspaceDouble
 from rwrouter.server.runner import RouterServer
-from rwrouter.testing.workspace import Key, Limits, WorkspaceDouble
 from tests.integration.conftest import StartRouter, eventually, metric_value, post_write
 from tests.support.capture import CaptureServer
 from tests.support.faults import (

@@ -13,9 +13,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from rwrouter.doubles.prometheus import free_port
+from rwrouter.doubles.router import RouterProcess
 from rwrouter.server.runner import RouterServer
-from rwrouter.testing.prometheus import free_port
-from rwrouter.testing.router import RouterProcess
 from tests.integration.conftest import Start, eventually, metric_value, post_write
 from tests.support.capture import CaptureServer
 from tests.support.series import Series, build_body

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import snappy
 
+from rwrouter.doubles.router import RouterProcess
 from rwrouter.protocol import RW2_MESSAGE, message_of
-from rwrouter.testing.router import RouterProcess
 from rwrouter.wire.rw2_in import to_rw1
 from tests.support.capture import CaptureServer
 from tests.support.peers import peer_binary

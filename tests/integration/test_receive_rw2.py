@@ -16,7 +16,7 @@ import pytest
 import snappy
 
 from rwrouter.protocol import RW2_MESSAGE, WRITTEN_HEADERS, Written
-from rwrouter.sending.records import FLAG_START_TIMESTAMPS, HEADER, decode_record
+from rwrouter.queue.records import FLAG_START_TIMESTAMPS, HEADER, decode_record
 from rwrouter.server.runner import RouterServer
 from rwrouter.wire import remote_pb2, types_pb2, write_v2_pb2
 from tests.integration.conftest import StartRouter, eventually, metric_value, post_write

@@ -14,12 +14,18 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from rwrouter.rejected_cli import REPLAY_RETRIES, main
-from rwrouter.sending.rejected import RejectedStore, rejected_dir
+from rwrouter.cli import main as rwrouter_main
+from rwrouter.cli.rejected import REPLAY_RETRIES
+from rwrouter.deadletter.store import RejectedStore, rejected_dir
 from tests.support.capture import CaptureServer
 from tests.support.series import Series, write_request
 
 T0 = 1_700_000_000.0  # unix seconds: 2023-11-14 22:13:20 UTC
+
+
+def main(args: list[str]) -> int:
+    """``rwrouter rejected ARGS``, in process."""
+    return rwrouter_main(["rejected", *args])
 
 
 @pytest.fixture(autouse=True)

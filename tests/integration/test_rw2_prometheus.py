@@ -22,8 +22,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from rwrouter.doubles.prometheus import PrometheusProcess
 from rwrouter.protocol import RW2_MESSAGE
-from rwrouter.testing.prometheus import PrometheusProcess
 from rwrouter.wire import remote_pb2, types_pb2
 from tests.integration.conftest import StartRouter, eventually, metric_value, post_write
 from tests.support.peers import peer_binary

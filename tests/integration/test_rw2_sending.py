@@ -20,13 +20,13 @@ from aiohttp import web
 
 from rwrouter.auth.schemes import NoAuth
 from rwrouter.config import StorageConfig, parse_config
+from rwrouter.doubles.workspace import Key, WorkspaceDouble
 from rwrouter.metrics import Metrics
+from rwrouter.pipeline.destination import Destination
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written, message_of
+from rwrouter.queue.records import FLAG_START_TIMESTAMPS, encode_share
 from rwrouter.routing import Route, Router
-from rwrouter.sending.destination import Destination
-from rwrouter.sending.records import FLAG_START_TIMESTAMPS, encode_share
-from rwrouter.sending.transport import Transport
-from rwrouter.testing.workspace import Key, WorkspaceDouble
+from rwrouter.send.transport import Transport
 from rwrouter.wire import decompress, remote_pb2, types_pb2, write_v2_pb2
 from tests.integration.conftest import Start, StartRouter, eventually, metric_value, post_write
 from tests.integration.test_sending import Serve, serve  # noqa: F401  (the fixture)

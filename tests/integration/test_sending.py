@@ -22,11 +22,11 @@ from aiohttp import web
 from rwrouter.auth.schemes import NoAuth
 from rwrouter.config import StorageConfig, parse_config
 from rwrouter.metrics import Metrics
+from rwrouter.pipeline.destination import Destination
+from rwrouter.queue.records import HEADER, META_SIZE, encode_share
 from rwrouter.routing import Route, RoutedSeries, Router
-from rwrouter.sending.delivery import SPLIT_BUDGET
-from rwrouter.sending.destination import Destination
-from rwrouter.sending.records import HEADER, META_SIZE, encode_share
-from rwrouter.sending.transport import Transport
+from rwrouter.send.delivery import SPLIT_BUDGET
+from rwrouter.send.transport import Transport
 from rwrouter.wire import declared_size, remote_pb2, types_pb2
 from rwrouter.wire.scan import INDEX
 from rwrouter.wire.walk import encode_varint

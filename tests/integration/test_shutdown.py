@@ -19,8 +19,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from rwrouter.testing.prometheus import free_port
-from rwrouter.testing.router import RouterProcess
+from rwrouter.doubles.prometheus import free_port
+from rwrouter.doubles.router import RouterProcess
 from tests.integration.conftest import Start, eventually, metric_value, post_write
 from tests.support.capture import CaptureServer
 from tests.support.series import HEADERS, Series, build_body

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from rwrouter.doubles.prometheus import free_port
+from rwrouter.doubles.router import RouterProcess
 from rwrouter.server.balance import board_path
 from rwrouter.server.workers import WorkerSpec
-from rwrouter.testing.prometheus import free_port
-from rwrouter.testing.router import RouterProcess
 from tests.support.capture import CaptureServer
 from tests.support.series import HEADERS, Series, build_body
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from rwrouter.doubles.workspace import Fault, Key, WorkspaceDouble
 from rwrouter.server.runner import RouterServer
-from rwrouter.testing.workspace import Fault, Key, WorkspaceDouble
 from tests.integration.conftest import StartRouter, eventually, metric_value, post_write
 from tests.support.series import HEADERS, Series, build_body
 

@@ -23,8 +23,8 @@ import pytest
 import snappy  # type: ignore[import-untyped,unused-ignore]
 
 from rwrouter.auth.credentials import FrozenCredentials, sign
-from rwrouter.testing import sigv4_verify
-from rwrouter.testing.workspace import (
+from rwrouter.doubles import sigv4_verify
+from rwrouter.doubles.workspace import (
     Fault,
     Key,
     Limits,
@@ -720,7 +720,7 @@ def test_run_in_thread_serves_sync_callers() -> None:
 
 
 def test_module_entry_point_serves_until_terminated() -> None:
-    command = [sys.executable, "-m", "rwrouter.testing.workspace", "--port", "0", "--region",
+    command = [sys.executable, "-m", "rwrouter.doubles.workspace_runner", "--port", "0", "--region",
                REGION, "--workspace", "ws-9", "--access-key", "AKID", "--secret", "S"]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:

@@ -28,9 +28,9 @@ from urllib.parse import parse_qs
 import aiohttp
 from aiohttp import web
 
-from rwrouter.testing.sigv4_verify import Rejection
-from rwrouter.testing.workspace import WorkspaceDouble
-from rwrouter.testing.workspace_store import Outcome
+from rwrouter.doubles.sigv4_verify import Rejection
+from rwrouter.doubles.workspace import WorkspaceDouble
+from rwrouter.doubles.workspace_store import Outcome
 from rwrouter.wire import declared_size
 from tests.support.capture import CaptureServer
 from tests.support.series import LabelSet, Series, decode, label_set

@@ -44,9 +44,9 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from rwrouter.doubles.prometheus import PrometheusProcess
+from rwrouter.doubles.workspace import WorkspaceDouble
 from rwrouter.protocol import MESSAGES, RW1_MESSAGE, RW2_MESSAGE, Written, request_headers
-from rwrouter.testing.prometheus import PrometheusProcess
-from rwrouter.testing.workspace import WorkspaceDouble
 from tests.support.rw2 import encode_v2, symbolize
 from tests.support.series import LabelSet, Series, encode, label_set, write_request
 

@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from rwrouter.testing.prometheus import PrometheusNotFoundError
+from rwrouter.doubles.prometheus import PrometheusNotFoundError
 from tests.support.prometheus import missing_prometheus
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Test wrapper of :mod:`rwrouter.testing.prometheus` (a real Prometheus as a test peer).
+"""Test wrapper of :mod:`rwrouter.doubles.prometheus` (a real Prometheus as a test peer).
 
 Re-exports the package's runner. When the ``prometheus`` binary is missing the calling test is
 skipped locally, but fails when the ``CI`` environment variable is set: CI must never silently
@@ -17,8 +17,8 @@ from typing import Any, NoReturn
 
 import pytest
 
-from rwrouter.testing import prometheus as _runner
-from rwrouter.testing.prometheus import (
+from rwrouter.doubles import prometheus as _runner
+from rwrouter.doubles.prometheus import (
     MetricSample,
     PrometheusNotFoundError,
     free_port,
@@ -50,12 +50,12 @@ def prometheus_binary() -> str:
 
 
 class PrometheusProcess(_runner.PrometheusProcess):
-    """:class:`rwrouter.testing.prometheus.PrometheusProcess`, skipping (failing on CI) when
+    """:class:`rwrouter.doubles.prometheus.PrometheusProcess`, skipping (failing on CI) when
     the binary is missing."""
 
     @classmethod
     def start(cls, config_text: str, **options: Any) -> PrometheusProcess:
-        """:meth:`rwrouter.testing.prometheus.PrometheusProcess.start`, same options."""
+        """:meth:`rwrouter.doubles.prometheus.PrometheusProcess.start`, same options."""
         try:
             prom = super().start(config_text, **options)
         except PrometheusNotFoundError as exc:

@@ -4,7 +4,7 @@ The pure core never imports aiohttp, asyncio, botocore, prometheus_client, socke
 reads the clock another way) and never imports rwrouter modules outside the pure core. Only
 ``auth/credentials.py`` imports botocore; only ``metrics.py`` imports prometheus_client (besides
 the demo exporter and the test harness, which are not the router); only ``server/``,
-``testing/`` and ``demo/`` import ``aiohttp.web`` (``sending/transport.py`` may use the aiohttp
+``testing/`` and ``demo/`` import ``aiohttp.web`` (``send/transport.py`` may use the aiohttp
 client). Every module imports on its own in a fresh interpreter, without side effects.
 """
 
@@ -45,6 +45,7 @@ def all_modules() -> dict[str, Path]:
 
 
 MODULES = all_modules()
+EXTENSIONS = {"rwrouter.wire._scan"}  # the compiled accelerator (setup.py): a module, not .py
 
 
 def _resolve_from(importer: str, is_package: bool, node: ast.ImportFrom) -> str:
@@ -63,7 +64,7 @@ def _targets(importer: str, is_package: bool, node: ast.AST) -> Iterator[tuple[s
         base = _resolve_from(importer, is_package, node)
         for alias in node.names:
             full = f"{base}.{alias.name}"
-            target = full if full in MODULES else base
+            target = full if full in MODULES or full in EXTENSIONS else base
             web = base.startswith("aiohttp.web") or (
                 base == "aiohttp" and alias.name.startswith("web")
             )
@@ -109,11 +110,15 @@ def under(name: str, *prefixes: str) -> bool:
 
 
 # Package roots with no code of their own count as part of the pure core (they are checked too).
-PURE_ROOTS = ("rwrouter", "rwrouter.auth", "rwrouter.sending")
+PURE_ROOTS = ("rwrouter", "rwrouter.auth", "rwrouter.queue", "rwrouter.send")
+
+
+# The live audit (a lock, a log line) sits in audit/ beside the pure core it drives.
+SHELL_IN_CORE = ("rwrouter.audit.live",)
 
 
 def is_pure(name: str) -> bool:
-    if name.endswith("_pb2"):
+    if name.endswith("_pb2") or under(name, *SHELL_IN_CORE):
         return False
     return name in PURE_ROOTS or under(
         name,
@@ -122,11 +127,11 @@ def is_pure(name: str) -> bool:
         "rwrouter.relabel",
         "rwrouter.routing",
         "rwrouter.auth.sigv4",
-        "rwrouter.sending.retry",
-        "rwrouter.sending.batching",
-        "rwrouter.sending.records",
-        "rwrouter.sending.metabook",
-        "rwrouter.sending.encoding",
+        "rwrouter.send.retry",
+        "rwrouter.send.batching",
+        "rwrouter.queue.records",
+        "rwrouter.send.metabook",
+        "rwrouter.send.encoding",
         "rwrouter.errors",
         "rwrouter.protocol",
         "rwrouter.config",
@@ -151,7 +156,7 @@ def _botocore_offence(imp: Import) -> bool:
 
 # The router's own metrics live in rwrouter.metrics. The demo's synthetic exporter and the
 # test harness (parsing a real Prometheus's /metrics) are not the router: they may use it too.
-PROMETHEUS_CLIENT_USERS = ("rwrouter.metrics", "rwrouter.testing", "rwrouter.demo")
+PROMETHEUS_CLIENT_USERS = ("rwrouter.metrics", "rwrouter.doubles", "rwrouter.demo")
 
 
 def _prometheus_client_offence(imp: Import) -> bool:
@@ -160,7 +165,7 @@ def _prometheus_client_offence(imp: Import) -> bool:
     )
 
 
-WEB_SERVER_SIDE = ("rwrouter.server", "rwrouter.testing", "rwrouter.demo")
+WEB_SERVER_SIDE = ("rwrouter.server", "rwrouter.doubles", "rwrouter.demo")
 
 
 def _aiohttp_web_offence(imp: Import) -> bool:
@@ -168,8 +173,16 @@ def _aiohttp_web_offence(imp: Import) -> bool:
 
 
 def _aiohttp_offence(imp: Import) -> bool:
-    allowed = under(imp.importer, *WEB_SERVER_SIDE, "rwrouter.sending.transport")
+    allowed = under(imp.importer, *WEB_SERVER_SIDE, "rwrouter.send.transport")
     return top(imp.target) == "aiohttp" and not allowed
+
+
+def _doubles_offence(imp: Import) -> bool:
+    """The doubles the demo ships (rwrouter.doubles) are not the router: only the demo (and
+    the tests, outside the package) use them."""
+    return under(imp.target, "rwrouter.doubles") and not under(
+        imp.importer, "rwrouter.doubles", "rwrouter.demo"
+    )
 
 
 RULES: list[tuple[str, Callable[[Import], bool]]] = [
@@ -178,6 +191,7 @@ RULES: list[tuple[str, Callable[[Import], bool]]] = [
     ("only_metrics_imports_prometheus_client", _prometheus_client_offence),
     ("only_server_testing_demo_import_aiohttp_web", _aiohttp_web_offence),
     ("aiohttp_client_only_in_transport", _aiohttp_offence),
+    ("only_the_demo_imports_the_doubles", _doubles_offence),
 ]
 
 
@@ -194,7 +208,7 @@ def test_import_direction(rule: Callable[[Import], bool]) -> None:
 
 RULE_CASES = [
     ("pure_imports_time", _pure_offence, "rwrouter.routing", "time", False, True),
-    ("pure_imports_asyncio", _pure_offence, "rwrouter.sending.retry", "asyncio", False, True),
+    ("pure_imports_asyncio", _pure_offence, "rwrouter.send.retry", "asyncio", False, True),
     ("pure_imports_socket", _pure_offence, "rwrouter.config.load", "socket", False, True),
     ("pure_imports_shell_module", _pure_offence, "rwrouter.wire.codec", "rwrouter.metrics",
      False, True),
@@ -203,22 +217,26 @@ RULE_CASES = [
     ("pure_imports_pure", _pure_offence, "rwrouter.config.parse", "rwrouter.relabel", False,
      False),
     ("pure_imports_yaml", _pure_offence, "rwrouter.config.parse", "yaml", False, False),
-    ("shell_imports_time", _pure_offence, "rwrouter.sending.destination", "time", False, False),
+    ("shell_imports_time", _pure_offence, "rwrouter.pipeline.destination", "time", False, False),
     ("botocore_outside_credentials", _botocore_offence, "rwrouter.auth.schemes",
      "botocore.session", False, True),
     ("botocore_in_credentials", _botocore_offence, "rwrouter.auth.credentials",
      "botocore.session", False, False),
     ("prometheus_client_outside_metrics", _prometheus_client_offence, "rwrouter.server.app",
      "prometheus_client", False, True),
-    ("aiohttp_web_in_transport", _aiohttp_web_offence, "rwrouter.sending.transport", "aiohttp",
+    ("aiohttp_web_in_transport", _aiohttp_web_offence, "rwrouter.send.transport", "aiohttp",
      True, True),
     ("aiohttp_web_in_server", _aiohttp_web_offence, "rwrouter.server.app", "aiohttp", True,
      False),
     ("aiohttp_web_in_demo", _aiohttp_web_offence, "rwrouter.demo.pipeline", "aiohttp", True,
      False),
-    ("aiohttp_client_in_transport", _aiohttp_offence, "rwrouter.sending.transport", "aiohttp",
+    ("aiohttp_client_in_transport", _aiohttp_offence, "rwrouter.send.transport", "aiohttp",
      False, False),
-    ("aiohttp_client_in_destination", _aiohttp_offence, "rwrouter.sending.destination",
+    ("doubles_in_server", _doubles_offence, "rwrouter.server.app", "rwrouter.doubles.workspace",
+     False, True),
+    ("doubles_in_demo", _doubles_offence, "rwrouter.demo.pipeline", "rwrouter.doubles.workspace",
+     False, False),
+    ("aiohttp_client_in_destination", _aiohttp_offence, "rwrouter.pipeline.destination",
      "aiohttp", False, True),
 ]  # fmt: skip
 
@@ -254,14 +272,15 @@ def test_pure_core_never_reads_the_clock() -> None:
 
 def test_the_checker_sees_the_package() -> None:
     """Guard against a silently empty scan (wrong path, renamed package)."""
-    for expected in ("rwrouter.wire.codec", "rwrouter.routing", "rwrouter.sending.retry",
-                     "rwrouter.sending.batching", "rwrouter.errors", "rwrouter.relabel.engine"):
+    for expected in ("rwrouter.wire.codec", "rwrouter.routing", "rwrouter.send.retry",
+                     "rwrouter.send.batching", "rwrouter.errors", "rwrouter.relabel.engine"):
         assert expected in MODULES
         assert is_pure(expected)
     assert not is_pure("rwrouter.wire.remote_pb2")
-    assert not is_pure("rwrouter.sending.transport")
+    assert not is_pure("rwrouter.send.transport")
     seen = {(imp.importer, imp.target) for imp in ALL_IMPORTS}
-    assert ("rwrouter.routing", "rwrouter.wire") in seen
+    assert ("rwrouter.routing.router", "rwrouter.wire") in seen
+    assert ("rwrouter.wire.rw2_in", "rwrouter.wire._scan") in seen
     assert ("rwrouter.wire.codec", "rwrouter.errors") in seen
 
 
@@ -348,3 +367,134 @@ def test_every_module_imports_alone_in_a_fresh_interpreter(tmp_path: Path) -> No
     assert sorted(results) == names
     problems = {name: problem for name, problem in results.items() if problem}
     assert not problems, "\n\n".join(f"{n}:\n{p}" for n, p in problems.items())
+
+
+# ---------------------------------------------------------------------------------------------
+# Layers: each package (or top-level module) imports only from its own layer or those to its
+# left, and no module imports itself back through others (imports inside functions and
+# TYPE_CHECKING blocks count).
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("rwrouter", "rwrouter.errors", "rwrouter.protocol", "rwrouter.logs"),
+    ("rwrouter.wire",),
+    ("rwrouter.relabel",),
+    ("rwrouter.config",),
+    ("rwrouter.auth", "rwrouter.routing", "rwrouter.audit", "rwrouter.metrics"),
+    ("rwrouter.queue",),
+    ("rwrouter.send",),
+    ("rwrouter.deadletter",),
+    ("rwrouter.pipeline",),
+    ("rwrouter.server",),
+    ("rwrouter.doubles",),
+    ("rwrouter.demo",),
+    ("rwrouter.cli", "rwrouter.__main__"),
+)
+
+
+def layer_of(name: str) -> int:
+    """The index in :data:`LAYERS` of the longest prefix naming ``name``'s package."""
+    best, index = -1, -1
+    for i, layer in enumerate(LAYERS):
+        for prefix in layer:
+            exact = prefix == "rwrouter" and name == "rwrouter"
+            if (exact or (prefix != "rwrouter" and under(name, prefix))) and len(prefix) > best:
+                best, index = len(prefix), i
+    return index
+
+
+def test_every_module_has_a_layer() -> None:
+    assert [name for name in MODULES if layer_of(name) < 0] == []
+
+
+def _layer_offence(imp: Import) -> bool:
+    if top(imp.target) != "rwrouter" or imp.target not in MODULES:
+        return False
+    return layer_of(imp.target) > layer_of(imp.importer)
+
+
+def test_imports_go_only_left() -> None:
+    offenders = sorted(
+        f"{imp.path}: {imp.importer} (layer {layer_of(imp.importer)}) imports {imp.target} "
+        f"(layer {layer_of(imp.target)})"
+        for imp in ALL_IMPORTS
+        if _layer_offence(imp)
+    )
+    assert not offenders, "an import goes right:\n" + "\n".join(offenders)
+
+
+def import_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(edges.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycles() -> None:
+    edges: dict[str, set[str]] = {}
+    for imp in ALL_IMPORTS:
+        if imp.target in MODULES and imp.target != imp.importer:
+            edges.setdefault(imp.importer, set()).add(imp.target)
+    cycles = import_cycles(edges)
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+@pytest.mark.parametrize(
+    ("edges", "expected"),
+    [
+        ({"a": {"b"}, "b": {"a"}}, [["a", "b"]]),
+        ({"a": {"b"}, "b": {"c"}, "c": {"a"}}, [["a", "b", "c"]]),
+        ({"a": {"b"}, "b": {"c"}}, []),
+        ({"a": {"a"}}, []),
+    ],
+    ids=["two", "three", "chain", "self"],
+)
+def test_cycle_finder(edges: dict[str, set[str]], expected: list[list[str]]) -> None:
+    assert import_cycles(edges) == expected
+
+
+@pytest.mark.parametrize(
+    ("importer", "target", "offence"),
+    [
+        ("rwrouter.send.shards", "rwrouter.deadletter.writer", True),
+        ("rwrouter.deadletter.writer", "rwrouter.send.delivery", False),
+        ("rwrouter.config.client", "rwrouter.auth.sigv4", True),
+        ("rwrouter.auth.schemes", "rwrouter.config.model", False),
+        ("rwrouter.routing.router", "rwrouter.audit.report", False),
+        ("rwrouter.wire.codec", "rwrouter.errors", False),
+        ("rwrouter.cli", "rwrouter.demo.pipeline", False),
+        ("rwrouter.demo.pipeline", "rwrouter.cli", True),
+    ],
+    ids=["send_to_deadletter", "deadletter_to_send", "config_to_auth", "auth_to_config",
+         "same_layer", "to_foundation", "cli_to_demo", "demo_to_cli"],
+)  # fmt: skip
+def test_layer_rule_flags(importer: str, target: str, offence: bool) -> None:
+    assert layer_of(target) >= 0 and layer_of(importer) >= 0
+    assert (layer_of(target) > layer_of(importer)) is offence

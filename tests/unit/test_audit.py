@@ -343,7 +343,7 @@ def test_table_percent_of_the_limit(active: int, limit: int, text: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Following a reload (rwrouter.sending.audit.Audit.configure)
+# Following a reload (rwrouter.audit.live.Audit.configure)
 
 BASE = """
 remote_write:
@@ -367,8 +367,8 @@ RELOADS = [
 
 @pytest.mark.parametrize(("text", "kept"), [c[1:] for c in RELOADS], ids=[c[0] for c in RELOADS])
 def test_audit_keeps_counts_only_under_the_same_rules(text: str, kept: set[str]) -> None:
+    from rwrouter.audit.live import Audit
     from rwrouter.config import parse_config
-    from rwrouter.sending.audit import Audit
 
     audit = Audit(parse_config(BASE, env={}), now=0.0)
     routed = share(("gpu", 0, 1), ("gpu", 1, 1))

@@ -1,4 +1,4 @@
-"""Sharding and batching (rwrouter.sending.batching): stable shards, chunks of framed series
+"""Sharding and batching (rwrouter.send.batching): stable shards, chunks of framed series
 cut into batches bounded by samples and bytes (a first chunk too large alone is cut, never a
 later one), owners handed back in order."""
 
@@ -11,7 +11,8 @@ import snappy  # type: ignore[import-untyped,unused-ignore]
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rwrouter.sending.batching import (
+from rwrouter.queue.records import shard_hash
+from rwrouter.send.batching import (
     Batch,
     Chunk,
     ShardBuffer,
@@ -20,7 +21,6 @@ from rwrouter.sending.batching import (
     reshard,
     shard_of,
 )
-from rwrouter.sending.records import shard_hash
 from rwrouter.wire import encode_labels
 from rwrouter.wire.scan import INDEX
 

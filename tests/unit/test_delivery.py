@@ -1,4 +1,4 @@
-"""Delivery of one batch (rwrouter.sending.delivery): retry budget, credential refresh on
+"""Delivery of one batch (rwrouter.send.delivery): retry budget, credential refresh on
 401/403, 413 splitting, the ``on_rejected`` hook, and the counters they feed.
 
 Rules: RW 1.0 spec and Prometheus ``storage/remote`` (retry network errors and 5xx, 429 only
@@ -20,9 +20,9 @@ from rwrouter.auth.credentials import CredentialsSource, FrozenCredentials
 from rwrouter.auth.schemes import Authenticator, HeaderAuth, NoAuth, SigV4
 from rwrouter.errors import CredentialsError
 from rwrouter.metrics import Metrics
-from rwrouter.sending.delivery import SPLIT_BUDGET, Deliverer, Item, Refusal, RejectHook
-from rwrouter.sending.retry import RetryPolicy
-from rwrouter.sending.transport import Answer, Transport, TransportError
+from rwrouter.send.delivery import SPLIT_BUDGET, Deliverer, Item, Refusal, RejectHook
+from rwrouter.send.retry import RetryPolicy
+from rwrouter.send.transport import Answer, Transport, TransportError
 from rwrouter.wire import decompress
 
 NAME = "dest"

@@ -1,4 +1,4 @@
-"""The Deliverer's protocol (rwrouter.sending.delivery, .encoding): RW 1.0 as stored or with
+"""The Deliverer's protocol (rwrouter.send.delivery, .encoding): RW 1.0 as stored or with
 start timestamps stripped, RW 2.0 built per part, the Written headers, and the fallback of an
 RW 2.0 destination that does not speak it (415, or a 2xx that wrote nothing).
 
@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 
 from rwrouter.auth.schemes import Authenticator, NoAuth, SigV4
+from rwrouter.doubles.sigv4_verify import Key, Verified, verify
 from rwrouter.metrics import Metrics
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written, message_of
-from rwrouter.sending.delivery import Deliverer, Item, Refusal
-from rwrouter.sending.metabook import MetadataBook
-from rwrouter.sending.retry import RetryPolicy
-from rwrouter.sending.transport import Answer, Transport
-from rwrouter.testing.sigv4_verify import Key, Verified, verify
+from rwrouter.send.delivery import Deliverer, Item, Refusal
+from rwrouter.send.metabook import MetadataBook
+from rwrouter.send.retry import RetryPolicy
+from rwrouter.send.transport import Answer, Transport
 from rwrouter.wire import compress, decompress, frame_metadata, remote_pb2, types_pb2, write_v2_pb2
 from tests.support.rw2_frames import Frame, decode_v2, frame_bytes, frames, series_of
 from tests.unit.test_delivery import Clock, CountingSource

@@ -1,5 +1,5 @@
 """A destination's protocol around the Deliverer: records' flags carried to the batches
-(rwrouter.sending.batching), and metadata per protocol (rwrouter.sending.destination):
+(rwrouter.send.batching), and metadata per protocol (rwrouter.pipeline.destination):
 RW 1.0 metadata requests as before, the RW 2.0 metadata book (``metadata_config.send``
 ignored, as Prometheus does), the book's entries queued once after a fallback, and a reload
 trying RW 2.0 again. No sockets: the destinations are not started."""
@@ -13,12 +13,12 @@ import pytest
 from rwrouter.auth.schemes import NoAuth
 from rwrouter.config import StorageConfig, parse_config
 from rwrouter.metrics import Metrics
+from rwrouter.pipeline.destination import Destination
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE
-from rwrouter.sending.batching import Batch, Chunk, ShardBuffer, chunks_by_shard, reshard
-from rwrouter.sending.destination import Destination
-from rwrouter.sending.metabook import parse_entry
-from rwrouter.sending.records import FLAG_START_TIMESTAMPS, pack_frames
-from rwrouter.sending.transport import Transport
+from rwrouter.queue.records import FLAG_START_TIMESTAMPS, pack_frames
+from rwrouter.send.batching import Batch, Chunk, ShardBuffer, chunks_by_shard, reshard
+from rwrouter.send.metabook import parse_entry
+from rwrouter.send.transport import Transport
 from rwrouter.wire import frame_metadata, types_pb2
 from tests.support.rw2_frames import Frame, frame_bytes
 

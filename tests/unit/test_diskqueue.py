@@ -1,4 +1,4 @@
-"""The durable queue (rwrouter.sending.diskqueue): append, read, commit, reopen after a crash,
+"""The durable queue (rwrouter.queue.diskqueue): append, read, commit, reopen after a crash,
 torn tails, corrupt records, the position file, room accounting and drop_oldest.
 
 Segments are kept small (``segment_bytes``) so a few records span several segment files."""
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from rwrouter.sending.diskqueue import (
+from rwrouter.queue.diskqueue import (
     SUFFIX,
     DiskQueue,
     Dropped,
@@ -24,7 +24,7 @@ from rwrouter.sending.diskqueue import (
     Recovery,
     segment_bytes_for,
 )
-from rwrouter.sending.records import HEADER, decode_record, encode_share, pack_frames
+from rwrouter.queue.records import HEADER, decode_record, encode_share, pack_frames
 
 SEG = 1024  # bytes per segment: three records of REC bytes each
 FRAME = 260  # frame bytes per record (incompressible)

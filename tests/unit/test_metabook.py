@@ -1,4 +1,4 @@
-"""The metadata book of an RW 2.0 destination (rwrouter.sending.metabook): the latest entry per
+"""The metadata book of an RW 2.0 destination (rwrouter.send.metabook): the latest entry per
 family, bounded, and the lookup by a series' metric name (Prometheus
 ``scrape.isSeriesPartOfFamily`` suffix rules, plus OpenMetrics ``_created``)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from rwrouter.routing.escape import DOTS, SCHEMES, VALUES, escape_metric_name
-from rwrouter.sending.metabook import MetadataBook, parse_entry
+from rwrouter.send.metabook import MetadataBook, parse_entry
 from rwrouter.wire import frame_metadata, types_pb2
 
 MM = types_pb2.MetricMetadata
@@ -174,7 +174,7 @@ def test_doubled_suffix_only_after_the_exact_family(scheme: str) -> None:
 def test_an_entry_seen_before_is_not_parsed_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """A remote write 2.0 sender repeats every series' metadata in every request: the book
     recognises an entry it holds by its bytes; a changed one, or one evicted, is parsed."""
-    from rwrouter.sending import metabook
+    from rwrouter.send import metabook
 
     parsed: list[bytes] = []
 

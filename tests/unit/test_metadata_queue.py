@@ -7,8 +7,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from rwrouter.metrics import Metrics
-from rwrouter.sending import metadata as metadata_module
-from rwrouter.sending.metadata import MetadataQueue
+from rwrouter.send import metadata as metadata_module
+from rwrouter.send.metadata import MetadataQueue
 
 A1, A2, B = b"\x1a\x03a-1", b"\x1a\x03a-2", b"\x1a\x01b"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from rwrouter.metrics.names import MetricNameShares
 from rwrouter.routing import Route, RoutedSeries, Router
-from rwrouter.sending.names import MetricNameShares
 from rwrouter.wire import decode_labels, decompress, parse_write_request
 from rwrouter.wire.index import metric_name_samples
 from tests.support.series import Series, build_body

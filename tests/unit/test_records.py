@@ -1,4 +1,4 @@
-"""Queue records (rwrouter.sending.records): encode a destination's share into records whose raw
+"""Queue records (rwrouter.queue.records): encode a destination's share into records whose raw
 body stays under the request limit, check them for damage, and read them back."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rwrouter.errors import DecodeError
-from rwrouter.sending.records import (
+from rwrouter.queue.records import (
     FLAG_START_TIMESTAMPS,
     HEADER,
     META_SIZE,

@@ -1,4 +1,4 @@
-"""The dead-letter store (rwrouter.sending.rejected): format, order, bound, robustness."""
+"""The dead-letter store (rwrouter.deadletter.store): format, order, bound, robustness."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from rwrouter.sending.rejected import (
+from rwrouter.deadletter.store import (
     MAGIC,
     RESPONSE_MAX_BYTES,
     RejectedEntry,

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from rwrouter.cli import main
+from rwrouter.cli.relabel import SeriesError, format_labels, parse_series
 from rwrouter.relabel import parse_relabel_configs
-from rwrouter.relabel_cli import SeriesError, format_labels, parse_series
 from rwrouter.routing import Router
 from rwrouter.routing.explain import DROPPED, INVALID_OUTCOME, NOT_SENT, SENT, explain
 from rwrouter.routing.outcome import Route

@@ -1,4 +1,4 @@
-"""Retry policy (rwrouter.sending.retry): RW 1.0 spec + Prometheus storage/remote semantics.
+"""Retry policy (rwrouter.send.retry): RW 1.0 spec + Prometheus storage/remote semantics.
 
 Retry network errors and 5xx with exponential backoff, never other 4xx, 429 only with
 ``retry_on_http_429``; Retry-After (seconds or HTTP date, RFC 9110 10.2.3) capped at max_backoff.
@@ -15,7 +15,7 @@ from email.utils import format_datetime
 import pytest
 
 from rwrouter.config.model import QueueConfig
-from rwrouter.sending.retry import (
+from rwrouter.send.retry import (
     CLIENT_ERROR,
     NETWORK,
     RETRY_BUDGET,

@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.workload import generate
-from rwrouter import routing
 from rwrouter.errors import DecodeError, TooLargeError
 from rwrouter.routing import Router
+from rwrouter.routing import router as router_module
 from rwrouter.wire import remote_pb2, write_v2_pb2
 from rwrouter.wire.rw2_in import to_rw1_py
 from rwrouter.wire.scan import Scan, scan_request_py
@@ -191,15 +191,15 @@ def compiled_scan(*args: Any) -> Scan:
 def route(scan: Callable[..., Scan], data: bytes) -> Any:
     """Route the RW1 form ``data`` twice (cold, then cached) with a fresh router of the
     per-series loop tests' destinations, whose loop is ``scan``."""
-    saved = routing.scan_request
-    routing.scan_request = scan
+    saved = router_module.scan_request
+    router_module.scan_request = scan
     try:
         router = Router(global_rules=(), routes=make_routes())
         return router.route(data), router.route(data)
     except DecodeError as exc:
         return ("error", str(exc))
     finally:
-        routing.scan_request = saved
+        router_module.scan_request = saved
 
 
 @settings(

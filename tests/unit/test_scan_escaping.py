@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rwrouter import routing
 from rwrouter.relabel import parse_relabel_configs
 from rwrouter.routing import NAME_COLLISION, Route, Router
+from rwrouter.routing import router as router_module
 from rwrouter.routing.escape import UNDERSCORES, is_legacy_label_name, is_legacy_metric_name
 from rwrouter.wire import codec
 from rwrouter.wire.scan import scan_request_py, signature_py
@@ -105,7 +105,7 @@ def test_shortcut_with_escaping_gives_the_full_paths_entries(
 def test_a_legacy_twin_after_a_claim_goes_the_full_way(
     loop: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(routing, "scan_request", loop)
+    monkeypatch.setattr(router_module, "scan_request", loop)
     r = Router(global_rules=(), routes=[Route("ws", escaping=UNDERSCORES), Route("self")])
     legacy = (("__name__", "http_server_duration"), ("job", "a"))
     other = (("__name__", "http_server_duration"), ("job", "b"))
@@ -133,7 +133,7 @@ def _series(labels: tuple[tuple[str, str], ...]) -> dict[str, Any]:
 def test_compiled_loop_with_escaping_applies_templates_itself_on_legacy_sets(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(routing, "scan_request", compiled)  # (whatever the environment says)
+    monkeypatch.setattr(router_module, "scan_request", compiled)  # (whatever the environment says)
     data = fleet_request(6, 2)  # every name legacy: escaping changes nothing
     shortcut, full = _pair()
     calls: list[bytes] = []

@@ -17,10 +17,10 @@ import snappy  # type: ignore[import-untyped,unused-ignore]
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rwrouter import routing
 from rwrouter.errors import DecodeError
 from rwrouter.relabel import parse_relabel_configs
 from rwrouter.routing import Route, RoutedRequest, Router
+from rwrouter.routing import router as router_module
 from rwrouter.wire import codec, remote_pb2, types_pb2
 from rwrouter.wire.codec import split_series
 from rwrouter.wire.scan import Scan, pack_entry, scan_request_py, signature_py, unpack_entry
@@ -70,7 +70,7 @@ def make_routes() -> list[Route]:
 
 def route_with(scan: Callable[..., Scan], data: bytes, monkeypatch: pytest.MonkeyPatch) -> Any:
     """Route ``data`` with a fresh router whose loop is ``scan``; the result, or the error."""
-    monkeypatch.setattr(routing, "scan_request", scan)
+    monkeypatch.setattr(router_module, "scan_request", scan)
     router = Router(global_rules=(), routes=make_routes())
     try:
         first = router.route(data)
@@ -531,7 +531,7 @@ def test_scan_regressions_compiled_equals_pure(
             return entry
 
         try:
-            result: Any = scan(data, *caches, miss, (False,) * ndest, None, routing.REASONS)
+            result: Any = scan(data, *caches, miss, (False,) * ndest, None, router_module.REASONS)
         except DecodeError as exc:
             result = ("error", str(exc))
         return result, caches, misses

@@ -12,10 +12,10 @@ import pytest
 
 from rwrouter.cli import build_parser
 from rwrouter.config import parse_config
+from rwrouter.doubles.prometheus import parse_metrics
 from rwrouter.metrics import Metrics, merge_expositions
 from rwrouter.server.supervisor import orphaned_queues
 from rwrouter.server.workers import WorkerSpec, _WorkerFormatter, worker_config, worker_storage
-from rwrouter.testing.prometheus import parse_metrics
 
 SPEC = WorkerSpec(index=1, count=2, port=9999, runtime_dir="/run/x", ready_fd=5, lifeline_fd=6)
 

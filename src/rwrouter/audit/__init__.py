@@ -7,7 +7,7 @@ and samples per second they make, and what that costs a month on the managed wor
 - :mod:`rwrouter.audit.report`: the report (JSON shape and text table).
 
 The I/O side (counting in the decode path, ``GET /-/audit``, ``rwrouter audit``) is
-:mod:`rwrouter.sending.audit`, :mod:`rwrouter.server.app` and :mod:`rwrouter.audit_cli`.
+:mod:`rwrouter.audit.live`, :mod:`rwrouter.server.app` and :mod:`rwrouter.cli.audit`.
 """
 
 from rwrouter.audit.active import (

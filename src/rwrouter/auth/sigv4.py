@@ -17,41 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, request_headers
-
-#: Lower-case names never put on a signed request by :func:`headers_to_sign`:
-#: botocore's ``SIGNED_HEADERS_BLACKLIST`` (hop-by-hop, tracing, User-Agent: it would be sent
-#: unsigned), the Cortex/Mimir tenant header (never sent to the workspace), and the headers the
-#: signer or the HTTP client set themselves.
-NEVER_SIGNED: frozenset[str] = frozenset(
-    {
-        # botocore SIGNED_HEADERS_BLACKLIST
-        "baggage",
-        "connection",
-        "expect",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "traceparent",
-        "tracestate",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "user-agent",
-        "x-amzn-trace-id",
-        # tenant header of Cortex/Mimir: never sent to the workspace
-        "x-scope-orgid",
-        # set by the signer (Host, X-Amz-*, Authorization) or the HTTP client (Content-Length)
-        "authorization",
-        "host",
-        "date",
-        "x-amz-date",
-        "x-amz-security-token",
-        "x-amz-content-sha256",
-        "content-length",
-    }
-)
+from rwrouter.protocol import NEVER_SIGNED, RW1_MESSAGE, RW2_MESSAGE, request_headers
 
 _DEFAULT_PORTS: Mapping[str, int] = {"http": 80, "https": 443}
 

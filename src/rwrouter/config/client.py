@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from rwrouter.auth.sigv4 import NEVER_SIGNED
 from rwrouter.config.model import Authorization, BasicAuth, SigV4Config, TLSConfig
 from rwrouter.config.values import Fields, Secret, expand_env, field_names, kind_of
 from rwrouter.errors import ConfigError
+from rwrouter.protocol import NEVER_SIGNED
 
 __all__ = ["NOT_SUPPORTED", "Context", "auth", "env_string", "headers", "http_url", "tls"]
 

@@ -36,16 +36,16 @@ from rwrouter.demo.summary import (
     router_counters,
     series_by_name,
 )
-from rwrouter.testing.prometheus import (
+from rwrouter.doubles.prometheus import (
     INSTALL_HINT,
     PrometheusNotFoundError,
     PrometheusProcess,
     free_port,
     prometheus_binary,
 )
-from rwrouter.testing.router import RouterProcess
-from rwrouter.testing.workspace import INSPECT_PATH, Key, WorkspaceDouble, run_in_thread
-from rwrouter.testing.workspace_runner import ThreadedWorkspace
+from rwrouter.doubles.router import RouterProcess
+from rwrouter.doubles.workspace import INSPECT_PATH, Key, WorkspaceDouble
+from rwrouter.doubles.workspace_runner import ThreadedWorkspace, run_in_thread
 
 REGION = "us-east-1"
 WORKSPACE_ID = "ws-demo"

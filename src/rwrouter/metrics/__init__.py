@@ -356,7 +356,7 @@ class _ExpiryCollector(Collector):
 class _NameShareCollector(Collector):
     """``rwrouter_metric_name_share{destination, metric}``: the estimated fraction of a
     destination's samples that carry this metric name, for its 10 largest names (from one
-    routed request a second: :mod:`rwrouter.sending.names`)."""
+    routed request a second: :mod:`rwrouter.metrics.names`)."""
 
     def __init__(self) -> None:
         self.source: Callable[[], Mapping[str, list[tuple[str, float]]]] | None = None
@@ -379,7 +379,7 @@ AuditTotals = tuple[Mapping[str, tuple[int, int]], int]
 
 
 class _AuditCollector(Collector):
-    """The audit (:mod:`rwrouter.sending.audit`), per audited destination:
+    """The audit (:mod:`rwrouter.audit.live`), per audited destination:
     ``rwrouter_audit_active_series``, ``rwrouter_audit_samples_total``, and
     ``rwrouter_audit_series_limit`` (``audit.series_limit``). Absent without an audited
     destination. With ``--workers`` each worker counts what it received: ``GET /-/audit``

@@ -1,4 +1,4 @@
-"""A label set as text (pure), for the relabel debugger (:mod:`rwrouter.relabel_cli`).
+"""A label set as text (pure), for the relabel debugger (:mod:`rwrouter.cli.relabel`).
 
 Read (:func:`parse_series`) in the Prometheus 3 text format / PromQL forms
 ``{__name__="m", gpu="0"}``, ``m{gpu="0"}`` or a bare ``m``, UTF-8 names quoted:

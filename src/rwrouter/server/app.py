@@ -47,8 +47,8 @@ from rwrouter.errors import (
 )
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics, status_snapshot
+from rwrouter.pipeline.fanout import FanOut, Stale
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written, message_of
-from rwrouter.sending.fanout import FanOut, Stale
 from rwrouter.server.decoders import LARGE_BODY, Busy, Decoders, work_size
 from rwrouter.wire import declared_size
 from rwrouter.wire.scan import ACCELERATED

@@ -16,8 +16,8 @@ from rwrouter.config import Config, load_config
 from rwrouter.errors import RwrouterError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
-from rwrouter.sending.fanout import FanOut, build_fanout
-from rwrouter.sending.reconfigure import reconfigure
+from rwrouter.pipeline.fanout import FanOut, build_fanout
+from rwrouter.pipeline.reload import reconfigure
 from rwrouter.server.app import AUDIT, BALANCE, EXPOSE, READY, RELOAD, make_app
 from rwrouter.server.balance import Balancer, Board, board_path
 from rwrouter.server.workers import Peers, WorkerSpec, worker_config
@@ -113,7 +113,7 @@ class RouterServer:
                         "slower"))  # fmt: skip
 
     async def reload(self) -> str:
-        """Re-read ``config_path`` and apply it (:mod:`rwrouter.sending.reconfigure`); returns
+        """Re-read ``config_path`` and apply it (:mod:`rwrouter.pipeline.reload`); returns
         a one-line summary. On any error the running configuration stays, the error is logged
         and ``rwrouter_config_last_reload_successful`` is 0; raises RwrouterError (or OSError)
         with the reason."""

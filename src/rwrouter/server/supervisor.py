@@ -34,7 +34,7 @@ from pathlib import Path
 
 from rwrouter.config import Config, ServerConfig
 from rwrouter.logs import q
-from rwrouter.sending.segments import load_position, segment_numbers, segment_path
+from rwrouter.queue.segments import load_position, segment_numbers, segment_path
 from rwrouter.server.balance import board_path, clear_slot, create_board
 from rwrouter.server.runner import REQUEST_GRACE
 from rwrouter.server.workers import WorkerSpec

@@ -34,11 +34,11 @@ import aiohttp
 from aiohttp import web
 
 from rwrouter.audit import Snapshot
+from rwrouter.audit.live import Audit, snapshots_from_json, snapshots_to_json
 from rwrouter.config import Config
 from rwrouter.errors import RwrouterError
 from rwrouter.logs import LogfmtFormatter, q
 from rwrouter.metrics import Metrics, merge_expositions
-from rwrouter.sending.audit import Audit, snapshots_from_json, snapshots_to_json
 
 log = logging.getLogger("rwrouter.workers")
 

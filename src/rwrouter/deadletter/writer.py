@@ -1,5 +1,5 @@
 """Hands refused batches to a destination's dead-letter store
-(:class:`~rwrouter.sending.rejected.RejectedStore`) without blocking the event loop.
+(:class:`~rwrouter.deadletter.store.RejectedStore`) without blocking the event loop.
 
 A batch refused for good (4xx other than 429, a single series answered 413, or the retry
 budget spent) is written in a worker thread; :meth:`DeadLetters.flush` waits for those writes,
@@ -11,16 +11,16 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from rwrouter.deadletter.store import RejectedStore
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
-from rwrouter.sending.delivery import Item, Refusal
-from rwrouter.sending.rejected import RejectedStore
+from rwrouter.send.delivery import Item, Refusal
 
 log = logging.getLogger("rwrouter.sending")
 
 
 class DeadLetters:
-    """The refusal hook of a destination's :class:`~rwrouter.sending.delivery.Deliverer`."""
+    """The refusal hook of a destination's :class:`~rwrouter.send.delivery.Deliverer`."""
 
     def __init__(self, *, name: str, store: RejectedStore, metrics: Metrics) -> None:
         self.name = name

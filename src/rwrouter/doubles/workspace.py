@@ -1,6 +1,6 @@
 """A local double of the managed workspace (Amazon Managed Service for Prometheus), for tests
 and the demo: an aiohttp server on 127.0.0.1 that verifies SigV4 (hashlib/hmac, see
-:mod:`rwrouter.testing.sigv4_verify`), applies the workspace's limits and stores what it accepts.
+:mod:`rwrouter.doubles.sigv4_verify`), applies the workspace's limits and stores what it accepts.
 
 Spec: shared/reference/managed-workspace.md "Spec: our local workspace double". Checks, first
 failing wins: 1 unknown path/method, 2 no Authorization (403 Missing Authentication Token),
@@ -18,7 +18,7 @@ Use from async tests::
     await ws.start(); url = ws.url("ws-1"); ...; await ws.stop()
 
 or in a thread (:func:`run_in_thread`), or standalone:
-``python -m rwrouter.testing.workspace --port 9095 --region us-east-1 --workspace ws-1
+``python -m rwrouter.doubles.workspace_runner --port 9095 --region us-east-1 --workspace ws-1
 --access-key AKID --secret SECRET``.
 """
 
@@ -31,12 +31,11 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from rwrouter.testing.sigv4_verify import Key, Rejection, verify
-from rwrouter.testing.workspace_store import (
+from rwrouter.doubles.sigv4_verify import Key, Rejection, verify
+from rwrouter.doubles.workspace_store import (
     Limits,
     Metadata,
     Outcome,
@@ -46,9 +45,6 @@ from rwrouter.testing.workspace_store import (
     is_rw2,
 )
 
-if TYPE_CHECKING:
-    from rwrouter.testing.workspace_runner import ThreadedWorkspace
-
 __all__ = [
     "Fault",
     "Key",
@@ -56,7 +52,6 @@ __all__ = [
     "ManualClock",
     "RequestRecord",
     "WorkspaceDouble",
-    "run_in_thread",
 ]
 
 _PATH = re.compile(r"/workspaces/([^/]+)/api/v1/remote_write")
@@ -379,17 +374,3 @@ _CHECK_OF_REASON = {
 def _aws_error(status: int, error_type: str, message: str) -> web.Response:
     headers = {"x-amzn-ErrorType": error_type, "x-amzn-RequestId": str(uuid.uuid4())}
     return web.json_response({"message": message}, status=status, headers=headers)
-
-
-def run_in_thread(double: WorkspaceDouble, *, timeout_s: float = 10.0) -> ThreadedWorkspace:
-    """Start ``double`` on its own event loop in a daemon thread (for the demo and sync code);
-    stop it with ``.stop()`` or use the result as a context manager."""
-    from rwrouter.testing.workspace_runner import start_in_thread
-
-    return start_in_thread(double, timeout_s=timeout_s)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    from rwrouter.testing.workspace_runner import main
-
-    raise SystemExit(main())

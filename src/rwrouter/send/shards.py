@@ -1,6 +1,6 @@
 """The sending side of a destination: shard buffers, one sender per shard, and resharding.
 
-The reader (:mod:`rwrouter.sending.reader`) hands each series read from the disk queue to its
+The reader (:mod:`rwrouter.send.reader`) hands each series read from the disk queue to its
 shard (:meth:`Shards.add`). Each shard sends batches of at most ``max_samples_per_send``
 samples and ``max_request_bytes`` bytes, cut when full or when the oldest frame waited
 ``batch_send_deadline`` seconds (at once when stopping); refused parts are on disk in the
@@ -9,9 +9,9 @@ dead-letter store before the batch is reported done (``on_sent``).
 Per-series order: a series always goes to the same shard (its shard hash) and a shard has one
 batch in flight at a time, retried until it succeeds or is refused, so a later sample of a
 series never overtakes an earlier one (RW 1.0 spec). Shards are dynamic between ``min_shards``
-and ``max_shards`` as in Prometheus (:func:`~rwrouter.sending.batching.desired_shards`, every
+and ``max_shards`` as in Prometheus (:func:`~rwrouter.send.batching.desired_shards`, every
 ``reshard_interval`` seconds): to change their number, every sender finishes its batch in
-flight and the waiting frames are re-hashed in order (:func:`~rwrouter.sending.batching.reshard`).
+flight and the waiting frames are re-hashed in order (:func:`~rwrouter.send.batching.reshard`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from rwrouter.config import QueueConfig
 from rwrouter.errors import DecodeError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
-from rwrouter.sending.batching import (
+from rwrouter.queue.records import Block
+from rwrouter.send.batching import (
     Batch,
     Chunk,
     ShardBuffer,
@@ -34,9 +35,7 @@ from rwrouter.sending.batching import (
     desired_shards,
     reshard,
 )
-from rwrouter.sending.deadletter import DeadLetters
-from rwrouter.sending.delivery import Deliverer
-from rwrouter.sending.records import Block
+from rwrouter.send.delivery import DeadLetterSink, Deliverer
 
 log = logging.getLogger("rwrouter.sending")
 
@@ -45,7 +44,7 @@ RESHARD_INTERVAL = 10.0  # seconds, as Prometheus's shardUpdateDuration
 
 class Stopping:
     """A destination's stop, shared by its appends, reader and senders: ``closing`` once
-    :meth:`~rwrouter.sending.destination.Destination.stop_sending` began; ``handover`` when
+    :meth:`~rwrouter.pipeline.destination.Destination.stop_sending` began; ``handover`` when
     it does not drain (a reload hands the queue to a successor)."""
 
     __slots__ = ("_event", "handover")
@@ -90,7 +89,7 @@ class Shards:
     refused for good, the refused part on disk); ``backlog()``: samples waiting to be sent
     (read ahead or still on disk), for resharding; ``resent(owner)``: whether a frame's owner
     may have gone out before a crash (such frames never share a batch with newer ones, and go
-    out marked as resent: :meth:`~rwrouter.sending.delivery.Deliverer.deliver`).
+    out marked as resent: :meth:`~rwrouter.send.delivery.Deliverer.deliver`).
     """
 
     def __init__(
@@ -99,7 +98,7 @@ class Shards:
         name: str,
         queue_config: QueueConfig,
         deliverer: Deliverer,
-        dead_letters: DeadLetters,
+        dead_letters: DeadLetterSink,
         metrics: Metrics,
         clock: Callable[[], float],
         stopping: Stopping,
@@ -128,7 +127,7 @@ class Shards:
 
     def add(self, block: Block, owner: object) -> None:
         """Hand a record's series to their shards, in order, as one chunk per shard tagged
-        with ``owner`` (given back in the :class:`~rwrouter.sending.batching.Batch` of
+        with ``owner`` (given back in the :class:`~rwrouter.send.batching.Batch` of
         ``on_sent``)."""
         now = self._clock()
         buffers, wake = self.buffers, self._wake

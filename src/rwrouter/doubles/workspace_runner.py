@@ -1,6 +1,6 @@
 """Run the workspace double outside an async test: in a thread, or as a process for the demo.
 
-``python -m rwrouter.testing.workspace --port 9095 --region us-east-1 --workspace ws-1
+``python -m rwrouter.doubles.workspace_runner --port 9095 --region us-east-1 --workspace ws-1
 --access-key AKID --secret SECRET`` serves until SIGINT/SIGTERM; GET ``/_double/state`` shows
 what it accepted.
 """
@@ -15,7 +15,7 @@ import threading
 from collections.abc import Sequence
 from types import TracebackType
 
-from rwrouter.testing.workspace import INSPECT_PATH, Key, Limits, WorkspaceDouble
+from rwrouter.doubles.workspace import INSPECT_PATH, Key, Limits, WorkspaceDouble
 
 
 class ThreadedWorkspace:
@@ -72,7 +72,7 @@ class ThreadedWorkspace:
         self.stop()
 
 
-def start_in_thread(double: WorkspaceDouble, *, timeout_s: float = 10.0) -> ThreadedWorkspace:
+def run_in_thread(double: WorkspaceDouble, *, timeout_s: float = 10.0) -> ThreadedWorkspace:
     """Start ``double`` in a daemon thread; raises what ``start()`` raised, or TimeoutError."""
     runner = ThreadedWorkspace(double)
     runner.start(timeout_s=timeout_s)
@@ -81,7 +81,7 @@ def start_in_thread(double: WorkspaceDouble, *, timeout_s: float = 10.0) -> Thre
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m rwrouter.testing.workspace",
+        prog="python -m rwrouter.doubles.workspace_runner",
         description="Local double of the managed Prometheus workspace (SigV4-verifying).",
     )
     parser.add_argument("--host", default="127.0.0.1")
@@ -121,6 +121,10 @@ async def _serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m rwrouter.testing.workspace``; returns the exit status."""
+    """Entry point of ``python -m rwrouter.doubles.workspace_runner``; returns the exit status."""
     asyncio.run(_serve(_parser().parse_args(argv)))
     return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

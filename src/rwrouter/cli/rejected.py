@@ -1,7 +1,7 @@
 """``rwrouter rejected list|replay``: inspect and resend the dead-letter store.
 
 Both read the configuration file of ``rwrouter run`` (``--config``): the store of destination
-``D`` is ``<storage.path>/rejected/<D>/`` (:mod:`rwrouter.sending.rejected`). They may run while
+``D`` is ``<storage.path>/rejected/<D>/`` (:mod:`rwrouter.deadletter.store`). They may run while
 ``rwrouter run`` adds entries to the same store.
 
 - ``list [DESTINATION] [--json]``: one table per destination (time UTC, kind, status, reason,
@@ -26,15 +26,14 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rwrouter.config import Config, DestinationConfig
-    from rwrouter.sending.delivery import Deliverer
-    from rwrouter.sending.rejected import RejectedEntry, RejectedStore
+    from rwrouter.deadletter.store import RejectedEntry, RejectedStore
+    from rwrouter.send.delivery import Deliverer
 
 REPLAY_RETRIES = 3  # retries of one entry after network errors / 5xx before it stays
 MAX_REPLAY_BYTES = 1 << 30  # decoded size of a stored batch (a record is at most 1 GiB)
@@ -203,9 +202,9 @@ async def _replay(
 ) -> _Tally:
     from rwrouter.auth.schemes import authenticator_for
     from rwrouter.metrics import Metrics
-    from rwrouter.sending.delivery import Deliverer
-    from rwrouter.sending.fanout import transport_for  # as `rwrouter run` builds it
-    from rwrouter.sending.retry import RetryPolicy
+    from rwrouter.send.delivery import Deliverer
+    from rwrouter.send.retry import RetryPolicy
+    from rwrouter.send.transport import transport_for  # as `rwrouter run` builds it
 
     q = dest.queue_config
     sender = Deliverer(  # the sender `rwrouter run` uses, with a few retries per entry
@@ -302,14 +301,7 @@ def _select(config: Config, name: str | None) -> list[tuple[int, DestinationConf
 
 
 def _store(config: Config, dest: DestinationConfig) -> RejectedStore:
-    from rwrouter.sending.rejected import RejectedStore, rejected_dir
+    from rwrouter.deadletter.store import RejectedStore, rejected_dir
 
     directory = rejected_dir(config.storage.path, dest.name)
     return RejectedStore(directory, max_bytes=config.storage.rejected_max_bytes)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``rwrouter rejected ARGS``: the same as ``rwrouter.cli.main(["rejected", *ARGS])``."""
-    from rwrouter.cli import main as rwrouter_main
-
-    return rwrouter_main(["rejected", *(sys.argv[1:] if argv is None else argv)])

@@ -24,11 +24,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rwrouter import __version__
-from rwrouter.audit_cli import register as register_audit
+from rwrouter.cli.audit import register as register_audit
+from rwrouter.cli.rejected import register as register_rejected
+from rwrouter.cli.relabel import register as register_relabel
 from rwrouter.errors import ConfigError, RwrouterError
 from rwrouter.logs import q, setup_logging
-from rwrouter.rejected_cli import register as register_rejected
-from rwrouter.relabel_cli import register as register_relabel
 
 if TYPE_CHECKING:
     from rwrouter.server.workers import WorkerSpec
@@ -158,9 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
                            ">= 3.8 sends remote write 2.0 and the self-hosted store gets 2.0 "
                            "(scripts/build-peers builds 3.16)")  # fmt: skip
     demo.set_defaults(func=cmd_demo)
-    register_rejected(sub)  # rwrouter rejected list|replay (rwrouter.rejected_cli)
-    register_relabel(sub)  # rwrouter relabel --config FILE --series S (rwrouter.relabel_cli)
-    register_audit(sub)  # rwrouter audit [--url URL] (rwrouter.audit_cli)
+    register_rejected(sub)  # rwrouter rejected list|replay (rwrouter.cli.rejected)
+    register_relabel(sub)  # rwrouter relabel --config FILE --series S (rwrouter.cli.relabel)
+    register_audit(sub)  # rwrouter audit [--url URL] (rwrouter.cli.audit)
     return parser
 
 

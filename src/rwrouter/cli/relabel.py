@@ -68,8 +68,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def cmd_relabel(args: argparse.Namespace) -> int:
     """``rwrouter relabel``: 0 when traced, 2 for an unparsable --series (ConfigError: 2 too,
     from ``main``)."""
+    from rwrouter.routing import build_router
     from rwrouter.routing.explain import explain
-    from rwrouter.sending.fanout import build_router
 
     parsed = []
     for text in args.series:

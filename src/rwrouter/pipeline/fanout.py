@@ -14,34 +14,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import ssl
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from rwrouter.audit.live import Audit
 from rwrouter.auth.schemes import authenticator_for
-from rwrouter.config import Config, DestinationConfig, StorageConfig, TLSConfig, safe_url
+from rwrouter.config import Config, DestinationConfig, StorageConfig, safe_url
 from rwrouter.errors import StorageError, TooLargeError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
+from rwrouter.metrics.names import MetricNameShares
+from rwrouter.pipeline.destination import Destination
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written
-from rwrouter.routing import Route, RoutedRequest, Router
-from rwrouter.sending.audit import Audit
-from rwrouter.sending.destination import Destination
-from rwrouter.sending.names import MetricNameShares
-from rwrouter.sending.records import FLAG_START_TIMESTAMPS, EncodedShare, encode_share
-from rwrouter.sending.transport import Transport
+from rwrouter.queue.records import FLAG_START_TIMESTAMPS, EncodedShare, encode_share
+from rwrouter.routing import RoutedRequest, Router, build_router
+from rwrouter.send.transport import transport_for
 from rwrouter.wire import decompress
 from rwrouter.wire.rw2_in import to_rw1
 
 log = logging.getLogger("rwrouter.fanout")
-
-_TLS_VERSIONS = {
-    "TLS10": ssl.TLSVersion.TLSv1,
-    "TLS11": ssl.TLSVersion.TLSv1_1,
-    "TLS12": ssl.TLSVersion.TLSv1_2,
-    "TLS13": ssl.TLSVersion.TLSv1_3,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +69,7 @@ class Stale(Exception):
 class FanOut:
     """The router's core service: a :class:`Router` and its destinations.
 
-    A reload (:mod:`rwrouter.sending.reconfigure`) swaps both between requests: it pauses new
+    A reload (:mod:`rwrouter.pipeline.reload`) swaps both between requests: it pauses new
     appends (:meth:`paused`), waits for those in progress, swaps, and bumps ``generation``; a
     request decoded under an older generation is decoded again (:class:`Stale`).
     """
@@ -332,32 +324,6 @@ async def build_fanout(config: Config, metrics: Metrics) -> FanOut:
                   audit=Audit(config, now=time.monotonic()))  # fmt: skip
 
 
-def build_router(config: Config) -> Router:
-    """The router of a configuration: global rules, then one route per destination: those
-    that send (config order), then the shadow ones (config order)."""
-    ordered = sorted(config.remote_write, key=lambda d: d.shadow)  # stable
-    routes = [
-        Route(
-            name=d.name,
-            rules=d.write_relabel_configs,
-            fallback=d.fallback,
-            shadow=d.shadow,
-            send_exemplars=d.send_exemplars,
-            send_native_histograms=d.send_native_histograms,
-            escaping=d.metric_name_escaping_scheme,
-        )
-        for d in ordered
-    ]
-    cache = config.relabel_cache
-    return Router(
-        global_rules=config.relabel_configs,
-        routes=routes,
-        cache_size=cache.max_entries,
-        cache_bytes=cache.max_bytes,
-        cache_max_age=cache.max_age,
-    )
-
-
 async def build_destination(
     dest: DestinationConfig, index: int, *, storage: StorageConfig, metrics: Metrics
 ) -> Destination:
@@ -372,26 +338,3 @@ async def build_destination(
     return Destination(
         config=dest, storage=storage, transport=transport_for(dest), auth=auth, metrics=metrics
     )
-
-
-def transport_for(dest: DestinationConfig) -> Transport:
-    return Transport(
-        url=dest.url,
-        timeout=dest.remote_timeout,
-        ssl_context=_ssl_context(dest.tls_config) if dest.tls_config else None,
-        server_hostname=dest.tls_config.server_name if dest.tls_config else None,
-        proxy=dest.proxy_url,
-    )
-
-
-def _ssl_context(tls: TLSConfig) -> ssl.SSLContext:
-    """An SSL context from a ``tls_config`` (Prometheus field semantics)."""
-    ctx = ssl.create_default_context(cafile=tls.ca_file)
-    if tls.cert_file and tls.key_file:
-        ctx.load_cert_chain(tls.cert_file, tls.key_file)
-    if tls.insecure_skip_verify:
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-    if tls.min_version:
-        ctx.minimum_version = _TLS_VERSIONS[tls.min_version]
-    return ctx

@@ -1,11 +1,11 @@
 """One destination: a durable queue on disk, read ahead into shards, a sender per shard.
 
-Flow: the receive side appends a request's share (records, :mod:`rwrouter.sending.records`) to
-the destination's :class:`~rwrouter.sending.diskqueue.DiskQueue` and answers 204 once that is
+Flow: the receive side appends a request's share (records, :mod:`rwrouter.queue.records`) to
+the destination's :class:`~rwrouter.queue.diskqueue.DiskQueue` and answers 204 once that is
 written (``storage.fsync: interval``) or fsynced (``always``). A reader
-(:mod:`rwrouter.sending.reader`) reads records in order into the in-memory read-ahead
+(:mod:`rwrouter.send.reader`) reads records in order into the in-memory read-ahead
 (``capacity x max_shards`` samples and ``max_memory_bytes``) and hands each series to its shard;
-each shard sends batches, one in flight at a time (:mod:`rwrouter.sending.shards`, which also
+each shard sends batches, one in flight at a time (:mod:`rwrouter.send.shards`, which also
 changes the number of shards). A record is done when all its series are delivered or refused
 for good (refused ones go to the dead-letter store); the queue position advances over done
 records in order, so a crash re-sends only records not yet done.
@@ -14,12 +14,12 @@ This module holds the write side and the lifecycle: admission and appends (with 
 policy), metrics registration, start and stop.
 
 Metadata entries are kept in memory only (Prometheus sends all metadata again every minute).
-An RW 1.0 destination sends them in metadata-only requests (:mod:`rwrouter.sending.metadata`,
+An RW 1.0 destination sends them in metadata-only requests (:mod:`rwrouter.send.metadata`,
 ``metadata_config``); an RW 2.0 one (``protobuf_message: io.prometheus.write.v2.Request``)
-keeps the latest per family in its metadata book (:mod:`rwrouter.sending.metabook`) and sends
+keeps the latest per family in its metadata book (:mod:`rwrouter.send.metabook`) and sends
 it inside each series, never alone (Prometheus: ``metadata_config.send`` is ignored with
 RW 2.0). An RW 2.0 destination that turns out not to speak it (see
-:mod:`rwrouter.sending.delivery`) gets RW 1.0 from then on, metadata requests included (what
+:mod:`rwrouter.send.delivery`) gets RW 1.0 from then on, metadata requests included (what
 the book holds, once, then what comes), until :meth:`Destination.try_configured_protocol`
 (a reload).
 """
@@ -37,21 +37,21 @@ from typing import Any
 
 from rwrouter.auth.schemes import Authenticator
 from rwrouter.config import DestinationConfig, StorageConfig
+from rwrouter.deadletter.store import RejectedStore, rejected_dir, safe_dirname
+from rwrouter.deadletter.writer import DeadLetters
 from rwrouter.errors import StorageError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.protocol import MESSAGES, RW1_MESSAGE, RW2_MESSAGE
-from rwrouter.sending.deadletter import DeadLetters
-from rwrouter.sending.delivery import Deliverer
-from rwrouter.sending.diskqueue import DiskQueue
-from rwrouter.sending.metabook import MetadataBook
-from rwrouter.sending.metadata import MetadataQueue
-from rwrouter.sending.reader import QueueReader, resent
-from rwrouter.sending.records import EncodedShare
-from rwrouter.sending.rejected import RejectedStore, rejected_dir, safe_dirname
-from rwrouter.sending.retry import RetryPolicy
-from rwrouter.sending.shards import RESHARD_INTERVAL, Shards, Stopping
-from rwrouter.sending.transport import Transport
+from rwrouter.queue.diskqueue import DiskQueue
+from rwrouter.queue.records import EncodedShare
+from rwrouter.send.delivery import Deliverer
+from rwrouter.send.metabook import MetadataBook
+from rwrouter.send.metadata import MetadataQueue
+from rwrouter.send.reader import QueueReader, resent
+from rwrouter.send.retry import RetryPolicy
+from rwrouter.send.shards import RESHARD_INTERVAL, Shards, Stopping
+from rwrouter.send.transport import Transport
 
 log = logging.getLogger("rwrouter.sending")
 
@@ -295,7 +295,7 @@ class Destination:
 
     def enqueue_metadata(self, metadata: list[bytes]) -> None:
         """Framed metadata entries routed here: queued for metadata requests (RW 1.0,
-        :mod:`rwrouter.sending.metadata`), recorded in the book (RW 2.0; see the module
+        :mod:`rwrouter.send.metadata`), recorded in the book (RW 2.0; see the module
         docstring)."""
         if not metadata:
             return

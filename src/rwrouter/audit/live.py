@@ -188,7 +188,7 @@ def audit_capture(config: Config, stream: BinaryIO, *, top: int | None) -> Offli
     **every** destination (nothing is sent offline; ``shadow`` is reported as configured).
     The report's time is the latest receive time in the file. Raises CaptureError for a file
     that is not a capture."""
-    from rwrouter.sending.fanout import build_router
+    from rwrouter.routing import build_router
 
     every = dataclasses.replace(
         config, remote_write=tuple(dataclasses.replace(d, audit=True) for d in config.remote_write)

@@ -14,7 +14,16 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from rwrouter.config import DestinationConfig, TLSConfig
+
 BODY_HEAD_BYTES = 1024  # how much of an error answer is kept for logs
+
+_TLS_VERSIONS = {
+    "TLS10": ssl.TLSVersion.TLSv1,
+    "TLS11": ssl.TLSVersion.TLSv1_1,
+    "TLS12": ssl.TLSVersion.TLSv1_2,
+    "TLS13": ssl.TLSVersion.TLSv1_3,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,3 +113,27 @@ def _scrub(text: str) -> str:
             word = f"{scheme}://{rest}"
         out.append(word)
     return " ".join(out)
+
+
+def transport_for(dest: DestinationConfig) -> Transport:
+    """The transport of a ``remote_write`` entry: its URL, timeout, TLS and proxy."""
+    return Transport(
+        url=dest.url,
+        timeout=dest.remote_timeout,
+        ssl_context=_ssl_context(dest.tls_config) if dest.tls_config else None,
+        server_hostname=dest.tls_config.server_name if dest.tls_config else None,
+        proxy=dest.proxy_url,
+    )
+
+
+def _ssl_context(tls: TLSConfig) -> ssl.SSLContext:
+    """An SSL context from a ``tls_config`` (Prometheus field semantics)."""
+    ctx = ssl.create_default_context(cafile=tls.ca_file)
+    if tls.cert_file and tls.key_file:
+        ctx.load_cert_chain(tls.cert_file, tls.key_file)
+    if tls.insecure_skip_verify:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    if tls.min_version:
+        ctx.minimum_version = _TLS_VERSIONS[tls.min_version]
+    return ctx

@@ -1,7 +1,7 @@
 """A destination's durable queue: append-only segment files of queue records
-(:mod:`rwrouter.sending.records`) and the position before which everything is done.
+(:mod:`rwrouter.queue.records`) and the position before which everything is done.
 
-Files (:mod:`rwrouter.sending.segments`): segment files of records (a new one starts when the
+Files (:mod:`rwrouter.queue.segments`): segment files of records (a new one starts when the
 current one would pass ``segment_bytes``), a ``lock`` (two processes never share a queue), and
 a ``position`` file: the committed position (every record before it was delivered, refused
 for good, or dropped) and the read mark (every record after it was never read for sending),
@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rwrouter.sending.records import HEADER, record_samples
-from rwrouter.sending.segments import (
+from rwrouter.queue.records import HEADER, record_samples
+from rwrouter.queue.segments import (
     POSITION,
     SUFFIX,
     Cursor,

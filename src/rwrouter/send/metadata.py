@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable
 
 from rwrouter.metrics import Metrics
-from rwrouter.sending.delivery import Deliverer
+from rwrouter.send.delivery import Deliverer
 
 log = logging.getLogger("rwrouter.sending")
 

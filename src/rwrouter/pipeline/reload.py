@@ -1,4 +1,4 @@
-"""Hot reload: apply a new configuration to a running :class:`~rwrouter.sending.fanout.FanOut`.
+"""Hot reload: apply a new configuration to a running :class:`~rwrouter.pipeline.fanout.FanOut`.
 
 Rules (what an operator of Prometheus expects from ``SIGHUP`` / ``POST /-/reload``):
 
@@ -6,7 +6,7 @@ Rules (what an operator of Prometheus expects from ``SIGHUP`` / ``POST /-/reload
   error leaves the running configuration untouched.
 - A destination whose settings are unchanged (same name, equal ``remote_write`` entry) keeps
   running: its queue, senders and connections survive. One configured for remote write 2.0
-  that fell back to 1.0 (:mod:`rwrouter.sending.delivery`) tries 2.0 again; a replaced one
+  that fell back to 1.0 (:mod:`rwrouter.send.delivery`) tries 2.0 again; a replaced one
   starts with 2.0.
 - A changed destination is replaced: its senders finish the batch in flight (while requests
   still flow and are appended to its queue), then its disk queue (same name, same directory) is
@@ -26,8 +26,9 @@ from rwrouter.config import Config
 from rwrouter.errors import RwrouterError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
-from rwrouter.sending.destination import Destination
-from rwrouter.sending.fanout import FanOut, build_destination, build_router
+from rwrouter.pipeline.destination import Destination
+from rwrouter.pipeline.fanout import FanOut, build_destination
+from rwrouter.routing import build_router
 
 log = logging.getLogger("rwrouter.reload")
 

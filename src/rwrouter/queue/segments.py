@@ -1,8 +1,8 @@
-"""The files of a destination's durable queue (:mod:`rwrouter.sending.diskqueue`): segment
+"""The files of a destination's durable queue (:mod:`rwrouter.queue.diskqueue`): segment
 files of queue records, the position file, the lock — how they are named, read, checked and
 written. Blocking file I/O; no state beyond what the functions are given.
 
-- ``<sequence, 20 digits>.seg``: records back to back (:mod:`rwrouter.sending.records`).
+- ``<sequence, 20 digits>.seg``: records back to back (:mod:`rwrouter.queue.records`).
 - ``position``: ``u64 segment, u64 offset`` of the committed position, ``u64 segment, u64
   offset`` of the read mark, ``u32 crc32`` of those 32 bytes (little-endian).
 - ``lock``: ``flock``-ed by the process using the queue.
@@ -18,7 +18,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from rwrouter.sending.records import (
+from rwrouter.queue.records import (
     HEADER,
     KIND_SAMPLES,
     MAX_RECORD_BYTES,

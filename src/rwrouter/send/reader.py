@@ -4,10 +4,10 @@ shards, and the queue position moved over what is done.
 The reader reads records in order, as long as the in-memory read-ahead has room (``capacity``
 samples, ``capacity x max_shards`` in the config, and ``capacity_bytes``, its
 ``max_memory_bytes``), and hands each series to its shard
-(:class:`~rwrouter.sending.shards.Shards`). A record is done when all its series are
+(:class:`~rwrouter.send.shards.Shards`). A record is done when all its series are
 delivered, refused for good (refused ones go to the dead-letter store) or dropped; the queue
 position advances over done records in order, so a crash re-sends only records not yet done.
-Records read before a crash and not done (:attr:`~rwrouter.sending.diskqueue.Recovery.resend_until`)
+Records read before a crash and not done (:attr:`~rwrouter.queue.diskqueue.Recovery.resend_until`)
 may have gone out already: their frames are sent apart from newer ones (:func:`resent`).
 
 A record failing its checksum or undecodable is done at once (counted as ``corrupt``). With
@@ -24,10 +24,10 @@ from collections import deque
 from rwrouter.errors import DecodeError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
-from rwrouter.sending.batching import Batch
-from rwrouter.sending.diskqueue import DiskQueue, Dropped, Position
-from rwrouter.sending.records import Block, decode_record
-from rwrouter.sending.shards import Shards, Stopping
+from rwrouter.queue.diskqueue import DiskQueue, Dropped, Position
+from rwrouter.queue.records import Block, decode_record
+from rwrouter.send.batching import Batch
+from rwrouter.send.shards import Shards, Stopping
 
 log = logging.getLogger("rwrouter.sending")
 

@@ -1,6 +1,6 @@
 """Delivery of one batch to one destination: sign, send, retry, refresh, split.
 
-- Retries follow :class:`~rwrouter.sending.retry.RetryPolicy` (network errors, 5xx, opt-in
+- Retries follow :class:`~rwrouter.send.retry.RetryPolicy` (network errors, 5xx, opt-in
   429; Retry-After; backoff with jitter; a retry budget in seconds counted from the batch's
   first attempt) and re-send the same compressed bytes. Source: RW 1.0 spec, Prometheus
   ``storage/remote``; the budget is rwrouter's own.
@@ -23,7 +23,7 @@
   :attr:`Refusal.reason`), logged, and handed to the ``on_rejected`` hook (the dead-letter
   store), once per part.
 - Samples go out in :attr:`Deliverer.message` (``protobuf_message``), each part (a split
-  half too) encoded for it by :mod:`rwrouter.sending.encoding`; metadata requests are RW 1.0.
+  half too) encoded for it by :mod:`rwrouter.send.encoding`; metadata requests are RW 1.0.
   An RW 2.0 destination that does not speak it (415, or a 2xx that wrote nothing) gets the
   same part again at once as RW 1.0, and RW 1.0 from then on (``on_protocol``) until
   :meth:`Deliverer.use` (a reload). What a 2xx's Written headers say was not written is
@@ -38,7 +38,7 @@ import random
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from rwrouter import USER_AGENT
 from rwrouter.auth.schemes import Authenticator
@@ -46,7 +46,7 @@ from rwrouter.errors import CredentialsError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.protocol import MESSAGES, RW1_MESSAGE, RW2_MESSAGE, Written, request_headers
-from rwrouter.sending.encoding import (
+from rwrouter.send.encoding import (
     FALLBACK_MESSAGES,
     NOT_WRITTEN_MESSAGE,
     NotRW2,
@@ -55,9 +55,9 @@ from rwrouter.sending.encoding import (
     not_rw2,
     not_written,
 )
-from rwrouter.sending.metabook import MetadataBook
-from rwrouter.sending.retry import RETRY_BUDGET, RetryPolicy
-from rwrouter.sending.transport import Answer, Transport, TransportError
+from rwrouter.send.metabook import MetadataBook
+from rwrouter.send.retry import RETRY_BUDGET, RetryPolicy
+from rwrouter.send.transport import Answer, Transport, TransportError
 
 log = logging.getLogger("rwrouter.sending")
 
@@ -91,6 +91,15 @@ class Refusal:
 
 
 RejectHook = Callable[[list[Item], str, Refusal], None]
+
+
+class DeadLetterSink(Protocol):
+    """Where refused parts go for good (:class:`rwrouter.deadletter.writer.DeadLetters`): a
+    :data:`RejectHook` whose writes :meth:`flush` waits for."""
+
+    def __call__(self, items: list[Item], kind: str, refusal: Refusal, /) -> None: ...
+
+    async def flush(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -247,7 +256,7 @@ class Deliverer:
     async def _send(self, raw: bytes, count: int, kind: str, batch: _Batch) -> int | Refusal:
         """Send one part (``raw``: its frames, ``count`` samples) in the protocol in use,
         with retries: the samples delivered, or the final refusal. Samples that an RW 2.0
-        destination does not take as RW 2.0 (see :func:`~rwrouter.sending.encoding.not_rw2`)
+        destination does not take as RW 2.0 (see :func:`~rwrouter.send.encoding.not_rw2`)
         go again at once as RW 1.0, and the destination falls back to it."""
         message = self.message if kind == "samples" else RW1_MESSAGE
         while True:

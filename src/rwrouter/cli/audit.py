@@ -152,8 +152,8 @@ def _print(report: dict[str, Any], args: argparse.Namespace) -> None:
 
 def _audit_capture(args: argparse.Namespace) -> int:
     from rwrouter.audit.capture import CaptureError
+    from rwrouter.audit.live import audit_capture
     from rwrouter.config import load_config
-    from rwrouter.sending.audit import audit_capture
 
     if args.config is None:
         print("rwrouter audit: --capture needs --config (the rules to apply)", file=sys.stderr)

@@ -1,7 +1,7 @@
 """The request a part of a batch becomes, per protocol, and how to read the answer (pure).
 
 - RW 1.0 (``prometheus.WriteRequest``): the frames as they are, snappy-compressed; a part
-  holding records flagged :data:`~rwrouter.sending.records.FLAG_START_TIMESTAMPS` is stripped
+  holding records flagged :data:`~rwrouter.queue.records.FLAG_START_TIMESTAMPS` is stripped
   of its start timestamps first (:func:`~rwrouter.wire.rw2_out.strip_start_timestamps`): an
   RW 1.0 receiver has no field for them.
 - RW 2.0 (``io.prometheus.write.v2.Request``): :func:`~rwrouter.wire.rw2_out.encode_request`
@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rwrouter.protocol import RW2_MESSAGE, Written
-from rwrouter.sending.metabook import MetadataBook
+from rwrouter.send.metabook import MetadataBook
 from rwrouter.wire import compress
 from rwrouter.wire.rw2_out import Meta, encode_request, strip_start_timestamps
 

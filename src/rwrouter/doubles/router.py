@@ -14,7 +14,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from rwrouter.testing.prometheus import MetricSample, parse_metrics, wait_ready
+from rwrouter.doubles.prometheus import MetricSample, parse_metrics, wait_ready
 
 
 class RouterProcess:

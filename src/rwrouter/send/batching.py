@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rwrouter.sending.records import FLAG_START_TIMESTAMPS
+from rwrouter.queue.records import FLAG_START_TIMESTAMPS
 from rwrouter.wire import compress, decompress, splice_compressed
 from rwrouter.wire.scan import INDEX, split_shards
 
@@ -34,7 +34,7 @@ class Chunk:
     A whole record may come as ``compressed`` (its snappy block, exactly a write request body)
     with ``nbytes`` (its raw size) instead of ``body``: sent alone, it goes out as it is stored,
     without being decompressed and compressed again; ``body`` is decompressed only if needed.
-    ``flags``: its record's (:data:`~rwrouter.sending.records.FLAG_START_TIMESTAMPS`).
+    ``flags``: its record's (:data:`~rwrouter.queue.records.FLAG_START_TIMESTAMPS`).
     """
 
     __slots__ = ("_body", "compressed", "flags", "index", "nbytes", "owner", "samples", "series")

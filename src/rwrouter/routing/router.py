@@ -1,0 +1,363 @@
+"""The router (pure): the routing rules of :mod:`rwrouter.routing` applied to write requests,
+with the routing cache (:mod:`rwrouter.routing.cache`) in front of the relabel engine."""
+
+from __future__ import annotations
+
+import functools
+import struct
+from collections.abc import Sequence
+
+from rwrouter.config import Config
+from rwrouter.relabel import FILTER_ACTIONS, RelabelConfig, process
+from rwrouter.relabel.series import format_labels
+from rwrouter.routing.cache import (
+    DEFAULT_CACHE_BYTES,
+    DEFAULT_CACHE_MAX_AGE,
+    DEFAULT_CACHE_SIZE,
+    Generations,
+)
+from rwrouter.routing.collisions import LABEL, SERIES, Claims, Collision, CollisionLog
+from rwrouter.routing.escape import ALLOW_UTF8, SCHEMES, escape_metadata
+from rwrouter.routing.outcome import (
+    NAME_COLLISION,
+    REASONS,
+    RELABEL,
+    Renamed,
+    Result,
+    Route,
+    RuleCopies,
+    filter_series,
+    labels_read,
+    template_parts,
+)
+from rwrouter.routing.routed import RoutedRequest, RoutedSeries, shard_hash
+from rwrouter.wire import RawSeries, frame_metadata, metadata_family
+from rwrouter.wire.scan import (
+    Entry,
+    Item,
+    decode_labels,
+    encode_labels,
+    pack_entry,
+    scan_request,
+    signature,
+    unpack_entry,
+)
+
+__all__ = ["Router", "build_router"]
+
+
+MAX_TEMPLATES = 10_000  # distinct values of the labels filter-only rules read (metric names)
+MAX_METADATA_OUTCOMES = 50_000  # distinct metadata payloads whose routing is remembered
+_U32 = struct.Struct("<I")
+_COLLIDED = REASONS.index(NAME_COLLISION)
+
+
+def _same(report: Collision) -> Collision:
+    return report
+
+
+# Per destination: encoded output labels, or the drop reason (a str) — or None for a fallback
+# destination whose series went elsewhere.
+Outcome = tuple[bytes | str | None, ...]
+
+
+class Router(Generations):
+    """Routes series and metadata to destinations; caches the outcome per raw label set
+    (bounds and generations: :class:`~rwrouter.routing.cache.Generations`).
+
+    Lookups run in :func:`~rwrouter.wire.scan.scan_request` (compiled when available). Safe
+    to use from several threads under the GIL: the cache is only ever a cache (an outcome
+    depends on the label bytes alone, and, at a destination that escapes names, on the
+    collision memory), though concurrent requests may blur the counters. Collisions are
+    counted once per label set routed the full way (a cache miss), not per request:
+    :meth:`take_collisions`.
+    """
+
+    def __init__(
+        self,
+        *,
+        global_rules: Sequence[RelabelConfig],
+        routes: Sequence[Route],
+        cache_size: int = DEFAULT_CACHE_SIZE,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        cache_max_age: float = DEFAULT_CACHE_MAX_AGE,
+    ) -> None:
+        super().__init__(cache_size=cache_size, cache_bytes=cache_bytes,
+                         cache_max_age=cache_max_age)  # fmt: skip
+        self.global_rules = tuple(global_rules)
+        self.routes = tuple(routes)
+        # Per route: does it filter out exemplars or native histograms?
+        self._filters = tuple(not (r.send_exemplars and r.send_native_histograms) for r in routes)
+        # Per route: are its rules only keep/drop (they never change the labels)?
+        self._filter_only = [all(c.action in FILTER_ACTIONS for c in r.rules) for r in routes]
+        # When every rule only filters: the labels they read (sorted bytes), for the
+        # template shortcut of the miss path (:meth:`_from_template`); else None.
+        self._signature_names = labels_read(self.global_rules, self.routes)
+        self._templates: dict[tuple[bytes | None, ...], tuple[bytes, ...]] = {}
+        # Escaping: per route its scheme; the claims of escaped label sets (None when no route
+        # escapes); signature values the template shortcut must not take (a claim's labels).
+        self._escaping = tuple(r.escaping for r in routes)
+        if unknown := [s for s in self._escaping if s not in SCHEMES]:
+            raise ValueError(f"unknown metric_name_escaping_scheme {unknown[0]!r}")
+        escaping = sum(s != ALLOW_UTF8 for s in self._escaping)
+        self._claims = Claims(routes=len(self.routes), max_claims=cache_size * escaping,
+                              alive=self._cached) if escaping else None  # fmt: skip
+        self._no_template: set[tuple[bytes | None, ...]] = set()
+        self._metadata_outcomes: dict[bytes, tuple[bytes | None, ...]] = {}
+        self._collisions = CollisionLog()
+        self._now = 0.0
+
+    # -- cache -----------------------------------------------------------------------------
+
+    def _rotated(self) -> None:
+        if self._claims is not None and self._claims.losers:
+            self._claims.recheck(self._route_again)
+
+    def _route_again(self, key: bytes) -> None:
+        """Route a cached label set the full way again (a collision loser whose claimant is
+        gone) and cache the new outcome in the young generation."""
+        entry = self._route_raw(key)
+        self._young[key] = entry
+        self._young_bytes += len(key) + len(entry)
+
+    def _miss(self, raw_labels: bytes) -> Entry:
+        """Route a label set not in the cache and remember it (the young generation)."""
+        self.misses += 1
+        # Not the empty set: it is dropped as "relabel" where a set without the labels the
+        # rules read (its same template key) is "invalid" (no __name__).
+        entry = self._from_template(raw_labels) if self._signature_names and raw_labels else None
+        if entry is None:
+            entry = self._route_raw(raw_labels)
+        self._young[raw_labels] = entry
+        self._young_bytes += len(raw_labels) + len(entry)
+        return entry
+
+    def _from_template(self, raw_labels: bytes) -> Entry | None:
+        """The shortcut for rules that only filter (keep/drop): their outcome depends only on
+        the values of the labels they read, so a canonical label set (:func:`signature`)
+        takes the outcome of the first one with the same values, with its own shard hash.
+        None when the set is not canonical, or that outcome would change its labels. When a
+        route escapes names, only legacy names are canonical (escaping changes no such set),
+        and values whose labels a claim holds (:meth:`_taint`) go the full way, where the
+        collision memory is asked."""
+        assert self._signature_names is not None
+        values = signature(raw_labels, self._signature_names, self._claims is not None)
+        if values is None or values in self._no_template:
+            return None
+        parts = self._templates.get(values)
+        if parts is None:
+            items = unpack_entry(raw_labels, self._route_raw(raw_labels))
+            if any((isinstance(i, tuple) and i[0] != raw_labels) or i == _COLLIDED for i in items):
+                return None  # (cannot happen with filter-only rules on a legacy canonical set)
+            parts = template_parts(items)
+            if len(self._templates) >= MAX_TEMPLATES:
+                self._templates.clear()
+            self._templates[values] = parts
+        return _U32.pack(shard_hash(raw_labels)).join(parts)
+
+    def _route_raw(self, raw_labels: bytes) -> Entry:
+        """The full way: decode the labels, apply the rules, escape, ask the collision
+        memory, encode the results."""
+        items: list[Item] = []
+        for i, res in enumerate(self._results(decode_labels(raw_labels))):
+            if isinstance(res, Renamed) or (isinstance(res, bytes) and self._claims is not None
+                                            and self._escaping[i] != ALLOW_UTF8):  # fmt: skip
+                res = self._collide(i, res, raw_labels)
+            if isinstance(res, bytes):
+                items.append((res, shard_hash(res)))
+            else:
+                items.append(None if res is None else REASONS.index(res))
+        return pack_entry(raw_labels, items)
+
+    # -- routing ---------------------------------------------------------------------------
+
+    def route_labels(self, labels: tuple[tuple[str, str], ...]) -> Outcome:
+        """Apply global then per-destination rules, fallback routing and escaping to one
+        label set (sorted by name, as :func:`~rwrouter.wire.scan.decode_labels` gives it);
+        without the collision memory (see :meth:`route_series`)."""
+        return tuple(r.escaped if isinstance(r, Renamed) else r for r in self._results(labels))
+
+    def _results(self, labels: tuple[tuple[str, str], ...]) -> list[Result | None]:
+        base = process(labels, self.global_rules) if self.global_rules else labels
+        if base is None or not base:
+            return [RELABEL] * len(self.routes)
+        apply = RuleCopies(base)
+        results: list[Result | None] = []
+        kept_by_primary = False
+        for route, filter_only in zip(self.routes, self._filter_only, strict=True):
+            if route.fallback:
+                results.append(None)
+                continue
+            res = apply(route.rules, filter_only, route.escaping)
+            kept_by_primary = kept_by_primary or (not isinstance(res, str) and not route.shadow)
+            results.append(res)
+        if not kept_by_primary:
+            for i, (route, filter_only) in enumerate(zip(self.routes, self._filter_only,
+                                                         strict=True)):  # fmt: skip
+                if route.fallback:
+                    results[i] = apply(route.rules, filter_only, route.escaping)
+        return results
+
+    def route_series(self, labels: tuple[tuple[str, str], ...]) -> Outcome:
+        """What the router does with a series of these labels (sorted by name): its cached
+        outcome, or the miss path's (with the collision memory; then cached). For tools: the
+        relabel debugger routes several series through one router."""
+        raw = encode_labels(labels)
+        entry = self._young.get(raw) or self._old.get(raw) or self._miss(raw)
+        return tuple(item if item is None else REASONS[item] if isinstance(item, int)
+                     else item[0] for item in unpack_entry(raw, entry))  # fmt: skip
+
+    # -- collisions ------------------------------------------------------------------------
+
+    def _collide(self, i: int, res: bytes | Renamed, key: bytes) -> bytes | str:
+        """Route ``i``'s escaped output labels for the series of cache key ``key``, or
+        NAME_COLLISION when an earlier series holds them (:class:`Claims`)."""
+        assert self._claims is not None
+        route, log = self.routes[i], self._collisions
+        escaped: bytes = res.escaped if isinstance(res, Renamed) else res
+        original = res.original if isinstance(res, Renamed) else None
+        if isinstance(res, Renamed):
+            sent = format_labels(res.detail.labels)
+            for dropped, kept in () if route.shadow else res.detail.dropped:
+                report = Collision(route.name, LABEL, sent, kept, dropped)
+                log.add(destination=route.name, kind=LABEL, key=(i, dropped, kept),
+                        now=self._now, describe=functools.partial(_same, report))  # fmt: skip
+        verdict = self._claims.check(route=i, escaped=escaped, original=original, key=key,
+                                     twin=self._twin)  # fmt: skip
+        if verdict.recorded:
+            self._taint(escaped)
+        if verdict.kept:
+            return escaped
+        if not route.shadow:
+            claimant = verdict.claimant
+            describe = functools.partial(self._describe, i, escaped, original or escaped, claimant)
+            log.add(destination=route.name, kind=SERIES, key=(i, escaped, original),
+                    now=self._now, describe=describe)  # fmt: skip
+        return NAME_COLLISION
+
+    def _describe(self, i: int, escaped: bytes, dropped: bytes, claimant: bytes | None
+                  ) -> Collision:  # fmt: skip
+        """The report of a series collision at route ``i`` (the kept series routed again)."""
+        kept = "(unknown)"
+        res = self._results(decode_labels(claimant))[i] if claimant is not None else None
+        if isinstance(res, Renamed | bytes):
+            kept = format_labels(decode_labels(res.original if isinstance(res, Renamed) else res))
+        return Collision(self.routes[i].name, SERIES, format_labels(decode_labels(escaped)),
+                         kept, format_labels(decode_labels(dropped)))  # fmt: skip
+
+    def _twin(self, i: int, labels: bytes) -> bool:
+        """Whether ``labels`` are a cached key that route ``i`` sends unchanged."""
+        entry = self._young.get(labels) or self._old.get(labels)
+        if entry is None:
+            return False
+        item = unpack_entry(labels, entry)[i]
+        return isinstance(item, tuple) and item[0] == labels
+
+    def _taint(self, escaped: bytes) -> None:
+        """A claim holds ``escaped``: label sets with its signature values go the full way
+        (where the memory is asked); too many such values turn the shortcut off."""
+        if not self._signature_names:
+            return
+        values = signature(escaped, self._signature_names, True)
+        if values is None:
+            return
+        self._no_template.add(values)
+        self._templates.pop(values, None)
+        if len(self._no_template) > MAX_TEMPLATES:
+            self._signature_names = None  # the shortcut off (for good)
+            self._templates.clear()  # (the compiled loop may hold the dict until it returns)
+
+    def take_collisions(self) -> tuple[dict[tuple[str, str], int], list[Collision], int]:
+        """Collisions since the last call: counts by (destination, kind ``label``|``series``),
+        the distinct ones to log (at most 10 a minute) and how many more were not logged."""
+        return self._collisions.take()
+
+    def route(self, data: bytes, *, now: float = 0.0) -> RoutedRequest:
+        """Route every series and metadata entry of a decompressed write request (RW 1.0);
+        ``now``: seconds on a monotonic clock, for the cache's age bound.
+
+        Raises DecodeError for malformed input or a series with invalid labels (the whole
+        request is refused).
+        """
+        self._now = now
+        self.maintain(now)
+        templates = self._templates if self._signature_names else None
+        scan = scan_request(data, self._young, self._old, self._miss, self._filters, self._filter,
+                            REASONS, templates, self._signature_names or (),
+                            self._claims is not None)  # fmt: skip
+        self.hits += scan.hits
+        self.misses += scan.misses
+        self._young_bytes += scan.miss_bytes
+        self._young_bytes += scan.promoted_bytes
+        self._overlap += scan.promoted
+        self._overlap_bytes += scan.promoted_bytes
+        self._bound(now)
+        out = RoutedRequest(
+            series=[
+                RoutedSeries(body, index, samples, series)
+                for body, index, samples, series in zip(
+                    scan.bodies, scan.indexes, scan.samples, scan.series, strict=True
+                )
+            ],
+            metadata=[[] for _ in self.routes],
+            dropped=scan.dropped,
+            samples_in=scan.samples_in,
+            series_in=scan.series_in,
+            metadata_in=len(scan.metadata),
+        )
+        for payload in scan.metadata:
+            framed = self._metadata_outcomes.get(payload)
+            if framed is None:
+                framed = self._route_metadata(payload)
+            if not framed:
+                out.metadata_invalid += 1
+            for i, entry in enumerate(framed):
+                if entry is not None:
+                    out.metadata[i].append(entry)
+        return out
+
+    def _route_metadata(self, payload: bytes) -> tuple[bytes | None, ...]:
+        """Per destination the framed entry a metadata payload becomes (None: not sent there),
+        remembered per payload (a sender repeats its metadata: Prometheus's RW 2.0 in every
+        request); ``()`` for an entry without a family name (sent nowhere)."""
+        family = metadata_family(payload)
+        framed: tuple[bytes | None, ...] = ()
+        if family:
+            framed = tuple(
+                frame_metadata(escape_metadata(payload, family, self._escaping[i]))
+                if isinstance(res, bytes) else None
+                for i, res in enumerate(self.route_labels((("__name__", family),)))
+            )  # fmt: skip
+        if len(self._metadata_outcomes) >= MAX_METADATA_OUTCOMES:
+            self._metadata_outcomes.clear()
+        self._metadata_outcomes[payload] = framed
+        return framed
+
+    def _filter(self, i: int, raw: RawSeries) -> tuple[bytes, int]:
+        return filter_series(raw, self.routes[i])
+
+
+def build_router(config: Config) -> Router:
+    """The router of a configuration: global rules, then one route per destination: those
+    that send (config order), then the shadow ones (config order)."""
+    ordered = sorted(config.remote_write, key=lambda d: d.shadow)  # stable
+    routes = [
+        Route(
+            name=d.name,
+            rules=d.write_relabel_configs,
+            fallback=d.fallback,
+            shadow=d.shadow,
+            send_exemplars=d.send_exemplars,
+            send_native_histograms=d.send_native_histograms,
+            escaping=d.metric_name_escaping_scheme,
+        )
+        for d in ordered
+    ]
+    cache = config.relabel_cache
+    return Router(
+        global_rules=config.relabel_configs,
+        routes=routes,
+        cache_size=cache.max_entries,
+        cache_bytes=cache.max_bytes,
+        cache_max_age=cache.max_age,
+    )
