@@ -19,7 +19,7 @@ COPY src ./src
 RUN python3 -m venv /opt/rwrouter \
     && /opt/rwrouter/bin/pip install --no-cache-dir --no-compile . \
     && /opt/rwrouter/bin/python -m compileall -q /opt/rwrouter/lib \
-    && /opt/rwrouter/bin/python -c "from rwrouter.wire.scan import ACCELERATED; \
+    && /opt/rwrouter/bin/python -c "from rwrouter.wire.accelerator import ACCELERATED; \
 assert ACCELERATED, 'the compiled accelerator was not built'"
 
 FROM ${BASE}

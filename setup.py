@@ -1,8 +1,9 @@
 """Build of the optional compiled accelerator (everything else is in pyproject.toml).
 
 ``rwrouter.wire._scan`` (C, CPython API) is built when a C compiler and the Python headers are
-present; ``optional=True`` lets the install go on without it (the pure-Python loop in
-``rwrouter.wire.scan`` then runs, and ``rwrouter_build_info{accelerated="false"}`` says so).
+present; ``optional=True`` lets the install go on without it (the pure-Python references,
+e.g. the loop in ``rwrouter.routing.scan``, then run, and
+``rwrouter_build_info{accelerated="false"}`` says so).
 Set ``RWROUTER_NO_EXTENSIONS=1`` to skip the build (and, at run time, to use the pure path).
 """
 

@@ -4,7 +4,7 @@ Only documented entry points are used, because the routing internals are being r
 ``rwrouter.wire.decompress``, ``rwrouter.routing.Router`` / ``Route`` (``router.route(data,
 now=...)`` on the decompressed body, ``len(router)``, ``cached_bytes``; cache bounds
 ``cache_size``, ``cache_bytes``, ``cache_max_age``: the ``relabel_cache`` section's
-``max_entries``, ``max_bytes``, ``max_age``), ``rwrouter.wire.scan.ACCELERATED``,
+``max_entries``, ``max_bytes``, ``max_age``), ``rwrouter.wire.accelerator.ACCELERATED``,
 ``rwrouter.relabel.parse_relabel_configs``, and the SigV4 signer
 ``rwrouter.auth.schemes.SigV4`` with a static-key ``rwrouter.auth.credentials.load_source``.
 
@@ -54,7 +54,7 @@ from rwrouter.protocol import RW1_MESSAGE, request_headers
 from rwrouter.relabel import RelabelConfig, parse_relabel_configs
 from rwrouter.routing import Route, Router
 from rwrouter.wire import decompress
-from rwrouter.wire.scan import ACCELERATED
+from rwrouter.wire.accelerator import ACCELERATED
 
 MAX_DECODED = 64 * 1024 * 1024  # bytes: rwrouter's default server.max_decoded_bytes
 

@@ -16,7 +16,7 @@ from bench.workload import A_REGEX, generate
 from rwrouter.doubles.prometheus import free_port
 from rwrouter.doubles.router import RouterProcess
 from rwrouter.wire import remote_pb2
-from rwrouter.wire.scan import ACCELERATED
+from rwrouter.wire.accelerator import ACCELERATED
 from tests.support.capture import CaptureServer
 
 CONFIG = """

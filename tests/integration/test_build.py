@@ -27,13 +27,13 @@ def test_without_a_compiler_the_package_builds_and_runs_pure(tmp_path: Path) -> 
     assert built.returncode == 0, built.stderr[-2000:]
     (wheel,) = (tmp_path / "wheels").glob("rwrouter-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "rwrouter/wire/scan.py" in names
+    assert "rwrouter/routing/scan.py" in names
     assert not [n for n in names if n.endswith(".so")]
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
                     str(site), str(wheel)], check=True, timeout=120)  # fmt: skip
     code = (
-        "import rwrouter.wire.scan as s, rwrouter.metrics as m;"
+        "import rwrouter.wire.accelerator as s, rwrouter.metrics as m;"
         f"print(s.__file__.startswith({str(site)!r}), s.ACCELERATED,"
         " b'accelerated=\"false\"' in m.Metrics().exposition()[0])"
     )

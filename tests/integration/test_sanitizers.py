@@ -24,7 +24,8 @@ RUNTIMES = ("libasan.so", "libubsan.so")
 
 # Edge shapes, each checked against its reference inside the sanitized process.
 EDGES = r"""
-from rwrouter.wire import _scan, rw2_in, rw2_out, scan
+from rwrouter.routing import scan
+from rwrouter.wire import _scan, rw2_in, rw2_out
 from rwrouter.wire.walk import encode_varint as ev
 
 def ld(f, p):

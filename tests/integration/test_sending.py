@@ -28,7 +28,7 @@ from rwrouter.routing import Route, RoutedSeries, Router
 from rwrouter.send.delivery import SPLIT_BUDGET
 from rwrouter.send.transport import Transport
 from rwrouter.wire import declared_size, remote_pb2, types_pb2
-from rwrouter.wire.scan import INDEX
+from rwrouter.wire.index import INDEX
 from rwrouter.wire.walk import encode_varint
 from tests.integration.conftest import StartRouter, eventually, metric_value, post_write
 from tests.support.capture import CaptureServer

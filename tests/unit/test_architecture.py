@@ -280,7 +280,7 @@ def test_the_checker_sees_the_package() -> None:
     assert not is_pure("rwrouter.send.transport")
     seen = {(imp.importer, imp.target) for imp in ALL_IMPORTS}
     assert ("rwrouter.routing.router", "rwrouter.wire") in seen
-    assert ("rwrouter.wire.rw2_in", "rwrouter.wire._scan") in seen
+    assert ("rwrouter.wire.accelerator", "rwrouter.wire._scan") in seen
     assert ("rwrouter.wire.codec", "rwrouter.errors") in seen
 
 

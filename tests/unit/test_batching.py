@@ -22,7 +22,7 @@ from rwrouter.send.batching import (
     shard_of,
 )
 from rwrouter.wire import encode_labels
-from rwrouter.wire.scan import INDEX
+from rwrouter.wire.index import INDEX
 
 # ---------------------------------------------------------------------------------------------
 # shard_of

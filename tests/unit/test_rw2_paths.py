@@ -18,9 +18,9 @@ from bench.workload import generate
 from rwrouter.errors import DecodeError, TooLargeError
 from rwrouter.routing import Router
 from rwrouter.routing import router as router_module
+from rwrouter.routing.scan import Scan, scan_request_py
 from rwrouter.wire import remote_pb2, write_v2_pb2
 from rwrouter.wire.rw2_in import to_rw1_py
-from rwrouter.wire.scan import Scan, scan_request_py
 from rwrouter.wire.walk import encode_varint
 from tests.support.rw2 import symbolize
 from tests.unit.test_scan_paths import make_routes

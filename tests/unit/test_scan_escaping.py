@@ -16,8 +16,8 @@ from rwrouter.relabel import parse_relabel_configs
 from rwrouter.routing import NAME_COLLISION, Route, Router
 from rwrouter.routing import router as router_module
 from rwrouter.routing.escape import UNDERSCORES, is_legacy_label_name, is_legacy_metric_name
+from rwrouter.routing.scan import scan_request_py, signature_py
 from rwrouter.wire import codec
-from rwrouter.wire.scan import scan_request_py, signature_py
 from tests.unit.test_scan_paths import (
     KEEP_CRITICAL,
     _scan,

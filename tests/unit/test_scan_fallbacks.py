@@ -22,7 +22,7 @@ import pytest
 
 from rwrouter.routing import Router
 from rwrouter.wire import codec
-from rwrouter.wire.scan import ACCELERATED
+from rwrouter.wire.accelerator import ACCELERATED
 from tests.unit.test_scan_paths import make_routes
 
 pytestmark = pytest.mark.skipif(not ACCELERATED, reason="the compiled accelerator is not built")

@@ -21,9 +21,10 @@ from rwrouter.errors import DecodeError
 from rwrouter.relabel import parse_relabel_configs
 from rwrouter.routing import Route, RoutedRequest, Router
 from rwrouter.routing import router as router_module
+from rwrouter.routing.cache import pack_entry, unpack_entry
+from rwrouter.routing.scan import Scan, scan_request_py, signature_py
 from rwrouter.wire import codec, remote_pb2, types_pb2
 from rwrouter.wire.codec import split_series
-from rwrouter.wire.scan import Scan, pack_entry, scan_request_py, signature_py, unpack_entry
 
 try:
     from rwrouter.wire import _scan  # type: ignore[attr-defined]
@@ -286,7 +287,7 @@ def test_known_malformed_bodies_same_error(data: bytes, monkeypatch: pytest.Monk
 
 
 def test_pure_path_selected_by_environment() -> None:
-    code = "from rwrouter.wire.scan import ACCELERATED; print(ACCELERATED)"
+    code = "from rwrouter.wire.accelerator import ACCELERATED; print(ACCELERATED)"
     env = {**os.environ, "RWROUTER_NO_EXTENSIONS": "1"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True, timeout=60)  # fmt: skip
@@ -295,7 +296,7 @@ def test_pure_path_selected_by_environment() -> None:
 
 @needs_accelerator
 def test_accelerated_when_built() -> None:
-    from rwrouter.wire.scan import ACCELERATED
+    from rwrouter.wire.accelerator import ACCELERATED
 
     assert (not os.environ.get("RWROUTER_NO_EXTENSIONS")) == ACCELERATED
 
@@ -633,9 +634,9 @@ QUEUE_REGRESSIONS: list[tuple[str, str, str, tuple[Any, ...]]] = [
 def test_queue_regressions_compiled_equals_pure(
     fast: str, pure: str, args: tuple[Any, ...]
 ) -> None:
-    from rwrouter.wire import scan
+    from rwrouter.wire import index
 
-    assert call_outcome(getattr(_scan, fast), *args) == call_outcome(getattr(scan, pure), *args)
+    assert call_outcome(getattr(_scan, fast), *args) == call_outcome(getattr(index, pure), *args)
 
 
 # -- the compiled cache generation ----------------------------------------------------------------

@@ -25,7 +25,7 @@ from prometheus_client.registry import Collector
 from rwrouter import __version__
 from rwrouter.metrics.expositions import merge_expositions, status_snapshot
 from rwrouter.protocol import MESSAGES
-from rwrouter.wire.scan import ACCELERATED
+from rwrouter.wire.accelerator import ACCELERATED
 
 # No *_created series: they would double the exposition for no use here.
 disable_created_metrics()  # type: ignore[no-untyped-call]

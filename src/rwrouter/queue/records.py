@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from rwrouter.errors import DecodeError, TooLargeError
 from rwrouter.routing import shard_hash
 from rwrouter.wire import compress, declared_size, decompress
-from rwrouter.wire.scan import INDEX, counts_of, frames_of, hashes_of, index_totals
+from rwrouter.wire.index import INDEX, counts_of, frames_of, hashes_of, index_totals
 
 __all__ = [
     "FLAG_START_TIMESTAMPS",
@@ -84,7 +84,7 @@ def pack_frames(
 ) -> tuple[bytes, bytes]:
     """(body, index) of framed series given one by one (their encoded output labels as shard
     keys, and sample counts): the shape :func:`encode_share` takes. For tools and tests; the
-    receive path gets both from :func:`rwrouter.wire.scan.scan_request`."""
+    receive path gets both from :func:`rwrouter.routing.scan.scan_request`."""
     index = b"".join(
         INDEX.pack(len(f), n, shard_hash(k)) for f, k, n in zip(frames, keys, counts, strict=True)
     )
@@ -101,7 +101,7 @@ def encode_share(
     flags: int = 0,
 ) -> EncodedShare:
     """Pack a destination's share (``body``: framed series; ``index``: per frame
-    :data:`~rwrouter.wire.scan.INDEX`) into records whose raw body is at most
+    :data:`~rwrouter.wire.index.INDEX`) into records whose raw body is at most
     ``max_body_bytes`` bytes each, keeping the frames' order. A frame alone over the limit is
     refused (counted in ``too_large``). ``received_ms``: milliseconds since the epoch;
     ``samples``: the share's total (computed from ``index`` when not given); ``flags``: set
@@ -194,7 +194,7 @@ def record_samples(rest: bytes) -> tuple[int, int]:
 
 
 class Block:
-    """A record read back: its index (per frame :data:`~rwrouter.wire.scan.INDEX`), totals,
+    """A record read back: its index (per frame :data:`~rwrouter.wire.index.INDEX`), totals,
     its stored snappy block (``compressed``: a valid write request body), its raw body
     (frames concatenated; decompressed on first use unless :func:`decode_record` did) and its
     ``flags`` (:data:`FLAG_START_TIMESTAMPS`)."""

@@ -1,5 +1,5 @@
 """The routing cache's generations and bounds (pure): raw label bytes -> compact outcome
-(:data:`~rwrouter.wire.scan.Entry`), rwrouter's own policy.
+(:data:`Entry`), rwrouter's own policy.
 
 The cache is bounded three ways: ``cache_size`` label sets, ``cache_bytes`` bytes of raw and
 encoded labels, and ``cache_max_age`` seconds (a label set not seen for that long is forgotten:
@@ -14,16 +14,121 @@ are applied after each request (a request may add its own series on top).
 from __future__ import annotations
 
 import math
+import struct
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
 
-from rwrouter.wire.scan import Cache, new_cache
+from rwrouter.wire.accelerator import compiled
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
     "DEFAULT_CACHE_MAX_AGE",
     "DEFAULT_CACHE_SIZE",
+    "FILTERED",
     "HIT_RATIO_WINDOW",
+    "Cache",
+    "Entry",
     "Generations",
+    "Item",
+    "entry_bytes",
+    "new_cache",
+    "pack_entry",
+    "unpack_entry",
 ]
+
+FILTERED = "filtered"  # drop reason: nothing left once exemplars/histograms are filtered out
+
+Entry = bytes
+"""A routing outcome, compact (one bytes object: nothing for the garbage collector to walk,
+few cache lines to touch), per destination in config order (see :func:`pack_entry`):
+
+* ``00``: not sent and not counted (a fallback destination whose series went elsewhere);
+* ``01`` + hash (u32 LE): kept, output labels equal to the raw labels (the cache key);
+* ``02`` + hash (u32 LE) + length (u32 LE) + labels: kept, with these encoded output labels;
+* ``03`` + reason (u8): not sent, counted under ``reasons[reason]``.
+"""
+
+NOT_SENT, KEPT_SAME, KEPT, DROPPED = 0, 1, 2, 3
+_U32 = struct.Struct("<I")
+_U32X2 = struct.Struct("<II")
+
+Item = tuple[bytes, int] | int | None
+"""One destination's outcome for :func:`pack_entry`: (encoded labels, shard hash) when kept,
+a reason index when dropped, None when not sent."""
+
+
+def pack_entry(key: bytes, items: Sequence[Item]) -> Entry:
+    """The compact :data:`Entry` of a label set (``key``: its raw label bytes)."""
+    out = bytearray()
+    for item in items:
+        if item is None:
+            out.append(NOT_SENT)
+        elif isinstance(item, int):
+            out += bytes((DROPPED, item))
+        elif item[0] == key:
+            out.append(KEPT_SAME)
+            out += _U32.pack(item[1])
+        else:
+            out.append(KEPT)
+            out += _U32X2.pack(item[1], len(item[0]))
+            out += item[0]
+    return bytes(out)
+
+
+def unpack_entry(key: bytes, entry: Entry) -> list[Item]:
+    """The items of an :data:`Entry` (the inverse of :func:`pack_entry`)."""
+    items: list[Item] = []
+    pos = 0
+    while pos < len(entry):
+        kind = entry[pos]
+        if kind == NOT_SENT:
+            items.append(None)
+            pos += 1
+        elif kind == DROPPED:
+            items.append(entry[pos + 1])
+            pos += 2
+        elif kind == KEPT_SAME:
+            items.append((key, _U32.unpack_from(entry, pos + 1)[0]))
+            pos += 5
+        else:
+            hashed, length = _U32X2.unpack_from(entry, pos + 1)
+            items.append((entry[pos + 9 : pos + 9 + length], hashed))
+            pos += 9 + length
+    return items
+
+
+class Cache(Protocol):
+    """A generation of the routing cache: raw label bytes -> :data:`Entry`. A dict, or the
+    compiled ``LabelCache`` (looked up without copying the labels out of the request)."""
+
+    def get(self, key: bytes, default: None = None, /) -> Entry | None: ...
+
+    def __setitem__(self, key: bytes, value: Entry, /) -> None: ...
+
+    def __len__(self) -> int: ...
+
+    def items(self) -> Iterable[tuple[bytes, Entry]]: ...
+
+
+def entry_bytes(key: bytes, entry: Entry) -> int:
+    """Bytes a cache entry holds: its raw label key and its compact outcome."""
+    return len(key) + len(entry)
+
+
+def _dict_cache() -> Cache:
+    cache: dict[bytes, Entry] = {}
+    return cache
+
+
+def _cache_type() -> Callable[[], Cache]:
+    factory: Callable[[], Cache] | None = compiled("LabelCache")
+    return factory or _dict_cache
+
+
+new_cache = _cache_type()
+"""A new, empty routing-cache generation: the compiled ``LabelCache`` when
+:data:`rwrouter.wire.accelerator.ACCELERATED`, else a dict (both work with either loop)."""
+
 
 # Defaults of the relabel_cache section (rwrouter.config.RelabelCacheConfig).
 DEFAULT_CACHE_SIZE = 2_000_000  # label sets

@@ -19,7 +19,7 @@ from rwrouter.relabel.series import format_labels
 from rwrouter.routing import Router
 from rwrouter.routing.escape import ALLOW_UTF8, Escaped, escape_labels
 from rwrouter.routing.outcome import INVALID, NAME_COLLISION, RELABEL, Route
-from rwrouter.wire.scan import decode_labels
+from rwrouter.wire.accelerator import decode_labels
 
 __all__ = ["DROPPED", "INVALID_OUTCOME", "NOT_SENT", "SENT", "Decision", "Explanation", "explain"]
 

@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from rwrouter.relabel import FILTER_ACTIONS, Action, RelabelConfig, passes, process
+from rwrouter.routing.cache import DROPPED, KEPT_SAME, NOT_SENT, Item
 from rwrouter.routing.escape import ALLOW_UTF8, Escaped, escape_labels, needs_escaping
 from rwrouter.wire import RawSeries, strip_fields
-from rwrouter.wire.scan import DROPPED, KEPT_SAME, NOT_SENT, Item, encode_labels
+from rwrouter.wire.accelerator import encode_labels
 
-# Drop reasons (label values of rwrouter_samples_dropped_total); FILTERED (in wire.scan): only
+# Drop reasons (label values of rwrouter_samples_dropped_total); FILTERED (in routing.cache): only
 # exemplars or histograms the destination does not take.
 RELABEL = "relabel"
 INVALID = "invalid"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
-from rwrouter.wire.scan import counts_of, frames_of, hashes_of
+from rwrouter.wire.index import counts_of, frames_of, hashes_of
 
 __all__ = ["RoutedRequest", "RoutedSeries", "shard_hash"]
 
@@ -21,7 +21,7 @@ def shard_hash(key: bytes) -> int:
 class RoutedSeries:
     """Series routed to one destination: ``body``, its framed ``timeseries`` fields
     concatenated (``snappy(body)`` is a valid write request), and ``index``, per frame
-    :data:`~rwrouter.wire.scan.INDEX` (frame bytes, samples, shard hash). ``samples``
+    :data:`~rwrouter.wire.index.INDEX` (frame bytes, samples, shard hash). ``samples``
     (samples + exemplars + histograms) and ``series`` are the totals; a series carrying
     nothing is not forwarded."""
 

@@ -14,7 +14,11 @@ from rwrouter.routing.cache import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_CACHE_MAX_AGE,
     DEFAULT_CACHE_SIZE,
+    Entry,
     Generations,
+    Item,
+    pack_entry,
+    unpack_entry,
 )
 from rwrouter.routing.collisions import LABEL, SERIES, Claims, Collision, CollisionLog
 from rwrouter.routing.escape import ALLOW_UTF8, SCHEMES, escape_metadata
@@ -31,17 +35,9 @@ from rwrouter.routing.outcome import (
     template_parts,
 )
 from rwrouter.routing.routed import RoutedRequest, RoutedSeries, shard_hash
+from rwrouter.routing.scan import scan_request, signature
 from rwrouter.wire import RawSeries, frame_metadata, metadata_family
-from rwrouter.wire.scan import (
-    Entry,
-    Item,
-    decode_labels,
-    encode_labels,
-    pack_entry,
-    scan_request,
-    signature,
-    unpack_entry,
-)
+from rwrouter.wire.accelerator import decode_labels, encode_labels
 
 __all__ = ["Router", "build_router"]
 
@@ -65,7 +61,7 @@ class Router(Generations):
     """Routes series and metadata to destinations; caches the outcome per raw label set
     (bounds and generations: :class:`~rwrouter.routing.cache.Generations`).
 
-    Lookups run in :func:`~rwrouter.wire.scan.scan_request` (compiled when available). Safe
+    Lookups run in :func:`~rwrouter.routing.scan.scan_request` (compiled when available). Safe
     to use from several threads under the GIL: the cache is only ever a cache (an outcome
     depends on the label bytes alone, and, at a destination that escapes names, on the
     collision memory), though concurrent requests may blur the counters. Collisions are
@@ -173,7 +169,7 @@ class Router(Generations):
 
     def route_labels(self, labels: tuple[tuple[str, str], ...]) -> Outcome:
         """Apply global then per-destination rules, fallback routing and escaping to one
-        label set (sorted by name, as :func:`~rwrouter.wire.scan.decode_labels` gives it);
+        label set (sorted by name, as :func:`~rwrouter.wire.accelerator.decode_labels` gives it);
         without the collision memory (see :meth:`route_series`)."""
         return tuple(r.escaped if isinstance(r, Renamed) else r for r in self._results(labels))
 

@@ -15,18 +15,18 @@ from dataclasses import dataclass, field
 
 from rwrouter.queue.records import FLAG_START_TIMESTAMPS
 from rwrouter.wire import compress, decompress, splice_compressed
-from rwrouter.wire.scan import INDEX, split_shards
+from rwrouter.wire.index import INDEX, split_shards
 
 
 def shard_of(hashed: int, shards: int) -> int:
     """The shard of a series from its shard hash (:func:`rwrouter.routing.shard_hash`); what
-    :func:`~rwrouter.wire.scan.split_shards` applies to each frame."""
+    :func:`~rwrouter.wire.index.split_shards` applies to each frame."""
     return hashed % shards
 
 
 class Chunk:
     """Consecutive framed series of one queue record bound for one shard: ``body``, the frames
-    concatenated, ``index``, per frame :data:`~rwrouter.wire.scan.INDEX` (frame bytes,
+    concatenated, ``index``, per frame :data:`~rwrouter.wire.index.INDEX` (frame bytes,
     samples, shard hash), their ``samples`` and ``series`` totals, and the record (``owner``)
     to tell when they are done. The sending side moves chunks, never single frames: a record's
     series are walked only to split it by shard (in C when the accelerator is built).

@@ -51,7 +51,7 @@ from rwrouter.pipeline.fanout import FanOut, Stale
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written, message_of
 from rwrouter.server.decoders import LARGE_BODY, Busy, Decoders, work_size
 from rwrouter.wire import declared_size
-from rwrouter.wire.scan import ACCELERATED
+from rwrouter.wire.accelerator import ACCELERATED
 
 log = logging.getLogger("rwrouter.server")
 

@@ -21,7 +21,7 @@ from rwrouter.pipeline.reload import reconfigure
 from rwrouter.server.app import AUDIT, BALANCE, EXPOSE, READY, RELOAD, make_app
 from rwrouter.server.balance import Balancer, Board, board_path
 from rwrouter.server.workers import Peers, WorkerSpec, worker_config
-from rwrouter.wire.scan import ACCELERATED
+from rwrouter.wire.accelerator import ACCELERATED
 
 log = logging.getLogger("rwrouter.server")
 

@@ -1,7 +1,7 @@
 /*
  * rwrouter.wire._scan: the compiled per-series loop of the receive path (optional).
  *
- * Same contract and same output as the pure-Python rwrouter.wire.scan.scan_request_py, which
+ * Same contract and same output as the pure-Python rwrouter.routing.scan.scan_request_py, which
  * is the reference: see its docstring for the arguments and the result. This file only makes
  * the common shape fast: series whose labels come first and whose other fields are plain
  * samples (what every Prometheus sender writes). Everything else is handed to Python:
@@ -243,7 +243,7 @@ static PyObject *call_reference(const char *modname, const char *name, PyObject 
 }
 
 static PyObject *pure_scan(PyObject *const *args, Py_ssize_t nargs) {
-    return call_reference("rwrouter.wire.scan", "scan_request_py", args, nargs);
+    return call_reference("rwrouter.routing.scan", "scan_request_py", args, nargs);
 }
 
 static PyObject *signature_values(const uint8_t *d, Py_ssize_t end, PyObject *names,
@@ -890,12 +890,12 @@ done:
 
 /* -- canonical label sets ---------------------------------------------------------------------- */
 
-/* rwrouter.wire.scan.signature_py (the reference), for arguments of other types. */
+/* rwrouter.routing.scan.signature_py (the reference), for arguments of other types. */
 static PyObject *pure_signature(PyObject *const *args, Py_ssize_t nargs) {
-    return call_reference("rwrouter.wire.scan", "signature_py", args, nargs);
+    return call_reference("rwrouter.routing.scan", "signature_py", args, nargs);
 }
 
-/* Compiled rwrouter.wire.scan.signature_py: the values of ``names`` (sorted bytes) in a
+/* Compiled rwrouter.routing.scan.signature_py: the values of ``names`` (sorted bytes) in a
  * canonical label set, or None when the set is not canonical. */
 static PyObject *signature(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
@@ -1005,11 +1005,11 @@ no:
 
 /* -- queue side: frames by shard -------------------------------------------------------------- */
 
-/* Compiled rwrouter.wire.scan.index_totals_py: (frame bytes, samples) over an index. */
+/* Compiled rwrouter.wire.index.index_totals_py: (frame bytes, samples) over an index. */
 static PyObject *index_totals(PyObject *module, PyObject *index) {
     (void)module;
     if (!PyBytes_CheckExact(index)) /* e.g. a bytearray: the reference */
-        return call_reference("rwrouter.wire.scan", "index_totals_py", &index, 1);
+        return call_reference("rwrouter.wire.index", "index_totals_py", &index, 1);
     const uint8_t *x = (const uint8_t *)PyBytes_AS_STRING(index);
     Py_ssize_t n = PyBytes_GET_SIZE(index);
     if (n % 12) {
@@ -1029,13 +1029,13 @@ static inline Py_ssize_t shard_of(uint32_t hash, Py_ssize_t shards) {
     return (uint64_t)shards > UINT32_MAX ? (Py_ssize_t)hash : (Py_ssize_t)(hash % (uint32_t)shards);
 }
 
-/* Compiled rwrouter.wire.scan.split_shards_py: the frames of (body, index) by shard
+/* Compiled rwrouter.wire.index.split_shards_py: the frames of (body, index) by shard
  * (hash % shards), in order; per shard (body, index, samples, series). */
 static PyObject *split_shards(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
     if (nargs != 3 || !PyBytes_CheckExact(args[0]) || !PyBytes_CheckExact(args[1]) ||
         !PyLong_CheckExact(args[2])) /* other types: the reference */
-        return call_reference("rwrouter.wire.scan", "split_shards_py", args, nargs);
+        return call_reference("rwrouter.wire.index", "split_shards_py", args, nargs);
     Py_ssize_t shards = PyLong_AsSsize_t(args[2]);
     if (shards == -1 && PyErr_Occurred()) return NULL;
     if (shards < 1) {
@@ -1124,13 +1124,13 @@ done:
 
 static PyMethodDef methods[] = {
     {"scan_request", (PyCFunction)(void (*)(void))scan_request, METH_FASTCALL,
-     "Compiled rwrouter.wire.scan.scan_request_py (same arguments, same result)."},
+     "Compiled rwrouter.routing.scan.scan_request_py (same arguments, same result)."},
     {"signature", (PyCFunction)(void (*)(void))signature, METH_FASTCALL,
-     "Compiled rwrouter.wire.scan.signature_py."},
+     "Compiled rwrouter.routing.scan.signature_py."},
     {"index_totals", (PyCFunction)index_totals, METH_O,
-     "Compiled rwrouter.wire.scan.index_totals_py."},
+     "Compiled rwrouter.wire.index.index_totals_py."},
     {"split_shards", (PyCFunction)(void (*)(void))split_shards, METH_FASTCALL,
-     "Compiled rwrouter.wire.scan.split_shards_py."},
+     "Compiled rwrouter.wire.index.split_shards_py."},
     {"decode_labels", (PyCFunction)decode_labels, METH_O,
      "Compiled rwrouter.wire.codec.decode_labels (same result, same errors)."},
     {"encode_labels", (PyCFunction)encode_labels, METH_O,

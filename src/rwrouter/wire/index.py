@@ -4,23 +4,27 @@ destination's share of a request, a queue record and a chunk of the sending side
 body (the frames concatenated) and such an index, so nothing walks the protobuf again.
 
 The compiled versions of :func:`index_totals_py` and :func:`split_shards_py` are picked by
-:mod:`rwrouter.wire.scan` (``index_totals``, ``split_shards``).
+:mod:`rwrouter.wire.accelerator` (:func:`index_totals`, :func:`split_shards`).
 """
 
 from __future__ import annotations
 
 import itertools
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+
+from rwrouter.wire.accelerator import compiled
 
 __all__ = [
     "INDEX",
     "counts_of",
     "frames_of",
     "hashes_of",
+    "index_totals",
     "index_totals_py",
     "metric_name_samples",
     "named_frames",
+    "split_shards",
     "split_shards_py",
 ]
 
@@ -133,3 +137,12 @@ def metric_name_samples(body: bytes, index: bytes, *, max_frames: int) -> dict[s
             text = ""
         out[text] = out.get(text, 0) + samples
     return out
+
+
+IndexTotals = Callable[[bytes], tuple[int, int]]
+ShardSplitter = Callable[[bytes, bytes, int], list[tuple[bytes, bytes, int, int]]]
+
+index_totals: IndexTotals = compiled("index_totals") or index_totals_py
+split_shards: ShardSplitter = compiled("split_shards") or split_shards_py
+"""The per-frame loops in use (compiled when :data:`rwrouter.wire.accelerator.ACCELERATED`),
+with the contracts of :func:`index_totals_py` and :func:`split_shards_py`."""

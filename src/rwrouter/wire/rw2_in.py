@@ -2,7 +2,7 @@
 
 The receive path has one form inside, the RW1 form (a ``prometheus.WriteRequest``, RW 1.0
 field numbers, docs/DEVELOPING.md "Remote write 1.0 and 2.0: one form inside"), which the
-per-series loop (:mod:`rwrouter.wire.scan`) routes as it routes an RW 1.0 request. This module
+per-series loop (:mod:`rwrouter.routing.scan`) routes as it routes an RW 1.0 request. This module
 converts a decompressed RW 2.0 request into it. Source of the field numbers: the RW 2.0 spec
 (2.0-rc.4) and Prometheus ``prompb/io/prometheus/write/v2/types.proto``; of what is refused,
 Prometheus ``storage/remote/write_handler.go`` (``appendV2``) and the spec.
@@ -36,18 +36,18 @@ Everything is checked as the RW1 path checks what it forwards (:mod:`rwrouter.wi
 (400) with a one-line reason naming the series, an RW1 form over the size limit
 :class:`~rwrouter.errors.TooLargeError` (413). :func:`to_rw1` is the compiled accelerator's
 ``rw2_to_rw1`` (``_rw2in.h``) when it was built, else :func:`to_rw1_py` (the reference: same
-result, same errors), selected as :mod:`rwrouter.wire.scan` selects its functions.
+result, same errors), selected by :func:`rwrouter.wire.accelerator.compiled`.
 """
 
 from __future__ import annotations
 
-import os
 from array import array
 from collections.abc import Callable
 from typing import NamedTuple
 
 from rwrouter.errors import DecodeError, TooLargeError
 from rwrouter.protocol import Written
+from rwrouter.wire.accelerator import compiled
 from rwrouter.wire.validate import check_histogram, check_sample
 from rwrouter.wire.walk import I64, LEN, VARINT, encode_varint, fields, read_varint
 
@@ -355,18 +355,12 @@ Convert = Callable[..., Converted]  # (data, *, max_bytes=None), as to_rw1_py
 
 
 def _select() -> tuple[Convert, bool]:
-    if os.environ.get("RWROUTER_NO_EXTENSIONS"):
-        return to_rw1_py, False
-    try:
-        from rwrouter.wire import _scan  # type: ignore[attr-defined]  # built by setup.py
-    except ImportError:
-        return to_rw1_py, False
-    compiled = getattr(_scan, "rw2_to_rw1", None)
-    if compiled is None:  # an accelerator built before RW 2.0
+    convert = compiled("rw2_to_rw1")
+    if convert is None:  # not built, disabled, or an accelerator built before RW 2.0
         return to_rw1_py, False
 
     def to_rw1_c(data: bytes, *, max_bytes: int | None = None) -> Converted:
-        return Converted._make(compiled(data, max_bytes))
+        return Converted._make(convert(data, max_bytes))
 
     return to_rw1_c, True
 

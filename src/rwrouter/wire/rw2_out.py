@@ -40,12 +40,12 @@ and the same errors (malformed input: the compiled code hands it to the referenc
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from rwrouter.errors import DecodeError
+from rwrouter.wire.accelerator import compiled
 from rwrouter.wire.walk import LEN, encode_varint, fields
 
 __all__ = [
@@ -332,15 +332,9 @@ Stripper = Callable[[bytes], tuple[bytes, int]]
 
 
 def _select() -> tuple[Encoder, Stripper, bool]:
-    if os.environ.get("RWROUTER_NO_EXTENSIONS"):
-        return encode_request_py, strip_start_timestamps_py, False
-    try:
-        from rwrouter.wire import _scan  # type: ignore[attr-defined]  # built by setup.py
-    except ImportError:
-        return encode_request_py, strip_start_timestamps_py, False
-    encode_c = getattr(_scan, "encode_v2", None)
-    strip_c = getattr(_scan, "strip_start_timestamps", None)
-    if encode_c is None or strip_c is None:  # an older build: the references
+    encode_c = compiled("encode_v2")
+    strip_c = compiled("strip_start_timestamps")
+    if encode_c is None or strip_c is None:  # not built, disabled, or an older build
         return encode_request_py, strip_start_timestamps_py, False
 
     def encode_request_c(

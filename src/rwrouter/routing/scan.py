@@ -1,151 +1,38 @@
 """The receive path's per-series loop (pure): one pass over a decoded write request that splits
 it into each destination's share, ready to queue.
 
-:func:`scan_request` is the compiled accelerator ``rwrouter.wire._scan`` when it was built (the
-way aiohttp ships its C HTTP parser) and :func:`scan_request_py` otherwise, or when the
-environment sets ``RWROUTER_NO_EXTENSIONS`` to a non-empty value. Both take the same arguments
-and give the same result (tested on the benchmark workload, random series and malformed
-bodies); :data:`ACCELERATED` says which one runs. The same holds for :func:`decode_labels` and
-:func:`encode_labels` (the routing cache's miss path; the pure ones are in
-:mod:`rwrouter.wire.codec`), and for the queue side's per-frame loops :func:`index_totals` and
-:func:`split_shards` (a queued share's frames by shard), and :func:`signature` (the routing
-cache's shortcut for canonical label sets).
+:func:`scan_request` is the compiled accelerator's (:mod:`rwrouter.wire.accelerator`) when it
+was built and :func:`scan_request_py` otherwise; both take the same arguments and give the
+same result (tested on the benchmark workload, random series and malformed bodies). The same
+holds for :func:`signature` (the routing cache's shortcut for canonical label sets).
 
 The loop never decodes samples, exemplars or histograms: a series is split into the raw bytes
 of its labels (the routing cache key) and the raw bytes of everything else, which go out bit for
 bit behind the destination's encoded labels (see :mod:`rwrouter.wire.codec`). Routing itself is
-the caller's: a cache of outcomes keyed by raw label bytes, in two generations (``young``, then
-``old``; a hit in ``old`` is copied to ``young``), and a ``miss`` callable for label sets in
-neither.
+the caller's: a cache of outcomes keyed by raw label bytes (:mod:`rwrouter.routing.cache`), in
+two generations (``young``, then ``old``; a hit in ``old`` is copied to ``young``), and a
+``miss`` callable for label sets in neither.
 """
 
 from __future__ import annotations
 
-import os
-import struct
-from collections.abc import Callable, Iterable, Sequence
-from typing import NamedTuple, Protocol
+from collections.abc import Callable
+from typing import NamedTuple
 
 from rwrouter.errors import DecodeError
-from rwrouter.wire import codec
+from rwrouter.routing.cache import FILTERED, Cache, Entry, entry_bytes, unpack_entry
+from rwrouter.wire.accelerator import compiled
 from rwrouter.wire.codec import RawSeries, split_series
-from rwrouter.wire.index import (
-    INDEX,
-    counts_of,
-    frames_of,
-    hashes_of,
-    index_totals_py,
-    split_shards_py,
-)
+from rwrouter.wire.index import INDEX
 from rwrouter.wire.validate import check_metadata
 from rwrouter.wire.walk import LEN, encode_varint, fields, read_varint
 
-__all__ = [
-    "ACCELERATED",
-    "FILTERED",
-    "INDEX",
-    "Cache",
-    "Entry",
-    "Item",
-    "Scan",
-    "counts_of",
-    "decode_labels",
-    "encode_labels",
-    "frames_of",
-    "hashes_of",
-    "index_totals",
-    "new_cache",
-    "pack_entry",
-    "scan_request",
-    "scan_request_py",
-    "signature",
-    "signature_py",
-    "split_shards",
-    "unpack_entry",
-]
-
-FILTERED = "filtered"  # drop reason: nothing left once exemplars/histograms are filtered out
-
-Entry = bytes
-"""A routing outcome, compact (one bytes object: nothing for the garbage collector to walk,
-few cache lines to touch), per destination in config order (see :func:`pack_entry`):
-
-* ``00``: not sent and not counted (a fallback destination whose series went elsewhere);
-* ``01`` + hash (u32 LE): kept, output labels equal to the raw labels (the cache key);
-* ``02`` + hash (u32 LE) + length (u32 LE) + labels: kept, with these encoded output labels;
-* ``03`` + reason (u8): not sent, counted under ``reasons[reason]``.
-"""
-
-NOT_SENT, KEPT_SAME, KEPT, DROPPED = 0, 1, 2, 3
-_U32 = struct.Struct("<I")
-_U32X2 = struct.Struct("<II")
-
-Item = tuple[bytes, int] | int | None
-"""One destination's outcome for :func:`pack_entry`: (encoded labels, shard hash) when kept,
-a reason index when dropped, None when not sent."""
-
-
-def pack_entry(key: bytes, items: Sequence[Item]) -> Entry:
-    """The compact :data:`Entry` of a label set (``key``: its raw label bytes)."""
-    out = bytearray()
-    for item in items:
-        if item is None:
-            out.append(NOT_SENT)
-        elif isinstance(item, int):
-            out += bytes((DROPPED, item))
-        elif item[0] == key:
-            out.append(KEPT_SAME)
-            out += _U32.pack(item[1])
-        else:
-            out.append(KEPT)
-            out += _U32X2.pack(item[1], len(item[0]))
-            out += item[0]
-    return bytes(out)
-
-
-def unpack_entry(key: bytes, entry: Entry) -> list[Item]:
-    """The items of an :data:`Entry` (the inverse of :func:`pack_entry`)."""
-    items: list[Item] = []
-    pos = 0
-    while pos < len(entry):
-        kind = entry[pos]
-        if kind == NOT_SENT:
-            items.append(None)
-            pos += 1
-        elif kind == DROPPED:
-            items.append(entry[pos + 1])
-            pos += 2
-        elif kind == KEPT_SAME:
-            items.append((key, _U32.unpack_from(entry, pos + 1)[0]))
-            pos += 5
-        else:
-            hashed, length = _U32X2.unpack_from(entry, pos + 1)
-            items.append((entry[pos + 9 : pos + 9 + length], hashed))
-            pos += 9 + length
-    return items
-
-
-class Cache(Protocol):
-    """A generation of the routing cache: raw label bytes -> :data:`Entry`. A dict, or the
-    compiled ``LabelCache`` (looked up without copying the labels out of the request)."""
-
-    def get(self, key: bytes, default: None = None, /) -> Entry | None: ...
-
-    def __setitem__(self, key: bytes, value: Entry, /) -> None: ...
-
-    def __len__(self) -> int: ...
-
-    def items(self) -> Iterable[tuple[bytes, Entry]]: ...
-
+__all__ = ["Scan", "scan_request", "scan_request_py", "signature", "signature_py"]
 
 Miss = Callable[[bytes], Entry]
 Templates = dict[tuple[bytes | None, ...], tuple[bytes, ...]]
 """The miss path's templates: values of the labels the rules read -> entry pieces around
 the shard hash (``hash.join(pieces)`` is the entry)."""
-LabelDecoder = Callable[[bytes], tuple[tuple[str, str], ...]]
-LabelEncoder = Callable[[tuple[tuple[str, str], ...]], bytes]
-IndexTotals = Callable[[bytes], tuple[int, int]]
-ShardSplitter = Callable[[bytes, bytes, int], list[tuple[bytes, bytes, int, int]]]
 Signature = Callable[[bytes, tuple[bytes, ...], bool], tuple[bytes | None, ...] | None]
 Filter = Callable[[int, RawSeries], tuple[bytes, int]]
 
@@ -177,11 +64,6 @@ class Scan(NamedTuple):
     promoted_bytes: int
     misses: int = 0  # misses answered by the loop itself from a template (compiled loop only)
     miss_bytes: int = 0  # what those added to ``young`` (key and entry bytes)
-
-
-def entry_bytes(key: bytes, entry: Entry) -> int:
-    """Bytes a cache entry holds: its raw label key and its compact outcome."""
-    return len(key) + len(entry)
 
 
 def scan_request_py(
@@ -348,48 +230,19 @@ def signature_py(
     return tuple(values)
 
 
-_PURE = (scan_request_py, codec.decode_labels, codec.encode_labels, index_totals_py,
-         split_shards_py, signature_py, False)  # fmt: skip
-
-
-def _select() -> tuple[
-    Callable[..., Scan], LabelDecoder, LabelEncoder, IndexTotals, ShardSplitter, Signature, bool
-]:
-    if os.environ.get("RWROUTER_NO_EXTENSIONS"):
-        return _PURE
-    try:
-        from rwrouter.wire import _scan  # type: ignore[attr-defined]  # built by setup.py
-    except ImportError:
-        return _PURE
+def _scan_request() -> Callable[..., Scan]:
+    compiled_scan = compiled("scan_request")
+    if compiled_scan is None:
+        return scan_request_py
 
     def scan_request_c(*args: object) -> Scan:  # the arguments of scan_request_py
-        return Scan._make(_scan.scan_request(*args))
+        return Scan._make(compiled_scan(*args))
 
-    return (scan_request_c, _scan.decode_labels, _scan.encode_labels, _scan.index_totals,
-            _scan.split_shards, _scan.signature, True)  # fmt: skip
-
-
-(scan_request, decode_labels, encode_labels, index_totals, split_shards, signature,
- ACCELERATED) = _select()  # fmt: skip
+    return scan_request_c
 
 
-def _dict_cache() -> Cache:
-    cache: dict[bytes, Entry] = {}
-    return cache
-
-
-def _cache_type() -> Callable[[], Cache]:
-    if ACCELERATED:
-        from rwrouter.wire import _scan  # type: ignore[attr-defined]
-
-        factory: Callable[[], Cache] = getattr(_scan, "LabelCache", _dict_cache)
-        return factory
-    return _dict_cache
-
-
-new_cache = _cache_type()
-"""A new, empty routing-cache generation: the compiled ``LabelCache`` when
-:data:`ACCELERATED`, else a dict (both work with either loop)."""
-"""The per-series loop and the label codec in use (compiled when :data:`ACCELERATED`), with
-the contracts of :func:`scan_request_py`, :func:`rwrouter.wire.codec.decode_labels` and
-:func:`rwrouter.wire.codec.encode_labels`."""
+scan_request: Callable[..., Scan] = _scan_request()
+signature: Signature = compiled("signature") or signature_py
+"""The per-series loop and the signature in use (compiled when
+:data:`rwrouter.wire.accelerator.ACCELERATED`), with the contracts of :func:`scan_request_py`
+and :func:`signature_py`."""
