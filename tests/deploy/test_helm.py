@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+import rwrouter
 from rwrouter.config.values import parse_size
 from rwrouter.server.runner import REQUEST_GRACE
 from rwrouter.server.supervisor import KILL_GRACE
@@ -271,7 +272,7 @@ def test_pod_is_locked_down_and_probed(chart: Any, values: dict[str, Any],
     listen = yaml.safe_load(config_text(docs))["server"]["listen_address"]
     port = int(listen.rpartition(":")[2])
     assert c["ports"] == [{"name": "http", "containerPort": port, "protocol": "TCP"}]
-    assert c["image"] == "rwrouter:0.3.0"
+    assert c["image"] == f"rwrouter:{rwrouter.__version__}"
     assert c["resources"]["requests"]["cpu"] and c["resources"]["limits"]["memory"]
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
     assert mounts == {"/etc/rwrouter": "config", "/var/lib/rwrouter": "data"}
@@ -685,4 +686,4 @@ def test_every_value_is_documented_in_the_readme() -> None:
     assert missing == []
     chart_yaml = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert (chart_yaml["apiVersion"], chart_yaml["version"], chart_yaml["appVersion"]) == (
-        "v2", "0.1.0", "0.3.0")
+        "v2", "0.2.0", rwrouter.__version__)
