@@ -30,8 +30,8 @@ from rwrouter.doubles.workspace import (
     Limits,
     ManualClock,
     WorkspaceDouble,
-    run_in_thread,
 )
+from rwrouter.doubles.workspace_runner import run_in_thread
 from rwrouter.wire import remote_pb2, types_pb2
 
 pytestmark = pytest.mark.timeout(30)

@@ -17,7 +17,7 @@ Use from async tests::
     ws = WorkspaceDouble(credentials={"AKID": Key("secret")}, clock=clock)
     await ws.start(); url = ws.url("ws-1"); ...; await ws.stop()
 
-or in a thread (:func:`run_in_thread`), or standalone:
+or in a thread (:func:`rwrouter.doubles.workspace_runner.run_in_thread`), or standalone:
 ``python -m rwrouter.doubles.workspace_runner --port 9095 --region us-east-1 --workspace ws-1
 --access-key AKID --secret SECRET``.
 """
