@@ -519,7 +519,6 @@ LONG_FUNCTIONS: dict[str, str] = {
 }
 LONG_MODULES: dict[str, str] = {
     "rwrouter/queue/diskqueue.py": "to split",
-    "rwrouter/config/parse.py": "to split",
     "rwrouter/send/delivery.py": "to split",
     "rwrouter/metrics/__init__.py": "to split",
     "rwrouter/pipeline/destination.py": "to split",

@@ -8,35 +8,25 @@ expanded only in ``url``, ``headers`` values, credential fields, ``*_file`` path
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
-from urllib.parse import urlsplit
 
-import yaml
-
-from rwrouter.config.client import NOT_SUPPORTED, Context, auth, env_string, headers, http_url, tls
+from rwrouter.config.client import NOT_SUPPORTED, Context
+from rwrouter.config.destinations import choice, parse_destinations, parse_rules
+from rwrouter.config.document import load_yaml
 from rwrouter.config.model import (
-    ESCAPING_SCHEMES,
     FSYNC_POLICIES,
-    ON_FULL_POLICIES,
-    SIGV4_MAX_REQUEST_BYTES,
     VALIDATION_SCHEMES,
     AuditConfig,
     Config,
-    DestinationConfig,
     GlobalConfig,
-    MetadataConfig,
     PriceTier,
-    QueueConfig,
     RelabelCacheConfig,
     ServerConfig,
     StorageConfig,
 )
 from rwrouter.config.values import Fields, field_names, kind_of
 from rwrouter.errors import ConfigError
-from rwrouter.protocol import MESSAGES
-from rwrouter.relabel import RelabelConfig, parse_relabel_configs
 
 __all__ = ["parse_config"]
 
@@ -56,24 +46,6 @@ _TOP_UNSUPPORTED = dict.fromkeys(
         "runtime",
     ),
     _PROMETHEUS_ONLY,
-)
-_DEST_UNSUPPORTED = dict.fromkeys(
-    (
-        "oauth2",
-        "azuread",
-        "google_iam",
-        "follow_redirects",
-        "enable_http2",
-        "no_proxy",
-        "proxy_from_environment",
-        "proxy_connect_header",
-        "http_headers",
-        "round_robin_dns",
-        "bearer_token",
-        "bearer_token_file",
-        "enable_compression",
-    ),
-    NOT_SUPPORTED,
 )
 _GLOBAL_PROMETHEUS_ONLY = (
     "a Prometheus setting, not read by rwrouter (its global key: metric_name_validation_scheme)"
@@ -119,7 +91,7 @@ def parse_config(
     paths (as Prometheus resolves them against the config file's directory). Reads no files.
     """
     top = Fields(
-        _load_yaml(text, source),
+        load_yaml(text, source),
         "",
         known=("global", "server", "storage", "relabel_cache", "audit", "relabel_configs",
                "remote_write"),
@@ -140,60 +112,10 @@ def parse_config(
             Fields(top.raw("relabel_cache"), "relabel_cache", known=field_names(RelabelCacheConfig))
         ),
         audit=_audit(Fields(top.raw("audit"), "audit", known=field_names(AuditConfig))),
-        relabel_configs=_rules(top.raw("relabel_configs"), "relabel_configs", scheme),
-        remote_write=_destinations(top.raw("remote_write"), "remote_write", ctx, scheme),
+        relabel_configs=parse_rules(top.raw("relabel_configs"), "relabel_configs", scheme),
+        remote_write=parse_destinations(top.raw("remote_write"), "remote_write", ctx, scheme),
         source=source,
     )
-
-
-def _load_yaml(text: str, source: str) -> object:
-    """``yaml.safe_load`` that also refuses duplicate keys in a mapping."""
-    loader = yaml.SafeLoader(text)
-    loader.name = source  # shown in YAML error marks
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        _check_duplicate_keys(node, "", set())
-        return loader.construct_document(node)
-    except yaml.YAMLError as exc:
-        raise ConfigError("", f"invalid YAML: {exc}") from None
-    finally:
-        loader.dispose()
-
-
-def _check_utf8(text: str, path: str) -> None:
-    """Refuse a lone surrogate (``"\\ud800"`` YAML escapes: not valid UTF-8; Go's YAML parser,
-    so Prometheus, refuses every such escape)."""
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            bad = text[exc.start]
-            raise ConfigError(path, f"invalid UTF-8: a lone surrogate \\u{ord(bad):04x} "
-                              "(from a YAML escape)") from None  # fmt: skip
-
-
-def _check_duplicate_keys(node: yaml.Node, path: str, seen: set[int]) -> None:
-    if id(node) in seen:
-        return
-    seen.add(id(node))
-    if isinstance(node, yaml.ScalarNode) and isinstance(node.value, str):
-        _check_utf8(node.value, path)
-    if isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            _check_duplicate_keys(item, f"{path}[{i}]", seen)
-    elif isinstance(node, yaml.MappingNode):
-        lines: dict[tuple[str, str], int] = {}
-        for key, value in node.value:
-            child = f"{path}.{key.value}" if path else str(key.value)
-            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
-                line = key.start_mark.line + 1
-                if (key.tag, key.value) in lines:
-                    first = lines[(key.tag, key.value)]
-                    raise ConfigError(child, f"duplicate key (lines {first} and {line})")
-                lines[(key.tag, key.value)] = line
-            _check_duplicate_keys(value, child, seen)
 
 
 def _global(f: Fields) -> GlobalConfig:
@@ -228,7 +150,7 @@ def _storage(f: Fields) -> StorageConfig:
         raise ConfigError(f.at("path"), "must not be empty")
     return StorageConfig(
         path=path,
-        fsync=_choice(f, "fsync", d.fsync, FSYNC_POLICIES),
+        fsync=choice(f, "fsync", d.fsync, FSYNC_POLICIES),
         fsync_interval=f.duration("fsync_interval", d.fsync_interval),
         rejected_max_bytes=f.size("rejected_max_bytes", d.rejected_max_bytes),
     )
@@ -284,13 +206,6 @@ def _price_tiers(raw: object, path: str) -> tuple[PriceTier, ...]:
     return tuple(tiers)
 
 
-def _choice(f: Fields, key: str, default: str, choices: tuple[str, ...]) -> str:
-    value = f.string(key, default) or ""
-    if value not in choices:
-        raise ConfigError(f.at(key), f"expected one of {', '.join(choices)}, got {value!r}")
-    return value
-
-
 def parse_listen_address(value: str | None, path: str) -> str:
     """``host:port`` (port 0..65535; an IPv6 host in brackets), else ConfigError."""
     text = value or ""
@@ -304,149 +219,3 @@ def parse_listen_address(value: str | None, path: str) -> str:
     return text
 
 
-def _rules(raw: object, path: str, scheme: str) -> tuple[RelabelConfig, ...]:
-    """The rules at ``path``, validated under the name validation ``scheme``."""
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise ConfigError(path, "expected a list of relabel rules")
-    return parse_relabel_configs(raw, path, scheme=scheme)
-
-
-def _destinations(
-    raw: object, path: str, ctx: Context, scheme: str
-) -> tuple[DestinationConfig, ...]:
-    if raw is None or raw == []:
-        raise ConfigError(path, "at least one destination is required")
-    if not isinstance(raw, list):
-        raise ConfigError(path, f"expected a list of destinations, got {kind_of(raw)}")
-    parsed = [
-        _destination(
-            Fields(
-                item,
-                f"{path}[{i}]",
-                known=field_names(DestinationConfig),
-                unsupported=_DEST_UNSUPPORTED,
-            ),
-            ctx,
-            scheme,
-        )
-        for i, item in enumerate(raw)
-    ]
-    if all(d.fallback for d in parsed):
-        raise ConfigError(f"{path}[0].fallback", "at least one destination must not be a fallback")
-    return _named(parsed, path)
-
-
-def _named(parsed: list[DestinationConfig], path: str) -> tuple[DestinationConfig, ...]:
-    """Check explicit names are unique; name the others after their URL host (+ ``-<index>``)."""
-    taken: dict[str, int] = {}
-    for i, dest in enumerate(parsed):
-        if dest.name in taken:
-            raise ConfigError(
-                f"{path}[{i}].name",
-                f"duplicate destination name {dest.name!r} (also {path}[{taken[dest.name]}].name)",
-            )
-        if dest.name:
-            taken[dest.name] = i
-    hosts = [urlsplit(d.url).hostname or "" for d in parsed]
-    named = []
-    for i, dest in enumerate(parsed):
-        name = dest.name
-        if not name:
-            name = hosts[i] if hosts.count(hosts[i]) == 1 else f"{hosts[i]}-{i}"
-            while name in taken:
-                name = f"{name}-{i}"
-            taken[name] = i
-        named.append(dataclasses.replace(dest, name=name))
-    return tuple(named)
-
-
-def _destination(f: Fields, ctx: Context, scheme: str) -> DestinationConfig:
-    default = DestinationConfig(name="", url="")
-    name = f.string("name")
-    if name is not None and not name.strip():
-        raise ConfigError(f.at("name"), "must not be empty")
-    shadow = f.boolean("shadow", default.shadow)
-    if shadow and not f.has("url") and not name:
-        raise ConfigError(f.at("name"), "a shadow destination without url needs a name")
-    # url before auth: errors come in the order a reader meets the keys.
-    url = "" if shadow and not f.has("url") else http_url(env_string(f, "url", ctx), f.at("url"),
-                                                            userinfo=False)  # fmt: skip
-    auth_section = auth(f, ctx)
-    proxy = env_string(f, "proxy_url", ctx)
-    return DestinationConfig(
-        name=name or "",
-        url=url,
-        remote_timeout=f.duration("remote_timeout", default.remote_timeout),
-        headers=headers(f, ctx, sigv4="sigv4" in auth_section),
-        write_relabel_configs=_rules(
-            f.raw("write_relabel_configs"), f.at("write_relabel_configs"), scheme
-        ),
-        tls_config=tls(f, ctx) if f.has("tls_config") else None,
-        proxy_url=None if proxy is None else http_url(proxy, f.at("proxy_url"), userinfo=True),
-        queue_config=_queue(
-            Fields(
-                f.raw("queue_config"),
-                f.at("queue_config"),
-                known=field_names(QueueConfig),
-                unsupported={"sample_age_limit": NOT_SUPPORTED},
-            ),
-            sigv4="sigv4" in auth_section,
-        ),
-        metadata_config=_metadata(
-            Fields(
-                f.raw("metadata_config"), f.at("metadata_config"), known=field_names(MetadataConfig)
-            )
-        ),
-        send_exemplars=f.boolean("send_exemplars", default.send_exemplars),
-        send_native_histograms=f.boolean("send_native_histograms", default.send_native_histograms),
-        fallback=f.boolean("fallback", default.fallback),
-        shadow=shadow,
-        audit=f.boolean("audit", default.audit),
-        protobuf_message=_choice(f, "protobuf_message", default.protobuf_message, MESSAGES),
-        # The managed workspace refuses UTF-8 names (400): a sigv4 destination escapes them.
-        metric_name_escaping_scheme=_choice(
-            f, "metric_name_escaping_scheme",
-            "underscores" if "sigv4" in auth_section else default.metric_name_escaping_scheme,
-            ESCAPING_SCHEMES,
-        ),
-        **auth_section,
-    )  # fmt: skip
-
-
-def _queue(f: Fields, *, sigv4: bool) -> QueueConfig:
-    d = QueueConfig()
-    request_bytes = SIGV4_MAX_REQUEST_BYTES if sigv4 else d.max_request_bytes
-    queue = QueueConfig(
-        capacity=f.integer("capacity", d.capacity, minimum=1),
-        min_shards=f.integer("min_shards", d.min_shards, minimum=1),
-        max_shards=f.integer("max_shards", d.max_shards, minimum=1),
-        max_samples_per_send=f.integer("max_samples_per_send", d.max_samples_per_send, minimum=1),
-        batch_send_deadline=f.duration("batch_send_deadline", d.batch_send_deadline),
-        min_backoff=f.duration("min_backoff", d.min_backoff),
-        max_backoff=f.duration("max_backoff", d.max_backoff),
-        retry_on_http_429=f.boolean("retry_on_http_429", d.retry_on_http_429),
-        max_memory_bytes=f.size("max_memory_bytes", d.max_memory_bytes),
-        max_disk_bytes=f.size("max_disk_bytes", d.max_disk_bytes),
-        on_full=_choice(f, "on_full", d.on_full, ON_FULL_POLICIES),
-        max_request_bytes=f.size("max_request_bytes", request_bytes),
-        max_retry_duration=f.duration("max_retry_duration", d.max_retry_duration, positive=False),
-        max_retry_duration_on_http_429=f.duration(
-            "max_retry_duration_on_http_429", d.max_retry_duration_on_http_429, positive=False
-        ),
-    )
-    if queue.min_shards > queue.max_shards:
-        raise ConfigError(f.at("min_shards"), f"must be <= max_shards ({queue.max_shards})")
-    if queue.min_backoff > queue.max_backoff:
-        raise ConfigError(f.at("min_backoff"), "must be <= max_backoff")
-    return queue
-
-
-def _metadata(f: Fields) -> MetadataConfig:
-    d = MetadataConfig()
-    return MetadataConfig(
-        send=f.boolean("send", d.send),
-        send_interval=f.duration("send_interval", d.send_interval),
-        max_samples_per_send=f.integer("max_samples_per_send", d.max_samples_per_send, minimum=1),
-    )

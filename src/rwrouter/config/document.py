@@ -1,0 +1,62 @@
+"""The configuration file as a YAML document: ``yaml.safe_load`` that also refuses what
+Prometheus's (Go) YAML parser refuses and PyYAML would let through: a duplicate key in a
+mapping and a lone surrogate from a ``"\\ud800"`` escape. Raises ConfigError naming the key path.
+"""
+
+from __future__ import annotations
+
+import yaml
+
+from rwrouter.errors import ConfigError
+
+__all__ = ["load_yaml"]
+
+
+def load_yaml(text: str, source: str) -> object:
+    """``yaml.safe_load`` that also refuses duplicate keys in a mapping."""
+    loader = yaml.SafeLoader(text)
+    loader.name = source  # shown in YAML error marks
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_duplicate_keys(node, "", set())
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        raise ConfigError("", f"invalid YAML: {exc}") from None
+    finally:
+        loader.dispose()
+
+
+def _check_utf8(text: str, path: str) -> None:
+    """Refuse a lone surrogate (``"\\ud800"`` YAML escapes: not valid UTF-8; Go's YAML parser,
+    so Prometheus, refuses every such escape)."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            bad = text[exc.start]
+            raise ConfigError(path, f"invalid UTF-8: a lone surrogate \\u{ord(bad):04x} "
+                              "(from a YAML escape)") from None  # fmt: skip
+
+
+def _check_duplicate_keys(node: yaml.Node, path: str, seen: set[int]) -> None:
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.ScalarNode) and isinstance(node.value, str):
+        _check_utf8(node.value, path)
+    if isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_duplicate_keys(item, f"{path}[{i}]", seen)
+    elif isinstance(node, yaml.MappingNode):
+        lines: dict[tuple[str, str], int] = {}
+        for key, value in node.value:
+            child = f"{path}.{key.value}" if path else str(key.value)
+            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                line = key.start_mark.line + 1
+                if (key.tag, key.value) in lines:
+                    first = lines[(key.tag, key.value)]
+                    raise ConfigError(child, f"duplicate key (lines {first} and {line})")
+                lines[(key.tag, key.value)] = line
+            _check_duplicate_keys(value, child, seen)
