@@ -68,32 +68,10 @@ def build_report(
     ``monthly_cost``, ``metric_names`` and ``metrics`` (``name``, ``active_series``,
     ``samples_per_second``, ``monthly_samples``, ``monthly_cost``; ranked by active series).
     """
-    destinations = []
-    for name, snap in snapshots.items():
-        rate = snap.samples_per_second
-        samples = monthly_samples(rate)
-        cost = monthly_cost(samples, audit.price_tiers)
-        metrics = rank([
-            {"name": metric, "active_series": count.active_series,
-             "samples_per_second": _finite(count.samples_per_second),
-             "monthly_samples": _finite(monthly_samples(count.samples_per_second)),
-             "monthly_cost": _finite(cost * count.samples_per_second / rate if rate else 0.0)}
-            for metric, count in snap.names.items()
-        ])  # fmt: skip
-        destinations.append({
-            "name": name,
-            "shadow": bool(shadow.get(name, False)),
-            "observed_seconds": _finite(snap.observed),
-            "complete": snap.observed >= audit.window,
-            "capped": snap.capped,
-            "active_series": snap.active_series,
-            "series_limit_ratio": snap.active_series / audit.series_limit,
-            "samples_per_second": _finite(rate),
-            "monthly_samples": _finite(samples),
-            "monthly_cost": _finite(cost),
-            "metric_names": len(metrics),
-            "metrics": metrics if top is None else metrics[:top],
-        })  # fmt: skip
+    destinations = [
+        _destination(name, snap, audit=audit, shadow=bool(shadow.get(name, False)), top=top)
+        for name, snap in snapshots.items()
+    ]
     return {
         "window_seconds": audit.window,
         "series_limit": audit.series_limit,
@@ -107,6 +85,36 @@ def build_report(
         "workers_expected": workers if workers_expected is None else workers_expected,
         "destinations": destinations,
     }
+
+
+def _destination(
+    name: str, snap: Snapshot, *, audit: AuditConfig, shadow: bool, top: int | None
+) -> dict[str, Any]:
+    """One destination's entry of :func:`build_report`."""
+    rate = snap.samples_per_second
+    samples = monthly_samples(rate)
+    cost = monthly_cost(samples, audit.price_tiers)
+    metrics = rank([
+        {"name": metric, "active_series": count.active_series,
+         "samples_per_second": _finite(count.samples_per_second),
+         "monthly_samples": _finite(monthly_samples(count.samples_per_second)),
+         "monthly_cost": _finite(cost * count.samples_per_second / rate if rate else 0.0)}
+        for metric, count in snap.names.items()
+    ])  # fmt: skip
+    return {
+        "name": name,
+        "shadow": shadow,
+        "observed_seconds": _finite(snap.observed),
+        "complete": snap.observed >= audit.window,
+        "capped": snap.capped,
+        "active_series": snap.active_series,
+        "series_limit_ratio": snap.active_series / audit.series_limit,
+        "samples_per_second": _finite(rate),
+        "monthly_samples": _finite(samples),
+        "monthly_cost": _finite(cost),
+        "metric_names": len(metrics),
+        "metrics": metrics if top is None else metrics[:top],
+    }  # fmt: skip
 
 
 def _finite(value: float) -> float:

@@ -9,7 +9,14 @@ from __future__ import annotations
 import os
 from urllib.parse import urlsplit, urlunsplit
 
-from rwrouter.config.model import AuditConfig, Config, DestinationConfig, QueueConfig, StorageConfig
+from rwrouter.config.model import (
+    AuditConfig,
+    Config,
+    DestinationConfig,
+    QueueConfig,
+    StorageConfig,
+    TLSConfig,
+)
 from rwrouter.config.values import format_duration, format_size
 from rwrouter.relabel import RelabelConfig
 from rwrouter.relabel.names import go_quote
@@ -86,20 +93,7 @@ def _destination(dest: DestinationConfig) -> list[str]:
         names = ", ".join(name for name, _ in dest.headers)
         lines.append(f"  headers: {names} (values not shown)")
     if dest.tls_config is not None:
-        tls = dest.tls_config
-        fields = [
-            f"{k}={v}"
-            for k, v in (
-                ("ca_file", tls.ca_file),
-                ("cert_file", tls.cert_file),
-                ("key_file", tls.key_file),
-                ("server_name", tls.server_name),
-                ("min_version", tls.min_version),
-            )
-            if v is not None
-        ]
-        fields.append(f"insecure_skip_verify={_flag(tls.insecure_skip_verify)}")
-        lines.append(f"  tls_config: {' '.join(fields)}")
+        lines.append(f"  tls_config: {_tls(dest.tls_config)}")
     if dest.proxy_url is not None:
         lines.append(f"  proxy_url: {safe_url(dest.proxy_url)}")
     meta = dest.metadata_config
@@ -116,6 +110,22 @@ def _destination(dest: DestinationConfig) -> list[str]:
         *_rules(dest.write_relabel_configs, indent="    "),
     ]
     return lines
+
+
+def _tls(tls: TLSConfig) -> str:
+    fields = [
+        f"{k}={v}"
+        for k, v in (
+            ("ca_file", tls.ca_file),
+            ("cert_file", tls.cert_file),
+            ("key_file", tls.key_file),
+            ("server_name", tls.server_name),
+            ("min_version", tls.min_version),
+        )
+        if v is not None
+    ]
+    fields.append(f"insecure_skip_verify={_flag(tls.insecure_skip_verify)}")
+    return " ".join(fields)
 
 
 def _protocol(dest: DestinationConfig) -> str:

@@ -60,21 +60,7 @@ async def reconfigure(
         section for section in ("server", "storage")
         if getattr(running, section) != getattr(new, section)
     ]  # fmt: skip
-    current = {dest.name: dest for dest in fanout.destinations}
-    wanted: list[Destination | None] = []  # the sending destinations, in config order
-    built: dict[int, Destination] = {}  # by index in wanted
-    for i, config in enumerate(new.remote_write):
-        if config.shadow:  # counted by the audit only: no queue, no senders
-            continue
-        old = current.get(config.name)
-        if old is not None and old.config == config:
-            wanted.append(old)
-            summary.kept.append(config.name)
-            continue
-        built[len(wanted)] = await build_destination(config, i, storage=running.storage,
-                                                     metrics=metrics)  # fmt: skip
-        wanted.append(None)
-        (summary.replaced if old is not None else summary.added).append(config.name)
+    wanted, built = await _plan(fanout, running, new, summary, metrics=metrics)
     keep = {id(dest) for dest in wanted if dest is not None}
     retired = [dest for dest in fanout.destinations if id(dest) not in keep]
     summary.removed = [d.name for d in retired if d.name not in summary.replaced]
@@ -109,12 +95,40 @@ async def reconfigure(
         )
     for dest in fanout.destinations:  # the kept ones, and the new ones (a no-op there)
         dest.try_configured_protocol()
+    _log(summary)
+    return summary
+
+
+async def _plan(
+    fanout: FanOut, running: Config, new: Config, summary: ReloadSummary, *, metrics: Metrics
+) -> tuple[list[Destination | None], dict[int, Destination]]:
+    """The sending destinations of ``new`` in config order: a running one kept as it is, or
+    None where a new one was built (``built``, by that index); fills ``summary``'s kept,
+    replaced and added lists."""
+    current = {dest.name: dest for dest in fanout.destinations}
+    wanted: list[Destination | None] = []  # the sending destinations, in config order
+    built: dict[int, Destination] = {}  # by index in wanted
+    for i, config in enumerate(new.remote_write):
+        if config.shadow:  # counted by the audit only: no queue, no senders
+            continue
+        old = current.get(config.name)
+        if old is not None and old.config == config:
+            wanted.append(old)
+            summary.kept.append(config.name)
+            continue
+        built[len(wanted)] = await build_destination(config, i, storage=running.storage,
+                                                     metrics=metrics)  # fmt: skip
+        wanted.append(None)
+        (summary.replaced if old is not None else summary.added).append(config.name)
+    return wanted, built
+
+
+def _log(summary: ReloadSummary) -> None:
     log.info("msg=%s kept=%s replaced=%s added=%s removed=%s restart_needed=%s",
              q("configuration reloaded"), ",".join(summary.kept) or "-",
              ",".join(summary.replaced) or "-", ",".join(summary.added) or "-",
              ",".join(summary.removed) or "-",
              ",".join(summary.restart_needed) or "-")  # fmt: skip
-    return summary
 
 
 async def _restore(
