@@ -509,7 +509,6 @@ MODULE_LINES = 400
 
 LONG_FUNCTIONS: dict[str, str] = {
     "rwrouter/metrics/__init__.py:__init__": "one declaration per metric (issue 13: per component)",
-    "rwrouter/routing/scan.py:scan_request_py": "the reference of the compiled loop, step by step",
     "rwrouter/pipeline/destination.py:__init__": "builds its parts (issue 13: a factory)",
     "rwrouter/metrics/expositions.py:status_snapshot": "to split",
     "rwrouter/pipeline/fanout.py:_accept": "to split",

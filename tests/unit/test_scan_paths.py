@@ -24,6 +24,7 @@ from rwrouter.routing import router as router_module
 from rwrouter.routing.cache import pack_entry, unpack_entry
 from rwrouter.routing.scan import Scan, scan_request_py, signature_py
 from rwrouter.wire import codec, remote_pb2, types_pb2
+from rwrouter.wire.accelerator import ACCELERATED
 from rwrouter.wire.codec import split_series
 
 try:
@@ -716,6 +717,7 @@ def _parse_raw(data: bytes) -> remote_pb2.WriteRequest:
 
 
 @needs_accelerator
+@pytest.mark.skipif(not ACCELERATED, reason="the router runs the pure loop (no extension)")
 def test_compiled_loop_applies_templates_itself_with_the_same_entries_and_counters() -> None:
     data = fleet_request(6, 2)
     shortcut = Router(global_rules=(), routes=FILTER_ROUTES)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from rwrouter.errors import DecodeError
-from rwrouter.routing.cache import FILTERED, Cache, Entry, entry_bytes, unpack_entry
+from rwrouter.routing.cache import FILTERED, Cache, Entry, Item, entry_bytes, unpack_entry
 from rwrouter.wire.accelerator import compiled
 from rwrouter.wire.codec import RawSeries, split_series
 from rwrouter.wire.index import INDEX
@@ -95,77 +95,104 @@ def scan_request_py(
     Raises DecodeError (a 400) for malformed framing, wire types or metadata, or whatever
     ``miss`` raises for invalid labels (the whole request is refused).
     """
-    ndest = len(filters)
-    bodies = [bytearray() for _ in range(ndest)]
-    indexes = [bytearray() for _ in range(ndest)]
-    samples, series = [0] * ndest, [0] * ndest
-    dropped: dict[tuple[int, str], int] = {}
-    metadata: list[bytes] = []
-    samples_in = series_in = hits = promoted = promoted_bytes = 0
-    pack = INDEX.pack
+    shares = _Shares(len(filters))
     for field, wire_type, _, start, end in fields(data, 0, len(data), "WriteRequest"):
         if field != 1 and field != 3:
             continue
         if wire_type != LEN:
             raise DecodeError(f"bad protobuf: WriteRequest field {field} is not a message")
         if field == 3:
-            metadata.append(check_metadata(data, start, end))
+            shares.metadata.append(check_metadata(data, start, end))
             continue
-        series_in += 1
+        shares.series_in += 1
         raw = split_series(data[start:end])
-        key = raw.labels
-        entry = young.get(key)
-        if entry is not None:
-            hits += 1
-        else:
-            entry = old.get(key)
-            if entry is not None:
-                hits += 1
-                young[key] = entry
-                promoted += 1
-                promoted_bytes += entry_bytes(key, entry)
-            else:
-                entry = miss(key)
+        entry, found, copied = _lookup(raw.labels, young, old, miss)
+        shares.hits += found
+        shares.promoted += copied > 0
+        shares.promoted_bytes += copied
         n = raw.samples + raw.exemplars + raw.histograms
-        if not n:
-            continue
-        samples_in += n
-        for i, item in enumerate(unpack_entry(key, entry)):
+        if n:
+            shares.samples_in += n
+            shares.apply(raw, n, unpack_entry(raw.labels, entry), filters, filt, reasons)
+    return shares.scan()
+
+
+def _lookup(key: bytes, young: Cache, old: Cache, miss: Miss) -> tuple[Entry, bool, int]:
+    """The routing outcome of the raw labels ``key``: (entry, answered by the cache, bytes
+    copied from ``old`` to ``young``: 0 when not copied)."""
+    entry = young.get(key)
+    if entry is not None:
+        return entry, True, 0
+    entry = old.get(key)
+    if entry is not None:
+        young[key] = entry
+        return entry, True, entry_bytes(key, entry)
+    return miss(key), False, 0
+
+
+class _Shares:
+    """The per-destination shares and counters of :func:`scan_request_py` as they are built."""
+
+    def __init__(self, ndest: int) -> None:
+        self.bodies = [bytearray() for _ in range(ndest)]
+        self.indexes = [bytearray() for _ in range(ndest)]
+        self.samples, self.series = [0] * ndest, [0] * ndest
+        self.dropped: dict[tuple[int, str], int] = {}
+        self.metadata: list[bytes] = []
+        self.samples_in = self.series_in = self.hits = self.promoted = self.promoted_bytes = 0
+
+    def scan(self) -> Scan:
+        """What was built, as the :class:`Scan` of the request."""
+        return Scan(
+            [bytes(b) for b in self.bodies],
+            [bytes(x) for x in self.indexes],
+            self.samples,
+            self.series,
+            self.dropped,
+            self.samples_in,
+            self.series_in,
+            self.metadata,
+            self.hits,
+            self.promoted,
+            self.promoted_bytes,
+        )
+
+    def _drop(self, i: int, reason: str, n: int) -> None:
+        self.dropped[(i, reason)] = self.dropped.get((i, reason), 0) + n
+
+    def apply(
+        self,
+        raw: RawSeries,
+        n: int,
+        items: list[Item],
+        filters: tuple[bool, ...],
+        filt: Filter,
+        reasons: tuple[str, ...],
+    ) -> None:
+        """Add the series ``raw`` (``n`` samples, exemplars and histograms) to the shares its
+        entry's ``items`` keep, and count it where they drop it."""
+        for i, item in enumerate(items):
             if item is None:
                 continue
             if isinstance(item, int):
-                reason = reasons[item]
-                dropped[(i, reason)] = dropped.get((i, reason), 0) + n
+                self._drop(i, reasons[item], n)
                 continue
             labels, hashed = item
             rest, kept = raw.rest, n
             if filters[i] and (raw.exemplars or raw.histograms):
                 rest, kept = filt(i, raw)
                 if not kept:
-                    dropped[(i, FILTERED)] = dropped.get((i, FILTERED), 0) + n
+                    self._drop(i, FILTERED, n)
                     continue
             inner = len(labels) + len(rest)
             head = b"\x0a" + encode_varint(inner)
-            body = bodies[i]
+            body = self.bodies[i]
             body += head
             body += labels
             body += rest
-            indexes[i] += pack(len(head) + inner, kept, hashed)
-            samples[i] += kept
-            series[i] += 1
-    return Scan(
-        [bytes(b) for b in bodies],
-        [bytes(x) for x in indexes],
-        samples,
-        series,
-        dropped,
-        samples_in,
-        series_in,
-        metadata,
-        hits,
-        promoted,
-        promoted_bytes,
-    )
+            self.indexes[i] += INDEX.pack(len(head) + inner, kept, hashed)
+            self.samples[i] += kept
+            self.series[i] += 1
 
 
 _LEGACY_LABEL = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789")
