@@ -371,8 +371,8 @@ static int r2_series(R2 *c, Py_ssize_t pos, Py_ssize_t end, long long *counts, i
     c->scratch.len = p - c->scratch.data;
     if (r2_copy(c, &c->samples, 0x12) < 0) return R2_ERR;
     for (Py_ssize_t i = 0; i < c->exemplars.n; i++) {
-        Py_ssize_t start = c->exemplars.items[i].start;
-        if ((r = r2_exemplar(c, start, start + c->exemplars.items[i].len)) != R2_OK) return r;
+        Py_ssize_t at = c->exemplars.items[i].start;
+        if ((r = r2_exemplar(c, at, at + c->exemplars.items[i].len)) != R2_OK) return r;
     }
     if (r2_copy(c, &c->hists, 0x22) < 0) return R2_ERR;
     Py_ssize_t n = c->scratch.len;
