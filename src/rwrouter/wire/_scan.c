@@ -230,14 +230,20 @@ static Py_ssize_t entry_bytes(PyObject *key, PyObject *entry) {
     return PyBytes_GET_SIZE(key) + PyBytes_GET_SIZE(entry);
 }
 
+/* module.name (imported when it is not yet): a new reference, or NULL. */
+static PyObject *import_attr(const char *modname, const char *name) {
+    PyObject *mod = PyImport_ImportModule(modname);
+    if (!mod) return NULL;
+    PyObject *attr = PyObject_GetAttrString(mod, name);
+    Py_DECREF(mod);
+    return attr;
+}
+
 /* A reference function (module.name) on these arguments: the compiled functions hand it what
  * they do not take themselves, so it gives the result or raises the reference error. */
 static PyObject *call_reference(const char *modname, const char *name, PyObject *const *args,
                                 Py_ssize_t nargs) {
-    PyObject *mod = PyImport_ImportModule(modname);
-    if (!mod) return NULL;
-    PyObject *fn = PyObject_GetAttrString(mod, name);
-    Py_DECREF(mod);
+    PyObject *fn = import_attr(modname, name);
     if (!fn) return NULL;
     PyObject *res = PyObject_Vectorcall(fn, args, (size_t)nargs, NULL);
     Py_DECREF(fn);
@@ -251,6 +257,20 @@ static PyObject *pure_scan(PyObject *const *args, Py_ssize_t nargs) {
 static PyObject *signature_values(const uint8_t *d, Py_ssize_t end, PyObject *names,
                                   int legacy);
 static PyObject *crc32_fn; /* zlib.crc32: the shard hash of routing.shard_hash */
+
+/* routing.shard_hash of raw labels (zlib.crc32): 0 and *h, or -1 with an exception set. */
+static int shard_hash(const char *kp, Py_ssize_t kn, uint32_t *h) {
+    PyObject *view = PyMemoryView_FromMemory((char *)kp, kn, PyBUF_READ);
+    if (!view) return -1;
+    PyObject *crc = PyObject_CallOneArg(crc32_fn, view);
+    Py_DECREF(view);
+    if (!crc) return -1;
+    unsigned long v = PyLong_AsUnsignedLong(crc);
+    Py_DECREF(crc);
+    if (v == (unsigned long)-1 && PyErr_Occurred()) return -1;
+    *h = (uint32_t)v;
+    return 0;
+}
 
 /* The miss path's template shortcut of routing.Router._from_template, for a label set the
  * Python side has a template for: 1 and *out a new entry, 0 when it does not apply (the caller
@@ -275,28 +295,20 @@ static int template_entry(const char *kp, Py_ssize_t kn, PyObject *names, PyObje
     /* zlib.crc32 may release the GIL (large inputs) and another thread clear the templates:
      * hold the pieces. */
     Py_INCREF(parts);
-    PyObject *view = PyMemoryView_FromMemory((char *)kp, kn, PyBUF_READ);
-    PyObject *crc = view ? PyObject_CallOneArg(crc32_fn, view) : NULL;
-    Py_XDECREF(view);
-    unsigned long h = crc ? PyLong_AsUnsignedLong(crc) : 0;
-    Py_XDECREF(crc);
+    uint32_t h = 0;
     PyObject *entry = NULL;
-    if (crc && !(h == (unsigned long)-1 && PyErr_Occurred()))
-        entry = PyBytes_FromStringAndSize(NULL, total);
-    if (!entry) {
-        Py_DECREF(parts);
-        return -1;
-    }
+    if (shard_hash(kp, kn, &h) < 0 || !(entry = PyBytes_FromStringAndSize(NULL, total))) goto done;
     char *p = PyBytes_AS_STRING(entry);
     for (Py_ssize_t i = 0; i < nparts; i++) {
         PyObject *part = PyTuple_GET_ITEM(parts, i);
-        if (i) p = put_u32(p, (uint32_t)h);
+        if (i) p = put_u32(p, h);
         memcpy(p, PyBytes_AS_STRING(part), (size_t)PyBytes_GET_SIZE(part));
         p += PyBytes_GET_SIZE(part);
     }
-    Py_DECREF(parts);
     *out = entry;
-    return 1;
+done:
+    Py_DECREF(parts);
+    return entry ? 1 : -1;
 }
 
 /* Where the leading Label fields (tag 0x0a) of a series d[p:vend] end, as codec.split_series
@@ -796,7 +808,8 @@ fail:
 static PyObject *scan_result(const Scanner *r) {
     const State *s = r->s;
     PyObject *bodies = NULL, *indexes = NULL, *samples = NULL, *series = NULL, *dropped = NULL;
-    if (!(bodies = bufs_list(s->bodies, s->ndest)) || !(indexes = bufs_list(s->indexes, s->ndest)) ||
+    if (!(bodies = bufs_list(s->bodies, s->ndest)) ||
+        !(indexes = bufs_list(s->indexes, s->ndest)) ||
         !(samples = counts_list(s->samples, s->ndest)) ||
         !(series = counts_list(s->series, s->ndest)) || !(dropped = drops_dict(s)))
         goto fail;
@@ -886,11 +899,13 @@ static PyObject *decode_labels(PyObject *module, PyObject *raw) {
         }
         if (name_at < 0 || name_len == 0) goto bail; /* empty name: the reference says so */
         PyObject *name = PyUnicode_DecodeUTF8((const char *)d + name_at, name_len, "strict");
-        PyObject *value = value_at < 0 ? PyUnicode_New(0, 0)
-                                       : PyUnicode_DecodeUTF8((const char *)d + value_at, value_len, "strict");
-        if (!name || !value) {
+        PyObject *value = NULL;
+        if (name && value_at < 0)
+            value = PyUnicode_New(0, 0);
+        else if (name)
+            value = PyUnicode_DecodeUTF8((const char *)d + value_at, value_len, "strict");
+        if (!value) { /* invalid UTF-8: the reference raises its error */
             Py_XDECREF(name);
-            Py_XDECREF(value);
             PyErr_Clear();
             goto bail;
         }
@@ -1194,9 +1209,8 @@ static PyObject *split_shards(PyObject *module, PyObject *const *args, Py_ssize_
     }
     PyObject **indexes = bodies + shards;
     for (Py_ssize_t s = 0; s < shards; s++) {
-        bodies[s] = PyBytes_FromStringAndSize(NULL, sizes[s]);
-        indexes[s] = PyBytes_FromStringAndSize(NULL, counts[s] * 12);
-        if (!bodies[s] || !indexes[s]) goto fail;
+        if (!(bodies[s] = PyBytes_FromStringAndSize(NULL, sizes[s]))) goto fail;
+        if (!(indexes[s] = PyBytes_FromStringAndSize(NULL, counts[s] * 12))) goto fail;
     }
     Py_ssize_t at = 0;
     for (Py_ssize_t i = 0; i < nindex; i += 12) {
@@ -1263,48 +1277,56 @@ static struct PyModuleDef moduledef = {
     methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__scan(void) {
-    PyObject *codec = PyImport_ImportModule("rwrouter.wire.codec");
-    if (!codec) return NULL;
-    split_series_fn = PyObject_GetAttrString(codec, "split_series");
-    decode_labels_py_fn = PyObject_GetAttrString(codec, "decode_labels");
-    Py_DECREF(codec);
-    PyObject *zlib_module = PyImport_ImportModule("zlib");
-    if (!zlib_module) return NULL;
-    crc32_fn = PyObject_GetAttrString(zlib_module, "crc32");
-    Py_DECREF(zlib_module);
-    if (!crc32_fn) return NULL;
-    PyObject *validate = PyImport_ImportModule("rwrouter.wire.validate");
-    if (!validate) return NULL;
-    check_metadata_fn = PyObject_GetAttrString(validate, "check_metadata");
-    Py_DECREF(validate);
-    str_filtered = PyUnicode_InternFromString("filtered");
-    str_labels = PyUnicode_InternFromString("labels");
-    str_rest = PyUnicode_InternFromString("rest");
-    str_samples = PyUnicode_InternFromString("samples");
-    str_exemplars = PyUnicode_InternFromString("exemplars");
-    str_histograms = PyUnicode_InternFromString("histograms");
-    if (!split_series_fn || !decode_labels_py_fn || !check_metadata_fn || !str_filtered || !str_labels || !str_rest ||
-        !str_samples || !str_exemplars || !str_histograms)
-        return NULL;
-    if (PyType_Ready(&LabelCacheType) < 0) return NULL;
-    /* Per-process random seeds of the cache digest (os.urandom). */
-    PyObject *os_module = PyImport_ImportModule("os");
-    PyObject *random_bytes = os_module ? PyObject_CallMethod(os_module, "urandom", "i", 16) : NULL;
-    Py_XDECREF(os_module);
-    if (!random_bytes) return NULL;
+/* The module's own references (made by PyInit__scan). */
+static void clear_globals(void) {
+    Py_CLEAR(split_series_fn);
+    Py_CLEAR(decode_labels_py_fn);
+    Py_CLEAR(crc32_fn);
+    Py_CLEAR(check_metadata_fn);
+    Py_CLEAR(str_filtered);
+    Py_CLEAR(str_labels);
+    Py_CLEAR(str_rest);
+    Py_CLEAR(str_samples);
+    Py_CLEAR(str_exemplars);
+    Py_CLEAR(str_histograms);
+}
+
+/* Per-process random seeds of the cache digest (os.urandom): 0, or -1 with an exception set. */
+static int seed_digest(void) {
+    PyObject *urandom = import_attr("os", "urandom");
+    if (!urandom) return -1;
+    PyObject *random_bytes = PyObject_CallFunction(urandom, "i", 16);
+    Py_DECREF(urandom);
+    if (!random_bytes) return -1;
     if (PyBytes_Check(random_bytes) && PyBytes_GET_SIZE(random_bytes) == 16) {
         memcpy(&lc_seed1, PyBytes_AS_STRING(random_bytes), 8);
         memcpy(&lc_seed2, PyBytes_AS_STRING(random_bytes) + 8, 8);
     }
     Py_DECREF(random_bytes);
-    PyObject *module = PyModule_Create(&moduledef);
-    if (!module) return NULL;
-    Py_INCREF(&LabelCacheType);
-    if (PyModule_AddObject(module, "LabelCache", (PyObject *)&LabelCacheType) < 0) {
-        Py_DECREF(&LabelCacheType);
-        Py_DECREF(module);
-        return NULL;
-    }
+    return 0;
+}
+
+/* The module, or NULL at the first failure (what was made is released). */
+PyMODINIT_FUNC PyInit__scan(void) {
+    PyObject *module = NULL;
+    if (!(split_series_fn = import_attr("rwrouter.wire.codec", "split_series")) ||
+        !(decode_labels_py_fn = import_attr("rwrouter.wire.codec", "decode_labels")) ||
+        !(crc32_fn = import_attr("zlib", "crc32")) ||
+        !(check_metadata_fn = import_attr("rwrouter.wire.validate", "check_metadata")))
+        goto fail;
+    if (!(str_filtered = PyUnicode_InternFromString("filtered")) ||
+        !(str_labels = PyUnicode_InternFromString("labels")) ||
+        !(str_rest = PyUnicode_InternFromString("rest")) ||
+        !(str_samples = PyUnicode_InternFromString("samples")) ||
+        !(str_exemplars = PyUnicode_InternFromString("exemplars")) ||
+        !(str_histograms = PyUnicode_InternFromString("histograms")))
+        goto fail;
+    if (PyType_Ready(&LabelCacheType) < 0 || seed_digest() < 0) goto fail;
+    if (!(module = PyModule_Create(&moduledef))) goto fail;
+    if (PyModule_AddObjectRef(module, "LabelCache", (PyObject *)&LabelCacheType) < 0) goto fail;
     return module;
+fail:
+    Py_XDECREF(module);
+    clear_globals();
+    return NULL;
 }
