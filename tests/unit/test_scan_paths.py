@@ -692,6 +692,40 @@ def test_label_cache_grows_and_refuses_what_it_does_not_hold() -> None:
         del cache[b"labels-1"]
 
 
+def _label_cache_clear(cache: Any) -> None:
+    cache.clear()
+
+
+def _label_cache_insert(cache: Any) -> None:
+    cache[b"one more"] = b"x"  # the 513th entry: the slot array doubles first
+
+
+@needs_accelerator
+@pytest.mark.parametrize("operation", [_label_cache_clear, _label_cache_insert],
+                         ids=["clear", "insert_that_resizes"])  # fmt: skip
+def test_label_cache_without_memory_stays_as_it_was(operation: Callable[[Any], None]) -> None:
+    """An operation that allocates a new slot array (clear, an insert that resizes) and cannot
+    raises MemoryError and leaves the cache whole (its entries, and usable after), never
+    without slots. CPython's fault injection (``_testcapi.set_nomemory``) fails the next
+    allocation, which is that array's."""
+    testcapi = pytest.importorskip("_testcapi")
+    assert _scan is not None
+    cache = _scan.LabelCache()
+    entries = {b"labels-%d" % i: b"%d" % i for i in range(512)}  # full up to the resize point
+    for key, value in entries.items():
+        cache[key] = value
+    with pytest.raises(MemoryError):
+        testcapi.set_nomemory(0, 1)  # from here: nothing allocates before the slot array
+        try:
+            operation(cache)
+        finally:
+            testcapi.remove_mem_hooks()
+    assert len(cache) == len(entries) and b"one more" not in cache
+    assert all(cache.get(key) == value for key, value in entries.items())
+    operation(cache)  # with memory: done
+    assert len(cache) in (0, len(entries) + 1)
+
+
 @needs_accelerator
 @pytest.mark.parametrize(("nodes", "seed"), [(3, 1), (1, 9)], ids=["three_nodes", "one_node"])
 def test_compiled_loop_same_with_dict_or_label_cache_generations(nodes: int, seed: int) -> None:

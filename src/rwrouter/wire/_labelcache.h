@@ -133,12 +133,8 @@ static int lc_insert(LabelCache *c, Digest g, PyObject *value) {
     return 0;
 }
 
-static void lc_clear_slots(LabelCache *c) {
-    LCSlot *slots = c->slots;
-    Py_ssize_t capacity = c->mask + 1;
-    c->slots = NULL;
-    c->used = 0;
-    c->mask = -1;
+/* Release a slot array (NULL: none) and the values it holds. */
+static void lc_free_slots(LCSlot *slots, Py_ssize_t capacity) {
     for (Py_ssize_t i = 0; slots && i < capacity; i++) Py_XDECREF(slots[i].value);
     PyMem_Free(slots);
 }
@@ -165,7 +161,7 @@ static PyObject *lc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
 }
 
 static void lc_dealloc(LabelCache *c) {
-    lc_clear_slots(c);
+    lc_free_slots(c->slots, c->mask + 1);
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
 
@@ -225,10 +221,18 @@ static PyObject *lc_get(LabelCache *c, PyObject *const *args, Py_ssize_t nargs) 
     return v;
 }
 
+/* The new slot array is allocated before the old one is released: without memory for it the
+ * cache stays as it was (MemoryError), never without slots. */
 static PyObject *lc_clear(LabelCache *c, PyObject *unused) {
     (void)unused;
-    lc_clear_slots(c);
-    if (lc_resize(c, LC_MIN_CAPACITY) < 0) return NULL;
+    LCSlot *fresh = PyMem_Calloc(LC_MIN_CAPACITY, sizeof(LCSlot));
+    if (!fresh) return PyErr_NoMemory();
+    LCSlot *old = c->slots;
+    Py_ssize_t old_capacity = c->mask + 1;
+    c->slots = fresh;
+    c->mask = LC_MIN_CAPACITY - 1;
+    c->used = 0;
+    lc_free_slots(old, old_capacity);
     Py_RETURN_NONE;
 }
 

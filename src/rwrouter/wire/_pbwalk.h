@@ -1,7 +1,7 @@
-/* Protobuf walking shared by the remote write 2.0 conversions (_rw2in.h, _rw2out.h), included
- * by _scan.c after its varint readers (read_varint, skip_varint, MAX_FIELD_NUMBER). The
- * framing and checks of rwrouter.wire.walk.fields: anything it refuses is "malformed" here,
- * and the callers hand such input to their Python reference. */
+/* Protobuf walking shared by scan_request and the remote write 2.0 conversions (_rw2in.h,
+ * _rw2out.h), included by _scan.c after its varint readers (read_varint, skip_varint,
+ * MAX_FIELD_NUMBER). The framing and checks of rwrouter.wire.walk.fields: anything it refuses
+ * is "malformed" here, and the callers hand such input to their Python reference. */
 
 #ifndef RWROUTER_PBWALK_H
 #define RWROUTER_PBWALK_H

@@ -2,7 +2,7 @@
  * Remote write 2.0 in, compiled: rwrouter.wire.rw2_in.to_rw1_py (the reference: same
  * arguments, same result) as rw2_to_rw1(data, max_bytes) -> (rw1 bytes, samples, histograms,
  * exemplars, start_timestamps); max_bytes an int, or None for no limit. Included at the end of
- * _scan.c: it uses its Buf and varint helpers and _labelcache.h's lc_digest.
+ * _scan.c: it uses its Buf, varint and import_attr helpers and _labelcache.h's lc_digest.
  *
  * The symbols table is decoded once per request (an array of offsets and lengths, 8 bytes a
  * symbol, allocated once its size is counted: at most 4 bytes a request byte, a field being
@@ -371,8 +371,8 @@ static int r2_series(R2 *c, Py_ssize_t pos, Py_ssize_t end, long long *counts, i
     c->scratch.len = p - c->scratch.data;
     if (r2_copy(c, &c->samples, 0x12) < 0) return R2_ERR;
     for (Py_ssize_t i = 0; i < c->exemplars.n; i++) {
-        Py_ssize_t start = c->exemplars.items[i].start;
-        if ((r = r2_exemplar(c, start, start + c->exemplars.items[i].len)) != R2_OK) return r;
+        Py_ssize_t at = c->exemplars.items[i].start;
+        if ((r = r2_exemplar(c, at, at + c->exemplars.items[i].len)) != R2_OK) return r;
     }
     if (r2_copy(c, &c->hists, 0x22) < 0) return R2_ERR;
     Py_ssize_t n = c->scratch.len;
@@ -459,14 +459,14 @@ static PyObject *r2_result(R2 *c, long long *counts, int start) {
 
 /* to_rw1_py(data, max_bytes=max_bytes): the reference's result or error. */
 static PyObject *r2_reference(PyObject *data, PyObject *max_bytes) {
-    PyObject *mod = PyImport_ImportModule("rwrouter.wire.rw2_in");
-    PyObject *fn = mod ? PyObject_GetAttrString(mod, "to_rw1_py") : NULL;
-    Py_XDECREF(mod);
-    if (!fn) return NULL;
-    PyObject *args = PyTuple_Pack(1, data);
-    PyObject *kwargs = Py_BuildValue("{sO}", "max_bytes", max_bytes);
-    PyObject *res = args && kwargs ? PyObject_Call(fn, args, kwargs) : NULL;
-    Py_DECREF(fn);
+    PyObject *fn = NULL, *args = NULL, *kwargs = NULL, *res = NULL;
+    if (!(fn = import_attr("rwrouter.wire.rw2_in", "to_rw1_py")) ||
+        !(args = PyTuple_Pack(1, data)) ||
+        !(kwargs = Py_BuildValue("{sO}", "max_bytes", max_bytes)))
+        goto done;
+    res = PyObject_Call(fn, args, kwargs);
+done:
+    Py_XDECREF(fn);
     Py_XDECREF(args);
     Py_XDECREF(kwargs);
     return res;

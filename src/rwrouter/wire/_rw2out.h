@@ -496,6 +496,12 @@ static int parse_frame(RwEnc *e, const uint8_t *d, Py_ssize_t start, Py_ssize_t 
 
 /* -- adoption of exemplar-only frames ---------------------------------------------------- */
 
+/* A frame's refs; NULL when it has none (e->refs may be NULL then: no offset is added to it,
+ * which is undefined behaviour even for 0). */
+static const uint32_t *frame_refs(const RwEnc *e, const RwFrame *f) {
+    return f->refs_n ? e->refs + f->refs_off : NULL;
+}
+
 static int refs_equal(RwEnc *e, RwFrame *a, RwFrame *b) {
     /* no label in the whole body leaves e->refs NULL: memcmp must not see it */
     return a->refs_n == b->refs_n &&
@@ -504,8 +510,7 @@ static int refs_equal(RwEnc *e, RwFrame *a, RwFrame *b) {
 }
 
 static uint64_t refs_hash(RwEnc *e, RwFrame *f) {
-    return rw_hash((const uint8_t *)(e->refs + f->refs_off),
-                   f->refs_n * (Py_ssize_t)sizeof(uint32_t));
+    return rw_hash((const uint8_t *)frame_refs(e, f), f->refs_n * (Py_ssize_t)sizeof(uint32_t));
 }
 
 static int exemplars_only(RwFrame *f) { return f->nex && !f->nsamples && !f->nhist; }
@@ -601,7 +606,7 @@ static char *put_exemplars(RwEnc *e, RwFrame *f, char *out) {
  * its adopted frames when `exemplars`, metadata. 0, or -1 (MemoryError). */
 static int put_series(RwEnc *e, RwFrame *f, int kind, int exemplars, const char *body,
                       Buf *out) {
-    const uint32_t *refs = e->refs + f->refs_off;
+    const uint32_t *refs = frame_refs(e, f);
     Py_ssize_t size = (f->refs_n ? field_size(packed_size(refs, f->refs_n)) : 0) +
                       field_size(f->meta_len);
     if (kind >= 0) size += pieces_size(e, f, (uint8_t)kind);

@@ -116,6 +116,8 @@ static inline int skip_varint(const uint8_t *d, Py_ssize_t *pos, Py_ssize_t end)
     return 0;
 }
 
+#include "_pbwalk.h" /* pb_next, pb_reserve: the field walker of scan_request and RW 2.0 */
+
 /* Mirror of codec._plain_samples: how many samples make up all of d[pos:end] when it is only
  * Sample fields of the usual shapes; 0 otherwise. */
 static Py_ssize_t plain_samples(const uint8_t *d, Py_ssize_t pos, Py_ssize_t end) {
@@ -228,14 +230,20 @@ static Py_ssize_t entry_bytes(PyObject *key, PyObject *entry) {
     return PyBytes_GET_SIZE(key) + PyBytes_GET_SIZE(entry);
 }
 
+/* module.name (imported when it is not yet): a new reference, or NULL. */
+static PyObject *import_attr(const char *modname, const char *name) {
+    PyObject *mod = PyImport_ImportModule(modname);
+    if (!mod) return NULL;
+    PyObject *attr = PyObject_GetAttrString(mod, name);
+    Py_DECREF(mod);
+    return attr;
+}
+
 /* A reference function (module.name) on these arguments: the compiled functions hand it what
  * they do not take themselves, so it gives the result or raises the reference error. */
 static PyObject *call_reference(const char *modname, const char *name, PyObject *const *args,
                                 Py_ssize_t nargs) {
-    PyObject *mod = PyImport_ImportModule(modname);
-    if (!mod) return NULL;
-    PyObject *fn = PyObject_GetAttrString(mod, name);
-    Py_DECREF(mod);
+    PyObject *fn = import_attr(modname, name);
     if (!fn) return NULL;
     PyObject *res = PyObject_Vectorcall(fn, args, (size_t)nargs, NULL);
     Py_DECREF(fn);
@@ -249,6 +257,20 @@ static PyObject *pure_scan(PyObject *const *args, Py_ssize_t nargs) {
 static PyObject *signature_values(const uint8_t *d, Py_ssize_t end, PyObject *names,
                                   int legacy);
 static PyObject *crc32_fn; /* zlib.crc32: the shard hash of routing.shard_hash */
+
+/* routing.shard_hash of raw labels (zlib.crc32): 0 and *h, or -1 with an exception set. */
+static int shard_hash(const char *kp, Py_ssize_t kn, uint32_t *h) {
+    PyObject *view = PyMemoryView_FromMemory((char *)kp, kn, PyBUF_READ);
+    if (!view) return -1;
+    PyObject *crc = PyObject_CallOneArg(crc32_fn, view);
+    Py_DECREF(view);
+    if (!crc) return -1;
+    unsigned long v = PyLong_AsUnsignedLong(crc);
+    Py_DECREF(crc);
+    if (v == (unsigned long)-1 && PyErr_Occurred()) return -1;
+    *h = (uint32_t)v;
+    return 0;
+}
 
 /* The miss path's template shortcut of routing.Router._from_template, for a label set the
  * Python side has a template for: 1 and *out a new entry, 0 when it does not apply (the caller
@@ -273,32 +295,21 @@ static int template_entry(const char *kp, Py_ssize_t kn, PyObject *names, PyObje
     /* zlib.crc32 may release the GIL (large inputs) and another thread clear the templates:
      * hold the pieces. */
     Py_INCREF(parts);
-    PyObject *view = PyMemoryView_FromMemory((char *)kp, kn, PyBUF_READ);
-    PyObject *crc = view ? PyObject_CallOneArg(crc32_fn, view) : NULL;
-    Py_XDECREF(view);
-    unsigned long h = crc ? PyLong_AsUnsignedLong(crc) : 0;
-    Py_XDECREF(crc);
+    uint32_t h = 0;
     PyObject *entry = NULL;
-    if (crc && !(h == (unsigned long)-1 && PyErr_Occurred()))
-        entry = PyBytes_FromStringAndSize(NULL, total);
-    if (!entry) {
-        Py_DECREF(parts);
-        return -1;
-    }
+    if (shard_hash(kp, kn, &h) < 0 || !(entry = PyBytes_FromStringAndSize(NULL, total))) goto done;
     char *p = PyBytes_AS_STRING(entry);
     for (Py_ssize_t i = 0; i < nparts; i++) {
         PyObject *part = PyTuple_GET_ITEM(parts, i);
-        if (i) p = put_u32(p, (uint32_t)h);
+        if (i) p = put_u32(p, h);
         memcpy(p, PyBytes_AS_STRING(part), (size_t)PyBytes_GET_SIZE(part));
         p += PyBytes_GET_SIZE(part);
     }
-    Py_DECREF(parts);
     *out = entry;
-    return 1;
+done:
+    Py_DECREF(parts);
+    return entry ? 1 : -1;
 }
-
-#define BAIL goto bail
-#define FAIL goto fail
 
 /* Where the leading Label fields (tag 0x0a) of a series d[p:vend] end, as codec.split_series
  * scans them; -1 when one is malformed or runs past the series. */
@@ -369,350 +380,467 @@ static Py_ssize_t prehash(const uint8_t *d, Py_ssize_t end, PreHash **out) {
     return n;
 }
 
-static PyObject *scan_request(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    (void)module;
+/* -- the per-series loop: scan_request in steps -------------------------------------------- */
+
+/* What a step that may meet input it does not take returns. */
+#define SCAN_OK 1
+#define SCAN_BAIL 0   /* malformed or unusual: the whole request goes to the reference */
+#define SCAN_ERR (-1) /* an exception is set */
+
+/* One call of scan_request: its arguments (borrowed), outputs and counters. */
+typedef struct {
+    PyObject *data, *young, *old, *miss, *filters, *filt, *reasons, *templates, *names;
+    int legacy;        /* legacy names only (the template shortcut's signature) */
+    int use_templates; /* templates a dict and names a tuple of bytes */
+    int label_caches;  /* both generations LabelCache (else both dicts) */
+    const uint8_t *d;  /* the request's bytes */
+    State *s;          /* per-destination outputs and drops (PyMem) */
+    PreHash *pre;      /* the leading plain series' digests (PyMem), npre of them */
+    Py_ssize_t npre;
+    PyObject *metadata; /* list: the checked metadata entries */
+    long long samples_in, series_in, hits, promoted, promoted_bytes;
+    long long misses, miss_bytes; /* misses answered here from a template */
+} Scanner;
+
+/* One series being routed: where its labels and other fields are, and what it holds. */
+typedef struct {
+    const char *kp; /* the raw labels: the cache key */
+    Py_ssize_t kn;
+    const char *rest; /* the other fields, sent as they are */
+    Py_ssize_t nrest;
+    long long nsamples, nex, nhist;
+    PyObject *key;      /* the key as bytes, once made (a dict generation, a miss), or NULL */
+    PyObject *raw;      /* codec.split_series' result for an unusual shape, or NULL */
+    PyObject *rest_obj; /* raw.rest */
+    PyObject *entry;    /* the routing outcome (bytes), or NULL */
+} Series;
+
+static void series_clear(Series *t) {
+    Py_CLEAR(t->entry);
+    Py_CLEAR(t->key);
+    Py_CLEAR(t->raw);
+    Py_CLEAR(t->rest_obj);
+}
+
+/* The arguments of scan_request_py: SCAN_OK, SCAN_BAIL (types this loop does not take: the
+ * reference), SCAN_ERR. */
+static int scan_arguments(Scanner *r, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 7 && nargs != 9 && nargs != 10) {
         PyErr_SetString(PyExc_TypeError, "scan_request takes 7, 9 or 10 arguments");
-        return NULL;
+        return SCAN_ERR;
     }
-    PyObject *data = args[0], *young = args[1], *old = args[2], *miss = args[3];
-    PyObject *filters = args[4], *filt = args[5], *reasons = args[6];
+    r->data = args[0];
+    r->young = args[1];
+    r->old = args[2];
+    r->miss = args[3];
+    r->filters = args[4];
+    r->filt = args[5];
+    r->reasons = args[6];
     /* The template shortcut (templates dict, names tuple), or None */
-    PyObject *templates = nargs >= 9 ? args[7] : Py_None, *names = nargs >= 9 ? args[8] : Py_None;
-    int legacy = nargs == 10 ? PyObject_IsTrue(args[9]) : 0; /* legacy names only */
-    if (legacy < 0) return NULL;
-    int use_templates = PyDict_CheckExact(templates) && PyTuple_CheckExact(names);
-    for (Py_ssize_t i = 0; use_templates && i < PyTuple_GET_SIZE(names); i++)
-        use_templates = PyBytes_CheckExact(PyTuple_GET_ITEM(names, i));
+    r->templates = nargs >= 9 ? args[7] : Py_None;
+    r->names = nargs >= 9 ? args[8] : Py_None;
+    r->legacy = nargs == 10 ? PyObject_IsTrue(args[9]) : 0;
+    if (r->legacy < 0) return SCAN_ERR;
+    r->use_templates = PyDict_CheckExact(r->templates) && PyTuple_CheckExact(r->names);
+    for (Py_ssize_t i = 0; r->use_templates && i < PyTuple_GET_SIZE(r->names); i++)
+        r->use_templates = PyBytes_CheckExact(PyTuple_GET_ITEM(r->names, i));
     /* The cache generations: both LabelCache (looked up in place), or both dicts. */
-    int label_caches = Py_IS_TYPE(young, &LabelCacheType) && Py_IS_TYPE(old, &LabelCacheType);
-    int dicts = PyDict_CheckExact(young) && PyDict_CheckExact(old);
-    if (!PyBytes_CheckExact(data) || !(label_caches || dicts) ||
-        !PyTuple_CheckExact(filters) || PyTuple_GET_SIZE(filters) > MAX_DESTINATIONS ||
-        !PyTuple_CheckExact(reasons))
-        return pure_scan(args, nargs);
+    r->label_caches = Py_IS_TYPE(r->young, &LabelCacheType) && Py_IS_TYPE(r->old, &LabelCacheType);
+    int dicts = PyDict_CheckExact(r->young) && PyDict_CheckExact(r->old);
+    if (!PyBytes_CheckExact(r->data) || !(r->label_caches || dicts) ||
+        !PyTuple_CheckExact(r->filters) || PyTuple_GET_SIZE(r->filters) > MAX_DESTINATIONS ||
+        !PyTuple_CheckExact(r->reasons))
+        return SCAN_BAIL;
+    return SCAN_OK;
+}
 
-    State *s = PyMem_Calloc(1, sizeof(State));
-    if (!s) return PyErr_NoMemory();
-    PreHash *pre = NULL;
-    s->ndest = PyTuple_GET_SIZE(filters);
-    Py_ssize_t ndest = s->ndest;
-    PyObject *metadata = NULL, *key = NULL, *raw = NULL, *entry = NULL, *rest_obj = NULL;
-    long long samples_in = 0, series_in = 0, hits = 0, promoted = 0, promoted_bytes = 0;
-    long long misses = 0, miss_bytes = 0; /* misses answered here from a template */
-    s->drop_refs = PyList_New(0);
-    metadata = PyList_New(0);
-    if (!s->drop_refs || !metadata) FAIL;
-    for (Py_ssize_t i = 0; i < ndest; i++) {
-        int t = PyObject_IsTrue(PyTuple_GET_ITEM(filters, i));
-        if (t < 0) FAIL;
-        s->filters[i] = t;
+/* The outputs, the metadata list, which destinations filter and the leading series' digests:
+ * 0, or -1 with an exception set (scan_free releases what was made). */
+static int scan_start(Scanner *r) {
+    r->s = PyMem_Calloc(1, sizeof(State));
+    if (!r->s) {
+        PyErr_NoMemory();
+        return -1;
     }
-
-    const uint8_t *d = (const uint8_t *)PyBytes_AS_STRING(data);
-    Py_ssize_t end = PyBytes_GET_SIZE(data), pos = 0;
+    r->s->ndest = PyTuple_GET_SIZE(r->filters);
+    if (!(r->s->drop_refs = PyList_New(0)) || !(r->metadata = PyList_New(0))) return -1;
+    for (Py_ssize_t i = 0; i < r->s->ndest; i++) {
+        int t = PyObject_IsTrue(PyTuple_GET_ITEM(r->filters, i));
+        if (t < 0) return -1;
+        r->s->filters[i] = t;
+    }
+    r->d = (const uint8_t *)PyBytes_AS_STRING(r->data);
     /* With LabelCache generations: hash the labels of the leading plain series first, so the
      * main loop can prefetch the slots (and their keys and values) a few series ahead: the
      * lookups then mostly hit the CPU cache instead of waiting on memory one after another. */
-    Py_ssize_t npre = label_caches ? prehash(d, end, &pre) : 0;
-    if (npre < 0) FAIL;
-    Py_ssize_t k = 0; /* index of the series in the request */
-    while (pos < end) {
-        uint64_t tag, len;
-        if (!read_varint(d, &pos, end, &tag)) BAIL;
-        uint64_t field = tag >> 3;
-        unsigned wire = (unsigned)(tag & 7);
-        if (field == 0 || field > MAX_FIELD_NUMBER) BAIL;
-        Py_ssize_t vstart = pos, vend;
-        if (wire == 2) {
-            if (!read_varint(d, &pos, end, &len) || len > (uint64_t)(end - pos)) BAIL;
-            vstart = pos;
-            vend = pos + (Py_ssize_t)len;
-        } else if (wire == 0) {
-            if (!skip_varint(d, &pos, end)) BAIL;
-            vend = pos;
-        } else if (wire == 1 || wire == 5) {
-            Py_ssize_t width = wire == 1 ? 8 : 4;
-            if (end - pos < width) BAIL;
-            vend = pos + width;
-        } else {
-            BAIL;
+    r->npre = r->label_caches ? prehash(r->d, PyBytes_GET_SIZE(r->data), &r->pre) : 0;
+    return r->npre < 0 ? -1 : 0;
+}
+
+static void scan_free(Scanner *r) {
+    if (r->s) state_free(r->s);
+    PyMem_Free(r->s);
+    PyMem_Free(r->pre);
+    Py_XDECREF(r->metadata);
+}
+
+/* A metadata entry d[vstart:vend]: validate.check_metadata's result appended (it raises the
+ * reference DecodeError). SCAN_OK or SCAN_ERR. */
+static int scan_metadata(Scanner *r, Py_ssize_t vstart, Py_ssize_t vend) {
+    PyObject *start = NULL, *stop = NULL, *m = NULL;
+    int step = SCAN_ERR;
+    if (!(start = PyLong_FromSsize_t(vstart)) || !(stop = PyLong_FromSsize_t(vend))) goto done;
+    m = PyObject_CallFunctionObjArgs(check_metadata_fn, r->data, start, stop, NULL);
+    if (!m || PyList_Append(r->metadata, m) < 0) goto done;
+    step = SCAN_OK;
+done:
+    Py_XDECREF(start);
+    Py_XDECREF(stop);
+    Py_XDECREF(m);
+    return step;
+}
+
+/* A series of another shape (exemplars, histograms, interleaved labels, unusual samples):
+ * codec.split_series(d[vstart:vend]) gives its labels, other fields and counts. SCAN_OK or
+ * SCAN_ERR (what t holds is released by the caller). */
+static int series_split(Scanner *r, Py_ssize_t vstart, Py_ssize_t vend, Series *t) {
+    PyObject *ts = PyBytes_FromStringAndSize((const char *)r->d + vstart, vend - vstart);
+    if (!ts) return SCAN_ERR;
+    t->raw = PyObject_CallOneArg(split_series_fn, ts);
+    Py_DECREF(ts);
+    if (!t->raw) return SCAN_ERR;
+    if (!(t->key = PyObject_GetAttr(t->raw, str_labels))) return SCAN_ERR;
+    if (!(t->rest_obj = PyObject_GetAttr(t->raw, str_rest))) return SCAN_ERR;
+    if (!PyBytes_CheckExact(t->key) || !PyBytes_CheckExact(t->rest_obj)) {
+        PyErr_SetString(PyExc_TypeError, "split_series must give bytes");
+        return SCAN_ERR;
+    }
+    if ((t->nsamples = attr_int(t->raw, str_samples)) == -1 && PyErr_Occurred()) return SCAN_ERR;
+    if ((t->nex = attr_int(t->raw, str_exemplars)) == -1 && PyErr_Occurred()) return SCAN_ERR;
+    if ((t->nhist = attr_int(t->raw, str_histograms)) == -1 && PyErr_Occurred()) return SCAN_ERR;
+    t->rest = PyBytes_AS_STRING(t->rest_obj);
+    t->nrest = PyBytes_GET_SIZE(t->rest_obj);
+    t->kp = PyBytes_AS_STRING(t->key);
+    t->kn = PyBytes_GET_SIZE(t->key);
+    return SCAN_OK;
+}
+
+/* The labels and the other fields of the series d[vstart:vend]: SCAN_OK, SCAN_BAIL
+ * (malformed labels), SCAN_ERR. */
+static int series_fields(Scanner *r, Py_ssize_t vstart, Py_ssize_t vend, Series *t) {
+    const uint8_t *d = r->d;
+    Py_ssize_t labels_end = leading_labels_end(d, vstart, vend);
+    if (labels_end < 0) return SCAN_BAIL;
+    t->nsamples = plain_samples(d, labels_end, vend);
+    /* Labels then plain samples, or labels alone (an empty series too: nothing to send, its
+     * labels still looked up as split_series + the reference loop do); else split_series. */
+    if (!t->nsamples && labels_end != vend) return series_split(r, vstart, vend, t);
+    t->kp = (const char *)d + vstart;
+    t->kn = labels_end - vstart;
+    t->rest = (const char *)d + labels_end;
+    t->nrest = vend - labels_end;
+    if (!r->label_caches && !(t->key = PyBytes_FromStringAndSize(t->kp, t->kn)))
+        return SCAN_ERR; /* a dict needs a key object */
+    return SCAN_OK;
+}
+
+/* The caller's miss(key) for a label set in neither generation (it caches the outcome itself):
+ * 0, or -1 with an exception set. */
+static int call_miss(Scanner *r, Series *t) {
+    if (!t->key && !(t->key = PyBytes_FromStringAndSize(t->kp, t->kn))) return -1;
+    t->entry = PyObject_CallOneArg(r->miss, t->key);
+    return t->entry ? 0 : -1;
+}
+
+/* A label set in neither LabelCache generation: the template shortcut's entry when it applies
+ * (cached in young here, and counted), else miss(). 0, or -1 with an exception set. */
+static int label_cache_miss(Scanner *r, Digest g, Series *t) {
+    int made = r->use_templates && t->kn > 0
+                   ? template_entry(t->kp, t->kn, r->names, r->templates, r->legacy, &t->entry)
+                   : 0;
+    if (made < 0) return -1;
+    if (!made) return call_miss(r, t);
+    if (lc_insert((LabelCache *)r->young, g, t->entry) < 0) return -1;
+    r->misses++;
+    r->miss_bytes += t->kn + PyBytes_GET_SIZE(t->entry);
+    return 0;
+}
+
+/* The routing outcome from LabelCache generations (by digest, no key object): young, then old
+ * (promoted to young), then a miss. k: the series' index in the request (its digest may be
+ * prehashed; the series k + PREFETCH_* ahead are prefetched). 0, or -1 with an exception set. */
+static int lookup_label_cache(Scanner *r, Py_ssize_t k, Series *t) {
+    LabelCache *young = (LabelCache *)r->young, *old = (LabelCache *)r->old;
+    const PreHash *pre = r->pre;
+    Digest g;
+    if (k < r->npre && pre[k].start == t->kp - (const char *)r->d && pre[k].len == t->kn)
+        g = pre[k].digest;
+    else
+        g = lc_digest((const uint8_t *)t->kp, t->kn);
+    if (k + PREFETCH_SLOTS < r->npre) lc_prefetch_slot(young, pre[k + PREFETCH_SLOTS].digest);
+    if (k + PREFETCH_OBJECTS < r->npre)
+        lc_prefetch_objects(young, pre[k + PREFETCH_OBJECTS].digest);
+    if ((t->entry = lc_lookup(young, g))) {
+        Py_INCREF(t->entry);
+        r->hits++;
+        return 0;
+    }
+    if (!(t->entry = lc_lookup(old, g))) return label_cache_miss(r, g, t);
+    Py_INCREF(t->entry);
+    r->hits++;
+    if (lc_insert(young, g, t->entry) < 0) return -1;
+    r->promoted++;
+    r->promoted_bytes += t->kn + PyBytes_GET_SIZE(t->entry);
+    return 0;
+}
+
+/* The routing outcome from dict generations: young, then old (promoted), then miss(). 0, or
+ * -1 with an exception set. */
+static int lookup_dict(Scanner *r, Series *t) {
+    if ((t->entry = PyDict_GetItemWithError(r->young, t->key))) {
+        Py_INCREF(t->entry);
+        r->hits++;
+        return 0;
+    }
+    if (PyErr_Occurred()) return -1;
+    if (!(t->entry = PyDict_GetItemWithError(r->old, t->key)))
+        return PyErr_Occurred() ? -1 : call_miss(r, t);
+    Py_INCREF(t->entry);
+    r->hits++;
+    if (!PyBytes_CheckExact(t->entry)) {
+        PyErr_SetString(PyExc_TypeError, "cache entries must be bytes");
+        return -1;
+    }
+    if (PyDict_SetItem(r->young, t->key, t->entry) < 0) return -1;
+    r->promoted++;
+    r->promoted_bytes += entry_bytes(t->key, t->entry);
+    return 0;
+}
+
+/* Destination i takes only some exemplars/histograms: filt(i, raw) gives (rest, samples
+ * kept); nothing kept is a drop ("filtered"). 0, or -1 with an exception set. */
+static int send_filtered(Scanner *r, const Series *t, Py_ssize_t i, const char *labels,
+                         Py_ssize_t nlabels, uint32_t hash, long long n) {
+    PyObject *idx = NULL, *out = NULL, *frest;
+    long long kept;
+    int done = -1;
+    if (!t->raw) { /* exemplars and histograms are counted only by split_series */
+        PyErr_SetString(PyExc_SystemError, "scan_request: exemplars or histograms to filter "
+                                           "in a series split_series did not split");
+        goto done;
+    }
+    if (!(idx = PyLong_FromSsize_t(i))) goto done;
+    if (!(out = PyObject_CallFunctionObjArgs(r->filt, idx, t->raw, NULL))) goto done;
+    if (!PyTuple_CheckExact(out) || PyTuple_GET_SIZE(out) != 2 ||
+        !PyBytes_CheckExact((frest = PyTuple_GET_ITEM(out, 0)))) {
+        PyErr_SetString(PyExc_TypeError, "filt gives (rest, kept)");
+        goto done;
+    }
+    kept = PyLong_AsLongLong(PyTuple_GET_ITEM(out, 1));
+    if (kept == -1 && PyErr_Occurred()) goto done;
+    if (!kept)
+        done = add_drop(r->s, i, str_filtered, n);
+    else
+        done = write_frame(r->s, i, labels, nlabels, PyBytes_AS_STRING(frest),
+                           PyBytes_GET_SIZE(frest), kept, hash);
+done:
+    Py_XDECREF(idx);
+    Py_XDECREF(out);
+    return done;
+}
+
+/* Destination i's item of the entry e[*ep:] when it keeps the series (kind 1: labels = the
+ * key; kind 2: labels of its own), sent; *ep moves past it. 0, or -1 with an exception set. */
+static int apply_kept(Scanner *r, const Series *t, Py_ssize_t i, const uint8_t *e,
+                      Py_ssize_t elen, Py_ssize_t *ep, long long n) {
+    const char *labels;
+    Py_ssize_t nlabels, at = *ep;
+    uint32_t hash;
+    if (e[at] == 1 && at + 5 <= elen) {
+        hash = get_u32(e + at + 1);
+        labels = t->kp;
+        nlabels = t->kn;
+        *ep = at + 5;
+    } else if (e[at] == 2 && at + 9 <= elen) {
+        hash = get_u32(e + at + 1);
+        nlabels = (Py_ssize_t)get_u32(e + at + 5);
+        if (at + 9 + nlabels > elen) {
+            PyErr_SetString(PyExc_ValueError, "truncated cache entry");
+            return -1;
         }
-        pos = vend;
-        if (field != 1 && field != 3) continue;
-        if (wire != 2) BAIL;
-        if (field == 3) {
-            PyObject *start_o = PyLong_FromSsize_t(vstart), *end_o = PyLong_FromSsize_t(vend);
-            PyObject *m = NULL;
-            if (start_o && end_o)
-                m = PyObject_CallFunctionObjArgs(check_metadata_fn, data, start_o, end_o, NULL);
-            Py_XDECREF(start_o);
-            Py_XDECREF(end_o);
-            if (!m) FAIL;
-            int r = PyList_Append(metadata, m);
-            Py_DECREF(m);
-            if (r < 0) FAIL;
+        labels = (const char *)e + at + 9;
+        *ep = at + 9 + nlabels;
+    } else {
+        PyErr_SetString(PyExc_ValueError, "bad cache entry");
+        return -1;
+    }
+    if (r->s->filters[i] && (t->nex || t->nhist))
+        return send_filtered(r, t, i, labels, nlabels, hash, n);
+    return write_frame(r->s, i, labels, nlabels, t->rest, t->nrest, n, hash);
+}
+
+/* The series (n samples, exemplars and histograms) as its entry routes it, one item per
+ * destination: 0 not sent, 3 dropped (reasons[index]), 1 or 2 kept (apply_kept). 0, or -1
+ * with an exception set. */
+static int apply_entry(Scanner *r, const Series *t, long long n) {
+    State *s = r->s;
+    const uint8_t *e = (const uint8_t *)PyBytes_AS_STRING(t->entry);
+    Py_ssize_t elen = PyBytes_GET_SIZE(t->entry), ep = 0;
+    for (Py_ssize_t i = 0; i < s->ndest; i++) {
+        if (ep >= elen) {
+            PyErr_SetString(PyExc_ValueError, "a cache entry is shorter than its destinations");
+            return -1;
+        }
+        if (e[ep] == 0) { /* not sent, not counted */
+            ep += 1;
             continue;
         }
-        series_in++;
-        k = series_in - 1;
-        Py_ssize_t labels_end = leading_labels_end(d, vstart, vend);
-        if (labels_end < 0) BAIL;
-        long long nsamples = plain_samples(d, labels_end, vend);
-        long long nex = 0, nhist = 0;
-        const char *rest;
-        Py_ssize_t nrest;
-        const char *kp; /* the raw labels: the cache key */
-        Py_ssize_t kn;
-        /* Labels then plain samples, or labels alone (an empty series too: nothing to send,
-           its labels still looked up as split_series + the reference loop do). */
-        if (nsamples || labels_end == vend) {
-            kp = (const char *)d + vstart;
-            kn = labels_end - vstart;
-            if (!label_caches) { /* a dict needs a key object */
-                key = PyBytes_FromStringAndSize(kp, kn);
-                if (!key) FAIL;
-            }
-            rest = (const char *)d + labels_end;
-            nrest = vend - labels_end;
-        } else {
-            PyObject *ts = PyBytes_FromStringAndSize((const char *)d + vstart, vend - vstart);
-            if (!ts) FAIL;
-            raw = PyObject_CallOneArg(split_series_fn, ts);
-            Py_DECREF(ts);
-            if (!raw) FAIL;
-            key = PyObject_GetAttr(raw, str_labels);
-            rest_obj = PyObject_GetAttr(raw, str_rest);
-            if (!key || !rest_obj) FAIL;
-            if (!PyBytes_CheckExact(key) || !PyBytes_CheckExact(rest_obj)) {
-                PyErr_SetString(PyExc_TypeError, "split_series must give bytes");
-                FAIL;
-            }
-            nsamples = attr_int(raw, str_samples);
-            nex = attr_int(raw, str_exemplars);
-            nhist = attr_int(raw, str_histograms);
-            if (PyErr_Occurred()) FAIL;
-            rest = PyBytes_AS_STRING(rest_obj);
-            nrest = PyBytes_GET_SIZE(rest_obj);
-            kp = PyBytes_AS_STRING(key);
-            kn = PyBytes_GET_SIZE(key);
+        if (e[ep] != 3) {
+            if (apply_kept(r, t, i, e, elen, &ep, n) < 0) return -1;
+            continue;
         }
-        /* The routing outcome: young generation, then old (promoted), then a miss. */
-        if (label_caches) {
-            Digest g;
-            if (k < npre && pre[k].start == kp - (const char *)d && pre[k].len == kn)
-                g = pre[k].digest;
-            else
-                g = lc_digest((const uint8_t *)kp, kn);
-            if (k + PREFETCH_SLOTS < npre)
-                lc_prefetch_slot((LabelCache *)young, pre[k + PREFETCH_SLOTS].digest);
-            if (k + PREFETCH_OBJECTS < npre)
-                lc_prefetch_objects((LabelCache *)young, pre[k + PREFETCH_OBJECTS].digest);
-            entry = lc_lookup((LabelCache *)young, g);
-            if (entry) {
-                Py_INCREF(entry);
-                hits++;
-            } else if ((entry = lc_lookup((LabelCache *)old, g))) {
-                Py_INCREF(entry);
-                hits++;
-                if (lc_insert((LabelCache *)young, g, entry) < 0) FAIL;
-                promoted++;
-                promoted_bytes += kn + PyBytes_GET_SIZE(entry);
-            } else {
-                int made = use_templates && kn > 0
-                               ? template_entry(kp, kn, names, templates, legacy, &entry) : 0;
-                if (made < 0) FAIL;
-                if (made) {
-                    if (lc_insert((LabelCache *)young, g, entry) < 0) FAIL;
-                    misses++;
-                    miss_bytes += kn + PyBytes_GET_SIZE(entry);
-                } else {
-                    if (!key) {
-                        key = PyBytes_FromStringAndSize(kp, kn);
-                        if (!key) FAIL;
-                    }
-                    entry = PyObject_CallOneArg(miss, key);
-                    if (!entry) FAIL;
-                }
-            }
-        } else if ((entry = PyDict_GetItemWithError(young, key))) {
-            Py_INCREF(entry);
-            hits++;
-        } else if (PyErr_Occurred()) {
-            FAIL;
-        } else {
-            entry = PyDict_GetItemWithError(old, key);
-            if (entry) {
-                Py_INCREF(entry);
-                hits++;
-                if (!PyBytes_CheckExact(entry)) {
-                    PyErr_SetString(PyExc_TypeError, "cache entries must be bytes");
-                    FAIL;
-                }
-                if (PyDict_SetItem(young, key, entry) < 0) FAIL;
-                promoted++;
-                promoted_bytes += entry_bytes(key, entry);
-            } else if (PyErr_Occurred()) {
-                FAIL;
-            } else {
-                entry = PyObject_CallOneArg(miss, key);
-                if (!entry) FAIL;
-            }
+        if (ep + 2 > elen || e[ep + 1] >= PyTuple_GET_SIZE(r->reasons)) {
+            PyErr_SetString(PyExc_ValueError, "bad drop reason in a cache entry");
+            return -1;
         }
-        if (!PyBytes_CheckExact(entry)) {
-            PyErr_SetString(PyExc_TypeError, "a cache entry must be bytes");
-            FAIL;
-        }
-        long long n = nsamples + nex + nhist;
-        if (n) {
-            samples_in += n;
-            const uint8_t *e = (const uint8_t *)PyBytes_AS_STRING(entry);
-            Py_ssize_t elen = PyBytes_GET_SIZE(entry), ep = 0;
-            for (Py_ssize_t i = 0; i < ndest; i++) {
-                if (ep >= elen) {
-                    PyErr_SetString(PyExc_ValueError, "a cache entry is shorter than its destinations");
-                    FAIL;
-                }
-                uint8_t kind = e[ep];
-                if (kind == 0) { /* not sent, not counted */
-                    ep += 1;
-                    continue;
-                }
-                if (kind == 3) { /* dropped: reasons[index] */
-                    if (ep + 2 > elen || e[ep + 1] >= PyTuple_GET_SIZE(reasons)) {
-                        PyErr_SetString(PyExc_ValueError, "bad drop reason in a cache entry");
-                        FAIL;
-                    }
-                    int r = add_drop(s, i, PyTuple_GET_ITEM(reasons, e[ep + 1]), n);
-                    ep += 2;
-                    if (r < 0) FAIL;
-                    continue;
-                }
-                const char *labels;
-                Py_ssize_t nlabels;
-                uint32_t hash;
-                if (kind == 1 && ep + 5 <= elen) { /* kept, labels = the key */
-                    hash = get_u32(e + ep + 1);
-                    labels = kp;
-                    nlabels = kn;
-                    ep += 5;
-                } else if (kind == 2 && ep + 9 <= elen) { /* kept, own labels */
-                    hash = get_u32(e + ep + 1);
-                    nlabels = (Py_ssize_t)get_u32(e + ep + 5);
-                    if (ep + 9 + nlabels > elen) {
-                        PyErr_SetString(PyExc_ValueError, "truncated cache entry");
-                        FAIL;
-                    }
-                    labels = (const char *)e + ep + 9;
-                    ep += 9 + nlabels;
-                } else {
-                    PyErr_SetString(PyExc_ValueError, "bad cache entry");
-                    FAIL;
-                }
-                if (s->filters[i] && (nex || nhist)) {
-                    PyObject *idx = PyLong_FromSsize_t(i);
-                    PyObject *out = idx ? PyObject_CallFunctionObjArgs(filt, idx, raw, NULL) : NULL;
-                    Py_XDECREF(idx);
-                    if (!out) FAIL;
-                    PyObject *frest;
-                    long long kept;
-                    if (!PyTuple_CheckExact(out) || PyTuple_GET_SIZE(out) != 2 ||
-                        !PyBytes_CheckExact((frest = PyTuple_GET_ITEM(out, 0)))) {
-                        Py_DECREF(out);
-                        PyErr_SetString(PyExc_TypeError, "filt gives (rest, kept)");
-                        FAIL;
-                    }
-                    kept = PyLong_AsLongLong(PyTuple_GET_ITEM(out, 1));
-                    if (kept == -1 && PyErr_Occurred()) {
-                        Py_DECREF(out);
-                        FAIL;
-                    }
-                    int r = 0;
-                    if (!kept)
-                        r = add_drop(s, i, str_filtered, n);
-                    else
-                        r = write_frame(s, i, labels, nlabels, PyBytes_AS_STRING(frest),
-                                        PyBytes_GET_SIZE(frest), kept, hash);
-                    Py_DECREF(out);
-                    if (r < 0) FAIL;
-                    continue;
-                }
-                if (write_frame(s, i, labels, nlabels, rest, nrest, n, hash) < 0) FAIL;
-            }
-        }
-        Py_CLEAR(entry);
-        Py_CLEAR(key);
-        Py_CLEAR(raw);
-        Py_CLEAR(rest_obj);
+        if (add_drop(s, i, PyTuple_GET_ITEM(r->reasons, e[ep + 1]), n) < 0) return -1;
+        ep += 2;
     }
+    return 0;
+}
 
-    /* The result, in scan.Scan field order. */
-    PyObject *bodies = PyList_New(ndest), *indexes = PyList_New(ndest);
-    PyObject *samples = PyList_New(ndest), *series = PyList_New(ndest);
-    PyObject *dropped = PyDict_New();
-    PyObject *result = NULL;
-    if (!bodies || !indexes || !samples || !series || !dropped) goto build_fail;
-    for (Py_ssize_t i = 0; i < ndest; i++) {
-        PyObject *b = PyBytes_FromStringAndSize(s->bodies[i].data, s->bodies[i].len);
-        PyObject *x = PyBytes_FromStringAndSize(s->indexes[i].data, s->indexes[i].len);
-        PyObject *a = PyLong_FromLongLong(s->samples[i]);
-        PyObject *e = PyLong_FromLongLong(s->series[i]);
-        if (!b || !x || !a || !e) {
-            Py_XDECREF(b);
-            Py_XDECREF(x);
-            Py_XDECREF(a);
-            Py_XDECREF(e);
-            goto build_fail;
+/* The per-series step: the series d[vstart:vend] split, looked up and sent. SCAN_OK,
+ * SCAN_BAIL, SCAN_ERR. */
+static int scan_series(Scanner *r, Py_ssize_t vstart, Py_ssize_t vend) {
+    Py_ssize_t k = (Py_ssize_t)r->series_in++; /* the series' index in the request */
+    Series t = {0};
+    int step = series_fields(r, vstart, vend, &t);
+    if (step != SCAN_OK) goto done;
+    step = SCAN_ERR;
+    if ((r->label_caches ? lookup_label_cache(r, k, &t) : lookup_dict(r, &t)) < 0) goto done;
+    if (!PyBytes_CheckExact(t.entry)) {
+        PyErr_SetString(PyExc_TypeError, "a cache entry must be bytes");
+        goto done;
+    }
+    long long n = t.nsamples + t.nex + t.nhist;
+    r->samples_in += n;
+    if (n && apply_entry(r, &t, n) < 0) goto done;
+    step = SCAN_OK;
+done:
+    series_clear(&t);
+    return step;
+}
+
+/* The request's fields: series (1) and metadata (3) taken, others skipped. SCAN_OK,
+ * SCAN_BAIL, SCAN_ERR. */
+static int scan_fields(Scanner *r) {
+    Py_ssize_t pos = 0, end = PyBytes_GET_SIZE(r->data);
+    PbField f;
+    int more;
+    while ((more = pb_next(r->d, &pos, end, &f)) == 1) {
+        if (f.field != 1 && f.field != 3) continue;
+        if (f.wire != 2) return SCAN_BAIL;
+        int step = f.field == 1 ? scan_series(r, f.vstart, f.vend)
+                                : scan_metadata(r, f.vstart, f.vend);
+        if (step != SCAN_OK) return step;
+    }
+    return more < 0 ? SCAN_BAIL : SCAN_OK;
+}
+
+/* A list of the per-destination buffers as bytes (new reference), or NULL. */
+static PyObject *bufs_list(const Buf *bufs, Py_ssize_t n) {
+    PyObject *list = PyList_New(n);
+    if (!list) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *b = PyBytes_FromStringAndSize(bufs[i].data, bufs[i].len);
+        if (!b) {
+            Py_DECREF(list);
+            return NULL;
         }
-        PyList_SET_ITEM(bodies, i, b);
-        PyList_SET_ITEM(indexes, i, x);
-        PyList_SET_ITEM(samples, i, a);
-        PyList_SET_ITEM(series, i, e);
+        PyList_SET_ITEM(list, i, b);
     }
+    return list;
+}
+
+/* A list of the per-destination counts (new reference), or NULL. */
+static PyObject *counts_list(const long long *counts, Py_ssize_t n) {
+    PyObject *list = PyList_New(n);
+    if (!list) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyLong_FromLongLong(counts[i]);
+        if (!v) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, v);
+    }
+    return list;
+}
+
+/* {(destination, reason): samples} of the drops (new reference), or NULL. */
+static PyObject *drops_dict(const State *s) {
+    PyObject *dropped = PyDict_New(), *key = NULL, *total = NULL;
+    if (!dropped) return NULL;
     for (Py_ssize_t k = 0; k < s->ndrops; k++) {
-        PyObject *dk = Py_BuildValue("(nO)", s->drops[k].dest, s->drops[k].reason);
-        if (!dk) goto build_fail;
-        PyObject *prev = PyDict_GetItemWithError(dropped, dk);
-        long long total = s->drops[k].samples;
-        if (prev) total += PyLong_AsLongLong(prev);
-        PyObject *v = PyErr_Occurred() ? NULL : PyLong_FromLongLong(total);
-        int r = v ? PyDict_SetItem(dropped, dk, v) : -1;
-        Py_DECREF(dk);
-        Py_XDECREF(v);
-        if (r < 0) goto build_fail;
+        long long n = s->drops[k].samples;
+        if (!(key = Py_BuildValue("(nO)", s->drops[k].dest, s->drops[k].reason))) goto fail;
+        PyObject *prev = PyDict_GetItemWithError(dropped, key); /* an equal reason again */
+        if (!prev && PyErr_Occurred()) goto fail;
+        if (prev) {
+            long long before = PyLong_AsLongLong(prev);
+            if (before == -1 && PyErr_Occurred()) goto fail;
+            n += before;
+        }
+        if (!(total = PyLong_FromLongLong(n)) || PyDict_SetItem(dropped, key, total) < 0)
+            goto fail;
+        Py_CLEAR(key);
+        Py_CLEAR(total);
     }
-    result = Py_BuildValue("(NNNNNLLNLLLLL)", bodies, indexes, samples, series, dropped,
-                           samples_in, series_in, metadata, hits, promoted, promoted_bytes,
-                           misses, miss_bytes);
-    state_free(s);
-    PyMem_Free(s);
-    PyMem_Free(pre);
-    return result; /* Py_BuildValue "N" stole the references */
-build_fail:
+    return dropped;
+fail:
+    Py_XDECREF(key);
+    Py_XDECREF(total);
+    Py_DECREF(dropped);
+    return NULL;
+}
+
+/* The result, in scan.Scan field order (new reference), or NULL. */
+static PyObject *scan_result(const Scanner *r) {
+    const State *s = r->s;
+    PyObject *bodies = NULL, *indexes = NULL, *samples = NULL, *series = NULL, *dropped = NULL;
+    if (!(bodies = bufs_list(s->bodies, s->ndest)) ||
+        !(indexes = bufs_list(s->indexes, s->ndest)) ||
+        !(samples = counts_list(s->samples, s->ndest)) ||
+        !(series = counts_list(s->series, s->ndest)) || !(dropped = drops_dict(s)))
+        goto fail;
+    /* "N" steals the five references, also when Py_BuildValue fails */
+    return Py_BuildValue("(NNNNNLLOLLLLL)", bodies, indexes, samples, series, dropped,
+                         r->samples_in, r->series_in, r->metadata, r->hits, r->promoted,
+                         r->promoted_bytes, r->misses, r->miss_bytes);
+fail:
     Py_XDECREF(bodies);
     Py_XDECREF(indexes);
     Py_XDECREF(samples);
     Py_XDECREF(series);
     Py_XDECREF(dropped);
-    goto fail;
+    return NULL;
+}
 
-    int bailed;
-bail:
+static PyObject *scan_request(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    Scanner r;
+    memset(&r, 0, sizeof(r));
+    int step = scan_arguments(&r, args, nargs);
+    if (step != SCAN_OK) return step == SCAN_BAIL ? pure_scan(args, nargs) : NULL;
+    PyObject *result = NULL;
+    step = SCAN_ERR;
+    if (scan_start(&r) < 0) goto done;
+    step = scan_fields(&r);
+    if (step == SCAN_OK) result = scan_result(&r);
+done:
+    scan_free(&r);
     /* Malformed or unusual input: the reference implementation decides (and raises). */
-    bailed = 1;
-    goto cleanup;
-fail:
-    bailed = 0;
-cleanup:
-    Py_XDECREF(entry);
-    Py_XDECREF(key);
-    Py_XDECREF(raw);
-    Py_XDECREF(rest_obj);
-    Py_XDECREF(metadata);
-    state_free(s);
-    PyMem_Free(s);
-    PyMem_Free(pre);
-    return bailed ? pure_scan(args, nargs) : NULL;
+    return step == SCAN_BAIL ? pure_scan(args, nargs) : result;
 }
 
 /* -- labels ------------------------------------------------------------------------------- */
@@ -771,11 +899,13 @@ static PyObject *decode_labels(PyObject *module, PyObject *raw) {
         }
         if (name_at < 0 || name_len == 0) goto bail; /* empty name: the reference says so */
         PyObject *name = PyUnicode_DecodeUTF8((const char *)d + name_at, name_len, "strict");
-        PyObject *value = value_at < 0 ? PyUnicode_New(0, 0)
-                                       : PyUnicode_DecodeUTF8((const char *)d + value_at, value_len, "strict");
-        if (!name || !value) {
+        PyObject *value = NULL;
+        if (name && value_at < 0)
+            value = PyUnicode_New(0, 0);
+        else if (name)
+            value = PyUnicode_DecodeUTF8((const char *)d + value_at, value_len, "strict");
+        if (!value) { /* invalid UTF-8: the reference raises its error */
             Py_XDECREF(name);
-            Py_XDECREF(value);
             PyErr_Clear();
             goto bail;
         }
@@ -1079,9 +1209,8 @@ static PyObject *split_shards(PyObject *module, PyObject *const *args, Py_ssize_
     }
     PyObject **indexes = bodies + shards;
     for (Py_ssize_t s = 0; s < shards; s++) {
-        bodies[s] = PyBytes_FromStringAndSize(NULL, sizes[s]);
-        indexes[s] = PyBytes_FromStringAndSize(NULL, counts[s] * 12);
-        if (!bodies[s] || !indexes[s]) goto fail;
+        if (!(bodies[s] = PyBytes_FromStringAndSize(NULL, sizes[s]))) goto fail;
+        if (!(indexes[s] = PyBytes_FromStringAndSize(NULL, counts[s] * 12))) goto fail;
     }
     Py_ssize_t at = 0;
     for (Py_ssize_t i = 0; i < nindex; i += 12) {
@@ -1118,7 +1247,6 @@ done:
     return out;
 }
 
-#include "_pbwalk.h" /* pb_next, pb_reserve: shared by the two below */
 #include "_rw2in.h" /* rw2_to_rw1: remote write 2.0 in (rwrouter.wire.rw2_in) */
 #include "_rw2out.h" /* encode_v2, strip_start_timestamps: remote write 2.0 out */
 
@@ -1149,48 +1277,56 @@ static struct PyModuleDef moduledef = {
     methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__scan(void) {
-    PyObject *codec = PyImport_ImportModule("rwrouter.wire.codec");
-    if (!codec) return NULL;
-    split_series_fn = PyObject_GetAttrString(codec, "split_series");
-    decode_labels_py_fn = PyObject_GetAttrString(codec, "decode_labels");
-    Py_DECREF(codec);
-    PyObject *zlib_module = PyImport_ImportModule("zlib");
-    if (!zlib_module) return NULL;
-    crc32_fn = PyObject_GetAttrString(zlib_module, "crc32");
-    Py_DECREF(zlib_module);
-    if (!crc32_fn) return NULL;
-    PyObject *validate = PyImport_ImportModule("rwrouter.wire.validate");
-    if (!validate) return NULL;
-    check_metadata_fn = PyObject_GetAttrString(validate, "check_metadata");
-    Py_DECREF(validate);
-    str_filtered = PyUnicode_InternFromString("filtered");
-    str_labels = PyUnicode_InternFromString("labels");
-    str_rest = PyUnicode_InternFromString("rest");
-    str_samples = PyUnicode_InternFromString("samples");
-    str_exemplars = PyUnicode_InternFromString("exemplars");
-    str_histograms = PyUnicode_InternFromString("histograms");
-    if (!split_series_fn || !decode_labels_py_fn || !check_metadata_fn || !str_filtered || !str_labels || !str_rest ||
-        !str_samples || !str_exemplars || !str_histograms)
-        return NULL;
-    if (PyType_Ready(&LabelCacheType) < 0) return NULL;
-    /* Per-process random seeds of the cache digest (os.urandom). */
-    PyObject *os_module = PyImport_ImportModule("os");
-    PyObject *random_bytes = os_module ? PyObject_CallMethod(os_module, "urandom", "i", 16) : NULL;
-    Py_XDECREF(os_module);
-    if (!random_bytes) return NULL;
+/* The module's own references (made by PyInit__scan). */
+static void clear_globals(void) {
+    Py_CLEAR(split_series_fn);
+    Py_CLEAR(decode_labels_py_fn);
+    Py_CLEAR(crc32_fn);
+    Py_CLEAR(check_metadata_fn);
+    Py_CLEAR(str_filtered);
+    Py_CLEAR(str_labels);
+    Py_CLEAR(str_rest);
+    Py_CLEAR(str_samples);
+    Py_CLEAR(str_exemplars);
+    Py_CLEAR(str_histograms);
+}
+
+/* Per-process random seeds of the cache digest (os.urandom): 0, or -1 with an exception set. */
+static int seed_digest(void) {
+    PyObject *urandom = import_attr("os", "urandom");
+    if (!urandom) return -1;
+    PyObject *random_bytes = PyObject_CallFunction(urandom, "i", 16);
+    Py_DECREF(urandom);
+    if (!random_bytes) return -1;
     if (PyBytes_Check(random_bytes) && PyBytes_GET_SIZE(random_bytes) == 16) {
         memcpy(&lc_seed1, PyBytes_AS_STRING(random_bytes), 8);
         memcpy(&lc_seed2, PyBytes_AS_STRING(random_bytes) + 8, 8);
     }
     Py_DECREF(random_bytes);
-    PyObject *module = PyModule_Create(&moduledef);
-    if (!module) return NULL;
-    Py_INCREF(&LabelCacheType);
-    if (PyModule_AddObject(module, "LabelCache", (PyObject *)&LabelCacheType) < 0) {
-        Py_DECREF(&LabelCacheType);
-        Py_DECREF(module);
-        return NULL;
-    }
+    return 0;
+}
+
+/* The module, or NULL at the first failure (what was made is released). */
+PyMODINIT_FUNC PyInit__scan(void) {
+    PyObject *module = NULL;
+    if (!(split_series_fn = import_attr("rwrouter.wire.codec", "split_series")) ||
+        !(decode_labels_py_fn = import_attr("rwrouter.wire.codec", "decode_labels")) ||
+        !(crc32_fn = import_attr("zlib", "crc32")) ||
+        !(check_metadata_fn = import_attr("rwrouter.wire.validate", "check_metadata")))
+        goto fail;
+    if (!(str_filtered = PyUnicode_InternFromString("filtered")) ||
+        !(str_labels = PyUnicode_InternFromString("labels")) ||
+        !(str_rest = PyUnicode_InternFromString("rest")) ||
+        !(str_samples = PyUnicode_InternFromString("samples")) ||
+        !(str_exemplars = PyUnicode_InternFromString("exemplars")) ||
+        !(str_histograms = PyUnicode_InternFromString("histograms")))
+        goto fail;
+    if (PyType_Ready(&LabelCacheType) < 0 || seed_digest() < 0) goto fail;
+    if (!(module = PyModule_Create(&moduledef))) goto fail;
+    if (PyModule_AddObjectRef(module, "LabelCache", (PyObject *)&LabelCacheType) < 0) goto fail;
     return module;
+fail:
+    Py_XDECREF(module);
+    clear_globals();
+    return NULL;
 }
