@@ -18,8 +18,8 @@ from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE
 from rwrouter.queue.records import FLAG_START_TIMESTAMPS, pack_frames
 from rwrouter.send.batching import Batch, Chunk, ShardBuffer, chunks_by_shard, reshard
 from rwrouter.send.metabook import parse_entry
-from rwrouter.send.transport import Transport
 from rwrouter.wire import frame_metadata, types_pb2
+from tests.support.clients import FakeClient
 from tests.support.rw2_frames import Frame, frame_bytes
 
 FRAMES = [frame_bytes(Frame((("__name__", "m"), ("i", str(i))), (b"\x10\x01",))) for i in range(8)]
@@ -61,7 +61,7 @@ remote_write:
 """, env={}).remote_write[0]  # fmt: skip
     metrics = Metrics()
     dest = Destination(config=config, storage=StorageConfig(path=str(tmp_path)),
-                       transport=Transport(url=config.url, timeout=1), auth=NoAuth(),
+                       transport=FakeClient(url=config.url), auth=NoAuth(),
                        metrics=metrics)  # fmt: skip
     return dest, metrics
 

@@ -51,7 +51,7 @@ from rwrouter.send.metadata import MetadataQueue
 from rwrouter.send.reader import QueueReader, resent
 from rwrouter.send.retry import RetryPolicy
 from rwrouter.send.shards import RESHARD_INTERVAL, Shards, Stopping
-from rwrouter.send.transport import Transport
+from rwrouter.send.transport import WriteClient
 
 log = logging.getLogger("rwrouter.sending")
 
@@ -74,7 +74,7 @@ class Destination:
         *,
         config: DestinationConfig,
         storage: StorageConfig,
-        transport: Transport,
+        transport: WriteClient,
         auth: Authenticator,
         metrics: Metrics,
         clock: Callable[[], float] = time.monotonic,

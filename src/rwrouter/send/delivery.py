@@ -57,7 +57,7 @@ from rwrouter.send.encoding import (
 )
 from rwrouter.send.metabook import MetadataBook
 from rwrouter.send.retry import RETRY_BUDGET, RetryPolicy
-from rwrouter.send.transport import Answer, Transport, TransportError
+from rwrouter.send.transport import Answer, TransportError, WriteClient
 
 log = logging.getLogger("rwrouter.sending")
 
@@ -126,9 +126,12 @@ def is_out_of_order(status: int | None, text: str) -> bool:
 class Deliverer:
     """Sends batches for one destination (see the module docstring).
 
-    ``headers``: the destination's configured headers (the protocol's own are added per
-    request, :func:`rwrouter.protocol.request_headers`). ``message``: the protobuf message
-    samples go out in (``protobuf_message``); ``book``: the metadata of an RW 2.0
+    ``transport``: the destination's HTTP client, a
+    :class:`~rwrouter.send.transport.WriteClient` (the aiohttp
+    :class:`~rwrouter.send.transport.Transport`, or a test's). ``headers``: the destination's
+    configured headers (the protocol's own are added per request,
+    :func:`rwrouter.protocol.request_headers`). ``message``: the protobuf message samples go
+    out in (``protobuf_message``); ``book``: the metadata of an RW 2.0
     destination. ``on_rejected(items, kind, refusal)``: called on the event loop,
     synchronously, once for every part refused for good (it must not block: file writes go
     to a thread); an exception it raises is logged, not propagated. ``on_protocol(message)``:
@@ -141,7 +144,7 @@ class Deliverer:
         self,
         *,
         name: str,
-        transport: Transport,
+        transport: WriteClient,
         auth: Authenticator,
         policy: RetryPolicy,
         metrics: Metrics,
