@@ -48,9 +48,9 @@ from rwrouter.queue.records import EncodedShare
 from rwrouter.send.delivery import Deliverer
 from rwrouter.send.metabook import MetadataBook
 from rwrouter.send.metadata import MetadataQueue
-from rwrouter.send.reader import QueueReader, resent
+from rwrouter.send.reader import QueueReader
 from rwrouter.send.retry import RetryPolicy
-from rwrouter.send.shards import RESHARD_INTERVAL, Shards, Stopping
+from rwrouter.send.shards import RESHARD_INTERVAL, Stopping
 from rwrouter.send.transport import WriteClient
 
 log = logging.getLogger("rwrouter.sending")
@@ -124,28 +124,18 @@ class Destination:
             on_protocol=self._protocol_changed,
         )
         self._stopping = Stopping()
-        self._senders = Shards(
+        self._reader = QueueReader(
             name=self.name,
+            queue=self.queue,
             queue_config=q_,
             deliverer=self._deliverer,
             dead_letters=self._dead_letters,
             metrics=metrics,
             clock=clock,
             stopping=self._stopping,
-            on_sent=lambda batch: self._reader.sent(batch),  # the reader, built next, feeds them
-            backlog=lambda: self._reader.backlog,
-            resent=resent,
             reshard_interval=reshard_interval,
         )
-        self._reader = QueueReader(
-            name=self.name,
-            queue=self.queue,
-            shards=self._senders,
-            capacity=self.capacity,
-            capacity_bytes=self.capacity_bytes,
-            metrics=metrics,
-            stopping=self._stopping,
-        )
+        self._senders = self._reader.shards
         self._metadata = MetadataQueue(
             name=self.name,
             batch_size=config.metadata_config.max_samples_per_send,

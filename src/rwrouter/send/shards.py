@@ -1,10 +1,11 @@
 """The sending side of a destination: shard buffers, one sender per shard, and resharding.
 
-The reader (:mod:`rwrouter.send.reader`) hands each series read from the disk queue to its
-shard (:meth:`Shards.add`). Each shard sends batches of at most ``max_samples_per_send``
-samples and ``max_request_bytes`` bytes, cut when full or when the oldest frame waited
+The reader (:mod:`rwrouter.send.reader`) owns a destination's shards: it hands each series
+read from the disk queue to its shard (:meth:`Shards.add`) and is told when a batch is done
+(``on_done``). Each shard sends batches of at most ``max_samples_per_send`` samples and
+``max_request_bytes`` bytes, cut when full or when the oldest frame waited
 ``batch_send_deadline`` seconds (at once when stopping); refused parts are on disk in the
-dead-letter store before the batch is reported done (``on_sent``).
+dead-letter store before the batch is reported done.
 
 Per-series order: a series always goes to the same shard (its shard hash) and a shard has one
 batch in flight at a time, retried until it succeeds or is refused, so a later sample of a
@@ -30,6 +31,7 @@ from rwrouter.queue.records import Block
 from rwrouter.send.batching import (
     Batch,
     Chunk,
+    Owner,
     ShardBuffer,
     chunks_by_shard,
     desired_shards,
@@ -83,13 +85,14 @@ async def wait_event(event: asyncio.Event, seconds: float) -> None:
 
 
 class Shards:
-    """The shard buffers and senders of one destination (see the module docstring).
+    """The shard buffers and senders of one destination (see the module docstring), built
+    by the reader that feeds them (:class:`~rwrouter.send.reader.QueueReader`).
 
-    Callbacks: ``on_sent(batch)`` once a batch taken from a buffer is done (delivered or
-    refused for good, the refused part on disk); ``backlog()``: samples waiting to be sent
-    (read ahead or still on disk), for resharding; ``resent(owner)``: whether a frame's owner
-    may have gone out before a crash (such frames never share a batch with newer ones, and go
-    out marked as resent: :meth:`~rwrouter.send.delivery.Deliverer.deliver`).
+    The reader's hooks: ``on_done(batch)`` once chunks it added are done (delivered, refused
+    for good with the refused part on disk, or skipped as corrupt); ``backlog()``: samples
+    waiting to be sent (read ahead or still on disk), for resharding. Frames of recovered
+    records (:attr:`~rwrouter.send.batching.Owner.recovered`) go out marked as resent
+    (:meth:`~rwrouter.send.delivery.Deliverer.deliver_raw`).
     """
 
     def __init__(
@@ -102,16 +105,15 @@ class Shards:
         metrics: Metrics,
         clock: Callable[[], float],
         stopping: Stopping,
-        on_sent: Callable[[Batch], None],
+        on_done: Callable[[Batch], None],
         backlog: Callable[[], int],
-        resent: Callable[[object], bool],
         reshard_interval: float = RESHARD_INTERVAL,
     ) -> None:
         self.name = name
         self._q = queue_config
         self._deliverer, self._dead_letters = deliverer, dead_letters
         self._metrics, self._clock, self._stopping = metrics, clock, stopping
-        self._on_sent, self._backlog, self._resent = on_sent, backlog, resent
+        self._on_done, self._backlog = on_done, backlog
         self._reshard_interval = reshard_interval
         self.buffers = [ShardBuffer() for _ in range(queue_config.min_shards)]
         self._wake = [asyncio.Event() for _ in self.buffers]
@@ -125,10 +127,10 @@ class Shards:
         """The number of shards (concurrent senders) now."""
         return len(self.buffers)
 
-    def add(self, block: Block, owner: object) -> None:
-        """Hand a record's series to their shards, in order, as one chunk per shard tagged
-        with ``owner`` (given back in the :class:`~rwrouter.send.batching.Batch` of
-        ``on_sent``)."""
+    def add(self, block: Block, owner: Owner) -> None:
+        """Hand a record's series to their shards, in order, as one chunk per shard owned by
+        ``owner`` (given back in the :class:`~rwrouter.send.batching.Batch` of
+        ``on_done``)."""
         now = self._clock()
         buffers, wake = self.buffers, self._wake
         max_samples = self._q.max_samples_per_send
@@ -148,10 +150,11 @@ class Shards:
                 wake[i].set()
             buf.add(chunk, now=now)
 
-    def remove_if(self, dropped: Callable[[object], bool]) -> list[Batch]:
-        """Remove the waiting frames (not those in flight) whose owner ``dropped`` says so;
-        returns them, one non-empty batch per shard."""
-        gone = (buf.remove_if(dropped) for buf in self.buffers)
+    def remove_dropped(self) -> list[Batch]:
+        """Remove the waiting frames (not those in flight) of dropped records
+        (:attr:`~rwrouter.send.batching.Owner.dropped`); returns them, one non-empty batch
+        per shard."""
+        gone = (buf.remove_dropped() for buf in self.buffers)
         return [batch for batch in gone if batch.chunks]
 
     def demand(self, samples: int) -> None:
@@ -209,15 +212,12 @@ class Shards:
                 assert buf.first_at is not None
                 await wait_event(wake, deadline - (now - buf.first_at))
                 continue
-            batch = buf.take(
-                max_samples=q_.max_samples_per_send, max_bytes=q_.max_request_bytes,
-                group=self._resent,
-            )  # fmt: skip
+            batch = buf.take(max_samples=q_.max_samples_per_send, max_bytes=q_.max_request_bytes)
             batch = self._without_undecodable(batch)
             if not batch.chunks:
                 continue
             if await self._send(batch):
-                self._on_sent(batch)
+                self._on_done(batch)
             else:
                 buf.put_back(batch)
                 await asyncio.sleep(1.0)
@@ -232,7 +232,7 @@ class Shards:
             compressed = batch.compressed if stored else None
             delivered = await self._deliverer.deliver_raw(
                 batch.raw if compressed is None else b"", batch.samples, lambda: batch.items,
-                compressed=compressed, resent=self._resent(batch.chunks[0].owner),
+                compressed=compressed, resent=batch.chunks[0].owner.recovered,
                 start_timestamps=flagged,
             )  # fmt: skip
         except DecodeError as exc:  # a stored body that does not decompress: done, counted
@@ -276,8 +276,8 @@ class Shards:
     def _corrupt(self, chunks: list[Chunk], error: DecodeError, *, sent: bool = True) -> None:
         """Stored series whose body does not decompress (the record passed its checksum, so
         it was damaged before it was written): counted as ``corrupt`` and done, like a record
-        failing its checksum. ``sent``: tell the reader they are done (False: :meth:`_send`'s
-        caller does)."""
+        failing its checksum. ``sent``: tell the reader they are done (``on_done``; False:
+        :meth:`_send`'s caller does)."""
         samples = sum(chunk.samples for chunk in chunks)
         log.error("destination=%s samples=%d msg=%s error=%s", self.name, samples,
                   q("undecodable stored series skipped"), q(error))  # fmt: skip
@@ -285,7 +285,7 @@ class Shards:
         self._metrics.dropped_samples.labels(self.name, "corrupt").inc(samples)
         if sent:
             nbytes = sum(chunk.nbytes for chunk in chunks)
-            self._on_sent(Batch(chunks, samples, nbytes))
+            self._on_done(Batch(chunks, samples, nbytes))
 
     async def _reshard_loop(self) -> None:
         """Every ``reshard_interval`` seconds, change the shard count if the load asks for it."""
