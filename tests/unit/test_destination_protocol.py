@@ -13,6 +13,7 @@ import pytest
 from rwrouter.auth.schemes import NoAuth
 from rwrouter.config import StorageConfig, parse_config
 from rwrouter.metrics import Metrics
+from rwrouter.pipeline.build import make_destination
 from rwrouter.pipeline.destination import Destination
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE
 from rwrouter.queue.records import FLAG_START_TIMESTAMPS, pack_frames
@@ -60,9 +61,9 @@ remote_write:
     metadata_config: {{send: {str(send).lower()}}}
 """, env={}).remote_write[0]  # fmt: skip
     metrics = Metrics()
-    dest = Destination(config=config, storage=StorageConfig(path=str(tmp_path)),
-                       transport=FakeClient(url=config.url), auth=NoAuth(),
-                       metrics=metrics)  # fmt: skip
+    dest = make_destination(config, storage=StorageConfig(path=str(tmp_path)),
+                            transport=FakeClient(url=config.url), auth=NoAuth(),
+                            metrics=metrics)  # fmt: skip
     return dest, metrics
 
 

@@ -19,17 +19,16 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from rwrouter.audit.live import Audit
-from rwrouter.auth.schemes import authenticator_for
-from rwrouter.config import Config, DestinationConfig, StorageConfig, safe_url
+from rwrouter.config import Config
 from rwrouter.errors import StorageError, TooLargeError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.metrics.names import MetricNameShares
+from rwrouter.pipeline.build import build_destination
 from rwrouter.pipeline.destination import Destination
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written
 from rwrouter.queue.records import FLAG_START_TIMESTAMPS, EncodedShare, encode_share
 from rwrouter.routing import RoutedRequest, Router, build_router
-from rwrouter.send.transport import transport_for
 from rwrouter.wire import decompress
 from rwrouter.wire.rw2_in import to_rw1
 
@@ -322,19 +321,3 @@ async def build_fanout(config: Config, metrics: Metrics) -> FanOut:
     ]
     return FanOut(router=build_router(config), destinations=destinations, metrics=metrics,
                   audit=Audit(config, now=time.monotonic()))  # fmt: skip
-
-
-async def build_destination(
-    dest: DestinationConfig, index: int, *, storage: StorageConfig, metrics: Metrics
-) -> Destination:
-    """A (not yet started) :class:`Destination` for ``remote_write[index]``.
-
-    Raises ConfigError / CredentialsError when its auth cannot be set up.
-    """
-    auth = await authenticator_for(dest, path=f"remote_write[{index}]")
-    log.info("destination=%s url=%s auth=%s fallback=%s rules=%d", dest.name,
-             safe_url(dest.url), auth.kind, dest.fallback,
-             len(dest.write_relabel_configs))  # fmt: skip
-    return Destination(
-        config=dest, storage=storage, transport=transport_for(dest), auth=auth, metrics=metrics
-    )

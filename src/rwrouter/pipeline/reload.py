@@ -26,8 +26,9 @@ from rwrouter.config import Config
 from rwrouter.errors import RwrouterError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
+from rwrouter.pipeline.build import build_destination
 from rwrouter.pipeline.destination import Destination
-from rwrouter.pipeline.fanout import FanOut, build_destination
+from rwrouter.pipeline.fanout import FanOut
 from rwrouter.routing import build_router
 
 log = logging.getLogger("rwrouter.reload")

@@ -135,9 +135,10 @@ class Deliverer:
     destination. ``on_rejected(items, kind, refusal)``: called on the event loop,
     synchronously, once for every part refused for good (it must not block: file writes go
     to a thread); an exception it raises is logged, not propagated. ``on_protocol(message)``:
-    called when the destination turned out not to speak RW 2.0 (now RW 1.0). ``clock``:
-    monotonic seconds (durations, retry budget); ``wall_clock``: unix seconds (Retry-After
-    dates). Clocks, randomness and sleep are injectable for tests.
+    called when the destination turned out not to speak RW 2.0 (now RW 1.0); an attribute,
+    which the :class:`~rwrouter.pipeline.destination.Destination` owning the deliverer sets.
+    ``clock``: monotonic seconds (durations, retry budget); ``wall_clock``: unix seconds
+    (Retry-After dates). Clocks, randomness and sleep are injectable for tests.
     """
 
     def __init__(
@@ -169,7 +170,7 @@ class Deliverer:
         self.metrics = metrics
         self._clock, self._wall, self._rand, self._sleep = clock, wall_clock, rand, sleep
         self._on_rejected = on_rejected
-        self._on_protocol = on_protocol
+        self.on_protocol = on_protocol
         self.failures = 0  # retried attempts, for the resharding decision
         self._not_written_at: float | None = None  # when "not written" was last logged
 
@@ -304,8 +305,8 @@ class Deliverer:
         self.metrics.protocol_fallbacks.labels(self.name, reason).inc()
         log.warning("destination=%s now=%s reason=%s msg=%s", self.name,
                     RW1_MESSAGE, reason, q(FALLBACK_MESSAGES[reason]))  # fmt: skip
-        if self._on_protocol is not None:
-            self._on_protocol(RW1_MESSAGE)
+        if self.on_protocol is not None:
+            self.on_protocol(RW1_MESSAGE)
 
     def _not_written(self, missing: Written, batch: _Batch) -> None:
         """Count (``not_written``) and log (at most once per batch and a minute) what a 2xx
