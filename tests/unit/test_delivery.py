@@ -20,7 +20,8 @@ from rwrouter.auth.credentials import CredentialsSource, FrozenCredentials
 from rwrouter.auth.schemes import Authenticator, HeaderAuth, NoAuth, SigV4
 from rwrouter.errors import CredentialsError
 from rwrouter.metrics import Metrics
-from rwrouter.send.delivery import SPLIT_BUDGET, Deliverer, Item, Refusal, RejectHook
+from rwrouter.send.delivery import SPLIT_BUDGET, Deliverer
+from rwrouter.send.refusals import Item, Refusal, RejectHook
 from rwrouter.send.retry import RetryPolicy
 from rwrouter.send.transport import Answer, TransportError
 from rwrouter.wire import decompress

@@ -22,8 +22,9 @@ from rwrouter.auth.schemes import Authenticator, NoAuth, SigV4
 from rwrouter.doubles.sigv4_verify import Key, Verified, verify
 from rwrouter.metrics import Metrics
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written, message_of
-from rwrouter.send.delivery import Deliverer, Item, Refusal
+from rwrouter.send.delivery import Deliverer
 from rwrouter.send.metabook import MetadataBook
+from rwrouter.send.refusals import Item, Refusal
 from rwrouter.send.retry import RetryPolicy
 from rwrouter.send.transport import Answer
 from rwrouter.wire import compress, decompress, frame_metadata, remote_pb2, types_pb2, write_v2_pb2

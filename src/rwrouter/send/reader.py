@@ -31,7 +31,8 @@ from rwrouter.metrics import Metrics
 from rwrouter.queue.diskqueue import DiskQueue, Dropped, Position
 from rwrouter.queue.records import Block, decode_record
 from rwrouter.send.batching import Batch, Owner
-from rwrouter.send.delivery import DeadLetterSink, Deliverer
+from rwrouter.send.delivery import Deliverer
+from rwrouter.send.refusals import DeadLetterSink
 from rwrouter.send.shards import RESHARD_INTERVAL, Shards, Stopping
 
 log = logging.getLogger("rwrouter.sending")

@@ -37,7 +37,8 @@ from rwrouter.send.batching import (
     desired_shards,
     reshard,
 )
-from rwrouter.send.delivery import DeadLetterSink, Deliverer
+from rwrouter.send.delivery import Deliverer
+from rwrouter.send.refusals import DeadLetterSink
 
 log = logging.getLogger("rwrouter.sending")
 
