@@ -10,6 +10,10 @@ changes the number of shards). A record is done when all its series are delivere
 for good (refused ones go to the dead-letter store); the queue position advances over done
 records in order, so a crash re-sends only records not yet done.
 
+A bug in the send path stops the destination's senders (:attr:`Destination.failed`: logged
+once, ``rwrouter_destination_failed`` 1, ``/-/ready`` 503); its queue stays on disk until a
+reload replaces the destination or a restart (:meth:`rwrouter.send.shards.Shards._fail`).
+
 This module holds the write side and the lifecycle: admission and appends (with the fsync
 policy), metrics registration, start and stop.
 
@@ -101,6 +105,7 @@ class Destination:
         m.queue_capacity_bytes.labels(name).set(self.capacity_bytes)
         m.queue_disk_capacity_bytes.labels(name).set(q_.max_disk_bytes)
         m.shards.labels(name).set(len(self._senders))
+        m.destination_failed.labels(name).set(0)
         m.watch(m.queue_samples, lambda: self.pending, name)
         m.watch(m.queue_bytes, lambda: self.pending_bytes + self._metadata.nbytes, name)
         m.watch(m.queue_disk_bytes, lambda: self.queue.size_bytes, name)
@@ -244,6 +249,12 @@ class Destination:
         if received_ms is None:
             return 0.0
         return max(0.0, self._wall() - received_ms / 1000)
+
+    @property
+    def failed(self) -> bool:
+        """Whether the senders stopped on a bug (see the module docstring): nothing is sent
+        until a reload (which replaces this destination) or a restart; appends go on."""
+        return self._senders.failed
 
     @property
     def shards(self) -> int:

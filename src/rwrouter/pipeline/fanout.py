@@ -107,6 +107,12 @@ class FanOut:
         """The destinations, in config order."""
         return self._state[2]
 
+    @property
+    def failed(self) -> list[str]:
+        """The names of the destinations whose senders stopped on a bug
+        (:attr:`Destination.failed`), in config order."""
+        return [dest.name for dest in self.destinations if dest.failed]
+
     def swap(self, router: Router, destinations: list[Destination], config: Config) -> None:
         """Install a new router and destination list (inside :meth:`paused`) of ``config``
         (the audit follows it)."""

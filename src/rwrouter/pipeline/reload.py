@@ -12,6 +12,8 @@ Rules (what an operator of Prometheus expects from ``SIGHUP`` / ``POST /-/reload
   still flow and are appended to its queue), then its disk queue (same name, same directory) is
   opened by the new one, which sends what was left first. New requests wait only while queues
   are closed and opened.
+- A destination whose senders stopped on a bug (:attr:`Destination.failed`) is replaced even
+  when its settings are unchanged: a reload is how the operator restarts it.
 - A removed destination stops; its queue stays on disk (sent again if it comes back).
 - ``server`` and ``storage`` settings need a restart: a change is reported, not applied.
 """
@@ -68,7 +70,7 @@ async def reconfigure(
         if config.shadow:  # counted by the audit only: no queue, no senders
             continue
         old = current.get(config.name)
-        if old is not None and old.config == config:
+        if old is not None and old.config == config and not old.failed:
             wanted.append(old)
             summary.kept.append(config.name)
             continue

@@ -157,16 +157,17 @@ class QueueReader:
 
     async def run(self) -> None:
         """Read records into the shards while there is room, until a handover, or until the
-        stop began and nothing is left to read (then :attr:`done`, and the shards are told).
-        Read errors are logged and retried every second."""
+        stop began and nothing is left to read or the shards stopped on a bug (then
+        :attr:`done`, and the shards are told). Read errors are logged and retried every
+        second."""
         stopping = self.stopping
         while not stopping.handover:
+            if stopping.closing and (not self.queue.unread_records or self.shards.failed):
+                self.done = True
+                self.shards.input_done()
+                return
             room = self._room()
             if not room or not self.queue.unread_records:
-                if stopping.closing and not self.queue.unread_records:
-                    self.done = True
-                    self.shards.input_done()
-                    return
                 self._wake.clear()
                 await self._wake.wait()
                 continue

@@ -7,6 +7,11 @@ read from the disk queue to its shard (:meth:`Shards.add`) and is told when a ba
 ``batch_send_deadline`` seconds (at once when stopping); refused parts are on disk in the
 dead-letter store before the batch is reported done.
 
+A bug in the send path (an exception that is not an answer: the deliverer turns every answer,
+network error and credential failure into a result) would fail the same way every time:
+it is logged once, with its traceback, and every sender of the destination stops
+(:attr:`Shards.failed`; see :meth:`Shards._fail`) instead of retrying it for ever.
+
 Per-series order: a series always goes to the same shard (its shard hash) and a shard has one
 batch in flight at a time, retried until it succeeds or is refused, so a later sample of a
 series never overtakes an earlier one (RW 1.0 spec). Shards are dynamic between ``min_shards``
@@ -122,6 +127,7 @@ class Shards:
         self._reshard_task: asyncio.Task[None] | None = None
         self._pausing = False  # a resharding waits for the senders to return
         self._input_done = False  # stopping, and the reader will add nothing more
+        self.failed = False  # the senders stopped on a bug (see _fail)
         self._stats = _IntervalStats()
 
     def __len__(self) -> int:
@@ -198,7 +204,7 @@ class Shards:
     async def _send_loop(self, i: int) -> None:
         buf, wake = self.buffers[i], self._wake[i]
         q_, stopping = self._q, self._stopping
-        while not self._pausing and not stopping.handover:
+        while not self._pausing and not stopping.handover and not self.failed:
             if not buf.chunks:
                 if stopping.closing and self._input_done:
                     return
@@ -219,13 +225,13 @@ class Shards:
                 continue
             if await self._send(batch):
                 self._on_done(batch)
-            else:
+            else:  # a bug (_fail): the batch stays not done, its records on disk
                 buf.put_back(batch)
-                await asyncio.sleep(1.0)
+                return
 
     async def _send(self, batch: Batch) -> bool:
-        """Deliver one batch and put its refused part on disk; False when delivery failed
-        unexpectedly (a bug, not an answer: the caller keeps the batch and tries again)."""
+        """Deliver one batch and put its refused part on disk; False when delivery failed on a
+        bug (not an answer: :meth:`_fail`; the caller keeps the batch, not done)."""
         started = self._clock()
         try:
             flagged = batch.start_timestamps  # RW 1.0 strips them: the frames are needed
@@ -244,15 +250,31 @@ class Shards:
             # or the splice failed); count the undecodable ones and send the others.
             good = self._without_undecodable(batch, stored_too=True, sent=False)
             return not good.chunks or await self._send(good)
-        except Exception:
-            log.exception("destination=%s msg=%s", self.name,
-                          q("sending a batch failed unexpectedly: retrying in 1s"))  # fmt: skip
+        except Exception:  # a bug: sending it again would fail the same way
+            self._fail()
             return False
         if delivered:
             self._metrics.sent_samples.labels(self.name).inc(delivered)
             self._stats.delivered(delivered, self._clock() - started)
         await self._dead_letters.flush()  # refused parts on disk before the queue moves on
         return True
+
+    def _fail(self) -> None:
+        """Called in the ``except`` of a bug in the send path: log it once with its
+        traceback, set :attr:`failed` and ``rwrouter_destination_failed`` to 1, and wake every
+        sender so that it stops (a batch in flight elsewhere completes first); resharding
+        stops too. Nothing acknowledged is lost: batches not done stay in the disk queue
+        (appends go on, up to ``max_disk_bytes``, then ``on_full`` applies). The operator
+        reloads (``SIGHUP``, ``POST /-/reload``: a failed destination is replaced, even with
+        an unchanged entry, and its successor sends the queue) or restarts rwrouter."""
+        if self.failed:
+            return
+        self.failed = True
+        log.exception("destination=%s msg=%s", self.name,
+                      q("sending failed on a bug: this destination stopped sending, its "
+                        "queue stays on disk until a reload or a restart"))  # fmt: skip
+        self._metrics.destination_failed.labels(self.name).set(1)
+        self.wake()
 
     def _without_undecodable(
         self, batch: Batch, *, stored_too: bool = False, sent: bool = True
@@ -291,11 +313,11 @@ class Shards:
     async def _reshard_loop(self) -> None:
         """Every ``reshard_interval`` seconds, change the shard count if the load asks for it."""
         q_, stopping = self._q, self._stopping
-        while not stopping.closing:
+        while not stopping.closing and not self.failed:
             await stopping.sleep(self._reshard_interval)
             stats, self._stats = self._stats, _IntervalStats()
             failures, self._deliverer.failures = self._deliverer.failures, 0
-            if failures or stopping.closing:
+            if failures or stopping.closing or self.failed:
                 continue  # more senders do not help a failing destination
             wanted = desired_shards(
                 current=len(self.buffers), min_shards=q_.min_shards, max_shards=q_.max_shards,
