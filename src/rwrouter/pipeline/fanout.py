@@ -241,6 +241,14 @@ class FanOut:
         if self.audit.audited:  # accepted: count the audited destinations' shares (shadow too)
             names = [route.name for route in self.router.routes]
             self.audit.observe(list(zip(names, routed.series, strict=True)), time.monotonic())
+        self._accepted(decoded)
+        return Accepted((), *counts, written=decoded.written)
+
+    def _accepted(self, decoded: Decoded) -> None:
+        """After an accepted request: each destination's metadata, and what was dropped on
+        the way counted (series over ``max_request_bytes``, the rules' drops, invalid
+        metadata)."""
+        routed, m = decoded.routed, self._metrics
         for i, dest in enumerate(self.destinations):
             dest.enqueue_metadata(routed.metadata[i])
             share = decoded.shares[i]
@@ -257,7 +265,6 @@ class FanOut:
         if routed.metadata_invalid:
             for dest in self.destinations:
                 m.dropped_metadata.labels(dest.name, "invalid").inc(routed.metadata_invalid)
-        return Accepted((), *counts, written=decoded.written)
 
     @staticmethod
     async def _append_all(
