@@ -22,7 +22,7 @@ from rwrouter.auth.schemes import NoAuth
 from rwrouter.config import StorageConfig, parse_config
 from rwrouter.doubles.workspace import Key, WorkspaceDouble
 from rwrouter.metrics import Metrics
-from rwrouter.pipeline.destination import Destination
+from rwrouter.pipeline.build import make_destination
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written, message_of
 from rwrouter.queue.records import FLAG_START_TIMESTAMPS, encode_share
 from rwrouter.routing import Route, Router
@@ -211,9 +211,9 @@ async def test_flagged_records_reach_an_rw1_destination_without_start_timestamps
     dest_config = parse_config(f"remote_write: [{{name: v1, url: '{url}', queue_config: "
                                "{batch_send_deadline: 5ms}}]", env={}).remote_write[0]  # fmt: skip
     metrics = Metrics()
-    dest = Destination(config=dest_config, storage=StorageConfig(path=str(tmp_path)),
-                       transport=Transport(url=url, timeout=10), auth=NoAuth(),
-                       metrics=metrics)  # fmt: skip
+    dest = make_destination(dest_config, storage=StorageConfig(path=str(tmp_path)),
+                            transport=Transport(url=url, timeout=10), auth=NoAuth(),
+                            metrics=metrics)  # fmt: skip
     await dest.start()
     try:
         given = [Frame((("__name__", "c"), ("i", str(i))), (write_v2_pb2.Sample(

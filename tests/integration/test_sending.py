@@ -22,6 +22,7 @@ from aiohttp import web
 from rwrouter.auth.schemes import NoAuth
 from rwrouter.config import StorageConfig, parse_config
 from rwrouter.metrics import Metrics
+from rwrouter.pipeline.build import make_destination
 from rwrouter.pipeline.destination import Destination
 from rwrouter.queue.records import HEADER, META_SIZE, encode_share
 from rwrouter.routing import Route, RoutedSeries, Router
@@ -222,8 +223,8 @@ remote_write:
     metrics = Metrics()
     dest_config = config.remote_write[0]
     router = Router(global_rules=(), routes=[Route(name="tsdb")])
-    dest = Destination(
-        config=dest_config,
+    dest = make_destination(
+        dest_config,
         storage=StorageConfig(path=str(tmp_path)),
         transport=Transport(url=dest_config.url, timeout=10),
         auth=NoAuth(),
@@ -334,8 +335,8 @@ async def test_stop_during_a_resharding_blocked_by_a_hanging_destination(
     url = await serve(hang)
     config = parse_config(f"remote_write: [{{name: hang, url: '{url}', remote_timeout: 60s,"
                           " queue_config: {batch_send_deadline: 5ms}}]", env={})  # fmt: skip
-    dest = Destination(
-        config=config.remote_write[0],
+    dest = make_destination(
+        config.remote_write[0],
         storage=StorageConfig(path=str(tmp_path)),
         transport=Transport(url=url, timeout=60),
         auth=NoAuth(),
@@ -512,9 +513,9 @@ async def test_a_stored_body_that_does_not_decompress_is_skipped_not_retried_for
     config = parse_config(f"remote_write:\n  - name: strict\n    url: {await serve(strict)}\n"
                           f"    queue_config: {queue_config}\n", env={})  # fmt: skip
     metrics = Metrics()
-    dest = Destination(config=config.remote_write[0], storage=StorageConfig(path=str(tmp_path)),
-                       transport=Transport(url=config.remote_write[0].url, timeout=10),
-                       auth=NoAuth(), metrics=metrics)  # fmt: skip
+    dest = make_destination(config.remote_write[0], storage=StorageConfig(path=str(tmp_path)),
+                            transport=Transport(url=config.remote_write[0].url, timeout=10),
+                            auth=NoAuth(), metrics=metrics)  # fmt: skip
     router = Router(global_rules=(), routes=[Route(name="strict")])
     await dest.start()
     sizes: list[int] = []  # decoded bytes of each record

@@ -15,6 +15,7 @@ from rwrouter.queue.records import shard_hash
 from rwrouter.send.batching import (
     Batch,
     Chunk,
+    Owner,
     ShardBuffer,
     chunks_by_shard,
     desired_shards,
@@ -107,25 +108,62 @@ def frame(n: int, size: int = 0) -> bytes:
     return data.ljust(size, b".")
 
 
-def chunk_of(frames: list[Frame], owner: object = None) -> Chunk:
-    """A chunk holding ``frames`` in order: their bodies joined, one INDEX entry per frame."""
+class Named(Owner):
+    """A record owning chunks, told apart by its ``name`` (equal by name)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: object, *, recovered: bool = False) -> None:
+        super().__init__(recovered=recovered)
+        self.name = name
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Named) and other.name == self.name
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Named({self.name!r})"
+
+
+def name_of(owner: Owner) -> object:
+    assert isinstance(owner, Named)
+    return owner.name
+
+
+def owners(batch: Batch) -> list[object]:
+    """The name of each chunk's owner, in order."""
+    return [name_of(chunk.owner) for chunk in batch.chunks]
+
+
+def chunk_of(frames: list[Frame], owner: object = None, *, recovered: bool = False) -> Chunk:
+    """A chunk holding ``frames`` in order: their bodies joined, one INDEX entry per frame,
+    owned by a record named ``owner``."""
     return Chunk(
         body=b"".join(f for f, _, _ in frames),
         index=b"".join(INDEX.pack(len(f), n, hashed) for f, n, hashed in frames),
         samples=sum(n for _, n, _ in frames),
         series=len(frames),
-        owner=owner,
+        owner=Named(owner, recovered=recovered),
     )
 
 
+def drop(buf: ShardBuffer, names: Iterable[object]) -> Batch:
+    """Mark the records named ``names`` dropped and remove their chunks from ``buf``."""
+    dropped = set(names)
+    for chunk in buf.chunks:
+        chunk.owner.dropped = name_of(chunk.owner) in dropped
+    return buf.remove_dropped()
+
+
 def flat(chunks: Iterable[Chunk]) -> list[Row]:
-    """Every frame of ``chunks`` in order, with its chunk's owner; checks that each chunk's
-    totals and body agree with its index."""
+    """Every frame of ``chunks`` in order, with its chunk's owner's name; checks that each
+    chunk's totals and body agree with its index."""
     rows: list[Row] = []
     for chunk in chunks:
         pos = samples = 0
         for length, count, hashed in INDEX.iter_unpack(chunk.index):
-            rows.append((chunk.body[pos : pos + length], count, hashed, chunk.owner))
+            rows.append((chunk.body[pos : pos + length], count, hashed, name_of(chunk.owner)))
             pos += length
             samples += count
         assert pos == chunk.nbytes == len(chunk.body)
@@ -161,7 +199,7 @@ def test_chunk_of_builds_body_and_index() -> None:
     chunk = chunk_of(frames, owner="r")
     assert chunk.body == b"abcdefgh" and chunk.nbytes == 8
     assert list(INDEX.iter_unpack(chunk.index)) == [(3, 2, 7), (5, 3, 2**32 - 1)]
-    assert (chunk.samples, chunk.series, chunk.owner) == (5, 2, "r")
+    assert (chunk.samples, chunk.series, name_of(chunk.owner)) == (5, 2, "r")
     assert chunk.items() == [(b"abc", 2), (b"defgh", 3)]
     assert flat([chunk]) == [(f, n, h, "r") for f, n, h in frames]
 
@@ -171,7 +209,7 @@ def test_empty_buffer() -> None:
     assert buf.samples == 0 and buf.nbytes == 0 and buf.first_at is None
     assert not buf.ready(max_samples=1, max_bytes=1, deadline=0.0, now=1e9)
     batch = buf.take(max_samples=10, max_bytes=10)
-    assert (batch.chunks, batch.samples, batch.nbytes, batch.owners) == ([], 0, 0, [])
+    assert (batch.chunks, batch.samples, batch.nbytes, owners(batch)) == ([], 0, 0, [])
     assert batch.items == [] and batch.raw == b""
 
 
@@ -254,7 +292,7 @@ def test_take(spec: Spec, max_samples: int, max_bytes: int, taken: list[int]) ->
     n = sum(taken)
     assert [chunk.series for chunk in batch.chunks] == taken
     assert flat(batch.chunks) == rows[:n]
-    assert batch.owners == [f"o{c}" for c in range(len(taken))]
+    assert owners(batch) == [f"o{c}" for c in range(len(taken))]
     assert batch.samples == sum(r[1] for r in rows[:n])
     assert batch.nbytes == sum(len(r[0]) for r in rows[:n])
     assert flat(buf.chunks) == rows[n:]
@@ -291,7 +329,6 @@ def drain(buf: ShardBuffer, *, max_samples: int, max_bytes: int) -> list[Row]:
         assert batch.chunks
         alone = len(batch.chunks) == 1 and batch.chunks[0].series == 1
         assert alone or (batch.samples <= max_samples and batch.nbytes <= max_bytes)
-        assert len(batch.owners) == len(batch.chunks)
         assert batch.samples == sum(c.samples for c in batch.chunks)
         assert batch.nbytes == sum(c.nbytes for c in batch.chunks)
         out += flat(batch.chunks)
@@ -398,7 +435,7 @@ def test_leftovers_keep_their_age(counts: list[list[int]], at: list[float], take
 EMPTIED_CASES = [
     # id, how the buffer is emptied
     ("by_take", lambda buf: buf.take(max_samples=10, max_bytes=BIG)),
-    ("by_remove_if", lambda buf: buf.remove_if(lambda owner: True)),
+    ("by_remove_dropped", lambda buf: drop(buf, [None])),
 ]
 
 
@@ -429,7 +466,7 @@ def test_batch_raw_and_items(chunks: list[list[Frame]]) -> None:
     batch = Batch(parts, sum(c.samples for c in parts), sum(c.nbytes for c in parts))
     assert batch.raw == b"".join(c.body for c in parts)
     assert batch.items == [(f, n) for frames in chunks for f, n, _ in frames]
-    assert batch.owners == list(range(len(chunks)))
+    assert owners(batch) == list(range(len(chunks)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -601,7 +638,8 @@ def test_desired_shards(
 
 
 GROUP_CASES = [
-    # id, group of each chunk in order, chunks taken by each take() until empty
+    # id, whether each chunk's record is recovered, in order; chunks taken by each take()
+    # until empty
     ("one_group", [True, True, True], [[0, 1, 2]]),
     ("recovered_then_new", [True, True, False, False], [[0, 1], [2, 3]]),
     ("alternating", [True, False, True], [[0], [1], [2]]),
@@ -612,16 +650,18 @@ GROUP_CASES = [
 @pytest.mark.parametrize(
     ("groups", "batches"), [c[1:] for c in GROUP_CASES], ids=[c[0] for c in GROUP_CASES]
 )
-def test_take_never_mixes_groups(groups: list[bool], batches: list[list[int]]) -> None:
+def test_take_never_mixes_recovered_and_new_records(
+    groups: list[bool], batches: list[list[int]]
+) -> None:
     buf = ShardBuffer()
-    for i, group in enumerate(groups):
+    for i, recovered in enumerate(groups):
         frames = [(frame(2 * i), 1, 2 * i), (frame(2 * i + 1), 1, 2 * i + 1)]
-        buf.add(chunk_of(frames, owner=(i, group)), now=0.0)
+        buf.add(chunk_of(frames, owner=i, recovered=recovered), now=0.0)
     taken = []
     while buf.chunks:
-        batch = buf.take(max_samples=100, max_bytes=1 << 20, group=lambda owner: owner[1])  # type: ignore[index]
-        assert len({owner[1] for owner in batch.owners}) == 1  # type: ignore[index]
-        taken.append([i for i, _ in batch.owners])  # type: ignore[misc]
+        batch = buf.take(max_samples=100, max_bytes=1 << 20)
+        assert len({chunk.owner.recovered for chunk in batch.chunks}) == 1
+        taken.append(owners(batch))
     assert taken == batches
 
 
@@ -637,7 +677,7 @@ REMOVE_CASES = [
 @pytest.mark.parametrize(
     ("removed", "kept"), [c[1:] for c in REMOVE_CASES], ids=[c[0] for c in REMOVE_CASES]
 )
-def test_remove_if_takes_out_matching_owners_and_keeps_the_rest_in_order(
+def test_remove_dropped_takes_out_dropped_records_and_keeps_the_rest_in_order(
     removed: set[int], kept: list[int]
 ) -> None:
     buf = ShardBuffer()
@@ -646,19 +686,19 @@ def test_remove_if_takes_out_matching_owners_and_keeps_the_rest_in_order(
         frames = [(frame(10 * i + j), i + 1, 10 * i + j) for j in range(i + 1)]
         buf.add(chunk_of(frames, owner=i), now=float(i))
         rows[i] = [(f, n, h, i) for f, n, h in frames]
-    gone = buf.remove_if(lambda owner: owner in removed)  # type: ignore[operator]
+    gone = drop(buf, removed)
     gone_owners = sorted(removed)
-    assert gone.owners == gone_owners
+    assert owners(gone) == gone_owners
     assert flat(gone.chunks) == [r for i in gone_owners for r in rows[i]]
     assert gone.samples == sum(r[1] for i in gone_owners for r in rows[i])
     assert gone.nbytes == sum(len(r[0]) for i in gone_owners for r in rows[i])
-    assert [chunk.owner for chunk in buf.chunks] == kept
+    assert [name_of(chunk.owner) for chunk in buf.chunks] == kept
     assert flat(buf.chunks) == [r for i in kept for r in rows[i]]
     assert buf.samples == sum(r[1] for i in kept for r in rows[i])
     # The others keep their age (the oldest waiting chunk's, as before).
     assert buf.first_at == (0.0 if kept else None)
     assert_totals(buf)
-    assert buf.remove_if(lambda owner: True).owners == kept
+    assert owners(drop(buf, kept)) == kept
     assert buf.samples == 0 and buf.nbytes == 0 and buf.first_at is None
 
 
@@ -687,7 +727,7 @@ def test_put_back_returns_a_batch_to_the_front_in_order(
     assert buf.first_at == first_at
     assert_totals(buf)
     again = buf.take(max_samples=max_samples, max_bytes=1 << 20)
-    assert again.owners == batch.owners and again.items == batch.items
+    assert owners(again) == owners(batch) and again.items == batch.items
     assert again.raw == batch.raw
 
 
@@ -709,8 +749,8 @@ def test_a_whole_stored_record_is_sent_as_stored(max_samples: int, as_stored: bo
     frames = [(frame(i), 2, _hash(i)) for i in range(4)]
     plain = chunk_of(frames, owner="r")
     stored = snappy.compress(plain.body)
-    chunk = Chunk(None, plain.index, plain.samples, plain.series, "r", compressed=stored,
-                  nbytes=plain.nbytes)  # fmt: skip
+    chunk = Chunk(None, plain.index, plain.samples, plain.series, plain.owner,
+                  compressed=stored, nbytes=plain.nbytes)  # fmt: skip
     buf = ShardBuffer()
     buf.add(chunk, now=0.0)
     batch = buf.take(max_samples=max_samples, max_bytes=1 << 20)
@@ -757,4 +797,4 @@ def test_records_held_raw_are_compressed_in_one_go() -> None:
 
 def test_a_chunk_needs_a_body() -> None:
     with pytest.raises(ValueError, match="needs its body"):
-        Chunk(None, b"", 0, 0)
+        Chunk(None, b"", 0, 0, Owner())

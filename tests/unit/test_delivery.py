@@ -20,13 +20,14 @@ from rwrouter.auth.credentials import CredentialsSource, FrozenCredentials
 from rwrouter.auth.schemes import Authenticator, HeaderAuth, NoAuth, SigV4
 from rwrouter.errors import CredentialsError
 from rwrouter.metrics import Metrics
-from rwrouter.send.delivery import SPLIT_BUDGET, Deliverer, Item, Refusal, RejectHook
+from rwrouter.send.delivery import SPLIT_BUDGET, Deliverer
+from rwrouter.send.refusals import Item, Refusal, RejectHook
 from rwrouter.send.retry import RetryPolicy
-from rwrouter.send.transport import Answer, Transport, TransportError
+from rwrouter.send.transport import Answer, TransportError
 from rwrouter.wire import decompress
+from tests.support.clients import FakeClient
 
 NAME = "dest"
-URL = "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write"
 START = 1_000.0  # the fake monotonic clock at the batch's first attempt, seconds
 WALL = 1_700_000_000.0  # the fake unix clock, seconds
 FAST = RetryPolicy(min_backoff=1.0, max_backoff=4.0)  # rand 0: delays 0.5, 1, 2, 2, 2, ...
@@ -60,13 +61,13 @@ class Clock:
         self.now += delay
 
 
-class FakeTransport(Transport):
+class FakeTransport(FakeClient):
     """Answers each POST with ``reply(raw_body, attempt_number)``; records what was sent."""
 
     def __init__(
         self, reply: Callable[[bytes, int], Reply], clock: Clock, headers: Mapping[str, str]
     ) -> None:
-        super().__init__(url=URL, timeout=1.0)
+        super().__init__()
         self._reply = reply
         self._clock = clock
         self._answer_headers = headers

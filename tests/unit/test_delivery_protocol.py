@@ -22,16 +22,17 @@ from rwrouter.auth.schemes import Authenticator, NoAuth, SigV4
 from rwrouter.doubles.sigv4_verify import Key, Verified, verify
 from rwrouter.metrics import Metrics
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written, message_of
-from rwrouter.send.delivery import Deliverer, Item, Refusal
+from rwrouter.send.delivery import Deliverer
 from rwrouter.send.metabook import MetadataBook
+from rwrouter.send.refusals import Item, Refusal
 from rwrouter.send.retry import RetryPolicy
-from rwrouter.send.transport import Answer, Transport
+from rwrouter.send.transport import Answer
 from rwrouter.wire import compress, decompress, frame_metadata, remote_pb2, types_pb2, write_v2_pb2
+from tests.support.clients import FakeClient
 from tests.support.rw2_frames import Frame, decode_v2, frame_bytes, frames, series_of
 from tests.unit.test_delivery import Clock, CountingSource
 
 NAME = "dest"
-URL = "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write"
 WRITTEN = "X-Prometheus-Remote-Write-Samples-Written"
 
 
@@ -75,11 +76,11 @@ def rw1_only(status: int, headers: Mapping[str, str] | None = None) -> Callable[
     return lambda sent: (status, headers or {}) if sent.message == RW2_MESSAGE else (200, {})
 
 
-class ProtocolTransport(Transport):
+class ProtocolTransport(FakeClient):
     """Decodes each POST by its Content-Type and answers ``reply(sent)``."""
 
     def __init__(self, reply: Callable[[Sent], Reply]) -> None:
-        super().__init__(url=URL, timeout=1.0)
+        super().__init__()
         self.reply = reply
         self.sent: list[Sent] = []
 

@@ -13,13 +13,14 @@ import pytest
 from rwrouter.auth.schemes import NoAuth
 from rwrouter.config import StorageConfig, parse_config
 from rwrouter.metrics import Metrics
+from rwrouter.pipeline.build import make_destination
 from rwrouter.pipeline.destination import Destination
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE
 from rwrouter.queue.records import FLAG_START_TIMESTAMPS, pack_frames
-from rwrouter.send.batching import Batch, Chunk, ShardBuffer, chunks_by_shard, reshard
+from rwrouter.send.batching import Batch, Chunk, Owner, ShardBuffer, chunks_by_shard, reshard
 from rwrouter.send.metabook import parse_entry
-from rwrouter.send.transport import Transport
 from rwrouter.wire import frame_metadata, types_pb2
+from tests.support.clients import FakeClient
 from tests.support.rw2_frames import Frame, frame_bytes
 
 FRAMES = [frame_bytes(Frame((("__name__", "m"), ("i", str(i))), (b"\x10\x01",))) for i in range(8)]
@@ -27,7 +28,7 @@ FRAMES = [frame_bytes(Frame((("__name__", "m"), ("i", str(i))), (b"\x10\x01",)))
 
 def flagged_chunk() -> Chunk:
     body, index = pack_frames(FRAMES, [f[-6:] for f in FRAMES], [1] * len(FRAMES))
-    return Chunk(body, index, 8, 8, "owner", flags=FLAG_START_TIMESTAMPS)
+    return Chunk(body, index, 8, 8, Owner(), flags=FLAG_START_TIMESTAMPS)
 
 
 def test_flags_follow_the_frames_of_a_record() -> None:
@@ -40,7 +41,7 @@ def test_flags_follow_the_frames_of_a_record() -> None:
     buf.add(chunk, now=0.0)
     moved = [c for b in reshard([buf], 2) for c in b.chunks]
     assert moved and all(c.flags == FLAG_START_TIMESTAMPS for c in moved)
-    plain = Chunk(chunk.body, chunk.index, 8, 8, "other")
+    plain = Chunk(chunk.body, chunk.index, 8, 8, Owner())
     assert Batch([plain, chunk], 16, 2 * chunk.nbytes).start_timestamps
     assert not Batch([plain], 8, plain.nbytes).start_timestamps
 
@@ -60,9 +61,9 @@ remote_write:
     metadata_config: {{send: {str(send).lower()}}}
 """, env={}).remote_write[0]  # fmt: skip
     metrics = Metrics()
-    dest = Destination(config=config, storage=StorageConfig(path=str(tmp_path)),
-                       transport=Transport(url=config.url, timeout=1), auth=NoAuth(),
-                       metrics=metrics)  # fmt: skip
+    dest = make_destination(config, storage=StorageConfig(path=str(tmp_path)),
+                            transport=FakeClient(url=config.url), auth=NoAuth(),
+                            metrics=metrics)  # fmt: skip
     return dest, metrics
 
 

@@ -14,7 +14,7 @@ import logging
 from rwrouter.deadletter.store import RejectedStore
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
-from rwrouter.send.delivery import Item, Refusal
+from rwrouter.send.refusals import Item, Refusal
 
 log = logging.getLogger("rwrouter.sending")
 

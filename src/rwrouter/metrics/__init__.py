@@ -232,6 +232,14 @@ class Metrics:
             ["destination", "protobuf_message"],
             registry=r,
         )
+        self.destination_failed = Gauge(
+            "rwrouter_destination_failed",
+            "Whether a destination stopped sending on a bug in rwrouter (1; logged once with "
+            "its traceback; its queue stays on disk and /-/ready answers 503 until a reload or "
+            "a restart), else 0.",
+            ["destination"],
+            registry=r,
+        )
         self.protocol_fallbacks = Counter(
             "rwrouter_protocol_fallbacks",
             "Times a remote write 2.0 destination was switched to remote write 1.0 until the "
@@ -315,6 +323,7 @@ class Metrics:
             self.queue_samples, self.queue_capacity, self.queue_bytes, self.queue_capacity_bytes,
             self.queue_disk_bytes, self.queue_disk_capacity_bytes, self.queue_blocks,
             self.queue_oldest_age, self.rejected_bytes, self.rejected_entries, self.shards,
+            self.destination_failed,
         )  # fmt: skip
         for gauge in gauges:
             with contextlib.suppress(KeyError):

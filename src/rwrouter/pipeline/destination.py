@@ -10,6 +10,10 @@ changes the number of shards). A record is done when all its series are delivere
 for good (refused ones go to the dead-letter store); the queue position advances over done
 records in order, so a crash re-sends only records not yet done.
 
+A bug in the send path stops the destination's senders (:attr:`Destination.failed`: logged
+once, ``rwrouter_destination_failed`` 1, ``/-/ready`` 503); its queue stays on disk until a
+reload replaces the destination or a restart (:meth:`rwrouter.send.shards.Shards._fail`).
+
 This module holds the write side and the lifecycle: admission and appends (with the fsync
 policy), metrics registration, start and stop.
 
@@ -29,44 +33,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
-from collections.abc import Callable, Coroutine
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
 
-from rwrouter.auth.schemes import Authenticator
 from rwrouter.config import DestinationConfig, StorageConfig
-from rwrouter.deadletter.store import RejectedStore, rejected_dir, safe_dirname
 from rwrouter.deadletter.writer import DeadLetters
 from rwrouter.errors import StorageError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.protocol import MESSAGES, RW1_MESSAGE, RW2_MESSAGE
-from rwrouter.queue.diskqueue import DiskQueue
 from rwrouter.queue.records import EncodedShare
 from rwrouter.send.delivery import Deliverer
-from rwrouter.send.metabook import MetadataBook
 from rwrouter.send.metadata import MetadataQueue
-from rwrouter.send.reader import QueueReader, resent
-from rwrouter.send.retry import RetryPolicy
-from rwrouter.send.shards import RESHARD_INTERVAL, Shards, Stopping
-from rwrouter.send.transport import Transport
+from rwrouter.send.reader import QueueReader
 
 log = logging.getLogger("rwrouter.sending")
 
 
-def queue_dir(storage_path: str, destination: str) -> Path:
-    """``<storage.path>/queue/<destination>`` (the name made safe for a file system)."""
-    return Path(storage_path) / "queue" / safe_dirname(destination)
-
-
 class Destination:
-    """A remote_write destination's durable queue and senders (see the module docstring).
+    """A remote_write destination's durable queue and senders (see the module docstring),
+    from its parts (:func:`rwrouter.pipeline.build.make_destination` builds them): the
+    ``reader`` (its disk queue, its shards and their stop), the ``deliverer`` (its HTTP
+    client, authenticator and metadata book), the ``dead_letters`` writer (its store) and
+    the ``metadata`` queue. The destination subscribes to the deliverer's protocol changes.
 
     Admission (event loop): :meth:`fits`, :meth:`has_room`, :meth:`make_room`, :meth:`reserve`,
-    then ``await`` :meth:`append`. Clocks, randomness and sleep are injectable for tests;
-    ``reshard_interval``: seconds between resharding decisions.
+    then ``await`` :meth:`append`. ``clock``: monotonic seconds (the stop's deadline);
+    ``wall_clock``: unix seconds (the age of the oldest unsent record).
     """
 
     def __init__(
@@ -74,88 +67,25 @@ class Destination:
         *,
         config: DestinationConfig,
         storage: StorageConfig,
-        transport: Transport,
-        auth: Authenticator,
+        reader: QueueReader,
+        deliverer: Deliverer,
+        dead_letters: DeadLetters,
+        metadata: MetadataQueue,
         metrics: Metrics,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
-        rand: Callable[[], float] = random.random,
-        sleep: Callable[[float], Coroutine[Any, Any, None]] = asyncio.sleep,
-        reshard_interval: float = RESHARD_INTERVAL,
     ) -> None:
-        self.config = config
-        self.name = config.name
-        q_ = config.queue_config
-        self.capacity = q_.capacity * q_.max_shards
-        self.capacity_bytes = q_.max_memory_bytes
-        self.storage = storage
-        self.queue = DiskQueue(queue_dir(storage.path, self.name), max_bytes=q_.max_disk_bytes)
-        self.rejected = RejectedStore(
-            rejected_dir(storage.path, self.name), max_bytes=storage.rejected_max_bytes
-        )
-        self._transport = transport
-        self.auth = auth
-        self._metrics = metrics
-        self._clock, self._wall = clock, wall_clock
-        self._dead_letters = DeadLetters(name=self.name, store=self.rejected, metrics=metrics)
-        self.book = (MetadataBook(escaping=config.metric_name_escaping_scheme)
-                     if config.protobuf_message == RW2_MESSAGE else None)  # fmt: skip
-        self._started = False
-        self._deliverer = Deliverer(
-            name=config.name,
-            transport=transport,
-            auth=auth,
-            policy=RetryPolicy(
-                min_backoff=q_.min_backoff,
-                max_backoff=q_.max_backoff,
-                retry_on_http_429=q_.retry_on_http_429,
-                max_retry_duration=q_.max_retry_duration,
-                max_retry_duration_on_http_429=q_.max_retry_duration_on_http_429,
-            ),
-            headers=dict(config.headers),
-            message=config.protobuf_message,
-            book=self.book,
-            metrics=metrics,
-            clock=clock,
-            wall_clock=wall_clock,
-            rand=rand,
-            sleep=sleep,
-            on_rejected=self._dead_letters,
-            on_protocol=self._protocol_changed,
-        )
-        self._stopping = Stopping()
-        self._senders = Shards(
-            name=self.name,
-            queue_config=q_,
-            deliverer=self._deliverer,
-            dead_letters=self._dead_letters,
-            metrics=metrics,
-            clock=clock,
-            stopping=self._stopping,
-            on_sent=lambda batch: self._reader.sent(batch),  # the reader, built next, feeds them
-            backlog=lambda: self._reader.backlog,
-            resent=resent,
-            reshard_interval=reshard_interval,
-        )
-        self._reader = QueueReader(
-            name=self.name,
-            queue=self.queue,
-            shards=self._senders,
-            capacity=self.capacity,
-            capacity_bytes=self.capacity_bytes,
-            metrics=metrics,
-            stopping=self._stopping,
-        )
-        self._metadata = MetadataQueue(
-            name=self.name,
-            batch_size=config.metadata_config.max_samples_per_send,
-            max_bytes=q_.max_memory_bytes,
-            metrics=metrics,
-            resend_after=config.metadata_config.send_interval / 2,
-        )
+        self.config, self.name, self.storage = config, config.name, storage
+        self.queue, self.rejected = reader.queue, dead_letters.store
+        self.capacity, self.capacity_bytes = reader.capacity, reader.capacity_bytes
+        self.auth, self.book = deliverer.auth, deliverer.book
+        self._reader, self._senders, self._stopping = reader, reader.shards, reader.stopping
+        self._deliverer, self._dead_letters, self._metadata = deliverer, dead_letters, metadata
+        self._metrics, self._clock, self._wall = metrics, clock, wall_clock
+        deliverer.on_protocol = self._protocol_changed
         self._tasks: list[asyncio.Task[None]] = []  # reader, metadata sender, fsync timer
         self._sync_lock = asyncio.Lock()
-        self._stopped = False
+        self._started = self._stopped = False
 
     @property
     def pending(self) -> int:
@@ -175,6 +105,7 @@ class Destination:
         m.queue_capacity_bytes.labels(name).set(self.capacity_bytes)
         m.queue_disk_capacity_bytes.labels(name).set(q_.max_disk_bytes)
         m.shards.labels(name).set(len(self._senders))
+        m.destination_failed.labels(name).set(0)
         m.watch(m.queue_samples, lambda: self.pending, name)
         m.watch(m.queue_bytes, lambda: self.pending_bytes + self._metadata.nbytes, name)
         m.watch(m.queue_disk_bytes, lambda: self.queue.size_bytes, name)
@@ -320,6 +251,12 @@ class Destination:
         return max(0.0, self._wall() - received_ms / 1000)
 
     @property
+    def failed(self) -> bool:
+        """Whether the senders stopped on a bug (see the module docstring): nothing is sent
+        until a reload (which replaces this destination) or a restart; appends go on."""
+        return self._senders.failed
+
+    @property
     def shards(self) -> int:
         """The number of shards (concurrent senders) now."""
         return len(self._senders)
@@ -332,7 +269,7 @@ class Destination:
         await self._reader.open()
         self._started = True
         self._register_metrics()
-        await self._transport.start()
+        await self._deliverer.transport.start()
         self._senders.start()
         self._tasks = [
             asyncio.create_task(self._reader.run()),
@@ -366,7 +303,7 @@ class Destination:
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
         await self._dead_letters.flush()
-        await self._transport.close()
+        await self._deliverer.transport.close()
 
     async def close(self) -> int:
         """The second half of :meth:`stop`: close the disk queue (appends now fail with

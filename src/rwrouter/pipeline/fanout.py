@@ -19,17 +19,16 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from rwrouter.audit.live import Audit
-from rwrouter.auth.schemes import authenticator_for
-from rwrouter.config import Config, DestinationConfig, StorageConfig, safe_url
+from rwrouter.config import Config
 from rwrouter.errors import StorageError, TooLargeError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.metrics.names import MetricNameShares
+from rwrouter.pipeline.build import build_destination
 from rwrouter.pipeline.destination import Destination
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written
 from rwrouter.queue.records import FLAG_START_TIMESTAMPS, EncodedShare, encode_share
 from rwrouter.routing import RoutedRequest, Router, build_router
-from rwrouter.send.transport import transport_for
 from rwrouter.wire import decompress
 from rwrouter.wire.rw2_in import to_rw1
 
@@ -107,6 +106,12 @@ class FanOut:
     def destinations(self) -> list[Destination]:
         """The destinations, in config order."""
         return self._state[2]
+
+    @property
+    def failed(self) -> list[str]:
+        """The names of the destinations whose senders stopped on a bug
+        (:attr:`Destination.failed`), in config order."""
+        return [dest.name for dest in self.destinations if dest.failed]
 
     def swap(self, router: Router, destinations: list[Destination], config: Config) -> None:
         """Install a new router and destination list (inside :meth:`paused`) of ``config``
@@ -236,6 +241,14 @@ class FanOut:
         if self.audit.audited:  # accepted: count the audited destinations' shares (shadow too)
             names = [route.name for route in self.router.routes]
             self.audit.observe(list(zip(names, routed.series, strict=True)), time.monotonic())
+        self._accepted(decoded)
+        return Accepted((), *counts, written=decoded.written)
+
+    def _accepted(self, decoded: Decoded) -> None:
+        """After an accepted request: each destination's metadata, and what was dropped on
+        the way counted (series over ``max_request_bytes``, the rules' drops, invalid
+        metadata)."""
+        routed, m = decoded.routed, self._metrics
         for i, dest in enumerate(self.destinations):
             dest.enqueue_metadata(routed.metadata[i])
             share = decoded.shares[i]
@@ -252,7 +265,6 @@ class FanOut:
         if routed.metadata_invalid:
             for dest in self.destinations:
                 m.dropped_metadata.labels(dest.name, "invalid").inc(routed.metadata_invalid)
-        return Accepted((), *counts, written=decoded.written)
 
     @staticmethod
     async def _append_all(
@@ -322,19 +334,3 @@ async def build_fanout(config: Config, metrics: Metrics) -> FanOut:
     ]
     return FanOut(router=build_router(config), destinations=destinations, metrics=metrics,
                   audit=Audit(config, now=time.monotonic()))  # fmt: skip
-
-
-async def build_destination(
-    dest: DestinationConfig, index: int, *, storage: StorageConfig, metrics: Metrics
-) -> Destination:
-    """A (not yet started) :class:`Destination` for ``remote_write[index]``.
-
-    Raises ConfigError / CredentialsError when its auth cannot be set up.
-    """
-    auth = await authenticator_for(dest, path=f"remote_write[{index}]")
-    log.info("destination=%s url=%s auth=%s fallback=%s rules=%d", dest.name,
-             safe_url(dest.url), auth.kind, dest.fallback,
-             len(dest.write_relabel_configs))  # fmt: skip
-    return Destination(
-        config=dest, storage=storage, transport=transport_for(dest), auth=auth, metrics=metrics
-    )

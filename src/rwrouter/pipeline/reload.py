@@ -12,6 +12,8 @@ Rules (what an operator of Prometheus expects from ``SIGHUP`` / ``POST /-/reload
   still flow and are appended to its queue), then its disk queue (same name, same directory) is
   opened by the new one, which sends what was left first. New requests wait only while queues
   are closed and opened.
+- A destination whose senders stopped on a bug (:attr:`Destination.failed`) is replaced even
+  when its settings are unchanged: a reload is how the operator restarts it.
 - A removed destination stops; its queue stays on disk (sent again if it comes back).
 - ``server`` and ``storage`` settings need a restart: a change is reported, not applied.
 """
@@ -26,8 +28,9 @@ from rwrouter.config import Config
 from rwrouter.errors import RwrouterError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
+from rwrouter.pipeline.build import build_destination
 from rwrouter.pipeline.destination import Destination
-from rwrouter.pipeline.fanout import FanOut, build_destination
+from rwrouter.pipeline.fanout import FanOut
 from rwrouter.routing import build_router
 
 log = logging.getLogger("rwrouter.reload")
@@ -102,9 +105,9 @@ async def reconfigure(
 async def _plan(
     fanout: FanOut, running: Config, new: Config, summary: ReloadSummary, *, metrics: Metrics
 ) -> tuple[list[Destination | None], dict[int, Destination]]:
-    """The sending destinations of ``new`` in config order: a running one kept as it is, or
-    None where a new one was built (``built``, by that index); fills ``summary``'s kept,
-    replaced and added lists."""
+    """The sending destinations of ``new`` in config order: a running one kept as it is
+    (unless its send loop failed), or None where a new one was built (``built``, by that
+    index); fills ``summary``'s kept, replaced and added lists."""
     current = {dest.name: dest for dest in fanout.destinations}
     wanted: list[Destination | None] = []  # the sending destinations, in config order
     built: dict[int, Destination] = {}  # by index in wanted
@@ -112,7 +115,7 @@ async def _plan(
         if config.shadow:  # counted by the audit only: no queue, no senders
             continue
         old = current.get(config.name)
-        if old is not None and old.config == config:
+        if old is not None and old.config == config and not old.failed:
             wanted.append(old)
             summary.kept.append(config.name)
             continue

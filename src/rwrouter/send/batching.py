@@ -4,18 +4,41 @@ Per-series order (RW 1.0 spec: samples of a series in timestamp order; receivers
 out-of-order samples): every series is assigned to one shard by a hash of its label set, as
 Prometheus does, and a shard has at most one batch in flight, so two batches carrying the same
 series are never sent at once.
+
+Every chunk belongs to the queue record it was cut from (its :class:`Owner`): frames of a
+record that may have gone out before a crash never share a batch with newer ones, and the
+reader (:mod:`rwrouter.send.reader`) counts a record done once all its chunks are.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rwrouter.queue.records import FLAG_START_TIMESTAMPS
 from rwrouter.wire import compress, decompress, splice_compressed
 from rwrouter.wire.index import INDEX, split_shards
+
+
+class Owner:
+    """The queue record a chunk was cut from, as the reader tracks it until it is done
+    (:class:`~rwrouter.send.reader.QueueReader` adds where it ends in the queue).
+
+    ``recovered``: it was read before a crash and not done, so it may have gone out already
+    (its frames are batched apart and sent marked as resent). ``dropped``: its segment was
+    dropped (``on_full: drop_oldest``): its waiting chunks go too. ``remaining`` and
+    ``samples_left``: its series and samples not yet done (delivered, refused for good or
+    dropped); the reader counts them down.
+    """
+
+    __slots__ = ("dropped", "recovered", "remaining", "samples_left")
+
+    def __init__(self, *, recovered: bool = False, series: int = 0, samples: int = 0) -> None:
+        self.recovered = recovered
+        self.dropped = False
+        self.remaining = series
+        self.samples_left = samples
 
 
 def shard_of(hashed: int, shards: int) -> int:
@@ -27,9 +50,10 @@ def shard_of(hashed: int, shards: int) -> int:
 class Chunk:
     """Consecutive framed series of one queue record bound for one shard: ``body``, the frames
     concatenated, ``index``, per frame :data:`~rwrouter.wire.index.INDEX` (frame bytes,
-    samples, shard hash), their ``samples`` and ``series`` totals, and the record (``owner``)
-    to tell when they are done. The sending side moves chunks, never single frames: a record's
-    series are walked only to split it by shard (in C when the accelerator is built).
+    samples, shard hash), their ``samples`` and ``series`` totals, and the record they were
+    cut from (``owner``), to tell when they are done. The sending side moves chunks, never
+    single frames: a record's series are walked only to split it by shard (in C when the
+    accelerator is built).
 
     A whole record may come as ``compressed`` (its snappy block, exactly a write request body)
     with ``nbytes`` (its raw size) instead of ``body``: sent alone, it goes out as it is stored,
@@ -45,7 +69,7 @@ class Chunk:
         index: bytes,
         samples: int,
         series: int,
-        owner: object = None,
+        owner: Owner,
         *,
         compressed: bytes | None = None,
         nbytes: int | None = None,
@@ -154,11 +178,6 @@ class Batch:
         """Each (framed series, samples), in order (walks the frames: refusals only)."""
         return [item for chunk in self.chunks for item in chunk.items()]
 
-    @property
-    def owners(self) -> list[object]:
-        """The owner of each chunk, in order."""
-        return [chunk.owner for chunk in self.chunks]
-
 
 @dataclass(slots=True)
 class ShardBuffer:
@@ -193,24 +212,18 @@ class ShardBuffer:
             or now - self.first_at >= deadline
         )
 
-    def take(
-        self,
-        *,
-        max_samples: int,
-        max_bytes: int,
-        group: Callable[[object], object] | None = None,
-    ) -> Batch:
+    def take(self, *, max_samples: int, max_bytes: int) -> Batch:
         """Remove and return the next batch: whole chunks in order while the batch stays within
         ``max_samples`` samples and ``max_bytes`` bytes; a first chunk larger than that is cut
-        (at least one frame goes). With ``group``, chunks whose ``group(owner)`` differs from
-        the first one's never share the batch."""
+        (at least one frame goes). Chunks of recovered records (:attr:`Owner.recovered`) and
+        the others never share a batch."""
         chunks = self.chunks
         out: list[Chunk] = []
         taken = size = 0
-        first_group = group(chunks[0].owner) if group is not None and chunks else None
+        recovered = chunks[0].owner.recovered if chunks else False
         while chunks:
             chunk = chunks[0]
-            if out and group is not None and group(chunk.owner) != first_group:
+            if out and chunk.owner.recovered != recovered:
                 break
             if taken + chunk.samples > max_samples or size + chunk.nbytes > max_bytes:
                 if out:
@@ -231,13 +244,13 @@ class ShardBuffer:
             self.first_at = None
         return Batch(out, taken, size)
 
-    def remove_if(self, dropped: Callable[[object], bool]) -> Batch:
-        """Remove (and return, in order) the waiting chunks whose owner ``dropped`` says so;
-        the others keep their order and age."""
+    def remove_dropped(self) -> Batch:
+        """Remove (and return, in order) the waiting chunks of dropped records
+        (:attr:`Owner.dropped`); the others keep their order and age."""
         kept: deque[Chunk] = deque()
         gone: list[Chunk] = []
         for chunk in self.chunks:
-            (gone if dropped(chunk.owner) else kept).append(chunk)
+            (gone if chunk.owner.dropped else kept).append(chunk)
         samples, nbytes = sum(c.samples for c in gone), sum(c.nbytes for c in gone)
         self.chunks = kept
         self.samples -= samples

@@ -20,8 +20,8 @@
   of order is counted as already delivered (``samples_already_delivered``), not dropped:
   per-series order means its sample, or a newer one, reached the destination before.
 - Every part refused for good is counted (``dropped_samples``/``dropped_metadata`` by
-  :attr:`Refusal.reason`), logged, and handed to the ``on_rejected`` hook (the dead-letter
-  store), once per part.
+  :attr:`~rwrouter.send.refusals.Refusal.reason`), logged, and handed to the ``on_rejected``
+  hook (the dead-letter store), once per part.
 - Samples go out in :attr:`Deliverer.message` (``protobuf_message``), each part (a split
   half too) encoded for it by :mod:`rwrouter.send.encoding`; metadata requests are RW 1.0.
   An RW 2.0 destination that does not speak it (415, or a 2xx that wrote nothing) gets the
@@ -38,7 +38,7 @@ import random
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
 from rwrouter import USER_AGENT
 from rwrouter.auth.schemes import Authenticator
@@ -56,8 +56,9 @@ from rwrouter.send.encoding import (
     not_written,
 )
 from rwrouter.send.metabook import MetadataBook
+from rwrouter.send.refusals import Item, Refusal, RejectHook, is_out_of_order, reason_of
 from rwrouter.send.retry import RETRY_BUDGET, RetryPolicy
-from rwrouter.send.transport import Answer, Transport, TransportError
+from rwrouter.send.transport import Answer, TransportError, WriteClient
 
 log = logging.getLogger("rwrouter.sending")
 
@@ -69,37 +70,10 @@ NOT_WRITTEN = "not_written"  # reason: answered 2xx, but its Written headers cou
 ORPHAN_EXEMPLAR = "orphan_exemplar"  # reason: an exemplar-only series RW 2.0 cannot carry
 NOT_WRITTEN_LOG_INTERVAL = 60.0  # seconds between two "not written" log lines
 
-Item = tuple[bytes, int]  # a framed series (or metadata entry) and its sample count
-
 _MESSAGES = {
     TOO_LARGE: "series larger than the destination accepts, not retried",
     RETRY_BUDGET: "retry budget spent, not retried further",
 }
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """The final answer for a part that was not delivered.
-
-    ``status``: the HTTP status (None: no answer). ``text``: the head of the answer's body, or
-    the error that prevented an answer. ``reason``: why it is final, the ``reason`` label of the
-    dropped counters: ``retry_budget``, ``too_large`` (413 for a single item), else the status
-    class (``4xx``, ``3xx``), or ``refused`` without a status.
-    """
-
-    status: int | None
-    text: str
-    reason: str
-
-
-RejectHook = Callable[[list[Item], str, Refusal], None]
-
-
-class DeadLetterSink(Protocol):
-    """Where refused parts go for good (:class:`rwrouter.deadletter.writer.DeadLetters`): a
-    :data:`RejectHook` whose writes :meth:`flush` waits for."""
-
-    def __call__(self, items: list[Item], kind: str, refusal: Refusal, /) -> None: ...
-
-    async def flush(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -115,33 +89,29 @@ class _Batch:
     not_written_logged: bool = False
 
 
-def is_out_of_order(status: int | None, text: str) -> bool:
-    """Whether an answer says the samples are older than what the destination has: Prometheus
-    and Cortex (the managed workspace) "out of order sample", Mimir "out-of-order samples are
-    not allowed"."""
-    lowered = text.lower()
-    return status == 400 and ("out of order" in lowered or "out-of-order" in lowered)
-
-
 class Deliverer:
     """Sends batches for one destination (see the module docstring).
 
-    ``headers``: the destination's configured headers (the protocol's own are added per
-    request, :func:`rwrouter.protocol.request_headers`). ``message``: the protobuf message
-    samples go out in (``protobuf_message``); ``book``: the metadata of an RW 2.0
+    ``transport``: the destination's HTTP client, a
+    :class:`~rwrouter.send.transport.WriteClient` (the aiohttp
+    :class:`~rwrouter.send.transport.Transport`, or a test's). ``headers``: the destination's
+    configured headers (the protocol's own are added per request,
+    :func:`rwrouter.protocol.request_headers`). ``message``: the protobuf message samples go
+    out in (``protobuf_message``); ``book``: the metadata of an RW 2.0
     destination. ``on_rejected(items, kind, refusal)``: called on the event loop,
     synchronously, once for every part refused for good (it must not block: file writes go
     to a thread); an exception it raises is logged, not propagated. ``on_protocol(message)``:
-    called when the destination turned out not to speak RW 2.0 (now RW 1.0). ``clock``:
-    monotonic seconds (durations, retry budget); ``wall_clock``: unix seconds (Retry-After
-    dates). Clocks, randomness and sleep are injectable for tests.
+    called when the destination turned out not to speak RW 2.0 (now RW 1.0); an attribute,
+    which the :class:`~rwrouter.pipeline.destination.Destination` owning the deliverer sets.
+    ``clock``: monotonic seconds (durations, retry budget); ``wall_clock``: unix seconds
+    (Retry-After dates). Clocks, randomness and sleep are injectable for tests.
     """
 
     def __init__(
         self,
         *,
         name: str,
-        transport: Transport,
+        transport: WriteClient,
         auth: Authenticator,
         policy: RetryPolicy,
         metrics: Metrics,
@@ -166,7 +136,7 @@ class Deliverer:
         self.metrics = metrics
         self._clock, self._wall, self._rand, self._sleep = clock, wall_clock, rand, sleep
         self._on_rejected = on_rejected
-        self._on_protocol = on_protocol
+        self.on_protocol = on_protocol
         self.failures = 0  # retried attempts, for the resharding decision
         self._not_written_at: float | None = None  # when "not written" was last logged
 
@@ -301,8 +271,8 @@ class Deliverer:
         self.metrics.protocol_fallbacks.labels(self.name, reason).inc()
         log.warning("destination=%s now=%s reason=%s msg=%s", self.name,
                     RW1_MESSAGE, reason, q(FALLBACK_MESSAGES[reason]))  # fmt: skip
-        if self._on_protocol is not None:
-            self._on_protocol(RW1_MESSAGE)
+        if self.on_protocol is not None:
+            self.on_protocol(RW1_MESSAGE)
 
     def _not_written(self, missing: Written, batch: _Batch) -> None:
         """Count (``not_written``) and log (at most once per batch and a minute) what a 2xx
@@ -359,7 +329,7 @@ class Deliverer:
                 rand=self._rand(), elapsed=self._clock() - started,
             )  # fmt: skip
             if not decision.retry:
-                final = RETRY_BUDGET if decision.reason == RETRY_BUDGET else _status_class(status)
+                final = RETRY_BUDGET if decision.reason == RETRY_BUDGET else reason_of(status)
                 return Refusal(status, text, final)
             self.metrics.retries.labels(self.name, _retry_label(status)).inc()
             self.failures += 1
@@ -420,11 +390,6 @@ class Deliverer:
         except Exception:  # a broken hook must not stop the sender of this destination
             log.exception("destination=%s kind=%s msg=%s", self.name, kind,
                           q("on_rejected hook failed"))  # fmt: skip
-
-
-def _status_class(status: int | None) -> str:
-    """``4xx``, ``3xx``, ... for a status; ``refused`` for no answer."""
-    return f"{status // 100}xx" if status is not None else "refused"
 
 
 def _retry_label(status: int | None) -> str:

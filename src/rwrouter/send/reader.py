@@ -1,14 +1,16 @@
 """The reading side of a destination's disk queue: records read ahead into memory, handed to the
 shards, and the queue position moved over what is done.
 
-The reader reads records in order, as long as the in-memory read-ahead has room (``capacity``
-samples, ``capacity x max_shards`` in the config, and ``capacity_bytes``, its
-``max_memory_bytes``), and hands each series to its shard
-(:class:`~rwrouter.send.shards.Shards`). A record is done when all its series are
-delivered, refused for good (refused ones go to the dead-letter store) or dropped; the queue
-position advances over done records in order, so a crash re-sends only records not yet done.
-Records read before a crash and not done (:attr:`~rwrouter.queue.diskqueue.Recovery.resend_until`)
-may have gone out already: their frames are sent apart from newer ones (:func:`resent`).
+The reader owns the destination's shards (:class:`~rwrouter.send.shards.Shards`) and the
+completion bookkeeping. It reads records in order, as long as the in-memory read-ahead has
+room (``capacity``: ``capacity x max_shards`` samples of the config, and ``capacity_bytes``:
+its ``max_memory_bytes``), and hands each series to its shard; the shards tell it when a batch
+is done (``on_done``). A record is done when all its series are delivered, refused for good
+(refused ones go to the dead-letter store) or dropped; the queue position advances over done
+records in order, so a crash re-sends only records not yet done. Records read before a crash
+and not done (:attr:`~rwrouter.queue.diskqueue.Recovery.resend_until`) may have gone out
+already: their frames are sent apart from newer ones
+(:attr:`~rwrouter.send.batching.Owner.recovered`).
 
 A record failing its checksum or undecodable is done at once (counted as ``corrupt``). With
 ``on_full: drop_oldest``, records of the dropped segments already in memory are dropped too
@@ -20,14 +22,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
 
+from rwrouter.config import QueueConfig
 from rwrouter.errors import DecodeError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.queue.diskqueue import DiskQueue, Dropped, Position
 from rwrouter.queue.records import Block, decode_record
-from rwrouter.send.batching import Batch
-from rwrouter.send.shards import Shards, Stopping
+from rwrouter.send.batching import Batch, Owner
+from rwrouter.send.delivery import Deliverer
+from rwrouter.send.refusals import DeadLetterSink
+from rwrouter.send.shards import RESHARD_INTERVAL, Shards, Stopping
 
 log = logging.getLogger("rwrouter.sending")
 
@@ -35,36 +41,30 @@ READ_CHUNK_BYTES = 4 * 1024 * 1024  # record bytes read from disk at a time
 INLINE_READ_BYTES = 512 * 1024  # at most this much is read on the event loop (else a thread)
 
 
-class _Record:
-    """A record read for sending: where it ends in the queue, its series not yet done, and
-    whether it may have been sent before a crash (``recovered``)."""
+class _Record(Owner):
+    """A record read for sending (its chunks' :class:`~rwrouter.send.batching.Owner`), with
+    where it ends in the queue (``end``) and when it was received (``received_ms``,
+    milliseconds since epoch)."""
 
-    __slots__ = ("dropped", "end", "received_ms", "recovered", "remaining", "samples_left")
+    __slots__ = ("end", "received_ms")
 
     def __init__(
-        self, end: Position, received_ms: int, remaining: int, recovered: bool, samples: int = 0
-    ) -> None:
-        self.end, self.received_ms, self.remaining = end, received_ms, remaining
-        self.recovered = recovered
-        self.samples_left = samples  # samples not yet done
-        self.dropped = False  # its segment was dropped (on_full: drop_oldest)
-
-
-def resent(owner: object) -> bool:
-    """Whether a frame's owner is a record that may have gone out before a crash."""
-    return isinstance(owner, _Record) and owner.recovered
-
-
-def _dropped(owner: object) -> bool:
-    return isinstance(owner, _Record) and owner.dropped
+        self, end: Position, received_ms: int, *, series: int = 0, samples: int = 0,
+        recovered: bool = False,
+    ) -> None:  # fmt: skip
+        super().__init__(recovered=recovered, series=series, samples=samples)
+        self.end, self.received_ms = end, received_ms
 
 
 class QueueReader:
-    """Reads one destination's disk queue into its shards (see the module docstring).
+    """Reads one destination's disk queue into its shards, which it builds and owns (see the
+    module docstring).
 
-    ``pending``/``pending_bytes``: samples and frame bytes read ahead into memory (waiting in
-    a shard or in flight), bounded by ``capacity`` samples and ``capacity_bytes`` bytes.
-    ``done``: stopping, and nothing is left to read.
+    ``queue_config`` bounds the read-ahead and configures the shards; ``deliverer``,
+    ``dead_letters``, ``clock`` (monotonic seconds) and ``reshard_interval`` (seconds) are
+    the shards'. ``pending``/``pending_bytes``: samples and frame bytes read ahead into memory
+    (waiting in a shard or in flight), bounded by ``capacity`` samples and ``capacity_bytes``
+    bytes. ``done``: stopping, and nothing is left to read.
     """
 
     def __init__(
@@ -72,15 +72,23 @@ class QueueReader:
         *,
         name: str,
         queue: DiskQueue,
-        shards: Shards,
-        capacity: int,
-        capacity_bytes: int,
+        queue_config: QueueConfig,
+        deliverer: Deliverer,
+        dead_letters: DeadLetterSink,
         metrics: Metrics,
+        clock: Callable[[], float],
         stopping: Stopping,
+        reshard_interval: float = RESHARD_INTERVAL,
     ) -> None:
-        self.name, self.queue, self._shards = name, queue, shards
-        self.capacity, self.capacity_bytes = capacity, capacity_bytes
-        self._metrics, self._stopping = metrics, stopping
+        self.name, self.queue = name, queue
+        self.capacity = queue_config.capacity * queue_config.max_shards
+        self.capacity_bytes = queue_config.max_memory_bytes
+        self._metrics, self.stopping = metrics, stopping
+        self.shards = Shards(
+            name=name, queue_config=queue_config, deliverer=deliverer,
+            dead_letters=dead_letters, metrics=metrics, clock=clock, stopping=stopping,
+            on_done=self._sent, backlog=self.backlog, reshard_interval=reshard_interval,
+        )  # fmt: skip
         self._records: deque[_Record] = deque()  # read and not yet done, in queue order
         self._wake = asyncio.Event()
         self._resend_until = Position(0, 0)  # records up to here may have gone out before
@@ -110,9 +118,9 @@ class QueueReader:
 
     # -- what the destination asks -------------------------------------------------------
 
-    @property
     def backlog(self) -> int:
-        """Samples waiting to be sent: read ahead, or still unread on disk."""
+        """Samples waiting to be sent: read ahead, or still unread on disk (the shards'
+        resharding asks)."""
         return self.pending + self.queue.unread_samples
 
     @property
@@ -149,16 +157,17 @@ class QueueReader:
 
     async def run(self) -> None:
         """Read records into the shards while there is room, until a handover, or until the
-        stop began and nothing is left to read (then :attr:`done`, and the shards are told).
-        Read errors are logged and retried every second."""
-        stopping = self._stopping
+        stop began and nothing is left to read or the shards stopped on a bug (then
+        :attr:`done`, and the shards are told). Read errors are logged and retried every
+        second."""
+        stopping = self.stopping
         while not stopping.handover:
+            if stopping.closing and (not self.queue.unread_records or self.shards.failed):
+                self.done = True
+                self.shards.input_done()
+                return
             room = self._room()
             if not room or not self.queue.unread_records:
-                if stopping.closing and not self.queue.unread_records:
-                    self.done = True
-                    self._shards.input_done()
-                    return
                 self._wake.clear()
                 await self._wake.wait()
                 continue
@@ -194,7 +203,7 @@ class QueueReader:
                 continue
             try:
                 # With one shard a record goes out whole, as stored: no need to decompress it.
-                block = decode_record(record.rest, decompress_body=len(self._shards) > 1)
+                block = decode_record(record.rest, decompress_body=len(self.shards) > 1)
                 out.append((block, record.end, record.samples))
             except DecodeError as exc:
                 log.error("destination=%s msg=%s error=%s", self.name,
@@ -207,23 +216,21 @@ class QueueReader:
         if block is None:
             self._metrics.queue_corrupt_records.labels(self.name).inc()
             self._metrics.dropped_samples.labels(self.name, "corrupt").inc(samples)
-            self._records.append(_Record(end, 0, 0, False))
+            self._records.append(_Record(end, 0))
             self._advance()
             return
-        record = _Record(end, block.received_ms, block.series, end <= self._resend_until,
-                         block.samples)  # fmt: skip
+        record = _Record(end, block.received_ms, series=block.series, samples=block.samples,
+                         recovered=end <= self._resend_until)  # fmt: skip
         self._records.append(record)
-        self._shards.add(block, record)
+        self.shards.add(block, record)
         self.pending += block.samples
         self.pending_bytes += block.nbytes
 
-    # -- done ------------------------------------------------------------------------------
+    # -- completion: what is done, what the queue may forget --------------------------------
 
-    def sent(self, batch: Batch) -> None:
-        """A batch of the shards is done (delivered or refused for good): its records move
-        on, and the read-ahead has room again."""
-        self.pending -= batch.samples
-        self.pending_bytes -= batch.nbytes
+    def _sent(self, batch: Batch) -> None:
+        """The shards' ``on_done``: a batch is done (delivered, refused for good, or skipped as
+        corrupt): its records move on, and the read-ahead has room again."""
         self._done(batch)
         self._wake.set()
 
@@ -237,18 +244,18 @@ class QueueReader:
             record.dropped = True
         if dropped.last_segment < 0:
             return
-        for gone in self._shards.remove_if(_dropped):
+        for gone in self.shards.remove_dropped():
             self._metrics.dropped_samples.labels(self.name, "drop_oldest").inc(gone.samples)
-            self.pending -= gone.samples
-            self.pending_bytes -= gone.nbytes
             self._done(gone)
 
     def _done(self, batch: Batch) -> None:
         """The series of ``batch`` (chunks of records) are done (delivered, refused for good,
-        or dropped)."""
+        corrupt or dropped): out of the read-ahead, counted down in their records, and the
+        queue position moved over the records now done."""
+        self.pending -= batch.samples
+        self.pending_bytes -= batch.nbytes
         for chunk in batch.chunks:
             owner = chunk.owner
-            assert isinstance(owner, _Record)
             owner.remaining -= chunk.series
             owner.samples_left -= chunk.samples
         self._advance()

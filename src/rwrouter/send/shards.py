@@ -1,10 +1,16 @@
 """The sending side of a destination: shard buffers, one sender per shard, and resharding.
 
-The reader (:mod:`rwrouter.send.reader`) hands each series read from the disk queue to its
-shard (:meth:`Shards.add`). Each shard sends batches of at most ``max_samples_per_send``
-samples and ``max_request_bytes`` bytes, cut when full or when the oldest frame waited
+The reader (:mod:`rwrouter.send.reader`) owns a destination's shards: it hands each series
+read from the disk queue to its shard (:meth:`Shards.add`) and is told when a batch is done
+(``on_done``). Each shard sends batches of at most ``max_samples_per_send`` samples and
+``max_request_bytes`` bytes, cut when full or when the oldest frame waited
 ``batch_send_deadline`` seconds (at once when stopping); refused parts are on disk in the
-dead-letter store before the batch is reported done (``on_sent``).
+dead-letter store before the batch is reported done.
+
+A bug in the send path (an exception that is not an answer: the deliverer turns every answer,
+network error and credential failure into a result) would fail the same way every time:
+it is logged once, with its traceback, and every sender of the destination stops
+(:attr:`Shards.failed`; see :meth:`Shards._fail`) instead of retrying it for ever.
 
 Per-series order: a series always goes to the same shard (its shard hash) and a shard has one
 batch in flight at a time, retried until it succeeds or is refused, so a later sample of a
@@ -30,12 +36,14 @@ from rwrouter.queue.records import Block
 from rwrouter.send.batching import (
     Batch,
     Chunk,
+    Owner,
     ShardBuffer,
     chunks_by_shard,
     desired_shards,
     reshard,
 )
-from rwrouter.send.delivery import DeadLetterSink, Deliverer
+from rwrouter.send.delivery import Deliverer
+from rwrouter.send.refusals import DeadLetterSink
 
 log = logging.getLogger("rwrouter.sending")
 
@@ -83,13 +91,14 @@ async def wait_event(event: asyncio.Event, seconds: float) -> None:
 
 
 class Shards:
-    """The shard buffers and senders of one destination (see the module docstring).
+    """The shard buffers and senders of one destination (see the module docstring), built
+    by the reader that feeds them (:class:`~rwrouter.send.reader.QueueReader`).
 
-    Callbacks: ``on_sent(batch)`` once a batch taken from a buffer is done (delivered or
-    refused for good, the refused part on disk); ``backlog()``: samples waiting to be sent
-    (read ahead or still on disk), for resharding; ``resent(owner)``: whether a frame's owner
-    may have gone out before a crash (such frames never share a batch with newer ones, and go
-    out marked as resent: :meth:`~rwrouter.send.delivery.Deliverer.deliver`).
+    The reader's hooks: ``on_done(batch)`` once chunks it added are done (delivered, refused
+    for good with the refused part on disk, or skipped as corrupt); ``backlog()``: samples
+    waiting to be sent (read ahead or still on disk), for resharding. Frames of recovered
+    records (:attr:`~rwrouter.send.batching.Owner.recovered`) go out marked as resent
+    (:meth:`~rwrouter.send.delivery.Deliverer.deliver_raw`).
     """
 
     def __init__(
@@ -102,16 +111,15 @@ class Shards:
         metrics: Metrics,
         clock: Callable[[], float],
         stopping: Stopping,
-        on_sent: Callable[[Batch], None],
+        on_done: Callable[[Batch], None],
         backlog: Callable[[], int],
-        resent: Callable[[object], bool],
         reshard_interval: float = RESHARD_INTERVAL,
     ) -> None:
         self.name = name
         self._q = queue_config
         self._deliverer, self._dead_letters = deliverer, dead_letters
         self._metrics, self._clock, self._stopping = metrics, clock, stopping
-        self._on_sent, self._backlog, self._resent = on_sent, backlog, resent
+        self._on_done, self._backlog = on_done, backlog
         self._reshard_interval = reshard_interval
         self.buffers = [ShardBuffer() for _ in range(queue_config.min_shards)]
         self._wake = [asyncio.Event() for _ in self.buffers]
@@ -119,16 +127,17 @@ class Shards:
         self._reshard_task: asyncio.Task[None] | None = None
         self._pausing = False  # a resharding waits for the senders to return
         self._input_done = False  # stopping, and the reader will add nothing more
+        self.failed = False  # the senders stopped on a bug (see _fail)
         self._stats = _IntervalStats()
 
     def __len__(self) -> int:
         """The number of shards (concurrent senders) now."""
         return len(self.buffers)
 
-    def add(self, block: Block, owner: object) -> None:
-        """Hand a record's series to their shards, in order, as one chunk per shard tagged
-        with ``owner`` (given back in the :class:`~rwrouter.send.batching.Batch` of
-        ``on_sent``)."""
+    def add(self, block: Block, owner: Owner) -> None:
+        """Hand a record's series to their shards, in order, as one chunk per shard owned by
+        ``owner`` (given back in the :class:`~rwrouter.send.batching.Batch` of
+        ``on_done``)."""
         now = self._clock()
         buffers, wake = self.buffers, self._wake
         max_samples = self._q.max_samples_per_send
@@ -148,10 +157,11 @@ class Shards:
                 wake[i].set()
             buf.add(chunk, now=now)
 
-    def remove_if(self, dropped: Callable[[object], bool]) -> list[Batch]:
-        """Remove the waiting frames (not those in flight) whose owner ``dropped`` says so;
-        returns them, one non-empty batch per shard."""
-        gone = (buf.remove_if(dropped) for buf in self.buffers)
+    def remove_dropped(self) -> list[Batch]:
+        """Remove the waiting frames (not those in flight) of dropped records
+        (:attr:`~rwrouter.send.batching.Owner.dropped`); returns them, one non-empty batch
+        per shard."""
+        gone = (buf.remove_dropped() for buf in self.buffers)
         return [batch for batch in gone if batch.chunks]
 
     def demand(self, samples: int) -> None:
@@ -194,7 +204,7 @@ class Shards:
     async def _send_loop(self, i: int) -> None:
         buf, wake = self.buffers[i], self._wake[i]
         q_, stopping = self._q, self._stopping
-        while not self._pausing and not stopping.handover:
+        while not self._pausing and not stopping.handover and not self.failed:
             if not buf.chunks:
                 if stopping.closing and self._input_done:
                     return
@@ -209,22 +219,19 @@ class Shards:
                 assert buf.first_at is not None
                 await wait_event(wake, deadline - (now - buf.first_at))
                 continue
-            batch = buf.take(
-                max_samples=q_.max_samples_per_send, max_bytes=q_.max_request_bytes,
-                group=self._resent,
-            )  # fmt: skip
+            batch = buf.take(max_samples=q_.max_samples_per_send, max_bytes=q_.max_request_bytes)
             batch = self._without_undecodable(batch)
             if not batch.chunks:
                 continue
             if await self._send(batch):
-                self._on_sent(batch)
-            else:
+                self._on_done(batch)
+            else:  # a bug (_fail): the batch stays not done, its records on disk
                 buf.put_back(batch)
-                await asyncio.sleep(1.0)
+                return
 
     async def _send(self, batch: Batch) -> bool:
-        """Deliver one batch and put its refused part on disk; False when delivery failed
-        unexpectedly (a bug, not an answer: the caller keeps the batch and tries again)."""
+        """Deliver one batch and put its refused part on disk; False when delivery failed on a
+        bug (not an answer: :meth:`_fail`; the caller keeps the batch, not done)."""
         started = self._clock()
         try:
             flagged = batch.start_timestamps  # RW 1.0 strips them: the frames are needed
@@ -232,7 +239,7 @@ class Shards:
             compressed = batch.compressed if stored else None
             delivered = await self._deliverer.deliver_raw(
                 batch.raw if compressed is None else b"", batch.samples, lambda: batch.items,
-                compressed=compressed, resent=self._resent(batch.chunks[0].owner),
+                compressed=compressed, resent=batch.chunks[0].owner.recovered,
                 start_timestamps=flagged,
             )  # fmt: skip
         except DecodeError as exc:  # a stored body that does not decompress: done, counted
@@ -243,15 +250,31 @@ class Shards:
             # or the splice failed); count the undecodable ones and send the others.
             good = self._without_undecodable(batch, stored_too=True, sent=False)
             return not good.chunks or await self._send(good)
-        except Exception:
-            log.exception("destination=%s msg=%s", self.name,
-                          q("sending a batch failed unexpectedly: retrying in 1s"))  # fmt: skip
+        except Exception:  # a bug: sending it again would fail the same way
+            self._fail()
             return False
         if delivered:
             self._metrics.sent_samples.labels(self.name).inc(delivered)
             self._stats.delivered(delivered, self._clock() - started)
         await self._dead_letters.flush()  # refused parts on disk before the queue moves on
         return True
+
+    def _fail(self) -> None:
+        """Called in the ``except`` of a bug in the send path: log it once with its
+        traceback, set :attr:`failed` and ``rwrouter_destination_failed`` to 1, and wake every
+        sender so that it stops (a batch in flight elsewhere completes first); resharding
+        stops too. Nothing acknowledged is lost: batches not done stay in the disk queue
+        (appends go on, up to ``max_disk_bytes``, then ``on_full`` applies). The operator
+        reloads (``SIGHUP``, ``POST /-/reload``: a failed destination is replaced, even with
+        an unchanged entry, and its successor sends the queue) or restarts rwrouter."""
+        if self.failed:
+            return
+        self.failed = True
+        log.exception("destination=%s msg=%s", self.name,
+                      q("sending failed on a bug: this destination stopped sending, its "
+                        "queue stays on disk until a reload or a restart"))  # fmt: skip
+        self._metrics.destination_failed.labels(self.name).set(1)
+        self.wake()
 
     def _without_undecodable(
         self, batch: Batch, *, stored_too: bool = False, sent: bool = True
@@ -276,8 +299,8 @@ class Shards:
     def _corrupt(self, chunks: list[Chunk], error: DecodeError, *, sent: bool = True) -> None:
         """Stored series whose body does not decompress (the record passed its checksum, so
         it was damaged before it was written): counted as ``corrupt`` and done, like a record
-        failing its checksum. ``sent``: tell the reader they are done (False: :meth:`_send`'s
-        caller does)."""
+        failing its checksum. ``sent``: tell the reader they are done (``on_done``; False:
+        :meth:`_send`'s caller does)."""
         samples = sum(chunk.samples for chunk in chunks)
         log.error("destination=%s samples=%d msg=%s error=%s", self.name, samples,
                   q("undecodable stored series skipped"), q(error))  # fmt: skip
@@ -285,16 +308,16 @@ class Shards:
         self._metrics.dropped_samples.labels(self.name, "corrupt").inc(samples)
         if sent:
             nbytes = sum(chunk.nbytes for chunk in chunks)
-            self._on_sent(Batch(chunks, samples, nbytes))
+            self._on_done(Batch(chunks, samples, nbytes))
 
     async def _reshard_loop(self) -> None:
         """Every ``reshard_interval`` seconds, change the shard count if the load asks for it."""
         q_, stopping = self._q, self._stopping
-        while not stopping.closing:
+        while not stopping.closing and not self.failed:
             await stopping.sleep(self._reshard_interval)
             stats, self._stats = self._stats, _IntervalStats()
             failures, self._deliverer.failures = self._deliverer.failures, 0
-            if failures or stopping.closing:
+            if failures or stopping.closing or self.failed:
                 continue  # more senders do not help a failing destination
             wanted = desired_shards(
                 current=len(self.buffers), min_shards=q_.min_shards, max_shards=q_.max_shards,

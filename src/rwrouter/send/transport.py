@@ -1,9 +1,10 @@
-"""HTTP transport to one destination (aiohttp client).
+"""HTTP transport to one destination: the :class:`WriteClient` protocol the sending side
+depends on, and :class:`Transport`, its aiohttp implementation.
 
-Sends a ready-made body as ``bytes`` (so aiohttp sets Content-Length; never chunked — a streamed
-body would break the SigV4 payload hash) with exactly the headers it is given; aiohttp adds
-only Host (the destination's own, with the port only when it is not the default one) and
-Content-Length. Incoming client headers never reach this layer.
+:class:`Transport` sends a ready-made body as ``bytes`` (so aiohttp sets Content-Length; never
+chunked — a streamed body would break the SigV4 payload hash) with exactly the headers it is
+given; aiohttp adds only Host (the destination's own, with the port only when it is not the
+default one) and Content-Length. Incoming client headers never reach this layer.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import aiohttp
 
@@ -46,9 +48,30 @@ class TransportError(Exception):
     """No answer: connection refused or reset, TLS failure, DNS failure, or timeout."""
 
 
+class WriteClient(Protocol):
+    """The HTTP client of one destination, as the deliverer
+    (:class:`~rwrouter.send.delivery.Deliverer`) and the destination's lifecycle use it:
+    :class:`Transport` in the router, test clients in the tests (``tests/support``).
+
+    ``url``: the destination's URL (requests are signed for it). :meth:`post` sends one
+    ready body (a snappy-compressed write request, ``bytes``) with exactly ``headers`` and
+    returns the :class:`Answer`, whatever its status; it raises :class:`TransportError` when
+    there is no answer. :meth:`start` before the first post, :meth:`close` after the last.
+    """
+
+    @property
+    def url(self) -> str: ...
+
+    async def start(self) -> None: ...
+
+    async def post(self, body: bytes, headers: Mapping[str, str]) -> Answer: ...
+
+    async def close(self) -> None: ...
+
+
 class Transport:
-    """One aiohttp session per destination. ``timeout``: seconds for a whole attempt
-    (Prometheus ``remote_timeout``)."""
+    """A :class:`WriteClient` on one aiohttp session per destination. ``timeout``: seconds
+    for a whole attempt (Prometheus ``remote_timeout``)."""
 
     def __init__(
         self,

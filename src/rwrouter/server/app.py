@@ -204,10 +204,16 @@ async def handle_healthy(request: web.Request) -> web.Response:
 
 
 async def handle_ready(request: web.Request) -> web.Response:
-    """200 once the destinations' senders run; 503 before that and while shutting down."""
-    if request.app[READY][0]:
-        return web.Response(text="rwrouter is ready.\n")
-    return web.Response(status=503, text="rwrouter is not ready.\n")
+    """200 once the destinations' senders run; 503 before that, while shutting down, and while
+    a destination's senders are stopped by a bug (:attr:`FanOut.failed`, until a reload or a
+    restart)."""
+    if not request.app[READY][0]:
+        return web.Response(status=503, text="rwrouter is not ready.\n")
+    failed = request.app[FANOUT].failed
+    if failed:
+        return web.Response(status=503, text=f"rwrouter is not ready: destination "
+                            f"{','.join(failed)} stopped sending on a bug (see the log).\n")
+    return web.Response(text="rwrouter is ready.\n")
 
 
 async def _no_reload() -> str:

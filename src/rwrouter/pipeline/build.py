@@ -1,0 +1,108 @@
+"""The builders of a destination: its parts from its ``remote_write`` entry, then the whole.
+
+:func:`make_destination` builds a :class:`~rwrouter.pipeline.destination.Destination` from its
+configuration, the storage settings, its HTTP client, its authenticator and the metrics: the
+disk queue (``<storage.path>/queue/<name>``), the dead-letter store
+(``<storage.path>/rejected/<name>``) and its writer, the metadata book (RW 2.0 only), the
+deliverer with its retry policy, the reader with its shards, and the metadata queue.
+:func:`build_destination` sets up the authenticator and the transport of a ``remote_write``
+entry first (what ``rwrouter run`` and a reload do).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from rwrouter.auth.schemes import Authenticator, authenticator_for
+from rwrouter.config import DestinationConfig, StorageConfig, safe_url
+from rwrouter.deadletter.store import RejectedStore, rejected_dir, safe_dirname
+from rwrouter.deadletter.writer import DeadLetters
+from rwrouter.metrics import Metrics
+from rwrouter.pipeline.destination import Destination
+from rwrouter.protocol import RW2_MESSAGE
+from rwrouter.queue.diskqueue import DiskQueue
+from rwrouter.send.delivery import Deliverer
+from rwrouter.send.metabook import MetadataBook
+from rwrouter.send.metadata import MetadataQueue
+from rwrouter.send.reader import QueueReader
+from rwrouter.send.retry import RetryPolicy
+from rwrouter.send.shards import RESHARD_INTERVAL, Stopping
+from rwrouter.send.transport import WriteClient, transport_for
+
+log = logging.getLogger("rwrouter.fanout")
+
+
+def queue_dir(storage_path: str, destination: str) -> Path:
+    """``<storage.path>/queue/<destination>`` (the name made safe for a file system)."""
+    return Path(storage_path) / "queue" / safe_dirname(destination)
+
+
+def make_destination(
+    config: DestinationConfig,
+    *,
+    storage: StorageConfig,
+    transport: WriteClient,
+    auth: Authenticator,
+    metrics: Metrics,
+    clock: Callable[[], float] = time.monotonic,
+    wall_clock: Callable[[], float] = time.time,
+    rand: Callable[[], float] = random.random,
+    sleep: Callable[[float], Coroutine[Any, Any, None]] = asyncio.sleep,
+    reshard_interval: float = RESHARD_INTERVAL,
+) -> Destination:
+    """A (not yet started) destination for ``config``, built from its parts (see the module
+    docstring). Clocks (``clock``: monotonic seconds, ``wall_clock``: unix seconds),
+    randomness and sleep are injectable for tests; ``reshard_interval``: seconds between
+    resharding decisions. Opens no file: the queue is opened by ``Destination.start``."""
+    name, q_ = config.name, config.queue_config
+    store = RejectedStore(rejected_dir(storage.path, name), max_bytes=storage.rejected_max_bytes)
+    dead_letters = DeadLetters(name=name, store=store, metrics=metrics)
+    book = (MetadataBook(escaping=config.metric_name_escaping_scheme)
+            if config.protobuf_message == RW2_MESSAGE else None)  # fmt: skip
+    policy = RetryPolicy(
+        min_backoff=q_.min_backoff, max_backoff=q_.max_backoff,
+        retry_on_http_429=q_.retry_on_http_429, max_retry_duration=q_.max_retry_duration,
+        max_retry_duration_on_http_429=q_.max_retry_duration_on_http_429,
+    )  # fmt: skip
+    deliverer = Deliverer(
+        name=name, transport=transport, auth=auth, policy=policy, headers=dict(config.headers),
+        message=config.protobuf_message, book=book, metrics=metrics, clock=clock,
+        wall_clock=wall_clock, rand=rand, sleep=sleep, on_rejected=dead_letters,
+    )  # fmt: skip
+    reader = QueueReader(
+        name=name, queue=DiskQueue(queue_dir(storage.path, name), max_bytes=q_.max_disk_bytes),
+        queue_config=q_, deliverer=deliverer, dead_letters=dead_letters, metrics=metrics,
+        clock=clock, stopping=Stopping(), reshard_interval=reshard_interval,
+    )  # fmt: skip
+    metadata = MetadataQueue(
+        name=name, batch_size=config.metadata_config.max_samples_per_send,
+        max_bytes=q_.max_memory_bytes, metrics=metrics,
+        resend_after=config.metadata_config.send_interval / 2,
+    )  # fmt: skip
+    return Destination(config=config, storage=storage, reader=reader, deliverer=deliverer,
+                       dead_letters=dead_letters, metadata=metadata, metrics=metrics,
+                       clock=clock, wall_clock=wall_clock)  # fmt: skip
+
+
+async def build_destination(
+    dest: DestinationConfig, index: int, *, storage: StorageConfig, metrics: Metrics
+) -> Destination:
+    """A (not yet started) :class:`Destination` for ``remote_write[index]``: its
+    authenticator, its :class:`~rwrouter.send.transport.Transport`, then
+    :func:`make_destination`.
+
+    Raises ConfigError / CredentialsError when its auth cannot be set up.
+    """
+    auth = await authenticator_for(dest, path=f"remote_write[{index}]")
+    log.info("destination=%s url=%s auth=%s fallback=%s rules=%d", dest.name,
+             safe_url(dest.url), auth.kind, dest.fallback,
+             len(dest.write_relabel_configs))  # fmt: skip
+    return make_destination(
+        dest, storage=storage, transport=transport_for(dest), auth=auth, metrics=metrics
+    )
