@@ -10,8 +10,7 @@ Every error the router raises derives from :class:`RwrouterError`::
     │   ├── TooLargeError      413: body or declared decoded size over the configured limit
     │   └── UnsupportedError   415: another Content-Encoding or Content-Type
     ├── CredentialsError       no usable credentials for a destination (AWS, or a secret file)
-    ├── StorageError           a durable queue could not be written (503: nothing acknowledged)
-    └── DeliveryError          a send to a destination failed; carries the retry decision
+    └── StorageError           a durable queue could not be written (503: nothing acknowledged)
 
 A :class:`RequestError` never becomes a 5xx answer, and it never affects the next request.
 """
@@ -81,24 +80,3 @@ class StorageError(RwrouterError):
     """A destination's disk queue could not be written (disk full, I/O error). The request is
     answered 503 and not acknowledged; the underlying OSError is the ``__cause__``."""
 
-
-class DeliveryError(RwrouterError):
-    """A send to a destination failed.
-
-    ``status`` is the HTTP status (``None`` for a connection error or timeout), ``retryable`` the
-    retry decision (RW 1.0 spec: retry 5xx and network errors, never other 4xx, 429 by config),
-    ``retry_after`` the delay the destination asked for, in seconds (``None`` if it did not).
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int | None,
-        retryable: bool,
-        retry_after: float | None = None,
-    ) -> None:
-        self.status = status
-        self.retryable = retryable
-        self.retry_after = retry_after
-        super().__init__(message)
