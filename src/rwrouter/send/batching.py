@@ -18,12 +18,6 @@ from rwrouter.wire import compress, decompress, splice_compressed
 from rwrouter.wire.index import INDEX, split_shards
 
 
-def shard_of(hashed: int, shards: int) -> int:
-    """The shard of a series from its shard hash (:func:`rwrouter.routing.shard_hash`); what
-    :func:`~rwrouter.wire.index.split_shards` applies to each frame."""
-    return hashed % shards
-
-
 class Chunk:
     """Consecutive framed series of one queue record bound for one shard: ``body``, the frames
     concatenated, ``index``, per frame :data:`~rwrouter.wire.index.INDEX` (frame bytes,
@@ -258,7 +252,9 @@ class ShardBuffer:
 
 def chunks_by_shard(chunk: Chunk, shards: int) -> list[Chunk | None]:
     """A chunk's frames as one chunk per shard (None for a shard that gets none), each in
-    order (:func:`shard_of`), owned by the same owner. With one shard, the chunk itself."""
+    order, owned by the same owner: a frame goes to its shard hash modulo ``shards``
+    (:func:`rwrouter.routing.shard_hash`, as Prometheus shards series; what
+    :func:`~rwrouter.wire.index.split_shards` applies). With one shard, the chunk itself."""
     if shards == 1:
         return [chunk]
     return [
@@ -268,8 +264,8 @@ def chunks_by_shard(chunk: Chunk, shards: int) -> list[Chunk | None]:
 
 
 def reshard(old: list[ShardBuffer], shards: int) -> list[ShardBuffer]:
-    """Move every waiting chunk into ``shards`` new buffers by its frames' hashes
-    (:func:`shard_of`).
+    """Move every waiting chunk into ``shards`` new buffers by its frames' shard hashes
+    (modulo ``shards``, as :func:`chunks_by_shard`).
 
     Per-series order holds: all frames of a series sit in one old buffer, and they are moved in
     their order. A chunk keeps the arrival time of the oldest chunk of its old buffer.
