@@ -45,7 +45,6 @@ class CaptureReader:
 
     def __init__(self, stream: BinaryIO) -> None:
         self._stream = stream
-        self.records_read = 0
         self.corrupt = 0  # records skipped: their body failed its checksum
         self.torn = False  # reading stopped at an incomplete or untrustworthy record
         self.end = 0  # the offset after the last whole record (where a torn end begins)
@@ -75,5 +74,4 @@ class CaptureReader:
             if zlib.crc32(body) != checksum:
                 self.corrupt += 1
                 continue
-            self.records_read += 1
             yield received_ms, body
