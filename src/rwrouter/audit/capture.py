@@ -19,15 +19,13 @@ import zlib
 from collections.abc import Iterator
 from typing import BinaryIO
 
+from rwrouter.errors import CaptureError
+
 __all__ = ["HEADER", "MAGIC", "MAX_BODY_BYTES", "CaptureError", "CaptureReader", "encode_record"]
 
 MAGIC = b"rwrouter capture 1\n"
 HEADER = struct.Struct("<qII")  # received ms, body bytes, crc32
 MAX_BODY_BYTES = 1 << 30  # larger than any request a receiver accepts
-
-
-class CaptureError(ValueError):
-    """Not a capture file (or another version of one)."""
 
 
 def encode_record(body: bytes, received_ms: int) -> bytes:

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from rwrouter.errors import QueueInUseError
 from rwrouter.queue.records import HEADER, record_samples
 from rwrouter.queue.segments import (
     POSITION,
@@ -40,7 +41,6 @@ from rwrouter.queue.segments import (
     Cursor,
     Position,
     QueuedRecord,
-    QueueInUseError,
     Segment,
     fsync_dir,
     recover_segments,

@@ -42,7 +42,7 @@ from typing import Any, Protocol
 
 from rwrouter import USER_AGENT
 from rwrouter.auth.schemes import Authenticator
-from rwrouter.errors import CredentialsError
+from rwrouter.errors import CredentialsError, TransportError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.protocol import MESSAGES, RW1_MESSAGE, RW2_MESSAGE, Written, request_headers
@@ -57,7 +57,7 @@ from rwrouter.send.encoding import (
 )
 from rwrouter.send.metabook import MetadataBook
 from rwrouter.send.retry import RETRY_BUDGET, RetryPolicy
-from rwrouter.send.transport import Answer, Transport, TransportError
+from rwrouter.send.transport import Answer, Transport
 
 log = logging.getLogger("rwrouter.sending")
 
