@@ -119,8 +119,8 @@ class PrometheusProcess:
         """
         binary = binary or prometheus_binary()
         owns = workdir is None
-        workdir = Path(tempfile.mkdtemp(prefix="rwrouter-prometheus-")) if owns else workdir
-        assert workdir is not None
+        if workdir is None:
+            workdir = Path(tempfile.mkdtemp(prefix="rwrouter-prometheus-"))
         workdir.mkdir(parents=True, exist_ok=True)
         (workdir / "prometheus.yml").write_text(config_text)
         port = free_port()

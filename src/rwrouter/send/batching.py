@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from rwrouter.errors import InvariantError
 from rwrouter.queue.records import FLAG_START_TIMESTAMPS
 from rwrouter.wire import compress, decompress, splice_compressed
 from rwrouter.wire.index import INDEX, split_shards
@@ -60,7 +61,8 @@ class Chunk:
     def body(self) -> bytes:
         """The frames concatenated (decompressed on first use when given compressed)."""
         if self._body is None:
-            assert self.compressed is not None
+            if self.compressed is None:
+                raise InvariantError("a chunk without its body has its compressed body")
             self._body = decompress(self.compressed, max_decoded_bytes=self.nbytes)
         return self._body
 
@@ -180,7 +182,8 @@ class ShardBuffer:
         bytes), or the oldest chunk waited ``deadline`` seconds."""
         if not self.chunks:
             return False
-        assert self.first_at is not None
+        if self.first_at is None:
+            raise InvariantError("a buffer holding chunks knows when the first came")
         return (
             self.samples >= max_samples
             or self.nbytes >= max_bytes
