@@ -42,7 +42,7 @@ from typing import Any, Protocol
 
 from rwrouter import USER_AGENT
 from rwrouter.auth.schemes import Authenticator
-from rwrouter.errors import CredentialsError, TransportError
+from rwrouter.errors import CredentialsError, InvariantError, TransportError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.protocol import MESSAGES, RW1_MESSAGE, RW2_MESSAGE, Written, request_headers
@@ -214,7 +214,8 @@ class Deliverer:
         if compressed is not None:
             stored = Request(compressed, RW1_MESSAGE)
             result = await self._send_request(stored, count, kind, batch)
-            assert not isinstance(result, NotRW2)  # an RW 1.0 request
+            if isinstance(result, NotRW2):
+                raise InvariantError("NotRW2 for a remote write 1.0 request (only 2.0 can be it)")
         else:
             result = await self._send(raw, count, kind, batch)
         if not isinstance(result, Refusal):
@@ -345,8 +346,7 @@ class Deliverer:
         while True:
             answer = await self._attempt(body, message)
             status = answer.status if isinstance(answer, Answer) else None
-            if status is not None and 200 <= status < 300:
-                assert isinstance(answer, Answer)
+            if isinstance(answer, Answer) and 200 <= answer.status < 300:
                 return answer.headers
             text = answer.text if isinstance(answer, Answer) else str(answer)
             if status is not None and not refreshed:

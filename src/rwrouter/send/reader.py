@@ -21,7 +21,7 @@ import asyncio
 import logging
 from collections import deque
 
-from rwrouter.errors import DecodeError
+from rwrouter.errors import DecodeError, InvariantError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.queue.diskqueue import DiskQueue, Dropped, Position
@@ -168,7 +168,8 @@ class QueueReader:
                 batch = self._read_blocks(min(room, INLINE_READ_BYTES), blocking=False)
                 if batch is None:
                     batch = await asyncio.to_thread(self._read_blocks, room)
-                assert batch is not None  # a blocking read always reads
+                if batch is None:
+                    raise InvariantError("a blocking read always reads")
             except OSError as exc:  # e.g. too many open files: try again, never give up
                 log.error("destination=%s msg=%s error=%s", self.name,
                           q("reading the disk queue failed: retrying in 1s"), q(exc))  # fmt: skip
@@ -248,7 +249,8 @@ class QueueReader:
         or dropped)."""
         for chunk in batch.chunks:
             owner = chunk.owner
-            assert isinstance(owner, _Record)
+            if not isinstance(owner, _Record):
+                raise InvariantError(f"a chunk of this reader's records is owned by {owner!r}")
             owner.remaining -= chunk.series
             owner.samples_left -= chunk.samples
         self._advance()
