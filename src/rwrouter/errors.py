@@ -1,33 +1,54 @@
 """rwrouter's exceptions.
 
-Every error the router raises derives from :class:`RwrouterError`::
+Every error the package raises on purpose derives from :class:`RwrouterError`; a few keep a
+built-in base as well, so code that caught them by it still does::
 
     RwrouterError
-    ├── ConfigError            the configuration is invalid; names the YAML key path
-    ├── RequestError           the sender's mistake; carries the HTTP status to answer (4xx)
-    │   ├── DecodeError        400: body is not a valid snappy-block remote write 1.0 request
-    │   ├── SlowBodyError      408: the body did not arrive within the read timeout
-    │   ├── TooLargeError      413: body or declared decoded size over the configured limit
-    │   └── UnsupportedError   415: another Content-Encoding or Content-Type
-    ├── CredentialsError       no usable credentials for a destination (AWS, or a secret file)
-    ├── StorageError           a durable queue could not be written (503: nothing acknowledged)
-    └── DeliveryError          a send to a destination failed; carries the retry decision
+    ├── ConfigError              the configuration is invalid; names the YAML key path
+    ├── RequestError             the sender's mistake; carries the HTTP status to answer (4xx)
+    │   ├── DecodeError          400: not a valid snappy-block remote write 1.0 or 2.0 request
+    │   ├── SlowBodyError        408: the body did not arrive within the read timeout
+    │   ├── TooLargeError        413: body or declared decoded size over the configured limit
+    │   └── UnsupportedError     415: another Content-Encoding or Content-Type
+    ├── CredentialsError         no usable credentials for a destination (AWS, or a secret file)
+    ├── StorageError             a durable queue could not be written (503: nothing acknowledged)
+    ├── QueueInUseError          (also OSError) another process holds a queue directory
+    ├── TransportError           a destination gave no answer (connection, TLS, DNS, timeout)
+    ├── CaptureError             (also ValueError) not an rwrouter capture file
+    ├── SeriesError              (also ValueError) an unparsable ``rwrouter relabel --series``
+    └── PrometheusNotFoundError  (also RuntimeError) no ``prometheus`` binary for the demo
 
 A :class:`RequestError` never becomes a 5xx answer, and it never affects the next request.
+The commands (:mod:`rwrouter.cli`) print any RwrouterError as one line and exit 1, a
+ConfigError with exit 2.
+
+Outside the tree on purpose:
+
+- :class:`InvariantError` (a RuntimeError): an internal invariant does not hold, a bug in
+  rwrouter. It is not an RwrouterError, so the handlers that turn those into an answer or a
+  one-line message do not dress a bug up as the sender's or the operator's mistake.
+- Control flow that never leaves the package, hence private to its module and not an error:
+  ``rwrouter.pipeline.fanout.Stale`` (a reload swapped the destinations while a request was
+  decoded: it is routed again), ``rwrouter.server.decoders.Busy`` (a decoding lane is full:
+  the server answers 503) and ``rwrouter.server.app.ClientGone`` (the sender closed the
+  connection before its answer: counted, nothing kept).
 """
 
 from __future__ import annotations
 
 
 class RwrouterError(Exception):
-    """Base of every rwrouter error."""
+    """Base of every error rwrouter raises on purpose."""
 
 
 class ConfigError(RwrouterError):
-    """The configuration is invalid.
+    """The configuration is invalid (:mod:`rwrouter.config`; also :mod:`rwrouter.auth.schemes`
+    for a ``sigv4`` block without a region anywhere).
 
     ``path`` is the YAML key path of the offending value, e.g.
     ``remote_write[1].write_relabel_configs[2].regex``; ``str()`` gives ``"<path>: <reason>"``.
+    ``rwrouter run`` and ``rwrouter check-config`` exit 2; a reload (SIGHUP, ``POST
+    /-/reload``: 500) keeps the running configuration.
     """
 
     def __init__(self, path: str, reason: str) -> None:
@@ -39,66 +60,89 @@ class ConfigError(RwrouterError):
 class RequestError(RwrouterError):
     """A remote write request the router refuses; ``status`` is the 4xx status to answer.
 
-    The message is one line, meant for the sender (it is the response body).
+    The message is one line, meant for the sender (it is the response body). Raised while
+    receiving (:mod:`rwrouter.server.app`, :mod:`rwrouter.protocol`), decoding
+    (:mod:`rwrouter.wire`, :mod:`rwrouter.routing`) and admitting (:mod:`rwrouter.pipeline`).
     """
 
     status = 400
 
 
 class DecodeError(RequestError):
-    """400: undecodable snappy, bad protobuf, invalid UTF-8, duplicate label names, empty body."""
+    """400: undecodable snappy, bad protobuf, invalid UTF-8, duplicate label names, empty body
+    (:mod:`rwrouter.wire`, :mod:`rwrouter.routing.scan`)."""
 
     status = 400
 
 
 class SlowBodyError(RequestError):
-    """408: the body did not arrive within ``server.read_timeout``."""
+    """408: the body did not arrive within ``server.read_timeout`` (:mod:`rwrouter.server.app`)."""
 
     status = 408
 
 
 class TooLargeError(RequestError):
-    """413: the body, or the decoded size its snappy header declares, is over the limit."""
+    """413: the body, or the decoded size its snappy header declares, is over the limit; or a
+    series alone is over a destination's ``max_request_bytes`` (:mod:`rwrouter.server.app`,
+    :mod:`rwrouter.wire`, :mod:`rwrouter.pipeline.fanout`)."""
 
     status = 413
 
 
 class UnsupportedError(RequestError):
-    """415: a Content-Encoding or Content-Type the router does not accept."""
+    """415: a Content-Encoding or Content-Type the router does not accept
+    (:func:`rwrouter.protocol.message_of`)."""
 
     status = 415
 
 
 class CredentialsError(RwrouterError):
     """No usable credentials: no AWS credentials found, bad settings, a failed refresh (STS,
-    instance metadata, ...), or an unreadable ``password_file``/``credentials_file``.
+    instance metadata, ...), or an unreadable ``password_file``/``credentials_file``
+    (:mod:`rwrouter.auth.credentials`, :mod:`rwrouter.auth.schemes`).
 
-    The message says which source was tried; the underlying error is the ``__cause__``.
+    The message says which source was tried; the underlying error is the ``__cause__``. At
+    start-up ``rwrouter run`` exits 1; while sending, the attempt fails as one without an
+    answer would (``rwrouter_sent_requests_total{code="error"}``) and is retried.
     """
 
 
 class StorageError(RwrouterError):
-    """A destination's disk queue could not be written (disk full, I/O error). The request is
-    answered 503 and not acknowledged; the underlying OSError is the ``__cause__``."""
+    """A destination's disk queue could not be written (disk full, I/O error), or the
+    destination is stopped (:mod:`rwrouter.pipeline`). The request is answered 503 and not
+    acknowledged; the underlying OSError, if any, is the ``__cause__``."""
 
 
-class DeliveryError(RwrouterError):
-    """A send to a destination failed.
+class QueueInUseError(RwrouterError, OSError):
+    """Another process holds the lock of a queue directory (:func:`rwrouter.queue.segments.
+    take_lock`): each rwrouter process needs its own ``storage.path``. ``rwrouter run`` exits
+    1; a reload that adds the destination fails (500) and keeps the running configuration."""
 
-    ``status`` is the HTTP status (``None`` for a connection error or timeout), ``retryable`` the
-    retry decision (RW 1.0 spec: retry 5xx and network errors, never other 4xx, 429 by config),
-    ``retry_after`` the delay the destination asked for, in seconds (``None`` if it did not).
-    """
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int | None,
-        retryable: bool,
-        retry_after: float | None = None,
-    ) -> None:
-        self.status = status
-        self.retryable = retryable
-        self.retry_after = retry_after
-        super().__init__(message)
+class TransportError(RwrouterError):
+    """No answer from a destination: connection refused or reset, TLS failure, DNS failure, or
+    timeout (:class:`rwrouter.send.transport.Transport`). The send is retried with backoff
+    (``rwrouter_retries_total{reason="network"}``); the request's sender never sees it."""
+
+
+class CaptureError(RwrouterError, ValueError):
+    """Not a capture file, or another version of one (:mod:`rwrouter.audit.capture`; also
+    :mod:`rwrouter.server.capture` for an existing file it would append to).
+    ``rwrouter capture`` and ``rwrouter audit --capture`` exit 1 with the message."""
+
+
+class SeriesError(RwrouterError, ValueError):
+    """An unparsable ``--series`` of ``rwrouter relabel`` (:func:`rwrouter.relabel.series.
+    parse_series`): the message says what and where. The command exits 2."""
+
+
+class PrometheusNotFoundError(RwrouterError, RuntimeError):
+    """The ``prometheus`` binary is not on PATH (Debian package ``prometheus``;
+    :func:`rwrouter.doubles.prometheus.prometheus_binary`). ``rwrouter demo`` installs it when
+    run as root, else says how and exits 2; the test suites skip what needs it (fail on CI)."""
+
+
+class InvariantError(RuntimeError):
+    """An internal invariant does not hold: a bug in rwrouter, never the sender's or the
+    configuration's fault. Raised where an ``assert`` would be (``python -O`` removes those);
+    the message names the invariant. Deliberately not an :class:`RwrouterError`."""

@@ -1,4 +1,5 @@
-"""The command line as a user runs it: ``rwrouter check-config`` exit codes and output."""
+"""The command line as a user runs it: ``rwrouter check-config`` exit codes and output, and
+``rwrouter run`` without ``--config``."""
 
 from __future__ import annotations
 
@@ -60,3 +61,18 @@ def test_check_config_into_a_closed_pipe_is_not_an_error(tmp_path: Path) -> None
     )  # fmt: skip
     assert result.stdout.startswith("config:")
     assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr
+
+
+@pytest.mark.parametrize("argv", [["run"], []], ids=["run_without_config", "no_command"])
+def test_run_without_config_exits_2_with_a_hint(tmp_path: Path, argv: list[str]) -> None:
+    """As a user (or a manifest missing its flag) runs it: nothing starts, exit status 2."""
+    result = subprocess.run(
+        [sys.executable, "-m", "rwrouter", *argv], cwd=tmp_path, env=dict(os.environ),
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        "rwrouter: error: rwrouter run needs --config FILE (the demo is `rwrouter demo`)"
+    )
+    assert result.stdout == "" and "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing written where it ran

@@ -29,6 +29,7 @@ from tests.integration.conftest import (
     router_config,
 )
 from tests.support.capture import CaptureServer
+from tests.support.frames import frame_series
 from tests.support.series import HEADERS, Series, build_body, encode, write_request
 
 GOOD = build_body([Series((("__name__", "up"), ("job", "a")), ((1_000, 1.0),))])
@@ -245,8 +246,8 @@ def many_new_series(count: int) -> bytes:
     import snappy
 
     sample = b"\x12\x0b\x09" + struct.pack("<d", 1.0) + b"\x10\x01"
-    frames = (codec.frame_series(codec.encode_labels((("__name__", "m"), ("i", str(n)))),
-                                 sample) for n in range(count))  # fmt: skip
+    frames = (frame_series(codec.encode_labels((("__name__", "m"), ("i", str(n)))), sample)
+              for n in range(count))  # fmt: skip
     return bytes(snappy.compress(b"".join(frames)))
 
 

@@ -22,7 +22,7 @@ def ok(_body: bytes, _headers: Mapping[str, str]) -> Answer:
 
 class FakeClient:
     """Answers every POST with ``reply(body, headers)`` (which may raise
-    :class:`~rwrouter.send.transport.TransportError`: no answer) and keeps what was
+    :class:`~rwrouter.errors.TransportError`: no answer) and keeps what was
     posted: ``posts``, (body as sent, headers) in order. ``starts``/``closes`` count the
     lifecycle calls. Tests with a richer destination subclass it and override :meth:`post`.
     """

@@ -20,13 +20,13 @@ from rwrouter.send.batching import (
     chunks_by_shard,
     desired_shards,
     reshard,
-    shard_of,
 )
 from rwrouter.wire import encode_labels
 from rwrouter.wire.index import INDEX
+from tests.support.frames import shard_of
 
 # ---------------------------------------------------------------------------------------------
-# shard_of
+# The shard of each frame (chunks_by_shard): the shard hash modulo the shards
 
 
 def _key(i: int) -> bytes:
@@ -37,13 +37,22 @@ def _hash(i: int) -> int:
     return shard_hash(_key(i))
 
 
+def placement(hashes: list[int], shards: int) -> list[int]:
+    """The shard :func:`chunks_by_shard` puts each frame of one record in (frame ``i`` has
+    shard hash ``hashes[i]``)."""
+    record = chunk_of([(frame(i), 1, hashed) for i, hashed in enumerate(hashes)])
+    parts = chunks_by_shard(record, shards)
+    assert len(parts) == shards
+    where = {row[0]: s for s, part in enumerate(parts) if part is not None for row in flat([part])}
+    return [where[frame(i)] for i in range(len(hashes))]
+
+
 @pytest.mark.parametrize("shards", [1, 2, 3, 7, 50, 200], ids=lambda n: f"{n}_shards")
-def test_shard_of_stable_and_in_range(shards: int) -> None:
-    for i in range(500):
-        hashed = _hash(i)
-        shard = shard_of(hashed, shards)
-        assert 0 <= shard < shards
-        assert shard_of(shard_hash(bytes(_key(i))), shards) == shard  # equal key, new object
+def test_shard_stable_and_in_range(shards: int) -> None:
+    placed = placement([_hash(i) for i in range(500)], shards)
+    assert all(0 <= shard < shards for shard in placed)
+    again = placement([shard_hash(bytes(_key(i))) for i in range(500)], shards)  # new objects
+    assert again == placed
 
 
 def test_shard_hash_is_stable_across_processes() -> None:
@@ -54,7 +63,7 @@ def test_shard_hash_is_stable_across_processes() -> None:
     assert shard_hash(_key(1)) == shard_hash(_key(1)) != shard_hash(_key(2))
 
 
-SHARD_OF_CASES = [
+SHARD_CASES = [
     # id, shard hash, shards, shard (the hash modulo the shards, as Prometheus does)
     ("zero_hash", 0, 7, 0),
     ("below_shards", 5, 7, 5),
@@ -66,19 +75,19 @@ SHARD_OF_CASES = [
 
 @pytest.mark.parametrize(
     ("hashed", "shards", "shard"),
-    [c[1:] for c in SHARD_OF_CASES],
-    ids=[c[0] for c in SHARD_OF_CASES],
+    [c[1:] for c in SHARD_CASES],
+    ids=[c[0] for c in SHARD_CASES],
 )
-def test_shard_of_known_values(hashed: int, shards: int, shard: int) -> None:
-    assert shard_of(hashed, shards) == shard
+def test_shard_known_values(hashed: int, shards: int, shard: int) -> None:
+    assert placement([hashed], shards) == [shard]
 
 
 @pytest.mark.parametrize("shards", [4, 16, 50], ids=lambda n: f"{n}_shards")
-def test_shard_of_distribution_roughly_even(shards: int) -> None:
+def test_shard_distribution_roughly_even(shards: int) -> None:
     per_shard = 400
     counts = [0] * shards
-    for i in range(shards * per_shard):
-        counts[shard_of(_hash(i), shards)] += 1
+    for shard in placement([_hash(i) for i in range(shards * per_shard)], shards):
+        counts[shard] += 1
     # A uniform hash puts ~400 +- 20 in each; allow a wide margin (no flakes).
     assert min(counts) > per_shard * 0.6
     assert max(counts) < per_shard * 1.4

@@ -214,7 +214,7 @@ def test_minimal_file_takes_every_default() -> None:
     )
     assert dest.send_exemplars and dest.send_native_histograms
     assert not dest.fallback
-    assert dest.auth_mode == "none"
+    assert (dest.sigv4, dest.basic_auth, dest.authorization) == (None, None, None)  # no auth
     assert dest.protobuf_message == "prometheus.WriteRequest"  # RW 1.0, as Prometheus
     assert dest.metric_name_escaping_scheme == "allow-utf-8"
     assert config.global_.metric_name_validation_scheme == "utf8"  # Prometheus 3's default
@@ -324,7 +324,7 @@ def test_full_file_reads_every_key() -> None:
         send=False, send_interval=120.0, max_samples_per_send=100
     )
     assert not mimir.send_exemplars and not mimir.send_native_histograms
-    assert fallback.fallback and fallback.auth_mode == "basic_auth"
+    assert fallback.fallback and (fallback.sigv4, fallback.authorization) == (None, None)
     assert fallback.basic_auth == BasicAuth(
         username="admin", password_file=str(TESTDATA / "secrets" / "password.txt")
     )

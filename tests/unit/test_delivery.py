@@ -18,12 +18,12 @@ import pytest
 
 from rwrouter.auth.credentials import CredentialsSource, FrozenCredentials
 from rwrouter.auth.schemes import Authenticator, HeaderAuth, NoAuth, SigV4
-from rwrouter.errors import CredentialsError
+from rwrouter.errors import CredentialsError, TransportError
 from rwrouter.metrics import Metrics
 from rwrouter.send.delivery import SPLIT_BUDGET, Deliverer
 from rwrouter.send.refusals import Item, Refusal, RejectHook
 from rwrouter.send.retry import RetryPolicy
-from rwrouter.send.transport import Answer, TransportError
+from rwrouter.send.transport import Answer
 from rwrouter.wire import decompress
 from tests.support.clients import FakeClient
 

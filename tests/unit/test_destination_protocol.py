@@ -16,11 +16,12 @@ from rwrouter.metrics import Metrics
 from rwrouter.pipeline.build import make_destination
 from rwrouter.pipeline.destination import Destination
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE
-from rwrouter.queue.records import FLAG_START_TIMESTAMPS, pack_frames
+from rwrouter.queue.records import FLAG_START_TIMESTAMPS
 from rwrouter.send.batching import Batch, Chunk, Owner, ShardBuffer, chunks_by_shard, reshard
 from rwrouter.send.metabook import parse_entry
 from rwrouter.wire import frame_metadata, types_pb2
 from tests.support.clients import FakeClient
+from tests.support.frames import pack_frames
 from tests.support.rw2_frames import Frame, frame_bytes
 
 FRAMES = [frame_bytes(Frame((("__name__", "m"), ("i", str(i))), (b"\x10\x01",))) for i in range(8)]

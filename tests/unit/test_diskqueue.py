@@ -24,7 +24,8 @@ from rwrouter.queue.diskqueue import (
     Recovery,
     segment_bytes_for,
 )
-from rwrouter.queue.records import HEADER, decode_record, encode_share, pack_frames
+from rwrouter.queue.records import HEADER, decode_record, encode_share
+from tests.support.frames import pack_frames
 
 SEG = 1024  # bytes per segment: three records of REC bytes each
 FRAME = 260  # frame bytes per record (incompressible)

@@ -7,8 +7,9 @@ import pytest
 
 from rwrouter.metrics.names import MetricNameShares
 from rwrouter.routing import Route, RoutedSeries, Router
-from rwrouter.wire import decode_labels, decompress, parse_write_request
+from rwrouter.wire import decode_labels, decompress
 from rwrouter.wire.index import metric_name_samples
+from tests.support.frames import parse_write_request
 from tests.support.series import Series, build_body
 
 

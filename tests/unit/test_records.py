@@ -21,11 +21,11 @@ from rwrouter.queue.records import (
     check_record,
     decode_record,
     encode_share,
-    pack_frames,
     record_samples,
     shard_hash,
 )
 from rwrouter.wire import compress
+from tests.support.frames import pack_frames
 
 META = struct.Struct("<BBHqIII")  # the documented layout: version .. raw body length
 INDEX = struct.Struct("<III")  # frame length, samples, shard hash

@@ -17,8 +17,8 @@ from rwrouter.relabel import parse_relabel_configs, process
 from rwrouter.relabel.names import (
     is_legacy_label_name,
     is_utf8_label_name,
-    is_valid_label_name,
     is_valid_with_references,
+    name_check,
 )
 
 P = "remote_write[0].write_relabel_configs"
@@ -146,8 +146,8 @@ NAME_CASES = [
 def test_label_name_validity(name: str, utf8: bool, legacy: bool) -> None:
     assert is_utf8_label_name(name) is utf8
     assert is_legacy_label_name(name) is legacy
-    assert is_valid_label_name(name, scheme="utf8") is utf8
-    assert is_valid_label_name(name, scheme="legacy") is legacy
+    assert name_check("utf8")(name) is utf8
+    assert name_check("legacy")(name) is legacy
     assert is_valid_with_references(name, "utf8") is utf8
 
 

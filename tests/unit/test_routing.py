@@ -11,12 +11,8 @@ import pytest
 from rwrouter.errors import DecodeError
 from rwrouter.relabel import parse_relabel_configs
 from rwrouter.routing import INVALID, RELABEL, Route, RoutedRequest, Router, shard_hash
-from rwrouter.wire import (
-    encode_labels,
-    parse_write_request,
-    remote_pb2,
-    types_pb2,
-)
+from rwrouter.wire import encode_labels, remote_pb2, types_pb2
+from tests.support.frames import parse_write_request
 
 Labels = Mapping[str, str]
 

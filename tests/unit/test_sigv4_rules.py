@@ -1,11 +1,12 @@
-"""Signing rules of rwrouter.auth.sigv4 (pure; no sockets)."""
+"""Signing rules of rwrouter.auth.sigv4 and the SigV4 refresh rule (no sockets)."""
 
 from __future__ import annotations
 
 import pytest
 
 from rwrouter.auth import sigv4
-from rwrouter.auth.sigv4 import AwsError
+from rwrouter.auth.credentials import CredentialsSource, FrozenCredentials
+from rwrouter.auth.schemes import SigV4
 
 RW = {
     "Content-Encoding": "snappy",
@@ -84,88 +85,50 @@ def test_host_header_without_host_raises(url: str) -> None:
         sigv4.host_header(url)
 
 
-EXPIRED_CASES = [
-    (
-        "expired token",
-        403,
-        '{"message":"The security token included in the request is expired"}',
-        True,
-    ),
-    (
-        "invalid token",
-        403,
-        '{"message":"The security token included in the request is invalid."}',
-        True,
-    ),
+class _Refreshes(CredentialsSource):
+    """Static keys that count the forced refreshes (no botocore, no network)."""
+
+    def __init__(self) -> None:
+        super().__init__(credentials=None, region="us-east-1", service="aps", method="static")
+        self.refreshes = 0
+
+    async def frozen(self) -> FrozenCredentials:
+        return FrozenCredentials("AKID", "SECRET")
+
+    async def force_refresh(self) -> FrozenCredentials:
+        self.refreshes += 1
+        return await self.frozen()
+
+
+# The refresh rule reads the status only: any 401/403 refreshes (and the request is sent once
+# more), whatever the body says; nothing else does, whatever the body says.
+REFRESH_CASES = [
+    ("expired token", 403, '{"message":"The security token included in the request is expired"}',
+     True),
+    ("invalid token", 403,
+     '{"message":"The security token included in the request is invalid."}', True),
     ("expired token exception type", 403, '{"__type":"ExpiredTokenException"}', True),
     ("sts wording", 403, "<Error><Message>The provided token has expired.</Message></Error>", True),
-    (
-        "clock skew is not a token problem",
-        403,
-        '{"message":"Signature expired: 20240101T000000Z is now earlier than 20240101T000500Z"}',
-        False,
-    ),
-    (
-        "signature mismatch",
-        403,
-        '{"message":"The request signature we calculated does not match"}',
-        False,
-    ),
-    ("missing token", 403, '{"message":"Missing Authentication Token"}', False),
-    ("same words on a 400", 400, "The security token included in the request is expired", False),
+    ("clock skew", 403,
+     '{"message":"Signature expired: 20240101T000000Z is now earlier than 20240101T000500Z"}',
+     True),
+    ("signature mismatch", 403, '{"message":"The request signature we calculated does not match"}',
+     True),
+    ("missing token", 403, '{"message":"Missing Authentication Token"}', True),
+    ("401 without a body", 401, "", True),
+    ("token words on a 400", 400, "The security token included in the request is expired",
+     False),
     ("rate limit", 429, "ingestion rate limit (170000) exceeded", False),
-]
+    ("server error", 503, "", False),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(
-    ("status", "body", "expected"),
-    [c[1:] for c in EXPIRED_CASES],
-    ids=[c[0] for c in EXPIRED_CASES],
+    ("status", "body", "refresh"),
+    [c[1:] for c in REFRESH_CASES],
+    ids=[c[0] for c in REFRESH_CASES],
 )
-def test_is_expired_token_response(status: int, body: str, expected: bool) -> None:
-    assert sigv4.is_expired_token_response(status=status, body_text=body) is expected
-
-
-PARSE_CASES = [
-    (
-        "json message",
-        '{"message":"Missing Authentication Token"}',
-        None,
-        AwsError(None, "Missing Authentication Token"),
-    ),
-    (
-        "json Message and __type",
-        '{"__type":"com.amazon#ExpiredTokenException","Message":"x"}',
-        None,
-        AwsError("ExpiredTokenException", "x"),
-    ),
-    (
-        "error type header wins",
-        '{"__type":"Other","message":"m"}',
-        "UnrecognizedClientException:http://internal",
-        AwsError("UnrecognizedClientException", "m"),
-    ),
-    (
-        "plain cortex text",
-        "out of order sample. timestamp=1",
-        None,
-        AwsError(None, "out of order sample. timestamp=1"),
-    ),
-    ("multi-line collapsed", '{"message":"a\\n\\nb  c"}', None, AwsError(None, "a b c")),
-    ("json without message", '{"code": 1}', None, AwsError(None, '{"code": 1}')),
-    ("empty body", "", None, AwsError(None, "")),
-]
-
-
-@pytest.mark.parametrize(
-    ("body", "error_type", "expected"),
-    [c[1:] for c in PARSE_CASES],
-    ids=[c[0] for c in PARSE_CASES],
-)
-def test_parse_aws_error(body: str, error_type: str | None, expected: AwsError) -> None:
-    assert sigv4.parse_aws_error(body_text=body, error_type=error_type) == expected
-
-
-def test_parse_aws_error_truncates_long_messages() -> None:
-    parsed = sigv4.parse_aws_error(body_text="x" * 10_000)
-    assert len(parsed.message) == sigv4.MAX_ERROR_MESSAGE
+async def test_refresh_after_reads_the_status_only(status: int, body: str, refresh: bool) -> None:
+    source = _Refreshes()
+    assert await SigV4(source).refresh_after(status=status, body_text=body) is refresh
+    assert source.refreshes == int(refresh)

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rwrouter.errors import DecodeError, TooLargeError
+from rwrouter.routing import Route, Router
 from rwrouter.wire import (
     codec,
     compress,
@@ -24,14 +25,13 @@ from rwrouter.wire import (
     decompress,
     encode_labels,
     frame_metadata,
-    frame_series,
     metadata_family,
-    parse_write_request,
     remote_pb2,
     strip_fields,
     types_pb2,
 )
 from rwrouter.wire.walk import encode_varint
+from tests.support.frames import frame_series, parse_write_request
 
 STALE_BITS = 0x7FF0000000000002  # Prometheus staleness marker
 PROM_NAN_BITS = 0x7FF8000000000001  # Prometheus "normal" NaN
@@ -230,7 +230,7 @@ def test_splice_compressed_refuses_an_unreadable_header(bad: bytes) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# parse_write_request against the generated protobuf
+# Taking a request apart (tests/support/frames.py) against the generated protobuf
 
 
 def _request_samples_exemplars() -> remote_pb2.WriteRequest:
@@ -464,12 +464,17 @@ MALFORMED: list[tuple[str, bytes]] = [
 
 
 @pytest.mark.parametrize("data", [d for _, d in MALFORMED], ids=[n for n, _ in MALFORMED])
-def test_parse_write_request_refuses_malformed(data: bytes) -> None:
+def test_malformed_requests_are_refused(data: bytes) -> None:
+    """The receive path (the router's loop over the request) refuses each one whole (400), and
+    so does the reference reader the other tests here use."""
+    router = Router(global_rules=(), routes=[Route(name="d")])
     with pytest.raises(DecodeError) as info:
+        router.route(data)
+    assert info.value.status == 400
+    with pytest.raises(DecodeError):
         parts = parse_write_request(data)
         for raw in parts.series:  # labels are validated lazily, per distinct label set
             decode_labels(raw.labels)
-    assert info.value.status == 400
 
 
 @pytest.mark.parametrize(

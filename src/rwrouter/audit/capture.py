@@ -19,15 +19,13 @@ import zlib
 from collections.abc import Iterator
 from typing import BinaryIO
 
+from rwrouter.errors import CaptureError
+
 __all__ = ["HEADER", "MAGIC", "MAX_BODY_BYTES", "CaptureError", "CaptureReader", "encode_record"]
 
 MAGIC = b"rwrouter capture 1\n"
 HEADER = struct.Struct("<qII")  # received ms, body bytes, crc32
 MAX_BODY_BYTES = 1 << 30  # larger than any request a receiver accepts
-
-
-class CaptureError(ValueError):
-    """Not a capture file (or another version of one)."""
 
 
 def encode_record(body: bytes, received_ms: int) -> bytes:
@@ -45,7 +43,6 @@ class CaptureReader:
 
     def __init__(self, stream: BinaryIO) -> None:
         self._stream = stream
-        self.records_read = 0
         self.corrupt = 0  # records skipped: their body failed its checksum
         self.torn = False  # reading stopped at an incomplete or untrustworthy record
         self.end = 0  # the offset after the last whole record (where a torn end begins)
@@ -75,5 +72,4 @@ class CaptureReader:
             if zlib.crc32(body) != checksum:
                 self.corrupt += 1
                 continue
-            self.records_read += 1
             yield received_ms, body

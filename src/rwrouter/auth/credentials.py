@@ -96,8 +96,9 @@ class CredentialsSource:
         return await asyncio.to_thread(self._freeze)
 
     async def force_refresh(self) -> FrozenCredentials:
-        """Refresh now, whatever the expiry says (after a 403 "security token ... expired"),
-        in a worker thread. Static credentials are returned as they are.
+        """Refresh now, whatever the expiry says (after a 401 or 403 answer, see
+        :meth:`rwrouter.auth.schemes.SigV4.refresh_after`), in a worker thread. Static
+        credentials are returned as they are.
 
         Raises :class:`CredentialsError` when the refresh fails.
         """

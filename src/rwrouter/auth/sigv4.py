@@ -1,9 +1,15 @@
 """SigV4 signing rules for remote write to the managed workspace (pure: no I/O, no clock).
 
-What goes on a signed request, and how to read the workspace's answers. The signature itself is
-computed by botocore in :mod:`rwrouter.auth.credentials`; this module only decides *which*
-headers it signs, so that every header we send (except ``User-Agent`` and the
-``Content-Length`` the HTTP client adds) is covered by the signature.
+What goes on a signed request. The signature itself is computed by botocore in
+:mod:`rwrouter.auth.credentials`; this module only decides *which* headers it signs, so that
+every header we send (except ``User-Agent`` and the ``Content-Length`` the HTTP client adds)
+is covered by the signature.
+
+The workspace's answers are read by status alone: after any 401 or 403, whatever its body says
+(security token expired or invalid, keys rotated, signature mismatch, even "Signature
+expired"), the credentials are refreshed and the request is sent once more; a second 401/403
+for the same request is final (:meth:`rwrouter.auth.schemes.SigV4.refresh_after`). The body
+is not read for that decision.
 
 Sources: shared/reference/managed-workspace.md ("Endpoint and headers", "Answers you
 will see"); AWS SigV4 docs ("Create a canonical request"); botocore ``auth.py``
@@ -12,24 +18,12 @@ will see"); AWS SigV4 docs ("Create a canonical request"); botocore ``auth.py``
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from rwrouter.protocol import NEVER_SIGNED, RW1_MESSAGE, RW2_MESSAGE, request_headers
 
 _DEFAULT_PORTS: Mapping[str, int] = {"http": 80, "https": 443}
-
-#: Lower-case fragments of a 403 body that mean "refresh the credentials and retry once"
-#: (AWS wording: ExpiredTokenException, UnrecognizedClientException).
-_REFRESHABLE_403: tuple[str, ...] = (
-    "security token included in the request is expired",
-    "security token included in the request is invalid",
-    "expiredtoken",
-    "token has expired",
-)
-
 
 def headers_to_sign(
     *,
@@ -90,53 +84,3 @@ def host_header(url: str) -> str:
     if port is None or port == _DEFAULT_PORTS.get(parts.scheme.lower()):
         return host
     return f"{host}:{port}"
-
-
-def is_expired_token_response(*, status: int, body_text: str) -> bool:
-    """Whether an answer means "refresh the credentials and retry once".
-
-    True for a 403 whose body says the security token is expired or invalid (AWS
-    ``ExpiredTokenException`` / ``UnrecognizedClientException``). False for "Signature expired"
-    (clock skew: fresh credentials would not help) and for everything else.
-    Source: managed-workspace.md "Answers you will see".
-    """
-    if status != 403:
-        return False
-    text = body_text.lower()
-    return any(fragment in text for fragment in _REFRESHABLE_403)
-
-
-@dataclass(frozen=True)
-class AwsError:
-    """An AWS error answer, for logs: ``code`` (e.g. ``ExpiredTokenException``) or ``None``,
-    and a one-line ``message`` of at most :data:`MAX_ERROR_MESSAGE` characters."""
-
-    code: str | None
-    message: str
-
-
-#: Longest error message kept for a log line, in characters.
-MAX_ERROR_MESSAGE = 300
-
-
-def parse_aws_error(*, body_text: str, error_type: str | None = None) -> AwsError:
-    """Read an AWS error body: JSON ``{"message": ...}`` / ``{"Message": ...}`` with an optional
-    ``__type``, or plain text (Cortex-style answers). ``error_type`` is the ``x-amzn-ErrorType``
-    header, if any (its ``:``-suffix is dropped). Never raises.
-    Source: AWS JSON protocol error shape; managed-workspace.md "Answers you will see".
-    """
-    code = (error_type.split(":", 1)[0] or None) if error_type else None
-    message = body_text
-    try:
-        data = json.loads(body_text)
-    except ValueError:
-        data = None
-    if isinstance(data, dict):
-        raw_message = data.get("message", data.get("Message"))
-        if isinstance(raw_message, str):
-            message = raw_message
-        raw_type = data.get("__type")
-        if code is None and isinstance(raw_type, str):
-            code = raw_type.rsplit("#", 1)[-1] or None
-    one_line = " ".join(message.split())
-    return AwsError(code=code, message=one_line[:MAX_ERROR_MESSAGE])

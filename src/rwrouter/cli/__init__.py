@@ -6,9 +6,10 @@ audit`` and ``rwrouter capture``.
 
 ``rwrouter run --config FILE`` runs the router (SIGHUP reloads FILE; SIGTERM drains for
 ``server.shutdown_timeout``); ``--workers N`` runs N router processes sharing the port
-(:mod:`rwrouter.server.supervisor`). Without ``--config`` it runs its embedded default, the
-local demo pipeline (same as ``rwrouter demo``). Exit codes: 0 clean stop, 1 runtime
-failure, 2 bad configuration or usage.
+(:mod:`rwrouter.server.supervisor`). ``--config`` is required: a router started without one
+would send nothing anywhere and still look healthy, so ``rwrouter run`` alone (or
+``rwrouter`` with no command) is a usage error; the local demo pipeline is ``rwrouter demo``.
+Exit codes: 0 clean stop, 1 runtime failure, 2 bad configuration or usage.
 """
 
 from __future__ import annotations
@@ -75,10 +76,11 @@ async def serve(config_path: str, *, worker: WorkerSpec | None = None) -> int:
     return 0
 
 
+#: What ``rwrouter run`` without ``--config`` (and ``rwrouter`` alone) says (exit status 2).
+RUN_NEEDS_CONFIG = "rwrouter run needs --config FILE (the demo is `rwrouter demo`)"
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    if args.config is None:
-        log.info('msg="no --config given: running the embedded default, the local demo pipeline"')
-        return cmd_demo(args)
     if args.worker is not None:  # started by the supervisor of --workers N
         from rwrouter.server.workers import WorkerSpec, prepare_worker
 
@@ -124,10 +126,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from rwrouter.demo.pipeline import run_demo
 
     return run_demo(
-        nodes=getattr(args, "nodes", 2),
-        duration=getattr(args, "duration", None),
-        workdir=getattr(args, "workdir", None),
-        prometheus=getattr(args, "prometheus", None),
+        nodes=args.nodes,
+        duration=args.duration,
+        workdir=args.workdir,
+        prometheus=args.prometheus,
     )
 
 
@@ -137,8 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"])  # fmt: skip
     sub = parser.add_subparsers(dest="command")
-    run = sub.add_parser("run", help="run the router (without --config: the local demo)")
-    run.add_argument("--config", help="YAML configuration file")
+    run = sub.add_parser("run", help="run the router (needs --config FILE)")
+    run.add_argument("--config", metavar="FILE", help="YAML configuration file (required)")
     run.add_argument("--workers", type=_workers, default=1, metavar="N",
                      help="router processes sharing the listen port (SO_REUSEPORT), each with "
                           "its own queues; default 1")  # fmt: skip
@@ -168,9 +170,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rwrouter`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command is None or (args.command == "run" and args.config is None):
+        parser.error(RUN_NEEDS_CONFIG)  # exit status 2, after the usage line
     setup_logging(args.log_level)
-    if args.command is None:
-        args = parser.parse_args([*(argv or sys.argv[1:]), "run"])
     try:
         code: int = args.func(args)
     except ConfigError as exc:

@@ -33,6 +33,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from rwrouter.errors import InvariantError
 from rwrouter.relabel.series import (
     Labels,
     SeriesError,
@@ -175,14 +176,16 @@ def _outcome_text(d: Decision) -> str:
     from rwrouter.routing.explain import INVALID_OUTCOME, SENT
 
     if d.outcome == SENT:
-        assert d.labels is not None
+        if d.labels is None:
+            raise InvariantError(f"{d.name}: sent without labels")
         if d.shadow:
             return f"counted by the audit as {format_labels(d.labels)} (never sent)"
         return f"sent {format_labels(d.labels)}"
     if d.shadow and d.reason is not None:  # a shadow destination counts no drops
         return f"{d.detail} (not counted by the audit)"
     if d.outcome == INVALID_OUTCOME:
-        assert d.labels is not None
+        if d.labels is None:
+            raise InvariantError(f"{d.name}: invalid without labels")
         return f"{d.detail}: {format_labels(d.labels)} (not sent, counted as reason {d.reason})"
     if d.reason is not None:
         return f"{d.detail} (not sent, counted as reason {d.reason})"

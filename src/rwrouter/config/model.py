@@ -251,15 +251,6 @@ class DestinationConfig:
         """Whether the audit counts this destination's series (``shadow`` or ``audit``)."""
         return self.shadow or self.audit
 
-    @property
-    def auth_mode(self) -> str:
-        """``sigv4``, ``basic_auth``, ``authorization`` or ``none``."""
-        if self.sigv4 is not None:
-            return "sigv4"
-        if self.basic_auth is not None:
-            return "basic_auth"
-        return "authorization" if self.authorization is not None else "none"
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RelabelCacheConfig:

@@ -46,6 +46,7 @@ from rwrouter.doubles.prometheus import (
 from rwrouter.doubles.router import RouterProcess
 from rwrouter.doubles.workspace import INSPECT_PATH, Key, WorkspaceDouble
 from rwrouter.doubles.workspace_runner import ThreadedWorkspace, run_in_thread
+from rwrouter.errors import InvariantError
 
 REGION = "us-east-1"
 WORKSPACE_ID = "ws-demo"
@@ -180,9 +181,10 @@ class DemoPipeline:
         series = self.workspace_series()
         by_name, error = {}, ""
         try:
-            assert self.self_hosted is not None
+            if self.self_hosted is None:
+                raise InvariantError("the summary is gathered only once the demo started")
             by_name = series_by_name(self.self_hosted.query(SERIES_BY_NAME))
-        except (OSError, ValueError, RuntimeError, AssertionError) as exc:
+        except (OSError, ValueError, RuntimeError) as exc:  # InvariantError is a RuntimeError
             error = str(exc)
         return Summary(
             elapsed_s=time.monotonic() - self.started_at,

@@ -54,7 +54,8 @@ def series_by_name(result: list[dict[str, object]]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for row in result:
         metric, value = row["metric"], row["value"]
-        assert isinstance(metric, dict) and isinstance(value, list)
+        if not isinstance(metric, dict) or not isinstance(value, list):
+            raise ValueError(f"not a vector query result row: {row!r}")
         counts[str(metric.get("__name__", ""))] = int(float(value[1]))
     return counts
 

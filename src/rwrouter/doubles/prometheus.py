@@ -32,6 +32,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from rwrouter.errors import PrometheusNotFoundError
+
 __all__ = [
     "INSTALL_HINT",
     "MetricSample",
@@ -50,10 +52,6 @@ RW_HEADERS = {
     "Content-Type": "application/x-protobuf",
     "X-Prometheus-Remote-Write-Version": "0.1.0",
 }
-
-
-class PrometheusNotFoundError(RuntimeError):
-    """The ``prometheus`` binary is not on PATH (Debian package ``prometheus``)."""
 
 
 def prometheus_binary() -> str:
@@ -121,8 +119,8 @@ class PrometheusProcess:
         """
         binary = binary or prometheus_binary()
         owns = workdir is None
-        workdir = Path(tempfile.mkdtemp(prefix="rwrouter-prometheus-")) if owns else workdir
-        assert workdir is not None
+        if workdir is None:
+            workdir = Path(tempfile.mkdtemp(prefix="rwrouter-prometheus-"))
         workdir.mkdir(parents=True, exist_ok=True)
         (workdir / "prometheus.yml").write_text(config_text)
         port = free_port()

@@ -12,6 +12,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
+from rwrouter.errors import InvariantError
+
 
 def merge_expositions(parts: Mapping[str, str | None], *, workers: int) -> bytes:
     """One text exposition of several worker processes' own expositions (``rwrouter run
@@ -149,7 +151,8 @@ def status_snapshot(exposition: str) -> dict[str, object]:
                 reporters.setdefault(labels["destination"], set()).add(labels.get("worker", ""))
             elif name in by_reason and "destination" in labels:
                 reasons = dest(labels["destination"])[by_reason[name]]
-                assert isinstance(reasons, dict)
+                if not isinstance(reasons, dict):
+                    raise InvariantError(f"{by_reason[name]} is not counted per reason")
                 reason = labels.get("reason", "")
                 reasons[reason] = reasons.get(reason, 0.0) + value
     out["relabel_cache_hit_ratio"] = sum(ratios) / len(ratios) if ratios else None

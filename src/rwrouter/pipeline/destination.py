@@ -38,7 +38,7 @@ from collections.abc import Callable
 
 from rwrouter.config import DestinationConfig, StorageConfig
 from rwrouter.deadletter.writer import DeadLetters
-from rwrouter.errors import StorageError
+from rwrouter.errors import InvariantError, StorageError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.protocol import MESSAGES, RW1_MESSAGE, RW2_MESSAGE
@@ -210,7 +210,8 @@ class Destination:
             ticket = await asyncio.to_thread(
                 self.queue.append, share.records, share.samples, reserved=share.nbytes
             )
-        assert ticket is not None
+        if ticket is None:
+            raise InvariantError("a blocking append always appends")
         self._senders.demand(share.total_samples)
         self._reader.wake()
         if self.storage.fsync == "always":

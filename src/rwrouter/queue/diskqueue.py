@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from rwrouter.errors import InvariantError, QueueInUseError
 from rwrouter.queue.records import HEADER, record_samples
 from rwrouter.queue.segments import (
     POSITION,
@@ -40,7 +41,6 @@ from rwrouter.queue.segments import (
     Cursor,
     Position,
     QueuedRecord,
-    QueueInUseError,
     Segment,
     fsync_dir,
     recover_segments,
@@ -201,7 +201,8 @@ class DiskQueue:
 
     def _write_position(self) -> None:
         """Store the committed position and the read mark (under the lock)."""
-        assert self._position_fd is not None
+        if self._position_fd is None:
+            raise InvariantError("the position is written only while the queue is open")
         write_position(self._position_fd, self._position, max(self._position, self._read_end))
 
     # -- writing -------------------------------------------------------------------------
@@ -261,7 +262,8 @@ class DiskQueue:
                 or (seg.size and seg.size + len(data) > self.segment_bytes)
             ):
                 seg = self._roll()
-            assert self._fd is not None
+            if self._fd is None:
+                raise InvariantError("a segment just rolled has no open file")
             try:
                 write_all(self._fd, data)
             except OSError:

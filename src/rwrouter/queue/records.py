@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rwrouter.errors import DecodeError, TooLargeError
@@ -46,7 +45,6 @@ __all__ = [
     "check_record",
     "decode_record",
     "encode_share",
-    "pack_frames",
     "record_samples",
     "shard_hash",
 ]
@@ -77,18 +75,6 @@ class EncodedShare:
     @property
     def total_samples(self) -> int:
         return sum(self.samples)
-
-
-def pack_frames(
-    frames: Sequence[bytes], keys: Sequence[bytes], counts: Sequence[int]
-) -> tuple[bytes, bytes]:
-    """(body, index) of framed series given one by one (their encoded output labels as shard
-    keys, and sample counts): the shape :func:`encode_share` takes. For tools and tests; the
-    receive path gets both from :func:`rwrouter.routing.scan.scan_request`."""
-    index = b"".join(
-        INDEX.pack(len(f), n, shard_hash(k)) for f, k, n in zip(frames, keys, counts, strict=True)
-    )
-    return b"".join(frames), index
 
 
 def encode_share(

@@ -18,6 +18,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from rwrouter.errors import QueueInUseError
 from rwrouter.queue.records import (
     HEADER,
     KIND_SAMPLES,
@@ -32,10 +33,6 @@ log = logging.getLogger("rwrouter.queue")
 
 SUFFIX = ".seg"
 POSITION = struct.Struct("<QQQQI")  # committed segment/offset, read segment/offset, crc32
-
-
-class QueueInUseError(OSError):
-    """Another process holds this queue directory's lock."""
 
 
 @dataclass(frozen=True, order=True, slots=True)

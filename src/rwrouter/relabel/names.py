@@ -22,7 +22,6 @@ __all__ = [
     "go_quote",
     "is_legacy_label_name",
     "is_utf8_label_name",
-    "is_valid_label_name",
     "is_valid_utf8",
     "is_valid_with_references",
     "name_check",
@@ -64,17 +63,12 @@ _NAME_CHECKS = {UTF8: is_utf8_label_name, LEGACY: is_legacy_label_name}
 
 
 def name_check(scheme: str) -> Callable[[str], bool]:
-    """The label-name check of ``scheme``; ``ValueError`` for an unknown scheme."""
+    """The label-name check of ``scheme`` (``utf8`` or ``legacy``): prometheus/common
+    ``ValidationScheme.IsValidLabelName``. ``ValueError`` for an unknown scheme."""
     try:
         return _NAME_CHECKS[scheme]
     except KeyError:
         raise ValueError(f"unknown name validation scheme {scheme!r}") from None
-
-
-def is_valid_label_name(name: str, *, scheme: str) -> bool:
-    """prometheus/common ``ValidationScheme.IsValidLabelName`` for ``scheme`` (``utf8`` or
-    ``legacy``); ``ValueError`` for another scheme."""
-    return name_check(scheme)(name)
 
 
 def is_valid_with_references(text: str, scheme: str) -> bool:

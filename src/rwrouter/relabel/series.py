@@ -19,15 +19,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from rwrouter.errors import SeriesError
 from rwrouter.relabel.names import go_quote, is_legacy_label_name
 
 Labels = tuple[tuple[str, str], ...]
 
 __all__ = ["Labels", "SeriesError", "format_labels", "format_name", "parse_series", "quote_value"]
-
-
-class SeriesError(ValueError):
-    """An unparsable ``--series``."""
 
 
 _METRIC = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")

@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rwrouter.errors import InvariantError
 from rwrouter.relabel import RelabelConfig, Step, trace
 from rwrouter.relabel.series import format_labels
 from rwrouter.routing import Router
@@ -97,7 +98,7 @@ def explain(
     """The outcome of ``labels`` (any order) at each destination of ``routes`` after
     ``global_rules``, with the rules' steps. ``router`` (of those rules and routes): one that
     remembers the series explained before, so a collision between them shows (a fresh one
-    otherwise). Raises AssertionError if the engine's steps and the router's decision disagree
+    otherwise). Raises InvariantError if the engine's steps and the router's decision disagree
     (a bug)."""
     start = tuple(sorted(labels))
     if router is None:
@@ -116,13 +117,13 @@ def explain(
     decisions = []
     for route, res in zip(routes, outcomes, strict=True):
         if after is None:
-            assert res == RELABEL, (route.name, res)
+            _agree(res == RELABEL, route, res)
             decisions.append(Decision(route.name, route.fallback, DROPPED, None, (),
                                       ("global", global_drop or 0), RELABEL,
                                       f"dropped by global rule [{global_drop}]"))  # fmt: skip
             continue
         if not after:
-            assert res == RELABEL, (route.name, res)
+            _agree(res == RELABEL, route, res)
             detail = "no labels left after the global rules"
             decisions.append(Decision(route.name, route.fallback, DROPPED, None, (), None,
                                       RELABEL, detail))  # fmt: skip
@@ -137,11 +138,18 @@ def explain(
     return Explanation(start, global_steps, after, tuple(decisions))
 
 
+def _agree(agreed: bool, route: Route, *seen: object) -> None:
+    """Raise InvariantError when the relabel engine's steps and the router's outcome for
+    ``route`` disagree (``seen``: what each gave)."""
+    if not agreed:
+        raise InvariantError(f"the relabel steps and the router disagree at {route.name}: {seen}")
+
+
 def _decision(route: Route, labels: LabelTuple, res: bytes | str) -> Decision:
     steps = tuple(trace(route.rules, labels))
     final = steps[-1].labels if steps else labels
     if steps and not steps[-1].kept:
-        assert res == RELABEL, (route.name, res)
+        _agree(res == RELABEL, route, res)
         index = steps[-1].index
         return Decision(route.name, route.fallback, DROPPED, None, steps,
                         ("destination", index), RELABEL, f"dropped by rule [{index}]")  # fmt: skip
@@ -149,7 +157,7 @@ def _decision(route: Route, labels: LabelTuple, res: bytes | str) -> Decision:
         escaped = escape_labels(final, route.escaping)
         change = escaped if escaped.changed else None
         if isinstance(res, bytes):
-            assert decode_labels(res) == escaped.labels, (route.name, res, escaped)
+            _agree(decode_labels(res) == escaped.labels, route, res, escaped)
             outcome, reason, why = SENT, None, "sent"
         else:
             outcome, reason = DROPPED, NAME_COLLISION
@@ -163,6 +171,6 @@ def _decision(route: Route, labels: LabelTuple, res: bytes | str) -> Decision:
         why = "no __name__ label" if "__name__" not in names else "an empty label name"
         return Decision(route.name, route.fallback, INVALID_OUTCOME, final, steps, None,
                         INVALID, f"invalid: {why} after relabeling")  # fmt: skip
-    assert res == RELABEL and not final, (route.name, res, final)
+    _agree(res == RELABEL and not final, route, res, final)
     return Decision(route.name, route.fallback, DROPPED, None, steps, None, RELABEL,
                     "no labels left after relabeling")  # fmt: skip

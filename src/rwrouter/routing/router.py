@@ -8,6 +8,7 @@ import struct
 from collections.abc import Sequence
 
 from rwrouter.config import Config
+from rwrouter.errors import InvariantError
 from rwrouter.relabel import FILTER_ACTIONS, RelabelConfig, process
 from rwrouter.relabel.series import format_labels
 from rwrouter.routing.cache import (
@@ -136,7 +137,8 @@ class Router(Generations):
         route escapes names, only legacy names are canonical (escaping changes no such set),
         and values whose labels a claim holds (:meth:`_taint`) go the full way, where the
         collision memory is asked."""
-        assert self._signature_names is not None
+        if self._signature_names is None:
+            raise InvariantError("the template shortcut needs rules that only filter")
         values = signature(raw_labels, self._signature_names, self._claims is not None)
         if values is None or values in self._no_template:
             return None
@@ -208,7 +210,8 @@ class Router(Generations):
     def _collide(self, i: int, res: bytes | Renamed, key: bytes) -> bytes | str:
         """Route ``i``'s escaped output labels for the series of cache key ``key``, or
         NAME_COLLISION when an earlier series holds them (:class:`Claims`)."""
-        assert self._claims is not None
+        if self._claims is None:
+            raise InvariantError("a name collision is asked for only when a route escapes names")
         route, log = self.routes[i], self._collisions
         escaped: bytes = res.escaped if isinstance(res, Renamed) else res
         original = res.original if isinstance(res, Renamed) else None

@@ -16,6 +16,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+from rwrouter.errors import InvariantError
 from rwrouter.queue.records import FLAG_START_TIMESTAMPS
 from rwrouter.wire import compress, decompress, splice_compressed
 from rwrouter.wire.index import INDEX, split_shards
@@ -39,12 +40,6 @@ class Owner:
         self.dropped = False
         self.remaining = series
         self.samples_left = samples
-
-
-def shard_of(hashed: int, shards: int) -> int:
-    """The shard of a series from its shard hash (:func:`rwrouter.routing.shard_hash`); what
-    :func:`~rwrouter.wire.index.split_shards` applies to each frame."""
-    return hashed % shards
 
 
 class Chunk:
@@ -90,7 +85,8 @@ class Chunk:
     def body(self) -> bytes:
         """The frames concatenated (decompressed on first use when given compressed)."""
         if self._body is None:
-            assert self.compressed is not None
+            if self.compressed is None:
+                raise InvariantError("a chunk without its body has its compressed body")
             self._body = decompress(self.compressed, max_decoded_bytes=self.nbytes)
         return self._body
 
@@ -205,7 +201,8 @@ class ShardBuffer:
         bytes), or the oldest chunk waited ``deadline`` seconds."""
         if not self.chunks:
             return False
-        assert self.first_at is not None
+        if self.first_at is None:
+            raise InvariantError("a buffer holding chunks knows when the first came")
         return (
             self.samples >= max_samples
             or self.nbytes >= max_bytes
@@ -271,7 +268,9 @@ class ShardBuffer:
 
 def chunks_by_shard(chunk: Chunk, shards: int) -> list[Chunk | None]:
     """A chunk's frames as one chunk per shard (None for a shard that gets none), each in
-    order (:func:`shard_of`), owned by the same owner. With one shard, the chunk itself."""
+    order, owned by the same owner: a frame goes to its shard hash modulo ``shards``
+    (:func:`rwrouter.routing.shard_hash`, as Prometheus shards series; what
+    :func:`~rwrouter.wire.index.split_shards` applies). With one shard, the chunk itself."""
     if shards == 1:
         return [chunk]
     return [
@@ -281,8 +280,8 @@ def chunks_by_shard(chunk: Chunk, shards: int) -> list[Chunk | None]:
 
 
 def reshard(old: list[ShardBuffer], shards: int) -> list[ShardBuffer]:
-    """Move every waiting chunk into ``shards`` new buffers by its frames' hashes
-    (:func:`shard_of`).
+    """Move every waiting chunk into ``shards`` new buffers by its frames' shard hashes
+    (modulo ``shards``, as :func:`chunks_by_shard`).
 
     Per-series order holds: all frames of a series sit in one old buffer, and they are moved in
     their order. A chunk keeps the arrival time of the oldest chunk of its old buffer.

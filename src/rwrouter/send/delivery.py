@@ -42,7 +42,7 @@ from typing import Any
 
 from rwrouter import USER_AGENT
 from rwrouter.auth.schemes import Authenticator
-from rwrouter.errors import CredentialsError
+from rwrouter.errors import CredentialsError, InvariantError, TransportError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.protocol import MESSAGES, RW1_MESSAGE, RW2_MESSAGE, Written, request_headers
@@ -58,7 +58,7 @@ from rwrouter.send.encoding import (
 from rwrouter.send.metabook import MetadataBook
 from rwrouter.send.refusals import Item, Refusal, RejectHook, is_out_of_order, reason_of
 from rwrouter.send.retry import RETRY_BUDGET, RetryPolicy
-from rwrouter.send.transport import Answer, TransportError, WriteClient
+from rwrouter.send.transport import Answer, WriteClient
 
 log = logging.getLogger("rwrouter.sending")
 
@@ -184,7 +184,8 @@ class Deliverer:
         if compressed is not None:
             stored = Request(compressed, RW1_MESSAGE)
             result = await self._send_request(stored, count, kind, batch)
-            assert not isinstance(result, NotRW2)  # an RW 1.0 request
+            if isinstance(result, NotRW2):
+                raise InvariantError("NotRW2 for a remote write 1.0 request (only 2.0 can be it)")
         else:
             result = await self._send(raw, count, kind, batch)
         if not isinstance(result, Refusal):
@@ -315,8 +316,7 @@ class Deliverer:
         while True:
             answer = await self._attempt(body, message)
             status = answer.status if isinstance(answer, Answer) else None
-            if status is not None and 200 <= status < 300:
-                assert isinstance(answer, Answer)
+            if isinstance(answer, Answer) and 200 <= answer.status < 300:
                 return answer.headers
             text = answer.text if isinstance(answer, Answer) else str(answer)
             if status is not None and not refreshed:

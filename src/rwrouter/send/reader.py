@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Callable
 
 from rwrouter.config import QueueConfig
-from rwrouter.errors import DecodeError
+from rwrouter.errors import DecodeError, InvariantError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.queue.diskqueue import DiskQueue, Dropped, Position
@@ -177,7 +177,8 @@ class QueueReader:
                 batch = self._read_blocks(min(room, INLINE_READ_BYTES), blocking=False)
                 if batch is None:
                     batch = await asyncio.to_thread(self._read_blocks, room)
-                assert batch is not None  # a blocking read always reads
+                if batch is None:
+                    raise InvariantError("a blocking read always reads")
             except OSError as exc:  # e.g. too many open files: try again, never give up
                 log.error("destination=%s msg=%s error=%s", self.name,
                           q("reading the disk queue failed: retrying in 1s"), q(exc))  # fmt: skip

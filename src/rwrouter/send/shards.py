@@ -29,7 +29,7 @@ from collections.abc import Callable
 from contextlib import suppress
 
 from rwrouter.config import QueueConfig
-from rwrouter.errors import DecodeError
+from rwrouter.errors import DecodeError, InvariantError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.queue.records import Block
@@ -216,7 +216,8 @@ class Shards:
             if not buf.ready(max_samples=q_.max_samples_per_send, max_bytes=q_.max_request_bytes,
                              deadline=deadline, now=now):  # fmt: skip
                 wake.clear()
-                assert buf.first_at is not None
+                if buf.first_at is None:
+                    raise InvariantError("a buffer holding chunks knows when the first came")
                 await wait_event(wake, deadline - (now - buf.first_at))
                 continue
             batch = buf.take(max_samples=q_.max_samples_per_send, max_bytes=q_.max_request_bytes)

@@ -17,6 +17,7 @@ from typing import Protocol
 import aiohttp
 
 from rwrouter.config import DestinationConfig, TLSConfig
+from rwrouter.errors import TransportError
 
 BODY_HEAD_BYTES = 1024  # how much of an error answer is kept for logs
 
@@ -42,10 +43,6 @@ class Answer:
     def text(self) -> str:
         """The kept part of the body as text (undecodable bytes replaced)."""
         return self.body_head.decode("utf-8", "replace").strip()
-
-
-class TransportError(Exception):
-    """No answer: connection refused or reset, TLS failure, DNS failure, or timeout."""
 
 
 class WriteClient(Protocol):

@@ -8,16 +8,13 @@ The generated protobuf modules (``remote_pb2``, ``types_pb2``: RW 1.0; ``write_v
 
 from rwrouter.wire.codec import (
     RawSeries,
-    WriteRequestParts,
     compress,
     declared_size,
     decode_labels,
     decompress,
     encode_labels,
     frame_metadata,
-    frame_series,
     metadata_family,
-    parse_write_request,
     splice_compressed,
     strip_fields,
 )
@@ -26,16 +23,13 @@ from rwrouter.wire.rw2_in import Converted, to_rw1
 __all__ = [
     "Converted",
     "RawSeries",
-    "WriteRequestParts",
     "compress",
     "declared_size",
     "decode_labels",
     "decompress",
     "encode_labels",
     "frame_metadata",
-    "frame_series",
     "metadata_family",
-    "parse_write_request",
     "splice_compressed",
     "strip_fields",
     "to_rw1",

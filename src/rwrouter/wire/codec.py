@@ -27,7 +27,6 @@ from rwrouter.errors import DecodeError, TooLargeError
 from rwrouter.wire.validate import (
     check_exemplar,
     check_histogram,
-    check_metadata,
     check_sample,
     decode_label,
 )
@@ -49,14 +48,6 @@ class RawSeries:
     samples: int
     exemplars: int
     histograms: int
-
-
-@dataclass(frozen=True, slots=True)
-class WriteRequestParts:
-    """A decoded WriteRequest: its series and the raw payloads of its MetricMetadata entries."""
-
-    series: list[RawSeries]
-    metadata: list[bytes]
 
 
 def decompress(body: bytes, *, max_decoded_bytes: int) -> bytes:
@@ -168,11 +159,6 @@ def encode_labels(labels: tuple[tuple[str, str], ...]) -> bytes:
     return bytes(out)
 
 
-def frame_series(labels: bytes, rest: bytes) -> bytes:
-    """One ``timeseries`` field of a WriteRequest: encoded labels + the series' raw other fields."""
-    return b"\x0a" + encode_varint(len(labels) + len(rest)) + labels + rest
-
-
 def frame_metadata(payload: bytes) -> bytes:
     """One ``metadata`` field of a WriteRequest around a raw MetricMetadata payload."""
     return b"\x1a" + encode_varint(len(payload)) + payload
@@ -185,29 +171,6 @@ def metadata_family(payload: bytes) -> str:
         if field == 2:
             family = payload[start:end].decode("utf-8")
     return family
-
-
-def parse_write_request(data: bytes) -> WriteRequestParts:
-    """Split a decompressed WriteRequest into raw series and raw metadata payloads.
-
-    Checks the framing of everything that will be forwarded, the wire type of every known field
-    and the UTF-8 of metadata and exemplar label strings. Series labels are checked for UTF-8
-    by :func:`decode_labels` (once per distinct label set, via the relabel cache). Unknown
-    top-level fields are skipped; unknown TimeSeries fields travel in ``rest``.
-
-    Raises DecodeError (400) for any malformed input.
-    """
-    series: list[RawSeries] = []
-    metadata: list[bytes] = []
-    for field, wire_type, _, start, end in fields(data, 0, len(data), "WriteRequest"):
-        if field == 1 or field == 3:
-            if wire_type != LEN:
-                raise DecodeError(f"bad protobuf: WriteRequest field {field} is not a message")
-            if field == 1:
-                series.append(split_series(data[start:end]))
-            else:
-                metadata.append(check_metadata(data, start, end))
-    return WriteRequestParts(series, metadata)
 
 
 def split_series(ts: bytes) -> RawSeries:

@@ -1,0 +1,75 @@
+"""``rwrouter run`` needs ``--config``: without it (and for ``rwrouter`` alone) a usage error,
+exit status 2 with a one-line hint, and nothing started; the demo is ``rwrouter demo``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rwrouter import cli
+from rwrouter.demo import pipeline
+
+HINT = "rwrouter: error: rwrouter run needs --config FILE (the demo is `rwrouter demo`)"
+
+
+@pytest.fixture
+def demos(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The calls of the demo (replaced: it would start Prometheus and the doubles)."""
+    calls: list[dict[str, Any]] = []
+
+    def run_demo(**kwargs: Any) -> int:
+        calls.append(kwargs)
+        return 0
+
+    monkeypatch.setattr(pipeline, "run_demo", run_demo)
+    return calls
+
+
+NO_CONFIG_CASES = [
+    ("run", ["run"]),
+    ("no_command", []),
+    ("no_command_with_a_global_option", ["--log-level", "debug"]),
+    ("run_after_a_global_option", ["--log-level", "warning", "run"]),
+    ("run_with_workers", ["run", "--workers", "2"]),
+]
+
+
+@pytest.mark.parametrize(
+    "argv", [c[1] for c in NO_CONFIG_CASES], ids=[c[0] for c in NO_CONFIG_CASES]
+)
+def test_run_without_config_is_a_usage_error(
+    argv: list[str], demos: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: rwrouter ")  # argparse's shape: usage, then the error
+    assert err.rstrip("\n").splitlines()[-1] == HINT
+    assert demos == []  # the demo did not start in its place
+
+
+def test_the_demo_is_rwrouter_demo(demos: list[dict[str, Any]]) -> None:
+    assert cli.main(["demo", "--duration", "5", "--nodes", "1"]) == 0
+    assert demos == [{"nodes": 1, "duration": 5.0, "workdir": None, "prometheus": None}]
+
+
+def test_run_with_config_reads_it(
+    tmp_path: Path, demos: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "missing.yaml"
+    assert cli.main(["run", "--config", str(missing)]) == 2  # a configuration error
+    err = capsys.readouterr().err
+    assert f"rwrouter: configuration error: cannot read config file '{missing}'" in err
+    assert "needs --config" not in err
+    assert demos == []
+
+
+def test_run_help_names_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(["run", "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert "--config FILE" in out and "(required)" in out and "--workers N" in out
