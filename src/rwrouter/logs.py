@@ -1,8 +1,11 @@
 """One-line ``key=value`` (logfmt) logs. Never put a secret in a log line.
 
-Records are ``ts=... level=... logger=... <message>``; a message that is not already
-``key=value`` pairs becomes ``msg="..."``. Use :func:`q` for values that may hold spaces, quotes
-or bytes (answer bodies, reasons, URLs).
+Records are ``ts=... level=... logger=... <message>``. Every log call of the package passes
+its fields through :class:`kv` (``log.info(kv(destination=name, msg="resharding"))``), which
+writes each value with :func:`q`: bare when it is a simple token, quoted otherwise, so a value
+with a space, a quote, a newline or a terminal escape never breaks the line
+(tests/unit/test_logs.py checks every call). A message that is not ``key=value`` pairs (from a
+library) becomes ``msg="..."``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,21 @@ def q(value: object) -> str:
         return text
     escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     return '"' + escaped.replace("\r", "\\r").replace("\t", "\\t") + '"'
+
+
+class kv:
+    """The fields of one log record, written ``key=value`` in the order given, each value
+    through :func:`q` (``str`` of it: None is ``None``, a bool ``True``/``False``).
+    Formatted only when the record is emitted (a debug line below the level costs the call
+    only). Keys must be bare tokens (``[a-z_]``)."""
+
+    __slots__ = ("fields",)
+
+    def __init__(self, **fields: object) -> None:
+        self.fields = fields
+
+    def __str__(self) -> str:
+        return " ".join(f"{key}={q(value)}" for key, value in self.fields.items())
 
 
 class LogfmtFormatter(logging.Formatter):

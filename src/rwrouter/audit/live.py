@@ -25,7 +25,7 @@ from rwrouter.audit import ActiveSeries, NameCount, Snapshot, build_report, merg
 from rwrouter.audit.capture import CaptureReader
 from rwrouter.config import AuditConfig, Config, DestinationConfig
 from rwrouter.errors import RwrouterError
-from rwrouter.logs import q
+from rwrouter.logs import kv
 from rwrouter.routing import RoutedSeries
 from rwrouter.wire import decompress
 
@@ -68,8 +68,8 @@ class Audit:
             self._counts = {d.name: old[d.name] if d.name in old else self._new(config.audit, now)
                             for d in audited}  # fmt: skip
         if restarted:
-            why = q("audit counts start afresh (rules or counting settings changed)")
-            log.info("destinations=%s msg=%s", ",".join(restarted), why)
+            why = "audit counts start afresh (rules or counting settings changed)"
+            log.info(kv(destinations=",".join(restarted), msg=why))
 
     @staticmethod
     def _new(settings: AuditConfig, now: float) -> ActiveSeries:

@@ -29,7 +29,7 @@ from rwrouter.cli.audit import register as register_audit
 from rwrouter.cli.rejected import register as register_rejected
 from rwrouter.cli.relabel import register as register_relabel
 from rwrouter.errors import ConfigError, RwrouterError
-from rwrouter.logs import q, setup_logging
+from rwrouter.logs import kv, setup_logging
 
 if TYPE_CHECKING:
     from rwrouter.server.workers import WorkerSpec
@@ -60,8 +60,8 @@ async def serve(config_path: str, *, worker: WorkerSpec | None = None) -> int:
 
     async def reload() -> None:
         with contextlib.suppress(RwrouterError, OSError):  # logged; the running config stays
-            log.info("msg=%s", '"SIGHUP: reloading the configuration"')
-            log.info("msg=%s", q(await server.reload()))
+            log.info(kv(msg="SIGHUP: reloading the configuration"))
+            log.info(kv(msg=await server.reload()))
 
     def on_hangup() -> None:
         task = loop.create_task(reload())
@@ -71,7 +71,7 @@ async def serve(config_path: str, *, worker: WorkerSpec | None = None) -> int:
     loop.add_signal_handler(signal.SIGHUP, on_hangup)
     await stop.wait()
     timeout = server.config.server.shutdown_timeout
-    log.info("msg=%s shutdown_timeout=%gs", '"stopping: draining queues"', timeout)
+    log.info(kv(msg="stopping: draining queues", shutdown_timeout=f"{timeout:g}s"))
     await server.stop(drain_timeout=timeout)
     return 0
 

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from rwrouter.logs import q
+from rwrouter.logs import kv
 from rwrouter.wire import compress
 
 log = logging.getLogger("rwrouter.rejected")
@@ -202,8 +202,13 @@ class RejectedStore:
             except FileNotFoundError:
                 continue
             except (OSError, ValueError) as exc:
-                log.warning("file=%s msg=%s error=%s", q(self.directory / name),
-                            q("corrupt dead-letter entry skipped"), q(exc))  # fmt: skip
+                log.warning(
+                    kv(
+                        file=self.directory / name,
+                        msg="corrupt dead-letter entry skipped",
+                        error=exc,
+                    )
+                )
                 continue
             del header["crc32"]
             found.append(RejectedEntry(name=name, **header))
@@ -250,8 +255,13 @@ class RejectedStore:
             try:
                 sizes = self._sizes()
             except OSError as exc:  # e.g. the path is a file: the gauges must not fail
-                log.warning("directory=%s msg=%s error=%s", q(self.directory),
-                            q("cannot list the dead-letter store"), q(exc))  # fmt: skip
+                log.warning(
+                    kv(
+                        directory=self.directory,
+                        msg="cannot list the dead-letter store",
+                        error=exc,
+                    )
+                )
                 sizes = []
             totals = (time.monotonic(), sum(size for _, size in sizes), len(sizes))
             self._totals, self._cleaned = totals, False
@@ -304,9 +314,14 @@ class RejectedStore:
             total -= size
         self._totals, self._cleaned = (time.monotonic(), total, len(sizes) - removed), True
         if removed:
-            log.warning("directory=%s removed=%d max_bytes=%d msg=%s", q(self.directory),
-                        removed, self.max_bytes,
-                        q("dead-letter store full: oldest entries removed"))  # fmt: skip
+            log.warning(
+                kv(
+                    directory=self.directory,
+                    removed=removed,
+                    max_bytes=self.max_bytes,
+                    msg="dead-letter store full: oldest entries removed",
+                )
+            )
         return removed
 
     def _names(self) -> list[str]:

@@ -12,7 +12,7 @@ import asyncio
 import logging
 
 from rwrouter.deadletter.store import RejectedStore
-from rwrouter.logs import q
+from rwrouter.logs import kv
 from rwrouter.metrics import Metrics
 from rwrouter.send.refusals import Item, Refusal
 
@@ -52,5 +52,11 @@ class DeadLetters:
                 reason=refusal.reason, response=refusal.text, series=series, samples=samples,
             )  # fmt: skip
         except OSError as exc:
-            log.error("destination=%s msg=%s samples=%d error=%s", self.name,
-                      q("could not write the dead-letter store"), samples, q(exc))  # fmt: skip
+            log.error(
+                kv(
+                    destination=self.name,
+                    msg="could not write the dead-letter store",
+                    samples=samples,
+                    error=exc,
+                )
+            )

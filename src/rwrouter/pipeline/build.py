@@ -23,6 +23,7 @@ from rwrouter.auth.schemes import Authenticator, authenticator_for
 from rwrouter.config import DestinationConfig, StorageConfig, safe_url
 from rwrouter.deadletter.store import RejectedStore, rejected_dir, safe_dirname
 from rwrouter.deadletter.writer import DeadLetters
+from rwrouter.logs import kv
 from rwrouter.metrics import Metrics
 from rwrouter.pipeline.destination import Destination
 from rwrouter.protocol import RW2_MESSAGE
@@ -100,9 +101,15 @@ async def build_destination(
     Raises ConfigError / CredentialsError when its auth cannot be set up.
     """
     auth = await authenticator_for(dest, path=f"remote_write[{index}]")
-    log.info("destination=%s url=%s auth=%s fallback=%s rules=%d", dest.name,
-             safe_url(dest.url), auth.kind, dest.fallback,
-             len(dest.write_relabel_configs))  # fmt: skip
+    log.info(
+        kv(
+            destination=dest.name,
+            url=safe_url(dest.url),
+            auth=auth.kind,
+            fallback=dest.fallback,
+            rules=len(dest.write_relabel_configs),
+        )
+    )
     return make_destination(
         dest, storage=storage, transport=transport_for(dest), auth=auth, metrics=metrics
     )

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from rwrouter.config import DestinationConfig, StorageConfig
 from rwrouter.deadletter.writer import DeadLetters
 from rwrouter.errors import InvariantError, StorageError
-from rwrouter.logs import q
+from rwrouter.logs import kv
 from rwrouter.metrics import Metrics
 from rwrouter.protocol import MESSAGES, RW1_MESSAGE, RW2_MESSAGE
 from rwrouter.queue.records import EncodedShare
@@ -147,9 +147,13 @@ class Destination:
     def try_configured_protocol(self) -> None:
         """A reload: an RW 2.0 destination that fell back to RW 1.0 tries RW 2.0 again."""
         if self.protocol != self.config.protobuf_message:
-            log.info("destination=%s protobuf_message=%s msg=%s", self.name,
-                     self.config.protobuf_message, q("configuration reloaded: trying remote "
-                                                     "write 2.0 again"))  # fmt: skip
+            log.info(
+                kv(
+                    destination=self.name,
+                    protobuf_message=self.config.protobuf_message,
+                    msg="configuration reloaded: trying remote write 2.0 again",
+                )
+            )
             self._deliverer.use(self.config.protobuf_message)
             if self._started:
                 self._show_protocol()
@@ -183,9 +187,15 @@ class Destination:
         if dropped.samples:
             self._metrics.dropped_samples.labels(self.name, "drop_oldest").inc(dropped.samples)
         if dropped.segments:
-            log.warning("destination=%s msg=%s segments=%d records=%d samples=%d", self.name,
-                        q("disk queue full: dropped the oldest data (on_full: drop_oldest)"),
-                        dropped.segments, dropped.records, dropped.samples)  # fmt: skip
+            log.warning(
+                kv(
+                    destination=self.name,
+                    msg="disk queue full: dropped the oldest data (on_full: drop_oldest)",
+                    segments=dropped.segments,
+                    records=dropped.records,
+                    samples=dropped.samples,
+                )
+            )
 
     def reserve(self, nbytes: int) -> None:
         """Hold room for a share admitted and about to be appended."""
@@ -317,11 +327,15 @@ class Destination:
         try:
             await asyncio.to_thread(self.queue.close)
         except OSError as exc:
-            log.error("destination=%s msg=%s error=%s", self.name,
-                      q("closing the disk queue failed"), q(exc))  # fmt: skip
+            log.error(kv(destination=self.name, msg="closing the disk queue failed", error=exc))
         if left and not self._stopping.handover:
-            log.warning("destination=%s records_left=%d msg=%s", self.name, left,
-                        q("not drained before the shutdown timeout: kept on disk"))  # fmt: skip
+            log.warning(
+                kv(
+                    destination=self.name,
+                    records_left=left,
+                    msg="not drained before the shutdown timeout: kept on disk",
+                )
+            )
         return left
 
     async def _fsync_loop(self) -> None:
@@ -333,7 +347,12 @@ class Destination:
                 try:
                     await asyncio.to_thread(self.queue.sync)
                 except OSError as exc:  # retried at the next tick; new data in a new segment
-                    log.error("destination=%s msg=%s error=%s", self.name,
-                              q("fsync of the disk queue failed"), q(exc))  # fmt: skip
+                    log.error(
+                        kv(
+                            destination=self.name,
+                            msg="fsync of the disk queue failed",
+                            error=exc,
+                        )
+                    )
             if stopping.closing:
                 return

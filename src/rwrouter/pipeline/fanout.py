@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from rwrouter.audit.live import Audit
 from rwrouter.config import Config
 from rwrouter.errors import StorageError, TooLargeError
-from rwrouter.logs import q
+from rwrouter.logs import kv
 from rwrouter.metrics import Metrics
 from rwrouter.metrics.names import MetricNameShares
 from rwrouter.pipeline.build import build_destination
@@ -254,10 +254,15 @@ class FanOut:
             share = decoded.shares[i]
             if share.too_large:
                 m.dropped_samples.labels(dest.name, "too_large").inc(share.too_large)
-                log.error("destination=%s series=%d samples=%d max_request_bytes=%d msg=%s",
-                          dest.name, share.too_large_series, share.too_large,
-                          dest.max_request_bytes,
-                          q("series larger than max_request_bytes dropped"))  # fmt: skip
+                log.error(
+                    kv(
+                        destination=dest.name,
+                        series=share.too_large_series,
+                        samples=share.too_large,
+                        max_request_bytes=dest.max_request_bytes,
+                        msg="series larger than max_request_bytes dropped",
+                    )
+                )
         sending = len(self.destinations)
         for (i, reason), samples in routed.dropped.items():
             if i < sending:  # not the shadow destinations': they send nothing
@@ -287,8 +292,7 @@ class FanOut:
 
     @staticmethod
     def _storage_error(error: BaseException) -> StorageError:
-        log.error("msg=%s error=%s", q("could not write a disk queue: request refused"),
-                  q(error))  # fmt: skip
+        log.error(kv(msg="could not write a disk queue: request refused", error=error))
         if isinstance(error, StorageError):
             return error
         return StorageError(f"could not write the disk queue: {error}")
@@ -305,12 +309,23 @@ class FanOut:
         for (name, kind), count in counts.items():
             m.name_collisions.labels(name, kind).inc(count)
         for c in reports:
-            log.warning("destination=%s kind=%s escaped=%s kept=%s dropped=%s msg=%s",
-                        c.destination, c.kind, q(c.escaped), q(c.kept), q(c.dropped),
-                        q("names collide after escaping: the later one is not sent"))  # fmt: skip
+            log.warning(
+                kv(
+                    destination=c.destination,
+                    kind=c.kind,
+                    escaped=c.escaped,
+                    kept=c.kept,
+                    dropped=c.dropped,
+                    msg="names collide after escaping: the later one is not sent",
+                )
+            )
         if suppressed:
-            log.warning("collisions=%d msg=%s", suppressed,
-                        q("more name collisions this minute, not logged"))  # fmt: skip
+            log.warning(
+                kv(
+                    collisions=suppressed,
+                    msg="more name collisions this minute, not logged",
+                )
+            )
 
     async def start(self) -> None:
         """Start every destination's senders."""

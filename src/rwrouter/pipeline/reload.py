@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from rwrouter.config import Config
 from rwrouter.errors import RwrouterError
-from rwrouter.logs import q
+from rwrouter.logs import kv
 from rwrouter.metrics import Metrics
 from rwrouter.pipeline.build import build_destination
 from rwrouter.pipeline.destination import Destination
@@ -78,9 +78,16 @@ async def reconfigure(
             if dest.name in summary.removed:
                 metrics.forget_destination(dest.name)
                 if left:
-                    log.warning("destination=%s records=%d msg=%s", dest.name, left,
-                                q("removed by the reload: its queue stays on disk, sent if "
-                                  "it comes back under the same name"))  # fmt: skip
+                    log.warning(
+                        kv(
+                            destination=dest.name,
+                            records=left,
+                            msg=(
+                                "removed by the reload: its queue stays on disk, sent if it "
+                                "comes back under the same name"
+                            ),
+                        )
+                    )
         started: list[Destination] = []
         try:
             for dest in built.values():
@@ -127,11 +134,16 @@ async def _plan(
 
 
 def _log(summary: ReloadSummary) -> None:
-    log.info("msg=%s kept=%s replaced=%s added=%s removed=%s restart_needed=%s",
-             q("configuration reloaded"), ",".join(summary.kept) or "-",
-             ",".join(summary.replaced) or "-", ",".join(summary.added) or "-",
-             ",".join(summary.removed) or "-",
-             ",".join(summary.restart_needed) or "-")  # fmt: skip
+    log.info(
+        kv(
+            msg="configuration reloaded",
+            kept=",".join(summary.kept) or "-",
+            replaced=",".join(summary.replaced) or "-",
+            added=",".join(summary.added) or "-",
+            removed=",".join(summary.removed) or "-",
+            restart_needed=",".join(summary.restart_needed) or "-",
+        )
+    )
 
 
 async def _restore(
@@ -146,8 +158,12 @@ async def _restore(
             fresh = await build_destination(config, i, storage=running.storage, metrics=metrics)
             await fresh.start()
         except (RwrouterError, OSError) as exc:  # it stays stopped: its shares get 503
-            log.error("destination=%s msg=%s error=%s", config.name,
-                      q("could not restart the running destination after a failed reload"),
-                      q(exc))  # fmt: skip
+            log.error(
+                kv(
+                    destination=config.name,
+                    msg="could not restart the running destination after a failed reload",
+                    error=exc,
+                )
+            )
             continue
         fanout.destinations[fanout.destinations.index(by_name[config.name])] = fresh

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rwrouter.errors import QueueInUseError
+from rwrouter.logs import kv
 from rwrouter.queue.records import (
     HEADER,
     KIND_SAMPLES,
@@ -108,18 +109,31 @@ class Cursor:
             return QueuedRecord(rest, Position(seg.seq, end), samples)
         self.corrupt += 1
         self.corrupt_samples += samples
-        log.error("queue=%s segment=%d offset=%d samples=%d msg=%s", queue, seg.seq,
-                  end - length - HEADER.size, samples,
-                  '"corrupt record (checksum): skipped"')  # fmt: skip
+        log.error(
+            kv(
+                queue=queue,
+                segment=seg.seq,
+                offset=end - length - HEADER.size,
+                samples=samples,
+                msg="corrupt record (checksum): skipped",
+            )
+        )
         return QueuedRecord(b"", Position(seg.seq, end), samples, corrupt=True)
 
     def _skip_rest(self, seg: Segment, queue: Path) -> QueuedRecord:
         self.corrupt += 1
         skipped = max(0, seg.samples - seg.read_samples)  # from the headers counted at open
         self.corrupt_samples += skipped
-        log.error("queue=%s segment=%d offset=%d records=%d samples=%d msg=%s", queue, seg.seq,
-                  self.offset, seg.records - seg.read_records, skipped,
-                  '"corrupt record: skipping the rest of the segment"')  # fmt: skip
+        log.error(
+            kv(
+                queue=queue,
+                segment=seg.seq,
+                offset=self.offset,
+                records=seg.records - seg.read_records,
+                samples=skipped,
+                msg="corrupt record: skipping the rest of the segment",
+            )
+        )
         seg.read_records, seg.read_samples, seg.read_bytes = seg.records, seg.samples, seg.size
         self.offset = seg.size
         return QueuedRecord(b"", Position(seg.seq, seg.size), skipped, corrupt=True)
@@ -176,8 +190,7 @@ def load_position(directory: Path) -> tuple[Position, Position | None, bool]:
         seq, offset, read_seq, read_offset, crc = POSITION.unpack_from(data)
         if zlib.crc32(data[: POSITION.size - 4]) == crc:
             return Position(seq, offset), Position(read_seq, read_offset), False
-    log.warning("queue=%s msg=%s", directory,
-                '"position file corrupt: sending the whole queue again"')  # fmt: skip
+    log.warning(kv(queue=directory, msg="position file corrupt: sending the whole queue again"))
     return Position(0, 0), None, True
 
 

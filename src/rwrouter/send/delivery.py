@@ -43,7 +43,7 @@ from typing import Any
 from rwrouter import USER_AGENT
 from rwrouter.auth.schemes import Authenticator
 from rwrouter.errors import CredentialsError, InvariantError, TransportError
-from rwrouter.logs import q
+from rwrouter.logs import kv
 from rwrouter.metrics import Metrics
 from rwrouter.protocol import MESSAGES, RW1_MESSAGE, RW2_MESSAGE, Written, request_headers
 from rwrouter.send.encoding import (
@@ -210,9 +210,14 @@ class Deliverer:
             batch.splits -= 2
             if not batch.split_logged:
                 batch.split_logged = True
-                log.info("destination=%s kind=%s status=%s msg=%s", self.name, kind,
-                         refusal.status, q("batch refused: splitting it to isolate the cause"),
-                         )  # fmt: skip
+                log.info(
+                    kv(
+                        destination=self.name,
+                        kind=kind,
+                        status=refusal.status,
+                        msg="batch refused: splitting it to isolate the cause",
+                    )
+                )
             middle = len(items) // 2
             first = await self._deliver_part(items[:middle], kind, batch)
             return first + await self._deliver_part(items[middle:], kind, batch)
@@ -270,8 +275,14 @@ class Deliverer:
             return  # another shard's part noticed first
         self.message = RW1_MESSAGE
         self.metrics.protocol_fallbacks.labels(self.name, reason).inc()
-        log.warning("destination=%s now=%s reason=%s msg=%s", self.name,
-                    RW1_MESSAGE, reason, q(FALLBACK_MESSAGES[reason]))  # fmt: skip
+        log.warning(
+            kv(
+                destination=self.name,
+                now=RW1_MESSAGE,
+                reason=reason,
+                msg=FALLBACK_MESSAGES[reason],
+            )
+        )
         if self.on_protocol is not None:
             self.on_protocol(RW1_MESSAGE)
 
@@ -285,9 +296,16 @@ class Deliverer:
             return
         batch.not_written_logged = True
         self._not_written_at = now
-        log.warning("destination=%s samples=%d histograms=%d exemplars=%d reason=%s msg=%s",
-                    self.name, missing.samples, missing.histograms, missing.exemplars,
-                    NOT_WRITTEN, q(NOT_WRITTEN_MESSAGE))  # fmt: skip
+        log.warning(
+            kv(
+                destination=self.name,
+                samples=missing.samples,
+                histograms=missing.histograms,
+                exemplars=missing.exemplars,
+                reason=NOT_WRITTEN,
+                msg=NOT_WRITTEN_MESSAGE,
+            )
+        )
 
     async def send_body(self, body: bytes, kind: str, *, started: float | None = None,
                         message: str = RW1_MESSAGE) -> Refusal | None:  # fmt: skip
@@ -334,9 +352,16 @@ class Deliverer:
             self.metrics.retries.labels(self.name, _retry_label(status)).inc()
             self.failures += 1
             if (attempt + 1) & attempt == 0:  # log attempts 1, 2, 4, 8, ...
-                log.warning("destination=%s kind=%s status=%s attempt=%d retry_in=%.3fs error=%s",
-                            self.name, kind, status or "none", attempt + 1, decision.delay,
-                            q(text[:200]))  # fmt: skip
+                log.warning(
+                    kv(
+                        destination=self.name,
+                        kind=kind,
+                        status=status or "none",
+                        attempt=attempt + 1,
+                        retry_in=f"{decision.delay:.3f}s",
+                        error=text[:200],
+                    )
+                )
             await self._sleep(decision.delay)
             attempt += 1
 
@@ -364,13 +389,17 @@ class Deliverer:
         try:
             refreshed = await self.auth.refresh_after(status=status, body_text=text)
         except CredentialsError as exc:
-            log.warning("destination=%s msg=%s error=%s", self.name,
-                        q("credential refresh failed"), q(exc))  # fmt: skip
+            log.warning(kv(destination=self.name, msg="credential refresh failed", error=exc))
             return False
         if refreshed:
             self.metrics.retries.labels(self.name, CREDENTIAL_REFRESH).inc()
-            log.info("destination=%s status=%d msg=%s", self.name, status,
-                     q("credentials refreshed, retrying once"))  # fmt: skip
+            log.info(
+                kv(
+                    destination=self.name,
+                    status=status,
+                    msg="credentials refreshed, retrying once",
+                )
+            )
         return refreshed
 
     def _refused(self, items: list[Item], kind: str, count: int, refusal: Refusal) -> None:
@@ -380,16 +409,23 @@ class Deliverer:
         else:
             self.metrics.dropped_metadata.labels(self.name, refusal.reason).inc(count)
         message = _MESSAGES.get(refusal.reason, "refused by destination, not retried")
-        log.error("destination=%s kind=%s status=%s reason=%s dropped=%d msg=%s body=%s",
-                  self.name, kind, refusal.status, refusal.reason, count, q(message),
-                  q(refusal.text[:1024]))  # fmt: skip
+        log.error(
+            kv(
+                destination=self.name,
+                kind=kind,
+                status=refusal.status,
+                reason=refusal.reason,
+                dropped=count,
+                msg=message,
+                body=refusal.text[:1024],
+            )
+        )
         if self._on_rejected is None:
             return
         try:
             self._on_rejected(items, kind, refusal)
         except Exception:  # a broken hook must not stop the sender of this destination
-            log.exception("destination=%s kind=%s msg=%s", self.name, kind,
-                          q("on_rejected hook failed"))  # fmt: skip
+            log.exception(kv(destination=self.name, kind=kind, msg="on_rejected hook failed"))
 
 
 def _retry_label(status: int | None) -> str:

@@ -21,6 +21,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from rwrouter.logs import kv
 from rwrouter.metrics import Metrics
 from rwrouter.send.delivery import Deliverer
 
@@ -114,8 +115,12 @@ class MetadataQueue:
             try:
                 delivered = await deliverer.deliver(batch, "metadata")
             except Exception:  # a bug, not an answer: these entries come again within a minute
-                log.exception("destination=%s msg=%s", self.name,
-                              '"sending metadata failed unexpectedly: dropped"')  # fmt: skip
+                log.exception(
+                    kv(
+                        destination=self.name,
+                        msg="sending metadata failed unexpectedly: dropped",
+                    )
+                )
                 delivered = 0
             finally:
                 self.nbytes -= size

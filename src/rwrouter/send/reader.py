@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from rwrouter.config import QueueConfig
 from rwrouter.errors import DecodeError, InvariantError
-from rwrouter.logs import q
+from rwrouter.logs import kv
 from rwrouter.metrics import Metrics
 from rwrouter.queue.diskqueue import DiskQueue, Dropped, Position
 from rwrouter.queue.records import Block, decode_record
@@ -108,13 +108,24 @@ class QueueReader:
                 self._metrics.dropped_samples.labels(self.name, "corrupt").inc(
                     recovery.torn_samples
                 )
-            log.error("destination=%s msg=%s bytes=%d records=%d samples=%s", self.name,
-                      q("torn record at the end of the disk queue cut off"),
-                      recovery.torn_bytes, recovery.torn_records, lost)  # fmt: skip
+            log.error(
+                kv(
+                    destination=self.name,
+                    msg="torn record at the end of the disk queue cut off",
+                    bytes=recovery.torn_bytes,
+                    records=recovery.torn_records,
+                    samples=lost,
+                )
+            )
         if recovery.unsent_records:
-            log.info("destination=%s msg=%s records=%d bytes=%d", self.name,
-                     q("unsent data on disk: sending it first"), recovery.unsent_records,
-                     recovery.unsent_bytes)  # fmt: skip
+            log.info(
+                kv(
+                    destination=self.name,
+                    msg="unsent data on disk: sending it first",
+                    records=recovery.unsent_records,
+                    bytes=recovery.unsent_bytes,
+                )
+            )
 
     # -- what the destination asks -------------------------------------------------------
 
@@ -180,8 +191,13 @@ class QueueReader:
                 if batch is None:
                     raise InvariantError("a blocking read always reads")
             except OSError as exc:  # e.g. too many open files: try again, never give up
-                log.error("destination=%s msg=%s error=%s", self.name,
-                          q("reading the disk queue failed: retrying in 1s"), q(exc))  # fmt: skip
+                log.error(
+                    kv(
+                        destination=self.name,
+                        msg="reading the disk queue failed: retrying in 1s",
+                        error=exc,
+                    )
+                )
                 await stopping.sleep(1.0)
                 continue
             for block, end, samples in batch:
@@ -207,8 +223,13 @@ class QueueReader:
                 block = decode_record(record.rest, decompress_body=len(self.shards) > 1)
                 out.append((block, record.end, record.samples))
             except DecodeError as exc:
-                log.error("destination=%s msg=%s error=%s", self.name,
-                          q("undecodable queue record skipped"), q(exc))  # fmt: skip
+                log.error(
+                    kv(
+                        destination=self.name,
+                        msg="undecodable queue record skipped",
+                        error=exc,
+                    )
+                )
                 out.append((None, record.end, record.samples))
         return out
 
@@ -271,5 +292,10 @@ class QueueReader:
             try:
                 self.queue.commit(end)
             except OSError as exc:  # the position is not stored: those records go out again
-                log.error("destination=%s msg=%s error=%s", self.name,
-                          q("storing the queue position failed"), q(exc))  # fmt: skip
+                log.error(
+                    kv(
+                        destination=self.name,
+                        msg="storing the queue position failed",
+                        error=exc,
+                    )
+                )

@@ -30,7 +30,7 @@ from contextlib import suppress
 
 from rwrouter.config import QueueConfig
 from rwrouter.errors import DecodeError, InvariantError
-from rwrouter.logs import q
+from rwrouter.logs import kv
 from rwrouter.metrics import Metrics
 from rwrouter.queue.records import Block
 from rwrouter.send.batching import (
@@ -271,9 +271,15 @@ class Shards:
         if self.failed:
             return
         self.failed = True
-        log.exception("destination=%s msg=%s", self.name,
-                      q("sending failed on a bug: this destination stopped sending, its "
-                        "queue stays on disk until a reload or a restart"))  # fmt: skip
+        log.exception(
+            kv(
+                destination=self.name,
+                msg=(
+                    "sending failed on a bug: this destination stopped sending, its queue stays "
+                    "on disk until a reload or a restart"
+                ),
+            )
+        )
         self._metrics.destination_failed.labels(self.name).set(1)
         self.wake()
 
@@ -303,8 +309,14 @@ class Shards:
         failing its checksum. ``sent``: tell the reader they are done (``on_done``; False:
         :meth:`_send`'s caller does)."""
         samples = sum(chunk.samples for chunk in chunks)
-        log.error("destination=%s samples=%d msg=%s error=%s", self.name, samples,
-                  q("undecodable stored series skipped"), q(error))  # fmt: skip
+        log.error(
+            kv(
+                destination=self.name,
+                samples=samples,
+                msg="undecodable stored series skipped",
+                error=error,
+            )
+        )
         self._metrics.queue_corrupt_records.labels(self.name).inc()
         self._metrics.dropped_samples.labels(self.name, "corrupt").inc(samples)
         if sent:
@@ -332,8 +344,14 @@ class Shards:
     async def reshard(self, shards: int) -> None:
         """Change to ``shards`` shards: let every sender finish its batch in flight, re-hash
         what waits (in order), restart the senders."""
-        log.info("destination=%s msg=%s from=%d to=%d", self.name, '"resharding"',
-                 len(self.buffers), shards)  # fmt: skip
+        log.info(
+            kv(
+                destination=self.name,
+                msg="resharding",
+                **{"from": len(self.buffers)},
+                to=shards,
+            )
+        )
         self._pausing = True
         self.wake()
         await asyncio.gather(*self.tasks, return_exceptions=True)

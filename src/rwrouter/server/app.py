@@ -45,7 +45,7 @@ from rwrouter.errors import (
     TooLargeError,
     UnsupportedError,
 )
-from rwrouter.logs import q
+from rwrouter.logs import kv
 from rwrouter.metrics import Metrics, status_snapshot
 from rwrouter.pipeline.fanout import FanOut, Stale
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written, message_of
@@ -155,7 +155,7 @@ async def handle_write(request: web.Request) -> web.Response:
     except RequestError as exc:
         metrics.requests.labels(str(exc.status)).inc()
         metrics.refused_requests.labels(_REASONS.get(exc.status, "bad_request")).inc()
-        log.info("remote=%s status=%d reason=%s", request.remote, exc.status, q(exc))
+        log.info(kv(remote=request.remote, status=exc.status, reason=exc))
         response = web.Response(status=exc.status, text=f"{exc}\n",
                                 headers=written_headers(message))  # fmt: skip
         if body is None:  # the body was not read: do not reuse the connection for the next one

@@ -36,7 +36,7 @@ from aiohttp import web
 from rwrouter.audit.capture import MAGIC, CaptureError, CaptureReader, encode_record
 from rwrouter.config import ServerConfig, parse_listen_address
 from rwrouter.errors import RequestError
-from rwrouter.logs import q
+from rwrouter.logs import kv
 from rwrouter.protocol import RW2_MESSAGE, Written, message_of
 from rwrouter.server.app import WRITE_PATHS, named_message, read_body, written_headers
 from rwrouter.wire import compress, decompress, to_rw1
@@ -104,8 +104,8 @@ class CaptureWriter:
         record = encode_record(body, received_ms)
         if self.size + len(record) > self.max_bytes:
             if not self.summary.discarded:
-                why = q("capture file full: requests are answered 204, not recorded")
-                log.warning("path=%s max_bytes=%d msg=%s", q(str(self.path)), self.max_bytes, why)
+                why = "capture file full: requests are answered 204, not recorded"
+                log.warning(kv(path=str(self.path), max_bytes=self.max_bytes, msg=why))
             self.summary.discarded += 1
             return False
         self._file.write(record)
@@ -132,7 +132,7 @@ def capture_app(writer: CaptureWriter, settings: ServerConfig) -> web.Applicatio
             body, written = recorded_body(body, message, settings.max_decoded_bytes)
         except RequestError as exc:
             writer.summary.refused += 1
-            log.info("remote=%s status=%d reason=%s", request.remote, exc.status, q(exc))
+            log.info(kv(remote=request.remote, status=exc.status, reason=exc))
             return web.Response(status=exc.status, text=f"{exc}\n",
                                 headers=written_headers(message))  # fmt: skip
         writer.write(body, int(time.time() * 1000))
@@ -187,7 +187,7 @@ async def run_capture(
         host = settings.listen_host or "127.0.0.1"
         host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         url = f"http://{host}:{port}"
-        log.info("msg=%s url=%s output=%s", q("capturing remote write"), url, q(str(output)))
+        log.info(kv(msg="capturing remote write", url=url, output=str(output)))
         if on_listening is not None:
             on_listening(url)
         for signum in (signal.SIGTERM, signal.SIGINT):

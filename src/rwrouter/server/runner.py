@@ -14,7 +14,7 @@ from aiohttp import web
 
 from rwrouter.config import Config, load_config
 from rwrouter.errors import RwrouterError
-from rwrouter.logs import q
+from rwrouter.logs import kv
 from rwrouter.metrics import Metrics
 from rwrouter.pipeline.fanout import FanOut, build_fanout
 from rwrouter.pipeline.reload import reconfigure
@@ -104,13 +104,24 @@ class RouterServer:
         sockets = getattr(server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else settings.listen_port
         self._app[READY][0] = True
-        log.info("msg=%s url=%s destinations=%d audited=%s accelerated=%s", '"listening"',
-                 self.url, len(self.fanout.destinations), ",".join(self.fanout.audit.names) or "-",
-                 str(ACCELERATED).lower())  # fmt: skip
+        log.info(
+            kv(
+                msg="listening",
+                url=self.url,
+                destinations=len(self.fanout.destinations),
+                audited=",".join(self.fanout.audit.names) or "-",
+                accelerated=str(ACCELERATED).lower(),
+            )
+        )
         if not ACCELERATED:
-            log.warning("msg=%s", q("the compiled accelerator is not in use (not built, or "
-                        "RWROUTER_NO_EXTENSIONS set): the pure-Python hot path runs, "
-                        "slower"))  # fmt: skip
+            log.warning(
+                kv(
+                    msg=(
+                        "the compiled accelerator is not in use (not built, or "
+                        "RWROUTER_NO_EXTENSIONS set): the pure-Python hot path runs, slower"
+                    ),
+                )
+            )
 
     async def reload(self) -> str:
         """Re-read ``config_path`` and apply it (:mod:`rwrouter.pipeline.reload`); returns
@@ -129,8 +140,13 @@ class RouterServer:
                 summary = await reconfigure(self.fanout, self.config, new, metrics=self.metrics)
             except (RwrouterError, OSError) as exc:
                 self.metrics.config_reload_ok.set(0)
-                log.error("msg=%s file=%s error=%s", q("configuration reload failed: "
-                          "keeping the running one"), self.config_path, q(exc))  # fmt: skip
+                log.error(
+                    kv(
+                        msg="configuration reload failed: keeping the running one",
+                        file=self.config_path,
+                        error=exc,
+                    )
+                )
                 raise
             self.config = dataclasses.replace(
                 new, server=self.config.server, storage=self.config.storage
@@ -138,8 +154,12 @@ class RouterServer:
             self.metrics.config_reload_ok.set(1)
             self.metrics.config_reload_time.set_to_current_time()
             if summary.restart_needed:
-                log.warning("msg=%s sections=%s", q("changes need a restart to apply"),
-                            ",".join(summary.restart_needed))  # fmt: skip
+                log.warning(
+                    kv(
+                        msg="changes need a restart to apply",
+                        sections=",".join(summary.restart_needed),
+                    )
+                )
             parts = [f"{k} {','.join(v)}" for k, v in dataclasses.asdict(summary).items() if v]
             return "configuration reloaded: " + ("; ".join(parts) or "no change")
 

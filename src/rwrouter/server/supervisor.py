@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from rwrouter.config import Config, ServerConfig
-from rwrouter.logs import q
+from rwrouter.logs import kv
 from rwrouter.queue.segments import load_position, segment_numbers, segment_path
 from rwrouter.server.balance import board_path, clear_slot, create_board
 from rwrouter.server.runner import REQUEST_GRACE
@@ -87,8 +87,16 @@ async def supervise(config_path: str, config: Config, *, workers: int, log_level
     address is taken."""
     port = check_address(config.server)
     for directory, unsent in orphaned_queues(config.storage.path, workers):
-        log.warning("msg=%s queue=%s bytes=%d", q(f"no worker of {workers} reads this queue: "
-                    "start with more --workers to send it"), q(directory), unsent)  # fmt: skip
+        log.warning(
+            kv(
+                msg=(
+                    f"no worker of {workers} reads this queue: start with more --workers to send "
+                    "it"
+                ),
+                queue=directory,
+                bytes=unsent,
+            )
+        )
     runtime_dir = tempfile.mkdtemp(prefix="rwrouter-")  # mode 0700: the workers' private sockets
     try:
         create_board(board_path(runtime_dir), count=workers)
@@ -127,8 +135,7 @@ class Supervisor:
                 codes = await asyncio.gather(*(p.wait() for p in self.procs.values()))
                 return next((c for c in codes if c > 0), 1)
             if all(started):
-                log.info("msg=%s workers=%d port=%d", q("all workers listening"), self.count,
-                         self.port)  # fmt: skip
+                log.info(kv(msg="all workers listening", workers=self.count, port=self.port))
             codes = await asyncio.gather(*(self._keep(i) for i in range(self.count)))
             return 0 if all(code == 0 for code in codes) else 1
         finally:
@@ -143,14 +150,14 @@ class Supervisor:
         """SIGTERM to every worker; SIGKILL to those still running after their grace."""
         if self.stopping.is_set():
             return
-        log.info("msg=%s", q("stopping: the workers drain their queues"))
+        log.info(kv(msg="stopping: the workers drain their queues"))
         self.stopping.set()
         self._signal_all(signal.SIGTERM, ready_only=False)
         self._killer = asyncio.get_running_loop().create_task(self._kill_late())
 
     def reload(self) -> None:
         """SIGHUP to every listening worker (one still starting reads the file anyway)."""
-        log.info("msg=%s", q("SIGHUP: reloading every worker"))
+        log.info(kv(msg="SIGHUP: reloading every worker"))
         self._signal_all(signal.SIGHUP, ready_only=True)
 
     def _signal_all(self, sig: signal.Signals, *, ready_only: bool) -> None:
@@ -163,7 +170,7 @@ class Supervisor:
         await asyncio.sleep(self.stop_grace + KILL_GRACE)
         for i, proc in self.procs.items():
             if proc.returncode is None:
-                log.error("msg=%s worker=%d", q("worker did not stop in time: killed"), i)
+                log.error(kv(msg="worker did not stop in time: killed", worker=i))
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
 
@@ -186,8 +193,7 @@ class Supervisor:
         listening = await _read_ready(ready_read)
         if listening:
             self.ready.add(index)
-            log.info("msg=%s worker=%d pid=%d", q("worker listening"), index,
-                     self.procs[index].pid)  # fmt: skip
+            log.info(kv(msg="worker listening", worker=index, pid=self.procs[index].pid))
         return listening
 
     async def _keep(self, index: int) -> int:
@@ -205,8 +211,14 @@ class Supervisor:
             failures = 0 if time.monotonic() - started >= HEALTHY_AFTER else failures
             delay = min(MAX_BACKOFF, FIRST_BACKOFF * 2**failures)
             failures += 1
-            log.error("msg=%s worker=%d status=%d restart_in=%gs", q("worker exited: restarting"),
-                      index, code, delay)  # fmt: skip
+            log.error(
+                kv(
+                    msg="worker exited: restarting",
+                    worker=index,
+                    status=code,
+                    restart_in=f"{delay:g}s",
+                )
+            )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stopping.wait(), delay)
             if self.stopping.is_set():

@@ -37,7 +37,7 @@ from rwrouter.audit import Snapshot
 from rwrouter.audit.live import Audit, snapshots_from_json, snapshots_to_json
 from rwrouter.config import Config
 from rwrouter.errors import RwrouterError
-from rwrouter.logs import LogfmtFormatter, q
+from rwrouter.logs import LogfmtFormatter, kv
 from rwrouter.metrics import Metrics, merge_expositions
 
 log = logging.getLogger("rwrouter.workers")
@@ -106,7 +106,7 @@ def report_ready(spec: WorkerSpec, *, on_orphaned: Callable[[], None]) -> None:
 
     def gone() -> None:
         loop.remove_reader(spec.lifeline_fd)
-        log.error("msg=%s", q("the supervisor is gone: stopping"))
+        log.error(kv(msg="the supervisor is gone: stopping"))
         on_orphaned()
 
     loop.add_reader(spec.lifeline_fd, gone)
@@ -207,7 +207,7 @@ class Peers:
             try:
                 parts.append(snapshots_from_json(json.loads(text)))
             except (ValueError, KeyError, TypeError) as exc:
-                log.warning("msg=%s worker=%d error=%s", q("bad audit answer"), i, q(exc))
+                log.warning(kv(msg="bad audit answer", worker=i, error=exc))
         return await asyncio.to_thread(self.audit.merged_report, parts, top=None,
                                        workers=len(parts), expected=self.spec.count)  # fmt: skip
 
@@ -229,7 +229,7 @@ class Peers:
         finally:
             for i, answer in zip(others, await asked, strict=True):
                 if answer is None:
-                    log.warning("msg=%s worker=%d", q("could not ask a worker to reload"), i)
+                    log.warning(kv(msg="could not ask a worker to reload", worker=i))
 
     async def _peer(self, index: int, method: str, path: str) -> str | None:
         """The answer text of worker ``index`` (any status), or None if it did not answer."""
@@ -242,7 +242,7 @@ class Peers:
             ):
                 return await response.text()
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            log.debug("msg=%s worker=%d error=%s", q("worker did not answer"), index, q(exc))
+            log.debug(kv(msg="worker did not answer", worker=index, error=exc))
             return None
 
     async def _handle_metrics(self, request: web.Request) -> web.Response:
