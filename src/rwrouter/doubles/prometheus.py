@@ -28,7 +28,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -146,7 +146,7 @@ class PrometheusProcess:
             raise
         return prom
 
-    def __enter__(self) -> PrometheusProcess:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
