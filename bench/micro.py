@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import snappy
+import snappy  # type: ignore[import-untyped,unused-ignore]
 
 from bench.workload import (
     A_REGEX,

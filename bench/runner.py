@@ -40,7 +40,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import snappy
+import snappy  # type: ignore[import-untyped,unused-ignore]
 
 from bench import procs
 from bench import vmagent as vm

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 
-import snappy
+import snappy  # type: ignore[import-untyped,unused-ignore]
 
 from bench.workload import Workload, fleet_series
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE

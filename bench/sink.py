@@ -33,8 +33,9 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import cast
 
-import snappy
+import snappy  # type: ignore[import-untyped,unused-ignore]
 from aiohttp import web
 
 from rwrouter.errors import UnsupportedError
@@ -156,7 +157,7 @@ async def serve(name: str, port: int, max_seconds: float, digest: bool = False) 
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
-    server = site._server
+    server = cast("asyncio.Server | None", site._server)  # what TCPSite.start() made
     bound = server.sockets[0].getsockname()[1] if server and server.sockets else port
     print(f"SINK {name} LISTENING {bound}", flush=True)
     stop = asyncio.Event()

@@ -33,7 +33,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import snappy
+import snappy  # type: ignore[import-untyped,unused-ignore]
 
 from rwrouter.wire import types_pb2
 
@@ -235,7 +235,8 @@ def encode_labels_pb(labels: Labels) -> bytes:
     ts = types_pb2.TimeSeries()
     for name, value in labels:
         ts.labels.add(name=name, value=value)
-    return ts.SerializeToString()
+    encoded: bytes = ts.SerializeToString()
+    return encoded
 
 
 def _varint(value: int) -> bytes:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import micro, runner
+from bench import micro, report, runner
 from bench.workload import load_or_generate
 
 
@@ -135,11 +135,11 @@ ROUND_CASES = [
 def test_rounds_median_run_and_ratio_per_round(
     rates: list[tuple[float, float]], medians: tuple[float, float], ratio_line: str
 ) -> None:
-    rounds = [{"vmagent": runner.Measurement("vmagent", samples_per_cpu_second=v),
-               "rwrouter": runner.Measurement("rwrouter", samples_per_cpu_second=r)}
+    rounds = [{"vmagent": report.Measurement("vmagent", samples_per_cpu_second=v),
+               "rwrouter": report.Measurement("rwrouter", samples_per_cpu_second=r)}
               for v, r in rates]  # fmt: skip
-    chosen = runner.median_round(rounds)
+    chosen = report.median_round(rounds)
     assert (chosen["vmagent"].samples_per_cpu_second,
             chosen["rwrouter"].samples_per_cpu_second) == medians  # fmt: skip
     assert any(r["vmagent"] is chosen["vmagent"] for r in rounds)  # a real run, not a mix
-    assert runner.rounds_summary(rounds).splitlines()[-1] == ratio_line
+    assert report.rounds_summary(rounds).splitlines()[-1] == ratio_line

@@ -6,12 +6,13 @@ and the three-column table."""
 from __future__ import annotations
 
 import pytest
-import snappy
+import snappy  # type: ignore[import-untyped,unused-ignore]
 
 from bench import driver, report, runner, rw2, sink
 from bench.workload import Workload, load_or_generate
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written, request_headers
 from rwrouter.wire import remote_pb2, types_pb2, write_v2_pb2
+from rwrouter.wire.rw2_out import Meta
 
 
 def rw1_series(body: bytes) -> list[tuple[tuple[tuple[str, str], ...], list[tuple[float, int]]]]:
@@ -66,13 +67,19 @@ def test_rw2_bodies_carry_the_rw1_series(small: Workload, metadata: bool) -> Non
             name = next(v for n, v in rw2_series_labels(request, ts) if n == "__name__")
             meta = ts.metadata
             if metadata:
-                kind, help_text, _ = book[name.encode()]
+                kind, help_text, _ = book_entry(book, name.encode())
                 assert (meta.type, request.symbols[meta.help_ref]) == (kind, help_text.decode())
                 assert meta.unit_ref == 0
             else:  # what Prometheus 3 sends without metadata-wal-records
                 assert (meta.type, meta.help_ref, meta.unit_ref) == (0, 0, 0)
     assert encoded.compressed_bytes < small.compressed_bytes
     assert encoded.raw_bytes < small.raw_bytes
+
+
+def book_entry(book: dict[bytes, Meta | None], name: bytes) -> Meta:
+    entry = book[name]
+    assert entry is not None
+    return entry
 
 
 def rw2_series_labels(
@@ -86,8 +93,8 @@ def rw2_series_labels(
 
 def test_metadata_book_types(small: Workload) -> None:
     book = rw2.metadata_book(small.seed)
-    assert book[b"node_cpu_seconds_total"][0] == rw2.COUNTER
-    assert book[b"DCGM_FI_DEV_GPU_UTIL"][0] == rw2.GAUGE
+    assert book_entry(book, b"node_cpu_seconds_total")[0] == rw2.COUNTER
+    assert book_entry(book, b"DCGM_FI_DEV_GPU_UTIL")[0] == rw2.GAUGE
     assert len(book) == 25 + 1 + 6 + 3 + 8 + 6  # every metric name of a node
 
 
@@ -157,8 +164,8 @@ def test_sink_takes_remote_write_1_only(
 
 def series(labels: list[tuple[str, str]], samples: list[tuple[float, int]]) -> types_pb2.TimeSeries:
     ts = types_pb2.TimeSeries()
-    for name, value in labels:
-        ts.labels.add(name=name, value=value)
+    for name, text in labels:
+        ts.labels.add(name=name, value=text)
     for value, timestamp in samples:
         ts.samples.add(value=value, timestamp=timestamp)
     return ts

@@ -6,7 +6,7 @@ import collections
 from pathlib import Path
 
 import pytest
-import snappy
+import snappy  # type: ignore[import-untyped,unused-ignore]
 
 from bench import workload as wl
 from rwrouter.wire import remote_pb2

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
+import kubernetes_validate  # type: ignore[import-untyped,unused-ignore]
 import pytest
 import yaml
-from kubernetes_validate.utils import latest_version
+from kubernetes_validate.utils import latest_version  # type: ignore[import-untyped,unused-ignore]
 from prometheus_client.parser import text_string_to_metric_families
 
 from rwrouter.config.load import load_config

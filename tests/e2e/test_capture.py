@@ -91,10 +91,13 @@ def test_audit_of_a_real_prometheus_capture_counts_its_series(tmp_path: Path) ->
                 )  # fmt: skip
                 assert result.returncode == 0, result.stderr
                 report = json.loads(result.stdout)
-                counted = {d["name"]: {m["name"]: m["active_series"] for m in d["metrics"]}
-                           for d in report["destinations"]}  # fmt: skip
-                done = expected is not None and counted["everything"] == expected
-                return (expected, counted["everything"], counted["critical"]) if done else None
+                counted: dict[str, dict[str, int]] = {
+                    d["name"]: {m["name"]: m["active_series"] for m in d["metrics"]}
+                    for d in report["destinations"]
+                }
+                if expected is None or counted["everything"] != expected:
+                    return None
+                return expected, counted["everything"], counted["critical"]
 
             found = wait_for(audited, timeout=40, what="the audit = Prometheus' series")
             expected, everything, critical = found

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import re2
+import re2  # type: ignore[import-untyped]
 
 from rwrouter.demo.configs import ALLOWLIST
 from rwrouter.demo.fleet import DCGM_FIELDS, GPUS_PER_NODE
@@ -48,8 +48,8 @@ def test_the_sender_writes_2_0_and_the_self_hosted_store_gets_2_0(
     wanted = {name: GPUS_PER_NODE for name in ALLOWED_NAMES}
     wait_for(lambda: names_of(pipeline.workspace_series()) == wanted, timeout=45,
              what="every allowlisted DCGM series at the workspace double")  # fmt: skip
-    summary = wait_for(lambda: (s := pipeline.summary()).self_hosted_by_name and s, timeout=30,
-                       what="series at the self-hosted store")  # fmt: skip
+    summary = wait_for(lambda: s if (s := pipeline.summary()).self_hosted_by_name else None,
+                       timeout=30, what="series at the self-hosted store")  # fmt: skip
     router = summary.router
     assert router.requests_by_protocol.get("2.0", 0) > 0
     assert router.requests_by_protocol.get("1.0", 0) == 0  # the sender sends 2.0 only

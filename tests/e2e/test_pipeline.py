@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import re2
+import re2  # type: ignore[import-untyped]
 
 from rwrouter.audit import SECONDS_PER_MONTH, monthly_cost
 from rwrouter.config.model import AMP_PRICE_TIERS
 from rwrouter.demo.configs import ALLOWLIST, SHADOW_DESTINATION
 from rwrouter.demo.fleet import DCGM_FIELDS, GPUS_PER_NODE
-from rwrouter.demo.pipeline import DemoPipeline
+from rwrouter.demo.pipeline import DemoPipeline, LabelSet
 from rwrouter.demo.summary import names_of
 from rwrouter.wire import compress, remote_pb2, splice_compressed
 from tests.support.polling import wait_for
@@ -115,12 +115,13 @@ def test_only_allowlisted_dcgm_series_reach_the_workspace_all_signed(
     pipeline: DemoPipeline,
 ) -> None:
     expected = NODES * ALLOWED_PER_NODE
-    # The double stores a request's series before it records the request: wait for both.
-    series = wait_for(
-        lambda: (s := pipeline.workspace_series()) and len(s) >= expected
-        and pipeline.double.request_count > 0 and s,
-        timeout=20, what=f"{expected} series at the workspace double",
-    )  # fmt: skip
+
+    def stored() -> dict[LabelSet, dict[int, int]] | None:
+        # The double stores a request's series before it records the request: wait for both.
+        s = pipeline.workspace_series()
+        return s if len(s) >= expected and pipeline.double.request_count > 0 else None
+
+    series = wait_for(stored, timeout=20, what=f"{expected} series at the workspace double")
     names = {name_of(key) for key in series}
     assert names == ALLOWED_NAMES
     assert len(series) == expected
@@ -136,10 +137,12 @@ def test_every_other_series_is_in_the_self_hosted_prometheus(pipeline: DemoPipel
         name for name, _, _, _ in pipeline.fleet.nodes[0].model.families(0.0)
     } - ALLOWED_NAMES
     expected = NODES * (SERIES_PER_NODE - ALLOWED_PER_NODE + SYNTHETIC_PER_TARGET)
-    counts = wait_for(
-        lambda: (c := self_hosted_by_name(pipeline)) and sum(c.values()) >= expected and c,
-        timeout=20, what=f"{expected} series in the self-hosted Prometheus",
-    )  # fmt: skip
+
+    def stored() -> dict[str, int] | None:
+        c = self_hosted_by_name(pipeline)
+        return c if sum(c.values()) >= expected else None
+
+    counts = wait_for(stored, timeout=20, what=f"{expected} series in the self-hosted Prometheus")
     assert sum(counts.values()) == expected
     assert exporter_names <= set(counts)
     assert not set(counts) & ALLOWED_NAMES
@@ -255,7 +258,8 @@ def test_a_spliced_body_is_one_write_request_for_prometheus(pipeline: DemoPipeli
     (:func:`rwrouter.wire.splice_compressed`); Prometheus' own decoder (Go snappy, Go
     protobuf) takes it as one write request carrying every part's series. Runs last: it adds
     series to the self-hosted Prometheus."""
-    assert pipeline.self_hosted is not None
+    store = pipeline.self_hosted
+    assert store is not None
     now_ms = int(time.time() * 1000)
     blocks = []
     for part in range(3):
@@ -265,10 +269,10 @@ def test_a_spliced_body_is_one_write_request_for_prometheus(pipeline: DemoPipeli
         series.labels.add(name="part", value=str(part))
         series.samples.add(value=float(part), timestamp=now_ms)
         blocks.append(compress(request.SerializeToString() * (part + 1)))  # repeats: copies
-    status, answer = pipeline.self_hosted.write(splice_compressed(blocks))
+    status, answer = store.write(splice_compressed(blocks))
     assert status == 204, answer
-    found = wait_for(lambda: pipeline.self_hosted and pipeline.self_hosted.query(
-        "rwrouter_splice_check"), timeout=10, what="the spliced series")  # fmt: skip
+    found = wait_for(lambda: store.query("rwrouter_splice_check"), timeout=10,
+                     what="the spliced series")  # fmt: skip
     assert {row["metric"]["part"]: float(row["value"][1]) for row in found} == {
         "0": 0.0, "1": 1.0, "2": 2.0
     }  # fmt: skip

@@ -38,6 +38,7 @@ from rwrouter.demo.exporter import ExporterFleet
 from rwrouter.doubles.router import RouterProcess
 from rwrouter.doubles.workspace import Key, WorkspaceDouble
 from rwrouter.doubles.workspace_runner import run_in_thread
+from rwrouter.doubles.workspace_store import Series
 from rwrouter.protocol import RW2_MESSAGE
 from tests.support.peers import peer_binary
 from tests.support.polling import wait_for
@@ -177,7 +178,7 @@ def expected_store(rig: Rig) -> set[LabelSet]:
     return out
 
 
-def workspace_series(rig: Rig) -> dict[LabelSet, Any]:
+def workspace_series(rig: Rig) -> dict[LabelSet, Series]:
     return dict(rig.double.series(WORKSPACE))  # a copy (the double's loop owns it)
 
 
@@ -311,17 +312,22 @@ def test_native_histograms_arrive_bit_exact(rig: Rig, sender: str) -> None:
         want = {h.timestamp: h.SerializeToString(deterministic=True) for h in pushed.histograms}
         if is_critical(pushed.labels):
             labels = escape(pushed.as_written(sender))
-            wait_for(lambda labels=labels, want=want: (s := workspace_series(rig).get(labels))
-                     and dict(s.histograms) == want, timeout=30,
-                     what=f"{labels} at the workspace")  # fmt: skip
+
+            def arrived(labels: LabelSet = labels, want: dict[int, bytes] = want) -> bool:
+                s = workspace_series(rig).get(labels)
+                return s is not None and dict(s.histograms) == want
+
+            wait_for(arrived, timeout=30, what=f"{labels} at the workspace")
             continue
         source = _stored_histograms(rig.senders[sender], name)
         counts = {h.timestamp: (h.count_int or h.count_float, bits(h.sum))
                   for h in pushed.histograms}  # fmt: skip
         assert {ts: point[:2] for ts, point in source.items()} == counts
-        wait_for(lambda name=name, source=source: _stored_histograms(
-            rig.store, name, sender=sender) == source, timeout=30,
-            what=f"{name} in the store")  # fmt: skip
+
+        def stored(name: str = name, source: dict[int, Any] = source) -> bool:
+            return _stored_histograms(rig.store, name, sender=sender) == source
+
+        wait_for(stored, timeout=30, what=f"{name} in the store")
 
 
 @pytest.mark.parametrize("sender", SENDERS)
@@ -375,12 +381,19 @@ def test_vanished_targets_end_with_bit_exact_staleness_markers(rig: Rig) -> None
                 assert before and before[-1] != STALE_BITS and bits_to_float(before[-1]) >= 0
         exporter = f'count({{sender="{sender}", __name__!~"up|scrape_.*", job="{JOB}"}})'
         after_s = max(marker_ts) / 1000 + 0.5
-        wait_for(lambda t=after_s: time.time() > t + 0.1, timeout=5, what="the marker's time")
-        wait_for(lambda exporter=exporter, after_s=after_s: rig.store.query(
-            exporter, time_s=after_s) == [], timeout=30,
-            what=f"{sender}'s stale series in the store")  # fmt: skip
+
+        def passed(t: float = after_s) -> bool:
+            return time.time() > t + 0.1
+
+        def ended(exporter: str = exporter, after_s: float = after_s) -> bool:
+            return rig.store.query(exporter, time_s=after_s) == []
+
+        wait_for(passed, timeout=5, what="the marker's time")
+        wait_for(ended, timeout=30, what=f"{sender}'s stale series in the store")
         rest = len(scraped(rig.fleet, sender)) - len(expected) - len(REPORT)
         assert _count(rig.store, exporter, time_s=before_s) == rest
-        wait_for(lambda up=f'up{{sender="{sender}"}}': [r["value"][1] for r in
-                 rig.store.query(up)] == ["0"], timeout=30,
-                 what=f"{sender}'s up = 0 in the store")  # fmt: skip
+
+        def down(up: str = f'up{{sender="{sender}"}}') -> bool:
+            return [r["value"][1] for r in rig.store.query(up)] == ["0"]
+
+        wait_for(down, timeout=30, what=f"{sender}'s up = 0 in the store")

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
-import snappy
+import snappy  # type: ignore[import-untyped,unused-ignore]
 import yaml
 from aiohttp import web
 

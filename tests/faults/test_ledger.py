@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-import snappy
+import snappy  # type: ignore[import-untyped,unused-ignore]
 
 from rwrouter.protocol import (
     RW1_MESSAGE,

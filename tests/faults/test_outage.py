@@ -143,8 +143,11 @@ def _self_hosted_keeps_up(ledger: Ledger, self_hosted: SelfHosted, names: str, *
         snapshot = by_name(ledger.acknowledged, names)
         checked_at = time.monotonic()
         what = "acknowledged bulk samples in the self-hosted store, outage ongoing"
-        wait_for(lambda s=snapshot: _keys(self_hosted, names) >= s, timeout_s=5,
-                 interval_s=0.5, what=what)  # fmt: skip
+
+        def caught_up(s: set[SampleKey] = snapshot) -> bool:
+            return _keys(self_hosted, names) >= s
+
+        wait_for(caught_up, timeout_s=5, interval_s=0.5, what=what)
         lags.append(time.monotonic() - checked_at)
         time.sleep(max(0.0, min(CHECK_EVERY_S - lags[-1], until - time.monotonic())))
     return lags

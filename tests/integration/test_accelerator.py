@@ -15,7 +15,7 @@ import snappy  # type: ignore[import-untyped,unused-ignore]
 from bench.workload import A_REGEX, generate
 from rwrouter.doubles.prometheus import free_port
 from rwrouter.doubles.router import RouterProcess
-from rwrouter.wire import remote_pb2
+from rwrouter.wire import remote_pb2, types_pb2
 from rwrouter.wire.accelerator import ACCELERATED
 from tests.support.capture import CaptureServer
 
@@ -98,7 +98,7 @@ def _parse(body: bytes) -> remote_pb2.WriteRequest:
     return request
 
 
-def _samples(body: bytes) -> list[tuple[tuple[tuple[str, str], ...], object]]:
+def _samples(body: bytes) -> list[tuple[tuple[tuple[str, str], ...], types_pb2.Sample]]:
     return [
         (tuple((lab.name, lab.value) for lab in ts.labels), s)
         for ts in _parse(body).timeseries

@@ -95,6 +95,7 @@ async def test_shadow_destination_is_counted_never_sent_and_the_fallback_is_unch
     assert set(fresh_capture.paths()) == {"/workspace", "/selfhosted"}
     # No queue, no sender, no drop counted for the shadow destination.
     assert not (Path(router.config.storage.path) / "queue" / "every-gpu-family").exists()
+    assert router.fanout is not None
     assert [d.name for d in router.fanout.destinations] == ["workspace", "selfhosted"]
     assert metric_value(router, "rwrouter_samples_dropped_total",
                         destination="every-gpu-family", reason="relabel") == 0  # fmt: skip
@@ -171,6 +172,7 @@ async def test_reload_keeps_the_counts_of_a_destination_still_audited(
     report = by_name(await audit(http, router))
     assert sum(report["every-gpu-family"].values()) == sum(FAMILIES.values())
     assert report["later"] == report["every-gpu-family"]
+    assert router.fanout is not None
     assert [d.name for d in router.fanout.destinations] == ["workspace", "selfhosted"]
 
 
@@ -219,6 +221,7 @@ async def test_a_router_of_shadow_destinations_only_counts_and_sends_nothing(
         assert resp.status == 200
     for scrape in range(2):
         assert (await post_write(http, router, fleet(scrape)))[0] == 204
+    assert router.fanout is not None
     assert router.fanout.destinations == []
     report = await audit(http, router)
     assert sum(by_name(report)["everything"].values()) == sum(FAMILIES.values())

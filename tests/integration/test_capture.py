@@ -13,7 +13,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-import snappy
+import snappy  # type: ignore[import-untyped,unused-ignore]
 from aiohttp import web
 
 from rwrouter.audit.capture import MAGIC, MAX_BODY_BYTES, CaptureError, CaptureReader

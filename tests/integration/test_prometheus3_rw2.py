@@ -12,12 +12,12 @@ RW 2.0 requests, and rwrouter forwards the request-level metadata entries it der
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-import snappy
+import snappy  # type: ignore[import-untyped,unused-ignore]
 
 from rwrouter.doubles.router import RouterProcess
 from rwrouter.protocol import RW2_MESSAGE, message_of
@@ -126,9 +126,11 @@ remote_write:
 """
 
 
-def wait_for(capture: CaptureServer, predicate: object, what: str, timeout: float = 60) -> None:
+def wait_for(
+    capture: CaptureServer, predicate: Callable[[], bool], what: str, timeout: float = 60
+) -> None:
     try:
-        capture.wait_for(predicate, timeout=timeout)  # type: ignore[arg-type]
+        capture.wait_for(predicate, timeout=timeout)
     except TimeoutError:
         raise AssertionError(f"not within {timeout} s: {what}") from None
 

@@ -42,7 +42,7 @@ def _label_bytes(name: bytes, value: bytes) -> bytes:
 
 def _series_body(*labels: bytes) -> bytes:
     """A snappy body with one series made of raw label fields and one sample."""
-    import snappy
+    import snappy  # type: ignore[import-untyped,unused-ignore]
 
     sample = b"\x12\x0b\x09" + b"\x00" * 8 + b"\x10\x01"
     payload = b"".join(labels) + sample

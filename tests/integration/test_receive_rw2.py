@@ -13,7 +13,7 @@ import random
 
 import aiohttp
 import pytest
-import snappy
+import snappy  # type: ignore[import-untyped,unused-ignore]
 
 from rwrouter.protocol import RW2_MESSAGE, WRITTEN_HEADERS, Written
 from rwrouter.queue.records import FLAG_START_TIMESTAMPS, HEADER, decode_record
@@ -222,8 +222,11 @@ async def test_rw1_and_rw2_route_identically(
                                      headers=HEADERS_V2)  # fmt: skip
     assert (status1, status2) == (204, 204)
     for dest, samples in (("gpu", 5), ("rest", 2)):
-        await eventually(lambda d=dest, n=samples: capture.sample_count(f"/v1/{d}") == n
-                         and capture.sample_count(f"/v2/{d}") == n)  # fmt: skip
+
+        def arrived(d: str = dest, n: int = samples) -> bool:
+            return capture.sample_count(f"/v1/{d}") == n and capture.sample_count(f"/v2/{d}") == n
+
+        await eventually(arrived)
         bodies = {proto: [r.raw for r in capture.requests(f"/{proto}/{dest}")]
                   for proto in ("v1", "v2")}  # fmt: skip
         assert bodies["v1"] == bodies["v2"]

@@ -8,8 +8,9 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -58,7 +59,7 @@ remote_write:
 def raw_batch(i: int, n: int = 2) -> bytes:
     series = [Series((("__name__", f"m{i}"), ("s", str(j))), ((1000 + j, float(j)),))
               for j in range(n)]  # fmt: skip
-    return write_request(series).SerializeToString()
+    return bytes(write_request(series).SerializeToString())
 
 
 def fill(tmp_path: Path, count: int, *, name: str = "self-hosted") -> RejectedStore:
@@ -263,9 +264,11 @@ def test_bad_configuration_is_a_usage_error(
 class _Server:
     """A one-handler aiohttp server in its own thread (the replay runs its own event loop)."""
 
-    def __init__(self, handler: web.Handler) -> None:
+    def __init__(
+        self, handler: Callable[[web.Request], Coroutine[Any, Any, web.Response]]
+    ) -> None:
         self._capture = CaptureServer()
-        self._capture._handle = handler  # type: ignore[method-assign]
+        self._capture._handle = handler  # type: ignore[method-assign,assignment]
 
     def __enter__(self) -> str:
         return self._capture.start().url("/api/v1/write")

@@ -108,7 +108,7 @@ def _label(name: str, value: str) -> bytes:
 
 
 def _snappy(raw: bytes) -> bytes:
-    import snappy
+    import snappy  # type: ignore[import-untyped,unused-ignore]
 
     return bytes(snappy.compress(raw))
 

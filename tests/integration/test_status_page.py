@@ -231,11 +231,12 @@ def _by_reason(router: RouterServer, sample: str, destination: str) -> str:
     return ", ".join(f"{r}: {v:,.0f}" for r, v in sorted(found.items())) or "0"
 
 
-AUDITED = {  # destination -> shadow, active series, top names with their active series
+Audited = dict[str, tuple[bool, int, list[tuple[str, int]]]]  # see AUDITED
+AUDITED: Audited = {  # destination -> shadow, active series, top names with their active series
     "workspace": (False, 8, [("DCGM_FI_DEV_GPU_UTIL", 8)]),
     "workspace-audit": (True, 13, [("DCGM_FI_DEV_GPU_UTIL", 8), ("node_load1", 5)]),
 }
-NOT_YET = {"workspace": (False, 0, []), "workspace-audit": (True, 0, [])}
+NOT_YET: Audited = {"workspace": (False, 0, []), "workspace-audit": (True, 0, [])}
 
 PAGE_CASES = [
     # id, requests sent before the page opens, samples expected sent per destination, top names,
@@ -246,7 +247,6 @@ PAGE_CASES = [
     ("idle_router", 0, {"workspace": "0", "selfhosted": "0"},  # hit ratio NaN in /metrics
      {"workspace": [], "selfhosted": []}, NOT_YET),
 ]  # fmt: skip
-Audited = dict[str, tuple[bool, int, list[tuple[str, int]]]]
 
 
 def _audited(report: Report) -> Audited:

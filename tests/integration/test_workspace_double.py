@@ -773,9 +773,9 @@ async def test_12_utf8_names_are_refused_with_cortex_messages(
 def botocore_signed(url: str, body: bytes, headers: dict[str, str]) -> dict[str, str]:
     """Sign exactly ``headers`` (plus Host) with botocore: for a Content-Type our signer does
     not send to the workspace."""
-    from botocore.auth import SigV4Auth
-    from botocore.awsrequest import AWSRequest
-    from botocore.credentials import Credentials
+    from botocore.auth import SigV4Auth  # type: ignore[import-untyped,unused-ignore]
+    from botocore.awsrequest import AWSRequest  # type: ignore[import-untyped,unused-ignore]
+    from botocore.credentials import Credentials  # type: ignore[import-untyped,unused-ignore]
 
     request = AWSRequest(method="POST", url=url, data=body,
                          headers={**headers, "Host": url.split("/")[2]})  # fmt: skip

@@ -300,7 +300,7 @@ class Ledger:
     def _delay(self, attempt: int, retry_after: str | None) -> float:
         if retry_after and retry_after.strip().isdigit():
             return min(float(retry_after), self.retry_after_cap_s)
-        return min(self.max_backoff_s, self.min_backoff_s * 2**attempt)
+        return min(self.max_backoff_s, self.min_backoff_s * 2.0**attempt)
 
     # -- the ledger ----------------------------------------------------------------------
     @property

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-import snappy
+import snappy  # type: ignore[import-untyped,unused-ignore]
 
 from rwrouter.protocol import RW2_MESSAGE, request_headers
 from rwrouter.wire import remote_pb2, write_v2_pb2
@@ -63,7 +63,7 @@ def symbolize(
             )  # fmt: skip
         meta = (metadata or {}).get(dict(labels).get("__name__", ""))
         if meta is not None:
-            series.metadata.type = meta[0]  # type: ignore[assignment]
+            series.metadata.type = meta[0]
             series.metadata.help_ref = symbols.ref(meta[1])
             series.metadata.unit_ref = symbols.ref(meta[2])
     out.symbols.extend(symbols.table)

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from rwrouter.wire import types_pb2, write_v2_pb2
+from rwrouter.wire.rw2_out import Meta, Resolve
 
 LabelPairs = tuple[tuple[str, str], ...]
 MetaText = tuple[int, str, str]  # type, help, unit
@@ -55,7 +56,7 @@ class Frame:
 
 
 def _label(name: str, value: str) -> bytes:
-    return types_pb2.Label(name=name, value=value).SerializeToString()
+    return bytes(types_pb2.Label(name=name, value=value).SerializeToString())
 
 
 def _exemplar_rw1(ex: Exemplar) -> bytes:
@@ -116,10 +117,10 @@ def decode_v2(raw: bytes) -> write_v2_pb2.Request:
     return request
 
 
-def resolver(book: dict[str, MetaText]) -> tuple[dict[bytes, object], object]:
+def resolver(book: dict[str, MetaText]) -> tuple[dict[bytes, Meta | None], Resolve]:
     """(memo, resolve) over ``book`` (metric name -> metadata), for ``encode_request``."""
 
-    def resolve(name: bytes) -> tuple[int, bytes, bytes] | None:
+    def resolve(name: bytes) -> Meta | None:
         found = book.get(name.decode())
         return None if found is None else (found[0], found[1].encode(), found[2].encode())
 

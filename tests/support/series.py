@@ -12,7 +12,7 @@ import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-import snappy
+import snappy  # type: ignore[import-untyped,unused-ignore]
 
 from rwrouter.wire import remote_pb2, types_pb2
 
@@ -56,8 +56,8 @@ def write_request(
         ts = request.timeseries.add()
         for name, value in label_set(item.labels):
             ts.labels.add(name=name, value=value)
-        for timestamp_ms, value in item.samples:
-            ts.samples.add(value=_value(value), timestamp=timestamp_ms)
+        for timestamp_ms, sample in item.samples:
+            ts.samples.add(value=_value(sample), timestamp=timestamp_ms)
     request.metadata.extend(metadata)
     return request
 

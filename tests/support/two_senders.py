@@ -23,7 +23,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-import re2
+import re2  # type: ignore[import-untyped]
 
 from rwrouter.demo.configs import ALLOWLIST
 from rwrouter.demo.exporter import ExporterFleet

@@ -9,6 +9,7 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -154,7 +155,7 @@ LDFLAGS = [
 
 @pytest.mark.parametrize(("peer", "flags"), [c[1:] for c in LDFLAGS],
                          ids=[c[0] for c in LDFLAGS])  # fmt: skip
-def test_ldflags_stamp_the_version(peer: object, flags: str) -> None:
+def test_ldflags_stamp_the_version(peer: Any, flags: str) -> None:  # the script's Peer
     assert bp.ldflags(peer, now=NOW, user="ci", host="box", revision="abc123") == flags
     check = bp.stamp(peer)
     printed = {"prometheus": "prometheus, version 3.16.0 (branch: v0.316.0, revision: abc123)",

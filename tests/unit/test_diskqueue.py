@@ -60,8 +60,17 @@ def put(q: DiskQueue, ids: range | list[int], *, size: int = FRAME) -> int:
     for i in ids:
         data = record(i, size=size)
         q.reserve(len(data))
-        ticket = q.append([data], [i + 1], reserved=len(data))
+        appended = q.append([data], [i + 1], reserved=len(data))
+        assert appended is not None  # blocking: always a ticket
+        ticket = appended
     return ticket
+
+
+def read_blocking(q: DiskQueue, max_bytes: int) -> list[QueuedRecord]:
+    """``q.read(max_bytes)``, blocking (so never None)."""
+    got = q.read(max_bytes)
+    assert got is not None
+    return got
 
 
 def read_all(q: DiskQueue, *, max_bytes: int = BIG) -> list[QueuedRecord]:
@@ -121,7 +130,7 @@ def test_append_read_commit(opener: Opener) -> None:
     assert put(q, range(2)) == 2
     assert put(q, [2]) == 3  # one ticket per append
     assert (q.unread_records, q.unread_samples, q.unread_bytes) == (3, 6, 3 * REC)
-    got = q.read(BIG)
+    got = read_blocking(q, BIG)
     assert ids(got) == [0, 1, 2]
     assert [r.end for r in got] == [Position(0, REC * n) for n in (1, 2, 3)]
     assert (q.unread_records, q.unread_samples, q.unread_bytes) == (0, 0, 0)
@@ -129,7 +138,7 @@ def test_append_read_commit(opener: Opener) -> None:
     q.commit(got[-1].end)
     assert q.read(BIG) == []
     put(q, [3])
-    assert ids(q.read(BIG)) == [3]
+    assert ids(read_blocking(q, BIG)) == [3]
 
 
 READ_SIZE_CASES = [
@@ -188,7 +197,7 @@ def test_reopen_resumes_after_the_committed_position(
 ) -> None:
     q, _ = opener()
     put(q, range(appended))
-    got = [q.read(1)[0] for _ in range(read)]
+    got = [read_blocking(q, 1)[0] for _ in range(read)]
     assert ids(got) == list(range(read))
     if committed:
         q.commit(got[committed - 1].end)
@@ -206,7 +215,7 @@ def test_reopen_resumes_after_the_committed_position(
 def test_commit_only_moves_forward(opener: Opener) -> None:
     q, _ = opener()
     put(q, range(3))
-    got = q.read(BIG)
+    got = read_blocking(q, BIG)
     q.commit(got[1].end)
     q.commit(got[0].end)  # late and older: ignored
     q, _ = opener()
@@ -533,7 +542,7 @@ def test_read_mark_tells_what_may_have_been_sent(
     put(q, range(appended))
     got: list[QueuedRecord] = []
     while len(got) < read:
-        got += q.read(1)  # one record (at least) per read
+        got += read_blocking(q, 1)  # one record (at least) per read
     got = got[:read] if read else got
     if committed is not None:
         q.commit(got[committed].end)
@@ -740,6 +749,7 @@ def test_cancel_takes_back_an_unread_last_append(opener: Opener) -> None:
     data = [record(1), record(2)]
     q.reserve(2 * REC)
     ticket = q.append(data, [2, 3], reserved=2 * REC)
+    assert ticket is not None
     assert q.cancel(ticket, data)
     assert ids(read_all(q)) == [0]
     later = put(q, [3])
@@ -794,7 +804,7 @@ def test_drop_oldest(
 ) -> None:  # fmt: skip
     q, _ = opener(max_bytes=12 * REC)
     put(q, range(10))  # segments of records 0-2, 3-5, 6-8, 9
-    got = [q.read(1)[0] for _ in range(read)]
+    got = [read_blocking(q, 1)[0] for _ in range(read)]
     assert ids(got) == list(range(read))
     segments, records = dropped
     lost = [i for i in range(min(10, 3 * segments)) if i >= read]

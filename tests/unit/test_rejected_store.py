@@ -39,7 +39,7 @@ def raw_batch(n: int, *, name: str = "up") -> bytes:
     """An uncompressed WriteRequest of ``n`` series with one sample each."""
     series = [Series((("__name__", name), ("i", str(i))), ((1000 + i, float(i)),))
               for i in range(n)]  # fmt: skip
-    return write_request(series).SerializeToString()
+    return bytes(write_request(series).SerializeToString())
 
 
 def add(store: RejectedStore, raw: bytes, **overrides: Any) -> int:

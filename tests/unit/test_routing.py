@@ -46,7 +46,7 @@ def request(
             ts.histograms.add(count_int=i, sum=1.0, timestamp=1000 + i)
     for family in metadata:
         req.metadata.add(type=types_pb2.MetricMetadata.GAUGE, metric_family_name=family, help="h")
-    return req.SerializeToString()
+    return bytes(req.SerializeToString())
 
 
 def sent(out: RoutedRequest, index: int) -> list[dict[str, str]]:

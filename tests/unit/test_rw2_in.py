@@ -454,7 +454,7 @@ def rw1_request(labels: dict[str, str], *, exemplar: bool, histogram: bool) -> b
         ts.histograms.add(count_int=4, sum=2.0, schema=1, timestamp=9,
                           positive_spans=[types_pb2.BucketSpan(offset=-1, length=2)],
                           positive_deltas=[2, -1])  # fmt: skip
-    return request.SerializeToString()
+    return bytes(request.SerializeToString())
 
 
 def first_labels(data: bytes) -> bytes:

@@ -13,7 +13,7 @@ import struct
 from typing import Any
 
 import pytest
-from google.protobuf.unknown_fields import UnknownFieldSet
+from google.protobuf.unknown_fields import UnknownFieldSet  # type: ignore[import-untyped,unused-ignore]
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -38,7 +38,8 @@ BUCKET = (("__name__", "rpc_seconds_bucket"), ("le", "1"))
 
 
 def sample(value: float = 1.0, ts: int = 1_000, start: int = 0) -> bytes:
-    return write_v2_pb2.Sample(value=value, timestamp=ts, start_timestamp=start).SerializeToString()
+    out = write_v2_pb2.Sample(value=value, timestamp=ts, start_timestamp=start)
+    return bytes(out.SerializeToString())
 
 
 def stale_sample(ts: int = 2_000) -> bytes:
@@ -47,7 +48,8 @@ def stale_sample(ts: int = 2_000) -> bytes:
 
 def histogram(*, start: int = 0, floats: bool = False) -> bytes:
     h = write_v2_pb2.Histogram(sum=2.5, schema=3, zero_threshold=1e-128, timestamp=3_000,
-                               start_timestamp=start, reset_hint=2)  # fmt: skip
+                               start_timestamp=start,
+                               reset_hint=write_v2_pb2.Histogram.RESET_HINT_NO)  # fmt: skip
     if floats:
         h.count_float = 4.0
         h.zero_count_float = 1.0
@@ -57,7 +59,7 @@ def histogram(*, start: int = 0, floats: bool = False) -> bytes:
         h.zero_count_int = 1
         h.positive_deltas.extend([1, -1])
     h.positive_spans.add(offset=-2, length=2)
-    return h.SerializeToString()
+    return bytes(h.SerializeToString())
 
 
 def exemplar(trace: str = "abc", value: float = 0.5, ts: int = 1_000) -> Exemplar:

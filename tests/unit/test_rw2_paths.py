@@ -191,15 +191,13 @@ def compiled_scan(*args: Any) -> Scan:
 def route(scan: Callable[..., Scan], data: bytes) -> Any:
     """Route the RW1 form ``data`` twice (cold, then cached) with a fresh router of the
     per-series loop tests' destinations, whose loop is ``scan``."""
-    saved = router_module.scan_request
-    router_module.scan_request = scan
-    try:
-        router = Router(global_rules=(), routes=make_routes())
-        return router.route(data), router.route(data)
-    except DecodeError as exc:
-        return ("error", str(exc))
-    finally:
-        router_module.scan_request = saved
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(router_module, "scan_request", scan)
+        try:
+            router = Router(global_rules=(), routes=make_routes())
+            return router.route(data), router.route(data)
+        except DecodeError as exc:
+            return ("error", str(exc))
 
 
 @settings(

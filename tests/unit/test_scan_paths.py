@@ -21,7 +21,8 @@ from rwrouter.errors import DecodeError
 from rwrouter.relabel import parse_relabel_configs
 from rwrouter.routing import Route, RoutedRequest, Router
 from rwrouter.routing import router as router_module
-from rwrouter.routing.cache import pack_entry, unpack_entry
+from rwrouter.routing.cache import Cache, Entry, new_cache, pack_entry, unpack_entry
+from rwrouter.routing.outcome import REASONS
 from rwrouter.routing.scan import Scan, scan_request_py, signature_py
 from rwrouter.wire import codec, remote_pb2, types_pb2
 from rwrouter.wire.accelerator import ACCELERATED
@@ -144,7 +145,7 @@ def fleet_request(nodes: int, seed: int) -> bytes:
         ts.labels.add(name="instance", value=f"n{node}")
         ts.samples.add(value=float(node), timestamp=1_700_000_000_000)
     request.metadata.add(type=types_pb2.MetricMetadata.GAUGE, metric_family_name="node_load1")
-    return request.SerializeToString()
+    return bytes(request.SerializeToString())
 
 
 label_text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=6)
@@ -179,7 +180,7 @@ def build_request(series: Sequence[dict[str, Any]]) -> bytes:
             ex.labels.add(name="trace_id", value=f"t{i}")
         for i in range(s["histograms"]):
             ts.histograms.add(count_int=i, sum=1.0, timestamp=i)
-    return request.SerializeToString()
+    return bytes(request.SerializeToString())
 
 
 @needs_accelerator
@@ -422,7 +423,7 @@ def test_template_shortcut_gives_the_full_paths_entries(series: list[dict[str, A
     full._signature_names = None
     for _ in range(2):  # the second time from templates learned by other series
         for router in (shortcut, full):
-            router._young.clear()
+            router._young = new_cache()  # forget the label sets, keep the templates
         try:
             first = shortcut.route(data)
         except DecodeError as exc:
@@ -533,7 +534,7 @@ def test_scan_regressions_compiled_equals_pure(
             return entry
 
         try:
-            result: Any = scan(data, *caches, miss, (False,) * ndest, None, router_module.REASONS)
+            result: Any = scan(data, *caches, miss, (False,) * ndest, None, REASONS)
         except DecodeError as exc:
             result = ("error", str(exc))
         return result, caches, misses
@@ -733,7 +734,8 @@ def test_compiled_loop_same_with_dict_or_label_cache_generations(nodes: int, see
     data = fleet_request(nodes, seed)
     keys = [split_series(ts.SerializeToString()).labels for ts in _parse_raw(data).timeseries]
     results = []
-    for make in (dict, _scan.LabelCache):
+    makers: tuple[Callable[[], Cache], ...] = (dict[bytes, Entry], _scan.LabelCache)
+    for make in makers:
         router = Router(global_rules=(), routes=make_routes())
         router._young, router._old = make(), make()
         out = [router.route(data, now=0.0), router.route(data, now=0.0)]
@@ -757,9 +759,14 @@ def test_compiled_loop_applies_templates_itself_with_the_same_entries_and_counte
     shortcut = Router(global_rules=(), routes=FILTER_ROUTES)
     full = Router(global_rules=(), routes=FILTER_ROUTES)
     full._signature_names = None
-    calls = []
+    calls: list[bytes] = []
     python_miss = shortcut._miss
-    shortcut._miss = lambda key: calls.append(key) or python_miss(key)  # type: ignore[method-assign]
+
+    def counted_miss(raw_labels: bytes) -> Entry:
+        calls.append(raw_labels)
+        return python_miss(raw_labels)
+
+    shortcut._miss = counted_miss  # type: ignore[method-assign]
     out = shortcut.route(data)
     assert out == full.route(data)
     assert (shortcut.misses, shortcut.hits) == (full.misses, full.hits)
