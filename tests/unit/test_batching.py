@@ -618,7 +618,7 @@ def test_reshard_of_empty_buffers(old_frames: list[list[Frame]], shards: int) ->
         assert_totals(buf)
 
 
-SHARD_CASES = [
+DESIRED_SHARDS_CASES = [
     # id, current, in samples, out samples, send seconds, pending, expected
     ("no_deliveries_keeps_current", 3, 10_000, 0, 0.0, 50_000, 3),
     ("within_30_percent_keeps_current", 4, 100_000, 100_000, 40.0, 0, 4),
@@ -631,8 +631,8 @@ SHARD_CASES = [
 
 @pytest.mark.parametrize(
     ("current", "samples_in", "samples_out", "send_seconds", "pending", "expected"),
-    [c[1:] for c in SHARD_CASES],
-    ids=[c[0] for c in SHARD_CASES],
+    [c[1:] for c in DESIRED_SHARDS_CASES],
+    ids=[c[0] for c in DESIRED_SHARDS_CASES],
 )
 def test_desired_shards(
     current: int, samples_in: int, samples_out: int, send_seconds: float, pending: int,
