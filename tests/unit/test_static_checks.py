@@ -1,9 +1,11 @@
-"""The code stays lint-clean (ruff) and strictly typed (mypy --strict), checked on every run."""
+"""The code stays lint-clean (ruff) and strictly typed (mypy --strict: the package, the tests,
+the benchmark and scripts/build-peers), checked on every run."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -11,9 +13,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 CHECKS = [
-    ("ruff", ["ruff", "check", "--no-cache", "src", "tests"]),
-    ("mypy_strict", ["mypy"]),  # settings in pyproject.toml: strict, src/rwrouter
+    ("ruff", ["ruff", "check", "--no-cache", "src", "tests", "bench", "scripts/build-peers"]),
+    ("mypy_strict", ["mypy"]),  # settings in pyproject.toml: strict, the files below
 ]
+MYPY_FILES = ["src/rwrouter", "tests", "bench", "scripts/build-peers"]
 
 
 @pytest.mark.parametrize("command", [c for _, c in CHECKS], ids=[n for n, _ in CHECKS])
@@ -22,3 +25,9 @@ def test_static_check_passes(command: list[str]) -> None:
         [sys.executable, "-m", *command], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_checks_the_package_tests_benchmark_and_scripts() -> None:
+    settings = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert settings["strict"] is True
+    assert settings["files"] == MYPY_FILES
