@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import io
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -81,8 +82,10 @@ async def post_write(
     headers: dict[str, str] | None = None,
     path: str = "/api/v1/write",
 ) -> tuple[int, str, dict[str, str]]:
-    """POST a body to the router; returns (status, text, headers)."""
-    async with http.post(router.url + path, data=body, headers=headers or HEADERS) as resp:
+    """POST a body to the router; returns (status, text, headers). The body goes as a
+    BytesIO: aiohttp warns (ResourceWarning) of bytes over 1 MiB sent in one write."""
+    data = io.BytesIO(body)
+    async with http.post(router.url + path, data=data, headers=headers or HEADERS) as resp:
         return resp.status, await resp.text(), dict(resp.headers)
 
 

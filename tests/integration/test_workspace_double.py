@@ -8,6 +8,7 @@ import asyncio
 import datetime as dt
 import hashlib
 import hmac
+import io
 import json
 import os
 import struct
@@ -364,7 +365,8 @@ async def test_rejections_in_order_store_nothing(
         body = up(2.0, ts_ms=now_ms(clock))
     clock.advance(shift)
     method = "GET" if workspace == "GET" else "POST"
-    async with http.request(method, url, data=body, headers=headers) as answer:
+    data = io.BytesIO(body)  # aiohttp warns of bytes over 1 MiB (HUGE) sent in one write
+    async with http.request(method, url, data=data, headers=headers) as answer:
         got_status, text = answer.status, await answer.text()
     assert got_status == status, text
     message = json.loads(text)["message"] if got_status != 400 else text
@@ -722,20 +724,20 @@ def test_run_in_thread_serves_sync_callers() -> None:
 def test_module_entry_point_serves_until_terminated() -> None:
     command = [sys.executable, "-m", "rwrouter.doubles.workspace_runner", "--port", "0", "--region",
                REGION, "--workspace", "ws-9", "--access-key", "AKID", "--secret", "S"]  # fmt: skip
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    try:
-        assert process.stdout is not None
-        first = process.stdout.readline()  # blocks at most until the timeout marker fires
-        assert first.startswith("workspace ws-9: http://127.0.0.1:")
-        url = first.split(": ", 1)[1].strip()
-        state_url = url.split("/workspaces/")[0] + "/_double/state"
-        with urllib.request.urlopen(state_url, timeout=5) as answer:
-            assert json.load(answer)["workspaces"] == {
-                "ws-9": {"series": 0, "samples": 0, "metadata": 0}
-            }
-    finally:
-        process.terminate()
-        assert process.wait(timeout=10) == 0
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as process:
+        try:
+            assert process.stdout is not None
+            first = process.stdout.readline()  # blocks at most until the timeout marker fires
+            assert first.startswith("workspace ws-9: http://127.0.0.1:")
+            url = first.split(": ", 1)[1].strip()
+            state_url = url.split("/workspaces/")[0] + "/_double/state"
+            with urllib.request.urlopen(state_url, timeout=5) as answer:
+                assert json.load(answer)["workspaces"] == {
+                    "ws-9": {"series": 0, "samples": 0, "metadata": 0}
+                }
+        finally:
+            process.terminate()
+            assert process.wait(timeout=10) == 0
 
 
 # -- names the workspace refuses, and remote write 2.0 -----------------------------------------
