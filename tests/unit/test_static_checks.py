@@ -3,6 +3,7 @@ the benchmark and scripts/build-peers), checked on every run."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tomllib
@@ -31,3 +32,12 @@ def test_mypy_checks_the_package_tests_benchmark_and_scripts() -> None:
     settings = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
     assert settings["strict"] is True
     assert settings["files"] == MYPY_FILES
+
+
+def test_scripts_check_is_an_executable_bash_script() -> None:
+    """scripts/check runs these checks outside pytest (not run here: it would run pytest)."""
+    script = ROOT / "scripts" / "check"
+    assert os.access(script, os.X_OK)
+    assert script.read_text().startswith("#!/usr/bin/env bash\n")
+    parsed = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, timeout=30)
+    assert parsed.returncode == 0, parsed.stderr
