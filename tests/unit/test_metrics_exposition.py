@@ -43,11 +43,11 @@ def _touch_wrappers(group: object, seen: set[int]) -> None:
 
 def _touched() -> Metrics:
     metrics = Metrics()
-    metrics.watch_write_connections(lambda: 1.0)
+    metrics.process.watch_write_connections(lambda: 1.0)
     _touch_wrappers(metrics, set())
-    metrics.credentials_expiry.sources["x"] = lambda: 1.0
-    metrics.name_shares.source = lambda: {"x": [("up", 0.5)]}
-    metrics.audit.source = lambda: ({"x": (1, 1)}, 10)
+    metrics.process.credentials_expiry.sources["x"] = lambda: 1.0
+    metrics.audit.name_shares.source = lambda: {"x": [("up", 0.5)]}
+    metrics.audit.totals.source = lambda: ({"x": (1, 1)}, 10)
     return metrics
 
 

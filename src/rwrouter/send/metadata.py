@@ -21,7 +21,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from rwrouter.metrics import Metrics
+from rwrouter.metrics import SendMetrics
 from rwrouter.send.delivery import Deliverer
 
 log = logging.getLogger("rwrouter.sending")
@@ -34,7 +34,8 @@ class MetadataQueue:
     """Metadata entries (framed ``metadata`` fields of a write request) waiting to be sent in
     batches of ``batch_size`` entries; ``max_bytes`` bounds the entries' total size;
     ``resend_after`` (seconds) how soon an identical entry is queued again; ``clock``:
-    monotonic seconds."""
+    monotonic seconds; ``metrics``: the destination's send metrics (entries sent, and
+    dropped as ``queue_full``)."""
 
     def __init__(
         self,
@@ -42,7 +43,7 @@ class MetadataQueue:
         name: str,
         batch_size: int,
         max_bytes: int,
-        metrics: Metrics,
+        metrics: SendMetrics,
         resend_after: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
