@@ -5,6 +5,7 @@ Dashboards, alerts (``deploy/``) and the status page read these names; a change 
 change for every operator, so it shows in that file's diff. Families are compared sorted by
 name (the registry's order is not part of the interface). After a deliberate change, write the
 file again with ``RWROUTER_WRITE_FAMILIES=1 pytest tests/unit/test_metrics_exposition.py``.
+Also: which series ``Metrics.forget_destination`` removes (a reload that drops a destination).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 
 from rwrouter.metrics import Metrics
+from rwrouter.protocol import RW2_MESSAGE
 
 FAMILIES = Path(__file__).resolve().parents[1] / "testdata" / "metrics" / "families.txt"
 
@@ -76,3 +78,44 @@ def test_exposition_families_unchanged() -> None:
         FAMILIES.parent.mkdir(parents=True, exist_ok=True)
         FAMILIES.write_text(got, encoding="utf-8")
     assert got == FAMILIES.read_text(encoding="utf-8")
+
+
+# What a reload that removes a destination takes away: its gauges (and its credential
+# expiry), not its counters, whose totals a rate() over the reload still needs.
+FORGOTTEN = (
+    "rwrouter_credentials_expiry_timestamp_seconds",
+    "rwrouter_destination_failed",
+    "rwrouter_destination_protocol",
+    "rwrouter_queue_blocks",
+    "rwrouter_queue_bytes",
+    "rwrouter_queue_capacity_bytes",
+    "rwrouter_queue_capacity_samples",
+    "rwrouter_queue_disk_bytes",
+    "rwrouter_queue_disk_capacity_bytes",
+    "rwrouter_queue_oldest_unsent_age_seconds",
+    "rwrouter_queue_samples",
+    "rwrouter_rejected_store_bytes",
+    "rwrouter_rejected_store_entries",
+    "rwrouter_shards",
+)
+
+
+def _series_of(metrics: Metrics, name: str) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
+    """The series of destination ``name``: (family, sorted labels)."""
+    return {
+        (family.name, tuple(sorted(sample.labels.items())))
+        for family in metrics.registry.collect()
+        for sample in family.samples
+        if sample.labels.get("destination") == name
+    }
+
+
+def test_forget_destination_removes_its_gauges_only() -> None:
+    metrics = _touched()
+    metrics.send.destination_protocol.labels("x", RW2_MESSAGE).set(1)
+    before = _series_of(metrics, "x")
+    metrics.forget_destination("x")
+    after = _series_of(metrics, "x")
+    assert after <= before
+    assert sorted({family for family, _ in before - after}) == list(FORGOTTEN)
+    assert ("rwrouter_sent_samples", (("destination", "x"),)) in after
