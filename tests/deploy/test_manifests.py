@@ -92,8 +92,8 @@ def _exposed_names() -> set[str]:
     merged view of `run --workers` (rwrouter_workers, rwrouter_worker_up, write connections),
     with an audited destination (the rwrouter_audit_* metrics are absent without one)."""
     metrics = Metrics()
-    metrics.watch_write_connections(lambda: 0.0)
-    metrics.audit.source = lambda: ({"workspace": (1, 1)}, 50_000_000)
+    metrics.process.watch_write_connections(lambda: 0.0)
+    metrics.audit.totals.source = lambda: ({"workspace": (1, 1)}, 50_000_000)
     text = metrics.exposition()[0].decode()
     merged = merge_expositions({"0": text}, workers=2).decode()
     suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"],

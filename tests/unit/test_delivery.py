@@ -172,7 +172,7 @@ def rig(
         auth=auth if auth is not None else NoAuth(),
         policy=policy,
         headers={"X-Team": "gpu"},
-        metrics=metrics,
+        metrics=metrics.send,
         clock=clock,
         wall_clock=lambda: WALL,
         rand=lambda: 0.0,

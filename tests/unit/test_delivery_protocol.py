@@ -120,7 +120,7 @@ def rig(reply: Callable[[Sent], Reply], *, message: str = RW2_MESSAGE,
     r = Rig(None, transport, metrics)  # type: ignore[arg-type]
     r.deliverer = Deliverer(
         name=NAME, transport=transport, auth=auth or NoAuth(),
-        policy=RetryPolicy(min_backoff=1.0, max_backoff=4.0), metrics=metrics,
+        policy=RetryPolicy(min_backoff=1.0, max_backoff=4.0), metrics=metrics.send,
         headers={"X-Team": "gpu"}, message=message, book=book, clock=clock,
         wall_clock=lambda: 1_700_000_000.0, rand=lambda: 0.0, sleep=clock.sleep,
         on_rejected=lambda items, _kind, refusal: r.rejected.append((items, refusal)),

@@ -29,7 +29,7 @@ def test_identical_entries_once_per_resend_interval(
 ) -> None:
     now = [0.0]
     queue = MetadataQueue(name="d", batch_size=500, max_bytes=1 << 20,
-                          metrics=Metrics(CollectorRegistry()), resend_after=30.0,
+                          metrics=Metrics(CollectorRegistry()).send, resend_after=30.0,
                           clock=lambda: now[0])  # fmt: skip
     for at, entries in adds:
         now[0] = at
@@ -41,7 +41,7 @@ def test_identical_entries_once_per_resend_interval(
 def test_the_memory_of_queued_entries_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(metadata_module, "RECENT_LIMIT", 3)
     queue = MetadataQueue(name="d", batch_size=500, max_bytes=1 << 20,
-                          metrics=Metrics(CollectorRegistry()), clock=lambda: 0.0)  # fmt: skip
+                          metrics=Metrics(CollectorRegistry()).send, clock=lambda: 0.0)  # fmt: skip
     entries = [bytes([0x1A, 1, n]) for n in range(5)]
     queue.add(entries[:3])
     queue.add(entries[3:4])  # the memory is full: forgotten, then this one remembered

@@ -12,13 +12,13 @@ from rwrouter.metrics import Metrics, merge_expositions, status_snapshot
 
 def _worker(sent: float, disk: float, age: float, expiry: float | None, drops: float) -> str:
     m = Metrics()
-    m.sent_samples.labels("ws").inc(sent)
-    m.queue_disk_bytes.labels("ws").set(disk)
-    m.queue_oldest_age.labels("ws").set(age)
-    m.dropped_samples.labels("ws", "queue_full").inc(drops)
-    m.retries.labels("ws", "503").inc(1)
+    m.send.sent_samples.labels("ws").inc(sent)
+    m.queue.disk_bytes.labels("ws").set(disk)
+    m.queue.oldest_age.labels("ws").set(age)
+    m.send.dropped_samples.labels("ws", "queue_full").inc(drops)
+    m.send.retries.labels("ws", "503").inc(1)
     if expiry is not None:
-        m.credentials_expiry.sources["ws"] = lambda: expiry
+        m.process.credentials_expiry.sources["ws"] = lambda: expiry
     return m.exposition()[0].decode()
 
 
@@ -66,8 +66,8 @@ def test_status_snapshot_refuses_text_that_is_not_an_exposition() -> None:
 def test_status_snapshot_treats_nan_as_absent_so_the_json_is_valid() -> None:
     """A worker with no lookups yet exposes its hit ratio as NaN (not valid JSON)."""
     busy, idle = Metrics(), Metrics()
-    busy.cache_hit_ratio.set(0.5)
-    idle.cache_hit_ratio.set(float("nan"))
+    busy.cache.hit_ratio.set(0.5)
+    idle.cache.hit_ratio.set(float("nan"))
     text = merge_expositions({"0": busy.exposition()[0].decode(),
                               "1": idle.exposition()[0].decode()}, workers=2).decode()  # fmt: skip
     snapshot = status_snapshot(text)
@@ -79,8 +79,8 @@ def test_status_snapshot_treats_nan_as_absent_so_the_json_is_valid() -> None:
 
 def test_status_snapshot_top_names_are_the_mean_share_over_workers() -> None:
     one, two = Metrics(), Metrics()
-    one.name_shares.source = lambda: {"ws": [("a", 0.75), ("b", 0.25)]}
-    two.name_shares.source = lambda: {"ws": [("a", 0.25), ("c", 0.75)]}
+    one.audit.name_shares.source = lambda: {"ws": [("a", 0.75), ("b", 0.25)]}
+    two.audit.name_shares.source = lambda: {"ws": [("a", 0.25), ("c", 0.75)]}
     text = merge_expositions({"0": one.exposition()[0].decode(),
                               "1": two.exposition()[0].decode()}, workers=2).decode()  # fmt: skip
     destinations = status_snapshot(text)["destinations"]

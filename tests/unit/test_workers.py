@@ -58,9 +58,9 @@ def test_worker_config(listen: str, expected: str) -> None:
 
 def _exposition(requests: int, duration: float | None = None) -> str:
     metrics = Metrics()
-    metrics.requests.labels("204").inc(requests)
+    metrics.receive.requests.labels("204").inc(requests)
     if duration is not None:
-        metrics.request_duration.observe(duration)
+        metrics.receive.duration.observe(duration)
     return metrics.exposition()[0].decode()
 
 

@@ -216,7 +216,7 @@ async def _replay(
                            max_retries=REPLAY_RETRIES),
         headers=dict(dest.headers),
         message=dest.protobuf_message,
-        metrics=Metrics(),
+        metrics=Metrics().send,
     )
     tally = _Tally()
     await sender.transport.start()

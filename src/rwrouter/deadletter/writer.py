@@ -13,7 +13,7 @@ import logging
 
 from rwrouter.deadletter.store import RejectedStore
 from rwrouter.logs import kv
-from rwrouter.metrics import Metrics
+from rwrouter.metrics import DeadLetterMetrics
 from rwrouter.send.refusals import Item, Refusal
 
 log = logging.getLogger("rwrouter.sending")
@@ -22,7 +22,7 @@ log = logging.getLogger("rwrouter.sending")
 class DeadLetters:
     """The refusal hook of a destination's :class:`~rwrouter.send.delivery.Deliverer`."""
 
-    def __init__(self, *, name: str, store: RejectedStore, metrics: Metrics) -> None:
+    def __init__(self, *, name: str, store: RejectedStore, metrics: DeadLetterMetrics) -> None:
         self.name = name
         self.store = store
         self._metrics = metrics
@@ -35,7 +35,7 @@ class DeadLetters:
             return
         raw = b"".join(frame for frame, _ in items)
         samples = sum(n for _, n in items)
-        self._metrics.rejected_batches.labels(self.name, refusal.reason).inc()
+        self._metrics.batches.labels(self.name, refusal.reason).inc()
         task = asyncio.create_task(self._write(raw, len(items), samples, refusal))
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)

@@ -12,8 +12,6 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from rwrouter.errors import InvariantError
-
 
 def merge_expositions(parts: Mapping[str, str | None], *, workers: int) -> bytes:
     """One text exposition of several worker processes' own expositions (``rwrouter run
@@ -108,57 +106,89 @@ def status_snapshot(exposition: str) -> dict[str, object]:
     credential expiry); a value that is not finite (NaN, e.g. a hit ratio before any lookup)
     counts as absent, so the result is always valid JSON. The hit ratio of several workers is
     the mean of those that have one. Raises ValueError for text that is not an exposition."""
-    destinations: dict[str, dict[str, object]] = {}
-    by_metric = {metric: (key, how) for key, (metric, how) in _STATUS_FIELDS.items()}
-    by_reason = {metric: key for key, metric in _STATUS_BY_REASON.items()}
-    out: dict[str, object] = {"version": "", "accelerated": False, "workers": 1,
-                              "received_samples_total": 0.0, "received_requests_total": 0.0,
-                              "relabel_cache_hit_ratio": None}  # fmt: skip
-    ratios: list[float] = []
-    names: dict[str, dict[str, list[float]]] = {}  # destination -> metric -> workers' shares
-    reporters: dict[str, set[str]] = {}  # destination -> workers reporting its names
-
-    def dest(name: str) -> dict[str, object]:
-        if name not in destinations:
-            destinations[name] = {  # counters start at 0, gauges unknown until exposed
-                key: 0.0 if key.endswith("_total") else None for key in _STATUS_FIELDS
-            } | {key: {} for key in _STATUS_BY_REASON} | {"top_names": []}
-        return destinations[name]
-
+    snapshot = _Snapshot()
     for family in text_string_to_metric_families(exposition):
-        for s in family.samples:
-            name, labels, value = s.name, s.labels, float(s.value)
-            if not math.isfinite(value):  # e.g. a hit ratio before any lookup: unknown
-                continue
-            if name == "rwrouter_build_info":
-                out["version"] = labels.get("version", "")
-                out["accelerated"] = labels.get("accelerated") == "true"
-            elif name == "rwrouter_workers":
-                out["workers"] = int(value)
-            elif name in ("rwrouter_received_samples_total", "rwrouter_received_requests_total"):
-                key = name.removeprefix("rwrouter_")
-                out[key] = float(out[key]) + value  # type: ignore[arg-type]
-            elif name == "rwrouter_relabel_cache_hit_ratio":
-                ratios.append(value)
-            elif name in by_metric and "destination" in labels:
-                key, how = by_metric[name]
-                entry = dest(labels["destination"])
-                old = entry[key]
-                entry[key] = value if old is None else _COMBINE[how](float(old), value)  # type: ignore[arg-type]
-            elif name == "rwrouter_metric_name_share" and "destination" in labels:
-                per_metric = names.setdefault(labels["destination"], {})
-                per_metric.setdefault(labels.get("metric", ""), []).append(value)
-                reporters.setdefault(labels["destination"], set()).add(labels.get("worker", ""))
-            elif name in by_reason and "destination" in labels:
-                reasons = dest(labels["destination"])[by_reason[name]]
-                if not isinstance(reasons, dict):
-                    raise InvariantError(f"{by_reason[name]} is not counted per reason")
-                reason = labels.get("reason", "")
-                reasons[reason] = reasons.get(reason, 0.0) + value
-    out["relabel_cache_hit_ratio"] = sum(ratios) / len(ratios) if ratios else None
-    for destination, per_metric in names.items():
-        count = len(reporters[destination])  # a worker that reports others: 0 for this one
-        means = {m: sum(v) / count for m, v in per_metric.items()}
-        dest(destination)["top_names"] = sorted(means.items(), key=lambda item: -item[1])[:10]
-    out["destinations"] = destinations
-    return out
+        for sample in family.samples:
+            value = float(sample.value)
+            if math.isfinite(value):  # else unknown (NaN: e.g. a hit ratio before any lookup)
+                snapshot.add(sample.name, sample.labels, value)
+    return snapshot.result()
+
+
+_BY_METRIC = {metric: (key, how) for key, (metric, how) in _STATUS_FIELDS.items()}
+_BY_REASON = {metric: key for key, metric in _STATUS_BY_REASON.items()}
+_RECEIVED = ("rwrouter_received_samples_total", "rwrouter_received_requests_total")
+
+
+class _Destination:
+    """One destination's figures: ``_STATUS_FIELDS`` (counters start at 0, gauges unknown
+    until exposed), ``_STATUS_BY_REASON`` (reason -> total) and the top names."""
+
+    def __init__(self) -> None:
+        self.values = {k: 0.0 if k.endswith("_total") else None for k in _STATUS_FIELDS}
+        self.by_reason: dict[str, dict[str, float]] = {key: {} for key in _STATUS_BY_REASON}
+        self.top_names: list[tuple[str, float]] = []
+
+    def as_dict(self) -> dict[str, object]:
+        return {**self.values, **self.by_reason, "top_names": self.top_names}
+
+
+class _Snapshot:
+    """:func:`status_snapshot`'s figures, read one finite sample at a time."""
+
+    def __init__(self) -> None:
+        self.version, self.accelerated, self.workers = "", False, 1
+        self.received = dict.fromkeys(("received_samples_total", "received_requests_total"), 0.0)
+        self.ratios: list[float] = []  # the workers' relabel cache hit ratios
+        self.destinations: dict[str, _Destination] = {}  # in the order first seen
+        self.names: dict[str, dict[str, list[float]]] = {}  # destination -> metric -> shares
+        self.reporters: dict[str, set[str]] = {}  # destination -> workers reporting its names
+
+    def add(self, name: str, labels: Mapping[str, str], value: float) -> None:
+        if name == "rwrouter_build_info":
+            self.version = labels.get("version", "")
+            self.accelerated = labels.get("accelerated") == "true"
+        elif name == "rwrouter_workers":
+            self.workers = int(value)
+        elif name in _RECEIVED:
+            self.received[name.removeprefix("rwrouter_")] += value
+        elif name == "rwrouter_relabel_cache_hit_ratio":
+            self.ratios.append(value)
+        elif "destination" in labels:
+            self._add_destination(name, labels, value)
+
+    def _add_destination(self, name: str, labels: Mapping[str, str], value: float) -> None:
+        destination = labels["destination"]
+        if name in _BY_METRIC:
+            key, how = _BY_METRIC[name]
+            values = self._destination(destination).values
+            old = values[key]
+            values[key] = value if old is None else _COMBINE[how](old, value)
+        elif name == "rwrouter_metric_name_share":
+            per_metric = self.names.setdefault(destination, {})
+            per_metric.setdefault(labels.get("metric", ""), []).append(value)
+            self.reporters.setdefault(destination, set()).add(labels.get("worker", ""))
+        elif name in _BY_REASON:
+            reasons = self._destination(destination).by_reason[_BY_REASON[name]]
+            reason = labels.get("reason", "")
+            reasons[reason] = reasons.get(reason, 0.0) + value
+
+    def _destination(self, name: str) -> _Destination:
+        return self.destinations.setdefault(name, _Destination())
+
+    def result(self) -> dict[str, object]:
+        """The figures (the shape :func:`status_snapshot` documents)."""
+        for destination, per_metric in self.names.items():
+            count = len(self.reporters[destination])  # a worker that reports others: 0 here
+            means = {m: sum(v) / count for m, v in per_metric.items()}
+            top = sorted(means.items(), key=lambda item: -item[1])[:10]
+            self._destination(destination).top_names = top
+        ratio = sum(self.ratios) / len(self.ratios) if self.ratios else None
+        return {
+            "version": self.version,
+            "accelerated": self.accelerated,
+            "workers": self.workers,
+            **self.received,
+            "relabel_cache_hit_ratio": ratio,
+            "destinations": {name: d.as_dict() for name, d in self.destinations.items()},
+        }

@@ -63,7 +63,7 @@ def make_destination(
     resharding decisions. Opens no file: the queue is opened by ``Destination.start``."""
     name, q_ = config.name, config.queue_config
     store = RejectedStore(rejected_dir(storage.path, name), max_bytes=storage.rejected_max_bytes)
-    dead_letters = DeadLetters(name=name, store=store, metrics=metrics)
+    dead_letters = DeadLetters(name=name, store=store, metrics=metrics.deadletter)
     book = (MetadataBook(escaping=config.metric_name_escaping_scheme)
             if config.protobuf_message == RW2_MESSAGE else None)  # fmt: skip
     policy = RetryPolicy(
@@ -73,17 +73,18 @@ def make_destination(
     )  # fmt: skip
     deliverer = Deliverer(
         name=name, transport=transport, auth=auth, policy=policy, headers=dict(config.headers),
-        message=config.protobuf_message, book=book, metrics=metrics, clock=clock,
+        message=config.protobuf_message, book=book, metrics=metrics.send, clock=clock,
         wall_clock=wall_clock, rand=rand, sleep=sleep, on_rejected=dead_letters,
     )  # fmt: skip
     reader = QueueReader(
         name=name, queue=DiskQueue(queue_dir(storage.path, name), max_bytes=q_.max_disk_bytes),
-        queue_config=q_, deliverer=deliverer, dead_letters=dead_letters, metrics=metrics,
-        clock=clock, stopping=Stopping(), reshard_interval=reshard_interval,
+        queue_config=q_, deliverer=deliverer, dead_letters=dead_letters, metrics=metrics.send,
+        queue_metrics=metrics.queue, clock=clock, stopping=Stopping(),
+        reshard_interval=reshard_interval,
     )  # fmt: skip
     metadata = MetadataQueue(
         name=name, batch_size=config.metadata_config.max_samples_per_send,
-        max_bytes=q_.max_memory_bytes, metrics=metrics,
+        max_bytes=q_.max_memory_bytes, metrics=metrics.send,
         resend_after=config.metadata_config.send_interval / 2,
     )  # fmt: skip
     return Destination(config=config, storage=storage, reader=reader, deliverer=deliverer,

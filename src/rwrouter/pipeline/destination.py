@@ -59,7 +59,9 @@ class Destination:
 
     Admission (event loop): :meth:`fits`, :meth:`has_room`, :meth:`make_room`, :meth:`reserve`,
     then ``await`` :meth:`append`. ``clock``: monotonic seconds (the stop's deadline);
-    ``wall_clock``: unix seconds (the age of the oldest unsent record).
+    ``wall_clock``: unix seconds (the age of the oldest unsent record). ``metrics``: the
+    destination's series are in several groups (queue, send, dead letters, credential
+    expiry), shown at start; :meth:`~rwrouter.metrics.Metrics.forget_destination` removes them.
     """
 
     def __init__(
@@ -81,7 +83,8 @@ class Destination:
         self.auth, self.book = deliverer.auth, deliverer.book
         self._reader, self._senders, self._stopping = reader, reader.shards, reader.stopping
         self._deliverer, self._dead_letters, self._metadata = deliverer, dead_letters, metadata
-        self._metrics, self._clock, self._wall = metrics, clock, wall_clock
+        self._metrics, self._send_metrics = metrics, metrics.send
+        self._clock, self._wall = clock, wall_clock
         deliverer.on_protocol = self._protocol_changed
         self._tasks: list[asyncio.Task[None]] = []  # reader, metadata sender, fsync timer
         self._sync_lock = asyncio.Lock()
@@ -101,19 +104,20 @@ class Destination:
         """Point this destination's gauges at this object (at start: a reload that fails
         leaves the running destination's gauges alone)."""
         m, name, q_ = self._metrics, self.name, self.config.queue_config
-        m.queue_capacity.labels(name).set(self.capacity)
-        m.queue_capacity_bytes.labels(name).set(self.capacity_bytes)
-        m.queue_disk_capacity_bytes.labels(name).set(q_.max_disk_bytes)
-        m.shards.labels(name).set(len(self._senders))
-        m.destination_failed.labels(name).set(0)
-        m.watch(m.queue_samples, lambda: self.pending, name)
-        m.watch(m.queue_bytes, lambda: self.pending_bytes + self._metadata.nbytes, name)
-        m.watch(m.queue_disk_bytes, lambda: self.queue.size_bytes, name)
-        m.watch(m.queue_blocks, lambda: self.queue.unread_records + self._reader.in_memory, name)
-        m.watch(m.queue_oldest_age, self.oldest_unsent_age, name)
-        m.watch(m.rejected_bytes, lambda: self.rejected.size_bytes, name)
-        m.watch(m.rejected_entries, lambda: len(self.rejected), name)
-        m.credentials_expiry.sources[name] = self.auth.expiry
+        queue, send, rejected = m.queue, m.send, m.deadletter
+        queue.capacity_samples.labels(name).set(self.capacity)
+        queue.capacity_bytes.labels(name).set(self.capacity_bytes)
+        queue.disk_capacity_bytes.labels(name).set(q_.max_disk_bytes)
+        send.shards.labels(name).set(len(self._senders))
+        send.destination_failed.labels(name).set(0)
+        m.watch(queue.samples, lambda: self.pending, name)
+        m.watch(queue.memory_bytes, lambda: self.pending_bytes + self._metadata.nbytes, name)
+        m.watch(queue.disk_bytes, lambda: self.queue.size_bytes, name)
+        m.watch(queue.blocks, lambda: self.queue.unread_records + self._reader.in_memory, name)
+        m.watch(queue.oldest_age, self.oldest_unsent_age, name)
+        m.watch(rejected.store_bytes, lambda: self.rejected.size_bytes, name)
+        m.watch(rejected.store_entries, lambda: len(self.rejected), name)
+        m.process.credentials_expiry.sources[name] = self.auth.expiry
         self._show_protocol()
 
     @property
@@ -125,7 +129,7 @@ class Destination:
     def _show_protocol(self) -> None:
         """``rwrouter_destination_protocol``: 1 for the message in use; for an RW 2.0
         destination also 0 for the other one."""
-        gauge = self._metrics.destination_protocol
+        gauge = self._send_metrics.destination_protocol
         for message in MESSAGES:
             if message == self.protocol:
                 gauge.labels(self.name, message).set(1)
@@ -185,7 +189,7 @@ class Destination:
         dropped = self.queue.drop_oldest(nbytes)
         self._reader.drop(dropped)  # waiting frames of those records go too, counted
         if dropped.samples:
-            self._metrics.dropped_samples.labels(self.name, "drop_oldest").inc(dropped.samples)
+            self._send_metrics.dropped_samples.labels(self.name, "drop_oldest").inc(dropped.samples)
         if dropped.segments:
             log.warning(
                 kv(
@@ -244,7 +248,7 @@ class Destination:
         if self.book is not None:
             evicted = self.book.update(metadata)
             if evicted:
-                self._metrics.dropped_metadata.labels(self.name, "book_full").inc(evicted)
+                self._send_metrics.dropped_metadata.labels(self.name, "book_full").inc(evicted)
             if self.protocol != RW1_MESSAGE:
                 return
         if self.config.metadata_config.send:
@@ -321,7 +325,7 @@ class Destination:
         StorageError); returns the number of records left on disk."""
         lost = self._reader.dropped_in_flight()
         if lost:  # in flight from a dropped segment, not confirmed: gone with the process
-            self._metrics.dropped_samples.labels(self.name, "drop_oldest").inc(lost)
+            self._send_metrics.dropped_samples.labels(self.name, "drop_oldest").inc(lost)
         left = self._reader.records_left()
         self._stopped = True
         try:

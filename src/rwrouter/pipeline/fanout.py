@@ -22,7 +22,7 @@ from rwrouter.audit.live import Audit
 from rwrouter.config import Config
 from rwrouter.errors import StorageError, TooLargeError
 from rwrouter.logs import kv
-from rwrouter.metrics import Metrics
+from rwrouter.metrics import AuditMetrics, CacheMetrics, Metrics, SendMetrics
 from rwrouter.metrics.names import MetricNameShares
 from rwrouter.pipeline.build import build_destination
 from rwrouter.pipeline.destination import Destination
@@ -73,25 +73,37 @@ class FanOut:
     request decoded under an older generation is decoded again (:class:`Stale`).
     """
 
-    def __init__(self, *, router: Router, destinations: list[Destination], metrics: Metrics,
-                 audit: Audit | None = None):  # fmt: skip
+    def __init__(
+        self,
+        *,
+        router: Router,
+        destinations: list[Destination],
+        cache_metrics: CacheMetrics,
+        send_metrics: SendMetrics,
+        audit_metrics: AuditMetrics,
+        audit: Audit | None = None,
+    ) -> None:
         """``router``: its routes are ``destinations`` (in order) followed by the shadow
-        destinations (counted by ``audit``, never sent)."""
+        destinations (counted by ``audit``, never sent). The fan-out counts the routing
+        cache (``cache_metrics``), what admission and the rules dropped (``send_metrics``),
+        and is the source of the audit's and the name shares' families (``audit_metrics``)."""
         self._state = (0, router, destinations)  # swapped whole: decode threads read it
-        self._metrics = metrics
+        self._send_metrics, self._cache_metrics = send_metrics, cache_metrics
         self._hits = self._misses = 0
         self._active = 0  # accepts in progress
         self._idle = asyncio.Event()
         self._idle.set()
         self._open = asyncio.Event()  # cleared while a reload swaps destinations
         self._open.set()
-        metrics.watch(metrics.cache_entries, lambda: len(self.router))
-        metrics.watch(metrics.cache_bytes, lambda: self.router.cached_bytes)
-        metrics.watch(metrics.cache_hit_ratio, lambda: self.router.hit_ratio)
+        cache_metrics.watch(
+            entries=lambda: len(self.router),
+            nbytes=lambda: self.router.cached_bytes,
+            hit_ratio=lambda: self.router.hit_ratio,
+        )
         self.names = MetricNameShares()
-        metrics.name_shares.source = self.names.top
+        audit_metrics.name_shares.source = self.names.top
         self.audit = audit or Audit(Config(remote_write=()), now=time.monotonic())
-        metrics.audit.source = lambda: self.audit.totals(time.monotonic())
+        audit_metrics.totals.source = lambda: self.audit.totals(time.monotonic())
 
     @property
     def generation(self) -> int:
@@ -203,7 +215,7 @@ class FanOut:
                     f"request carries {share.total_samples} samples ({share.nbytes} bytes) for "
                     f"destination {dest.name}, more than its whole disk queue holds"
                 )
-        m = self._metrics
+        m = self._send_metrics
         counts = (routed.series_in, routed.samples_in, routed.metadata_in)
         full = tuple(
             dest.name for dest, share in pairs
@@ -248,7 +260,7 @@ class FanOut:
         """After an accepted request: each destination's metadata, and what was dropped on
         the way counted (series over ``max_request_bytes``, the rules' drops, invalid
         metadata)."""
-        routed, m = decoded.routed, self._metrics
+        routed, m = decoded.routed, self._send_metrics
         for i, dest in enumerate(self.destinations):
             dest.enqueue_metadata(routed.metadata[i])
             share = decoded.shares[i]
@@ -298,12 +310,12 @@ class FanOut:
         return StorageError(f"could not write the disk queue: {error}")
 
     def _count_cache(self) -> None:
-        router, m = self.router, self._metrics
+        router, m = self.router, self._cache_metrics
         if router.hits != self._hits:
-            m.cache_lookups.labels("hit").inc(router.hits - self._hits)
+            m.lookups.labels("hit").inc(router.hits - self._hits)
             self._hits = router.hits
         if router.misses != self._misses:
-            m.cache_lookups.labels("miss").inc(router.misses - self._misses)
+            m.lookups.labels("miss").inc(router.misses - self._misses)
             self._misses = router.misses
         counts, reports, suppressed = router.take_collisions()
         for (name, kind), count in counts.items():
@@ -347,5 +359,11 @@ async def build_fanout(config: Config, metrics: Metrics) -> FanOut:
         for i, dest in enumerate(config.remote_write)
         if not dest.shadow
     ]
-    return FanOut(router=build_router(config), destinations=destinations, metrics=metrics,
-                  audit=Audit(config, now=time.monotonic()))  # fmt: skip
+    return FanOut(
+        router=build_router(config),
+        destinations=destinations,
+        cache_metrics=metrics.cache,
+        send_metrics=metrics.send,
+        audit_metrics=metrics.audit,
+        audit=Audit(config, now=time.monotonic()),
+    )

@@ -44,7 +44,7 @@ from rwrouter import USER_AGENT
 from rwrouter.auth.schemes import Authenticator
 from rwrouter.errors import CredentialsError, InvariantError, TransportError
 from rwrouter.logs import kv
-from rwrouter.metrics import Metrics
+from rwrouter.metrics import SendMetrics
 from rwrouter.protocol import MESSAGES, RW1_MESSAGE, RW2_MESSAGE, Written, request_headers
 from rwrouter.send.encoding import (
     FALLBACK_MESSAGES,
@@ -114,7 +114,7 @@ class Deliverer:
         transport: WriteClient,
         auth: Authenticator,
         policy: RetryPolicy,
-        metrics: Metrics,
+        metrics: SendMetrics,
         headers: Mapping[str, str] | None = None,
         message: str = RW1_MESSAGE,
         book: MetadataBook | None = None,

@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable
 
 from rwrouter.logs import kv
-from rwrouter.metrics import Metrics
+from rwrouter.metrics import SendMetrics
 from rwrouter.send.delivery import Deliverer
 
 log = logging.getLogger("rwrouter.sending")
@@ -35,7 +35,8 @@ class MetadataQueue:
     """Metadata entries (framed ``metadata`` fields of a write request) waiting to be sent in
     batches of ``batch_size`` entries; ``max_bytes`` bounds the entries' total size;
     ``resend_after`` (seconds) how soon an identical entry is queued again; ``clock``:
-    monotonic seconds."""
+    monotonic seconds; ``metrics``: the destination's send metrics (entries sent, and
+    dropped as ``queue_full``)."""
 
     def __init__(
         self,
@@ -43,7 +44,7 @@ class MetadataQueue:
         name: str,
         batch_size: int,
         max_bytes: int,
-        metrics: Metrics,
+        metrics: SendMetrics,
         resend_after: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

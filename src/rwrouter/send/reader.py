@@ -27,7 +27,7 @@ from collections.abc import Callable
 from rwrouter.config import QueueConfig
 from rwrouter.errors import DecodeError, InvariantError
 from rwrouter.logs import kv
-from rwrouter.metrics import Metrics
+from rwrouter.metrics import QueueMetrics, SendMetrics
 from rwrouter.queue.diskqueue import DiskQueue, Dropped, Position
 from rwrouter.queue.records import Block, decode_record
 from rwrouter.send.batching import Batch, Owner
@@ -62,9 +62,11 @@ class QueueReader:
 
     ``queue_config`` bounds the read-ahead and configures the shards; ``deliverer``,
     ``dead_letters``, ``clock`` (monotonic seconds) and ``reshard_interval`` (seconds) are
-    the shards'. ``pending``/``pending_bytes``: samples and frame bytes read ahead into memory
-    (waiting in a shard or in flight), bounded by ``capacity`` samples and ``capacity_bytes``
-    bytes. ``done``: stopping, and nothing is left to read.
+    the shards'; so are ``metrics`` (the destination's send metrics: the samples dropped as
+    ``corrupt`` or ``drop_oldest``) and ``queue_metrics`` (the corrupt records).
+    ``pending``/``pending_bytes``: samples and frame bytes read ahead into memory (waiting in
+    a shard or in flight), bounded by ``capacity`` samples and ``capacity_bytes`` bytes.
+    ``done``: stopping, and nothing is left to read.
     """
 
     def __init__(
@@ -75,7 +77,8 @@ class QueueReader:
         queue_config: QueueConfig,
         deliverer: Deliverer,
         dead_letters: DeadLetterSink,
-        metrics: Metrics,
+        metrics: SendMetrics,
+        queue_metrics: QueueMetrics,
         clock: Callable[[], float],
         stopping: Stopping,
         reshard_interval: float = RESHARD_INTERVAL,
@@ -83,11 +86,12 @@ class QueueReader:
         self.name, self.queue = name, queue
         self.capacity = queue_config.capacity * queue_config.max_shards
         self.capacity_bytes = queue_config.max_memory_bytes
-        self._metrics, self.stopping = metrics, stopping
+        self._metrics, self._queue_metrics, self.stopping = metrics, queue_metrics, stopping
         self.shards = Shards(
             name=name, queue_config=queue_config, deliverer=deliverer,
-            dead_letters=dead_letters, metrics=metrics, clock=clock, stopping=stopping,
-            on_done=self._sent, backlog=self.backlog, reshard_interval=reshard_interval,
+            dead_letters=dead_letters, metrics=metrics, queue_metrics=queue_metrics, clock=clock,
+            stopping=stopping, on_done=self._sent, backlog=self.backlog,
+            reshard_interval=reshard_interval,
         )  # fmt: skip
         self._records: deque[_Record] = deque()  # read and not yet done, in queue order
         self._wake = asyncio.Event()
@@ -103,7 +107,7 @@ class QueueReader:
         self._resend_until = recovery.resend_until
         if recovery.torn_records:
             lost = "unknown" if recovery.torn_samples is None else recovery.torn_samples
-            self._metrics.queue_corrupt_records.labels(self.name).inc(recovery.torn_records)
+            self._queue_metrics.corrupt_records.labels(self.name).inc(recovery.torn_records)
             if recovery.torn_samples:
                 self._metrics.dropped_samples.labels(self.name, "corrupt").inc(
                     recovery.torn_samples
@@ -236,7 +240,7 @@ class QueueReader:
     def _dispatch(self, block: Block | None, end: Position, samples: int) -> None:
         """Hand a record's series to their shards (in order); the record waits to be done."""
         if block is None:
-            self._metrics.queue_corrupt_records.labels(self.name).inc()
+            self._queue_metrics.corrupt_records.labels(self.name).inc()
             self._metrics.dropped_samples.labels(self.name, "corrupt").inc(samples)
             self._records.append(_Record(end, 0))
             self._advance()

@@ -31,7 +31,7 @@ from contextlib import suppress
 from rwrouter.config import QueueConfig
 from rwrouter.errors import DecodeError, InvariantError
 from rwrouter.logs import kv
-from rwrouter.metrics import Metrics
+from rwrouter.metrics import QueueMetrics, SendMetrics
 from rwrouter.queue.records import Block
 from rwrouter.send.batching import (
     Batch,
@@ -98,7 +98,9 @@ class Shards:
     for good with the refused part on disk, or skipped as corrupt); ``backlog()``: samples
     waiting to be sent (read ahead or still on disk), for resharding. Frames of recovered
     records (:attr:`~rwrouter.send.batching.Owner.recovered`) go out marked as resent
-    (:meth:`~rwrouter.send.delivery.Deliverer.deliver_raw`).
+    (:meth:`~rwrouter.send.delivery.Deliverer.deliver_raw`). ``metrics``: the send metrics
+    (samples sent or dropped, the shard count, a stop on a bug); ``queue_metrics``: stored
+    series that do not decompress count as corrupt records.
     """
 
     def __init__(
@@ -108,7 +110,8 @@ class Shards:
         queue_config: QueueConfig,
         deliverer: Deliverer,
         dead_letters: DeadLetterSink,
-        metrics: Metrics,
+        metrics: SendMetrics,
+        queue_metrics: QueueMetrics,
         clock: Callable[[], float],
         stopping: Stopping,
         on_done: Callable[[Batch], None],
@@ -118,7 +121,8 @@ class Shards:
         self.name = name
         self._q = queue_config
         self._deliverer, self._dead_letters = deliverer, dead_letters
-        self._metrics, self._clock, self._stopping = metrics, clock, stopping
+        self._metrics, self._queue_metrics = metrics, queue_metrics
+        self._clock, self._stopping = clock, stopping
         self._on_done, self._backlog = on_done, backlog
         self._reshard_interval = reshard_interval
         self.buffers = [ShardBuffer() for _ in range(queue_config.min_shards)]
@@ -317,7 +321,7 @@ class Shards:
                 error=error,
             )
         )
-        self._metrics.queue_corrupt_records.labels(self.name).inc()
+        self._queue_metrics.corrupt_records.labels(self.name).inc()
         self._metrics.dropped_samples.labels(self.name, "corrupt").inc(samples)
         if sent:
             nbytes = sum(chunk.nbytes for chunk in chunks)

@@ -46,7 +46,7 @@ from rwrouter.errors import (
     UnsupportedError,
 )
 from rwrouter.logs import kv
-from rwrouter.metrics import Metrics, status_snapshot
+from rwrouter.metrics import Metrics, ReceiveMetrics, status_snapshot
 from rwrouter.pipeline.fanout import FanOut, Stale
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written, message_of
 from rwrouter.server.decoders import LARGE_BODY, Busy, Decoders, work_size
@@ -56,7 +56,7 @@ from rwrouter.wire.accelerator import ACCELERATED
 log = logging.getLogger("rwrouter.server")
 
 FANOUT = web.AppKey("fanout", FanOut)
-METRICS = web.AppKey("metrics", Metrics)
+RECEIVE_METRICS = web.AppKey("receive_metrics", ReceiveMetrics)  # what handle_write counts
 SETTINGS = web.AppKey("settings", ServerConfig)
 READY = web.AppKey("ready", list)  # [bool]: set once the destinations run
 DECODERS = web.AppKey("decoders", Decoders)
@@ -121,14 +121,14 @@ async def handle_write(request: web.Request) -> web.Response:
     """Receive one remote write request (1.0 or 2.0, by its Content-Type); route and enqueue
     it (see module docstring)."""
     app = request.app
-    metrics, settings, fanout = app[METRICS], app[SETTINGS], app[FANOUT]
+    metrics, settings, fanout = app[RECEIVE_METRICS], app[SETTINGS], app[FANOUT]
     started = time.perf_counter()
     body = None
     headers = request.headers
     message = named_message(headers.get("Content-Type"))
     try:
         message = message_of(headers.get("Content-Encoding"), headers.get("Content-Type"))
-        metrics.received_protocol_requests.labels(PROTOCOLS[message]).inc()
+        metrics.protocol_requests.labels(PROTOCOLS[message]).inc()
         body = await read_body(
             request, limit=settings.max_request_bytes, timeout=settings.read_timeout
         )
@@ -147,14 +147,14 @@ async def handle_write(request: web.Request) -> web.Response:
     except StorageError as exc:
         return _unavailable(request, "storage", str(exc), message)
     except ClientGone:
-        metrics.refused_requests.labels("client_gone").inc()
+        metrics.refused.labels("client_gone").inc()
         return web.Response(status=400, text="connection closed before the answer\n",
                             headers=written_headers(message))  # fmt: skip
     except Busy as exc:
         return _unavailable(request, "busy", f"too many {exc} requests being decoded", message)
     except RequestError as exc:
         metrics.requests.labels(str(exc.status)).inc()
-        metrics.refused_requests.labels(_REASONS.get(exc.status, "bad_request")).inc()
+        metrics.refused.labels(_REASONS.get(exc.status, "bad_request")).inc()
         log.info(kv(remote=request.remote, status=exc.status, reason=exc))
         response = web.Response(status=exc.status, text=f"{exc}\n",
                                 headers=written_headers(message))  # fmt: skip
@@ -172,18 +172,18 @@ async def handle_write(request: web.Request) -> web.Response:
         # sender reconnects and the kernel hashes the new connection to any worker.
         response.force_close()
     metrics.requests.labels("204").inc()
-    metrics.received_series.inc(accepted.series)
-    metrics.received_samples.inc(accepted.samples)
-    metrics.received_metadata.inc(accepted.metadata)
-    metrics.request_duration.observe(time.perf_counter() - started)
+    metrics.series.inc(accepted.series)
+    metrics.samples.inc(accepted.samples)
+    metrics.metadata.inc(accepted.metadata)
+    metrics.duration.observe(time.perf_counter() - started)
     return response
 
 
 def _unavailable(request: web.Request, reason: str, text: str, message: str | None) -> web.Response:
     """503 with Retry-After: nothing of the request was kept; the sender retries it."""
-    metrics, settings = request.app[METRICS], request.app[SETTINGS]
+    metrics, settings = request.app[RECEIVE_METRICS], request.app[SETTINGS]
     metrics.requests.labels("503").inc()
-    metrics.refused_requests.labels(reason).inc()
+    metrics.refused.labels(reason).inc()
     retry_after = max(1, round(settings.queue_full_retry_after))
     headers = {"Retry-After": str(retry_after), **written_headers(message)}
     return web.Response(status=503, headers=headers, text=f"{text}; retry later\n")
@@ -288,7 +288,8 @@ async def _shutdown_decoders(app: web.Application) -> None:
 def make_app(*, fanout: FanOut, metrics: Metrics, settings: ServerConfig) -> web.Application:
     """Build the web application; the caller starts and stops ``fanout`` (see cli.run)."""
     app = web.Application(client_max_size=settings.max_request_bytes)
-    app[FANOUT], app[METRICS], app[SETTINGS], app[READY] = fanout, metrics, settings, [False]
+    app[FANOUT], app[SETTINGS], app[READY] = fanout, settings, [False]
+    app[RECEIVE_METRICS] = metrics.receive
     # With the accelerator an ordinary body is decoded in about a millisecond: on the loop.
     app[DECODERS] = Decoders(inline_body=LARGE_BODY if ACCELERATED else 0)
     app[RELOAD] = _no_reload

@@ -80,7 +80,7 @@ class RouterServer:
                           count=self.worker.count)  # fmt: skip
             self._balancer = Balancer(board)
             self._app[BALANCE] = self._balancer.end_connection
-            self.metrics.watch_write_connections(self._balancer.count)
+            self.metrics.process.watch_write_connections(self._balancer.count)
             self._peers = Peers(self.worker, metrics=self.metrics, reload=self.reload,
                                 audit=self.fanout.audit)  # fmt: skip
             self._app[EXPOSE], self._app[RELOAD] = self._peers.exposition, self._peers.reload_all
@@ -139,7 +139,7 @@ class RouterServer:
                     new = worker_config(new, self.worker)
                 summary = await reconfigure(self.fanout, self.config, new, metrics=self.metrics)
             except (RwrouterError, OSError) as exc:
-                self.metrics.config_reload_ok.set(0)
+                self.metrics.process.config_reload_ok.set(0)
                 log.error(
                     kv(
                         msg="configuration reload failed: keeping the running one",
@@ -151,8 +151,8 @@ class RouterServer:
             self.config = dataclasses.replace(
                 new, server=self.config.server, storage=self.config.storage
             )
-            self.metrics.config_reload_ok.set(1)
-            self.metrics.config_reload_time.set_to_current_time()
+            self.metrics.process.config_reload_ok.set(1)
+            self.metrics.process.config_reload_time.set_to_current_time()
             if summary.restart_needed:
                 log.warning(
                     kv(

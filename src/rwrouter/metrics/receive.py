@@ -1,0 +1,52 @@
+"""The receive side's metrics (:mod:`rwrouter.server.app`): the requests received, by the
+answer and by protocol, what the accepted ones carried, the refusals by reason, and the time
+to receive one."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+
+class ReceiveMetrics:
+    """``rwrouter_received_*``, ``rwrouter_refused_requests_total`` and
+    ``rwrouter_receive_duration_seconds``, registered on ``registry``."""
+
+    def __init__(self, *, registry: CollectorRegistry) -> None:
+        r = registry
+        self.requests = Counter(
+            "rwrouter_received_requests",
+            "Remote write requests received, by the HTTP status answered.",
+            ["code"],
+            registry=r,
+        )
+        self.protocol_requests = Counter(
+            "rwrouter_received_protocol_requests",
+            "Remote write requests received, by the protocol their Content-Type named "
+            "(1.0: prometheus.WriteRequest, 2.0: io.prometheus.write.v2.Request), whatever "
+            "the answer.",
+            ["protocol"],
+            registry=r,
+        )
+        self.series = Counter(
+            "rwrouter_received_series", "Series received in accepted requests.", registry=r
+        )
+        self.samples = Counter(
+            "rwrouter_received_samples",
+            "Samples, exemplars and histograms received in accepted requests.",
+            registry=r,
+        )
+        self.metadata = Counter(
+            "rwrouter_received_metadata", "Metadata entries received.", registry=r
+        )
+        self.duration = Histogram(
+            "rwrouter_receive_duration_seconds",
+            "Time to decode, route and enqueue a remote write request.",
+            registry=r,
+        )
+        self.refused = Counter(
+            "rwrouter_refused_requests",
+            "Remote write requests refused whole, by reason (decode, too_large, unsupported, "
+            "slow_body, client_gone, queue_full, busy, storage).",
+            ["reason"],
+            registry=r,
+        )

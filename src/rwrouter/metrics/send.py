@@ -1,0 +1,151 @@
+"""A destination's send metrics: what became of its samples and metadata (delivered, already
+delivered, dropped by reason), its requests (by status, bytes, duration, retries by reason),
+and its senders' state (shards, the protocol in use and its fallbacks, a stop on a bug).
+Every series has a ``destination`` label (the remote_write ``name``).
+
+Updated by the deliverer (:mod:`rwrouter.send.delivery`), the shards, the reader and the
+metadata queue, and by admission (:mod:`rwrouter.pipeline.fanout`: what the rules dropped,
+``queue_full``, ``too_large``) and the destination (``drop_oldest``, the gauges)."""
+
+from __future__ import annotations
+
+import contextlib
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from rwrouter.protocol import MESSAGES
+
+SEND_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)  # seconds
+
+
+class SendMetrics:
+    """``rwrouter_sent_*``, ``rwrouter_samples_dropped_total``, ``rwrouter_retries_total``,
+    ``rwrouter_shards``, ``rwrouter_destination_*`` and the others below, registered on
+    ``registry``."""
+
+    def __init__(self, *, registry: CollectorRegistry) -> None:
+        self._delivered(registry)
+        self._dropped(registry)
+        self._requests(registry)
+        self._senders(registry)
+
+    def _delivered(self, r: CollectorRegistry) -> None:
+        """What was delivered."""
+        self.sent_samples = Counter(
+            "rwrouter_sent_samples",
+            "Samples (incl. exemplars and histograms) delivered with a 2xx answer.",
+            ["destination"],
+            registry=r,
+        )
+        self.already_delivered = Counter(
+            "rwrouter_samples_already_delivered",
+            "Samples sent again after a crash that the destination already had (refused as "
+            "out of order): delivered before, not dropped.",
+            ["destination"],
+            registry=r,
+        )
+        self.sent_metadata = Counter(
+            "rwrouter_sent_metadata", "Metadata entries delivered.", ["destination"], registry=r
+        )
+
+    def _dropped(self, r: CollectorRegistry) -> None:
+        """What was not delivered, by reason."""
+        self.dropped_samples = Counter(
+            "rwrouter_samples_dropped",
+            "Samples not delivered to a destination, by reason: relabel (its rules dropped the "
+            "series), invalid (no metric name left), name_collision (its escaped names equal "
+            "a series seen first), filtered (only exemplars or histograms "
+            "the destination does not take), 4xx/3xx (refused by the destination), "
+            "retry_budget (max_retry_duration spent), too_large (one series over "
+            "max_request_bytes), queue_full (the request was refused with 503, the sender "
+            "retries), drop_oldest (removed from a full disk queue), corrupt (a queue record "
+            "that failed its checksum), not_written (answered 2xx, but the destination's "
+            "X-Prometheus-Remote-Write-*-Written headers count less than was sent).",
+            ["destination", "reason"],
+            registry=r,
+        )
+        self.dropped_metadata = Counter(
+            "rwrouter_metadata_dropped",
+            "Metadata entries not delivered, by reason (queue_full, 4xx, invalid: no family "
+            "name, book_full: a family evicted from a remote write 2.0 destination's "
+            "metadata book).",
+            ["destination", "reason"],
+            registry=r,
+        )
+        self.start_timestamps_dropped = Counter(
+            "rwrouter_start_timestamps_dropped",
+            "Start timestamps (of samples and native histograms received by remote write 2.0) "
+            "removed from what was delivered to a remote write 1.0 destination, which has no "
+            "field for them; the samples themselves were delivered.",
+            ["destination"],
+            registry=r,
+        )
+
+    def _requests(self, r: CollectorRegistry) -> None:
+        """The requests sent: answers, bytes, durations, retries."""
+        self.sent_requests = Counter(
+            "rwrouter_sent_requests",
+            "Requests sent to a destination, by HTTP status ('error' for no answer).",
+            ["destination", "code"],
+            registry=r,
+        )
+        self.sent_bytes = Counter(
+            "rwrouter_sent_bytes",
+            "Compressed request bytes sent (every attempt).",
+            ["destination"],
+            registry=r,
+        )
+        self.retries = Counter(
+            "rwrouter_retries",
+            "Send attempts that will be retried, by reason: the HTTP status (e.g. 503, 429), "
+            "network (no answer) or credential_refresh (401/403 answered, credentials "
+            "refreshed).",
+            ["destination", "reason"],
+            registry=r,
+        )
+        self.send_duration = Histogram(
+            "rwrouter_send_duration_seconds",
+            "Duration of one send attempt to a destination.",
+            ["destination"],
+            buckets=SEND_BUCKETS,
+            registry=r,
+        )
+
+    def _senders(self, r: CollectorRegistry) -> None:
+        """The senders' state: how many, which protocol, stopped on a bug."""
+        self.shards = Gauge(
+            "rwrouter_shards", "Concurrent senders of a destination.", ["destination"], registry=r
+        )
+        self.destination_protocol = Gauge(
+            "rwrouter_destination_protocol",
+            "The protobuf message a destination's samples go out in (1), by protobuf_message; "
+            "a remote write 2.0 destination has 0 for the other one (1 for "
+            "prometheus.WriteRequest after a fallback).",
+            ["destination", "protobuf_message"],
+            registry=r,
+        )
+        self.destination_failed = Gauge(
+            "rwrouter_destination_failed",
+            "Whether a destination stopped sending on a bug in rwrouter (1; logged once with "
+            "its traceback; its queue stays on disk and /-/ready answers 503 until a reload or "
+            "a restart), else 0.",
+            ["destination"],
+            registry=r,
+        )
+        self.protocol_fallbacks = Counter(
+            "rwrouter_protocol_fallbacks",
+            "Times a remote write 2.0 destination was switched to remote write 1.0 until the "
+            "next reload, by reason: 415 (it answered 415), nothing_written (a 2xx without "
+            "the Written headers, or with all three 0: a remote write 1.0 receiver).",
+            ["destination", "reason"],
+            registry=r,
+        )
+
+    def forget(self, name: str) -> None:
+        """Remove destination ``name``'s gauges (the counters stay)."""
+        for gauge in (self.shards, self.destination_failed):
+            with contextlib.suppress(KeyError):
+                gauge.remove(name)
+        for message in MESSAGES:
+            with contextlib.suppress(KeyError):
+                self.destination_protocol.remove(name, message)
