@@ -1,11 +1,16 @@
-"""Import direction (docs/DEVELOPING.md, "Layout and import direction"), checked with ``ast``.
+"""The architecture, checked with ``ast`` (docs/DEVELOPING.md, "Layout: a folder per stage").
 
-The pure core never imports aiohttp, asyncio, botocore, prometheus_client, socket or time (nor
-reads the clock another way) and never imports rwrouter modules outside the pure core. Only
-``auth/credentials.py`` imports botocore; only ``metrics.py`` imports prometheus_client (besides
-the demo exporter and the test harness, which are not the router); only ``server/``,
-``testing/`` and ``demo/`` import ``aiohttp.web`` (``send/transport.py`` may use the aiohttp
-client). Every module imports on its own in a fresh interpreter, without side effects.
+- Layers: each package imports only from its own layer or those to its left (:data:`LAYERS`),
+  and no module imports itself back through others: imports inside functions and
+  TYPE_CHECKING blocks count.
+- The pure core never imports aiohttp, asyncio, botocore, prometheus_client, socket or time
+  (nor reads the clock another way) nor a rwrouter module outside the pure core.
+- Only ``auth/credentials.py`` imports botocore; only ``metrics/`` imports prometheus_client
+  (besides the demo and its doubles, which are not the router); only ``server/``, ``doubles/``
+  and ``demo/`` import ``aiohttp.web`` (``send/transport.py`` may use the aiohttp client); only
+  ``demo/`` imports the doubles.
+- A size budget: functions of at most 60 lines, modules of at most 400, but for a short list.
+- Every module imports on its own in a fresh interpreter, without side effects.
 """
 
 from __future__ import annotations
