@@ -25,11 +25,11 @@ from rwrouter.metrics import Metrics
 from rwrouter.pipeline.build import make_destination
 from rwrouter.pipeline.destination import Destination
 from rwrouter.queue.records import HEADER, META_SIZE, encode_share
-from rwrouter.routing import Route, RoutedSeries, Router
+from rwrouter.routing import Route, Router
 from rwrouter.send.delivery import SPLIT_BUDGET
 from rwrouter.send.transport import Transport
 from rwrouter.wire import declared_size, remote_pb2, types_pb2
-from rwrouter.wire.index import INDEX
+from rwrouter.wire.index import INDEX, Frames
 from rwrouter.wire.walk import encode_varint
 from tests.integration.conftest import StartRouter, eventually, metric_value, post_write
 from tests.support.capture import CaptureServer
@@ -70,9 +70,9 @@ class OrderCheckingSink:
                 self.in_flight[labels] -= 1
 
 
-async def enqueue(dest: Destination, routed: RoutedSeries) -> None:
+async def enqueue(dest: Destination, routed: Frames) -> None:
     """Append routed series to a destination's disk queue, as the fan-out does."""
-    share = encode_share(routed.body, routed.index, received_ms=0,
+    share = encode_share(routed, received_ms=0,
                          max_body_bytes=dest.max_request_bytes)  # fmt: skip
     assert dest.has_room(share.nbytes)
     dest.reserve(share.nbytes)
@@ -525,7 +525,7 @@ async def test_a_stored_body_that_does_not_decompress_is_skipped_not_retried_for
                                   for i in range(10)])  # fmt: skip
             routed = router.route(body.SerializeToString()).series[0]
             sizes.append(len(routed.body))
-            share = encode_share(routed.body, routed.index, received_ms=0,
+            share = encode_share(routed, received_ms=0,
                                  max_body_bytes=dest.max_request_bytes)  # fmt: skip
             if damaged:
                 share.records[:] = [_with_undecodable_body(r) for r in share.records]

@@ -28,8 +28,8 @@ FRAMES = [frame_bytes(Frame((("__name__", "m"), ("i", str(i))), (b"\x10\x01",)))
 
 
 def flagged_chunk() -> Chunk:
-    body, index = pack_frames(FRAMES, [f[-6:] for f in FRAMES], [1] * len(FRAMES))
-    return Chunk(body, index, 8, 8, Owner(), flags=FLAG_START_TIMESTAMPS)
+    frames = pack_frames(FRAMES, [f[-6:] for f in FRAMES], [1] * len(FRAMES))
+    return Chunk(frames.body, frames.index, 8, 8, Owner(), flags=FLAG_START_TIMESTAMPS)
 
 
 def test_flags_follow_the_frames_of_a_record() -> None:

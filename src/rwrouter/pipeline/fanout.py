@@ -161,14 +161,9 @@ class FanOut:
         received_ms = int(time.time() * 1000)
         shares = [
             encode_share(
-                series.body,
-                series.index,
-                samples=series.samples,
-                received_ms=received_ms,
-                max_body_bytes=dest.max_request_bytes,
-                flags=flags,
+                share, received_ms=received_ms, max_body_bytes=dest.max_request_bytes, flags=flags
             )
-            for series, dest in zip(sent, destinations, strict=True)
+            for share, dest in zip(sent, destinations, strict=True)
         ]
         return Decoded(routed, shares, generation, written)
 

@@ -35,10 +35,11 @@ from rwrouter.routing.outcome import (
     labels_read,
     template_parts,
 )
-from rwrouter.routing.routed import RoutedRequest, RoutedSeries, shard_hash
+from rwrouter.routing.routed import RoutedRequest, shard_hash
 from rwrouter.routing.scan import scan_request, signature
 from rwrouter.wire import RawSeries, frame_metadata, metadata_family
 from rwrouter.wire.accelerator import decode_labels, encode_labels
+from rwrouter.wire.index import Frames
 
 __all__ = ["Router", "build_router"]
 
@@ -293,7 +294,7 @@ class Router(Generations):
         self._bound(now)
         out = RoutedRequest(
             series=[
-                RoutedSeries(body, index, samples, series)
+                Frames(body, index, samples, series)
                 for body, index, samples, series in zip(
                     scan.bodies, scan.indexes, scan.samples, scan.series, strict=True
                 )
