@@ -239,7 +239,7 @@ remote_write:
         for step in range(steps):
             body = write_request([Series(labels, ((1_000 + step, 1.0),)) for labels in series])
             routed = router.route(body.SerializeToString())
-            await enqueue(dest, routed.series[0])
+            await enqueue(dest, routed.shares[0])
             shard_counts.add(dest.shards)
             await asyncio.sleep(0.02)
         await eventually(lambda: sink.samples == steps * len(series), timeout=30)
@@ -346,7 +346,7 @@ async def test_stop_during_a_resharding_blocked_by_a_hanging_destination(
     router = Router(global_rules=(), routes=[Route(name="hang")])
     body = write_request([Series((("__name__", "m"), ("i", str(i))), ((1, 1.0),))
                           for i in range(10)])  # fmt: skip
-    await enqueue(dest, router.route(body.SerializeToString()).series[0])
+    await enqueue(dest, router.route(body.SerializeToString()).shares[0])
     senders = dest._senders
     await eventually(lambda: dest.pending == 10 and not senders.buffers[0].chunks)  # in flight
     resharding = asyncio.create_task(senders.reshard(3))
@@ -523,7 +523,7 @@ async def test_a_stored_body_that_does_not_decompress_is_skipped_not_retried_for
         for step, damaged in enumerate((True, False)):
             body = write_request([Series((("__name__", "m"), ("i", str(i))), ((step, 1.0),))
                                   for i in range(10)])  # fmt: skip
-            routed = router.route(body.SerializeToString()).series[0]
+            routed = router.route(body.SerializeToString()).shares[0]
             sizes.append(len(routed.body))
             share = encode_share(routed, received_ms=0,
                                  max_body_bytes=dest.max_request_bytes)  # fmt: skip

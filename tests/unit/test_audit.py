@@ -41,7 +41,7 @@ def share(*series: tuple[str, int, int]) -> Frames:
         for name, i, n in series
     ])
     return Router(global_rules=(), routes=[Route(name="d")]).route(
-        decompress(body, max_decoded_bytes=1 << 24)).series[0]  # fmt: skip
+        decompress(body, max_decoded_bytes=1 << 24)).shares[0]  # fmt: skip
 
 
 def counts(snap: Snapshot) -> dict[str, int]:

@@ -15,7 +15,7 @@ from tests.support.series import Series, build_body
 
 def _routed(series: list[Series]) -> Frames:
     body = decompress(build_body(series), max_decoded_bytes=1 << 24)
-    return Router(global_rules=(), routes=[Route(name="d")]).route(body).series[0]
+    return Router(global_rules=(), routes=[Route(name="d")]).route(body).shares[0]
 
 
 def _reference(routed: Frames, max_frames: int) -> dict[str, int]:

@@ -34,7 +34,7 @@ def request(*series: Labels, metadata: Sequence[str] = ()) -> bytes:
 
 def sent(out: RoutedRequest, index: int) -> list[dict[str, str]]:
     req = remote_pb2.WriteRequest()
-    req.ParseFromString(out.series[index].body)
+    req.ParseFromString(out.shares[index].body)
     return [{lab.name: lab.value for lab in ts.labels} for ts in req.timeseries]
 
 

@@ -115,7 +115,7 @@ def test_a_legacy_twin_after_a_claim_goes_the_full_way(
     assert not r._templates and r._no_template  # the claim took the name's template away
     out = r.route(build_request([_series(legacy), _series((*other[:1], ("job", "c")))]))
     assert out.dropped == {(0, NAME_COLLISION): 1}
-    assert out.series[0].series == 1 and out.series[1].series == 2
+    assert out.shares[0].series == 1 and out.shares[1].series == 2
 
 
 class _InOrder(random.Random):

@@ -211,7 +211,7 @@ def audit_capture(config: Config, stream: BinaryIO, *, top: int | None) -> Offli
         except RwrouterError:  # DecodeError, TooLargeError: the receiver would refuse it too
             skipped += 1
             continue
-        audit.observe(list(zip(names, routed.series, strict=True)), at)
+        audit.observe(list(zip(names, routed.shares, strict=True)), at)
         requests += 1
     if audit is None:
         audit = Audit(every, now=now)

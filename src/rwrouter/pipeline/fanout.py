@@ -155,7 +155,7 @@ class FanOut:
             flags = FLAG_START_TIMESTAMPS if converted.start_timestamps else 0
         now = time.monotonic()
         routed = router.route(data, now=now)
-        sent = routed.series[: len(destinations)]  # then the shadow destinations' shares
+        sent = routed.shares[: len(destinations)]  # then the shadow destinations' shares
         if self.names.due(now):  # one request a second: names for the status page
             self.names.observe([dest.name for dest in destinations], sent)
         received_ms = int(time.time() * 1000)
@@ -235,7 +235,7 @@ class FanOut:
             raise self._storage_error(error) from error
         if self.audit.audited:  # accepted: count the audited destinations' shares (shadow too)
             names = [route.name for route in self.router.routes]
-            self.audit.observe(list(zip(names, routed.series, strict=True)), time.monotonic())
+            self.audit.observe(list(zip(names, routed.shares, strict=True)), time.monotonic())
         self._accepted(decoded)
         return Accepted((), *counts, written=decoded.written)
 

@@ -24,12 +24,12 @@ RoutedSeries = Frames
 
 @dataclass(slots=True)
 class RoutedRequest:
-    """One write request routed: per destination (in config order) its share (``series``:
+    """One write request routed: per destination (in config order) its share (``shares``:
     the series routed there, :class:`~rwrouter.wire.index.Frames`; a series carrying nothing
     is not forwarded) and metadata, and the samples not sent, by destination index and
     reason."""
 
-    series: list[Frames]
+    shares: list[Frames]
     metadata: list[list[bytes]]
     dropped: dict[tuple[int, str], int]
     samples_in: int = 0

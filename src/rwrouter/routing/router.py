@@ -293,7 +293,7 @@ class Router(Generations):
         self._overlap_bytes += scan.promoted_bytes
         self._bound(now)
         out = RoutedRequest(
-            series=[
+            shares=[
                 Frames(body, index, samples, series)
                 for body, index, samples, series in zip(
                     scan.bodies, scan.indexes, scan.samples, scan.series, strict=True
