@@ -77,9 +77,10 @@ _MESSAGES = {
 
 
 @dataclass(slots=True)
-class _Batch:
-    """State shared by the parts of one batch: its start (clock seconds), split budget, and
-    whether it is sent again after a crash."""
+class _Delivery:
+    """The delivery of one batch, shared by its parts (the halves of a split): when it
+    started (clock seconds: the retry budget counts from it), the split budget left, whether
+    it is sent again after a crash, and what was logged about it already."""
 
     started: float
     splits: int = SPLIT_BUDGET
@@ -159,9 +160,9 @@ class Deliverer:
         the module docstring); it may be split down to single series. ``start_timestamps``:
         some of its frames may carry start timestamps (stripped for RW 1.0)."""
         splits = 2 * len(items) if resent else SPLIT_BUDGET
-        batch = _Batch(started=self._clock(), splits=splits, resent=resent,
-                       start_timestamps=start_timestamps)  # fmt: skip
-        return await self._deliver_part(items, kind, batch)
+        delivery = _Delivery(started=self._clock(), splits=splits, resent=resent,
+                             start_timestamps=start_timestamps)  # fmt: skip
+        return await self._deliver_part(items, kind, delivery)
 
     async def deliver_raw(
         self,
@@ -179,44 +180,44 @@ class Deliverer:
         the (frame, samples) items only when the batch is refused and must be split. With
         ``compressed`` (the batch already snappy-compressed, only when :meth:`sends_stored`),
         that is sent as RW 1.0 and ``raw`` is not used."""
-        batch = _Batch(started=self._clock(), splits=SPLIT_BUDGET, resent=resent,
-                       start_timestamps=start_timestamps)  # fmt: skip
+        delivery = _Delivery(started=self._clock(), splits=SPLIT_BUDGET, resent=resent,
+                             start_timestamps=start_timestamps)  # fmt: skip
         if compressed is not None:
             stored = Request(compressed, RW1_MESSAGE)
-            result = await self._send_request(stored, count, kind, batch)
+            result = await self._send_request(stored, count, kind, delivery)
             if isinstance(result, NotRW2):
                 raise InvariantError("NotRW2 for a remote write 1.0 request (only 2.0 can be it)")
         else:
-            result = await self._send(raw, count, kind, batch)
+            result = await self._send(raw, count, kind, delivery)
         if not isinstance(result, Refusal):
             return result
         items = expand()
         if resent:
-            batch.splits = 2 * len(items)
-        return await self._refused_part(items, kind, batch, result, count)
+            delivery.splits = 2 * len(items)
+        return await self._refused_part(items, kind, delivery, result, count)
 
-    async def _deliver_part(self, items: list[Item], kind: str, batch: _Batch) -> int:
+    async def _deliver_part(self, items: list[Item], kind: str, delivery: _Delivery) -> int:
         count = sum(n for _, n in items)
-        result = await self._send(b"".join(frame for frame, _ in items), count, kind, batch)
+        result = await self._send(b"".join(frame for frame, _ in items), count, kind, delivery)
         if not isinstance(result, Refusal):
             return result
-        return await self._refused_part(items, kind, batch, result, count)
+        return await self._refused_part(items, kind, delivery, result, count)
 
     async def _refused_part(
-        self, items: list[Item], kind: str, batch: _Batch, refusal: Refusal, count: int
+        self, items: list[Item], kind: str, delivery: _Delivery, refusal: Refusal, count: int
     ) -> int:
         """After ``items`` were refused: split them to isolate the cause, or give up on them."""
-        if refusal.status in SPLITTABLE and len(items) > 1 and batch.splits >= 2:
-            batch.splits -= 2
-            if not batch.split_logged:
-                batch.split_logged = True
+        if refusal.status in SPLITTABLE and len(items) > 1 and delivery.splits >= 2:
+            delivery.splits -= 2
+            if not delivery.split_logged:
+                delivery.split_logged = True
                 log.info("destination=%s kind=%s status=%s msg=%s", self.name, kind,
                          refusal.status, q("batch refused: splitting it to isolate the cause"),
                          )  # fmt: skip
             middle = len(items) // 2
-            first = await self._deliver_part(items[:middle], kind, batch)
-            return first + await self._deliver_part(items[middle:], kind, batch)
-        if batch.resent and len(items) == 1 and is_out_of_order(refusal.status, refusal.text):
+            first = await self._deliver_part(items[:middle], kind, delivery)
+            return first + await self._deliver_part(items[middle:], kind, delivery)
+        if delivery.resent and len(items) == 1 and is_out_of_order(refusal.status, refusal.text):
             self.metrics.already_delivered.labels(self.name).inc(count)
             return 0
         if refusal.status == 413 and len(items) == 1:
@@ -224,26 +225,26 @@ class Deliverer:
         self._refused(items, kind, count, refusal)
         return 0
 
-    async def _send(self, raw: bytes, count: int, kind: str, batch: _Batch) -> int | Refusal:
+    async def _send(self, raw: bytes, count: int, kind: str, delivery: _Delivery) -> int | Refusal:
         """Send one part (``raw``: its frames, ``count`` samples) in the protocol in use,
         with retries: the samples delivered, or the final refusal. Samples that an RW 2.0
         destination does not take as RW 2.0 (see :func:`~rwrouter.send.encoding.not_rw2`)
         go again at once as RW 1.0, and the destination falls back to it."""
         message = self.message if kind == "samples" else RW1_MESSAGE
         while True:
-            request = encode_part(raw, message=message, start_timestamps=batch.start_timestamps,
+            request = encode_part(raw, message=message, start_timestamps=delivery.start_timestamps,
                                   book=self.book)  # fmt: skip
-            result = await self._send_request(request, count, kind, batch)
+            result = await self._send_request(request, count, kind, delivery)
             if not isinstance(result, NotRW2):
                 return result
             self._fall_back(result.reason)
             message = RW1_MESSAGE
 
     async def _send_request(
-        self, request: Request, count: int, kind: str, batch: _Batch
+        self, request: Request, count: int, kind: str, delivery: _Delivery
     ) -> int | Refusal | NotRW2:
         """Send one encoded request with retries and read the answer's Written headers."""
-        answer = await self._post(request.body, kind, request.message, batch.started)
+        answer = await self._post(request.body, kind, request.message, delivery.started)
         status = answer.status if isinstance(answer, Refusal) else 200
         written = None if isinstance(answer, Refusal) else Written.parse(answer)
         if request.message == RW2_MESSAGE:
@@ -261,7 +262,7 @@ class Deliverer:
             count -= min(count, request.orphans)
         missing = not_written(count=count, carried=request.carried, written=written)
         if missing.total:
-            self._not_written(missing, batch)
+            self._not_written(missing, delivery)
         return count - min(count, missing.total)
 
     def _fall_back(self, reason: str) -> None:
@@ -275,15 +276,16 @@ class Deliverer:
         if self.on_protocol is not None:
             self.on_protocol(RW1_MESSAGE)
 
-    def _not_written(self, missing: Written, batch: _Batch) -> None:
+    def _not_written(self, missing: Written, delivery: _Delivery) -> None:
         """Count (``not_written``) and log (at most once per batch and a minute) what a 2xx
         said was not written."""
         self.metrics.dropped_samples.labels(self.name, NOT_WRITTEN).inc(missing.total)
         now = self._clock()
         last = self._not_written_at
-        if batch.not_written_logged or (last is not None and now - last < NOT_WRITTEN_LOG_INTERVAL):
+        recent = last is not None and now - last < NOT_WRITTEN_LOG_INTERVAL
+        if delivery.not_written_logged or recent:
             return
-        batch.not_written_logged = True
+        delivery.not_written_logged = True
         self._not_written_at = now
         log.warning("destination=%s samples=%d histograms=%d exemplars=%d reason=%s msg=%s",
                     self.name, missing.samples, missing.histograms, missing.exemplars,
@@ -302,8 +304,8 @@ class Deliverer:
         """Send ``raw`` (RW1-form frames carrying ``count`` samples, start timestamps
         perhaps) as one request in the protocol in use, falling back to RW 1.0 as a batch
         does; None when delivered. For ``rwrouter rejected replay`` (no split)."""
-        batch = _Batch(self._clock(), start_timestamps=True)
-        result = await self._send(raw, count, kind, batch)
+        delivery = _Delivery(self._clock(), start_timestamps=True)
+        result = await self._send(raw, count, kind, delivery)
         return result if isinstance(result, Refusal) else None
 
     async def _post(
