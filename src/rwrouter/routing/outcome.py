@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from rwrouter.relabel import FILTER_ACTIONS, Action, RelabelConfig, passes, process
-from rwrouter.routing.cache import DROPPED, KEPT_SAME, NOT_SENT, Item
+from rwrouter.routing.cache import DROPPED, KEPT_SAME, NOT_SENT, Slot
 from rwrouter.routing.escape import ALLOW_UTF8, Escaped, escape_labels, needs_escaping
 from rwrouter.wire import RawSeries, strip_fields
 from rwrouter.wire.accelerator import encode_labels
@@ -89,15 +89,15 @@ def labels_read(
     return tuple(sorted(name.encode() for name in names))
 
 
-def template_parts(items: list[Item]) -> tuple[bytes, ...]:
-    """An entry of kept-unchanged/dropped/not-sent items as the pieces around its shard
+def template_parts(slots: list[Slot]) -> tuple[bytes, ...]:
+    """An entry of kept-unchanged/dropped/not-sent slots as the pieces around its shard
     hashes: ``hash.join(parts)`` is the entry of a label set with that hash."""
     parts, current = [], bytearray()
-    for item in items:
-        if item is None:
+    for slot in slots:
+        if slot is None:
             current.append(NOT_SENT)
-        elif isinstance(item, int):
-            current += bytes((DROPPED, item))
+        elif isinstance(slot, int):
+            current += bytes((DROPPED, slot))
         else:
             current.append(KEPT_SAME)
             parts.append(bytes(current))

@@ -17,7 +17,7 @@ from rwrouter.routing.cache import (
     DEFAULT_CACHE_SIZE,
     Entry,
     Generations,
-    Item,
+    Slot,
     pack_entry,
     unpack_entry,
 )
@@ -145,10 +145,11 @@ class Router(Generations):
             return None
         parts = self._templates.get(values)
         if parts is None:
-            items = unpack_entry(raw_labels, self._route_raw(raw_labels))
-            if any((isinstance(i, tuple) and i[0] != raw_labels) or i == _COLLIDED for i in items):
+            slots = unpack_entry(raw_labels, self._route_raw(raw_labels))
+            if any((isinstance(v, tuple) and v[0] != raw_labels) or v == _COLLIDED
+                   for v in slots):  # fmt: skip
                 return None  # (cannot happen with filter-only rules on a legacy canonical set)
-            parts = template_parts(items)
+            parts = template_parts(slots)
             if len(self._templates) >= MAX_TEMPLATES:
                 self._templates.clear()
             self._templates[values] = parts
@@ -157,16 +158,16 @@ class Router(Generations):
     def _route_raw(self, raw_labels: bytes) -> Entry:
         """The full way: decode the labels, apply the rules, escape, ask the collision
         memory, encode the results."""
-        items: list[Item] = []
+        slots: list[Slot] = []
         for i, res in enumerate(self._results(decode_labels(raw_labels))):
             if isinstance(res, Renamed) or (isinstance(res, bytes) and self._claims is not None
                                             and self._escaping[i] != ALLOW_UTF8):  # fmt: skip
                 res = self._collide(i, res, raw_labels)
             if isinstance(res, bytes):
-                items.append((res, shard_hash(res)))
+                slots.append((res, shard_hash(res)))
             else:
-                items.append(None if res is None else REASONS.index(res))
-        return pack_entry(raw_labels, items)
+                slots.append(None if res is None else REASONS.index(res))
+        return pack_entry(raw_labels, slots)
 
     # -- routing ---------------------------------------------------------------------------
 
@@ -203,8 +204,8 @@ class Router(Generations):
         relabel debugger routes several series through one router."""
         raw = encode_labels(labels)
         entry = self._young.get(raw) or self._old.get(raw) or self._miss(raw)
-        return tuple(item if item is None else REASONS[item] if isinstance(item, int)
-                     else item[0] for item in unpack_entry(raw, entry))  # fmt: skip
+        return tuple(slot if slot is None else REASONS[slot] if isinstance(slot, int)
+                     else slot[0] for slot in unpack_entry(raw, entry))  # fmt: skip
 
     # -- collisions ------------------------------------------------------------------------
 
@@ -250,8 +251,8 @@ class Router(Generations):
         entry = self._young.get(labels) or self._old.get(labels)
         if entry is None:
             return False
-        item = unpack_entry(labels, entry)[i]
-        return isinstance(item, tuple) and item[0] == labels
+        slot = unpack_entry(labels, entry)[i]
+        return isinstance(slot, tuple) and slot[0] == labels
 
     def _taint(self, escaped: bytes) -> None:
         """A claim holds ``escaped``: label sets with its signature values go the full way

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from rwrouter.errors import DecodeError
-from rwrouter.routing.cache import FILTERED, Cache, Entry, Item, entry_bytes, unpack_entry
+from rwrouter.routing.cache import FILTERED, Cache, Entry, Slot, entry_bytes, unpack_entry
 from rwrouter.wire.accelerator import compiled
 from rwrouter.wire.codec import RawSeries, split_series
 from rwrouter.wire.index import INDEX
@@ -164,20 +164,20 @@ class _Shares:
         self,
         raw: RawSeries,
         n: int,
-        items: list[Item],
+        slots: list[Slot],
         filters: tuple[bool, ...],
         filt: Filter,
         reasons: tuple[str, ...],
     ) -> None:
         """Add the series ``raw`` (``n`` samples, exemplars and histograms) to the shares its
-        entry's ``items`` keep, and count it where they drop it."""
-        for i, item in enumerate(items):
-            if item is None:
+        entry's ``slots`` keep, and count it where they drop it."""
+        for i, slot in enumerate(slots):
+            if slot is None:
                 continue
-            if isinstance(item, int):
-                self._drop(i, reasons[item], n)
+            if isinstance(slot, int):
+                self._drop(i, reasons[slot], n)
                 continue
-            labels, hashed = item
+            labels, hashed = slot
             rest, kept = raw.rest, n
             if filters[i] and (raw.exemplars or raw.histograms):
                 rest, kept = filt(i, raw)

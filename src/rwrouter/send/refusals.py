@@ -9,7 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-Item = tuple[bytes, int]  # a framed series (or metadata entry) and its sample count
+from rwrouter.wire.index import Item
+
+__all__ = ["DeadLetterSink", "Item", "Refusal", "RejectHook", "is_out_of_order", "reason_of"]
 
 
 @dataclass(frozen=True, slots=True)
