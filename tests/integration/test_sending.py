@@ -240,7 +240,7 @@ remote_write:
             body = write_request([Series(labels, ((1_000 + step, 1.0),)) for labels in series])
             routed = router.route(body.SerializeToString())
             await enqueue(dest, routed.shares[0])
-            shard_counts.add(dest.shards)
+            shard_counts.add(dest.shard_count)
             await asyncio.sleep(0.02)
         await eventually(lambda: sink.samples == steps * len(series), timeout=30)
     finally:
@@ -347,7 +347,7 @@ async def test_stop_during_a_resharding_blocked_by_a_hanging_destination(
     body = write_request([Series((("__name__", "m"), ("i", str(i))), ((1, 1.0),))
                           for i in range(10)])  # fmt: skip
     await enqueue(dest, router.route(body.SerializeToString()).shares[0])
-    senders = dest._senders
+    senders = dest._shards
     await eventually(lambda: dest.pending == 10 and not senders.buffers[0].chunks)  # in flight
     resharding = asyncio.create_task(senders.reshard(3))
     await asyncio.sleep(0.05)

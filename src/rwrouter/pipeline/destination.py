@@ -79,7 +79,7 @@ class Destination:
         self.queue, self.rejected = reader.queue, dead_letters.store
         self.capacity, self.capacity_bytes = reader.capacity, reader.capacity_bytes
         self.auth, self.book = deliverer.auth, deliverer.book
-        self._reader, self._senders, self._stopping = reader, reader.shards, reader.stopping
+        self._reader, self._shards, self._stopping = reader, reader.shards, reader.stopping
         self._deliverer, self._dead_letters, self._metadata = deliverer, dead_letters, metadata
         self._metrics, self._clock, self._wall = metrics, clock, wall_clock
         deliverer.on_protocol = self._protocol_changed
@@ -104,7 +104,7 @@ class Destination:
         m.queue_capacity.labels(name).set(self.capacity)
         m.queue_capacity_bytes.labels(name).set(self.capacity_bytes)
         m.queue_disk_capacity_bytes.labels(name).set(q_.max_disk_bytes)
-        m.shards.labels(name).set(len(self._senders))
+        m.shards.labels(name).set(len(self._shards))
         m.destination_failed.labels(name).set(0)
         m.watch(m.queue_samples, lambda: self.pending, name)
         m.watch(m.queue_bytes, lambda: self.pending_bytes + self._metadata.nbytes, name)
@@ -212,7 +212,7 @@ class Destination:
             )
         if ticket is None:
             raise InvariantError("a blocking append always appends")
-        self._senders.demand(share.total_samples)
+        self._shards.demand(share.total_samples)
         self._reader.wake()
         if self.storage.fsync == "always":
             async with self._sync_lock:  # group commit: one fsync covers every append before
@@ -240,9 +240,10 @@ class Destination:
         if self.config.metadata_config.send:
             self._metadata.add(metadata)
 
-    def refused(self, samples: int) -> None:
-        """Note samples refused (503) for want of room: demand all the same, for resharding."""
-        self._senders.demand(samples)
+    def note_full(self, samples: int) -> None:
+        """Note samples of a request answered 503 for want of room here (``on_full:
+        backpressure``): demand all the same, for resharding."""
+        self._shards.demand(samples)
 
     def oldest_unsent_age(self) -> float:
         """Seconds since the oldest record read for sending and not yet done was received."""
@@ -255,12 +256,12 @@ class Destination:
     def failed(self) -> bool:
         """Whether the senders stopped on a bug (see the module docstring): nothing is sent
         until a reload (which replaces this destination) or a restart; appends go on."""
-        return self._senders.failed
+        return self._shards.failed
 
     @property
-    def shards(self) -> int:
+    def shard_count(self) -> int:
         """The number of shards (concurrent senders) now."""
-        return len(self._senders)
+        return len(self._shards)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -271,14 +272,14 @@ class Destination:
         self._started = True
         self._register_metrics()
         await self._deliverer.transport.start()
-        self._senders.start()
+        self._shards.start()
         self._tasks = [
             asyncio.create_task(self._reader.run()),
             asyncio.create_task(self._metadata.run(self._deliverer)),
         ]
         if self.storage.fsync == "interval":
             self._tasks.append(asyncio.create_task(self._fsync_loop()))
-        self._senders.start_resharding()
+        self._shards.start_resharding()
 
     async def stop(self, *, timeout: float, drain: bool = True) -> int:
         """Keep sending for up to ``timeout`` seconds (until the disk queue is empty), then
@@ -293,11 +294,11 @@ class Destination:
         appended meanwhile stays on disk for the successor)."""
         self._stopping.set(handover=not drain)
         deadline = self._clock() + timeout
-        await self._senders.stop_resharding(timeout)  # a resharding under way completes first
+        await self._shards.stop_resharding(timeout)  # a resharding under way completes first
         self._metadata.close()
-        self._senders.wake()
+        self._shards.wake()
         self._reader.wake()
-        tasks = [*self._senders.tasks, *self._tasks]
+        tasks = [*self._shards.tasks, *self._tasks]
         remaining = max(0.0, deadline - self._clock())
         _, running = await asyncio.wait(tasks, timeout=remaining) if tasks else ((), set())
         for task in running:

@@ -208,7 +208,7 @@ class FanOut:
             for dest, share in pairs:
                 if dest.name in full:
                     m.dropped_samples.labels(dest.name, "queue_full").inc(share.total_samples)
-                    dest.refused(share.total_samples)
+                    dest.note_full(share.total_samples)
             return Accepted(full, *counts, written=decoded.written)
         writes = [(dest, share) for dest, share in pairs if share.nbytes]
         reserved: list[tuple[Destination, EncodedShare]] = []
