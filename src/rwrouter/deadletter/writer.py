@@ -1,9 +1,10 @@
-"""Hands refused batches to a destination's dead-letter store
-(:class:`~rwrouter.deadletter.store.RejectedStore`) without blocking the event loop.
+"""Hands rejected batches to a destination's dead-letter store
+(:class:`~rwrouter.deadletter.store.DeadLetterStore`) without blocking the event loop.
 
-A batch refused for good (4xx other than 429, a single series answered 413, or the retry
-budget spent) is written in a worker thread; :meth:`DeadLetters.flush` waits for those writes,
-so the queue position only moves past a refused batch once it is on disk.
+A batch its destination rejected for good (4xx other than 429, a single series answered 413,
+or the retry budget spent) becomes a dead letter, written in a worker thread;
+:meth:`DeadLetters.flush` waits for those writes, so the queue position only moves past a
+rejected batch once it is on disk.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from rwrouter.deadletter.store import RejectedStore
+from rwrouter.deadletter.store import DeadLetterStore
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.send.refusals import Item, Refusal
@@ -22,14 +23,14 @@ log = logging.getLogger("rwrouter.sending")
 class DeadLetters:
     """The refusal hook of a destination's :class:`~rwrouter.send.delivery.Deliverer`."""
 
-    def __init__(self, *, name: str, store: RejectedStore, metrics: Metrics) -> None:
+    def __init__(self, *, name: str, store: DeadLetterStore, metrics: Metrics) -> None:
         self.name = name
         self.store = store
         self._metrics = metrics
         self._writes: set[asyncio.Task[None]] = set()
 
     def __call__(self, items: list[Item], kind: str, refusal: Refusal) -> None:
-        """Called on the event loop for each part refused for good (samples only: metadata
+        """Called on the event loop for each part rejected for good (samples only: metadata
         is sent again by Prometheus every minute)."""
         if kind != "samples":
             return
@@ -41,7 +42,7 @@ class DeadLetters:
         task.add_done_callback(self._writes.discard)
 
     async def flush(self) -> None:
-        """Wait until every refused batch handed over so far is written (or failed)."""
+        """Wait until every rejected batch handed over so far is written (or failed)."""
         if self._writes:
             await asyncio.gather(*self._writes, return_exceptions=True)
 

@@ -76,7 +76,7 @@ class Destination:
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.config, self.name, self.storage = config, config.name, storage
-        self.queue, self.rejected = reader.queue, dead_letters.store
+        self.queue, self.dead_letter_store = reader.queue, dead_letters.store
         self.capacity, self.capacity_bytes = reader.capacity, reader.capacity_bytes
         self.auth, self.book = deliverer.auth, deliverer.book
         self._reader, self._shards, self._stopping = reader, reader.shards, reader.stopping
@@ -111,8 +111,8 @@ class Destination:
         m.watch(m.queue_disk_bytes, lambda: self.queue.size_bytes, name)
         m.watch(m.queue_blocks, lambda: self.queue.unread_records + self._reader.in_memory, name)
         m.watch(m.queue_oldest_age, self.oldest_unsent_age, name)
-        m.watch(m.rejected_bytes, lambda: self.rejected.size_bytes, name)
-        m.watch(m.rejected_entries, lambda: len(self.rejected), name)
+        m.watch(m.rejected_bytes, lambda: self.dead_letter_store.size_bytes, name)
+        m.watch(m.rejected_entries, lambda: len(self.dead_letter_store), name)
         m.credentials_expiry.sources[name] = self.auth.expiry
         self._show_protocol()
 
