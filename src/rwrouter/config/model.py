@@ -254,13 +254,15 @@ class DestinationConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RelabelCacheConfig:
-    """The routing cache (YAML ``relabel_cache``; rwrouter's own section): the outcome of the
-    relabel rules per raw label set, so a series returning every scrape is routed without
-    running the rules again. Bounded by ``max_entries`` label sets, ``max_bytes`` bytes of
-    cached labels and outcomes, and ``max_age`` seconds (a label set not seen for that long is
-    forgotten: pod churn cannot grow it). It works in two generations: up to half of
-    ``max_entries`` (and of ``max_bytes``) active series stay cached for ever; size it at
-    about twice the active series of the Prometheus (shard) that writes to this router."""
+    """The routing cache (YAML ``relabel_cache``, metrics ``rwrouter_relabel_cache_*``;
+    rwrouter's own section, and this dataclass is named after its key as every section's):
+    the outcome of the relabel rules per raw label set, so a series returning every scrape is
+    routed without running the rules again. Bounded by ``max_entries`` label sets,
+    ``max_bytes`` bytes of cached labels and outcomes, and ``max_age`` seconds (a label set
+    not seen for that long is forgotten: pod churn cannot grow it). It works in two
+    generations: up to half of ``max_entries`` (and of ``max_bytes``) active series stay
+    cached for ever; size it at about twice the active series of the Prometheus (shard) that
+    writes to this router."""
 
     max_entries: int = 2_000_000
     max_bytes: int = 1 * GIB
