@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from rwrouter.errors import DecodeError
+from rwrouter.reasons import DropReason
 from rwrouter.relabel import parse_relabel_configs
-from rwrouter.routing import INVALID, RELABEL, Route, RoutedRequest, Router, shard_hash
+from rwrouter.routing import Route, RoutedRequest, Router, shard_hash
 from rwrouter.wire import encode_labels, remote_pb2, types_pb2
 from tests.support.frames import parse_write_request
 
@@ -180,13 +181,13 @@ def test_fallback_receives_a_series_a_primary_left_invalid() -> None:
     out = Router(global_rules=(), routes=routes).route(request([NODE]))
     assert sent(out, 0) == []
     assert sent(out, 1) == [NODE]
-    assert out.dropped == {(0, INVALID): 1}
+    assert out.dropped == {(0, DropReason.INVALID): 1}
 
 
 def test_primary_drop_counted_fallback_not() -> None:
     routes = [route("gpu", KEEP_GPU), route("rest", fallback=True)]
     out = Router(global_rules=(), routes=routes).route(request([GPU, NODE]))
-    assert out.dropped == {(0, RELABEL): 1}
+    assert out.dropped == {(0, DropReason.RELABEL): 1}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,7 +220,7 @@ def test_global_drop_drops_for_all_destinations(global_raw: list[dict[str, Any]]
         request([(NODE, 3, 1, 0)])
     )
     assert out.shares[0].frames == out.shares[1].frames == out.shares[2].frames == []
-    assert out.dropped == {(0, RELABEL): 4, (1, RELABEL): 4, (2, RELABEL): 4}
+    assert out.dropped == {(i, DropReason.RELABEL): 4 for i in range(3)}
     assert out.samples_in == 4 and out.series_in == 1
 
 
@@ -231,7 +232,7 @@ def test_series_without_name_is_invalid_others_routed() -> None:
     out = Router(global_rules=(), routes=routes).route(request([GPU, NODE, APP]))
     assert sent(out, 0) == []
     assert sent(out, 1) == [GPU, NODE, APP]
-    assert out.dropped == {(0, RELABEL): 2, (0, INVALID): 1}
+    assert out.dropped == {(0, DropReason.RELABEL): 2, (0, DropReason.INVALID): 1}
 
 
 def test_series_sent_without_name_is_invalid_others_routed() -> None:
@@ -240,7 +241,7 @@ def test_series_sent_without_name_is_invalid_others_routed() -> None:
         request([GPU, (nameless, 5, 0, 0), NODE])
     )
     assert sent(out, 0) == [GPU, NODE]
-    assert out.dropped == {(0, INVALID): 5}
+    assert out.dropped == {(0, DropReason.INVALID): 5}
 
 
 def test_labelkeep_removing_name_is_invalid() -> None:
@@ -249,7 +250,7 @@ def test_labelkeep_removing_name_is_invalid() -> None:
     out = Router(global_rules=(), routes=routes).route(request([labels]))
     assert sent(out, 0) == []
     assert out.shares[0].samples == 0
-    assert out.dropped == {(0, INVALID): 1}
+    assert out.dropped == {(0, DropReason.INVALID): 1}
     assert sent(out, 1) == [labels]
 
 
@@ -519,7 +520,7 @@ def test_sample_counts(shape: tuple[int, int, int], expected: int) -> None:
     assert out.shares[0].samples == expected + 1
     assert out.shares[1].counts == [1]
     assert out.shares[1].samples == 1
-    assert out.dropped == {(1, RELABEL): expected}
+    assert out.dropped == {(1, DropReason.RELABEL): expected}
     assert out.samples_in == expected + 1
     assert out.series_in == 2
     assert out.shares[0].hashes[1] == shard_hash(encode_labels(tuple(sorted(GPU.items()))))
@@ -530,5 +531,5 @@ def test_drop_counts_accumulate_per_destination_and_reason() -> None:
     out = Router(global_rules=(), routes=routes).route(
         request([(NODE, 2, 0, 0), (APP, 3, 1, 0), (GPU, 1, 0, 0)])
     )
-    assert out.dropped == {(0, RELABEL): 6, (1, INVALID): 7}
+    assert out.dropped == {(0, DropReason.RELABEL): 6, (1, DropReason.INVALID): 7}
     assert sent(out, 0) == [GPU]

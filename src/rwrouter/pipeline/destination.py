@@ -43,6 +43,7 @@ from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.protocol import MESSAGES, RW1_MESSAGE, RW2_MESSAGE
 from rwrouter.queue.records import EncodedShare
+from rwrouter.reasons import DropReason
 from rwrouter.send.delivery import Deliverer
 from rwrouter.send.metadata import MetadataQueue
 from rwrouter.send.reader import QueueReader
@@ -181,7 +182,9 @@ class Destination:
         dropped = self.queue.drop_oldest(nbytes)
         self._reader.drop(dropped)  # waiting frames of those records go too, counted
         if dropped.samples:
-            self._metrics.dropped_samples.labels(self.name, "drop_oldest").inc(dropped.samples)
+            self._metrics.dropped_samples.labels(self.name, DropReason.DROP_OLDEST).inc(
+                dropped.samples
+            )
         if dropped.segments:
             log.warning("destination=%s msg=%s segments=%d records=%d samples=%d", self.name,
                         q("disk queue full: dropped the oldest data (on_full: drop_oldest)"),
@@ -234,7 +237,7 @@ class Destination:
         if self.book is not None:
             evicted = self.book.update(metadata)
             if evicted:
-                self._metrics.dropped_metadata.labels(self.name, "book_full").inc(evicted)
+                self._metrics.dropped_metadata.labels(self.name, DropReason.BOOK_FULL).inc(evicted)
             if self.protocol != RW1_MESSAGE:
                 return
         if self.config.metadata_config.send:
@@ -312,7 +315,7 @@ class Destination:
         StorageError); returns the number of records left on disk."""
         lost = self._reader.dropped_in_flight()
         if lost:  # in flight from a dropped segment, not confirmed: gone with the process
-            self._metrics.dropped_samples.labels(self.name, "drop_oldest").inc(lost)
+            self._metrics.dropped_samples.labels(self.name, DropReason.DROP_OLDEST).inc(lost)
         left = self._reader.records_left()
         self._stopped = True
         try:

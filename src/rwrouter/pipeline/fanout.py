@@ -28,6 +28,7 @@ from rwrouter.pipeline.build import build_destination
 from rwrouter.pipeline.destination import Destination
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written
 from rwrouter.queue.records import FLAG_START_TIMESTAMPS, EncodedShare, encode_share
+from rwrouter.reasons import DropReason
 from rwrouter.routing import RoutedRequest, Router, build_router
 from rwrouter.wire import decompress
 from rwrouter.wire.rw2_in import to_rw1
@@ -207,8 +208,9 @@ class FanOut:
         if full:
             for dest, share in pairs:
                 if dest.name in full:
-                    m.dropped_samples.labels(dest.name, "queue_full").inc(share.total_samples)
-                    dest.note_full(share.total_samples)
+                    samples = share.total_samples
+                    m.dropped_samples.labels(dest.name, DropReason.QUEUE_FULL).inc(samples)
+                    dest.note_full(samples)
             return Accepted(full, *counts, written=decoded.written)
         writes = [(dest, share) for dest, share in pairs if share.nbytes]
         reserved: list[tuple[Destination, EncodedShare]] = []
@@ -248,7 +250,7 @@ class FanOut:
             dest.enqueue_metadata(routed.metadata[i])
             share = decoded.shares[i]
             if share.too_large:
-                m.dropped_samples.labels(dest.name, "too_large").inc(share.too_large)
+                m.dropped_samples.labels(dest.name, DropReason.TOO_LARGE).inc(share.too_large)
                 log.error("destination=%s series=%d samples=%d max_request_bytes=%d msg=%s",
                           dest.name, share.too_large_series, share.too_large,
                           dest.max_request_bytes,
@@ -259,7 +261,9 @@ class FanOut:
                 m.dropped_samples.labels(self.destinations[i].name, reason).inc(samples)
         if routed.metadata_invalid:
             for dest in self.destinations:
-                m.dropped_metadata.labels(dest.name, "invalid").inc(routed.metadata_invalid)
+                m.dropped_metadata.labels(dest.name, DropReason.INVALID).inc(
+                    routed.metadata_invalid
+                )
 
     @staticmethod
     async def _append_all(

@@ -24,7 +24,6 @@ __all__ = [
     "DEFAULT_CACHE_BYTES",
     "DEFAULT_CACHE_MAX_AGE",
     "DEFAULT_CACHE_SIZE",
-    "FILTERED",
     "HIT_RATIO_WINDOW",
     "Cache",
     "Entry",
@@ -35,8 +34,6 @@ __all__ = [
     "pack_entry",
     "unpack_entry",
 ]
-
-FILTERED = "filtered"  # drop reason: nothing left once exemplars/histograms are filtered out
 
 Entry = bytes
 """A routing outcome, compact (one bytes object: nothing for the garbage collector to walk,

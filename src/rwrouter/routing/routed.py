@@ -6,6 +6,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
+from rwrouter.reasons import DropReason
 from rwrouter.wire.index import Frames
 
 __all__ = ["RoutedRequest", "RoutedSeries", "shard_hash"]
@@ -31,7 +32,7 @@ class RoutedRequest:
 
     shares: list[Frames]
     metadata: list[list[bytes]]
-    dropped: dict[tuple[int, str], int]
+    dropped: dict[tuple[int, DropReason], int]
     samples_in: int = 0
     series_in: int = 0
     metadata_invalid: int = 0  # entries without a metric family name: sent nowhere

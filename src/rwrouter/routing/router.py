@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from rwrouter.config import Config
 from rwrouter.errors import InvariantError
+from rwrouter.reasons import DropReason
 from rwrouter.relabel import FILTER_ACTIONS, RelabelConfig, process
 from rwrouter.relabel.series import format_labels
 from rwrouter.routing.cache import (
@@ -24,9 +25,7 @@ from rwrouter.routing.cache import (
 from rwrouter.routing.collisions import LABEL, SERIES, Claims, Collision, CollisionLog
 from rwrouter.routing.escape import ALLOW_UTF8, SCHEMES, escape_metadata
 from rwrouter.routing.outcome import (
-    NAME_COLLISION,
     REASONS,
-    RELABEL,
     Renamed,
     Result,
     Route,
@@ -47,16 +46,16 @@ __all__ = ["Router", "build_router"]
 MAX_TEMPLATES = 10_000  # distinct values of the labels filter-only rules read (metric names)
 MAX_METADATA_OUTCOMES = 50_000  # distinct metadata payloads whose routing is remembered
 _U32 = struct.Struct("<I")
-_COLLIDED = REASONS.index(NAME_COLLISION)
+_COLLIDED = REASONS.index(DropReason.NAME_COLLISION)
 
 
 def _same(report: Collision) -> Collision:
     return report
 
 
-# Per destination: encoded output labels, or the drop reason (a str) — or None for a fallback
+# Per destination: encoded output labels, or the drop reason — or None for a fallback
 # destination whose series went elsewhere.
-Outcome = tuple[bytes | str | None, ...]
+Outcome = tuple[bytes | DropReason | None, ...]
 
 
 class Router(Generations):
@@ -180,7 +179,7 @@ class Router(Generations):
     def _results(self, labels: tuple[tuple[str, str], ...]) -> list[Result | None]:
         base = process(labels, self.global_rules) if self.global_rules else labels
         if base is None or not base:
-            return [RELABEL] * len(self.routes)
+            return [DropReason.RELABEL] * len(self.routes)
         apply = RuleCopies(base)
         results: list[Result | None] = []
         kept_by_primary = False
@@ -209,9 +208,9 @@ class Router(Generations):
 
     # -- collisions ------------------------------------------------------------------------
 
-    def _collide(self, i: int, res: bytes | Renamed, key: bytes) -> bytes | str:
+    def _collide(self, i: int, res: bytes | Renamed, key: bytes) -> bytes | DropReason:
         """Route ``i``'s escaped output labels for the series of cache key ``key``, or
-        NAME_COLLISION when an earlier series holds them (:class:`Claims`)."""
+        ``name_collision`` when an earlier series holds them (:class:`Claims`)."""
         if self._claims is None:
             raise InvariantError("a name collision is asked for only when a route escapes names")
         route, log = self.routes[i], self._collisions
@@ -234,7 +233,7 @@ class Router(Generations):
             describe = functools.partial(self._describe, i, escaped, original or escaped, claimant)
             log.add(destination=route.name, kind=SERIES, key=(i, escaped, original),
                     now=self._now, describe=describe)  # fmt: skip
-        return NAME_COLLISION
+        return DropReason.NAME_COLLISION
 
     def _describe(self, i: int, escaped: bytes, dropped: bytes, claimant: bytes | None
                   ) -> Collision:  # fmt: skip
@@ -301,7 +300,7 @@ class Router(Generations):
                 )
             ],
             metadata=[[] for _ in self.routes],
-            dropped=scan.dropped,
+            dropped={(i, DropReason(reason)): n for (i, reason), n in scan.dropped.items()},
             samples_in=scan.samples_in,
             series_in=scan.series_in,
             metadata_in=len(scan.metadata),

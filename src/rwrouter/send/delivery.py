@@ -46,6 +46,7 @@ from rwrouter.errors import CredentialsError, InvariantError, TransportError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.protocol import MESSAGES, RW1_MESSAGE, RW2_MESSAGE, Written, request_headers
+from rwrouter.reasons import DropReason
 from rwrouter.send.encoding import (
     FALLBACK_MESSAGES,
     NOT_WRITTEN_MESSAGE,
@@ -64,15 +65,12 @@ log = logging.getLogger("rwrouter.sending")
 
 SPLITTABLE = frozenset((400, 409, 413, 422))  # refusals of the content, not of the request
 SPLIT_BUDGET = 64  # extra requests one batch may cost to isolate its refused series
-TOO_LARGE = "too_large"  # reason: a single series (metadata entry) refused with 413
 CREDENTIAL_REFRESH = "credential_refresh"  # retries label value of the refresh retry
-NOT_WRITTEN = "not_written"  # reason: answered 2xx, but its Written headers count less
-ORPHAN_EXEMPLAR = "orphan_exemplar"  # reason: an exemplar-only series RW 2.0 cannot carry
 NOT_WRITTEN_LOG_INTERVAL = 60.0  # seconds between two "not written" log lines
 
 _MESSAGES = {
-    TOO_LARGE: "series larger than the destination accepts, not retried",
-    RETRY_BUDGET: "retry budget spent, not retried further",
+    DropReason.TOO_LARGE: "series larger than the destination accepts, not retried",
+    DropReason.RETRY_BUDGET: "retry budget spent, not retried further",
 }
 
 
@@ -221,7 +219,7 @@ class Deliverer:
             self.metrics.already_delivered.labels(self.name).inc(count)
             return 0
         if refusal.status == 413 and len(items) == 1:
-            refusal = replace(refusal, reason=TOO_LARGE)
+            refusal = replace(refusal, reason=DropReason.TOO_LARGE)
         self._refused(items, kind, count, refusal)
         return 0
 
@@ -258,7 +256,9 @@ class Deliverer:
         if kind != "samples":
             return count
         if request.orphans:  # left out of the RW 2.0 request: never sent
-            self.metrics.dropped_samples.labels(self.name, ORPHAN_EXEMPLAR).inc(request.orphans)
+            self.metrics.dropped_samples.labels(self.name, DropReason.ORPHAN_EXEMPLAR).inc(
+                request.orphans
+            )
             count -= min(count, request.orphans)
         missing = not_written(count=count, carried=request.carried, written=written)
         if missing.total:
@@ -279,7 +279,7 @@ class Deliverer:
     def _not_written(self, missing: Written, delivery: _Delivery) -> None:
         """Count (``not_written``) and log (at most once per batch and a minute) what a 2xx
         said was not written."""
-        self.metrics.dropped_samples.labels(self.name, NOT_WRITTEN).inc(missing.total)
+        self.metrics.dropped_samples.labels(self.name, DropReason.NOT_WRITTEN).inc(missing.total)
         now = self._clock()
         last = self._not_written_at
         recent = last is not None and now - last < NOT_WRITTEN_LOG_INTERVAL
@@ -289,7 +289,7 @@ class Deliverer:
         self._not_written_at = now
         log.warning("destination=%s samples=%d histograms=%d exemplars=%d reason=%s msg=%s",
                     self.name, missing.samples, missing.histograms, missing.exemplars,
-                    NOT_WRITTEN, q(NOT_WRITTEN_MESSAGE))  # fmt: skip
+                    DropReason.NOT_WRITTEN, q(NOT_WRITTEN_MESSAGE))  # fmt: skip
 
     async def send_body(self, body: bytes, kind: str, *, started: float | None = None,
                         message: str = RW1_MESSAGE) -> Refusal | None:  # fmt: skip
@@ -331,7 +331,8 @@ class Deliverer:
                 rand=self._rand(), elapsed=self._clock() - started,
             )  # fmt: skip
             if not decision.retry:
-                final = RETRY_BUDGET if decision.reason == RETRY_BUDGET else reason_of(status)
+                budget = decision.reason == RETRY_BUDGET
+                final = DropReason.RETRY_BUDGET if budget else reason_of(status)
                 return Refusal(status, text, final)
             self.metrics.retries.labels(self.name, _retry_label(status)).inc()
             self.failures += 1

@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Callable
 
 from rwrouter.metrics import Metrics
+from rwrouter.reasons import DropReason
 from rwrouter.send.delivery import Deliverer
 
 log = logging.getLogger("rwrouter.sending")
@@ -78,7 +79,7 @@ class MetadataQueue:
             self._queued_bytes -= size
             dropped += 1
         if dropped:
-            self._metrics.dropped_metadata.labels(self.name, "queue_full").inc(dropped)
+            self._metrics.dropped_metadata.labels(self.name, DropReason.QUEUE_FULL).inc(dropped)
         self._wake.set()
 
     def _fresh(self, metadata: list[bytes]) -> list[bytes]:

@@ -30,6 +30,7 @@ from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.queue.diskqueue import DiskQueue, Dropped, Position
 from rwrouter.queue.records import Record, decode_record
+from rwrouter.reasons import DropReason
 from rwrouter.send.batching import Batch, Owner
 from rwrouter.send.delivery import Deliverer
 from rwrouter.send.refusals import DeadLetterSink
@@ -105,7 +106,7 @@ class QueueReader:
             lost = "unknown" if recovery.torn_samples is None else recovery.torn_samples
             self._metrics.queue_corrupt_records.labels(self.name).inc(recovery.torn_records)
             if recovery.torn_samples:
-                self._metrics.dropped_samples.labels(self.name, "corrupt").inc(
+                self._metrics.dropped_samples.labels(self.name, DropReason.CORRUPT).inc(
                     recovery.torn_samples
                 )
             log.error("destination=%s msg=%s bytes=%d records=%d samples=%s", self.name,
@@ -216,7 +217,7 @@ class QueueReader:
         """Hand a record's series to their shards (in order); the record waits to be done."""
         if record is None:
             self._metrics.queue_corrupt_records.labels(self.name).inc()
-            self._metrics.dropped_samples.labels(self.name, "corrupt").inc(samples)
+            self._metrics.dropped_samples.labels(self.name, DropReason.CORRUPT).inc(samples)
             self._records.append(_Tracked(end, 0))
             self._advance()
             return
@@ -246,7 +247,9 @@ class QueueReader:
         if dropped.last_segment < 0:
             return
         for gone in self.shards.remove_dropped():
-            self._metrics.dropped_samples.labels(self.name, "drop_oldest").inc(gone.samples)
+            self._metrics.dropped_samples.labels(self.name, DropReason.DROP_OLDEST).inc(
+                gone.samples
+            )
             self._done(gone)
 
     def _done(self, batch: Batch) -> None:

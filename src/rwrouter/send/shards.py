@@ -33,6 +33,7 @@ from rwrouter.errors import DecodeError, InvariantError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
 from rwrouter.queue.records import Record
+from rwrouter.reasons import DropReason
 from rwrouter.send.batching import (
     Batch,
     Chunk,
@@ -306,7 +307,7 @@ class Shards:
         log.error("destination=%s samples=%d msg=%s error=%s", self.name, samples,
                   q("undecodable stored series skipped"), q(error))  # fmt: skip
         self._metrics.queue_corrupt_records.labels(self.name).inc()
-        self._metrics.dropped_samples.labels(self.name, "corrupt").inc(samples)
+        self._metrics.dropped_samples.labels(self.name, DropReason.CORRUPT).inc(samples)
         if sent:
             nbytes = sum(chunk.nbytes for chunk in chunks)
             self._on_done(Batch(chunks, samples, nbytes))
