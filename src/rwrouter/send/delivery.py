@@ -50,6 +50,7 @@ from rwrouter.reasons import DropReason
 from rwrouter.send.encoding import (
     FALLBACK_MESSAGES,
     NOT_WRITTEN_MESSAGE,
+    FallbackReason,
     NotRW2,
     Request,
     encode_part,
@@ -58,14 +59,13 @@ from rwrouter.send.encoding import (
 )
 from rwrouter.send.metabook import MetadataBook
 from rwrouter.send.refusals import Item, Refusal, RejectHook, is_out_of_order, reason_of
-from rwrouter.send.retry import RETRY_BUDGET, RetryPolicy
+from rwrouter.send.retry import RetryPolicy, RetryReason
 from rwrouter.send.transport import Answer, WriteClient
 
 log = logging.getLogger("rwrouter.sending")
 
 SPLITTABLE = frozenset((400, 409, 413, 422))  # refusals of the content, not of the request
 SPLIT_BUDGET = 64  # extra requests one batch may cost to isolate its refused series
-CREDENTIAL_REFRESH = "credential_refresh"  # retries label value of the refresh retry
 NOT_WRITTEN_LOG_INTERVAL = 60.0  # seconds between two "not written" log lines
 
 _MESSAGES = {
@@ -265,7 +265,7 @@ class Deliverer:
             self._not_written(missing, delivery)
         return count - min(count, missing.total)
 
-    def _fall_back(self, reason: str) -> None:
+    def _fall_back(self, reason: FallbackReason) -> None:
         """The destination does not speak RW 2.0: RW 1.0 from now on (logged, counted once)."""
         if self.message == RW1_MESSAGE:
             return  # another shard's part noticed first
@@ -331,7 +331,7 @@ class Deliverer:
                 rand=self._rand(), elapsed=self._clock() - started,
             )  # fmt: skip
             if not decision.retry:
-                budget = decision.reason == RETRY_BUDGET
+                budget = decision.reason is DropReason.RETRY_BUDGET
                 final = DropReason.RETRY_BUDGET if budget else reason_of(status)
                 return Refusal(status, text, final)
             self.metrics.retries.labels(self.name, _retry_label(status)).inc()
@@ -371,7 +371,7 @@ class Deliverer:
                         q("credential refresh failed"), q(exc))  # fmt: skip
             return False
         if refreshed:
-            self.metrics.retries.labels(self.name, CREDENTIAL_REFRESH).inc()
+            self.metrics.retries.labels(self.name, RetryReason.CREDENTIAL_REFRESH).inc()
             log.info("destination=%s status=%d msg=%s", self.name, status,
                      q("credentials refreshed, retrying once"))  # fmt: skip
         return refreshed
@@ -396,5 +396,5 @@ class Deliverer:
 
 
 def _retry_label(status: int | None) -> str:
-    """The retries counter's label value: the exact status ("503", "429"), or "network"."""
-    return str(status) if status is not None else "network"
+    """The retries counter's label value: the exact status ("503", "429"), or ``network``."""
+    return str(status) if status is not None else RetryReason.NETWORK
