@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable
 
 from rwrouter.config import DestinationConfig, StorageConfig
+from rwrouter.config.model import Fsync, OnFull
 from rwrouter.deadletter.writer import DeadLetters
 from rwrouter.errors import InvariantError, StorageError
 from rwrouter.logs import q
@@ -158,7 +159,7 @@ class Destination:
     # -- admission (event loop) -----------------------------------------------------------
 
     @property
-    def on_full(self) -> str:
+    def on_full(self) -> OnFull:
         """``backpressure`` or ``drop_oldest`` (``queue_config.on_full``)."""
         return self.config.queue_config.on_full
 
@@ -217,7 +218,7 @@ class Destination:
             raise InvariantError("a blocking append always appends")
         self._shards.demand(share.total_samples)
         self._reader.wake()
-        if self.storage.fsync == "always":
+        if self.storage.fsync == Fsync.ALWAYS:
             async with self._sync_lock:  # group commit: one fsync covers every append before
                 if self.queue.synced < ticket:
                     await asyncio.to_thread(self.queue.sync)
@@ -280,7 +281,7 @@ class Destination:
             asyncio.create_task(self._reader.run()),
             asyncio.create_task(self._metadata.run(self._deliverer)),
         ]
-        if self.storage.fsync == "interval":
+        if self.storage.fsync == Fsync.INTERVAL:
             self._tasks.append(asyncio.create_task(self._fsync_loop()))
         self._shards.start_resharding()
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from rwrouter.audit.live import Audit
 from rwrouter.config import Config
+from rwrouter.config.model import Fsync, OnFull
 from rwrouter.errors import StorageError, TooLargeError
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
@@ -203,7 +204,8 @@ class FanOut:
         counts = (routed.series_in, routed.samples_in, routed.metadata_in)
         full = tuple(
             dest.name for dest, share in pairs
-            if share.nbytes and dest.on_full == "backpressure" and not dest.has_room(share.nbytes)
+            if share.nbytes and dest.on_full == OnFull.BACKPRESSURE
+            and not dest.has_room(share.nbytes)
         )  # fmt: skip
         if full:
             for dest, share in pairs:
@@ -272,7 +274,7 @@ class FanOut:
         """Append every share; the ticket or the exception of each, in order. Appends wait on
         each other's fsync only with ``storage.fsync: always`` (then they run concurrently);
         otherwise each is a page-cache write, done one after the other without tasks."""
-        if any(dest.storage.fsync == "always" for dest, _ in writes):
+        if any(dest.storage.fsync == Fsync.ALWAYS for dest, _ in writes):
             return await asyncio.gather(
                 *(dest.append(share) for dest, share in writes), return_exceptions=True
             )

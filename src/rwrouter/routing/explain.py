@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rwrouter.config.model import EscapingScheme
 from rwrouter.errors import InvariantError
 from rwrouter.reasons import DropReason
 from rwrouter.relabel import RelabelConfig, Step, trace
@@ -59,7 +60,7 @@ class Decision:
     reason: DropReason | None
     detail: str
     shadow: bool = False
-    escaping: str = ALLOW_UTF8
+    escaping: EscapingScheme = ALLOW_UTF8
     escaped: Escaped | None = None
     before: LabelTuple | None = None
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from rwrouter.config.model import EscapingScheme
 from rwrouter.reasons import DropReason
 from rwrouter.relabel import FILTER_ACTIONS, Action, RelabelConfig, passes, process
 from rwrouter.routing.cache import DROPPED, KEPT_SAME, NOT_SENT, Slot
@@ -34,9 +35,9 @@ class Route:
     shadow: bool = False
     send_exemplars: bool = True
     send_native_histograms: bool = True
-    escaping: str = ALLOW_UTF8
+    escaping: EscapingScheme = ALLOW_UTF8
     """``metric_name_escaping_scheme``: how its output names are written
-    (:data:`rwrouter.routing.escape.SCHEMES`)."""
+    (:class:`~rwrouter.config.model.EscapingScheme`)."""
 
 
 class Renamed(NamedTuple):
@@ -119,7 +120,7 @@ class RuleCopies:
         self._finished: dict[str, Result] = {}
 
     def __call__(self, rules: tuple[RelabelConfig, ...], filter_only: bool,
-                 escaping: str = ALLOW_UTF8) -> Result:  # fmt: skip
+                 escaping: EscapingScheme = ALLOW_UTF8) -> Result:  # fmt: skip
         if filter_only:
             if rules:
                 if self._mapping is None:
@@ -136,7 +137,9 @@ class RuleCopies:
         return finish(result, escaping)
 
 
-def finish(labels: tuple[tuple[str, str], ...], escaping: str = ALLOW_UTF8) -> Result:
+def finish(
+    labels: tuple[tuple[str, str], ...], escaping: EscapingScheme = ALLOW_UTF8
+) -> Result:
     """The output labels of a destination (sorted by name) encoded, escaped by ``escaping``;
     ``relabel`` when none is left, ``invalid`` without ``__name__`` or with an empty name
     (judged before escaping, which never empties a name)."""
