@@ -1,6 +1,6 @@
-"""The typed reasons (rwrouter.reasons and the enums beside the code that uses them): their
-values are metric label values and log fields, so they are pinned here; and the reason of a
-final refusal by its status class (rwrouter.send.refusals.reason_of)."""
+"""The typed enumerations (rwrouter.reasons and the enums beside the code that uses them):
+their values are metric label values, log fields and config values, so they are pinned here;
+and the reason of a final refusal by its status class (rwrouter.send.refusals.reason_of)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,12 @@ from enum import StrEnum
 
 import pytest
 
+from rwrouter.config import EscapingScheme, Fsync, OnFull
 from rwrouter.reasons import DropReason, RefuseReason
-from rwrouter.send.refusals import reason_of
+from rwrouter.relabel.names import ValidationScheme
+from rwrouter.send.encoding import FallbackReason
+from rwrouter.send.refusals import Kind, reason_of
+from rwrouter.send.retry import RetryReason
 
 PINNED: list[tuple[str, type[StrEnum], set[str]]] = [
     ("drop_reasons", DropReason, {
@@ -21,6 +25,13 @@ PINNED: list[tuple[str, type[StrEnum], set[str]]] = [
         "decode", "bad_request", "slow_body", "too_large", "unsupported", "client_gone",
         "queue_full", "busy", "storage",
     }),
+    ("retry_reasons", RetryReason, {"network", "5xx", "429", "4xx", "credential_refresh"}),
+    ("fallback_reasons", FallbackReason, {"415", "nothing_written"}),
+    ("kinds", Kind, {"samples", "metadata"}),
+    ("on_full", OnFull, {"backpressure", "drop_oldest"}),
+    ("fsync", Fsync, {"always", "interval"}),
+    ("escaping_schemes", EscapingScheme, {"allow-utf-8", "underscores", "dots", "values"}),
+    ("validation_schemes", ValidationScheme, {"utf8", "legacy"}),
 ]  # fmt: skip
 
 

@@ -120,7 +120,7 @@ def _totals(entries: list[DeadLetter]) -> dict[str, int]:
     return {
         "entries": len(entries),
         "series": sum(e.series for e in entries),
-        "samples": sum(e.samples for e in entries if e.kind == "samples"),
+        "samples": sum(e.samples for e in entries if e.samples_kind),
         "body_bytes": sum(e.body_bytes for e in entries),
     }
 
@@ -138,7 +138,7 @@ def _status(status: int | None) -> str:
 
 def _carries(entry: DeadLetter) -> str:
     """``2 series, 5 samples`` (``0 series, 3 metadata entries`` for a metadata batch)."""
-    unit = "samples" if entry.kind == "samples" else "metadata entries"
+    unit = "samples" if entry.samples_kind else "metadata entries"
     return f"{entry.series} series, {entry.samples} {unit}"
 
 
@@ -235,11 +235,12 @@ async def _replay_one(
 ) -> bool:
     """Send one entry and account for it; False when the destination is unreachable."""
     from rwrouter.errors import RwrouterError
+    from rwrouter.send.refusals import Kind
     from rwrouter.wire import decompress
 
     try:
         body = await asyncio.to_thread(store.body, entry)
-        samples = entry.kind == "samples"
+        samples = entry.samples_kind
         raw = decompress(body, max_decoded_bytes=MAX_REPLAY_BYTES) if samples else b""
     except FileNotFoundError:
         tally.gone += 1
@@ -249,15 +250,15 @@ async def _replay_one(
         tally.kept += 1
         print(f"kept      {entry.name}: unreadable: {exc}")
         return True
-    if entry.kind == "samples":  # in the destination's protocol, as `rwrouter run` sends
+    if entry.samples_kind:  # in the destination's protocol, as `rwrouter run` sends
         refusal = await sender.send_frames(raw, entry.samples)
     else:
-        refusal = await sender.send_body(body, entry.kind)
+        refusal = await sender.send_body(body, Kind.METADATA)
     if refusal is None:
         await asyncio.to_thread(store.remove, entry)
         tally.delivered += 1
         tally.series += entry.series
-        if entry.kind == "samples":
+        if entry.samples_kind:
             tally.samples += entry.samples
         else:
             tally.metadata += entry.samples

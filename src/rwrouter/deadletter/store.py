@@ -52,6 +52,7 @@ from typing import Any
 from urllib.parse import quote
 
 from rwrouter.logs import q
+from rwrouter.send.refusals import Kind
 from rwrouter.wire import compress
 
 log = logging.getLogger("rwrouter.rejected")
@@ -63,7 +64,7 @@ RESPONSE_MAX_BYTES = 4096  # of the destination's answer kept with an entry (UTF
 STALE_TMP_SECONDS = 600.0  # a .tmp file this old is a crash leftover, not a write in progress
 TOTALS_TTL = 10.0  # seconds the cached size and count are trusted (gauges, the bound check)
 HEADER_MAX_BYTES = 64 * 1024  # the JSON line: 4 KiB of response, escaped, and a few numbers
-KINDS = ("samples", "metadata")
+KINDS = tuple(kind.value for kind in Kind)  # the values: ValueError names them as they are
 _NAME = re.compile(r"\A\d{13}-\d{6}-[0-9a-f]{8}\.rej\Z")
 
 
@@ -89,6 +90,12 @@ class DeadLetter:
     samples: int
     kind: str
     body_bytes: int
+
+    @property
+    def samples_kind(self) -> bool:
+        """Whether it carries samples (:attr:`Kind.SAMPLES <rwrouter.send.refusals.Kind>`),
+        not metadata."""
+        return self.kind == Kind.SAMPLES
 
 
 def safe_dirname(destination: str) -> str:

@@ -15,7 +15,7 @@ import logging
 from rwrouter.deadletter.store import DeadLetterStore
 from rwrouter.logs import q
 from rwrouter.metrics import Metrics
-from rwrouter.send.refusals import Item, Refusal
+from rwrouter.send.refusals import Item, Kind, Refusal
 
 log = logging.getLogger("rwrouter.sending")
 
@@ -29,10 +29,10 @@ class DeadLetters:
         self._metrics = metrics
         self._writes: set[asyncio.Task[None]] = set()
 
-    def __call__(self, items: list[Item], kind: str, refusal: Refusal) -> None:
+    def __call__(self, items: list[Item], kind: Kind, refusal: Refusal) -> None:
         """Called on the event loop for each part rejected for good (samples only: metadata
         is sent again by Prometheus every minute)."""
-        if kind != "samples":
+        if kind != Kind.SAMPLES:
             return
         raw = b"".join(frame for frame, _ in items)
         samples = sum(n for _, n in items)
@@ -49,7 +49,7 @@ class DeadLetters:
     async def _write(self, raw: bytes, series: int, samples: int, refusal: Refusal) -> None:
         try:  # the store logs the entries it removes to stay within its bound
             await asyncio.to_thread(
-                self.store.add, raw=raw, kind="samples", status=refusal.status,
+                self.store.add, raw=raw, kind=Kind.SAMPLES, status=refusal.status,
                 reason=refusal.reason, response=refusal.text, series=series, samples=samples,
             )  # fmt: skip
         except OSError as exc:

@@ -58,7 +58,7 @@ from rwrouter.send.encoding import (
     not_written,
 )
 from rwrouter.send.metabook import MetadataBook
-from rwrouter.send.refusals import Item, Refusal, RejectHook, is_out_of_order, reason_of
+from rwrouter.send.refusals import Item, Kind, Refusal, RejectHook, is_out_of_order, reason_of
 from rwrouter.send.retry import RetryPolicy, RetryReason
 from rwrouter.send.transport import Answer, WriteClient
 
@@ -149,10 +149,10 @@ class Deliverer:
         return self.message == RW1_MESSAGE and not start_timestamps
 
     async def deliver(
-        self, items: list[Item], kind: str, *, resent: bool = False,
+        self, items: list[Item], kind: Kind, *, resent: bool = False,
         start_timestamps: bool = False,
     ) -> int:  # fmt: skip
-        """Deliver a batch (``kind``: "samples" or "metadata"); returns how many of its
+        """Deliver a batch of ``kind``; returns how many of its
         samples (metadata entries) were delivered. Refused parts are counted, logged and handed
         to ``on_rejected``. ``resent``: the batch may have been delivered before a crash (see
         the module docstring); it may be split down to single series. ``start_timestamps``:
@@ -168,7 +168,7 @@ class Deliverer:
         count: int,
         expand: Callable[[], list[Item]],
         *,
-        kind: str = "samples",
+        kind: Kind = Kind.SAMPLES,
         resent: bool = False,
         compressed: bytes | None = None,
         start_timestamps: bool = False,
@@ -194,7 +194,7 @@ class Deliverer:
             delivery.splits = 2 * len(items)
         return await self._refused_part(items, kind, delivery, result, count)
 
-    async def _deliver_part(self, items: list[Item], kind: str, delivery: _Delivery) -> int:
+    async def _deliver_part(self, items: list[Item], kind: Kind, delivery: _Delivery) -> int:
         count = sum(n for _, n in items)
         result = await self._send(b"".join(frame for frame, _ in items), count, kind, delivery)
         if not isinstance(result, Refusal):
@@ -202,7 +202,7 @@ class Deliverer:
         return await self._refused_part(items, kind, delivery, result, count)
 
     async def _refused_part(
-        self, items: list[Item], kind: str, delivery: _Delivery, refusal: Refusal, count: int
+        self, items: list[Item], kind: Kind, delivery: _Delivery, refusal: Refusal, count: int
     ) -> int:
         """After ``items`` were refused: split them to isolate the cause, or give up on them."""
         if refusal.status in SPLITTABLE and len(items) > 1 and delivery.splits >= 2:
@@ -223,12 +223,12 @@ class Deliverer:
         self._refused(items, kind, count, refusal)
         return 0
 
-    async def _send(self, raw: bytes, count: int, kind: str, delivery: _Delivery) -> int | Refusal:
+    async def _send(self, raw: bytes, count: int, kind: Kind, delivery: _Delivery) -> int | Refusal:
         """Send one part (``raw``: its frames, ``count`` samples) in the protocol in use,
         with retries: the samples delivered, or the final refusal. Samples that an RW 2.0
         destination does not take as RW 2.0 (see :func:`~rwrouter.send.encoding.not_rw2`)
         go again at once as RW 1.0, and the destination falls back to it."""
-        message = self.message if kind == "samples" else RW1_MESSAGE
+        message = self.message if kind == Kind.SAMPLES else RW1_MESSAGE
         while True:
             request = encode_part(raw, message=message, start_timestamps=delivery.start_timestamps,
                                   book=self.book)  # fmt: skip
@@ -239,7 +239,7 @@ class Deliverer:
             message = RW1_MESSAGE
 
     async def _send_request(
-        self, request: Request, count: int, kind: str, delivery: _Delivery
+        self, request: Request, count: int, kind: Kind, delivery: _Delivery
     ) -> int | Refusal | NotRW2:
         """Send one encoded request with retries and read the answer's Written headers."""
         answer = await self._post(request.body, kind, request.message, delivery.started)
@@ -253,7 +253,7 @@ class Deliverer:
             return answer
         if request.removed:
             self.metrics.start_timestamps_dropped.labels(self.name).inc(request.removed)
-        if kind != "samples":
+        if kind != Kind.SAMPLES:
             return count
         if request.orphans:  # left out of the RW 2.0 request: never sent
             self.metrics.dropped_samples.labels(self.name, DropReason.ORPHAN_EXEMPLAR).inc(
@@ -291,16 +291,18 @@ class Deliverer:
                     self.name, missing.samples, missing.histograms, missing.exemplars,
                     DropReason.NOT_WRITTEN, q(NOT_WRITTEN_MESSAGE))  # fmt: skip
 
-    async def send_body(self, body: bytes, kind: str, *, started: float | None = None,
+    async def send_body(self, body: bytes, kind: Kind, *, started: float | None = None,
                         message: str = RW1_MESSAGE) -> Refusal | None:  # fmt: skip
-        """Send one snappy-compressed write request body (``kind``: "samples" or "metadata")
+        """Send one snappy-compressed write request body of ``kind``
         in ``message`` with retries, a credential refresh on 401/403, and the retry budget
         counted from ``started`` (clock seconds; default now). None when delivered (2xx), else
         the final refusal. Nothing is counted as sent or dropped here: that is the caller's."""
         answer = await self._post(body, kind, message, started)
         return answer if isinstance(answer, Refusal) else None
 
-    async def send_frames(self, raw: bytes, count: int, kind: str = "samples") -> Refusal | None:
+    async def send_frames(
+        self, raw: bytes, count: int, kind: Kind = Kind.SAMPLES
+    ) -> Refusal | None:
         """Send ``raw`` (RW1-form frames carrying ``count`` samples, start timestamps
         perhaps) as one request in the protocol in use, falling back to RW 1.0 as a batch
         does; None when delivered. For ``rwrouter rejected replay`` (no split)."""
@@ -309,7 +311,7 @@ class Deliverer:
         return result if isinstance(result, Refusal) else None
 
     async def _post(
-        self, body: bytes, kind: str, message: str, started: float | None
+        self, body: bytes, kind: Kind, message: str, started: float | None
     ) -> Refusal | Mapping[str, str]:
         """POST ``body`` with retries: the headers of the 2xx answer, or the final refusal."""
         started = self._clock() if started is None else started
@@ -376,9 +378,9 @@ class Deliverer:
                      q("credentials refreshed, retrying once"))  # fmt: skip
         return refreshed
 
-    def _refused(self, items: list[Item], kind: str, count: int, refusal: Refusal) -> None:
+    def _refused(self, items: list[Item], kind: Kind, count: int, refusal: Refusal) -> None:
         """Count, log and hand to ``on_rejected`` a part refused for good."""
-        if kind == "samples":
+        if kind == Kind.SAMPLES:
             self.metrics.dropped_samples.labels(self.name, refusal.reason).inc(count)
         else:
             self.metrics.dropped_metadata.labels(self.name, refusal.reason).inc(count)

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from rwrouter.metrics import Metrics
 from rwrouter.reasons import DropReason
 from rwrouter.send.delivery import Deliverer
+from rwrouter.send.refusals import Kind
 
 log = logging.getLogger("rwrouter.sending")
 
@@ -113,7 +114,7 @@ class MetadataQueue:
             size = sum(len(entry) for entry, _ in batch)
             self._queued_bytes -= size
             try:
-                delivered = await deliverer.deliver(batch, "metadata")
+                delivered = await deliverer.deliver(batch, Kind.METADATA)
             except Exception:  # a bug, not an answer: these entries come again within a minute
                 log.exception("destination=%s msg=%s", self.name,
                               '"sending metadata failed unexpectedly: dropped"')  # fmt: skip

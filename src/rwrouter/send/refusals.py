@@ -7,12 +7,29 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Protocol
 
 from rwrouter.reasons import DropReason
 from rwrouter.wire.index import Item
 
-__all__ = ["DeadLetterSink", "Item", "Refusal", "RejectHook", "is_out_of_order", "reason_of"]
+__all__ = [
+    "DeadLetterSink",
+    "Item",
+    "Kind",
+    "Refusal",
+    "RejectHook",
+    "is_out_of_order",
+    "reason_of",
+]
+
+
+class Kind(StrEnum):
+    """What a batch carries: samples (framed series, RW1 form) or metadata (framed
+    MetricMetadata entries, sent as RW 1.0); the ``kind`` of log lines and dead letters."""
+
+    SAMPLES = "samples"
+    METADATA = "metadata"
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,14 +47,14 @@ class Refusal:
     reason: DropReason
 
 
-RejectHook = Callable[[list[Item], str, Refusal], None]
+RejectHook = Callable[[list[Item], Kind, Refusal], None]
 
 
 class DeadLetterSink(Protocol):
     """Where refused parts go for good (:class:`rwrouter.deadletter.writer.DeadLetters`): a
     :data:`RejectHook` whose writes :meth:`flush` waits for."""
 
-    def __call__(self, items: list[Item], kind: str, refusal: Refusal, /) -> None: ...
+    def __call__(self, items: list[Item], kind: Kind, refusal: Refusal, /) -> None: ...
 
     async def flush(self) -> None: ...
 
