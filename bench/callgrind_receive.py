@@ -38,9 +38,8 @@ def main(passes: int) -> None:
     for n in range(passes):
         for body in workload.bodies:
             routed = router.route(decompress(body, max_decoded_bytes=64 << 20), now=float(n))
-            for share in routed.series:
-                encode_share(share.body, share.index, samples=share.samples,
-                             received_ms=RECEIVED_MS, max_body_bytes=8 << 20)  # fmt: skip
+            for share in routed.shares:
+                encode_share(share, received_ms=RECEIVED_MS, max_body_bytes=8 << 20)
     print(f"{len(workload.bodies)} bodies, {passes} passes, {len(router)} label sets cached")
 
 

@@ -100,8 +100,8 @@ def route_bodies(
     for body in bodies:
         out = route_one(router, body, time.monotonic() if now is None else now)
         total += out.samples_in
-        a += out.series[0].samples
-        b += out.series[1].samples
+        a += out.shares[0].samples
+        b += out.shares[1].samples
     return total, a, b
 
 
@@ -143,7 +143,7 @@ def bench_audit(nodes: int, seed: int) -> dict[str, Any]:
     workload, _ = load_or_generate(seed, nodes, 2)
     half = len(workload.bodies) // 2
     router = Router(global_rules=(), routes=[Route(name="all")])
-    shares = [route_one(router, body, 0.0).series[0] for body in workload.bodies]
+    shares = [route_one(router, body, 0.0).shares[0] for body in workload.bodies]
     t0 = time.process_time()
     for body in workload.bodies[half:]:  # warm: every label set cached
         route_one(router, body, 0.0)

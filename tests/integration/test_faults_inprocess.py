@@ -30,7 +30,7 @@ import aiohttp
 import pytest
 
 from rwrouter.auth.credentials import open_source
-from rwrouter.deadletter.store import RejectedEntry, RejectedStore, rejected_dir
+from rwrouter.deadletter.store import DeadLetter, DeadLetterStore, dead_letter_dir
 from rwrouter.doubles.workspace import Key, Limits, WorkspaceDouble
 from rwrouter.server.runner import RouterServer
 from tests.integration.conftest import StartRouter, eventually, metric_value, post_write
@@ -121,11 +121,12 @@ def delivered(router: RouterServer, destination: str) -> float:
     return metric_value(router, "rwrouter_sent_samples_total", destination=destination)
 
 
-def rejected_store(router: RouterServer, destination: str) -> RejectedStore:
-    return RejectedStore(rejected_dir(router.config.storage.path, destination), max_bytes=1 << 30)
+def rejected_store(router: RouterServer, destination: str) -> DeadLetterStore:
+    directory = dead_letter_dir(router.config.storage.path, destination)
+    return DeadLetterStore(directory, max_bytes=1 << 30)
 
 
-def entry_points(store: RejectedStore, entry: RejectedEntry) -> list[Point]:
+def entry_points(store: DeadLetterStore, entry: DeadLetter) -> list[Point]:
     request, _ = decode(store.body(entry))
     return [
         (tuple((lb.name, lb.value) for lb in ts.labels), sample.timestamp)

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from rwrouter.cli import main as rwrouter_main
 from rwrouter.cli.rejected import REPLAY_RETRIES
-from rwrouter.deadletter.store import RejectedStore, rejected_dir
+from rwrouter.deadletter.store import DeadLetterStore, dead_letter_dir
 from tests.support.capture import CaptureServer
 from tests.support.series import Series, write_request
 
@@ -62,10 +62,10 @@ def raw_batch(i: int, n: int = 2) -> bytes:
     return bytes(write_request(series).SerializeToString())
 
 
-def fill(tmp_path: Path, count: int, *, name: str = "self-hosted") -> RejectedStore:
+def fill(tmp_path: Path, count: int, *, name: str = "self-hosted") -> DeadLetterStore:
     """``count`` rejected batches of 2 series (one second apart from T0) for ``name``."""
     clock = [T0]
-    store = RejectedStore(rejected_dir(str(tmp_path / "data"), name), max_bytes=1 << 20,
+    store = DeadLetterStore(dead_letter_dir(str(tmp_path / "data"), name), max_bytes=1 << 20,
                           wall_clock=lambda: clock[0])  # fmt: skip
     for i in range(count):
         clock[0] = T0 + i
@@ -316,7 +316,7 @@ def test_replay_in_the_destinations_protocol(
             return web.Response(status=204, headers=Written(1, 0, 0).headers())
         return web.Response(status=204)
 
-    store = RejectedStore(rejected_dir(str(tmp_path / "data"), "self-hosted"),
+    store = DeadLetterStore(dead_letter_dir(str(tmp_path / "data"), "self-hosted"),
                           max_bytes=1 << 20)  # fmt: skip
     store.add(raw=raw, kind="samples", status=400, reason="4xx", series=1, samples=1,
               response="")  # fmt: skip

@@ -220,7 +220,7 @@ async def test_flagged_records_reach_an_rw1_destination_without_start_timestamps
             value=1.0, timestamp=2_000, start_timestamp=1_000).SerializeToString(),))
             for i in range(4)]  # fmt: skip
         routed = Router(global_rules=(), routes=[Route(name="v1")]).route(frames(given))
-        share = encode_share(routed.series[0].body, routed.series[0].index, received_ms=0,
+        share = encode_share(routed.shares[0], received_ms=0,
                              max_body_bytes=dest.max_request_bytes,
                              flags=FLAG_START_TIMESTAMPS)  # fmt: skip
         dest.reserve(share.nbytes)

@@ -80,7 +80,7 @@ async def fail_broken(
     await eventually(lambda: capture.sample_count("/healthy") == 2 * SERIES)
     assert router.fanout is not None
     broken = router.fanout.destinations[0]
-    await eventually(lambda: all(task.done() for task in broken._senders.tasks))  # no retries
+    await eventually(lambda: all(task.done() for task in broken._shards.tasks))  # no retries
     [line] = bug_lines(caplog)  # once, though both shards had a batch
     assert line.levelno == logging.ERROR and line.exc_info is not None
     assert line.exc_info[0] is TypeError and "destination=broken" in line.getMessage()

@@ -25,11 +25,11 @@ from rwrouter.metrics import Metrics
 from rwrouter.pipeline.build import make_destination
 from rwrouter.pipeline.destination import Destination
 from rwrouter.queue.records import HEADER, META_SIZE, encode_share
-from rwrouter.routing import Route, RoutedSeries, Router
+from rwrouter.routing import Route, Router
 from rwrouter.send.delivery import SPLIT_BUDGET
 from rwrouter.send.transport import Transport
 from rwrouter.wire import declared_size, remote_pb2, types_pb2
-from rwrouter.wire.index import INDEX
+from rwrouter.wire.index import INDEX, Frames
 from rwrouter.wire.walk import encode_varint
 from tests.integration.conftest import StartRouter, eventually, metric_value, post_write
 from tests.support.capture import CaptureServer
@@ -70,9 +70,9 @@ class OrderCheckingSink:
                 self.in_flight[labels] -= 1
 
 
-async def enqueue(dest: Destination, routed: RoutedSeries) -> None:
+async def enqueue(dest: Destination, routed: Frames) -> None:
     """Append routed series to a destination's disk queue, as the fan-out does."""
-    share = encode_share(routed.body, routed.index, received_ms=0,
+    share = encode_share(routed, received_ms=0,
                          max_body_bytes=dest.max_request_bytes)  # fmt: skip
     assert dest.has_room(share.nbytes)
     dest.reserve(share.nbytes)
@@ -239,8 +239,8 @@ remote_write:
         for step in range(steps):
             body = write_request([Series(labels, ((1_000 + step, 1.0),)) for labels in series])
             routed = router.route(body.SerializeToString())
-            await enqueue(dest, routed.series[0])
-            shard_counts.add(dest.shards)
+            await enqueue(dest, routed.shares[0])
+            shard_counts.add(dest.shard_count)
             await asyncio.sleep(0.02)
         await eventually(lambda: sink.samples == steps * len(series), timeout=30)
     finally:
@@ -346,8 +346,8 @@ async def test_stop_during_a_resharding_blocked_by_a_hanging_destination(
     router = Router(global_rules=(), routes=[Route(name="hang")])
     body = write_request([Series((("__name__", "m"), ("i", str(i))), ((1, 1.0),))
                           for i in range(10)])  # fmt: skip
-    await enqueue(dest, router.route(body.SerializeToString()).series[0])
-    senders = dest._senders
+    await enqueue(dest, router.route(body.SerializeToString()).shares[0])
+    senders = dest._shards
     await eventually(lambda: dest.pending == 10 and not senders.buffers[0].chunks)  # in flight
     resharding = asyncio.create_task(senders.reshard(3))
     await asyncio.sleep(0.05)
@@ -523,9 +523,9 @@ async def test_a_stored_body_that_does_not_decompress_is_skipped_not_retried_for
         for step, damaged in enumerate((True, False)):
             body = write_request([Series((("__name__", "m"), ("i", str(i))), ((step, 1.0),))
                                   for i in range(10)])  # fmt: skip
-            routed = router.route(body.SerializeToString()).series[0]
+            routed = router.route(body.SerializeToString()).shares[0]
             sizes.append(len(routed.body))
-            share = encode_share(routed.body, routed.index, received_ms=0,
+            share = encode_share(routed, received_ms=0,
                                  max_body_bytes=dest.max_request_bytes)  # fmt: skip
             if damaged:
                 share.records[:] = [_with_undecodable_body(r) for r in share.records]

@@ -113,7 +113,7 @@ async def test_stop_with_a_short_drain_timeout_returns_and_keeps_unsent_data_on_
     except TimeoutError:
         pytest.fail(f"stop(drain_timeout={drain_timeout}) did not return within {STOP_BOUND} s")
     assert time.monotonic() - started < STOP_BOUND
-    assert all(task.done() for task in dest._senders.tasks)  # no sender left retrying
+    assert all(task.done() for task in dest._shards.tasks)  # no sender left retrying
     assert fresh_capture.sample_count("/down") == 0
     # Nothing acknowledged is lost: the next start sends it all, in order.
     write_config(config, url=fresh_capture.url("/up"), deadline="5ms")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from rwrouter.errors import DecodeError
 from rwrouter.routing import shard_hash
 from rwrouter.wire.codec import RawSeries, split_series
-from rwrouter.wire.index import INDEX
+from rwrouter.wire.index import INDEX, Frames
 from rwrouter.wire.validate import check_metadata
 from rwrouter.wire.walk import LEN, encode_varint, fields
 
@@ -57,14 +57,15 @@ def frame_series(labels: bytes, rest: bytes) -> bytes:
 
 def pack_frames(
     frames: Sequence[bytes], keys: Sequence[bytes], counts: Sequence[int]
-) -> tuple[bytes, bytes]:
-    """(body, index) of framed series given one by one, with their shard keys (the encoded
-    output labels) and sample counts: the shape :func:`rwrouter.queue.records.encode_share`
-    takes, and what the receive path builds in one pass."""
+) -> Frames:
+    """The :class:`~rwrouter.wire.index.Frames` of framed series given one by one, with their
+    shard keys (the encoded output labels) and sample counts: what
+    :func:`rwrouter.queue.records.encode_share` takes, and what the receive path builds in one
+    pass."""
     index = b"".join(
         INDEX.pack(len(f), n, shard_hash(k)) for f, k, n in zip(frames, keys, counts, strict=True)
     )
-    return b"".join(frames), index
+    return Frames(b"".join(frames), index, sum(counts), len(frames))
 
 
 def shard_of(hashed: int, shards: int) -> int:

@@ -139,6 +139,7 @@ def is_pure(name: str) -> bool:
         "rwrouter.send.encoding",
         "rwrouter.send.refusals",
         "rwrouter.errors",
+        "rwrouter.reasons",
         "rwrouter.protocol",
         "rwrouter.config",
     )
@@ -381,7 +382,7 @@ def test_every_module_imports_alone_in_a_fresh_interpreter(tmp_path: Path) -> No
 # TYPE_CHECKING blocks count).
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("rwrouter", "rwrouter.errors", "rwrouter.protocol", "rwrouter.logs"),
+    ("rwrouter", "rwrouter.errors", "rwrouter.protocol", "rwrouter.logs", "rwrouter.reasons"),
     ("rwrouter.wire",),
     ("rwrouter.relabel",),
     ("rwrouter.config",),

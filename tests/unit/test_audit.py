@@ -25,22 +25,23 @@ from rwrouter.audit import (
 from rwrouter.audit.report import Report
 from rwrouter.config import AuditConfig, PriceTier
 from rwrouter.config.model import AMP_PRICE_TIERS
-from rwrouter.routing import Route, RoutedSeries, Router
+from rwrouter.routing import Route, Router
 from rwrouter.wire import decompress
+from rwrouter.wire.index import Frames
 from tests.support.series import Series, build_body
 
 WINDOW = 800.0  # seconds: generations of 100 s
 SPAN = WINDOW / GENERATIONS
 
 
-def share(*series: tuple[str, int, int]) -> RoutedSeries:
+def share(*series: tuple[str, int, int]) -> Frames:
     """A routed share of series (metric name, instance number, samples)."""
     body = build_body([
         Series((("__name__", name), ("instance", str(i))), tuple((1000 + k, 1.0) for k in range(n)))
         for name, i, n in series
     ])
     return Router(global_rules=(), routes=[Route(name="d")]).route(
-        decompress(body, max_decoded_bytes=1 << 24)).series[0]  # fmt: skip
+        decompress(body, max_decoded_bytes=1 << 24)).shares[0]  # fmt: skip
 
 
 def counts(snap: Snapshot) -> dict[str, int]:

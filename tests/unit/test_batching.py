@@ -805,5 +805,5 @@ def test_records_held_raw_are_compressed_in_one_go() -> None:
 
 
 def test_a_chunk_needs_a_body() -> None:
-    with pytest.raises(ValueError, match="needs its body"):
+    with pytest.raises(ValueError, match="need their body"):
         Chunk(None, b"", 0, 0, Owner())

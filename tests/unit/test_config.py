@@ -28,6 +28,7 @@ from rwrouter.config import (
     parse_duration,
     parse_size,
 )
+from rwrouter.config.model import Fsync, OnFull
 from rwrouter.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -186,7 +187,7 @@ def test_minimal_file_takes_every_default() -> None:
     assert config.server.queue_full_retry_after == 5.0
     assert config.server.shutdown_timeout == 30.0
     assert config.storage == StorageConfig(
-        path="data", fsync="interval", fsync_interval=1.0, rejected_max_bytes=64 * 1024 * 1024
+        path="data", fsync=Fsync.INTERVAL, fsync_interval=1.0, rejected_max_bytes=64 * 1024 * 1024
     )
     assert config.relabel_configs == ()
     (dest,) = config.remote_write
@@ -204,7 +205,7 @@ def test_minimal_file_takes_every_default() -> None:
         retry_on_http_429=False,
         max_memory_bytes=256 * 1024 * 1024,
         max_disk_bytes=1024 * 1024 * 1024,
-        on_full="backpressure",
+        on_full=OnFull.BACKPRESSURE,
         max_request_bytes=8 * 1024 * 1024,  # not a sigv4 destination
         max_retry_duration=0.0,  # unlimited
         max_retry_duration_on_http_429=3600.0,
@@ -338,7 +339,7 @@ def test_durable_queue_file_reads_every_new_key() -> None:
     assert config.server.shutdown_timeout == 120.0
     assert config.storage == StorageConfig(
         path="/var/lib/rwrouter",
-        fsync="always",
+        fsync=Fsync.ALWAYS,
         fsync_interval=0.25,
         rejected_max_bytes=16 * 1024 * 1024,
     )
@@ -347,7 +348,7 @@ def test_durable_queue_file_reads_every_new_key() -> None:
         QueueConfig(),
         retry_on_http_429=True,
         max_disk_bytes=8 * 1024 * 1024 * 1024,
-        on_full="drop_oldest",
+        on_full=OnFull.DROP_OLDEST,
         max_request_bytes=512 * 1024,  # below the sigv4 default
         max_retry_duration=6 * 3600.0,
         max_retry_duration_on_http_429=1800.0,

@@ -21,7 +21,7 @@ from rwrouter.auth.schemes import Authenticator, HeaderAuth, NoAuth, SigV4
 from rwrouter.errors import CredentialsError, TransportError
 from rwrouter.metrics import Metrics
 from rwrouter.send.delivery import SPLIT_BUDGET, Deliverer
-from rwrouter.send.refusals import Item, Refusal, RejectHook
+from rwrouter.send.refusals import Item, Kind, Refusal, RejectHook
 from rwrouter.send.retry import RetryPolicy
 from rwrouter.send.transport import Answer
 from rwrouter.wire import decompress
@@ -226,7 +226,7 @@ async def test_retry_budget(
 ) -> None:
     r = rig(reply, policy=policy)
     batch = [item(0), item(1), item(2)]  # 1 + 2 + 3 samples
-    assert await r.deliverer.deliver(batch, "samples") == delivered
+    assert await r.deliverer.deliver(batch, Kind.SAMPLES) == delivered
     assert r.transport.started == pytest.approx([START + s for s in starts])
     assert r.retries() == retries
     if reason is None:
@@ -242,7 +242,7 @@ async def test_budget_counts_from_the_batch_first_attempt_across_split_parts() -
     need a retry after the batch's 10 s budget, so both halves are given up at once."""
     policy = RetryPolicy(min_backoff=4.0, max_backoff=4.0, max_retry_duration=10.0)  # 2 s
     r = rig(lambda _raw, n: 400 if n == 5 else 503, policy=policy)
-    assert await r.deliverer.deliver([item(i) for i in range(4)], "samples") == 0
+    assert await r.deliverer.deliver([item(i) for i in range(4)], Kind.SAMPLES) == 0
     assert r.transport.started == [START + s for s in (0, 2, 4, 6, 8, 10, 10, 10)]
     assert r.transport.sent[5:] == [[0, 1, 2, 3], [0, 1], [2, 3]]
     assert [(s, ref.reason, ref.status) for s, _, ref in r.rejected.calls] == [
@@ -253,7 +253,7 @@ async def test_budget_counts_from_the_batch_first_attempt_across_split_parts() -
 async def test_retry_after_counts_against_the_budget() -> None:
     policy = RetryPolicy(min_backoff=1.0, max_backoff=30.0, max_retry_duration=10.0)
     r = rig(forever(503), policy=policy, answer_headers={"Retry-After": "6"})
-    assert await r.deliverer.deliver([item(0)], "samples") == 0
+    assert await r.deliverer.deliver([item(0)], Kind.SAMPLES) == 0
     assert r.clock.sleeps == [6.0]  # attempts at +0 and +6; +12 would be after 10 s
     assert [ref.reason for _, _, ref in r.rejected.calls] == ["retry_budget"]
 
@@ -307,7 +307,7 @@ async def test_auth_refusals(
 ) -> None:
     auth, source = make_auth(kind)
     r = rig(script(*replies), auth=auth)
-    assert await r.deliverer.deliver([item(0), item(1), item(2)], "samples") == delivered
+    assert await r.deliverer.deliver([item(0), item(1), item(2)], Kind.SAMPLES) == delivered
     assert len(r.transport.sent) == attempts
     assert r.retries() == retries
     if source is not None:
@@ -375,7 +375,7 @@ async def test_413_split_down_to_one_item(
     r = rig(limit_413(limit))
     batch = [item(i, size=s) for i, s in enumerate(sizes)]
     with caplog.at_level(logging.ERROR, logger="rwrouter.sending"):
-        delivered = await r.deliverer.deliver(batch, "samples")
+        delivered = await r.deliverer.deliver(batch, Kind.SAMPLES)
     lost = sum(i + 1 for i in rejected)
     assert delivered == sum(n for _, n in batch) - lost
     assert len(r.transport.sent) == attempts
@@ -395,7 +395,7 @@ async def test_413_split_budget_spent_is_final_without_too_large() -> None:
     items), each part handed to the hook once; the request count stays bounded."""
     r = rig(forever(413))
     batch = [item(i) for i in range(300)]
-    assert await r.deliverer.deliver(batch, "samples") == 0
+    assert await r.deliverer.deliver(batch, Kind.SAMPLES) == 0
     assert len(r.transport.sent) == 1 + SPLIT_BUDGET
     handed = sorted(i for sent, _, _ in r.rejected.calls for i in sent)
     assert handed == list(range(300))
@@ -417,16 +417,16 @@ def poison(*bad: int, status: int = 400) -> Callable[[bytes, int], Reply]:
 
 # (id, kind, reply, batch size, rejected parts, reason, delivered)
 HOOK_CASES = [
-    ("400_one_poison_series", "samples", poison(5), 8, [[5]], "4xx", 36 - 6),
-    ("422_two_poison_series", "samples", poison(1, 6, status=422), 8, [[1], [6]], "4xx",
+    ("400_one_poison_series", Kind.SAMPLES, poison(5), 8, [[5]], "4xx", 36 - 6),
+    ("422_two_poison_series", Kind.SAMPLES, poison(1, 6, status=422), 8, [[1], [6]], "4xx",
      36 - 2 - 7),
-    ("409_whole_batch", "samples", poison(0, 1, 2, 3, status=409), 4, [[0], [1], [2], [3]],
+    ("409_whole_batch", Kind.SAMPLES, poison(0, 1, 2, 3, status=409), 4, [[0], [1], [2], [3]],
      "4xx", 0),
-    ("400_metadata_entry", "metadata", poison(2), 4, [[2]], "4xx", 10 - 3),
-    ("404_not_split", "samples", poison(3, status=404), 8, [[0, 1, 2, 3, 4, 5, 6, 7]], "4xx",
+    ("400_metadata_entry", Kind.METADATA, poison(2), 4, [[2]], "4xx", 10 - 3),
+    ("404_not_split", Kind.SAMPLES, poison(3, status=404), 8, [[0, 1, 2, 3, 4, 5, 6, 7]], "4xx",
      0),
-    ("302_not_split", "samples", forever(302), 2, [[0, 1]], "3xx", 0),
-    ("nothing_refused", "samples", forever(204), 8, [], "", 36),
+    ("302_not_split", Kind.SAMPLES, forever(302), 2, [[0, 1]], "3xx", 0),
+    ("nothing_refused", Kind.SAMPLES, forever(204), 8, [], "", 36),
 ]  # fmt: skip
 
 
@@ -436,7 +436,7 @@ HOOK_CASES = [
     ids=[c[0] for c in HOOK_CASES],
 )
 async def test_on_rejected_receives_exactly_the_refused_items(
-    kind: str,
+    kind: Kind,
     reply: Callable[[bytes, int], Reply],
     size: int,
     parts: list[list[int]],
@@ -448,7 +448,7 @@ async def test_on_rejected_receives_exactly_the_refused_items(
     assert await r.deliverer.deliver(batch, kind) == delivered
     assert [sent for sent, _, _ in r.rejected.calls] == parts
     assert all(k == kind and ref.reason == reason for _, k, ref in r.rejected.calls)
-    counter = "rwrouter_samples_dropped_total" if kind == "samples" else (
+    counter = "rwrouter_samples_dropped_total" if kind == Kind.SAMPLES else (
         "rwrouter_metadata_dropped_total")  # fmt: skip
     assert r.value(counter, reason=reason) == sum(i + 1 for p in parts for i in p)
 
@@ -457,14 +457,14 @@ async def test_on_rejected_gets_the_item_objects_unchanged() -> None:
     seen: list[list[Item]] = []
     r = rig(poison(1), on_rejected=lambda items, _kind, _refusal: seen.append(items))
     batch = [item(0), item(1, size=64), item(2)]
-    await r.deliverer.deliver(batch, "samples")
+    await r.deliverer.deliver(batch, Kind.SAMPLES)
     assert seen == [[batch[1]]]
     assert seen[0][0] is batch[1]
 
 
 async def test_no_hook_still_counts() -> None:
     r = rig(poison(0), record=False)
-    assert await r.deliverer.deliver([item(0), item(1)], "samples") == 2
+    assert await r.deliverer.deliver([item(0), item(1)], Kind.SAMPLES) == 2
     assert r.value("rwrouter_samples_dropped_total", reason="4xx") == 1
 
 
@@ -479,7 +479,7 @@ async def test_a_failing_hook_is_logged_and_delivery_goes_on(
 
     r = rig(poison(0, 3), on_rejected=broken)
     with caplog.at_level(logging.ERROR, logger="rwrouter.sending"):
-        assert await r.deliverer.deliver([item(i) for i in range(4)], "samples") == 2 + 3
+        assert await r.deliverer.deliver([item(i) for i in range(4)], Kind.SAMPLES) == 2 + 3
     assert len(calls) == 2
     assert sum("on_rejected hook failed" in m for m in caplog.messages) == 2
 
@@ -504,7 +504,7 @@ async def test_retries_label_values(
     policy: RetryPolicy, replies: tuple[Reply, ...], expected: dict[str, float]
 ) -> None:
     r = rig(script(*replies), policy=policy)
-    assert await r.deliverer.deliver([item(0)], "samples") == 1
+    assert await r.deliverer.deliver([item(0)], Kind.SAMPLES) == 1
     assert r.retries() == expected
     assert r.deliverer.failures == sum(expected.values())
 
@@ -554,7 +554,7 @@ async def test_resent_batch_isolates_samples_the_destination_already_has(
     transport = RollbackTransport(stored, r.clock)
     r.deliverer.transport = transport
     batch = [item(i) for i in range(n)]
-    delivered = await r.deliverer.deliver(batch, "samples", resent=True)
+    delivered = await r.deliverer.deliver(batch, Kind.SAMPLES, resent=True)
     fresh = [i for i in range(n) if i not in stored]
     assert sorted(transport.accepted) == fresh  # every new sample once, none lost
     assert delivered == sum(i + 1 for i in fresh)
@@ -569,7 +569,7 @@ async def test_out_of_order_of_a_first_send_is_a_refusal_not_a_delivery() -> Non
     r = rig(forever(200))
     transport = RollbackTransport({5}, r.clock)
     r.deliverer.transport = transport
-    delivered = await r.deliverer.deliver([item(i) for i in range(8)], "samples")
+    delivered = await r.deliverer.deliver([item(i) for i in range(8)], Kind.SAMPLES)
     assert delivered == sum(i + 1 for i in range(8) if i != 5)
     assert r.value("rwrouter_samples_already_delivered_total") == 0
     assert [sent for sent, _, _ in r.rejected.calls] == [[5]]

@@ -23,6 +23,7 @@ import logging
 import pytest
 
 from rwrouter.protocol import Written
+from rwrouter.send.refusals import Kind
 from tests.support.rw2_frames import Exemplar, Frame, decode_v2
 from tests.unit.test_delivery_protocol import NAME, Reply, Sent, items_of, rig, series
 
@@ -48,7 +49,7 @@ async def test_orphan_exemplars_cost_no_split_cascade(caplog: pytest.LogCaptureF
     r = rig(prometheus3)
     batch = items_of([series(i) for i in range(50)] + [orphan(100 + i) for i in range(50)])
     with caplog.at_level(logging.INFO, logger="rwrouter.sending"):
-        delivered = await r.deliverer.deliver(batch, "samples")
+        delivered = await r.deliverer.deliver(batch, Kind.SAMPLES)
     assert delivered == 50  # the samples, written once
     assert len(r.transport.sent) == 1, f"{len(r.transport.sent)} requests for one batch"
     assert not any(record.levelno >= logging.ERROR for record in caplog.records)

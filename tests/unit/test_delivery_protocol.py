@@ -24,7 +24,7 @@ from rwrouter.metrics import Metrics
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written, message_of
 from rwrouter.send.delivery import Deliverer
 from rwrouter.send.metabook import MetadataBook
-from rwrouter.send.refusals import Item, Refusal
+from rwrouter.send.refusals import Item, Kind, Refusal
 from rwrouter.send.retry import RetryPolicy
 from rwrouter.send.transport import Answer
 from rwrouter.wire import compress, decompress, frame_metadata, remote_pb2, types_pb2, write_v2_pb2
@@ -150,7 +150,7 @@ async def test_encoding_follows_the_protocol(
     r = rig(rw2_ok if message == RW2_MESSAGE else lambda _s: (204, {}), message=message)
     given = [series(i, start) for i in range(3)]
     items = items_of(given)
-    assert await r.deliverer.deliver(items, "samples", start_timestamps=flagged) == 3
+    assert await r.deliverer.deliver(items, Kind.SAMPLES, start_timestamps=flagged) == 3
     (sent,) = r.transport.sent
     assert sent.message == sent_as
     assert sent.headers["X-Prometheus-Remote-Write-Version"] == ("2.0.0" if sent_as == RW2_MESSAGE
@@ -188,14 +188,14 @@ async def test_rw2_series_carry_their_metadata() -> None:
         type=types_pb2.MetricMetadata.GAUGE, metric_family_name="up", help="Up.",
         unit="").SerializeToString())])  # fmt: skip
     r = rig(rw2_ok, book=book)
-    await r.deliverer.deliver(items_of([series(0)]), "samples")
+    await r.deliverer.deliver(items_of([series(0)]), Kind.SAMPLES)
     assert [f.metadata for f in series_of(decode_v2(r.transport.sent[0].raw))] == [(2, "Up.", "")]
 
 
 async def test_metadata_requests_are_rw1_even_for_an_rw2_destination() -> None:
     r = rig(rw2_ok)
     entry = frame_metadata(types_pb2.MetricMetadata(metric_family_name="up").SerializeToString())
-    assert await r.deliverer.deliver([(entry, 1)], "metadata") == 1
+    assert await r.deliverer.deliver([(entry, 1)], Kind.METADATA) == 1
     assert r.transport.sent[0].message == RW1_MESSAGE
     assert r.protocols == []
 
@@ -203,7 +203,7 @@ async def test_metadata_requests_are_rw1_even_for_an_rw2_destination() -> None:
 async def test_rw2_request_signed_as_sent() -> None:
     """SigV4 signs the RW 2.0 Content-Type and version the request carries."""
     r = rig(rw2_ok, auth=SigV4(CountingSource()))
-    await r.deliverer.deliver(items_of([series(0)]), "samples")
+    await r.deliverer.deliver(items_of([series(0)]), Kind.SAMPLES)
     sent = r.transport.sent[0]
     headers = {k.lower(): [v] for k, v in sent.headers.items()}
     assert headers["content-type"] == [f"application/x-protobuf;proto={RW2_MESSAGE}"]
@@ -231,8 +231,8 @@ async def test_fallback_resends_the_same_batch_as_rw1_at_once(
 ) -> None:
     r = rig(reply)
     with caplog.at_level(logging.WARNING, logger="rwrouter.sending"):
-        assert await r.deliverer.deliver(items_of([series(0), series(1)]), "samples") == 2
-        assert await r.deliverer.deliver(items_of([series(2)]), "samples") == 1
+        assert await r.deliverer.deliver(items_of([series(0), series(1)]), Kind.SAMPLES) == 2
+        assert await r.deliverer.deliver(items_of([series(2)]), Kind.SAMPLES) == 1
     assert [(s.message, s.labels) for s in r.transport.sent] == [
         (RW2_MESSAGE, ["0", "1"]), (RW1_MESSAGE, ["0", "1"]), (RW1_MESSAGE, ["2"])
     ]  # fmt: skip
@@ -247,7 +247,7 @@ async def test_fallback_resends_the_same_batch_as_rw1_at_once(
 
 async def test_concurrent_parts_fall_back_once() -> None:
     r = rig(rw1_only(415))
-    done = await asyncio.gather(*(r.deliverer.deliver(items_of([series(i)]), "samples")
+    done = await asyncio.gather(*(r.deliverer.deliver(items_of([series(i)]), Kind.SAMPLES)
                                   for i in range(4)))  # fmt: skip
     assert done == [1, 1, 1, 1]
     assert r.value("rwrouter_protocol_fallbacks_total", reason="415") == 1
@@ -256,16 +256,16 @@ async def test_concurrent_parts_fall_back_once() -> None:
 
 async def test_use_tries_rw2_again() -> None:
     r = rig(rw1_only(415))
-    await r.deliverer.deliver(items_of([series(0)]), "samples")
+    await r.deliverer.deliver(items_of([series(0)]), Kind.SAMPLES)
     r.deliverer.use(RW2_MESSAGE)
     r.transport.reply = rw2_ok  # the destination was upgraded meanwhile
-    await r.deliverer.deliver(items_of([series(1)]), "samples")
+    await r.deliverer.deliver(items_of([series(1)]), Kind.SAMPLES)
     assert [s.message for s in r.transport.sent] == [RW2_MESSAGE, RW1_MESSAGE, RW2_MESSAGE]
 
 
 async def test_rw1_415_is_a_refusal() -> None:
     r = rig(lambda _s: (415, {}), message=RW1_MESSAGE)
-    assert await r.deliverer.deliver(items_of([series(0)]), "samples") == 0
+    assert await r.deliverer.deliver(items_of([series(0)]), Kind.SAMPLES) == 0
     assert r.value("rwrouter_samples_dropped_total", reason="4xx") == 1
     assert r.protocols == []
 
@@ -274,7 +274,7 @@ async def test_empty_written_of_an_rw2_request_without_data_is_no_fallback() -> 
     """A part that carried nothing cannot tell (Prometheus checks "data sent > 0")."""
     r = rig(rw1_only(204, Written(0, 0, 0).headers()))
     empty = frame_bytes(Frame((("__name__", "up"),)))
-    assert await r.deliverer.deliver([(empty, 0)], "samples") == 0
+    assert await r.deliverer.deliver([(empty, 0)], Kind.SAMPLES) == 0
     assert r.deliverer.message == RW2_MESSAGE
 
 
@@ -299,7 +299,7 @@ async def test_written_headers_are_trusted(
     message: str, headers: dict[str, str], delivered: int, missing: int
 ) -> None:
     r = rig(lambda _s: (204, headers), message=message)
-    got = await r.deliverer.deliver(items_of([series(i) for i in range(3)]), "samples")
+    got = await r.deliverer.deliver(items_of([series(i) for i in range(3)]), Kind.SAMPLES)
     assert got == delivered
     assert r.value("rwrouter_samples_dropped_total", reason="not_written") == missing
     assert r.deliverer.message == message
@@ -318,8 +318,8 @@ async def test_not_written_logged_once_per_batch_and_minute(
 
     r = rig(reply)
     with caplog.at_level(logging.WARNING, logger="rwrouter.sending"):
-        await r.deliverer.deliver(items_of([series(i) for i in range(8)]), "samples")
-        await r.deliverer.deliver(items_of([series(10 + i) for i in range(4)]), "samples")
+        await r.deliverer.deliver(items_of([series(i) for i in range(8)]), Kind.SAMPLES)
+        await r.deliverer.deliver(items_of([series(10 + i) for i in range(4)]), Kind.SAMPLES)
     assert sum("count less than was sent" in m for m in caplog.messages) == 1
     assert r.value("rwrouter_samples_dropped_total", reason="not_written") > 0
 
@@ -334,7 +334,7 @@ async def test_a_refused_rw2_batch_is_split_and_each_half_encoded_again() -> Non
         return rw2_ok(sent)
 
     r = rig(reply)
-    assert await r.deliverer.deliver(items_of([series(i) for i in range(4)]), "samples") == 3
+    assert await r.deliverer.deliver(items_of([series(i) for i in range(4)]), Kind.SAMPLES) == 3
     assert [s.labels for s in r.transport.sent] == [["0", "1", "2", "3"], ["0", "1"], ["2", "3"],
                                                     ["2"], ["3"]]  # fmt: skip
     for sent in r.transport.sent:  # every part a complete RW 2.0 request of its own
@@ -353,7 +353,7 @@ async def test_split_after_fallback_stays_rw1_and_strips() -> None:
 
     r = rig(reply)
     given = [series(0, 5), series(1, 5)]
-    assert await r.deliverer.deliver(items_of(given), "samples", start_timestamps=True) == 1
+    assert await r.deliverer.deliver(items_of(given), Kind.SAMPLES, start_timestamps=True) == 1
     assert [(s.message, s.labels) for s in r.transport.sent] == [
         (RW2_MESSAGE, ["0", "1"]), (RW1_MESSAGE, ["0", "1"]), (RW1_MESSAGE, ["0"]),
         (RW1_MESSAGE, ["1"]),

@@ -18,6 +18,7 @@ from rwrouter.pipeline.destination import Destination
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE
 from rwrouter.queue.records import FLAG_START_TIMESTAMPS
 from rwrouter.send.batching import Batch, Chunk, Owner, ShardBuffer, chunks_by_shard, reshard
+from rwrouter.send.encoding import FallbackReason
 from rwrouter.send.metabook import parse_entry
 from rwrouter.wire import frame_metadata, types_pb2
 from tests.support.clients import FakeClient
@@ -28,8 +29,8 @@ FRAMES = [frame_bytes(Frame((("__name__", "m"), ("i", str(i))), (b"\x10\x01",)))
 
 
 def flagged_chunk() -> Chunk:
-    body, index = pack_frames(FRAMES, [f[-6:] for f in FRAMES], [1] * len(FRAMES))
-    return Chunk(body, index, 8, 8, Owner(), flags=FLAG_START_TIMESTAMPS)
+    frames = pack_frames(FRAMES, [f[-6:] for f in FRAMES], [1] * len(FRAMES))
+    return Chunk(frames.body, frames.index, 8, 8, Owner(), flags=FLAG_START_TIMESTAMPS)
 
 
 def test_flags_follow_the_frames_of_a_record() -> None:
@@ -92,7 +93,7 @@ async def test_rw2_destination_keeps_metadata_in_its_book(tmp_path: Path, send: 
 async def test_after_a_fallback_the_book_is_queued_once_then_what_comes(tmp_path: Path) -> None:
     dest, metrics = destination(tmp_path, message=RW2_MESSAGE)
     dest.enqueue_metadata([entry("a"), entry("b")])
-    dest._deliverer._fall_back("415")
+    dest._deliverer._fall_back(FallbackReason.UNSUPPORTED)
     assert dest.protocol == RW1_MESSAGE
     assert queued(dest) == [entry("a"), entry("b")]
     dest.enqueue_metadata([entry("c")])
@@ -109,7 +110,7 @@ async def test_after_a_fallback_the_book_is_queued_once_then_what_comes(tmp_path
 async def test_no_metadata_requests_after_a_fallback_with_send_false(tmp_path: Path) -> None:
     dest, _ = destination(tmp_path, message=RW2_MESSAGE, send=False)
     dest.enqueue_metadata([entry("a")])
-    dest._deliverer._fall_back("nothing_written")
+    dest._deliverer._fall_back(FallbackReason.NOTHING_WRITTEN)
     dest.enqueue_metadata([entry("b")])
     assert queued(dest) == []
 
@@ -133,7 +134,7 @@ async def test_protocol_gauge(tmp_path: Path) -> None:
             "rwrouter_destination_protocol", {"destination": "d", "protobuf_message": message})
 
     assert (gauge(RW2_MESSAGE), gauge(RW1_MESSAGE)) == (1, 0)
-    dest._deliverer._fall_back("415")
+    dest._deliverer._fall_back(FallbackReason.UNSUPPORTED)
     assert (gauge(RW2_MESSAGE), gauge(RW1_MESSAGE)) == (0, 1)
     dest.try_configured_protocol()
     assert (gauge(RW2_MESSAGE), gauge(RW1_MESSAGE)) == (1, 0)

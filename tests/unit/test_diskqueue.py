@@ -36,7 +36,7 @@ def record(i: int, *, size: int = FRAME) -> bytes:
     """Record number ``i``: one frame that starts with ``i``, carrying ``i + 1`` samples."""
     frame = struct.pack("<I", i) + random.Random(i).randbytes(size - 4)
     share = encode_share(
-        *pack_frames([frame], [b"k%d" % i], [i + 1]), received_ms=i, max_body_bytes=BIG
+        pack_frames([frame], [b"k%d" % i], [i + 1]), received_ms=i, max_body_bytes=BIG
     )
     (out,) = share.records
     return out

@@ -3,7 +3,8 @@ names: the labels sent, what escaping changed, collisions between the series exp
 
 from __future__ import annotations
 
-from rwrouter.routing import NAME_COLLISION, Route, Router
+from rwrouter.reasons import DropReason
+from rwrouter.routing import Route, Router
 from rwrouter.routing.escape import UNDERSCORES
 from rwrouter.routing.explain import DROPPED, SENT, explain
 
@@ -26,7 +27,7 @@ def test_explain_shows_escaped_labels_and_collisions_between_series_explained() 
     assert other.labels == OTEL and other.escape_note == ""
     twin = explain(ESCAPED, (), r.routes, router=r)
     assert twin.decisions[0].outcome == DROPPED
-    assert twin.decisions[0].reason == NAME_COLLISION
+    assert twin.decisions[0].reason == DropReason.NAME_COLLISION
     assert "name collision" in twin.decisions[0].detail
     alone = explain(ESCAPED, (), r.routes)  # a fresh router: no history
     assert alone.decisions[0].outcome == SENT

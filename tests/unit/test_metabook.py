@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from rwrouter.config.model import EscapingScheme
 from rwrouter.routing.escape import DOTS, SCHEMES, VALUES, escape_metric_name
 from rwrouter.send.metabook import MetadataBook, parse_entry
 from rwrouter.wire import frame_metadata, types_pb2
@@ -154,7 +155,7 @@ ESCAPED_IDS = [f"{scheme}-{case[0]}" for scheme in SCHEMES for case in ESCAPED_F
 @pytest.mark.parametrize(("scheme", "family", "kind", "series"), ESCAPED_CASES, ids=ESCAPED_IDS)
 def test_lookup_of_escaped_names(scheme: str, family: str, kind: int, series: str) -> None:
     """A series finds its family's metadata whatever the destination's escaping scheme."""
-    book = MetadataBook(escaping=scheme)
+    book = MetadataBook(escaping=EscapingScheme(scheme))
     framed = entry(escape_metric_name(family, scheme), kind, "Help.")
     book.update([framed])
     assert book.resolve(escape_metric_name(series, scheme).encode()) == parse_entry(framed)[1]
@@ -164,7 +165,7 @@ def test_lookup_of_escaped_names(scheme: str, family: str, kind: int, series: st
 def test_doubled_suffix_only_after_the_exact_family(scheme: str) -> None:
     """A legacy name with a double underscore keeps its own family first (``x__total`` of the
     counter ``x_``, left as it is by every scheme), and a doubled suffix needs the type."""
-    book = MetadataBook(escaping=scheme)
+    book = MetadataBook(escaping=EscapingScheme(scheme))
     book.update([entry("x_", MM.COUNTER, "x_"), entry("x", MM.COUNTER, "x"),
                  entry(escape_metric_name("g.y", scheme), MM.GAUGE, "gauge")])  # fmt: skip
     assert book.resolve(b"x__total") == (MM.COUNTER, b"x_", b"")

@@ -6,19 +6,19 @@ from __future__ import annotations
 import pytest
 
 from rwrouter.metrics.names import MetricNameShares
-from rwrouter.routing import Route, RoutedSeries, Router
+from rwrouter.routing import Route, Router
 from rwrouter.wire import decode_labels, decompress
-from rwrouter.wire.index import metric_name_samples
+from rwrouter.wire.index import Frames, metric_name_samples
 from tests.support.frames import parse_write_request
 from tests.support.series import Series, build_body
 
 
-def _routed(series: list[Series]) -> RoutedSeries:
+def _routed(series: list[Series]) -> Frames:
     body = decompress(build_body(series), max_decoded_bytes=1 << 24)
-    return Router(global_rules=(), routes=[Route(name="d")]).route(body).series[0]
+    return Router(global_rules=(), routes=[Route(name="d")]).route(body).shares[0]
 
 
-def _reference(routed: RoutedSeries, max_frames: int) -> dict[str, int]:
+def _reference(routed: Frames, max_frames: int) -> dict[str, int]:
     """Decode every frame: the count metric_name_samples must give."""
     out: dict[str, int] = {}
     for raw in parse_write_request(routed.body).series[:max_frames]:

@@ -42,7 +42,7 @@ def keys_of(n: int) -> list[bytes]:
 
 def share_of(sizes: list[int], *, limit: int, counts: list[int] | None = None) -> EncodedShare:
     counts = counts if counts is not None else [i + 1 for i in range(len(sizes))]
-    return encode_share(*pack_frames(
+    return encode_share(pack_frames(
         frames_of(sizes), keys_of(len(sizes)), counts), received_ms=1_700_000_000_123,
         max_body_bytes=limit,
     )  # fmt: skip
@@ -64,7 +64,7 @@ def sealed(rest: bytes) -> tuple[bytes, bytes]:
 def test_round_trip_of_one_record() -> None:
     frames = [b"\x0a\x03abc", b"", b"\x0a\x01z" * 40]
     keys = [b"k1", b"k2", b"k3"]
-    share = encode_share(*pack_frames(frames, keys, [2, 0, 7]), received_ms=-5, max_body_bytes=1000)
+    share = encode_share(pack_frames(frames, keys, [2, 0, 7]), received_ms=-5, max_body_bytes=1000)
     assert len(share.records) == 1
     assert share.samples == [9] and share.total_samples == 9
     assert share.series == 3 and (share.too_large, share.too_large_series) == (0, 0)
@@ -83,7 +83,7 @@ def test_round_trip_of_one_record() -> None:
 
 def test_record_layout_is_the_documented_one() -> None:
     share = encode_share(
-        *pack_frames([b"xy", b"z"], [b"a", b"b"], [3, 4]), received_ms=42, max_body_bytes=10
+        pack_frames([b"xy", b"z"], [b"a", b"b"], [3, 4]), received_ms=42, max_body_bytes=10
     )
     header, rest = split(share.records[0])
     assert HEADER.unpack(header) == (len(rest), zlib.crc32(rest))
@@ -98,7 +98,7 @@ def test_record_layout_is_the_documented_one() -> None:
 @pytest.mark.parametrize("flags", [0, FLAG_START_TIMESTAMPS], ids=["no_flags", "start_ts"])
 def test_flags_are_kept_on_every_record(flags: int, lazy: bool) -> None:
     frames = [b"\x0a\x01a" * 5, b"\x0a\x01b" * 5]
-    share = encode_share(*pack_frames(frames, [b"a", b"b"], [1, 1]), received_ms=1,
+    share = encode_share(pack_frames(frames, [b"a", b"b"], [1, 1]), received_ms=1,
                          max_body_bytes=15, flags=flags)  # fmt: skip
     assert len(share.records) == 2  # one frame a record
     for record in share.records:
@@ -108,7 +108,7 @@ def test_flags_are_kept_on_every_record(flags: int, lazy: bool) -> None:
 
 
 def test_empty_share_has_no_records() -> None:
-    share = encode_share(*pack_frames([], [], []), received_ms=0, max_body_bytes=100)
+    share = encode_share(pack_frames([], [], []), received_ms=0, max_body_bytes=100)
     assert (share.records, share.samples, share.series, share.nbytes) == ([], [], 0, 0)
 
 
@@ -270,7 +270,7 @@ def test_records_carry_every_frame_that_fits_in_order(
     counts = [c for _, c in series]
     keys = [f"k{i}".encode() for i in range(len(series))]
     share = encode_share(
-        *pack_frames(frames, keys, counts), received_ms=received_ms, max_body_bytes=limit
+        pack_frames(frames, keys, counts), received_ms=received_ms, max_body_bytes=limit
     )
     kept = [i for i, f in enumerate(frames) if len(f) <= limit]
     got_frames: list[bytes] = []
@@ -316,7 +316,7 @@ def _refused_between(frames: list[bytes], limit: int, share: EncodedShare) -> li
 
 def test_a_record_read_without_decompressing_gives_the_same_content() -> None:
     frames = [b"frame-%d" % i for i in range(5)]
-    (record,) = encode_share(*pack_frames(frames, [b"k%d" % i for i in range(5)], [1] * 5),
+    (record,) = encode_share(pack_frames(frames, [b"k%d" % i for i in range(5)], [1] * 5),
                              received_ms=9, max_body_bytes=1 << 20).records  # fmt: skip
     _, rest = split(record)
     lazy, eager = decode_record(rest, decompress_body=False), decode_record(rest)
@@ -327,7 +327,7 @@ def test_a_record_read_without_decompressing_gives_the_same_content() -> None:
 
 
 def test_a_lazy_read_still_checks_the_declared_size() -> None:
-    (record,) = encode_share(*pack_frames([b"abc"], [b"k"], [1]), received_ms=0,
+    (record,) = encode_share(pack_frames([b"abc"], [b"k"], [1]), received_ms=0,
                              max_body_bytes=100).records  # fmt: skip
     _, rest = split(record)
     meta = bytearray(rest)

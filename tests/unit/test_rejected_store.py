@@ -15,9 +15,9 @@ import pytest
 from rwrouter.deadletter.store import (
     MAGIC,
     RESPONSE_MAX_BYTES,
-    RejectedEntry,
-    RejectedStore,
-    rejected_dir,
+    DeadLetter,
+    DeadLetterStore,
+    dead_letter_dir,
 )
 from rwrouter.wire import decompress
 from tests.support.series import Series, write_request
@@ -42,20 +42,20 @@ def raw_batch(n: int, *, name: str = "up") -> bytes:
     return bytes(write_request(series).SerializeToString())
 
 
-def add(store: RejectedStore, raw: bytes, **overrides: Any) -> int:
+def add(store: DeadLetterStore, raw: bytes, **overrides: Any) -> int:
     fields: dict[str, Any] = {"kind": "samples", "status": 400, "reason": "4xx",
                               "response": "out of bounds", "series": 1, "samples": 1}  # fmt: skip
     fields.update(overrides)
     return store.add(raw=raw, **fields)
 
 
-def unpack(store: RejectedStore, entry: RejectedEntry) -> bytes:
+def unpack(store: DeadLetterStore, entry: DeadLetter) -> bytes:
     return decompress(store.body(entry), max_decoded_bytes=1 << 30)
 
 
 # round trip ----------------------------------------------------------------------------------
 ROUND_TRIPS = [
-    # id, add() arguments, expected RejectedEntry fields (besides name, at_ms, body_bytes)
+    # id, add() arguments, expected DeadLetter fields (besides name, at_ms, body_bytes)
     ("http_400", {"status": 400, "reason": "4xx", "response": "out of bounds", "series": 3,
                   "samples": 3, "kind": "samples"}, None),
     ("no_status_retry_budget", {"status": None, "reason": "retry_budget",
@@ -80,7 +80,7 @@ ROUND_TRIPS = [
                          ids=[c[0] for c in ROUND_TRIPS])  # fmt: skip
 def test_round_trip(tmp_path: Path, fields: dict[str, Any], changed: dict[str, Any] | None) -> None:
     raw = raw_batch(3)
-    store = RejectedStore(tmp_path / "d", max_bytes=1 << 20, wall_clock=Clock(T0 + 0.0125))
+    store = DeadLetterStore(tmp_path / "d", max_bytes=1 << 20, wall_clock=Clock(T0 + 0.0125))
     assert store.add(raw=raw, **fields) == 0
     (entry,) = store.entries()
     expected = {**fields, **(changed or {})}
@@ -96,7 +96,7 @@ def test_round_trip(tmp_path: Path, fields: dict[str, Any], changed: dict[str, A
 
 
 def test_file_format_is_magic_json_line_then_body(tmp_path: Path) -> None:
-    store = RejectedStore(tmp_path, max_bytes=1 << 20, wall_clock=Clock())
+    store = DeadLetterStore(tmp_path, max_bytes=1 << 20, wall_clock=Clock())
     add(store, raw_batch(1))
     (entry,) = store.entries()
     data = (tmp_path / entry.name).read_bytes()
@@ -118,7 +118,7 @@ ORDERS = [
 @pytest.mark.parametrize("times", [c[1] for c in ORDERS], ids=[c[0] for c in ORDERS])
 def test_entries_oldest_first(tmp_path: Path, times: list[float]) -> None:
     clock = Clock()
-    store = RejectedStore(tmp_path, max_bytes=1 << 20, wall_clock=clock)
+    store = DeadLetterStore(tmp_path, max_bytes=1 << 20, wall_clock=clock)
     for i, now in enumerate(times):
         clock.now = now
         add(store, raw_batch(1, name=f"m{i}"), series=i)
@@ -126,7 +126,7 @@ def test_entries_oldest_first(tmp_path: Path, times: list[float]) -> None:
     assert [e.series for e in entries] == list(range(len(times)))
     assert [e.at_ms for e in entries] == [int(t * 1000) for t in times]  # the real times
     # a second store on the same directory (a restarted process) lists the same, and adds after
-    restarted = RejectedStore(tmp_path, max_bytes=1 << 20, wall_clock=Clock(min(times) - 1))
+    restarted = DeadLetterStore(tmp_path, max_bytes=1 << 20, wall_clock=Clock(min(times) - 1))
     assert restarted.entries() == entries
     add(restarted, b"", series=99)
     assert [e.series for e in restarted.entries()] == [*range(len(times)), 99]
@@ -134,7 +134,7 @@ def test_entries_oldest_first(tmp_path: Path, times: list[float]) -> None:
 
 def test_adds_from_threads_are_all_kept_in_order(tmp_path: Path) -> None:
     """Senders hand refused batches to worker threads (``asyncio.to_thread``) concurrently."""
-    store = RejectedStore(tmp_path, max_bytes=1 << 30, wall_clock=Clock())  # one millisecond
+    store = DeadLetterStore(tmp_path, max_bytes=1 << 30, wall_clock=Clock())  # one millisecond
 
     def add_many(thread: int) -> None:
         for i in range(20):
@@ -150,7 +150,7 @@ def test_adds_from_threads_are_all_kept_in_order(tmp_path: Path) -> None:
 
 def test_directory_created_on_first_add(tmp_path: Path) -> None:
     directory = tmp_path / "data" / "rejected" / "x"
-    store = RejectedStore(directory, max_bytes=1 << 20)
+    store = DeadLetterStore(directory, max_bytes=1 << 20)
     assert store.entries() == [] and len(store) == 0 and store.size_bytes == 0
     assert not directory.exists()
     add(store, b"")
@@ -158,7 +158,7 @@ def test_directory_created_on_first_add(tmp_path: Path) -> None:
 
 
 def test_unknown_kind_is_refused(tmp_path: Path) -> None:
-    store = RejectedStore(tmp_path / "d", max_bytes=1 << 20)
+    store = DeadLetterStore(tmp_path / "d", max_bytes=1 << 20)
     with pytest.raises(ValueError, match="kind"):
         add(store, b"", kind="exemplars")
     assert not (tmp_path / "d").exists()
@@ -167,7 +167,7 @@ def test_unknown_kind_is_refused(tmp_path: Path) -> None:
 # bound -------------------------------------------------------------------------------------
 def _entry_size(tmp_path: Path, series: int) -> int:
     """The file size of one entry of ``series`` series (all entries of this test are equal)."""
-    probe = RejectedStore(tmp_path / "probe", max_bytes=1 << 30, wall_clock=Clock())
+    probe = DeadLetterStore(tmp_path / "probe", max_bytes=1 << 30, wall_clock=Clock())
     add(probe, raw_batch(series))
     return probe.size_bytes
 
@@ -189,7 +189,7 @@ def test_bound_removes_oldest(
     size = _entry_size(tmp_path, 4)
     bound = size - 1 if units is None else size * units
     clock = Clock()
-    store = RejectedStore(tmp_path / "d", max_bytes=bound, wall_clock=clock)
+    store = DeadLetterStore(tmp_path / "d", max_bytes=bound, wall_clock=clock)
     got = []
     for i in range(adds):
         clock.now = T0 + i
@@ -203,11 +203,11 @@ def test_entries_removed_by_another_process_make_room(tmp_path: Path) -> None:
     """A replay removing entries while ``run`` adds: nothing fails, nothing extra is removed."""
     size = _entry_size(tmp_path, 2)
     clock = Clock()
-    store = RejectedStore(tmp_path / "d", max_bytes=size * 2, wall_clock=clock)
+    store = DeadLetterStore(tmp_path / "d", max_bytes=size * 2, wall_clock=clock)
     for i in range(2):
         clock.now = T0 + i
         add(store, raw_batch(2), series=i)
-    other = RejectedStore(tmp_path / "d", max_bytes=size * 2)
+    other = DeadLetterStore(tmp_path / "d", max_bytes=size * 2)
     other.remove(other.entries()[0])
     clock.now = T0 + 5
     assert add(store, raw_batch(2), series=2) == 0
@@ -263,7 +263,7 @@ def test_corrupt_entry_skipped_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, corrupt: Callable[[Path], None]
 ) -> None:
     clock = Clock()
-    store = RejectedStore(tmp_path, max_bytes=1 << 20, wall_clock=clock)
+    store = DeadLetterStore(tmp_path, max_bytes=1 << 20, wall_clock=clock)
     for i in range(3):
         clock.now = T0 + i
         add(store, raw_batch(1), series=1, samples=i)
@@ -277,7 +277,7 @@ def test_corrupt_entry_skipped_with_a_warning(
 
 
 def test_body_not_matching_its_checksum_is_an_error(tmp_path: Path) -> None:
-    store = RejectedStore(tmp_path, max_bytes=1 << 20)
+    store = DeadLetterStore(tmp_path, max_bytes=1 << 20)
     add(store, raw_batch(2))
     (entry,) = store.entries()
     path = tmp_path / entry.name
@@ -292,7 +292,7 @@ def test_body_not_matching_its_checksum_is_an_error(tmp_path: Path) -> None:
 
 
 def test_tmp_and_foreign_files_ignored(tmp_path: Path) -> None:
-    store = RejectedStore(tmp_path, max_bytes=1 << 20, wall_clock=Clock(), totals_ttl=0)
+    store = DeadLetterStore(tmp_path, max_bytes=1 << 20, wall_clock=Clock(), totals_ttl=0)
     add(store, raw_batch(1))
     (entry,) = store.entries()
     fresh = tmp_path / f".{entry.name[:-4]}x.rej.tmp"
@@ -311,9 +311,9 @@ def test_tmp_and_foreign_files_ignored(tmp_path: Path) -> None:
 
 
 def test_remove_refuses_names_outside_the_store(tmp_path: Path) -> None:
-    store = RejectedStore(tmp_path / "d", max_bytes=1 << 20)
+    store = DeadLetterStore(tmp_path / "d", max_bytes=1 << 20)
     (tmp_path / "victim").write_bytes(b"keep me")
-    forged = RejectedEntry(name="../victim", at_ms=0, status=None, reason="", response="",
+    forged = DeadLetter(name="../victim", at_ms=0, status=None, reason="", response="",
                            series=0, samples=0, kind="samples", body_bytes=0)  # fmt: skip
     with pytest.raises(ValueError, match="not a dead-letter entry name"):
         store.remove(forged)
@@ -339,33 +339,33 @@ DIR_NAMES = [
 @pytest.mark.parametrize(("name", "expected"), [c[1:] for c in DIR_NAMES],
                          ids=[c[0] for c in DIR_NAMES])  # fmt: skip
 def test_rejected_dir_is_safe_and_unambiguous(tmp_path: Path, name: str, expected: str) -> None:
-    path = rejected_dir(str(tmp_path), name)
+    path = dead_letter_dir(str(tmp_path), name)
     assert path == tmp_path / "rejected" / expected
     assert path.parent == tmp_path / "rejected"  # one path step, never outside
     assert unquote(path.name) == name  # reversible, hence one to one
-    store = RejectedStore(path, max_bytes=1 << 20)
+    store = DeadLetterStore(path, max_bytes=1 << 20)
     add(store, b"")
     assert [p.name for p in (tmp_path / "rejected").iterdir()] == [expected]
 
 
 def test_rejected_dir_names_never_collide() -> None:
     names = [c[1] for c in DIR_NAMES] + ["team%2Fa", "%2E", "%2E.", "prometheus%3A9090"]
-    dirs = {rejected_dir("data", name) for name in names}
+    dirs = {dead_letter_dir("data", name) for name in names}
     assert len(dirs) == len(set(names))
 
 
 def test_rejected_dir_refuses_an_empty_name() -> None:
     with pytest.raises(ValueError, match="empty"):
-        rejected_dir("data", "")
+        dead_letter_dir("data", "")
 
 
 def test_totals_are_counted_again_after_their_ttl(tmp_path: Path) -> None:
     """Another process (a replay) removes entries: the gauges see it once the totals expire."""
-    store = RejectedStore(tmp_path, max_bytes=1 << 20, wall_clock=Clock(), totals_ttl=0)
+    store = DeadLetterStore(tmp_path, max_bytes=1 << 20, wall_clock=Clock(), totals_ttl=0)
     add(store, raw_batch(1))
     add(store, raw_batch(2))
     assert len(store) == 2
-    other = RejectedStore(tmp_path, max_bytes=1 << 20)
+    other = DeadLetterStore(tmp_path, max_bytes=1 << 20)
     other.remove(other.entries()[0])
     assert len(store) == 1
     assert store.size_bytes == sum(p.stat().st_size for p in tmp_path.glob("*.rej"))

@@ -15,15 +15,12 @@ from email.utils import format_datetime
 import pytest
 
 from rwrouter.config.model import QueueConfig
-from rwrouter.send.retry import (
-    CLIENT_ERROR,
-    NETWORK,
-    RETRY_BUDGET,
-    SERVER_ERROR,
-    TOO_MANY_REQUESTS,
-    RetryPolicy,
-    parse_retry_after,
-)
+from rwrouter.reasons import DropReason
+from rwrouter.send.retry import RetryPolicy, RetryReason, parse_retry_after
+
+NETWORK, SERVER_ERROR = RetryReason.NETWORK, RetryReason.SERVER_ERROR
+TOO_MANY_REQUESTS, CLIENT_ERROR = RetryReason.TOO_MANY_REQUESTS, RetryReason.CLIENT_ERROR
+RETRY_BUDGET = DropReason.RETRY_BUDGET
 
 NOW = 1_700_000_000.0  # 2023-11-14T22:13:20Z
 POLICY = RetryPolicy(min_backoff=0.03, max_backoff=5.0)

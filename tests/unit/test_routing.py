@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from rwrouter.errors import DecodeError
+from rwrouter.reasons import DropReason
 from rwrouter.relabel import parse_relabel_configs
-from rwrouter.routing import INVALID, RELABEL, Route, RoutedRequest, Router, shard_hash
+from rwrouter.routing import Route, RoutedRequest, Router, shard_hash
 from rwrouter.wire import encode_labels, remote_pb2, types_pb2
 from tests.support.frames import parse_write_request
 
@@ -52,13 +53,13 @@ def request(
 def sent(out: RoutedRequest, index: int) -> list[dict[str, str]]:
     """The label sets sent to destination ``index`` (decoded with protobuf)."""
     req = remote_pb2.WriteRequest()
-    req.ParseFromString(b"".join(out.series[index].frames))
+    req.ParseFromString(b"".join(out.shares[index].frames))
     return [{lab.name: lab.value for lab in ts.labels} for ts in req.timeseries]
 
 
 def sent_series(out: RoutedRequest, index: int) -> list[types_pb2.TimeSeries]:
     req = remote_pb2.WriteRequest()
-    req.ParseFromString(b"".join(out.series[index].frames))
+    req.ParseFromString(b"".join(out.shares[index].frames))
     return list(req.timeseries)
 
 
@@ -163,7 +164,7 @@ def test_fallback_gets_exactly_what_no_primary_kept(
     router = Router(global_rules=(), routes=routes)
     out = router.route(request([GPU, NODE, APP]))
     assert [sent(out, i) for i in range(len(routes))] == expected
-    assert [s.samples for s in out.series] == [len(e) for e in expected]
+    assert [s.samples for s in out.shares] == [len(e) for e in expected]
     # Not receiving a series because a primary kept it is not a drop for a fallback.
     # (The primaries in these cases do not rewrite labels, so what they sent is what they kept.)
     kept = {frozenset(d.items()) for r, e in zip(routes, expected, strict=True)
@@ -180,13 +181,13 @@ def test_fallback_receives_a_series_a_primary_left_invalid() -> None:
     out = Router(global_rules=(), routes=routes).route(request([NODE]))
     assert sent(out, 0) == []
     assert sent(out, 1) == [NODE]
-    assert out.dropped == {(0, INVALID): 1}
+    assert out.dropped == {(0, DropReason.INVALID): 1}
 
 
 def test_primary_drop_counted_fallback_not() -> None:
     routes = [route("gpu", KEEP_GPU), route("rest", fallback=True)]
     out = Router(global_rules=(), routes=routes).route(request([GPU, NODE]))
-    assert out.dropped == {(0, RELABEL): 1}
+    assert out.dropped == {(0, DropReason.RELABEL): 1}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,8 +219,8 @@ def test_global_drop_drops_for_all_destinations(global_raw: list[dict[str, Any]]
     out = Router(global_rules=rules(global_raw), routes=routes).route(
         request([(NODE, 3, 1, 0)])
     )
-    assert out.series[0].frames == out.series[1].frames == out.series[2].frames == []
-    assert out.dropped == {(0, RELABEL): 4, (1, RELABEL): 4, (2, RELABEL): 4}
+    assert out.shares[0].frames == out.shares[1].frames == out.shares[2].frames == []
+    assert out.dropped == {(i, DropReason.RELABEL): 4 for i in range(3)}
     assert out.samples_in == 4 and out.series_in == 1
 
 
@@ -231,7 +232,7 @@ def test_series_without_name_is_invalid_others_routed() -> None:
     out = Router(global_rules=(), routes=routes).route(request([GPU, NODE, APP]))
     assert sent(out, 0) == []
     assert sent(out, 1) == [GPU, NODE, APP]
-    assert out.dropped == {(0, RELABEL): 2, (0, INVALID): 1}
+    assert out.dropped == {(0, DropReason.RELABEL): 2, (0, DropReason.INVALID): 1}
 
 
 def test_series_sent_without_name_is_invalid_others_routed() -> None:
@@ -240,7 +241,7 @@ def test_series_sent_without_name_is_invalid_others_routed() -> None:
         request([GPU, (nameless, 5, 0, 0), NODE])
     )
     assert sent(out, 0) == [GPU, NODE]
-    assert out.dropped == {(0, INVALID): 5}
+    assert out.dropped == {(0, DropReason.INVALID): 5}
 
 
 def test_labelkeep_removing_name_is_invalid() -> None:
@@ -248,8 +249,8 @@ def test_labelkeep_removing_name_is_invalid() -> None:
     routes = [route("a", [{"action": "labelkeep", "regex": "job|instance"}]), route("b")]
     out = Router(global_rules=(), routes=routes).route(request([labels]))
     assert sent(out, 0) == []
-    assert out.series[0].samples == 0
-    assert out.dropped == {(0, INVALID): 1}
+    assert out.shares[0].samples == 0
+    assert out.dropped == {(0, DropReason.INVALID): 1}
     assert sent(out, 1) == [labels]
 
 
@@ -258,7 +259,7 @@ def test_empty_label_values_are_removed() -> None:
         request([{"env": "", "__name__": "m", "job": "a"}])
     )
     assert sent(out, 0) == [{"__name__": "m", "job": "a"}]
-    assert out.series[0].hashes == [shard_hash(encode_labels((("__name__", "m"), ("job", "a"))))]
+    assert out.shares[0].hashes == [shard_hash(encode_labels((("__name__", "m"), ("job", "a"))))]
 
 
 def test_invalid_labels_refuse_the_request_and_are_not_cached() -> None:
@@ -285,7 +286,7 @@ def test_cache_hits_on_identical_request() -> None:
     second = router.route(request([GPU, NODE]))
     assert (router.hits, router.misses) == (2, 2)
     assert len(router) == 2
-    assert first.series == second.series
+    assert first.shares == second.shares
     assert first.dropped == second.dropped
 
 
@@ -477,7 +478,7 @@ def test_send_exemplars_and_histograms_off_strip_for_that_destination_only() -> 
     ]
     assert shapes == [[(2, 1, 1)], [(2, 0, 1)], [(2, 1, 0)], [(2, 0, 0)]]
     # Counts are what is sent: samples plus the exemplars/histograms that were kept.
-    assert [s.counts for s in out.series] == [[4], [3], [3], [2]]
+    assert [s.counts for s in out.shares] == [[4], [3], [3], [2]]
     full = sent_series(out, 0)[0]
     for i in (1, 2, 3):
         ts = sent_series(out, i)[0]
@@ -502,7 +503,7 @@ SAMPLE_COUNT_CASES = [
 
 def test_series_without_samples_is_not_forwarded() -> None:
     out = Router(global_rules=(), routes=[route("a")]).route(request([(NODE, 0, 0, 0)]))
-    assert out.series[0].frames == [] and out.dropped == {}
+    assert out.shares[0].frames == [] and out.dropped == {}
     assert out.series_in == 1 and out.samples_in == 0
 
 
@@ -515,14 +516,14 @@ def test_sample_counts(shape: tuple[int, int, int], expected: int) -> None:
     routes = [route("a"), route("b", [{"action": "drop", "source_labels": ["job"],
                                        "regex": "node"}])]  # fmt: skip
     out = Router(global_rules=(), routes=routes).route(request([(NODE, *shape), (GPU, 1, 0, 0)]))
-    assert out.series[0].counts == [expected, 1]
-    assert out.series[0].samples == expected + 1
-    assert out.series[1].counts == [1]
-    assert out.series[1].samples == 1
-    assert out.dropped == {(1, RELABEL): expected}
+    assert out.shares[0].counts == [expected, 1]
+    assert out.shares[0].samples == expected + 1
+    assert out.shares[1].counts == [1]
+    assert out.shares[1].samples == 1
+    assert out.dropped == {(1, DropReason.RELABEL): expected}
     assert out.samples_in == expected + 1
     assert out.series_in == 2
-    assert out.series[0].hashes[1] == shard_hash(encode_labels(tuple(sorted(GPU.items()))))
+    assert out.shares[0].hashes[1] == shard_hash(encode_labels(tuple(sorted(GPU.items()))))
 
 
 def test_drop_counts_accumulate_per_destination_and_reason() -> None:
@@ -530,5 +531,5 @@ def test_drop_counts_accumulate_per_destination_and_reason() -> None:
     out = Router(global_rules=(), routes=routes).route(
         request([(NODE, 2, 0, 0), (APP, 3, 1, 0), (GPU, 1, 0, 0)])
     )
-    assert out.dropped == {(0, RELABEL): 6, (1, INVALID): 7}
+    assert out.dropped == {(0, DropReason.RELABEL): 6, (1, DropReason.INVALID): 7}
     assert sent(out, 0) == [GPU]

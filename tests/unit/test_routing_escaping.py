@@ -5,13 +5,15 @@ memory of claims, its bounds, rotations, the log)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from rwrouter.config.model import EscapingScheme
+from rwrouter.reasons import DropReason
 from rwrouter.relabel import parse_relabel_configs
 from rwrouter.relabel.series import format_labels
-from rwrouter.routing import NAME_COLLISION, Route, RoutedRequest, Router
+from rwrouter.routing import Route, RoutedRequest, Router
 from rwrouter.routing.collisions import REPORTS_PER_MINUTE, Claims, Collision, CollisionLog
 from rwrouter.routing.escape import ALLOW_UTF8, DOTS, UNDERSCORES, VALUES
 from rwrouter.wire import encode_labels, remote_pb2, types_pb2
@@ -34,7 +36,7 @@ def request(*series: Labels, metadata: Sequence[str] = ()) -> bytes:
 
 def sent(out: RoutedRequest, index: int) -> list[dict[str, str]]:
     req = remote_pb2.WriteRequest()
-    req.ParseFromString(out.series[index].body)
+    req.ParseFromString(out.shares[index].body)
     return [{lab.name: lab.value for lab in ts.labels} for ts in req.timeseries]
 
 
@@ -46,7 +48,7 @@ def sent_metadata(out: RoutedRequest, index: int) -> list[str]:
 
 def router(scheme: str = UNDERSCORES, *routes: Route, **cache: Any) -> Router:
     """Destination ``ws`` (``scheme``), ``self`` (allow-utf-8), then ``routes``."""
-    return Router(global_rules=(), routes=[Route("ws", escaping=scheme), Route("self"), *routes],
+    return Router(global_rules=(), routes=[Route("ws", escaping=EscapingScheme(scheme)), Route("self"), *routes],
                   **cache)  # fmt: skip
 
 
@@ -64,7 +66,7 @@ def test_escaping_destination_gets_escaped_names_the_other_intact(scheme: str) -
     r = router(scheme)
     for _ in range(2):  # the second time from the cache
         out = r.route(request(OTEL))
-        assert sent(out, 0) == [ESCAPED[scheme]]
+        assert sent(out, 0) == [ESCAPED[EscapingScheme(scheme)]]
         assert sent(out, 1) == [OTEL]
     assert r.hits == 1 and r.misses == 1
 
@@ -142,10 +144,10 @@ def test_series_collision_keeps_the_first_seen(
     for _ in range(2):  # cached now: the same outcome whatever the order
         out = r.route(request(loser, winner), now=2.0)
         assert sent(out, 0) == [UNDER]  # one series of these escaped labels
-        assert out.dropped == {(0, NAME_COLLISION): 1}
+        assert out.dropped == {(0, DropReason.NAME_COLLISION): 1}
         assert sorted(map(str, sent(out, 1))) == sorted(map(str, [loser, winner]))
     assert r.route_series(_labels(winner))[0] == _encoded(UNDER)
-    assert r.route_series(_labels(loser))[0] == NAME_COLLISION
+    assert r.route_series(_labels(loser))[0] == DropReason.NAME_COLLISION
     counts, reports, _ = r.take_collisions()
     assert counts == {("ws", "series"): 1}  # once: the loser's miss
     [report] = reports
@@ -171,14 +173,14 @@ def test_claim_lasts_while_its_series_is_active_then_the_loser_takes_over() -> N
     r.route(request(DOT, UNDER), now=0.0)
     for now in (6.0, 12.0, 18.0):  # both active through rotations: the same winner
         out = r.route(request(UNDER, DOT), now=now)
-        assert sent(out, 0) == [UNDER] and out.dropped == {(0, NAME_COLLISION): 1}
+        assert sent(out, 0) == [UNDER] and out.dropped == {(0, DropReason.NAME_COLLISION): 1}
     out = r.route(request(UNDER), now=24.0)  # DOT stopped; still cached (seen at 18)
-    assert out.dropped == {(0, NAME_COLLISION): 1}
+    assert out.dropped == {(0, DropReason.NAME_COLLISION): 1}
     out = r.route(request(UNDER), now=30.0)  # DOT not seen for a period: UNDER is sent
     assert sent(out, 0) == [UNDER] and not out.dropped
     out = r.route(request(DOT, UNDER), now=31.0)  # DOT back: now the later one
-    assert sent(out, 0) == [UNDER] and out.dropped == {(0, NAME_COLLISION): 1}
-    assert r.route_series(_labels(DOT))[0] == NAME_COLLISION
+    assert sent(out, 0) == [UNDER] and out.dropped == {(0, DropReason.NAME_COLLISION): 1}
+    assert r.route_series(_labels(DOT))[0] == DropReason.NAME_COLLISION
     counts, _, _ = r.take_collisions()
     assert counts == {("ws", "series"): 2}  # UNDER's first miss, DOT's return
 
@@ -186,10 +188,10 @@ def test_claim_lasts_while_its_series_is_active_then_the_loser_takes_over() -> N
 def test_after_both_were_forgotten_the_first_to_come_back_is_first() -> None:
     r = router(cache_max_age=10.0)
     r.route(request(DOT, UNDER), now=0.0)
-    assert r.route_series(_labels(UNDER))[0] == NAME_COLLISION
+    assert r.route_series(_labels(UNDER))[0] == DropReason.NAME_COLLISION
     r.route(request(UNDER, DOT), now=100.0)  # nothing for a whole max_age: all forgotten
     assert r.route_series(_labels(UNDER))[0] == _encoded(UNDER)
-    assert r.route_series(_labels(DOT))[0] == NAME_COLLISION
+    assert r.route_series(_labels(DOT))[0] == DropReason.NAME_COLLISION
 
 
 def test_legacy_first_with_rules_that_change_it_is_not_detected() -> None:
@@ -221,7 +223,7 @@ def test_shadow_destinations_drop_collisions_without_counting_them() -> None:
 
 def test_unknown_scheme_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown metric_name_escaping_scheme 'utf8'"):
-        Router(global_rules=(), routes=[Route("ws", escaping="utf8")])
+        Router(global_rules=(), routes=[Route("ws", escaping=cast(EscapingScheme, "utf8"))])
 
 
 def _claims(max_claims: int, alive: set[bytes]) -> Claims:

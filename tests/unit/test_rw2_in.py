@@ -431,7 +431,7 @@ def test_invalid_utf8_in_an_unused_symbol_is_not_forwarded() -> None:
     data = symbols("", "__name__", "up", BAD) + series(refs(1, 2), ld(2, SAMPLE))
     routed = route(to_rw1_py(data).data)
     assert not isinstance(routed, tuple) and routed.samples_in == 1
-    assert BAD not in routed.series[0].body
+    assert BAD not in routed.shares[0].body
 
 
 # -- the same series by either protocol ---------------------------------------------------------

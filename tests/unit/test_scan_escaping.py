@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rwrouter.reasons import DropReason
 from rwrouter.relabel import parse_relabel_configs
-from rwrouter.routing import NAME_COLLISION, Route, Router
+from rwrouter.routing import Route, Router
 from rwrouter.routing import router as router_module
 from rwrouter.routing.cache import Entry
 from rwrouter.routing.escape import UNDERSCORES, is_legacy_label_name, is_legacy_metric_name
@@ -119,8 +120,8 @@ def test_a_legacy_twin_after_a_claim_goes_the_full_way(
     r.route(build_request([_series((("__name__", "http.server.duration"), ("job", "a")))]))
     assert not r._templates and r._no_template  # the claim took the name's template away
     out = r.route(build_request([_series(legacy), _series((*other[:1], ("job", "c")))]))
-    assert out.dropped == {(0, NAME_COLLISION): 1}
-    assert out.series[0].series == 1 and out.series[1].series == 2
+    assert out.dropped == {(0, DropReason.NAME_COLLISION): 1}
+    assert out.shares[0].series == 1 and out.shares[1].series == 2
 
 
 class _InOrder(random.Random):

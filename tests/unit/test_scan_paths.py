@@ -113,9 +113,9 @@ def reference(data: bytes) -> list[list[types_pb2.TimeSeries]]:
 
 def content(routed: RoutedRequest) -> list[list[types_pb2.TimeSeries]]:
     out = []
-    for series in routed.series:
+    for share in routed.shares:
         request = remote_pb2.WriteRequest()
-        request.ParseFromString(series.body)
+        request.ParseFromString(share.body)
         out.append(list(request.timeseries))
     return out
 

@@ -26,8 +26,8 @@ from rwrouter.audit.capture import CaptureReader
 from rwrouter.config import AuditConfig, Config, DestinationConfig
 from rwrouter.errors import RwrouterError
 from rwrouter.logs import kv
-from rwrouter.routing import RoutedSeries
 from rwrouter.wire import decompress
+from rwrouter.wire.index import Frames
 
 __all__ = ["Audit", "OfflineAudit", "audit_capture", "snapshots_from_json", "snapshots_to_json"]
 
@@ -81,14 +81,14 @@ class Audit:
         """The audited destinations, in config order."""
         return list(self.audited)
 
-    def observe(self, shares: Sequence[tuple[str, RoutedSeries]], now: float) -> None:
+    def observe(self, shares: Sequence[tuple[str, Frames]], now: float) -> None:
         """Count each (destination name, its routed share) of one request; names not audited
         (any more: a reload) are skipped."""
         with self._lock:
-            for name, series in shares:
+            for name, share in shares:
                 counts = self._counts.get(name)
-                if counts is not None and series.series:
-                    counts.observe(series.body, series.index, now)
+                if counts is not None and share.series:
+                    counts.observe(share.body, share.index, now)
 
     def snapshots(self, now: float, *, keys: bool = False) -> dict[str, Snapshot]:
         """Per audited destination (config order) its counts at ``now``; ``keys``: with the
@@ -211,7 +211,7 @@ def audit_capture(config: Config, stream: BinaryIO, *, top: int | None) -> Offli
         except RwrouterError:  # DecodeError, TooLargeError: the receiver would refuse it too
             skipped += 1
             continue
-        audit.observe(list(zip(names, routed.series, strict=True)), at)
+        audit.observe(list(zip(names, routed.shares, strict=True)), at)
         requests += 1
     if audit is None:
         audit = Audit(every, now=now)

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rwrouter.config import Config, DestinationConfig
-    from rwrouter.deadletter.store import RejectedEntry, RejectedStore
+    from rwrouter.deadletter.store import DeadLetter, DeadLetterStore
     from rwrouter.send.delivery import Deliverer
 
 REPLAY_RETRIES = 3  # retries of one entry after network errors / 5xx before it stays
@@ -74,7 +74,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _as_text(listed: list[tuple[str, RejectedStore, list[RejectedEntry]]]) -> str:
+def _as_text(listed: list[tuple[str, DeadLetterStore, list[DeadLetter]]]) -> str:
     lines = []
     for name, store, entries in listed:
         if not entries:
@@ -98,10 +98,10 @@ def _as_text(listed: list[tuple[str, RejectedStore, list[RejectedEntry]]]) -> st
     return "\n".join(lines)
 
 
-def _as_json(listed: list[tuple[str, RejectedStore, list[RejectedEntry]]]) -> dict[str, Any]:
+def _as_json(listed: list[tuple[str, DeadLetterStore, list[DeadLetter]]]) -> dict[str, Any]:
     """``{"destinations": [{"destination", "directory", "size_bytes", "entries": [...]}],
     "total": {"entries", "series", "samples", "body_bytes"}}``; entries carry the
-    :class:`RejectedEntry` fields plus ``time`` (ISO 8601, UTC)."""
+    :class:`DeadLetter` fields plus ``time`` (ISO 8601, UTC)."""
     return {
         "destinations": [
             {
@@ -116,11 +116,11 @@ def _as_json(listed: list[tuple[str, RejectedStore, list[RejectedEntry]]]) -> di
     }
 
 
-def _totals(entries: list[RejectedEntry]) -> dict[str, int]:
+def _totals(entries: list[DeadLetter]) -> dict[str, int]:
     return {
         "entries": len(entries),
         "series": sum(e.series for e in entries),
-        "samples": sum(e.samples for e in entries if e.kind == "samples"),
+        "samples": sum(e.samples for e in entries if e.samples_kind),
         "body_bytes": sum(e.body_bytes for e in entries),
     }
 
@@ -136,9 +136,9 @@ def _status(status: int | None) -> str:
     return "-" if status is None else str(status)
 
 
-def _carries(entry: RejectedEntry) -> str:
+def _carries(entry: DeadLetter) -> str:
     """``2 series, 5 samples`` (``0 series, 3 metadata entries`` for a metadata batch)."""
-    unit = "samples" if entry.kind == "samples" else "metadata entries"
+    unit = "samples" if entry.samples_kind else "metadata entries"
     return f"{entry.series} series, {entry.samples} {unit}"
 
 
@@ -187,7 +187,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0 if tally.delivered == len(entries) else 1
 
 
-def _dry_run(dest: DestinationConfig, store: RejectedStore, entries: list[RejectedEntry]) -> int:
+def _dry_run(dest: DestinationConfig, store: DeadLetterStore, entries: list[DeadLetter]) -> int:
     from rwrouter.config import safe_url
 
     print(f"dry run: would send {len(entries)} batches to {dest.name} ({safe_url(dest.url)}):")
@@ -198,7 +198,7 @@ def _dry_run(dest: DestinationConfig, store: RejectedStore, entries: list[Reject
 
 
 async def _replay(
-    dest: DestinationConfig, index: int, store: RejectedStore, entries: list[RejectedEntry]
+    dest: DestinationConfig, index: int, store: DeadLetterStore, entries: list[DeadLetter]
 ) -> _Tally:
     from rwrouter.auth.schemes import authenticator_for
     from rwrouter.metrics import Metrics
@@ -231,15 +231,16 @@ async def _replay(
 
 
 async def _replay_one(
-    sender: Deliverer, store: RejectedStore, entry: RejectedEntry, tally: _Tally
+    sender: Deliverer, store: DeadLetterStore, entry: DeadLetter, tally: _Tally
 ) -> bool:
     """Send one entry and account for it; False when the destination is unreachable."""
     from rwrouter.errors import RwrouterError
+    from rwrouter.send.refusals import Kind
     from rwrouter.wire import decompress
 
     try:
         body = await asyncio.to_thread(store.body, entry)
-        samples = entry.kind == "samples"
+        samples = entry.samples_kind
         raw = decompress(body, max_decoded_bytes=MAX_REPLAY_BYTES) if samples else b""
     except FileNotFoundError:
         tally.gone += 1
@@ -249,15 +250,15 @@ async def _replay_one(
         tally.kept += 1
         print(f"kept      {entry.name}: unreadable: {exc}")
         return True
-    if entry.kind == "samples":  # in the destination's protocol, as `rwrouter run` sends
+    if entry.samples_kind:  # in the destination's protocol, as `rwrouter run` sends
         refusal = await sender.send_frames(raw, entry.samples)
     else:
-        refusal = await sender.send_body(body, entry.kind)
+        refusal = await sender.send_body(body, Kind.METADATA)
     if refusal is None:
         await asyncio.to_thread(store.remove, entry)
         tally.delivered += 1
         tally.series += entry.series
-        if entry.kind == "samples":
+        if entry.samples_kind:
             tally.samples += entry.samples
         else:
             tally.metadata += entry.samples
@@ -269,7 +270,7 @@ async def _replay_one(
     return refusal.status is not None
 
 
-def _summary(name: str, store: RejectedStore, entries: list[RejectedEntry], tally: _Tally) -> None:
+def _summary(name: str, store: DeadLetterStore, entries: list[DeadLetter], tally: _Tally) -> None:
     print(f"replay to {name}: delivered {tally.delivered} of {len(entries)} batches "
           f"({tally.series} series, {tally.samples} samples, {tally.metadata} metadata); "
           f"still in the store: {tally.kept + tally.not_attempted}")  # fmt: skip
@@ -300,8 +301,8 @@ def _select(config: Config, name: str | None) -> list[tuple[int, DestinationConf
     return chosen or None
 
 
-def _store(config: Config, dest: DestinationConfig) -> RejectedStore:
-    from rwrouter.deadletter.store import RejectedStore, rejected_dir
+def _store(config: Config, dest: DestinationConfig) -> DeadLetterStore:
+    from rwrouter.deadletter.store import DeadLetterStore, dead_letter_dir
 
-    directory = rejected_dir(config.storage.path, dest.name)
-    return RejectedStore(directory, max_bytes=config.storage.rejected_max_bytes)
+    directory = dead_letter_dir(config.storage.path, dest.name)
+    return DeadLetterStore(directory, max_bytes=config.storage.rejected_max_bytes)

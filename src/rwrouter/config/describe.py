@@ -13,6 +13,8 @@ from rwrouter.config.model import (
     AuditConfig,
     Config,
     DestinationConfig,
+    EscapingScheme,
+    Fsync,
     QueueConfig,
     StorageConfig,
     TLSConfig,
@@ -141,10 +143,11 @@ def _protocol(dest: DestinationConfig) -> str:
 
 def _escaping(dest: DestinationConfig) -> str:
     scheme = dest.metric_name_escaping_scheme
-    if scheme == "allow-utf-8":
+    if scheme == EscapingScheme.ALLOW_UTF8:
         return "allow-utf-8 (UTF-8 metric and label names are sent as they are)"
+    default = dest.sigv4 is not None and scheme == EscapingScheme.UNDERSCORES
     why = ("the default for a sigv4 destination: the managed workspace refuses UTF-8 names"
-           if dest.sigv4 is not None and scheme == "underscores" else "set in the file")
+           if default else "set in the file")
     return f"{scheme} (names outside the legacy character set are escaped; {why})"
 
 
@@ -176,7 +179,7 @@ def _storage(storage: StorageConfig) -> str:
     (with its interval only for ``interval``, the only policy using it), the dead-letter bound."""
     where = "" if os.path.isabs(storage.path) else " (relative to the working directory)"
     fsync = f"fsync={storage.fsync}"
-    if storage.fsync == "interval":
+    if storage.fsync == Fsync.INTERVAL:
         fsync += f" fsync_interval={format_duration(storage.fsync_interval)}"
     return (
         f"path={storage.path}{where} {fsync}"

@@ -7,15 +7,18 @@ the names given to destinations without one. Raises ConfigError naming the key p
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 from rwrouter.config.client import NOT_SUPPORTED, Context, auth, env_string, headers, http_url, tls
 from rwrouter.config.model import (
-    ESCAPING_SCHEMES,
-    ON_FULL_POLICIES,
     SIGV4_MAX_REQUEST_BYTES,
     DestinationConfig,
+    EscapingScheme,
     MetadataConfig,
+    OnFull,
     QueueConfig,
 )
 from rwrouter.config.values import Fields, field_names, kind_of
@@ -43,11 +46,21 @@ _DEST_UNSUPPORTED = dict.fromkeys(
     ),
     NOT_SUPPORTED,
 )
-def choice(f: Fields, key: str, default: str, choices: tuple[str, ...]) -> str:
+def choice(f: Fields, key: str, default: str, choices: Sequence[str]) -> str:
+    """``key``'s value, one of ``choices`` (``default`` when absent). Raises ConfigError
+    listing them otherwise."""
     value = f.string(key, default) or ""
     if value not in choices:
         raise ConfigError(f.at(key), f"expected one of {', '.join(choices)}, got {value!r}")
     return value
+
+
+E = TypeVar("E", bound=StrEnum)
+
+
+def enum_choice(f: Fields, key: str, default: E, enum: type[E]) -> E:
+    """``key``'s value as a member of ``enum`` (:func:`choice` of its values, in order)."""
+    return enum(choice(f, key, default, tuple(enum)))
 
 
 def parse_rules(raw: object, path: str, scheme: str) -> tuple[RelabelConfig, ...]:
@@ -152,10 +165,11 @@ def _destination(f: Fields, ctx: Context, scheme: str) -> DestinationConfig:
         audit=f.boolean("audit", default.audit),
         protobuf_message=choice(f, "protobuf_message", default.protobuf_message, MESSAGES),
         # The managed workspace refuses UTF-8 names (400): a sigv4 destination escapes them.
-        metric_name_escaping_scheme=choice(
+        metric_name_escaping_scheme=enum_choice(
             f, "metric_name_escaping_scheme",
-            "underscores" if "sigv4" in auth_section else default.metric_name_escaping_scheme,
-            ESCAPING_SCHEMES,
+            EscapingScheme.UNDERSCORES if "sigv4" in auth_section
+            else default.metric_name_escaping_scheme,
+            EscapingScheme,
         ),
         **auth_section,
     )  # fmt: skip
@@ -175,7 +189,7 @@ def _queue(f: Fields, *, sigv4: bool) -> QueueConfig:
         retry_on_http_429=f.boolean("retry_on_http_429", d.retry_on_http_429),
         max_memory_bytes=f.size("max_memory_bytes", d.max_memory_bytes),
         max_disk_bytes=f.size("max_disk_bytes", d.max_disk_bytes),
-        on_full=choice(f, "on_full", d.on_full, ON_FULL_POLICIES),
+        on_full=enum_choice(f, "on_full", d.on_full, OnFull),
         max_request_bytes=f.size("max_request_bytes", request_bytes),
         max_retry_duration=f.duration("max_retry_duration", d.max_retry_duration, positive=False),
         max_retry_duration_on_http_429=f.duration(

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING
+
+from rwrouter.relabel.names import ValidationScheme
 
 if TYPE_CHECKING:
     from rwrouter.config.values import Secret
@@ -20,8 +23,11 @@ __all__ = [
     "BasicAuth",
     "Config",
     "DestinationConfig",
+    "EscapingScheme",
+    "Fsync",
     "GlobalConfig",
     "MetadataConfig",
+    "OnFull",
     "PriceTier",
     "QueueConfig",
     "RelabelCacheConfig",
@@ -29,19 +35,40 @@ __all__ = [
     "SigV4Config",
     "StorageConfig",
     "TLSConfig",
+    "ValidationScheme",
 ]
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
 SIGV4_MAX_REQUEST_BYTES = 1 * MIB  # the managed workspace refuses requests over about 1 MB
 DEFAULT_MAX_REQUEST_BYTES = 8 * MIB  # other destinations (vmagent's -remoteWrite.maxBlockSize)
-FSYNC_POLICIES = ("always", "interval")
-# Prometheus's name validation schemes (``global.metric_name_validation_scheme``; Prometheus 3
-# defaults to utf8) and escaping schemes (``metric_name_escaping_scheme``: prometheus/common
-# ``model.EscapingScheme``, the same names as Prometheus's scrape option).
-VALIDATION_SCHEMES = ("utf8", "legacy")
-ESCAPING_SCHEMES = ("allow-utf-8", "underscores", "dots", "values")
-ON_FULL_POLICIES = ("backpressure", "drop_oldest")
+
+
+class Fsync(StrEnum):
+    """``storage.fsync``: when appends reach the disk (see :class:`StorageConfig`)."""
+
+    ALWAYS = "always"
+    INTERVAL = "interval"
+
+
+class OnFull(StrEnum):
+    """``queue_config.on_full``: what a full disk queue does (see :class:`QueueConfig`)."""
+
+    BACKPRESSURE = "backpressure"
+    DROP_OLDEST = "drop_oldest"
+
+
+class EscapingScheme(StrEnum):
+    """``metric_name_escaping_scheme``: how a destination's names outside the legacy
+    character set are written (prometheus/common ``model.EscapingScheme``, the same names as
+    Prometheus's scrape option; :mod:`rwrouter.routing.escape` applies them). The name
+    validation schemes (``global.metric_name_validation_scheme``; Prometheus 3 defaults to
+    utf8) are :class:`~rwrouter.relabel.names.ValidationScheme`."""
+
+    ALLOW_UTF8 = "allow-utf-8"
+    UNDERSCORES = "underscores"
+    DOTS = "dots"
+    VALUES = "values"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,7 +110,7 @@ class StorageConfig:
     """
 
     path: str = "data"
-    fsync: str = "interval"
+    fsync: Fsync = Fsync.INTERVAL
     fsync_interval: float = 1.0
     rejected_max_bytes: int = 64 * MIB
 
@@ -112,7 +139,7 @@ class QueueConfig:
     retry_on_http_429: bool = False
     max_memory_bytes: int = 256 * MIB  # 268435456: rwrouter's own bound on read-ahead bytes
     max_disk_bytes: int = 1 * GIB
-    on_full: str = "backpressure"
+    on_full: OnFull = OnFull.BACKPRESSURE
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     max_retry_duration: float = 0.0
     max_retry_duration_on_http_429: float = 3600.0
@@ -201,7 +228,7 @@ class GlobalConfig:
     (Prometheus relabel semantics).
     """
 
-    metric_name_validation_scheme: str = "utf8"
+    metric_name_validation_scheme: ValidationScheme = ValidationScheme.UTF8
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -240,7 +267,7 @@ class DestinationConfig:
     protobuf_message: str = "prometheus.WriteRequest"
     """The protobuf message sent: ``prometheus.WriteRequest`` (RW 1.0) or
     ``io.prometheus.write.v2.Request`` (RW 2.0); Prometheus's key and values."""
-    metric_name_escaping_scheme: str = "allow-utf-8"
+    metric_name_escaping_scheme: EscapingScheme = EscapingScheme.ALLOW_UTF8
     """How metric and label names outside the legacy character set are written for this
     destination after relabeling: ``allow-utf-8`` (as they are), ``underscores``, ``dots`` or
     ``values`` (Prometheus's escaping schemes). When the YAML omits it: ``underscores`` for a
@@ -254,13 +281,15 @@ class DestinationConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RelabelCacheConfig:
-    """The routing cache (YAML ``relabel_cache``; rwrouter's own section): the outcome of the
-    relabel rules per raw label set, so a series returning every scrape is routed without
-    running the rules again. Bounded by ``max_entries`` label sets, ``max_bytes`` bytes of
-    cached labels and outcomes, and ``max_age`` seconds (a label set not seen for that long is
-    forgotten: pod churn cannot grow it). It works in two generations: up to half of
-    ``max_entries`` (and of ``max_bytes``) active series stay cached for ever; size it at
-    about twice the active series of the Prometheus (shard) that writes to this router."""
+    """The routing cache (YAML ``relabel_cache``, metrics ``rwrouter_relabel_cache_*``;
+    rwrouter's own section, and this dataclass is named after its key as every section's):
+    the outcome of the relabel rules per raw label set, so a series returning every scrape is
+    routed without running the rules again. Bounded by ``max_entries`` label sets,
+    ``max_bytes`` bytes of cached labels and outcomes, and ``max_age`` seconds (a label set
+    not seen for that long is forgotten: pod churn cannot grow it). It works in two
+    generations: up to half of ``max_entries`` (and of ``max_bytes``) active series stay
+    cached for ever; size it at about twice the active series of the Prometheus (shard) that
+    writes to this router."""
 
     max_entries: int = 2_000_000
     max_bytes: int = 1 * GIB

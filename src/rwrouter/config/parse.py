@@ -12,18 +12,18 @@ import math
 from collections.abc import Mapping
 
 from rwrouter.config.client import NOT_SUPPORTED, Context
-from rwrouter.config.destinations import choice, parse_destinations, parse_rules
+from rwrouter.config.destinations import enum_choice, parse_destinations, parse_rules
 from rwrouter.config.document import load_yaml
 from rwrouter.config.model import (
-    FSYNC_POLICIES,
-    VALIDATION_SCHEMES,
     AuditConfig,
     Config,
+    Fsync,
     GlobalConfig,
     PriceTier,
     RelabelCacheConfig,
     ServerConfig,
     StorageConfig,
+    ValidationScheme,
 )
 from rwrouter.config.values import Fields, field_names, kind_of
 from rwrouter.errors import ConfigError
@@ -123,10 +123,10 @@ def _global(f: Fields) -> GlobalConfig:
     key = "metric_name_validation_scheme"
     # Empty is Prometheus's "unset": the default (utf8), as when the key is absent.
     scheme = f.string(key, d.metric_name_validation_scheme) or d.metric_name_validation_scheme
-    if scheme not in VALIDATION_SCHEMES:
-        raise ConfigError(f.at(key), f"expected one of {', '.join(VALIDATION_SCHEMES)}, "
+    if scheme not in tuple(ValidationScheme):
+        raise ConfigError(f.at(key), f"expected one of {', '.join(ValidationScheme)}, "
                           f"got {scheme!r}")  # fmt: skip
-    return GlobalConfig(metric_name_validation_scheme=scheme)
+    return GlobalConfig(metric_name_validation_scheme=ValidationScheme(scheme))
 
 
 def _server(f: Fields) -> ServerConfig:
@@ -150,7 +150,7 @@ def _storage(f: Fields) -> StorageConfig:
         raise ConfigError(f.at("path"), "must not be empty")
     return StorageConfig(
         path=path,
-        fsync=choice(f, "fsync", d.fsync, FSYNC_POLICIES),
+        fsync=enum_choice(f, "fsync", d.fsync, Fsync),
         fsync_interval=f.duration("fsync_interval", d.fsync_interval),
         rejected_max_bytes=f.size("rejected_max_bytes", d.rejected_max_bytes),
     )

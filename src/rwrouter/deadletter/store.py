@@ -1,10 +1,13 @@
-"""The dead-letter store: batches a destination refused for good, kept on disk for replay.
+"""The dead-letter store: batches a destination rejected for good, kept on disk for replay.
 
-A batch goes here when its destination rejects it permanently (a 4xx other than a retried 429,
-a 413 of a single series, or its retry budget is spent). Each destination has its own bounded
-directory, ``<storage.path>/rejected/<destination>/`` (:func:`rejected_dir`); after every add the
-oldest entries are removed until the directory holds at most ``max_bytes``. ``rwrouter rejected
-list|replay`` reads and empties it, possibly while ``rwrouter run`` adds to it.
+A batch (or the part of one that is still refused once split) becomes a dead letter when its
+destination rejects it for good (a 4xx other than a retried 429, a 413 of a single series, or
+its retry budget is spent). The user-facing names say "rejected": the directory, ``rwrouter
+rejected``, ``rwrouter_rejected_*``, ``storage.rejected_max_bytes``. Each destination has its
+own bounded directory, ``<storage.path>/rejected/<destination>/`` (:func:`dead_letter_dir`);
+after every add the oldest entries are removed until the directory holds at most
+``max_bytes``. ``rwrouter rejected list|replay`` reads and empties it, possibly while
+``rwrouter run`` adds to it.
 
 File format (version 1), one file per entry, named ``<key_ms>-<seq>-<token>.rej`` (``key_ms``:
 13 digits, unix ms of the add, but never below the newest entry's even if the clock steps back;
@@ -12,7 +15,7 @@ File format (version 1), one file per entry, named ``<key_ms>-<seq>-<token>.rej`
 never collide), so sorting names sorts entries oldest first. Content::
 
     rwrouter-rejected/1\\n                  magic and format version
-    {"at_ms": ..., "status": ..., ...}\\n    one line of JSON: the RejectedEntry fields (minus
+    {"at_ms": ..., "status": ..., ...}\\n    one line of JSON: the DeadLetter fields (minus
                                             name) plus "crc32" of the body
     <body>                                  the snappy-block-compressed WriteRequest, exactly
                                             body_bytes bytes: ready to POST
@@ -49,6 +52,7 @@ from typing import Any
 from urllib.parse import quote
 
 from rwrouter.logs import kv
+from rwrouter.send.refusals import Kind
 from rwrouter.wire import compress
 
 log = logging.getLogger("rwrouter.rejected")
@@ -60,15 +64,16 @@ RESPONSE_MAX_BYTES = 4096  # of the destination's answer kept with an entry (UTF
 STALE_TMP_SECONDS = 600.0  # a .tmp file this old is a crash leftover, not a write in progress
 TOTALS_TTL = 10.0  # seconds the cached size and count are trusted (gauges, the bound check)
 HEADER_MAX_BYTES = 64 * 1024  # the JSON line: 4 KiB of response, escaped, and a few numbers
-KINDS = ("samples", "metadata")
+KINDS = tuple(kind.value for kind in Kind)  # the values: ValueError names them as they are
 _NAME = re.compile(r"\A\d{13}-\d{6}-[0-9a-f]{8}\.rej\Z")
 
 
 @dataclass(frozen=True, slots=True)
-class RejectedEntry:
-    """One refused batch, as listed (the body stays on disk: :meth:`RejectedStore.body`).
+class DeadLetter:
+    """One dead letter: a batch its destination rejected for good, as listed (the body stays
+    on disk: :meth:`DeadLetterStore.body`).
 
-    ``name``: the file name in the store. ``at_ms``: when it was refused (unix ms). ``status``:
+    ``name``: the file name in the store. ``at_ms``: when it was rejected (unix ms). ``status``:
     the last HTTP status, None when there was no answer (network errors until the retry budget
     was spent). ``reason``: why it was given up (``4xx``, ``retry_budget``, ``too_large``, ...).
     ``response``: the start of the answer's body (at most 4 KiB of UTF-8). ``series``/
@@ -86,6 +91,12 @@ class RejectedEntry:
     kind: str
     body_bytes: int
 
+    @property
+    def samples_kind(self) -> bool:
+        """Whether it carries samples (:attr:`Kind.SAMPLES <rwrouter.send.refusals.Kind>`),
+        not metadata."""
+        return self.kind == Kind.SAMPLES
+
 
 def safe_dirname(destination: str) -> str:
     """A destination name as one safe, unambiguous directory name: percent-encoded
@@ -101,7 +112,7 @@ def safe_dirname(destination: str) -> str:
     return safe
 
 
-def rejected_dir(storage_path: str | os.PathLike[str], destination: str) -> Path:
+def dead_letter_dir(storage_path: str | os.PathLike[str], destination: str) -> Path:
     """``<storage_path>/rejected/<safe name>`` (:func:`safe_dirname`).
 
     Raises ValueError for an empty destination name.
@@ -109,7 +120,7 @@ def rejected_dir(storage_path: str | os.PathLike[str], destination: str) -> Path
     return Path(storage_path) / "rejected" / safe_dirname(destination)
 
 
-class RejectedStore:
+class DeadLetterStore:
     """One destination's dead-letter directory (format in the module docstring).
 
     ``max_bytes``: bound of the files' total size on disk (bytes). ``wall_clock``: unix seconds,
@@ -150,7 +161,7 @@ class RejectedStore:
         series: int,
         samples: int,
     ) -> int:
-        """Store a refused batch; returns how many older entries were removed for the bound.
+        """Store a rejected batch; returns how many older entries were removed for the bound.
 
         ``raw``: the uncompressed WriteRequest (concatenated framed series or metadata), stored
         snappy-compressed. ``response`` is cut to 4 KiB. The new entry is kept even when it
@@ -187,7 +198,7 @@ class RejectedStore:
                 return 0  # within the bound: no need to list the directory
             return self._enforce_bound(keep=name)
 
-    def entries(self) -> list[RejectedEntry]:
+    def entries(self) -> list[DeadLetter]:
         """The entries, oldest first. Unreadable or corrupt files are skipped with a warning;
         files that vanish meanwhile (removed by another process) are skipped silently."""
         found = []
@@ -211,10 +222,10 @@ class RejectedStore:
                 )
                 continue
             del header["crc32"]
-            found.append(RejectedEntry(name=name, **header))
+            found.append(DeadLetter(name=name, **header))
         return found
 
-    def body(self, entry: RejectedEntry) -> bytes:
+    def body(self, entry: DeadLetter) -> bytes:
         """The entry's compressed body (snappy block, ready to POST).
 
         Raises FileNotFoundError when the entry was removed meanwhile, ValueError when the
@@ -227,7 +238,7 @@ class RejectedStore:
             raise ValueError(f"{entry.name}: body does not match its header")
         return body
 
-    def remove(self, entry: RejectedEntry) -> None:
+    def remove(self, entry: DeadLetter) -> None:
         """Delete an entry; an entry already gone (removed by another process) is no error."""
         with contextlib.suppress(FileNotFoundError):
             (self.directory / _checked(entry.name)).unlink()

@@ -21,7 +21,7 @@ from typing import Any
 
 from rwrouter.auth.schemes import Authenticator, authenticator_for
 from rwrouter.config import DestinationConfig, StorageConfig, safe_url
-from rwrouter.deadletter.store import RejectedStore, rejected_dir, safe_dirname
+from rwrouter.deadletter.store import DeadLetterStore, dead_letter_dir, safe_dirname
 from rwrouter.deadletter.writer import DeadLetters
 from rwrouter.logs import kv
 from rwrouter.metrics import Metrics
@@ -62,7 +62,9 @@ def make_destination(
     randomness and sleep are injectable for tests; ``reshard_interval``: seconds between
     resharding decisions. Opens no file: the queue is opened by ``Destination.start``."""
     name, q_ = config.name, config.queue_config
-    store = RejectedStore(rejected_dir(storage.path, name), max_bytes=storage.rejected_max_bytes)
+    store = DeadLetterStore(
+        dead_letter_dir(storage.path, name), max_bytes=storage.rejected_max_bytes
+    )
     dead_letters = DeadLetters(name=name, store=store, metrics=metrics.deadletter)
     book = (MetadataBook(escaping=config.metric_name_escaping_scheme)
             if config.protobuf_message == RW2_MESSAGE else None)  # fmt: skip

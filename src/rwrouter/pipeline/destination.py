@@ -37,12 +37,14 @@ import time
 from collections.abc import Callable
 
 from rwrouter.config import DestinationConfig, StorageConfig
+from rwrouter.config.model import Fsync, OnFull
 from rwrouter.deadletter.writer import DeadLetters
 from rwrouter.errors import InvariantError, StorageError
 from rwrouter.logs import kv
 from rwrouter.metrics import Metrics
 from rwrouter.protocol import MESSAGES, RW1_MESSAGE, RW2_MESSAGE
 from rwrouter.queue.records import EncodedShare
+from rwrouter.reasons import DropReason
 from rwrouter.send.delivery import Deliverer
 from rwrouter.send.metadata import MetadataQueue
 from rwrouter.send.reader import QueueReader
@@ -78,10 +80,10 @@ class Destination:
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.config, self.name, self.storage = config, config.name, storage
-        self.queue, self.rejected = reader.queue, dead_letters.store
+        self.queue, self.dead_letter_store = reader.queue, dead_letters.store
         self.capacity, self.capacity_bytes = reader.capacity, reader.capacity_bytes
         self.auth, self.book = deliverer.auth, deliverer.book
-        self._reader, self._senders, self._stopping = reader, reader.shards, reader.stopping
+        self._reader, self._shards, self._stopping = reader, reader.shards, reader.stopping
         self._deliverer, self._dead_letters, self._metadata = deliverer, dead_letters, metadata
         self._metrics, self._send_metrics = metrics, metrics.send
         self._clock, self._wall = clock, wall_clock
@@ -108,15 +110,15 @@ class Destination:
         queue.capacity_samples.labels(name).set(self.capacity)
         queue.capacity_bytes.labels(name).set(self.capacity_bytes)
         queue.disk_capacity_bytes.labels(name).set(q_.max_disk_bytes)
-        send.shards.labels(name).set(len(self._senders))
+        send.shards.labels(name).set(len(self._shards))
         send.destination_failed.labels(name).set(0)
         m.watch(queue.samples, lambda: self.pending, name)
         m.watch(queue.memory_bytes, lambda: self.pending_bytes + self._metadata.nbytes, name)
         m.watch(queue.disk_bytes, lambda: self.queue.size_bytes, name)
         m.watch(queue.blocks, lambda: self.queue.unread_records + self._reader.in_memory, name)
         m.watch(queue.oldest_age, self.oldest_unsent_age, name)
-        m.watch(rejected.store_bytes, lambda: self.rejected.size_bytes, name)
-        m.watch(rejected.store_entries, lambda: len(self.rejected), name)
+        m.watch(rejected.store_bytes, lambda: self.dead_letter_store.size_bytes, name)
+        m.watch(rejected.store_entries, lambda: len(self.dead_letter_store), name)
         m.process.credentials_expiry.sources[name] = self.auth.expiry
         self._show_protocol()
 
@@ -165,7 +167,7 @@ class Destination:
     # -- admission (event loop) -----------------------------------------------------------
 
     @property
-    def on_full(self) -> str:
+    def on_full(self) -> OnFull:
         """``backpressure`` or ``drop_oldest`` (``queue_config.on_full``)."""
         return self.config.queue_config.on_full
 
@@ -189,7 +191,7 @@ class Destination:
         dropped = self.queue.drop_oldest(nbytes)
         self._reader.drop(dropped)  # waiting frames of those records go too, counted
         if dropped.samples:
-            self._send_metrics.dropped_samples.labels(self.name, "drop_oldest").inc(dropped.samples)
+            self._send_metrics.dropped_samples.labels(self.name, DropReason.DROP_OLDEST).inc(dropped.samples)
         if dropped.segments:
             log.warning(
                 kv(
@@ -226,9 +228,9 @@ class Destination:
             )
         if ticket is None:
             raise InvariantError("a blocking append always appends")
-        self._senders.demand(share.total_samples)
+        self._shards.demand(share.total_samples)
         self._reader.wake()
-        if self.storage.fsync == "always":
+        if self.storage.fsync == Fsync.ALWAYS:
             async with self._sync_lock:  # group commit: one fsync covers every append before
                 if self.queue.synced < ticket:
                     await asyncio.to_thread(self.queue.sync)
@@ -248,15 +250,16 @@ class Destination:
         if self.book is not None:
             evicted = self.book.update(metadata)
             if evicted:
-                self._send_metrics.dropped_metadata.labels(self.name, "book_full").inc(evicted)
+                self._send_metrics.dropped_metadata.labels(self.name, DropReason.BOOK_FULL).inc(evicted)
             if self.protocol != RW1_MESSAGE:
                 return
         if self.config.metadata_config.send:
             self._metadata.add(metadata)
 
-    def refused(self, samples: int) -> None:
-        """Note samples refused (503) for want of room: demand all the same, for resharding."""
-        self._senders.demand(samples)
+    def note_full(self, samples: int) -> None:
+        """Note samples of a request answered 503 for want of room here (``on_full:
+        backpressure``): demand all the same, for resharding."""
+        self._shards.demand(samples)
 
     def oldest_unsent_age(self) -> float:
         """Seconds since the oldest record read for sending and not yet done was received."""
@@ -269,12 +272,12 @@ class Destination:
     def failed(self) -> bool:
         """Whether the senders stopped on a bug (see the module docstring): nothing is sent
         until a reload (which replaces this destination) or a restart; appends go on."""
-        return self._senders.failed
+        return self._shards.failed
 
     @property
-    def shards(self) -> int:
+    def shard_count(self) -> int:
         """The number of shards (concurrent senders) now."""
-        return len(self._senders)
+        return len(self._shards)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -285,14 +288,14 @@ class Destination:
         self._started = True
         self._register_metrics()
         await self._deliverer.transport.start()
-        self._senders.start()
+        self._shards.start()
         self._tasks = [
             asyncio.create_task(self._reader.run()),
             asyncio.create_task(self._metadata.run(self._deliverer)),
         ]
-        if self.storage.fsync == "interval":
+        if self.storage.fsync == Fsync.INTERVAL:
             self._tasks.append(asyncio.create_task(self._fsync_loop()))
-        self._senders.start_resharding()
+        self._shards.start_resharding()
 
     async def stop(self, *, timeout: float, drain: bool = True) -> int:
         """Keep sending for up to ``timeout`` seconds (until the disk queue is empty), then
@@ -307,11 +310,11 @@ class Destination:
         appended meanwhile stays on disk for the successor)."""
         self._stopping.set(handover=not drain)
         deadline = self._clock() + timeout
-        await self._senders.stop_resharding(timeout)  # a resharding under way completes first
+        await self._shards.stop_resharding(timeout)  # a resharding under way completes first
         self._metadata.close()
-        self._senders.wake()
+        self._shards.wake()
         self._reader.wake()
-        tasks = [*self._senders.tasks, *self._tasks]
+        tasks = [*self._shards.tasks, *self._tasks]
         remaining = max(0.0, deadline - self._clock())
         _, running = await asyncio.wait(tasks, timeout=remaining) if tasks else ((), set())
         for task in running:
@@ -325,7 +328,7 @@ class Destination:
         StorageError); returns the number of records left on disk."""
         lost = self._reader.dropped_in_flight()
         if lost:  # in flight from a dropped segment, not confirmed: gone with the process
-            self._send_metrics.dropped_samples.labels(self.name, "drop_oldest").inc(lost)
+            self._send_metrics.dropped_samples.labels(self.name, DropReason.DROP_OLDEST).inc(lost)
         left = self._reader.records_left()
         self._stopped = True
         try:

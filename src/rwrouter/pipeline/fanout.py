@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from rwrouter.audit.live import Audit
 from rwrouter.config import Config
+from rwrouter.config.model import Fsync, OnFull
 from rwrouter.errors import StorageError, TooLargeError
 from rwrouter.logs import kv
 from rwrouter.metrics import AuditMetrics, CacheMetrics, Metrics, SendMetrics
@@ -28,6 +29,7 @@ from rwrouter.pipeline.build import build_destination
 from rwrouter.pipeline.destination import Destination
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written
 from rwrouter.queue.records import FLAG_START_TIMESTAMPS, EncodedShare, encode_share
+from rwrouter.reasons import DropReason
 from rwrouter.routing import RoutedRequest, Router, build_router
 from rwrouter.wire import decompress
 from rwrouter.wire.rw2_in import to_rw1
@@ -167,20 +169,15 @@ class FanOut:
             flags = FLAG_START_TIMESTAMPS if converted.start_timestamps else 0
         now = time.monotonic()
         routed = router.route(data, now=now)
-        sent = routed.series[: len(destinations)]  # then the shadow destinations' shares
+        sent = routed.shares[: len(destinations)]  # then the shadow destinations' shares
         if self.names.due(now):  # one request a second: names for the status page
             self.names.observe([dest.name for dest in destinations], sent)
         received_ms = int(time.time() * 1000)
         shares = [
             encode_share(
-                series.body,
-                series.index,
-                samples=series.samples,
-                received_ms=received_ms,
-                max_body_bytes=dest.max_request_bytes,
-                flags=flags,
+                share, received_ms=received_ms, max_body_bytes=dest.max_request_bytes, flags=flags
             )
-            for series, dest in zip(sent, destinations, strict=True)
+            for share, dest in zip(sent, destinations, strict=True)
         ]
         return Decoded(routed, shares, generation, written)
 
@@ -219,13 +216,15 @@ class FanOut:
         counts = (routed.series_in, routed.samples_in, routed.metadata_in)
         full = tuple(
             dest.name for dest, share in pairs
-            if share.nbytes and dest.on_full == "backpressure" and not dest.has_room(share.nbytes)
+            if share.nbytes and dest.on_full == OnFull.BACKPRESSURE
+            and not dest.has_room(share.nbytes)
         )  # fmt: skip
         if full:
             for dest, share in pairs:
                 if dest.name in full:
-                    m.dropped_samples.labels(dest.name, "queue_full").inc(share.total_samples)
-                    dest.refused(share.total_samples)
+                    samples = share.total_samples
+                    m.dropped_samples.labels(dest.name, DropReason.QUEUE_FULL).inc(samples)
+                    dest.note_full(samples)
             return Accepted(full, *counts, written=decoded.written)
         writes = [(dest, share) for dest, share in pairs if share.nbytes]
         reserved: list[tuple[Destination, EncodedShare]] = []
@@ -252,7 +251,7 @@ class FanOut:
             raise self._storage_error(error) from error
         if self.audit.audited:  # accepted: count the audited destinations' shares (shadow too)
             names = [route.name for route in self.router.routes]
-            self.audit.observe(list(zip(names, routed.series, strict=True)), time.monotonic())
+            self.audit.observe(list(zip(names, routed.shares, strict=True)), time.monotonic())
         self._accepted(decoded)
         return Accepted((), *counts, written=decoded.written)
 
@@ -265,7 +264,7 @@ class FanOut:
             dest.enqueue_metadata(routed.metadata[i])
             share = decoded.shares[i]
             if share.too_large:
-                m.dropped_samples.labels(dest.name, "too_large").inc(share.too_large)
+                m.dropped_samples.labels(dest.name, DropReason.TOO_LARGE).inc(share.too_large)
                 log.error(
                     kv(
                         destination=dest.name,
@@ -281,7 +280,9 @@ class FanOut:
                 m.dropped_samples.labels(self.destinations[i].name, reason).inc(samples)
         if routed.metadata_invalid:
             for dest in self.destinations:
-                m.dropped_metadata.labels(dest.name, "invalid").inc(routed.metadata_invalid)
+                m.dropped_metadata.labels(dest.name, DropReason.INVALID).inc(
+                    routed.metadata_invalid
+                )
 
     @staticmethod
     async def _append_all(
@@ -290,7 +291,7 @@ class FanOut:
         """Append every share; the ticket or the exception of each, in order. Appends wait on
         each other's fsync only with ``storage.fsync: always`` (then they run concurrently);
         otherwise each is a page-cache write, done one after the other without tasks."""
-        if any(dest.storage.fsync == "always" for dest, _ in writes):
+        if any(dest.storage.fsync == Fsync.ALWAYS for dest, _ in writes):
             return await asyncio.gather(
                 *(dest.append(share) for dest, share in writes), return_exceptions=True
             )

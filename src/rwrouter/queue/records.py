@@ -33,15 +33,15 @@ from dataclasses import dataclass, field
 from rwrouter.errors import DecodeError, TooLargeError
 from rwrouter.routing import shard_hash
 from rwrouter.wire import compress, declared_size, decompress
-from rwrouter.wire.index import INDEX, counts_of, frames_of, hashes_of, index_totals
+from rwrouter.wire.index import INDEX, Frames, index_totals
 
 __all__ = [
     "FLAG_START_TIMESTAMPS",
     "HEADER",
     "MAX_RECORD_BYTES",
     "META_SIZE",
-    "Block",
     "EncodedShare",
+    "Record",
     "check_record",
     "decode_record",
     "encode_share",
@@ -56,6 +56,7 @@ HEADER = struct.Struct("<II")  # length of the rest, crc32 of the rest
 _META = struct.Struct("<BBHqIII")  # version, kind, flags, received_ms, series, samples, raw
 META_SIZE = _META.size  # bytes of the fixed part after the header
 MAX_RECORD_BYTES = 1 << 30  # a length field above this is garbage, not a record (1 GiB)
+_set = object.__setattr__  # Record is immutable, as Frames
 
 
 @dataclass(slots=True)
@@ -78,27 +79,19 @@ class EncodedShare:
 
 
 def encode_share(
-    body: bytes,
-    index: bytes,
-    *,
-    received_ms: int,
-    max_body_bytes: int,
-    samples: int | None = None,
-    flags: int = 0,
+    share: Frames, *, received_ms: int, max_body_bytes: int, flags: int = 0
 ) -> EncodedShare:
-    """Pack a destination's share (``body``: framed series; ``index``: per frame
-    :data:`~rwrouter.wire.index.INDEX`) into records whose raw body is at most
-    ``max_body_bytes`` bytes each, keeping the frames' order. A frame alone over the limit is
-    refused (counted in ``too_large``). ``received_ms``: milliseconds since the epoch;
-    ``samples``: the share's total (computed from ``index`` when not given); ``flags``: set
-    on every record (:data:`FLAG_START_TIMESTAMPS`)."""
+    """Pack a destination's share (:class:`~rwrouter.wire.index.Frames`: framed series and
+    their index) into records whose raw body is at most ``max_body_bytes`` bytes each,
+    keeping the frames' order. A frame alone over the limit is refused (counted in
+    ``too_large``). ``received_ms``: milliseconds since the epoch; ``flags``: set on every
+    record (:data:`FLAG_START_TIMESTAMPS`)."""
+    body, index = share.body, share.index
     out = EncodedShare()
     if not index:
         return out
     if len(body) <= max_body_bytes:  # the usual case: one record, no per-frame work
-        if samples is None:
-            samples = sum(n for _, n, _ in INDEX.iter_unpack(index))
-        _emit(out, body, index, len(index) // INDEX.size, samples, received_ms, flags)
+        _emit(out, body, index, share.series, share.samples, received_ms, flags)
         return out
     start = size = pos = 0  # frames [start, i) wait; size: their bytes; pos: offset of frame i
     samples = 0
@@ -179,59 +172,39 @@ def record_samples(rest: bytes) -> tuple[int, int]:
     return received_ms, samples
 
 
-class Block:
-    """A record read back: its index (per frame :data:`~rwrouter.wire.index.INDEX`), totals,
-    its stored snappy block (``compressed``: a valid write request body), its raw body
-    (frames concatenated; decompressed on first use unless :func:`decode_record` did) and its
-    ``flags`` (:data:`FLAG_START_TIMESTAMPS`)."""
+class Record(Frames):
+    """A record read back (:func:`decode_record`): its frames
+    (:class:`~rwrouter.wire.index.Frames`: the index, the totals, and the body, or only the
+    stored snappy block, ``compressed``, until the body is first used), when it was received
+    (``received_ms``, milliseconds since the epoch) and its ``flags``
+    (:data:`FLAG_START_TIMESTAMPS`)."""
 
-    __slots__ = (
-        "_body", "compressed", "flags", "index", "nbytes", "received_ms", "samples", "series"
-    )  # fmt: skip
+    __slots__ = ("flags", "received_ms")
+
+    flags: int
+    received_ms: int
 
     def __init__(
         self,
-        received_ms: int,
-        compressed: bytes,
+        body: bytes | None,
         index: bytes,
         samples: int,
         series: int,
-        nbytes: int,
-        body: bytes | None = None,
+        *,
+        received_ms: int,
+        compressed: bytes | None = None,
+        nbytes: int | None = None,
         flags: int = 0,
     ) -> None:
-        self.received_ms, self.compressed, self.index = received_ms, compressed, index
-        self.samples, self.series, self.nbytes = samples, series, nbytes  # nbytes: raw bytes
-        self._body = body
-        self.flags = flags
+        super().__init__(body, index, samples, series, compressed=compressed, nbytes=nbytes)
+        _set(self, "received_ms", received_ms)
+        _set(self, "flags", flags)
 
-    @property
-    def decoded(self) -> bytes | None:
-        """The raw body if it was decompressed already, else None."""
-        return self._body
-
-    @property
-    def body(self) -> bytes:
-        """The raw body: the frames concatenated."""
-        if self._body is None:
-            self._body = decompress(self.compressed, max_decoded_bytes=self.nbytes)
-        return self._body
-
-    @property
-    def frames(self) -> list[bytes]:
-        """Each framed series (walks the index: for tools and tests)."""
-        return frames_of(self.body, self.index)
-
-    @property
-    def counts(self) -> list[int]:
-        return counts_of(self.index)
-
-    @property
-    def hashes(self) -> list[int]:
-        return hashes_of(self.index)
+    def _compared(self) -> tuple[object, ...]:
+        return (*super()._compared(), self.received_ms, self.flags)
 
 
-def decode_record(rest: bytes, *, decompress_body: bool = True) -> Block:
+def decode_record(rest: bytes, *, decompress_body: bool = True) -> Record:
     """Read back a checked record body (:func:`check_record`). With ``decompress_body``
     false, the snappy block is checked only by its declared size (the record's checksum
     already covers it) and decompressed when first needed.
@@ -252,11 +225,13 @@ def decode_record(rest: bytes, *, decompress_body: bool = True) -> Block:
     if not decompress_body:
         if declared_size(compressed) != raw_len:
             raise DecodeError("queue record body length does not match its header")
-        return Block(received_ms, compressed, index, samples, series, raw_len, flags=flags)
+        return Record(None, index, samples, series, received_ms=received_ms,
+                      compressed=compressed, nbytes=raw_len, flags=flags)  # fmt: skip
     try:
         raw = decompress(compressed, max_decoded_bytes=raw_len)
     except TooLargeError:  # a RequestError, not a DecodeError: callers catch DecodeError
         raise DecodeError("queue record body is longer than its header says") from None
     if len(raw) != raw_len:
         raise DecodeError("queue record body length does not match its header")
-    return Block(received_ms, compressed, index, samples, series, raw_len, raw, flags=flags)
+    return Record(raw, index, samples, series, received_ms=received_ms, compressed=compressed,
+                  flags=flags)  # fmt: skip

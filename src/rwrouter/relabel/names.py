@@ -12,6 +12,7 @@ Prometheus ``model/relabel/relabel.go`` (``relabelTargetLegacy``,
 from __future__ import annotations
 
 from collections.abc import Callable
+from enum import StrEnum
 
 import re2  # type: ignore[import-untyped]
 
@@ -19,6 +20,7 @@ __all__ = [
     "LEGACY",
     "SCHEMES",
     "UTF8",
+    "ValidationScheme",
     "go_quote",
     "is_legacy_label_name",
     "is_utf8_label_name",
@@ -32,10 +34,17 @@ _RE2_OPTIONS.log_errors = False
 # Prometheus's relabelTargetLegacy: a label name that may contain $var / ${var} references.
 _RELABEL_TARGET = re2.compile(r"^(?:(?:[a-zA-Z_]|\$(?:\{\w+\}|\w+))+\w*)+$", _RE2_OPTIONS)
 
-UTF8 = "utf8"
-LEGACY = "legacy"
-#: The name validation schemes (prometheus/common ``model.ValidationScheme``, YAML spelling).
-SCHEMES = (UTF8, LEGACY)
+
+class ValidationScheme(StrEnum):
+    """The name validation schemes (prometheus/common ``model.ValidationScheme``, YAML
+    spelling: ``global.metric_name_validation_scheme``)."""
+
+    UTF8 = "utf8"
+    LEGACY = "legacy"
+
+
+UTF8, LEGACY = ValidationScheme.UTF8, ValidationScheme.LEGACY
+SCHEMES = tuple(ValidationScheme)
 
 
 def is_valid_utf8(text: str) -> bool:
@@ -59,7 +68,10 @@ def is_utf8_label_name(name: str) -> bool:
     return name != "" and is_valid_utf8(name)
 
 
-_NAME_CHECKS = {UTF8: is_utf8_label_name, LEGACY: is_legacy_label_name}
+_NAME_CHECKS: dict[str, Callable[[str], bool]] = {
+    UTF8: is_utf8_label_name,
+    LEGACY: is_legacy_label_name,
+}
 
 
 def name_check(scheme: str) -> Callable[[str], bool]:

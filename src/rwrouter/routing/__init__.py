@@ -28,13 +28,8 @@ same series return every scrape). Samples, exemplars and histograms are never de
 series is its re-encoded labels followed by the sender's raw bytes.
 """
 
-from rwrouter.routing.cache import (
-    DEFAULT_CACHE_BYTES,
-    DEFAULT_CACHE_MAX_AGE,
-    DEFAULT_CACHE_SIZE,
-    FILTERED,
-)
-from rwrouter.routing.outcome import INVALID, NAME_COLLISION, RELABEL, Route
+from rwrouter.routing.cache import DEFAULT_CACHE_BYTES, DEFAULT_CACHE_MAX_AGE, DEFAULT_CACHE_SIZE
+from rwrouter.routing.outcome import Route
 from rwrouter.routing.routed import RoutedRequest, RoutedSeries, shard_hash
 from rwrouter.routing.router import Router, build_router
 
@@ -42,10 +37,6 @@ __all__ = [
     "DEFAULT_CACHE_BYTES",
     "DEFAULT_CACHE_MAX_AGE",
     "DEFAULT_CACHE_SIZE",
-    "FILTERED",
-    "INVALID",
-    "NAME_COLLISION",
-    "RELABEL",
     "Route",
     "RoutedRequest",
     "RoutedSeries",

@@ -24,19 +24,16 @@ __all__ = [
     "DEFAULT_CACHE_BYTES",
     "DEFAULT_CACHE_MAX_AGE",
     "DEFAULT_CACHE_SIZE",
-    "FILTERED",
     "HIT_RATIO_WINDOW",
     "Cache",
     "Entry",
     "Generations",
-    "Item",
+    "Slot",
     "entry_bytes",
     "new_cache",
     "pack_entry",
     "unpack_entry",
 ]
-
-FILTERED = "filtered"  # drop reason: nothing left once exemplars/histograms are filtered out
 
 Entry = bytes
 """A routing outcome, compact (one bytes object: nothing for the garbage collector to walk,
@@ -52,49 +49,50 @@ NOT_SENT, KEPT_SAME, KEPT, DROPPED = 0, 1, 2, 3
 _U32 = struct.Struct("<I")
 _U32X2 = struct.Struct("<II")
 
-Item = tuple[bytes, int] | int | None
-"""One destination's outcome for :func:`pack_entry`: (encoded labels, shard hash) when kept,
-a reason index when dropped, None when not sent."""
+Slot = tuple[bytes, int] | int | None
+"""One destination's part of an :data:`Entry`, unpacked (:func:`pack_entry`,
+:func:`unpack_entry`): (encoded labels, shard hash) when kept, a reason index when dropped,
+None when not sent."""
 
 
-def pack_entry(key: bytes, items: Sequence[Item]) -> Entry:
+def pack_entry(key: bytes, slots: Sequence[Slot]) -> Entry:
     """The compact :data:`Entry` of a label set (``key``: its raw label bytes)."""
     out = bytearray()
-    for item in items:
-        if item is None:
+    for slot in slots:
+        if slot is None:
             out.append(NOT_SENT)
-        elif isinstance(item, int):
-            out += bytes((DROPPED, item))
-        elif item[0] == key:
+        elif isinstance(slot, int):
+            out += bytes((DROPPED, slot))
+        elif slot[0] == key:
             out.append(KEPT_SAME)
-            out += _U32.pack(item[1])
+            out += _U32.pack(slot[1])
         else:
             out.append(KEPT)
-            out += _U32X2.pack(item[1], len(item[0]))
-            out += item[0]
+            out += _U32X2.pack(slot[1], len(slot[0]))
+            out += slot[0]
     return bytes(out)
 
 
-def unpack_entry(key: bytes, entry: Entry) -> list[Item]:
-    """The items of an :data:`Entry` (the inverse of :func:`pack_entry`)."""
-    items: list[Item] = []
+def unpack_entry(key: bytes, entry: Entry) -> list[Slot]:
+    """The slots of an :data:`Entry` (the inverse of :func:`pack_entry`)."""
+    slots: list[Slot] = []
     pos = 0
     while pos < len(entry):
         kind = entry[pos]
         if kind == NOT_SENT:
-            items.append(None)
+            slots.append(None)
             pos += 1
         elif kind == DROPPED:
-            items.append(entry[pos + 1])
+            slots.append(entry[pos + 1])
             pos += 2
         elif kind == KEPT_SAME:
-            items.append((key, _U32.unpack_from(entry, pos + 1)[0]))
+            slots.append((key, _U32.unpack_from(entry, pos + 1)[0]))
             pos += 5
         else:
             hashed, length = _U32X2.unpack_from(entry, pos + 1)
-            items.append((entry[pos + 9 : pos + 9 + length], hashed))
+            slots.append((entry[pos + 9 : pos + 9 + length], hashed))
             pos += 9 + length
-    return items
+    return slots
 
 
 class Cache(Protocol):

@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rwrouter.config.model import EscapingScheme
 from rwrouter.wire.walk import encode_varint, fields
 
 __all__ = [
@@ -52,8 +53,10 @@ __all__ = [
     "needs_escaping",
 ]
 
-ALLOW_UTF8, UNDERSCORES, DOTS, VALUES = "allow-utf-8", "underscores", "dots", "values"
-SCHEMES = (ALLOW_UTF8, UNDERSCORES, DOTS, VALUES)  # prometheus/common model.EscapingScheme
+# The schemes (:class:`~rwrouter.config.model.EscapingScheme`, prometheus/common
+# model.EscapingScheme), by the short names the escaping code uses.
+ALLOW_UTF8, UNDERSCORES, DOTS, VALUES = EscapingScheme
+SCHEMES = tuple(EscapingScheme)
 
 LabelTuple = tuple[tuple[str, str], ...]
 _NAME = "__name__"

@@ -14,12 +14,14 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rwrouter.config.model import EscapingScheme
 from rwrouter.errors import InvariantError
+from rwrouter.reasons import DropReason
 from rwrouter.relabel import RelabelConfig, Step, trace
 from rwrouter.relabel.series import format_labels
 from rwrouter.routing import Router
 from rwrouter.routing.escape import ALLOW_UTF8, Escaped, escape_labels
-from rwrouter.routing.outcome import INVALID, NAME_COLLISION, RELABEL, Route
+from rwrouter.routing.outcome import Route
 from rwrouter.wire.accelerator import decode_labels
 
 __all__ = ["DROPPED", "INVALID_OUTCOME", "NOT_SENT", "SENT", "Decision", "Explanation", "explain"]
@@ -55,10 +57,10 @@ class Decision:
     labels: LabelTuple | None
     steps: tuple[Step, ...]
     dropped_by: tuple[str, int] | None
-    reason: str | None
+    reason: DropReason | None
     detail: str
     shadow: bool = False
-    escaping: str = ALLOW_UTF8
+    escaping: EscapingScheme = ALLOW_UTF8
     escaped: Escaped | None = None
     before: LabelTuple | None = None
 
@@ -111,22 +113,22 @@ def explain(
         last = global_steps[-1]
         after = last.labels if last.kept else None
         global_drop = None if last.kept else last.index
+    lost = (DropReason.RELABEL, DropReason.INVALID, None)
     primaries = [r.name for r, res in zip(routes, outcomes, strict=True)
-                 if not r.fallback and not r.shadow and res not in (RELABEL, INVALID, None)
-                 ]  # fmt: skip
+                 if not r.fallback and not r.shadow and res not in lost]  # fmt: skip
     decisions = []
     for route, res in zip(routes, outcomes, strict=True):
         if after is None:
-            _agree(res == RELABEL, route, res)
+            _agree(res == DropReason.RELABEL, route, res)
             decisions.append(Decision(route.name, route.fallback, DROPPED, None, (),
-                                      ("global", global_drop or 0), RELABEL,
+                                      ("global", global_drop or 0), DropReason.RELABEL,
                                       f"dropped by global rule [{global_drop}]"))  # fmt: skip
             continue
         if not after:
-            _agree(res == RELABEL, route, res)
+            _agree(res == DropReason.RELABEL, route, res)
             detail = "no labels left after the global rules"
             decisions.append(Decision(route.name, route.fallback, DROPPED, None, (), None,
-                                      RELABEL, detail))  # fmt: skip
+                                      DropReason.RELABEL, detail))  # fmt: skip
             continue
         if res is None:
             decisions.append(Decision(route.name, True, NOT_SENT, None, (), None, None,
@@ -145,32 +147,32 @@ def _agree(agreed: bool, route: Route, *seen: object) -> None:
         raise InvariantError(f"the relabel steps and the router disagree at {route.name}: {seen}")
 
 
-def _decision(route: Route, labels: LabelTuple, res: bytes | str) -> Decision:
+def _decision(route: Route, labels: LabelTuple, res: bytes | DropReason) -> Decision:
     steps = tuple(trace(route.rules, labels))
     final = steps[-1].labels if steps else labels
     if steps and not steps[-1].kept:
-        _agree(res == RELABEL, route, res)
+        _agree(res == DropReason.RELABEL, route, res)
         index = steps[-1].index
-        return Decision(route.name, route.fallback, DROPPED, None, steps,
-                        ("destination", index), RELABEL, f"dropped by rule [{index}]")  # fmt: skip
-    if isinstance(res, bytes) or res == NAME_COLLISION:
+        return Decision(route.name, route.fallback, DROPPED, None, steps, ("destination", index),
+                        DropReason.RELABEL, f"dropped by rule [{index}]")  # fmt: skip
+    if isinstance(res, bytes) or res == DropReason.NAME_COLLISION:
         escaped = escape_labels(final, route.escaping)
         change = escaped if escaped.changed else None
         if isinstance(res, bytes):
             _agree(decode_labels(res) == escaped.labels, route, res, escaped)
             outcome, reason, why = SENT, None, "sent"
         else:
-            outcome, reason = DROPPED, NAME_COLLISION
+            outcome, reason = DROPPED, DropReason.NAME_COLLISION
             why = (f"dropped: escaped, it is {format_labels(escaped.labels)}, the series of"
                    " another one seen first (name collision)")  # fmt: skip
         return Decision(route.name, route.fallback, outcome, escaped.labels, steps, None, reason,
                         why, escaping=route.escaping, escaped=change,
                         before=final if change else None)  # fmt: skip
-    if res == INVALID:
+    if res == DropReason.INVALID:
         names = [name for name, _ in final]
         why = "no __name__ label" if "__name__" not in names else "an empty label name"
         return Decision(route.name, route.fallback, INVALID_OUTCOME, final, steps, None,
-                        INVALID, f"invalid: {why} after relabeling")  # fmt: skip
-    _agree(res == RELABEL and not final, route, res, final)
-    return Decision(route.name, route.fallback, DROPPED, None, steps, None, RELABEL,
+                        DropReason.INVALID, f"invalid: {why} after relabeling")  # fmt: skip
+    _agree(res == DropReason.RELABEL and not final, route, res, final)
+    return Decision(route.name, route.fallback, DROPPED, None, steps, None, DropReason.RELABEL,
                     "no labels left after relabeling")  # fmt: skip

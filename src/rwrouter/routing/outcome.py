@@ -9,18 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from rwrouter.config.model import EscapingScheme
+from rwrouter.reasons import DropReason
 from rwrouter.relabel import FILTER_ACTIONS, Action, RelabelConfig, passes, process
-from rwrouter.routing.cache import DROPPED, KEPT_SAME, NOT_SENT, Item
+from rwrouter.routing.cache import DROPPED, KEPT_SAME, NOT_SENT, Slot
 from rwrouter.routing.escape import ALLOW_UTF8, Escaped, escape_labels, needs_escaping
 from rwrouter.wire import RawSeries, strip_fields
 from rwrouter.wire.accelerator import encode_labels
 
-# Drop reasons (label values of rwrouter_samples_dropped_total); FILTERED (in routing.cache): only
-# exemplars or histograms the destination does not take.
-RELABEL = "relabel"
-INVALID = "invalid"
-NAME_COLLISION = "name_collision"  # escaping made it equal to a series seen first
-REASONS = (RELABEL, INVALID, NAME_COLLISION)  # what a cache entry's reason index refers to
+# The drop reasons a cache entry holds, by index (its reason byte); the scan loop counts
+# DropReason.FILTERED itself (only exemplars or histograms the destination does not take).
+REASONS = (DropReason.RELABEL, DropReason.INVALID, DropReason.NAME_COLLISION)
 
 _EXEMPLARS, _HISTOGRAMS = 3, 4
 
@@ -36,9 +35,9 @@ class Route:
     shadow: bool = False
     send_exemplars: bool = True
     send_native_histograms: bool = True
-    escaping: str = ALLOW_UTF8
+    escaping: EscapingScheme = ALLOW_UTF8
     """``metric_name_escaping_scheme``: how its output names are written
-    (:data:`rwrouter.routing.escape.SCHEMES`)."""
+    (:class:`~rwrouter.config.model.EscapingScheme`)."""
 
 
 class Renamed(NamedTuple):
@@ -50,7 +49,7 @@ class Renamed(NamedTuple):
     detail: Escaped
 
 
-Result = bytes | str | Renamed
+Result = bytes | DropReason | Renamed
 """One destination's result for a label set: encoded output labels (that escaping did not
 change), the drop reason, or :class:`Renamed`."""
 
@@ -89,15 +88,15 @@ def labels_read(
     return tuple(sorted(name.encode() for name in names))
 
 
-def template_parts(items: list[Item]) -> tuple[bytes, ...]:
-    """An entry of kept-unchanged/dropped/not-sent items as the pieces around its shard
+def template_parts(slots: list[Slot]) -> tuple[bytes, ...]:
+    """An entry of kept-unchanged/dropped/not-sent slots as the pieces around its shard
     hashes: ``hash.join(parts)`` is the entry of a label set with that hash."""
     parts, current = [], bytearray()
-    for item in items:
-        if item is None:
+    for slot in slots:
+        if slot is None:
             current.append(NOT_SENT)
-        elif isinstance(item, int):
-            current += bytes((DROPPED, item))
+        elif isinstance(slot, int):
+            current += bytes((DROPPED, slot))
         else:
             current.append(KEPT_SAME)
             parts.append(bytes(current))
@@ -121,32 +120,34 @@ class RuleCopies:
         self._finished: dict[str, Result] = {}
 
     def __call__(self, rules: tuple[RelabelConfig, ...], filter_only: bool,
-                 escaping: str = ALLOW_UTF8) -> Result:  # fmt: skip
+                 escaping: EscapingScheme = ALLOW_UTF8) -> Result:  # fmt: skip
         if filter_only:
             if rules:
                 if self._mapping is None:
                     self._mapping = dict(self._labels)
                 if not passes(self._mapping, rules):
-                    return RELABEL
+                    return DropReason.RELABEL
             finished = self._finished.get(escaping)
             if finished is None:
                 finished = self._finished[escaping] = finish(self._labels, escaping)
             return finished
         result = process(self._labels, rules)
         if not result:
-            return RELABEL
+            return DropReason.RELABEL
         return finish(result, escaping)
 
 
-def finish(labels: tuple[tuple[str, str], ...], escaping: str = ALLOW_UTF8) -> Result:
+def finish(
+    labels: tuple[tuple[str, str], ...], escaping: EscapingScheme = ALLOW_UTF8
+) -> Result:
     """The output labels of a destination (sorted by name) encoded, escaped by ``escaping``;
-    RELABEL when none is left, INVALID without ``__name__`` or with an empty name (judged
-    before escaping, which never empties a name)."""
+    ``relabel`` when none is left, ``invalid`` without ``__name__`` or with an empty name
+    (judged before escaping, which never empties a name)."""
     if not labels:
-        return RELABEL
+        return DropReason.RELABEL
     names = [name for name, _ in labels]
     if "__name__" not in names or "" in names:  # "" can come from a labelmap replacement
-        return INVALID
+        return DropReason.INVALID
     encoded = encode_labels(labels)
     if escaping == ALLOW_UTF8 or not needs_escaping(labels):
         return encoded

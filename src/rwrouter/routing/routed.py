@@ -6,7 +6,8 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
-from rwrouter.wire.index import counts_of, frames_of, hashes_of
+from rwrouter.reasons import DropReason
+from rwrouter.wire.index import Frames
 
 __all__ = ["RoutedRequest", "RoutedSeries", "shard_hash"]
 
@@ -17,48 +18,21 @@ def shard_hash(key: bytes) -> int:
     return zlib.crc32(key)
 
 
-@dataclass(slots=True)
-class RoutedSeries:
-    """Series routed to one destination: ``body``, its framed ``timeseries`` fields
-    concatenated (``snappy(body)`` is a valid write request), and ``index``, per frame
-    :data:`~rwrouter.wire.index.INDEX` (frame bytes, samples, shard hash). ``samples``
-    (samples + exemplars + histograms) and ``series`` are the totals; a series carrying
-    nothing is not forwarded."""
-
-    body: bytes = b""
-    index: bytes = b""
-    samples: int = 0
-    series: int = 0
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held: the body and its index."""
-        return len(self.body) + len(self.index)
-
-    @property
-    def counts(self) -> list[int]:
-        """Each frame's sample count (decodes the index: for tools and tests)."""
-        return counts_of(self.index)
-
-    @property
-    def hashes(self) -> list[int]:
-        """Each frame's shard hash (decodes the index: for tools and tests)."""
-        return hashes_of(self.index)
-
-    @property
-    def frames(self) -> list[bytes]:
-        """Each framed series (slices the body: for tools and tests)."""
-        return frames_of(self.body, self.index)
+RoutedSeries = Frames
+"""The former name of a routed share (:class:`~rwrouter.wire.index.Frames`), kept for
+:mod:`rwrouter.metrics.names` until it says ``Frames``."""
 
 
 @dataclass(slots=True)
 class RoutedRequest:
-    """One write request routed: per destination (in config order) its series and metadata,
-    and the samples not sent, by destination index and reason."""
+    """One write request routed: per destination (in config order) its share (``shares``:
+    the series routed there, :class:`~rwrouter.wire.index.Frames`; a series carrying nothing
+    is not forwarded) and metadata, and the samples not sent, by destination index and
+    reason."""
 
-    series: list[RoutedSeries]
+    shares: list[Frames]
     metadata: list[list[bytes]]
-    dropped: dict[tuple[int, str], int]
+    dropped: dict[tuple[int, DropReason], int]
     samples_in: int = 0
     series_in: int = 0
     metadata_invalid: int = 0  # entries without a metric family name: sent nowhere

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from rwrouter.config import Config
 from rwrouter.errors import InvariantError
+from rwrouter.reasons import DropReason
 from rwrouter.relabel import FILTER_ACTIONS, RelabelConfig, process
 from rwrouter.relabel.series import format_labels
 from rwrouter.routing.cache import (
@@ -17,16 +18,14 @@ from rwrouter.routing.cache import (
     DEFAULT_CACHE_SIZE,
     Entry,
     Generations,
-    Item,
+    Slot,
     pack_entry,
     unpack_entry,
 )
 from rwrouter.routing.collisions import LABEL, SERIES, Claims, Collision, CollisionLog
 from rwrouter.routing.escape import ALLOW_UTF8, SCHEMES, escape_metadata
 from rwrouter.routing.outcome import (
-    NAME_COLLISION,
     REASONS,
-    RELABEL,
     Renamed,
     Result,
     Route,
@@ -35,10 +34,11 @@ from rwrouter.routing.outcome import (
     labels_read,
     template_parts,
 )
-from rwrouter.routing.routed import RoutedRequest, RoutedSeries, shard_hash
+from rwrouter.routing.routed import RoutedRequest, shard_hash
 from rwrouter.routing.scan import scan_request, signature
 from rwrouter.wire import RawSeries, frame_metadata, metadata_family
 from rwrouter.wire.accelerator import decode_labels, encode_labels
+from rwrouter.wire.index import Frames
 
 __all__ = ["Router", "build_router"]
 
@@ -46,16 +46,16 @@ __all__ = ["Router", "build_router"]
 MAX_TEMPLATES = 10_000  # distinct values of the labels filter-only rules read (metric names)
 MAX_METADATA_OUTCOMES = 50_000  # distinct metadata payloads whose routing is remembered
 _U32 = struct.Struct("<I")
-_COLLIDED = REASONS.index(NAME_COLLISION)
+_COLLIDED = REASONS.index(DropReason.NAME_COLLISION)
 
 
 def _same(report: Collision) -> Collision:
     return report
 
 
-# Per destination: encoded output labels, or the drop reason (a str) — or None for a fallback
+# Per destination: encoded output labels, or the drop reason — or None for a fallback
 # destination whose series went elsewhere.
-Outcome = tuple[bytes | str | None, ...]
+Outcome = tuple[bytes | DropReason | None, ...]
 
 
 class Router(Generations):
@@ -144,10 +144,11 @@ class Router(Generations):
             return None
         parts = self._templates.get(values)
         if parts is None:
-            items = unpack_entry(raw_labels, self._route_raw(raw_labels))
-            if any((isinstance(i, tuple) and i[0] != raw_labels) or i == _COLLIDED for i in items):
+            slots = unpack_entry(raw_labels, self._route_raw(raw_labels))
+            if any((isinstance(v, tuple) and v[0] != raw_labels) or v == _COLLIDED
+                   for v in slots):  # fmt: skip
                 return None  # (cannot happen with filter-only rules on a legacy canonical set)
-            parts = template_parts(items)
+            parts = template_parts(slots)
             if len(self._templates) >= MAX_TEMPLATES:
                 self._templates.clear()
             self._templates[values] = parts
@@ -156,16 +157,16 @@ class Router(Generations):
     def _route_raw(self, raw_labels: bytes) -> Entry:
         """The full way: decode the labels, apply the rules, escape, ask the collision
         memory, encode the results."""
-        items: list[Item] = []
+        slots: list[Slot] = []
         for i, res in enumerate(self._results(decode_labels(raw_labels))):
             if isinstance(res, Renamed) or (isinstance(res, bytes) and self._claims is not None
                                             and self._escaping[i] != ALLOW_UTF8):  # fmt: skip
                 res = self._collide(i, res, raw_labels)
             if isinstance(res, bytes):
-                items.append((res, shard_hash(res)))
+                slots.append((res, shard_hash(res)))
             else:
-                items.append(None if res is None else REASONS.index(res))
-        return pack_entry(raw_labels, items)
+                slots.append(None if res is None else REASONS.index(res))
+        return pack_entry(raw_labels, slots)
 
     # -- routing ---------------------------------------------------------------------------
 
@@ -178,7 +179,7 @@ class Router(Generations):
     def _results(self, labels: tuple[tuple[str, str], ...]) -> list[Result | None]:
         base = process(labels, self.global_rules) if self.global_rules else labels
         if base is None or not base:
-            return [RELABEL] * len(self.routes)
+            return [DropReason.RELABEL] * len(self.routes)
         apply = RuleCopies(base)
         results: list[Result | None] = []
         kept_by_primary = False
@@ -202,14 +203,14 @@ class Router(Generations):
         relabel debugger routes several series through one router."""
         raw = encode_labels(labels)
         entry = self._young.get(raw) or self._old.get(raw) or self._miss(raw)
-        return tuple(item if item is None else REASONS[item] if isinstance(item, int)
-                     else item[0] for item in unpack_entry(raw, entry))  # fmt: skip
+        return tuple(slot if slot is None else REASONS[slot] if isinstance(slot, int)
+                     else slot[0] for slot in unpack_entry(raw, entry))  # fmt: skip
 
     # -- collisions ------------------------------------------------------------------------
 
-    def _collide(self, i: int, res: bytes | Renamed, key: bytes) -> bytes | str:
+    def _collide(self, i: int, res: bytes | Renamed, key: bytes) -> bytes | DropReason:
         """Route ``i``'s escaped output labels for the series of cache key ``key``, or
-        NAME_COLLISION when an earlier series holds them (:class:`Claims`)."""
+        ``name_collision`` when an earlier series holds them (:class:`Claims`)."""
         if self._claims is None:
             raise InvariantError("a name collision is asked for only when a route escapes names")
         route, log = self.routes[i], self._collisions
@@ -232,7 +233,7 @@ class Router(Generations):
             describe = functools.partial(self._describe, i, escaped, original or escaped, claimant)
             log.add(destination=route.name, kind=SERIES, key=(i, escaped, original),
                     now=self._now, describe=describe)  # fmt: skip
-        return NAME_COLLISION
+        return DropReason.NAME_COLLISION
 
     def _describe(self, i: int, escaped: bytes, dropped: bytes, claimant: bytes | None
                   ) -> Collision:  # fmt: skip
@@ -249,8 +250,8 @@ class Router(Generations):
         entry = self._young.get(labels) or self._old.get(labels)
         if entry is None:
             return False
-        item = unpack_entry(labels, entry)[i]
-        return isinstance(item, tuple) and item[0] == labels
+        slot = unpack_entry(labels, entry)[i]
+        return isinstance(slot, tuple) and slot[0] == labels
 
     def _taint(self, escaped: bytes) -> None:
         """A claim holds ``escaped``: label sets with its signature values go the full way
@@ -292,14 +293,14 @@ class Router(Generations):
         self._overlap_bytes += scan.promoted_bytes
         self._bound(now)
         out = RoutedRequest(
-            series=[
-                RoutedSeries(body, index, samples, series)
+            shares=[
+                Frames(body, index, samples, series)
                 for body, index, samples, series in zip(
                     scan.bodies, scan.indexes, scan.samples, scan.series, strict=True
                 )
             ],
             metadata=[[] for _ in self.routes],
-            dropped=scan.dropped,
+            dropped={(i, DropReason(reason)): n for (i, reason), n in scan.dropped.items()},
             samples_in=scan.samples_in,
             series_in=scan.series_in,
             metadata_in=len(scan.metadata),

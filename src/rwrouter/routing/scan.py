@@ -20,7 +20,8 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from rwrouter.errors import DecodeError
-from rwrouter.routing.cache import FILTERED, Cache, Entry, Item, entry_bytes, unpack_entry
+from rwrouter.reasons import DropReason
+from rwrouter.routing.cache import Cache, Entry, Slot, entry_bytes, unpack_entry
 from rwrouter.wire.accelerator import compiled
 from rwrouter.wire.codec import RawSeries, split_series
 from rwrouter.wire.index import INDEX
@@ -43,7 +44,9 @@ class Scan(NamedTuple):
     ``bodies[i]``: framed ``timeseries`` fields (field 1 of ``prometheus.WriteRequest``)
     concatenated, so ``snappy(bodies[i])`` is a valid write request. ``indexes[i]``: per frame,
     :data:`INDEX` = (frame bytes, samples, shard hash). ``samples[i]``/``series[i]``: totals.
-    ``dropped``: samples not sent, by (destination index, reason). ``samples_in``: samples +
+    ``dropped``: samples not sent, by (destination index, reason: a
+    :class:`~rwrouter.reasons.DropReason` value, a plain str from the compiled loop, which the
+    router turns into the member). ``samples_in``: samples +
     exemplars + histograms received, ``series_in``: series received. ``metadata``: the raw
     MetricMetadata payloads (checked), in order. ``hits``: cache lookups answered by ``young``
     or ``old``; ``promoted``/``promoted_bytes``: entries copied from ``old`` to ``young`` and
@@ -164,25 +167,25 @@ class _Shares:
         self,
         raw: RawSeries,
         n: int,
-        items: list[Item],
+        slots: list[Slot],
         filters: tuple[bool, ...],
         filt: Filter,
         reasons: tuple[str, ...],
     ) -> None:
         """Add the series ``raw`` (``n`` samples, exemplars and histograms) to the shares its
-        entry's ``items`` keep, and count it where they drop it."""
-        for i, item in enumerate(items):
-            if item is None:
+        entry's ``slots`` keep, and count it where they drop it."""
+        for i, slot in enumerate(slots):
+            if slot is None:
                 continue
-            if isinstance(item, int):
-                self._drop(i, reasons[item], n)
+            if isinstance(slot, int):
+                self._drop(i, reasons[slot], n)
                 continue
-            labels, hashed = item
+            labels, hashed = slot
             rest, kept = raw.rest, n
             if filters[i] and (raw.exemplars or raw.histograms):
                 rest, kept = filt(i, raw)
                 if not kept:
-                    self._drop(i, FILTERED, n)
+                    self._drop(i, DropReason.FILTERED, n)
                     continue
             inner = len(labels) + len(rest)
             head = b"\x0a" + encode_varint(inner)

@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 
 from rwrouter.errors import InvariantError
 from rwrouter.queue.records import FLAG_START_TIMESTAMPS
-from rwrouter.wire import compress, decompress, splice_compressed
-from rwrouter.wire.index import INDEX, split_shards
+from rwrouter.wire import compress, splice_compressed
+from rwrouter.wire.index import INDEX, Frames, Item, split_shards
+
+_set = object.__setattr__  # Chunk is immutable, as Frames
 
 
 class Owner:
@@ -42,21 +44,24 @@ class Owner:
         self.samples_left = samples
 
 
-class Chunk:
-    """Consecutive framed series of one queue record bound for one shard: ``body``, the frames
-    concatenated, ``index``, per frame :data:`~rwrouter.wire.index.INDEX` (frame bytes,
-    samples, shard hash), their ``samples`` and ``series`` totals, and the record they were
-    cut from (``owner``), to tell when they are done. The sending side moves chunks, never
-    single frames: a record's series are walked only to split it by shard (in C when the
-    accelerator is built).
+class Chunk(Frames):
+    """Consecutive framed series of one queue record bound for one shard: their
+    :class:`~rwrouter.wire.index.Frames` (body, index, totals) and the record they were cut
+    from (``owner``), to tell when they are done. The sending side moves chunks, never single
+    frames: a record's series are walked only to split it by shard (in C when the accelerator
+    is built).
 
-    A whole record may come as ``compressed`` (its snappy block, exactly a write request body)
-    with ``nbytes`` (its raw size) instead of ``body``: sent alone, it goes out as it is stored,
-    without being decompressed and compressed again; ``body`` is decompressed only if needed.
-    ``flags``: its record's (:data:`~rwrouter.queue.records.FLAG_START_TIMESTAMPS`).
+    A whole record may come with its body still ``compressed`` (its snappy block, exactly a
+    write request body; see :class:`~rwrouter.wire.index.Frames`): sent alone, it goes out as
+    it is stored, without being decompressed and compressed again; the body is decompressed
+    only if needed. ``flags``: its record's
+    (:data:`~rwrouter.queue.records.FLAG_START_TIMESTAMPS`).
     """
 
-    __slots__ = ("_body", "compressed", "flags", "index", "nbytes", "owner", "samples", "series")
+    __slots__ = ("flags", "owner")
+
+    flags: int
+    owner: Owner
 
     def __init__(
         self,
@@ -70,38 +75,13 @@ class Chunk:
         nbytes: int | None = None,
         flags: int = 0,
     ) -> None:
-        if body is None and (compressed is None or nbytes is None):
-            raise ValueError("a chunk needs its body, or its compressed body and raw size")
-        self._body = body
-        self.compressed = compressed
-        self.flags = flags
-        self.index = index
-        self.samples = samples
-        self.series = series
-        self.owner = owner
-        self.nbytes: int = len(body) if body is not None else (nbytes or 0)  # raw bytes
+        super().__init__(body, index, samples, series, compressed=compressed, nbytes=nbytes)
+        _set(self, "owner", owner)
+        _set(self, "flags", flags)
 
-    @property
-    def body(self) -> bytes:
-        """The frames concatenated (decompressed on first use when given compressed)."""
-        if self._body is None:
-            if self.compressed is None:
-                raise InvariantError("a chunk without its body has its compressed body")
-            self._body = decompress(self.compressed, max_decoded_bytes=self.nbytes)
-        return self._body
-
-    def __repr__(self) -> str:
-        return f"Chunk(series={self.series}, samples={self.samples}, nbytes={self.nbytes})"
-
-    def __eq__(self, other: object) -> bool:
+    def _compared(self) -> tuple[object, ...]:
         """Same frames, totals and owner (however the body is held)."""
-        if not isinstance(other, Chunk):
-            return NotImplemented
-        return (self.index, self.samples, self.series, self.owner, self.body) == (
-            other.index, other.samples, other.series, other.owner, other.body
-        )  # fmt: skip
-
-    __hash__ = None  # type: ignore[assignment]  # mutable (the body is filled in lazily)
+        return (*super()._compared(), self.owner)
 
     def split(self, *, max_samples: int, max_bytes: int) -> tuple[Chunk, Chunk | None]:
         """The longest head within ``max_samples`` samples and ``max_bytes`` bytes (at least
@@ -121,14 +101,6 @@ class Chunk:
         rest = Chunk(self.body[size:], self.index[cut:], self.samples - taken,
                      self.series - frames, self.owner, flags=self.flags)  # fmt: skip
         return head, rest
-
-    def items(self) -> list[tuple[bytes, int]]:
-        """Each (framed series, samples): to split a refused batch, or to keep refused series."""
-        out, pos = [], 0
-        for length, count, _ in INDEX.iter_unpack(self.index):
-            out.append((self.body[pos : pos + length], count))
-            pos += length
-        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +142,7 @@ class Batch:
         return b"".join(chunk.body for chunk in self.chunks)
 
     @property
-    def items(self) -> list[tuple[bytes, int]]:
+    def items(self) -> list[Item]:
         """Each (framed series, samples), in order (walks the frames: refusals only)."""
         return [item for chunk in self.chunks for item in chunk.items()]
 

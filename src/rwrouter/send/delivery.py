@@ -46,9 +46,11 @@ from rwrouter.errors import CredentialsError, InvariantError, TransportError
 from rwrouter.logs import kv
 from rwrouter.metrics import SendMetrics
 from rwrouter.protocol import MESSAGES, RW1_MESSAGE, RW2_MESSAGE, Written, request_headers
+from rwrouter.reasons import DropReason
 from rwrouter.send.encoding import (
     FALLBACK_MESSAGES,
     NOT_WRITTEN_MESSAGE,
+    FallbackReason,
     NotRW2,
     Request,
     encode_part,
@@ -56,30 +58,27 @@ from rwrouter.send.encoding import (
     not_written,
 )
 from rwrouter.send.metabook import MetadataBook
-from rwrouter.send.refusals import Item, Refusal, RejectHook, is_out_of_order, reason_of
-from rwrouter.send.retry import RETRY_BUDGET, RetryPolicy
+from rwrouter.send.refusals import Item, Kind, Refusal, RejectHook, is_out_of_order, reason_of
+from rwrouter.send.retry import RetryPolicy, RetryReason
 from rwrouter.send.transport import Answer, WriteClient
 
 log = logging.getLogger("rwrouter.sending")
 
 SPLITTABLE = frozenset((400, 409, 413, 422))  # refusals of the content, not of the request
 SPLIT_BUDGET = 64  # extra requests one batch may cost to isolate its refused series
-TOO_LARGE = "too_large"  # reason: a single series (metadata entry) refused with 413
-CREDENTIAL_REFRESH = "credential_refresh"  # retries label value of the refresh retry
-NOT_WRITTEN = "not_written"  # reason: answered 2xx, but its Written headers count less
-ORPHAN_EXEMPLAR = "orphan_exemplar"  # reason: an exemplar-only series RW 2.0 cannot carry
 NOT_WRITTEN_LOG_INTERVAL = 60.0  # seconds between two "not written" log lines
 
 _MESSAGES = {
-    TOO_LARGE: "series larger than the destination accepts, not retried",
-    RETRY_BUDGET: "retry budget spent, not retried further",
+    DropReason.TOO_LARGE: "series larger than the destination accepts, not retried",
+    DropReason.RETRY_BUDGET: "retry budget spent, not retried further",
 }
 
 
 @dataclass(slots=True)
-class _Batch:
-    """State shared by the parts of one batch: its start (clock seconds), split budget, and
-    whether it is sent again after a crash."""
+class _Delivery:
+    """The delivery of one batch, shared by its parts (the halves of a split): when it
+    started (clock seconds: the retry budget counts from it), the split budget left, whether
+    it is sent again after a crash, and what was logged about it already."""
 
     started: float
     splits: int = SPLIT_BUDGET
@@ -150,18 +149,18 @@ class Deliverer:
         return self.message == RW1_MESSAGE and not start_timestamps
 
     async def deliver(
-        self, items: list[Item], kind: str, *, resent: bool = False,
+        self, items: list[Item], kind: Kind, *, resent: bool = False,
         start_timestamps: bool = False,
     ) -> int:  # fmt: skip
-        """Deliver a batch (``kind``: "samples" or "metadata"); returns how many of its
+        """Deliver a batch of ``kind``; returns how many of its
         samples (metadata entries) were delivered. Refused parts are counted, logged and handed
         to ``on_rejected``. ``resent``: the batch may have been delivered before a crash (see
         the module docstring); it may be split down to single series. ``start_timestamps``:
         some of its frames may carry start timestamps (stripped for RW 1.0)."""
         splits = 2 * len(items) if resent else SPLIT_BUDGET
-        batch = _Batch(started=self._clock(), splits=splits, resent=resent,
-                       start_timestamps=start_timestamps)  # fmt: skip
-        return await self._deliver_part(items, kind, batch)
+        delivery = _Delivery(started=self._clock(), splits=splits, resent=resent,
+                             start_timestamps=start_timestamps)  # fmt: skip
+        return await self._deliver_part(items, kind, delivery)
 
     async def deliver_raw(
         self,
@@ -169,7 +168,7 @@ class Deliverer:
         count: int,
         expand: Callable[[], list[Item]],
         *,
-        kind: str = "samples",
+        kind: Kind = Kind.SAMPLES,
         resent: bool = False,
         compressed: bytes | None = None,
         start_timestamps: bool = False,
@@ -179,37 +178,37 @@ class Deliverer:
         the (frame, samples) items only when the batch is refused and must be split. With
         ``compressed`` (the batch already snappy-compressed, only when :meth:`sends_stored`),
         that is sent as RW 1.0 and ``raw`` is not used."""
-        batch = _Batch(started=self._clock(), splits=SPLIT_BUDGET, resent=resent,
-                       start_timestamps=start_timestamps)  # fmt: skip
+        delivery = _Delivery(started=self._clock(), splits=SPLIT_BUDGET, resent=resent,
+                             start_timestamps=start_timestamps)  # fmt: skip
         if compressed is not None:
             stored = Request(compressed, RW1_MESSAGE)
-            result = await self._send_request(stored, count, kind, batch)
+            result = await self._send_request(stored, count, kind, delivery)
             if isinstance(result, NotRW2):
                 raise InvariantError("NotRW2 for a remote write 1.0 request (only 2.0 can be it)")
         else:
-            result = await self._send(raw, count, kind, batch)
+            result = await self._send(raw, count, kind, delivery)
         if not isinstance(result, Refusal):
             return result
         items = expand()
         if resent:
-            batch.splits = 2 * len(items)
-        return await self._refused_part(items, kind, batch, result, count)
+            delivery.splits = 2 * len(items)
+        return await self._refused_part(items, kind, delivery, result, count)
 
-    async def _deliver_part(self, items: list[Item], kind: str, batch: _Batch) -> int:
+    async def _deliver_part(self, items: list[Item], kind: Kind, delivery: _Delivery) -> int:
         count = sum(n for _, n in items)
-        result = await self._send(b"".join(frame for frame, _ in items), count, kind, batch)
+        result = await self._send(b"".join(frame for frame, _ in items), count, kind, delivery)
         if not isinstance(result, Refusal):
             return result
-        return await self._refused_part(items, kind, batch, result, count)
+        return await self._refused_part(items, kind, delivery, result, count)
 
     async def _refused_part(
-        self, items: list[Item], kind: str, batch: _Batch, refusal: Refusal, count: int
+        self, items: list[Item], kind: Kind, delivery: _Delivery, refusal: Refusal, count: int
     ) -> int:
         """After ``items`` were refused: split them to isolate the cause, or give up on them."""
-        if refusal.status in SPLITTABLE and len(items) > 1 and batch.splits >= 2:
-            batch.splits -= 2
-            if not batch.split_logged:
-                batch.split_logged = True
+        if refusal.status in SPLITTABLE and len(items) > 1 and delivery.splits >= 2:
+            delivery.splits -= 2
+            if not delivery.split_logged:
+                delivery.split_logged = True
                 log.info(
                     kv(
                         destination=self.name,
@@ -219,36 +218,36 @@ class Deliverer:
                     )
                 )
             middle = len(items) // 2
-            first = await self._deliver_part(items[:middle], kind, batch)
-            return first + await self._deliver_part(items[middle:], kind, batch)
-        if batch.resent and len(items) == 1 and is_out_of_order(refusal.status, refusal.text):
+            first = await self._deliver_part(items[:middle], kind, delivery)
+            return first + await self._deliver_part(items[middle:], kind, delivery)
+        if delivery.resent and len(items) == 1 and is_out_of_order(refusal.status, refusal.text):
             self.metrics.already_delivered.labels(self.name).inc(count)
             return 0
         if refusal.status == 413 and len(items) == 1:
-            refusal = replace(refusal, reason=TOO_LARGE)
+            refusal = replace(refusal, reason=DropReason.TOO_LARGE)
         self._refused(items, kind, count, refusal)
         return 0
 
-    async def _send(self, raw: bytes, count: int, kind: str, batch: _Batch) -> int | Refusal:
+    async def _send(self, raw: bytes, count: int, kind: Kind, delivery: _Delivery) -> int | Refusal:
         """Send one part (``raw``: its frames, ``count`` samples) in the protocol in use,
         with retries: the samples delivered, or the final refusal. Samples that an RW 2.0
         destination does not take as RW 2.0 (see :func:`~rwrouter.send.encoding.not_rw2`)
         go again at once as RW 1.0, and the destination falls back to it."""
-        message = self.message if kind == "samples" else RW1_MESSAGE
+        message = self.message if kind == Kind.SAMPLES else RW1_MESSAGE
         while True:
-            request = encode_part(raw, message=message, start_timestamps=batch.start_timestamps,
+            request = encode_part(raw, message=message, start_timestamps=delivery.start_timestamps,
                                   book=self.book)  # fmt: skip
-            result = await self._send_request(request, count, kind, batch)
+            result = await self._send_request(request, count, kind, delivery)
             if not isinstance(result, NotRW2):
                 return result
             self._fall_back(result.reason)
             message = RW1_MESSAGE
 
     async def _send_request(
-        self, request: Request, count: int, kind: str, batch: _Batch
+        self, request: Request, count: int, kind: Kind, delivery: _Delivery
     ) -> int | Refusal | NotRW2:
         """Send one encoded request with retries and read the answer's Written headers."""
-        answer = await self._post(request.body, kind, request.message, batch.started)
+        answer = await self._post(request.body, kind, request.message, delivery.started)
         status = answer.status if isinstance(answer, Refusal) else 200
         written = None if isinstance(answer, Refusal) else Written.parse(answer)
         if request.message == RW2_MESSAGE:
@@ -259,17 +258,19 @@ class Deliverer:
             return answer
         if request.removed:
             self.metrics.start_timestamps_dropped.labels(self.name).inc(request.removed)
-        if kind != "samples":
+        if kind != Kind.SAMPLES:
             return count
         if request.orphans:  # left out of the RW 2.0 request: never sent
-            self.metrics.dropped_samples.labels(self.name, ORPHAN_EXEMPLAR).inc(request.orphans)
+            self.metrics.dropped_samples.labels(self.name, DropReason.ORPHAN_EXEMPLAR).inc(
+                request.orphans
+            )
             count -= min(count, request.orphans)
         missing = not_written(count=count, carried=request.carried, written=written)
         if missing.total:
-            self._not_written(missing, batch)
+            self._not_written(missing, delivery)
         return count - min(count, missing.total)
 
-    def _fall_back(self, reason: str) -> None:
+    def _fall_back(self, reason: FallbackReason) -> None:
         """The destination does not speak RW 2.0: RW 1.0 from now on (logged, counted once)."""
         if self.message == RW1_MESSAGE:
             return  # another shard's part noticed first
@@ -286,15 +287,16 @@ class Deliverer:
         if self.on_protocol is not None:
             self.on_protocol(RW1_MESSAGE)
 
-    def _not_written(self, missing: Written, batch: _Batch) -> None:
+    def _not_written(self, missing: Written, delivery: _Delivery) -> None:
         """Count (``not_written``) and log (at most once per batch and a minute) what a 2xx
         said was not written."""
-        self.metrics.dropped_samples.labels(self.name, NOT_WRITTEN).inc(missing.total)
+        self.metrics.dropped_samples.labels(self.name, DropReason.NOT_WRITTEN).inc(missing.total)
         now = self._clock()
         last = self._not_written_at
-        if batch.not_written_logged or (last is not None and now - last < NOT_WRITTEN_LOG_INTERVAL):
+        recent = last is not None and now - last < NOT_WRITTEN_LOG_INTERVAL
+        if delivery.not_written_logged or recent:
             return
-        batch.not_written_logged = True
+        delivery.not_written_logged = True
         self._not_written_at = now
         log.warning(
             kv(
@@ -302,30 +304,32 @@ class Deliverer:
                 samples=missing.samples,
                 histograms=missing.histograms,
                 exemplars=missing.exemplars,
-                reason=NOT_WRITTEN,
+                reason=DropReason.NOT_WRITTEN,
                 msg=NOT_WRITTEN_MESSAGE,
             )
         )
 
-    async def send_body(self, body: bytes, kind: str, *, started: float | None = None,
+    async def send_body(self, body: bytes, kind: Kind, *, started: float | None = None,
                         message: str = RW1_MESSAGE) -> Refusal | None:  # fmt: skip
-        """Send one snappy-compressed write request body (``kind``: "samples" or "metadata")
+        """Send one snappy-compressed write request body of ``kind``
         in ``message`` with retries, a credential refresh on 401/403, and the retry budget
         counted from ``started`` (clock seconds; default now). None when delivered (2xx), else
         the final refusal. Nothing is counted as sent or dropped here: that is the caller's."""
         answer = await self._post(body, kind, message, started)
         return answer if isinstance(answer, Refusal) else None
 
-    async def send_frames(self, raw: bytes, count: int, kind: str = "samples") -> Refusal | None:
+    async def send_frames(
+        self, raw: bytes, count: int, kind: Kind = Kind.SAMPLES
+    ) -> Refusal | None:
         """Send ``raw`` (RW1-form frames carrying ``count`` samples, start timestamps
         perhaps) as one request in the protocol in use, falling back to RW 1.0 as a batch
         does; None when delivered. For ``rwrouter rejected replay`` (no split)."""
-        batch = _Batch(self._clock(), start_timestamps=True)
-        result = await self._send(raw, count, kind, batch)
+        delivery = _Delivery(self._clock(), start_timestamps=True)
+        result = await self._send(raw, count, kind, delivery)
         return result if isinstance(result, Refusal) else None
 
     async def _post(
-        self, body: bytes, kind: str, message: str, started: float | None
+        self, body: bytes, kind: Kind, message: str, started: float | None
     ) -> Refusal | Mapping[str, str]:
         """POST ``body`` with retries: the headers of the 2xx answer, or the final refusal."""
         started = self._clock() if started is None else started
@@ -347,7 +351,8 @@ class Deliverer:
                 rand=self._rand(), elapsed=self._clock() - started,
             )  # fmt: skip
             if not decision.retry:
-                final = RETRY_BUDGET if decision.reason == RETRY_BUDGET else reason_of(status)
+                budget = decision.reason is DropReason.RETRY_BUDGET
+                final = DropReason.RETRY_BUDGET if budget else reason_of(status)
                 return Refusal(status, text, final)
             self.metrics.retries.labels(self.name, _retry_label(status)).inc()
             self.failures += 1
@@ -392,7 +397,7 @@ class Deliverer:
             log.warning(kv(destination=self.name, msg="credential refresh failed", error=exc))
             return False
         if refreshed:
-            self.metrics.retries.labels(self.name, CREDENTIAL_REFRESH).inc()
+            self.metrics.retries.labels(self.name, RetryReason.CREDENTIAL_REFRESH).inc()
             log.info(
                 kv(
                     destination=self.name,
@@ -402,9 +407,9 @@ class Deliverer:
             )
         return refreshed
 
-    def _refused(self, items: list[Item], kind: str, count: int, refusal: Refusal) -> None:
+    def _refused(self, items: list[Item], kind: Kind, count: int, refusal: Refusal) -> None:
         """Count, log and hand to ``on_rejected`` a part refused for good."""
-        if kind == "samples":
+        if kind == Kind.SAMPLES:
             self.metrics.dropped_samples.labels(self.name, refusal.reason).inc(count)
         else:
             self.metrics.dropped_metadata.labels(self.name, refusal.reason).inc(count)
@@ -429,5 +434,5 @@ class Deliverer:
 
 
 def _retry_label(status: int | None) -> str:
-    """The retries counter's label value: the exact status ("503", "429"), or "network"."""
-    return str(status) if status is not None else "network"
+    """The retries counter's label value: the exact status ("503", "429"), or ``network``."""
+    return str(status) if status is not None else RetryReason.NETWORK

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from rwrouter.protocol import RW2_MESSAGE, Written
 from rwrouter.send.metabook import MetadataBook
@@ -25,9 +26,8 @@ from rwrouter.wire.rw2_out import Meta, encode_request, strip_start_timestamps
 
 __all__ = [
     "FALLBACK_MESSAGES",
-    "NOTHING_WRITTEN",
     "NOT_WRITTEN_MESSAGE",
-    "UNSUPPORTED",
+    "FallbackReason",
     "NotRW2",
     "Request",
     "encode_part",
@@ -35,14 +35,22 @@ __all__ = [
     "not_written",
 ]
 
-UNSUPPORTED = "415"  # fallback reason: the destination answered 415 to RW 2.0
-NOTHING_WRITTEN = "nothing_written"  # fallback reason: a 2xx that wrote nothing of RW 2.0
+
+
+class FallbackReason(StrEnum):
+    """Why an RW 2.0 destination is sent RW 1.0 from now on: the ``reason`` label of
+    ``rwrouter_protocol_fallbacks_total`` (:func:`not_rw2`)."""
+
+    UNSUPPORTED = "415"  # it answered 415 to RW 2.0
+    NOTHING_WRITTEN = "nothing_written"  # a 2xx that wrote nothing of RW 2.0
+
+
 FALLBACK_MESSAGES = {
-    UNSUPPORTED: "destination answered 415 to remote write 2.0: sending remote write 1.0 from "
-    "now on until a reload",
-    NOTHING_WRITTEN: "destination answered 2xx to remote write 2.0 without writing anything "
-    "(no X-Prometheus-Remote-Write-*-Written counts: a remote write 1.0 receiver): sending "
-    "remote write 1.0 from now on until a reload",
+    FallbackReason.UNSUPPORTED: "destination answered 415 to remote write 2.0: sending remote "
+    "write 1.0 from now on until a reload",
+    FallbackReason.NOTHING_WRITTEN: "destination answered 2xx to remote write 2.0 without "
+    "writing anything (no X-Prometheus-Remote-Write-*-Written counts: a remote write 1.0 "
+    "receiver): sending remote write 1.0 from now on until a reload",
 }
 NOT_WRITTEN_MESSAGE = ("answered 2xx but its X-Prometheus-Remote-Write-*-Written headers count "
                        "less than was sent: counted as dropped")  # fmt: skip
@@ -68,7 +76,7 @@ class NotRW2:
     """An RW 2.0 request the destination did not take as RW 2.0 (``reason``: see
     :func:`not_rw2`)."""
 
-    reason: str
+    reason: FallbackReason
 
 
 def _unknown(_name: bytes) -> Meta | None:
@@ -109,13 +117,15 @@ def not_written(*, count: int, carried: Written | None, written: Written | None)
     )
 
 
-def not_rw2(*, status: int | None, carried: Written | None, written: Written | None) -> str | None:
-    """Why an RW 2.0 destination does not take RW 2.0 (:data:`UNSUPPORTED`,
-    :data:`NOTHING_WRITTEN`), from the answer to an RW 2.0 request; None when it does."""
+def not_rw2(
+    *, status: int | None, carried: Written | None, written: Written | None
+) -> FallbackReason | None:
+    """Why an RW 2.0 destination does not take RW 2.0 (:class:`FallbackReason`), from the
+    answer to an RW 2.0 request; None when it does."""
     if status == 415:
-        return UNSUPPORTED
+        return FallbackReason.UNSUPPORTED
     if status is None or not 200 <= status < 300 or carried is None or not carried.total:
         return None
     if written is None or not written.total:
-        return NOTHING_WRITTEN
+        return FallbackReason.NOTHING_WRITTEN
     return None

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable
 
+from rwrouter.config.model import EscapingScheme
 from rwrouter.errors import DecodeError
 from rwrouter.routing.escape import ALLOW_UTF8, DOTS, VALUES
 from rwrouter.wire.rw2_out import Meta
@@ -90,7 +91,7 @@ class MetadataBook:
     """
 
     def __init__(self, *, max_entries: int = BOOK_ENTRIES, max_bytes: int = BOOK_BYTES,
-                 escaping: str = ALLOW_UTF8) -> None:  # fmt: skip
+                 escaping: EscapingScheme = ALLOW_UTF8) -> None:  # fmt: skip
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self._doubled = escaping in (DOTS, VALUES)  # escaped names have their "_" doubled

@@ -23,7 +23,9 @@ from collections.abc import Callable
 
 from rwrouter.logs import kv
 from rwrouter.metrics import SendMetrics
+from rwrouter.reasons import DropReason
 from rwrouter.send.delivery import Deliverer
+from rwrouter.send.refusals import Kind
 
 log = logging.getLogger("rwrouter.sending")
 
@@ -80,7 +82,7 @@ class MetadataQueue:
             self._queued_bytes -= size
             dropped += 1
         if dropped:
-            self._metrics.dropped_metadata.labels(self.name, "queue_full").inc(dropped)
+            self._metrics.dropped_metadata.labels(self.name, DropReason.QUEUE_FULL).inc(dropped)
         self._wake.set()
 
     def _fresh(self, metadata: list[bytes]) -> list[bytes]:
@@ -114,7 +116,7 @@ class MetadataQueue:
             size = sum(len(entry) for entry, _ in batch)
             self._queued_bytes -= size
             try:
-                delivered = await deliverer.deliver(batch, "metadata")
+                delivered = await deliverer.deliver(batch, Kind.METADATA)
             except Exception:  # a bug, not an answer: these entries come again within a minute
                 log.exception(
                     kv(

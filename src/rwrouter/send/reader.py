@@ -29,7 +29,8 @@ from rwrouter.errors import DecodeError, InvariantError
 from rwrouter.logs import kv
 from rwrouter.metrics import QueueMetrics, SendMetrics
 from rwrouter.queue.diskqueue import DiskQueue, Dropped, Position
-from rwrouter.queue.records import Block, decode_record
+from rwrouter.queue.records import Record, decode_record
+from rwrouter.reasons import DropReason
 from rwrouter.send.batching import Batch, Owner
 from rwrouter.send.delivery import Deliverer
 from rwrouter.send.refusals import DeadLetterSink
@@ -41,10 +42,10 @@ READ_CHUNK_BYTES = 4 * 1024 * 1024  # record bytes read from disk at a time
 INLINE_READ_BYTES = 512 * 1024  # at most this much is read on the event loop (else a thread)
 
 
-class _Record(Owner):
-    """A record read for sending (its chunks' :class:`~rwrouter.send.batching.Owner`), with
-    where it ends in the queue (``end``) and when it was received (``received_ms``,
-    milliseconds since epoch)."""
+class _Tracked(Owner):
+    """A record read for sending, tracked until it is done (its chunks'
+    :class:`~rwrouter.send.batching.Owner`), with where it ends in the queue (``end``) and
+    when it was received (``received_ms``, milliseconds since epoch)."""
 
     __slots__ = ("end", "received_ms")
 
@@ -93,7 +94,7 @@ class QueueReader:
             stopping=stopping, on_done=self._sent, backlog=self.backlog,
             reshard_interval=reshard_interval,
         )  # fmt: skip
-        self._records: deque[_Record] = deque()  # read and not yet done, in queue order
+        self._records: deque[_Tracked] = deque()  # read and not yet done, in queue order
         self._wake = asyncio.Event()
         self._resend_until = Position(0, 0)  # records up to here may have gone out before
         self.pending = 0
@@ -109,7 +110,7 @@ class QueueReader:
             lost = "unknown" if recovery.torn_samples is None else recovery.torn_samples
             self._queue_metrics.corrupt_records.labels(self.name).inc(recovery.torn_records)
             if recovery.torn_samples:
-                self._metrics.dropped_samples.labels(self.name, "corrupt").inc(
+                self._metrics.dropped_samples.labels(self.name, DropReason.CORRUPT).inc(
                     recovery.torn_samples
                 )
             log.error(
@@ -189,10 +190,10 @@ class QueueReader:
             try:
                 # A small read from the page cache is quicker than a hand-off to a thread: done
                 # here when the queue is free; larger reads (catching up) go to a thread.
-                batch = self._read_blocks(min(room, INLINE_READ_BYTES), blocking=False)
-                if batch is None:
-                    batch = await asyncio.to_thread(self._read_blocks, room)
-                if batch is None:
+                read = self._read_records(min(room, INLINE_READ_BYTES), blocking=False)
+                if read is None:
+                    read = await asyncio.to_thread(self._read_records, room)
+                if read is None:
                     raise InvariantError("a blocking read always reads")
             except OSError as exc:  # e.g. too many open files: try again, never give up
                 log.error(
@@ -204,28 +205,28 @@ class QueueReader:
                 )
                 await stopping.sleep(1.0)
                 continue
-            for block, end, samples in batch:
-                self._dispatch(block, end, samples)
+            for record, end, samples in read:
+                self._dispatch(record, end, samples)
 
-    def _read_blocks(
+    def _read_records(
         self, room: int, *, blocking: bool = True
-    ) -> list[tuple[Block | None, Position, int]] | None:
-        """Read and decode the next records: (block, end, samples); block None for an
+    ) -> list[tuple[Record | None, Position, int]] | None:
+        """Read and decode the next records: (record, end, samples); record None for an
         undecodable one. With ``blocking`` false, None when the queue is busy."""
-        out: list[tuple[Block | None, Position, int]] = []
-        records = self.queue.read(
+        out: list[tuple[Record | None, Position, int]] = []
+        queued = self.queue.read(
             room, max_samples=max(1, self.capacity - self.pending), blocking=blocking
         )
-        if records is None:
+        if queued is None:
             return None
-        for record in records:
-            if record.corrupt:  # skipped by the queue (checksum): done, counted
-                out.append((None, record.end, record.samples))
+        for raw in queued:
+            if raw.corrupt:  # skipped by the queue (checksum): done, counted
+                out.append((None, raw.end, raw.samples))
                 continue
             try:
                 # With one shard a record goes out whole, as stored: no need to decompress it.
-                block = decode_record(record.rest, decompress_body=len(self.shards) > 1)
-                out.append((block, record.end, record.samples))
+                record = decode_record(raw.rest, decompress_body=len(self.shards) > 1)
+                out.append((record, raw.end, raw.samples))
             except DecodeError as exc:
                 log.error(
                     kv(
@@ -234,23 +235,23 @@ class QueueReader:
                         error=exc,
                     )
                 )
-                out.append((None, record.end, record.samples))
+                out.append((None, raw.end, raw.samples))
         return out
 
-    def _dispatch(self, block: Block | None, end: Position, samples: int) -> None:
+    def _dispatch(self, record: Record | None, end: Position, samples: int) -> None:
         """Hand a record's series to their shards (in order); the record waits to be done."""
-        if block is None:
+        if record is None:
             self._queue_metrics.corrupt_records.labels(self.name).inc()
-            self._metrics.dropped_samples.labels(self.name, "corrupt").inc(samples)
-            self._records.append(_Record(end, 0))
+            self._metrics.dropped_samples.labels(self.name, DropReason.CORRUPT).inc(samples)
+            self._records.append(_Tracked(end, 0))
             self._advance()
             return
-        record = _Record(end, block.received_ms, series=block.series, samples=block.samples,
-                         recovered=end <= self._resend_until)  # fmt: skip
-        self._records.append(record)
-        self.shards.add(block, record)
-        self.pending += block.samples
-        self.pending_bytes += block.nbytes
+        tracked = _Tracked(end, record.received_ms, series=record.series,
+                           samples=record.samples, recovered=end <= self._resend_until)  # fmt: skip
+        self._records.append(tracked)
+        self.shards.add(record, tracked)
+        self.pending += record.samples
+        self.pending_bytes += record.nbytes
 
     # -- completion: what is done, what the queue may forget --------------------------------
 
@@ -271,7 +272,9 @@ class QueueReader:
         if dropped.last_segment < 0:
             return
         for gone in self.shards.remove_dropped():
-            self._metrics.dropped_samples.labels(self.name, "drop_oldest").inc(gone.samples)
+            self._metrics.dropped_samples.labels(self.name, DropReason.DROP_OLDEST).inc(
+                gone.samples
+            )
             self._done(gone)
 
     def _done(self, batch: Batch) -> None:

@@ -9,7 +9,7 @@ rwrouter's own rule (not in the spec, nor in Prometheus 2.x, which retries 5xx f
 retry budget in seconds, measured from the batch's first attempt (``max_retry_duration`` for
 network errors and 5xx, 0 = no bound; ``max_retry_duration_on_http_429`` for 429, 0 = no
 bound). When the next retry would start after the budget the batch is given up
-(:data:`RETRY_BUDGET`).
+(:attr:`~rwrouter.reasons.DropReason.RETRY_BUDGET`).
 """
 
 from __future__ import annotations
@@ -17,27 +17,36 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC
 from email.utils import parsedate_to_datetime
+from enum import StrEnum
+from typing import Literal
 
-# Reasons (label values of rwrouter_retries_total / log fields).
-NETWORK = "network"
-SERVER_ERROR = "5xx"
-TOO_MANY_REQUESTS = "429"
-CLIENT_ERROR = "4xx"
-RETRY_BUDGET = "retry_budget"  # given up: the next retry would start after the budget
+from rwrouter.reasons import DropReason
+
+
+class RetryReason(StrEnum):
+    """What a failed attempt was, as the policy sees it (:attr:`Decision.reason`), and the
+    ``reason`` label values of ``rwrouter_retries_total`` that are not an HTTP status (the
+    label is the exact status, "503", "429", when there is one)."""
+
+    NETWORK = "network"  # no answer: a connection error or a timeout (a retries label too)
+    SERVER_ERROR = "5xx"
+    TOO_MANY_REQUESTS = "429"
+    CLIENT_ERROR = "4xx"
+    CREDENTIAL_REFRESH = "credential_refresh"  # a retries label: 401/403, credentials refreshed
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
     """What to do after a failed attempt: ``retry`` or give up; ``delay`` in seconds.
 
-    ``reason``: :data:`NETWORK`, :data:`SERVER_ERROR`, :data:`TOO_MANY_REQUESTS` or
-    :data:`CLIENT_ERROR` (the kind of failure), or :data:`RETRY_BUDGET` when a retryable failure
-    is given up because the budget is spent.
+    ``reason``: ``network``, ``5xx``, ``429`` or ``4xx`` (the kind of failure,
+    :class:`RetryReason`), or ``retry_budget`` (:class:`~rwrouter.reasons.DropReason`) when a
+    retryable failure is given up because the budget is spent.
     """
 
     retry: bool
     delay: float
-    reason: str
+    reason: RetryReason | Literal[DropReason.RETRY_BUDGET]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,27 +86,27 @@ class RetryPolicy:
         Retry-After date). ``rand``: a uniform random number in [0, 1) for the jitter.
         ``elapsed``: seconds since the batch's first attempt started. A retry whose start
         (``elapsed + delay``) would fall after the budget is not made: ``retry`` False, reason
-        :data:`RETRY_BUDGET`.
+        ``retry_budget``.
         """
         if status is None:
-            reason, budget = NETWORK, self.max_retry_duration
+            reason, budget = RetryReason.NETWORK, self.max_retry_duration
         elif status >= 500:
-            reason, budget = SERVER_ERROR, self.max_retry_duration
+            reason, budget = RetryReason.SERVER_ERROR, self.max_retry_duration
         elif status == 429:
-            reason, budget = TOO_MANY_REQUESTS, self.max_retry_duration_on_http_429
+            reason, budget = RetryReason.TOO_MANY_REQUESTS, self.max_retry_duration_on_http_429
             if not self.retry_on_http_429:
                 return Decision(False, 0.0, reason)
         else:
-            return Decision(False, 0.0, CLIENT_ERROR)
+            return Decision(False, 0.0, RetryReason.CLIENT_ERROR)
         asked = parse_retry_after(retry_after, now=now)
         if asked is not None:
             delay = min(asked, self.max_backoff)
         else:
             delay = self.backoff(attempt, rand=rand)
         if budget > 0 and elapsed + delay > budget:
-            return Decision(False, 0.0, RETRY_BUDGET)
+            return Decision(False, 0.0, DropReason.RETRY_BUDGET)
         if self.max_retries and attempt >= self.max_retries:
-            return Decision(False, 0.0, RETRY_BUDGET)
+            return Decision(False, 0.0, DropReason.RETRY_BUDGET)
         return Decision(True, delay, reason)
 
     def backoff(self, attempt: int, *, rand: float) -> float:

@@ -32,7 +32,8 @@ from rwrouter.config import QueueConfig
 from rwrouter.errors import DecodeError, InvariantError
 from rwrouter.logs import kv
 from rwrouter.metrics import QueueMetrics, SendMetrics
-from rwrouter.queue.records import Block
+from rwrouter.queue.records import Record
+from rwrouter.reasons import DropReason
 from rwrouter.send.batching import (
     Batch,
     Chunk,
@@ -138,16 +139,16 @@ class Shards:
         """The number of shards (concurrent senders) now."""
         return len(self.buffers)
 
-    def add(self, block: Block, owner: Owner) -> None:
+    def add(self, record: Record, owner: Owner) -> None:
         """Hand a record's series to their shards, in order, as one chunk per shard owned by
         ``owner`` (given back in the :class:`~rwrouter.send.batching.Batch` of
         ``on_done``)."""
         now = self._clock()
         buffers, wake = self.buffers, self._wake
         max_samples = self._q.max_samples_per_send
-        whole = Chunk(block.decoded, block.index, block.samples, block.series, owner,
-                      compressed=block.compressed, nbytes=block.nbytes,
-                      flags=block.flags)  # fmt: skip
+        whole = Chunk(record.decoded, record.index, record.samples, record.series, owner,
+                      compressed=record.compressed, nbytes=record.nbytes,
+                      flags=record.flags)  # fmt: skip
         try:
             parts = chunks_by_shard(whole, len(buffers))  # decompresses it with several shards
         except DecodeError as exc:
@@ -322,7 +323,7 @@ class Shards:
             )
         )
         self._queue_metrics.corrupt_records.labels(self.name).inc()
-        self._metrics.dropped_samples.labels(self.name, "corrupt").inc(samples)
+        self._metrics.dropped_samples.labels(self.name, DropReason.CORRUPT).inc(samples)
         if sent:
             nbytes = sum(chunk.nbytes for chunk in chunks)
             self._on_done(Batch(chunks, samples, nbytes))

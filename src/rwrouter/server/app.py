@@ -49,6 +49,7 @@ from rwrouter.logs import kv
 from rwrouter.metrics import Metrics, ReceiveMetrics, status_snapshot
 from rwrouter.pipeline.fanout import FanOut, Stale
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written, message_of
+from rwrouter.reasons import RefuseReason
 from rwrouter.server.decoders import LARGE_BODY, Busy, Decoders, work_size
 from rwrouter.wire import declared_size
 from rwrouter.wire.accelerator import ACCELERATED
@@ -73,7 +74,12 @@ AUDIT: web.AppKey[AuditReport] = web.AppKey("audit")  # rwrouter run --workers: 
 DEFAULT_AUDIT_TOP = 100  # metric names per destination in GET /-/audit without ?top
 
 WRITE_PATHS = ("/api/v1/write", "/api/v1/push")
-_REASONS = {400: "decode", 408: "slow_body", 413: "too_large", 415: "unsupported"}
+_REASONS = {
+    400: RefuseReason.DECODE,
+    408: RefuseReason.SLOW_BODY,
+    413: RefuseReason.TOO_LARGE,
+    415: RefuseReason.UNSUPPORTED,
+}
 PROTOCOLS = {RW1_MESSAGE: "1.0", RW2_MESSAGE: "2.0"}  # the protocol label of the metrics
 NOTHING_WRITTEN = Written()
 
@@ -145,16 +151,17 @@ async def handle_write(request: web.Request) -> web.Response:
             except Stale:  # a reload swapped the destinations meanwhile: route it again
                 continue
     except StorageError as exc:
-        return _unavailable(request, "storage", str(exc), message)
+        return _unavailable(request, RefuseReason.STORAGE, str(exc), message)
     except ClientGone:
-        metrics.refused.labels("client_gone").inc()
+        metrics.refused.labels(RefuseReason.CLIENT_GONE).inc()
         return web.Response(status=400, text="connection closed before the answer\n",
                             headers=written_headers(message))  # fmt: skip
     except Busy as exc:
-        return _unavailable(request, "busy", f"too many {exc} requests being decoded", message)
+        return _unavailable(request, RefuseReason.BUSY, f"too many {exc} requests being decoded",
+                            message)  # fmt: skip
     except RequestError as exc:
         metrics.requests.labels(str(exc.status)).inc()
-        metrics.refused.labels(_REASONS.get(exc.status, "bad_request")).inc()
+        metrics.refused.labels(_REASONS.get(exc.status, RefuseReason.BAD_REQUEST)).inc()
         log.info(kv(remote=request.remote, status=exc.status, reason=exc))
         response = web.Response(status=exc.status, text=f"{exc}\n",
                                 headers=written_headers(message))  # fmt: skip
@@ -162,9 +169,8 @@ async def handle_write(request: web.Request) -> web.Response:
             response.force_close()
         return response
     if accepted.full:
-        full = ", ".join(accepted.full)
-        return _unavailable(request, "queue_full", f"queue full for destination(s) {full}",
-                            message)  # fmt: skip
+        text = f"queue full for destination(s) {', '.join(accepted.full)}"
+        return _unavailable(request, RefuseReason.QUEUE_FULL, text, message)
     response = web.Response(status=204, headers=written_headers(message, accepted.written))
     end_connection, transport = app[BALANCE], request.transport
     if end_connection is not None and transport is not None and end_connection(transport):
@@ -179,7 +185,9 @@ async def handle_write(request: web.Request) -> web.Response:
     return response
 
 
-def _unavailable(request: web.Request, reason: str, text: str, message: str | None) -> web.Response:
+def _unavailable(
+    request: web.Request, reason: RefuseReason, text: str, message: str | None
+) -> web.Response:
     """503 with Retry-After: nothing of the request was kept; the sender retries it."""
     metrics, settings = request.app[RECEIVE_METRICS], request.app[SETTINGS]
     metrics.requests.labels("503").inc()

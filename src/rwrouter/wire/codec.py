@@ -4,7 +4,7 @@ Protobuf primitives live in :mod:`rwrouter.wire.walk`, the checks of the message
 without decoding (samples, exemplars, histograms, metadata) in :mod:`rwrouter.wire.validate`.
 
 The router never turns samples, exemplars or native histograms into Python numbers: a series is
-split into the raw bytes of its ``Label`` fields (the relabel cache key) and the raw bytes of
+split into the raw bytes of its ``Label`` fields (the routing cache key) and the raw bytes of
 everything else (``rest``), which is forwarded bit for bit — so a staleness marker
 (``0x7ff0000000000002``) arrives unchanged. Only labels are ever decoded and re-encoded.
 

@@ -1,7 +1,11 @@
-"""A share's index (pure): per framed series, its length in bytes, its samples (samples +
-exemplars + histograms) and its shard hash, as ``<III`` (little-endian u32 each). A
-destination's share of a request, a queue record and a chunk of the sending side are all a
-body (the frames concatenated) and such an index, so nothing walks the protobuf again.
+"""Framed series and their index (pure): :class:`Frames`, the value every stage after routing
+moves, and the per-frame loops over an index.
+
+An index gives per framed series its length in bytes, its samples (samples + exemplars +
+histograms) and its shard hash, as ``<III`` (little-endian u32 each). A destination's share
+of a request, a queue record read back and a chunk of the sending side are all
+:class:`Frames` (a body, the frames concatenated, and such an index), so nothing walks the
+protobuf again.
 
 The compiled versions of :func:`index_totals_py` and :func:`split_shards_py` are picked by
 :mod:`rwrouter.wire.accelerator` (:func:`index_totals`, :func:`split_shards`).
@@ -13,13 +17,14 @@ import itertools
 import struct
 from collections.abc import Callable, Iterator
 
+from rwrouter.errors import InvariantError
 from rwrouter.wire.accelerator import compiled
+from rwrouter.wire.codec import decompress
 
 __all__ = [
     "INDEX",
-    "counts_of",
-    "frames_of",
-    "hashes_of",
+    "Frames",
+    "Item",
     "index_totals",
     "index_totals_py",
     "metric_name_samples",
@@ -31,24 +36,124 @@ __all__ = [
 INDEX = struct.Struct("<III")  # per frame: frame bytes, samples, shard hash
 
 
-def frames_of(body: bytes, index: bytes) -> list[bytes]:
-    """Each framed series of a share (``body`` sliced by its :data:`INDEX`): for tools,
-    tests and refusals, never the hot path."""
-    out, pos = [], 0
-    for length, _, _ in INDEX.iter_unpack(index):
-        out.append(body[pos : pos + length])
-        pos += length
-    return out
+Item = tuple[bytes, int]
+"""One framed series (or framed metadata entry) and its count (samples, or 1 entry): what a
+batch refused by its destination is split into."""
+
+_set = object.__setattr__
 
 
-def counts_of(index: bytes) -> list[int]:
-    """Each frame's sample count, from an :data:`INDEX`."""
-    return [n for _, n, _ in INDEX.iter_unpack(index)]
+class Frames:
+    """Framed series and their index, immutable: ``body``, the framed ``timeseries`` fields
+    (field 1 of ``prometheus.WriteRequest``, RW 1.0 spec) concatenated, so ``snappy(body)`` is
+    a valid write request; ``index``, per frame :data:`INDEX` (frame bytes, samples, shard
+    hash); ``samples`` (samples + exemplars + histograms) and ``series``, the totals over the
+    index; ``nbytes``, the length of the body (bytes).
 
+    The body may be given compressed instead: ``compressed``, its snappy block (as a queue
+    record stores it: exactly a write request body), with ``nbytes``; it is decompressed on
+    first use of :attr:`body`, once (DecodeError when it does not decompress).
 
-def hashes_of(index: bytes) -> list[int]:
-    """Each frame's shard hash, from an :data:`INDEX`."""
-    return [h for _, _, h in INDEX.iter_unpack(index)]
+    A routed share is a ``Frames``; a queue record read back
+    (:class:`~rwrouter.queue.records.Record`) and a chunk of the sending side
+    (:class:`~rwrouter.send.batching.Chunk`) are ``Frames`` with fields of their own. Raises
+    ValueError when neither the body nor the compressed body and its size are given.
+    """
+
+    __slots__ = ("_body", "compressed", "index", "nbytes", "samples", "series")
+
+    _body: bytes | None
+    compressed: bytes | None
+    index: bytes
+    nbytes: int
+    samples: int
+    series: int
+
+    def __init__(
+        self,
+        body: bytes | None,
+        index: bytes,
+        samples: int,
+        series: int,
+        *,
+        compressed: bytes | None = None,
+        nbytes: int | None = None,
+    ) -> None:
+        if body is not None:
+            nbytes = len(body)
+        elif compressed is None or nbytes is None:
+            raise ValueError("frames need their body, or their compressed body and raw size")
+        _set(self, "_body", body)
+        _set(self, "compressed", compressed)
+        _set(self, "index", index)
+        _set(self, "nbytes", nbytes)
+        _set(self, "samples", samples)
+        _set(self, "series", series)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    @property
+    def body(self) -> bytes:
+        """The frames concatenated (decompressed on first use when given compressed)."""
+        body = self._body
+        if body is None:
+            if self.compressed is None:
+                raise InvariantError("frames without their body have their compressed body")
+            body = decompress(self.compressed, max_decoded_bytes=self.nbytes)
+            _set(self, "_body", body)
+        return body
+
+    @property
+    def decoded(self) -> bytes | None:
+        """The body if it was given or decompressed already, else None."""
+        return self._body
+
+    @property
+    def counts(self) -> list[int]:
+        """Each frame's sample count (decodes the index: for tools and tests)."""
+        return [n for _, n, _ in INDEX.iter_unpack(self.index)]
+
+    @property
+    def hashes(self) -> list[int]:
+        """Each frame's shard hash (decodes the index: for tools and tests)."""
+        return [h for _, _, h in INDEX.iter_unpack(self.index)]
+
+    @property
+    def frames(self) -> list[bytes]:
+        """Each framed series (slices the body: for tools, tests and refusals, never the hot
+        path)."""
+        return [frame for frame, _ in self.items()]
+
+    def items(self) -> list[Item]:
+        """Each (framed series, samples), in order: to split a refused batch, or to keep its
+        refused series."""
+        body = self.body
+        out, pos = [], 0
+        for length, count, _ in INDEX.iter_unpack(self.index):
+            out.append((body[pos : pos + length], count))
+            pos += length
+        return out
+
+    def _compared(self) -> tuple[object, ...]:
+        """What equality compares (a subclass adds its own fields)."""
+        return (self.index, self.samples, self.series, self.body)
+
+    def __eq__(self, other: object) -> bool:
+        """Same kind, same frames and totals (however the body is held)."""
+        if type(other) is not type(self) or not isinstance(other, Frames):
+            return NotImplemented
+        return self._compared() == other._compared()
+
+    def __hash__(self) -> int:
+        return hash((self.index, self.samples, self.series))
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(series={self.series}, samples={self.samples}, "
+                f"nbytes={self.nbytes})")  # fmt: skip
 
 
 def index_totals_py(index: bytes) -> tuple[int, int]:
