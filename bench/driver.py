@@ -204,8 +204,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--go-stdin", action="store_true")
     parser.add_argument("--request-timeout", type=float, default=60.0, help="seconds")
-    parser.add_argument("--input", choices=sorted(MESSAGES), default="rw1",
-                        help="protobuf message of the bodies (default rw1)")  # fmt: skip
+    parser.add_argument(
+        "--input",
+        choices=sorted(MESSAGES),
+        default="rw1",
+        help="protobuf message of the bodies (default rw1)",
+    )
     args = parser.parse_args(argv)
     workload = load(args.workload)
     result = asyncio.run(

@@ -297,8 +297,11 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m bench micro``: run (a)-(d) and print the tables."""
-    p = argparse.ArgumentParser(prog="python -m bench micro", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python -m bench micro",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--route-nodes", type=int, default=10, help="(a) nodes (730 series each)")
     p.add_argument("--rules", type=int, nargs="+", default=[1, 10, 100], help="(a) K values")
@@ -307,9 +310,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--churn-nodes", type=int, default=40, help="(d) nodes")
     p.add_argument("--churn-scrapes", type=int, default=60, help="(d) scrapes")
     p.add_argument("--churn-fraction", type=float, default=0.25, help="(d) nodes restarting")
-    p.add_argument("--churn-cache-size", type=int, default=100_000,
-                   help="(d) Router cache_size (label sets; max_entries) of the first churn "
-                   "run; the second has 10x that and --churn-max-age")  # fmt: skip
+    p.add_argument(
+        "--churn-cache-size",
+        type=int,
+        default=100_000,
+        help="(d) Router cache_size (label sets; max_entries) of the first churn "
+        "run; the second has 10x that and --churn-max-age",
+    )
     p.add_argument(
         "--churn-max-age",
         type=float,
@@ -321,39 +328,56 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     args = p.parse_args(argv)
     parts = set(args.only or ["route", "sigv4", "memory", "churn", "audit"])
-    report: dict[str, Any] = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                              "accelerated": ACCELERATED}  # fmt: skip
+    report: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "accelerated": ACCELERATED,
+    }
     print(f"rwrouter accelerator: {'on' if ACCELERATED else 'off (pure Python)'}")
 
     if "route" in parts:
         rows = bench_route(args.route_nodes, args.seed, args.rules)
         report["route"] = rows
-        print(f"(a) decode + route, {rows[0]['series']:,} series per pass "
-              "(samples per CPU-second; us per series)")  # fmt: skip
-        print(_table(
-            ["rules/dest", "cold samples/CPU-s", "warm samples/CPU-s", "cold us", "warm us"],
-            [[str(r["rules"]), f"{r['cold_samples_per_cpu_s']:,.0f}",
-              f"{r['warm_samples_per_cpu_s']:,.0f}", f"{r['cold_us_per_series']:.2f}",
-              f"{r['warm_us_per_series']:.2f}"] for r in rows],
-        ))  # fmt: skip
+        print(
+            f"(a) decode + route, {rows[0]['series']:,} series per pass "
+            "(samples per CPU-second; us per series)"
+        )
+        print(
+            _table(
+                ["rules/dest", "cold samples/CPU-s", "warm samples/CPU-s", "cold us", "warm us"],
+                [
+                    [
+                        str(r["rules"]),
+                        f"{r['cold_samples_per_cpu_s']:,.0f}",
+                        f"{r['warm_samples_per_cpu_s']:,.0f}",
+                        f"{r['cold_us_per_series']:.2f}",
+                        f"{r['warm_us_per_series']:.2f}",
+                    ]
+                    for r in rows
+                ],
+            )
+        )
         print()
     if "sigv4" in parts:
         workload, _ = load_or_generate(args.seed, args.route_nodes, 2)
         body = workload.bodies[0]
         sig = bench_sigv4(body, args.sign_iterations)
         report["sigv4"] = sig
-        print(f"(b) SigV4 signing of one {sig['body_bytes']:,}-byte body: "
-              f"{sig['us_per_signature']:.1f} us CPU per signature "
-              f"({sig['signatures_per_cpu_s']:,.0f} per CPU-second)")  # fmt: skip
+        print(
+            f"(b) SigV4 signing of one {sig['body_bytes']:,}-byte body: "
+            f"{sig['us_per_signature']:.1f} us CPU per signature "
+            f"({sig['signatures_per_cpu_s']:,.0f} per CPU-second)"
+        )
         print()
     if "memory" in parts:
         mem = bench_cache_memory(args.memory_nodes, args.seed)
         report["memory"] = mem
-        print(f"(c) cache memory: {mem['label_sets']:,} label sets, "
-              f"{mem['tracemalloc_bytes_per_set']:.0f} bytes per set (tracemalloc), "
-              f"{mem['rss_delta_bytes_per_set']:.0f} bytes per set (RSS delta, "
-              "with tracemalloc overhead), "
-              f"{mem['cached_bytes_per_set']:.0f} bytes per set (Router.cached_bytes)")  # fmt: skip
+        print(
+            f"(c) cache memory: {mem['label_sets']:,} label sets, "
+            f"{mem['tracemalloc_bytes_per_set']:.0f} bytes per set (tracemalloc), "
+            f"{mem['rss_delta_bytes_per_set']:.0f} bytes per set (RSS delta, "
+            "with tracemalloc overhead), "
+            f"{mem['cached_bytes_per_set']:.0f} bytes per set (Router.cached_bytes)"
+        )
         print()
     if "churn" in parts:
         every = max(1, args.churn_scrapes // 10)
@@ -361,35 +385,59 @@ def main(argv: Sequence[str] | None = None) -> int:
         # By max_entries (max_age out of reach), then by max_age (max_entries out of reach).
         modes = {
             "max_entries": {"cache_size": args.churn_cache_size, "cache_max_age": 86_400.0},
-            "max_age": {"cache_size": 10 * args.churn_cache_size,
-                        "cache_max_age": args.churn_max_age},
-        }  # fmt: skip
+            "max_age": {
+                "cache_size": 10 * args.churn_cache_size,
+                "cache_max_age": args.churn_max_age,
+            },
+        }
         for mode, cache in modes.items():
-            rows = bench_churn(args.churn_nodes, args.seed, args.churn_scrapes,
-                               args.churn_fraction, every, **cache)  # fmt: skip
-            print(f"(d) churn bounded by {mode}: {args.churn_nodes} nodes "
-                  f"({rows[0]['live_series']:,} live series), {args.churn_fraction:.0%} restart "
-                  f"their training pods every scrape, scrapes {SCRAPE_INTERVAL:.0f} s apart "
-                  f"(simulated clock); Router cache_size={cache['cache_size']:,} "
-                  f"cache_max_age={cache['cache_max_age']:,.0f} s")  # fmt: skip
-            print(_table(
-                ["scrape", "t s", "distinct label sets seen", "cache size", "cache MiB",
-                 "RSS MiB"],
-                [[str(r["scrape"]), f"{r['seconds']:.0f}", f"{r['distinct_label_sets_seen']:,}",
-                  f"{r['cache_size']:,}", f"{r['cache_bytes'] / 2**20:.1f}",
-                  f"{r['rss_mib']:.1f}"] for r in rows],
-            ))  # fmt: skip
+            rows = bench_churn(
+                args.churn_nodes, args.seed, args.churn_scrapes, args.churn_fraction, every, **cache
+            )
+            print(
+                f"(d) churn bounded by {mode}: {args.churn_nodes} nodes "
+                f"({rows[0]['live_series']:,} live series), {args.churn_fraction:.0%} restart "
+                f"their training pods every scrape, scrapes {SCRAPE_INTERVAL:.0f} s apart "
+                f"(simulated clock); Router cache_size={cache['cache_size']:,} "
+                f"cache_max_age={cache['cache_max_age']:,.0f} s"
+            )
+            print(
+                _table(
+                    [
+                        "scrape",
+                        "t s",
+                        "distinct label sets seen",
+                        "cache size",
+                        "cache MiB",
+                        "RSS MiB",
+                    ],
+                    [
+                        [
+                            str(r["scrape"]),
+                            f"{r['seconds']:.0f}",
+                            f"{r['distinct_label_sets_seen']:,}",
+                            f"{r['cache_size']:,}",
+                            f"{r['cache_bytes'] / 2**20:.1f}",
+                            f"{r['rss_mib']:.1f}",
+                        ]
+                        for r in rows
+                    ],
+                )
+            )
             if mode == "max_entries":
                 bounded = all(r["cache_size"] <= cache["cache_size"] for r in rows)
-                print(f"cache bounded by cache_size ({cache['cache_size']:,}): "
-                      f"{'yes' if bounded else 'NO'}")  # fmt: skip
+                print(
+                    f"cache bounded by cache_size ({cache['cache_size']:,}): "
+                    f"{'yes' if bounded else 'NO'}"
+                )
             else:
                 # Seen within max_age: the live set plus the label sets of pods that restarted
                 # within the last max_age seconds; two generations keep at most 1 x max_age of
                 # history (rotation every max_age / 2, a dropped old generation is >= max_age/2
                 # old), so the bound is the distinct sets of the last max_age + one rotation.
-                per_scrape = ((rows[-1]["distinct_label_sets_seen"] - rows[0]["live_series"])
-                              / max(1, rows[-1]["scrape"]))  # fmt: skip
+                per_scrape = (rows[-1]["distinct_label_sets_seen"] - rows[0]["live_series"]) / max(
+                    1, rows[-1]["scrape"]
+                )
                 window = cache["cache_max_age"] / SCRAPE_INTERVAL
                 limit = rows[0]["live_series"] + per_scrape * window
                 late = [r for r in rows if r["seconds"] >= cache["cache_max_age"]]
@@ -406,11 +454,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "audit" in parts:
         audit = bench_audit(args.audit_nodes, args.seed)
         report["audit"] = audit
-        print(f"(e) audit of a destination taking every series ({audit['series']:,} series): "
-              f"{audit['first_sight_us_per_series']:.2f} us CPU per series at first sight, "
-              f"{audit['seen_again_us_per_series']:.2f} us seen again (a warm route: "
-              f"{audit['warm_route_us_per_series']:.2f} us), "
-              f"{audit['bytes_per_series']:.0f} bytes per series remembered")  # fmt: skip
+        print(
+            f"(e) audit of a destination taking every series ({audit['series']:,} series): "
+            f"{audit['first_sight_us_per_series']:.2f} us CPU per series at first sight, "
+            f"{audit['seen_again_us_per_series']:.2f} us seen again (a warm route: "
+            f"{audit['warm_route_us_per_series']:.2f} us), "
+            f"{audit['bytes_per_series']:.0f} bytes per series remembered"
+        )
         print()
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")

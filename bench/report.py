@@ -62,8 +62,9 @@ def median_round(rounds: list[dict[str, Measurement]]) -> dict[str, Measurement]
     for an even count): every figure of the table then comes from one real run."""
     out: dict[str, Measurement] = {}
     for name in CONTENDERS:
-        runs = sorted((r[name] for r in rounds if name in r),
-                      key=lambda m: m.samples_per_cpu_second)  # fmt: skip
+        runs = sorted(
+            (r[name] for r in rounds if name in r), key=lambda m: m.samples_per_cpu_second
+        )
         if runs:
             out[name] = runs[(len(runs) - 1) // 2]
     return out
@@ -77,16 +78,23 @@ def rounds_summary(rounds: list[dict[str, Measurement]]) -> str:
     for name in CONTENDERS:
         values = [r[name].samples_per_cpu_second for r in rounds if name in r]
         if values:
-            lines.append(f"{name}: samples per CPU-second by round: "
-                         + ", ".join(f"{v:,.0f}" for v in values))  # fmt: skip
+            lines.append(
+                f"{name}: samples per CPU-second by round: "
+                + ", ".join(f"{v:,.0f}" for v in values)
+            )
     for label, num, den in RATIOS:
-        ratios = [r[num].samples_per_cpu_second / r[den].samples_per_cpu_second
-                  for r in rounds if num in r and den in r
-                  and r[den].samples_per_cpu_second]  # fmt: skip
+        ratios = [
+            r[num].samples_per_cpu_second / r[den].samples_per_cpu_second
+            for r in rounds
+            if num in r and den in r and r[den].samples_per_cpu_second
+        ]
         if ratios:
             middle = sorted(ratios)[(len(ratios) - 1) // 2]
-            lines.append(f"{label} by round: " + ", ".join(f"{r:.2f}" for r in ratios)
-                         + f" (median {middle:.2f})")  # fmt: skip
+            lines.append(
+                f"{label} by round: "
+                + ", ".join(f"{r:.2f}" for r in ratios)
+                + f" (median {middle:.2f})"
+            )
     return "\n".join(lines)
 
 
@@ -126,9 +134,12 @@ def _rows(get: list[Measurement], floor_rate: float) -> list[tuple[str, list[str
         ("Written headers (exact/2xx)", [written_cell(m) for m in get], None),
         ("retries (503/429)", [str(m.driver.get("retries", 0)) for m in get], None),
         ("ok", ["yes" if m.ok else "NO" for m in get], None),
-        ("vs floor (samples/CPU-s / floor)",
-         [_ratio(m.samples_per_cpu_second, floor_rate) for m in get], None),
-    ]  # fmt: skip
+        (
+            "vs floor (samples/CPU-s / floor)",
+            [_ratio(m.samples_per_cpu_second, floor_rate) for m in get],
+            None,
+        ),
+    ]
     return rows
 
 
@@ -151,8 +162,10 @@ def table(results: dict[str, Measurement], floor_rate: float) -> str:
             cell = _ratio(getattr(results[num], key), getattr(results[den], key)) if key else "-"
             line += f"  {cell:>{w}}"
         lines.append(line)
-    lines.append(f"floor (snappy decompress + compress of the RW 1.0 bodies): {floor_rate:,.0f} "
-                 "samples per CPU-second")  # fmt: skip
+    lines.append(
+        f"floor (snappy decompress + compress of the RW 1.0 bodies): {floor_rate:,.0f} "
+        "samples per CPU-second"
+    )
     return "\n".join(lines)
 
 
@@ -167,8 +180,11 @@ def ratios(results: dict[str, Measurement], floor_rate: float) -> dict[str, floa
         if not (r and v):
             continue
         prefix = "" if label == "rwrouter/vmagent" else "rw2_over_rw1_"
-        for key, attr in (("samples_per_cpu_second", "samples_per_cpu_second"),
-                          ("p99_ms", "p99_ms"), ("peak_rss", "peak_rss_mib")):  # fmt: skip
+        for key, attr in (
+            ("samples_per_cpu_second", "samples_per_cpu_second"),
+            ("p99_ms", "p99_ms"),
+            ("peak_rss", "peak_rss_mib"),
+        ):
             a, b = getattr(r, attr), getattr(v, attr)
             out[prefix + key] = a / b if b else None
     for name, m in results.items():

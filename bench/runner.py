@@ -212,11 +212,13 @@ VMAGENT_FLAGS: tuple[tuple[str, str], ...] = (
 
 #: Flags passed only when the vmagent's ``-help`` lists them (newer vmagents), with why.
 VMAGENT_IF_LISTED: tuple[tuple[str, str], ...] = (
-    ("-remoteWrite.forcePromProto",
-     "remote write 1.0 (snappy), as rwrouter sends, from the first request: without it a "
-     "vmagent that knows the VictoriaMetrics protocol sends zstd first, and re-packs each "
-     "refused block to snappy after the sink's 400"),
-)  # fmt: skip
+    (
+        "-remoteWrite.forcePromProto",
+        "remote write 1.0 (snappy), as rwrouter sends, from the first request: without it a "
+        "vmagent that knows the VictoriaMetrics protocol sends zstd first, and re-packs each "
+        "refused block to snappy after the sink's 400",
+    ),
+)
 
 
 def vmagent_flags(listed: frozenset[str]) -> list[str]:
@@ -227,9 +229,14 @@ def vmagent_flags(listed: frozenset[str]) -> list[str]:
 
 
 def vmagent_argv(
-    binary: Path, *, port: int, workdir: Path, urls: tuple[str, str], batch: int,
+    binary: Path,
+    *,
+    port: int,
+    workdir: Path,
+    urls: tuple[str, str],
+    batch: int,
     flags: Sequence[str],
-) -> list[str]:  # fmt: skip
+) -> list[str]:
     """The vmagent command line: listen on ``port``, A then B with their relabel files in
     ``workdir`` (keepA.yml, dropA.yml), its queue in ``workdir``, ``batch`` samples per block
     (``-remoteWrite.maxRowsPerBlock``), then ``flags``."""
@@ -247,25 +254,37 @@ def vmagent_argv(
 
 
 def vmagent_contender(
-    workdir: Path, a_url: str, b_url: str, rules: int, batch: int = DEFAULT_BATCH, *,
-    binary: Path, flags: Sequence[str],
-) -> Contender:  # fmt: skip
+    workdir: Path,
+    a_url: str,
+    b_url: str,
+    rules: int,
+    batch: int = DEFAULT_BATCH,
+    *,
+    binary: Path,
+    flags: Sequence[str],
+) -> Contender:
     """vmagent (``binary``): A keeps :data:`A_REGEX`, B drops it (one
     -remoteWrite.urlRelabelConfig per -remoteWrite.url), each file with ``rules - 1`` no-op
     labeldrop rules first; at most ``batch`` samples per request it sends
     (``-remoteWrite.maxRowsPerBlock``); ``flags`` (:func:`vmagent_flags`). Its ``/metrics``
     is read at the end (:func:`bench.vmagent.parse_metrics`)."""
-    keep = [*labeldrop_rules(rules - 1), {"action": "keep", "source_labels": ["__name__"],
-                                           "regex": A_REGEX}]  # fmt: skip
-    drop = [*labeldrop_rules(rules - 1), {"action": "drop", "source_labels": ["__name__"],
-                                           "regex": A_REGEX}]  # fmt: skip
+    keep = [
+        *labeldrop_rules(rules - 1),
+        {"action": "keep", "source_labels": ["__name__"], "regex": A_REGEX},
+    ]
+    drop = [
+        *labeldrop_rules(rules - 1),
+        {"action": "drop", "source_labels": ["__name__"], "regex": A_REGEX},
+    ]
     (workdir / "keepA.yml").write_text(yaml_dump(keep))
     (workdir / "dropA.yml").write_text(yaml_dump(drop))
     port = free_port()
-    argv = vmagent_argv(binary, port=port, workdir=workdir, urls=(a_url, b_url), batch=batch,
-                        flags=flags)  # fmt: skip
-    return Contender("vmagent", argv, port, "/health", metrics_path="/metrics",
-                     parse_metrics=vm.parse_metrics)  # fmt: skip
+    argv = vmagent_argv(
+        binary, port=port, workdir=workdir, urls=(a_url, b_url), batch=batch, flags=flags
+    )
+    return Contender(
+        "vmagent", argv, port, "/health", metrics_path="/metrics", parse_metrics=vm.parse_metrics
+    )
 
 
 def export_rwrouter(ref: str, dest: Path) -> dict[str, str]:
@@ -344,8 +363,17 @@ def rwrouter_contender(
     if workers is not None:
         argv += ["--workers", str(workers)]
         notes.append(f"--workers {workers}")
-    return Contender(name, argv, port, "/-/ready", input=INPUT_OF[name], notes=notes, env=env,
-                     metrics_path="/metrics", parse_metrics=parse_router_metrics)  # fmt: skip
+    return Contender(
+        name,
+        argv,
+        port,
+        "/-/ready",
+        input=INPUT_OF[name],
+        notes=notes,
+        env=env,
+        metrics_path="/metrics",
+        parse_metrics=parse_router_metrics,
+    )
 
 
 def router_metrics(
@@ -419,8 +447,10 @@ def metrics_summary(rm: dict[str, Any]) -> list[str]:
         req = rm["requests_by_worker"]
         smp = rm.get("samples_by_worker", {})
         total = sum(req.values()) or 1
-        parts = [f"{w}: {req[w]:,.0f} ({req[w] / total:.0%}), {smp.get(w, 0):,.0f} samples"
-                 for w in sorted(req)]  # fmt: skip
+        parts = [
+            f"{w}: {req[w]:,.0f} ({req[w] / total:.0%}), {smp.get(w, 0):,.0f} samples"
+            for w in sorted(req)
+        ]
         by_protocol = sorted(rm.get("requests_by_protocol", {}).items())
         protocols = " | by protocol: " + ", ".join(f"{p}={n:,.0f}" for p, n in by_protocol)
         protocols = protocols if by_protocol else ""
@@ -490,19 +520,26 @@ def measure(
         result_path = workdir / f"driver-{contender.name}.json"
         driver = procs.spawn(
             [
-                sys.executable, "-m", "bench.driver",
-                "--url", contender.write_url,
-                "--workload", str(workload_path),
-                "--senders", str(senders),
-                "--out", str(result_path),
-                "--input", contender.input,
+                sys.executable,
+                "-m",
+                "bench.driver",
+                "--url",
+                contender.write_url,
+                "--workload",
+                str(workload_path),
+                "--senders",
+                str(senders),
+                "--out",
+                str(result_path),
+                "--input",
+                contender.input,
                 "--go-stdin",
             ],
             log=workdir / f"driver-{contender.name}.log",
             stdin=subprocess.PIPE,
             stdout_pipe=True,
             cwd=REPO,
-        )  # fmt: skip
+        )
         assert driver.stdout is not None and driver.stdin is not None
         line = procs.read_line(driver.stdout, time.monotonic() + 120, driver)
         if line != "DRIVER READY":
@@ -562,7 +599,7 @@ def driver_ok(m: Measurement) -> bool:
     }
     for key, what in problems.items():
         if d.get(key):
-            m.notes.append(f"driver: {d[key]} {what}")  # fmt: skip
+            m.notes.append(f"driver: {d[key]} {what}")
     return not any(d.get(key) for key in problems)
 
 
@@ -579,15 +616,19 @@ def read_sinks(m: Measurement, sinks: tuple[Sink, Sink], digests: tuple[str, str
             m.sink_content_types[ctype] = m.sink_content_types.get(ctype, 0) + n
     if m.sink_errors:
         m.ok = False
-        m.notes.append(f"the sinks refused {m.sink_errors} requests (400 undecodable or 415 "
-                       f"not RW 1.0); content types {m.sink_content_types}")  # fmt: skip
+        m.notes.append(
+            f"the sinks refused {m.sink_errors} requests (400 undecodable or 415 "
+            f"not RW 1.0); content types {m.sink_content_types}"
+        )
     if digests is not None:
         same = (a["digest"], b["digest"]) == digests
         m.content = "same" if same else "DIFFERENT"
         if not same:
             m.ok = False
-            m.notes.append(f"sample digests A/B {a['digest']}/{b['digest']}, expected "
-                           f"{digests[0]}/{digests[1]}")  # fmt: skip
+            m.notes.append(
+                f"sample digests A/B {a['digest']}/{b['digest']}, expected "
+                f"{digests[0]}/{digests[1]}"
+            )
 
 
 def expected_digests(workload: Workload) -> tuple[str, str]:
@@ -677,41 +718,80 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--workers", type=int, default=None, help="rwrouter run --workers N")
     p.add_argument("--rules", type=int, default=1, help="relabel rules per destination (K)")
-    p.add_argument("--batch", type=int, default=DEFAULT_BATCH,
-                   help="samples per request each router sends, both the same (vmagent "
-                   f"-remoteWrite.maxRowsPerBlock, rwrouter max_samples_per_send; default "
-                   f"{DEFAULT_BATCH}, vmagent's default)")  # fmt: skip
-    p.add_argument("--rounds", type=int, default=1,
-                   help="run the contenders this many times, alternating (ABBA); the table "
-                   "shows each one's median run, and the ratios of each round")  # fmt: skip
-    p.add_argument("--only", choices=ROUTERS, default=None,
-                   help="one router (rwrouter: with the inputs of --input)")  # fmt: skip
-    p.add_argument("--input", choices=[*INPUTS, "both"], default="both",
-                   help="what the driver sends: rw1 (remote write 1.0, to vmagent and "
-                   "rwrouter), rw2 (remote write 2.0, to rwrouter only) or both "
-                   "(default)")  # fmt: skip
-    p.add_argument("--rw2-metadata", action="store_true",
-                   help="RW 2.0 input with a type and help per series (Prometheus 3 with "
-                   "metadata-wal-records); default none, as Prometheus 3 sends by "
-                   "default")  # fmt: skip
-    p.add_argument("--check-content", action="store_true",
-                   help="the sinks hash every sample and must hold exactly the workload's "
-                   "samples (on with --smoke; ~2 us per sample in the sinks)")  # fmt: skip
-    p.add_argument("--vmagent", type=Path, default=None,
-                   help="the vmagent binary (default: the one scripts/build-peers built, "
-                   "in the peers cache)")  # fmt: skip
-    p.add_argument("--smoke", action="store_true",
-                   help=f"tiny run: {SMOKE_NODES} nodes, {SMOKE_SCRAPES} scrapes")  # fmt: skip
+    p.add_argument(
+        "--batch",
+        type=int,
+        default=DEFAULT_BATCH,
+        help="samples per request each router sends, both the same (vmagent "
+        f"-remoteWrite.maxRowsPerBlock, rwrouter max_samples_per_send; default "
+        f"{DEFAULT_BATCH}, vmagent's default)",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run the contenders this many times, alternating (ABBA); the table "
+        "shows each one's median run, and the ratios of each round",
+    )
+    p.add_argument(
+        "--only",
+        choices=ROUTERS,
+        default=None,
+        help="one router (rwrouter: with the inputs of --input)",
+    )
+    p.add_argument(
+        "--input",
+        choices=[*INPUTS, "both"],
+        default="both",
+        help="what the driver sends: rw1 (remote write 1.0, to vmagent and "
+        "rwrouter), rw2 (remote write 2.0, to rwrouter only) or both "
+        "(default)",
+    )
+    p.add_argument(
+        "--rw2-metadata",
+        action="store_true",
+        help="RW 2.0 input with a type and help per series (Prometheus 3 with "
+        "metadata-wal-records); default none, as Prometheus 3 sends by "
+        "default",
+    )
+    p.add_argument(
+        "--check-content",
+        action="store_true",
+        help="the sinks hash every sample and must hold exactly the workload's "
+        "samples (on with --smoke; ~2 us per sample in the sinks)",
+    )
+    p.add_argument(
+        "--vmagent",
+        type=Path,
+        default=None,
+        help="the vmagent binary (default: the one scripts/build-peers built, in the peers cache)",
+    )
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"tiny run: {SMOKE_NODES} nodes, {SMOKE_SCRAPES} scrapes",
+    )
     p.add_argument("--json", type=Path, default=None, help="write the results here")
-    p.add_argument("--timeout", type=float, default=None,
-                   help="seconds per contender (default from the workload size)")  # fmt: skip
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds per contender (default from the workload size)",
+    )
     p.add_argument("--keep-workdir", action="store_true", help="keep logs and configs")
-    p.add_argument("--rwrouter-ref", default=None,
-                   help="run rwrouter's src/ of this git ref (git archive), e.g. HEAD, "
-                   "instead of the working tree")  # fmt: skip
-    p.add_argument("--rwrouter-src", type=Path, default=None,
-                   help="run rwrouter from this directory (PYTHONPATH of the rwrouter process "
-                   "only), e.g. another commit's src/ with its C extension built")  # fmt: skip
+    p.add_argument(
+        "--rwrouter-ref",
+        default=None,
+        help="run rwrouter's src/ of this git ref (git archive), e.g. HEAD, "
+        "instead of the working tree",
+    )
+    p.add_argument(
+        "--rwrouter-src",
+        type=Path,
+        default=None,
+        help="run rwrouter from this directory (PYTHONPATH of the rwrouter process "
+        "only), e.g. another commit's src/ with its C extension built",
+    )
     args = p.parse_args(argv)
     if args.rwrouter_ref and args.rwrouter_src:
         p.error("--rwrouter-ref and --rwrouter-src exclude each other")
@@ -734,9 +814,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def contender_names(only: str | None, inputs: str) -> list[str]:
     """The contenders to run, in :data:`~bench.report.CONTENDERS` order: those of the router
     ``only`` (both when None) fed one of ``inputs`` (``rw1``, ``rw2`` or ``both``)."""
-    return [name for name in CONTENDERS
-            if (only is None or name.split("-")[0] == only)
-            and inputs in ("both", INPUT_OF[name])]  # fmt: skip
+    return [
+        name
+        for name in CONTENDERS
+        if (only is None or name.split("-")[0] == only) and inputs in ("both", INPUT_OF[name])
+    ]
 
 
 @contextlib.contextmanager
@@ -795,16 +877,28 @@ def prepare(args: argparse.Namespace, workdir: Path) -> Setup:
         rw2 = as_rw2(workload, metadata=args.rw2_metadata)
         save(rw2, workdir / "workload-rw2.pickle")
         inputs["rw2"] = (rw2, workdir / "workload-rw2.pickle")
-        print(f"RW 2.0 bodies ({'with' if args.rw2_metadata else 'no'} metadata) encoded in "
-              f"{rw2.generate_seconds:.1f} s; {sizes_line(workload, rw2)}", flush=True)  # fmt: skip
+        print(
+            f"RW 2.0 bodies ({'with' if args.rw2_metadata else 'no'} metadata) encoded in "
+            f"{rw2.generate_seconds:.1f} s; {sizes_line(workload, rw2)}",
+            flush=True,
+        )
     digests = expected_digests(workload) if args.check_content else None
-    return Setup(names=names, peer=None, rw_env=rw_env, workers=workers, workload=workload,
-                 inputs=inputs, digests=digests, floor=floor_in_child(workload_path),
-                 timeout=args.timeout or 120 + workload.samples / 5_000)  # fmt: skip
+    return Setup(
+        names=names,
+        peer=None,
+        rw_env=rw_env,
+        workers=workers,
+        workload=workload,
+        inputs=inputs,
+        digests=digests,
+        floor=floor_in_child(workload_path),
+        timeout=args.timeout or 120 + workload.samples / 5_000,
+    )
 
 
-def run_rounds(args: argparse.Namespace, setup: Setup, workdir: Path,
-               sinks: tuple[Sink, Sink]) -> list[dict[str, Measurement]]:  # fmt: skip
+def run_rounds(
+    args: argparse.Namespace, setup: Setup, workdir: Path, sinks: tuple[Sink, Sink]
+) -> list[dict[str, Measurement]]:
     """``--rounds`` rounds of every contender, alternating (ABBA: the order reversed every
     other round, so drift on a shared machine hits all of them)."""
     a, b = sinks
@@ -816,17 +910,30 @@ def run_rounds(args: argparse.Namespace, setup: Setup, workdir: Path,
             sub = workdir / (name if args.rounds == 1 else f"{name}-{number + 1}")
             sub.mkdir()
             if name == "vmagent" and setup.peer is not None:
-                c = vmagent_contender(sub, a.url, b.url, args.rules, args.batch,
-                                      binary=Path(setup.peer["path"]),
-                                      flags=setup.peer["flags"])  # fmt: skip
+                c = vmagent_contender(
+                    sub,
+                    a.url,
+                    b.url,
+                    args.rules,
+                    args.batch,
+                    binary=Path(setup.peer["path"]),
+                    flags=setup.peer["flags"],
+                )
             else:
-                c = rwrouter_contender(sub, a.url, b.url, args.rules, setup.workers,
-                                       setup.rw_env, args.batch, name=name)  # fmt: skip
+                c = rwrouter_contender(
+                    sub,
+                    a.url,
+                    b.url,
+                    args.rules,
+                    setup.workers,
+                    setup.rw_env,
+                    args.batch,
+                    name=name,
+                )
             label = name if args.rounds == 1 else f"{name} (round {number + 1})"
             print(f"running {label} ...", flush=True)
             workload, path = setup.inputs[c.input]
-            m = measure(c, workload, path, sinks, args.senders, sub, setup.timeout,
-                        setup.digests)  # fmt: skip
+            m = measure(c, workload, path, sinks, args.senders, sub, setup.timeout, setup.digests)
             rounds[-1][name] = m
             status = "ok" if m.ok else f"FAILED {m.error or ''}"
             print(f"  {label}: {status} in {m.wall_seconds:.1f} s", flush=True)
@@ -836,8 +943,9 @@ def run_rounds(args: argparse.Namespace, setup: Setup, workdir: Path,
 Load = tuple[tuple[float, ...], tuple[float, ...]]  # 1/5/15-min load averages, before and after
 
 
-def print_report(args: argparse.Namespace, setup: Setup, rounds: list[dict[str, Measurement]],
-                 load: Load) -> dict[str, Measurement]:  # fmt: skip
+def print_report(
+    args: argparse.Namespace, setup: Setup, rounds: list[dict[str, Measurement]], load: Load
+) -> dict[str, Measurement]:
     """Print the table, the rounds, each contender's own figures and notes, the versions and
     the load average (before, after); return the median runs."""
     results = median_round(rounds)
@@ -850,8 +958,10 @@ def print_report(args: argparse.Namespace, setup: Setup, rounds: list[dict[str, 
         f"{setup.floor['no_page_faults_samples_per_cpu_second']:,.0f} samples per CPU-second"
     )
     if "rw2" in setup.inputs:
-        print(sizes_line(setup.inputs["rw1"][0], setup.inputs["rw2"][0])
-              + (" (RW 2.0 with metadata)" if args.rw2_metadata else ""))  # fmt: skip
+        print(
+            sizes_line(setup.inputs["rw1"][0], setup.inputs["rw2"][0])
+            + (" (RW 2.0 with metadata)" if args.rw2_metadata else "")
+        )
     for m in results.values():
         summary = vm.metrics_summary if m.name == "vmagent" else metrics_summary
         for line in summary(m.router_metrics):
@@ -869,15 +979,23 @@ def print_report(args: argparse.Namespace, setup: Setup, rounds: list[dict[str, 
             commit = (_commit(args.rwrouter_ref or "HEAD") or "?")[:8]
             where = f"git ref {args.rwrouter_ref}" if args.rwrouter_ref else "working tree"
             diff = None if args.rwrouter_ref else _src_diff_sha1()
-            print(f"rwrouter {version}: {where}, commit {commit}"
-                  + (f", uncommitted src/ changes (diff sha1 {diff})" if diff else ""))  # fmt: skip
+            print(
+                f"rwrouter {version}: {where}, commit {commit}"
+                + (f", uncommitted src/ changes (diff sha1 {diff})" if diff else "")
+            )
     if setup.peer is not None:
-        print(f"vmagent: {setup.peer['path']}: {setup.peer['version'] or '(prints no version)'}; "
-              "flags " + " ".join(setup.peer["flags"]))  # fmt: skip
+        print(
+            f"vmagent: {setup.peer['path']}: {setup.peer['version'] or '(prints no version)'}; "
+            "flags " + " ".join(setup.peer["flags"])
+        )
     before, after = load
-    print("load average 1/5/15 min: before " + " ".join(f"{v:.2f}" for v in before)
-          + ", after " + " ".join(f"{v:.2f}" for v in after)
-          + f" ({os.cpu_count()} CPUs)")  # fmt: skip
+    print(
+        "load average 1/5/15 min: before "
+        + " ".join(f"{v:.2f}" for v in before)
+        + ", after "
+        + " ".join(f"{v:.2f}" for v in after)
+        + f" ({os.cpu_count()} CPUs)"
+    )
     return results
 
 
@@ -895,8 +1013,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     t_start = time.monotonic()
     load_before = os.getloadavg()
     if load_before[0] > 0.5:
-        print(f"warning: 1-minute load average {load_before[0]:.2f} before the run: other "
-              "processes compete for the CPUs; figures may be off", file=sys.stderr)  # fmt: skip
+        print(
+            f"warning: 1-minute load average {load_before[0]:.2f} before the run: other "
+            "processes compete for the CPUs; figures may be off",
+            file=sys.stderr,
+        )
     workdir = Path(tempfile.mkdtemp(prefix="rwrouter-bench-"))
     sinks: list[Sink] = []
     with _terminate_as_interrupt():
@@ -916,8 +1037,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     load_after = os.getloadavg()
     results = print_report(args, setup, rounds, (load_before, load_after))
     total = time.monotonic() - t_start
-    print(f"total time {total:.1f} s" + (f"; work directory kept: {workdir}"
-                                         if args.keep_workdir else ""))  # fmt: skip
+    print(
+        f"total time {total:.1f} s"
+        + (f"; work directory kept: {workdir}" if args.keep_workdir else "")
+    )
     if args.json:
         report = json_report(args, setup, rounds, results)
         report.update(total_seconds=total, loadavg_before=load_before, loadavg_after=load_after)
@@ -941,8 +1064,12 @@ def _workload_json(workload: Workload) -> dict[str, Any]:
     }
 
 
-def json_report(args: argparse.Namespace, setup: Setup, rounds: list[dict[str, Measurement]],
-                results: dict[str, Measurement]) -> dict[str, Any]:  # fmt: skip
+def json_report(
+    args: argparse.Namespace,
+    setup: Setup,
+    rounds: list[dict[str, Measurement]],
+    results: dict[str, Measurement],
+) -> dict[str, Any]:
     """What ``--json`` writes (without the total time and load averages, added by
     :func:`main`)."""
     rw = next((results[n] for n in ("rwrouter", "rwrouter-rw2") if n in results), None)
@@ -982,12 +1109,21 @@ def vmagent_peer(binary: Path | None) -> dict[str, Any]:
         return {"error": f"vmagent not found at {path}: {hint}"}
     listed = vm.help_flags(path)
     flags = vmagent_flags(listed)
-    argv = vmagent_argv(path, port=1, workdir=Path("."), urls=("http://a", "http://b"),
-                        batch=DEFAULT_BATCH, flags=flags)  # fmt: skip
+    argv = vmagent_argv(
+        path,
+        port=1,
+        workdir=Path("."),
+        urls=("http://a", "http://b"),
+        batch=DEFAULT_BATCH,
+        flags=flags,
+    )
     unknown = vm.unknown_flags(argv, listed)
     if unknown:
-        return {"error": f"{path} -help does not list " + ", ".join(f"-{f}" for f in unknown)
-                + " (renamed?): update bench/runner.py's vmagent flags"}  # fmt: skip
+        return {
+            "error": f"{path} -help does not list "
+            + ", ".join(f"-{f}" for f in unknown)
+            + " (renamed?): update bench/runner.py's vmagent flags"
+        }
     version = vm.version(path)
     pinned = None if binary else vm.pinned_version()
     if pinned and pinned not in version:

@@ -67,10 +67,14 @@ def as_rw2(workload: Workload, *, metadata: bool = False) -> Workload:
     for i, body in enumerate(workload.bodies):
         encoded = encode_body(body, book)
         if (encoded.samples, encoded.histograms, encoded.exemplars) != (
-            workload.samples_per_body[i], 0, 0,
-        ):  # fmt: skip
-            raise ValueError(f"request {i}: RW 2.0 encoding carries {encoded[1:]}, expected "
-                             f"{workload.samples_per_body[i]} samples")  # fmt: skip
+            workload.samples_per_body[i],
+            0,
+            0,
+        ):
+            raise ValueError(
+                f"request {i}: RW 2.0 encoding carries {encoded[1:]}, expected "
+                f"{workload.samples_per_body[i]} samples"
+            )
         raw += len(encoded.request)
         bodies.append(snappy.compress(encoded.request))
     return Workload(

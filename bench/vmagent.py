@@ -107,5 +107,7 @@ def metrics_summary(vm: dict[str, Any]) -> list[str]:
     if "error" in vm:
         return [f"/metrics: {vm['error']}"]
     codes = ", ".join(f"{c}={n:,.0f}" for c, n in sorted(vm["requests_by_code"].items()))
-    return [f"remote write requests sent by code: {codes or 'none'}; retries "
-            f"{vm['retries']:,.0f}; packets dropped {vm['packets_dropped']:,.0f}"]  # fmt: skip
+    return [
+        f"remote write requests sent by code: {codes or 'none'}; retries "
+        f"{vm['retries']:,.0f}; packets dropped {vm['packets_dropped']:,.0f}"
+    ]

@@ -110,9 +110,7 @@ def message_of(content_encoding: str | None, content_type: str | None) -> str:
         return RW1_MESSAGE
     media, _, params = content_type.partition(";")
     if media.strip().lower() != _MEDIA_TYPE:
-        raise UnsupportedError(
-            f"unsupported Content-Type {content_type!r}: expected {_MEDIA_TYPE}"
-        )
+        raise UnsupportedError(f"unsupported Content-Type {content_type!r}: expected {_MEDIA_TYPE}")
     for param in params.split(";"):
         key, _, value = param.partition("=")
         if key.strip().lower() != "proto":

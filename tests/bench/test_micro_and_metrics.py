@@ -20,15 +20,29 @@ def test_micro_tiny_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     out = tmp_path / "micro.json"
     status = micro.main(
         [
-            "--route-nodes", "1", "--rules", "1", "3",
-            "--sign-iterations", "5",
-            "--memory-nodes", "1",
-            "--churn-nodes", "4", "--churn-scrapes", "25", "--churn-cache-size", "8000",
-            "--churn-max-age", "300",
-            "--audit-nodes", "1",
-            "--json", str(out),
+            "--route-nodes",
+            "1",
+            "--rules",
+            "1",
+            "3",
+            "--sign-iterations",
+            "5",
+            "--memory-nodes",
+            "1",
+            "--churn-nodes",
+            "4",
+            "--churn-scrapes",
+            "25",
+            "--churn-cache-size",
+            "8000",
+            "--churn-max-age",
+            "300",
+            "--audit-nodes",
+            "1",
+            "--json",
+            str(out),
         ]
-    )  # fmt: skip
+    )
     assert status == 0
     text = capsys.readouterr().out
     assert text.startswith("rwrouter accelerator: ")
@@ -130,16 +144,25 @@ ROUND_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("rates", "medians", "ratio_line"), [c[1:] for c in ROUND_CASES],
-                         ids=[c[0] for c in ROUND_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("rates", "medians", "ratio_line"),
+    [c[1:] for c in ROUND_CASES],
+    ids=[c[0] for c in ROUND_CASES],
+)
 def test_rounds_median_run_and_ratio_per_round(
     rates: list[tuple[float, float]], medians: tuple[float, float], ratio_line: str
 ) -> None:
-    rounds = [{"vmagent": report.Measurement("vmagent", samples_per_cpu_second=v),
-               "rwrouter": report.Measurement("rwrouter", samples_per_cpu_second=r)}
-              for v, r in rates]  # fmt: skip
+    rounds = [
+        {
+            "vmagent": report.Measurement("vmagent", samples_per_cpu_second=v),
+            "rwrouter": report.Measurement("rwrouter", samples_per_cpu_second=r),
+        }
+        for v, r in rates
+    ]
     chosen = report.median_round(rounds)
-    assert (chosen["vmagent"].samples_per_cpu_second,
-            chosen["rwrouter"].samples_per_cpu_second) == medians  # fmt: skip
+    assert (
+        chosen["vmagent"].samples_per_cpu_second,
+        chosen["rwrouter"].samples_per_cpu_second,
+    ) == medians
     assert any(r["vmagent"] is chosen["vmagent"] for r in rounds)  # a real run, not a mix
     assert report.rounds_summary(rounds).splitlines()[-1] == ratio_line

@@ -289,8 +289,9 @@ DRIVER_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("driver_result", "ok"), [c[1:] for c in DRIVER_CASES],
-                         ids=[c[0] for c in DRIVER_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("driver_result", "ok"), [c[1:] for c in DRIVER_CASES], ids=[c[0] for c in DRIVER_CASES]
+)
 def test_driver_ok(driver_result: dict[str, int], ok: bool) -> None:
     m = report.Measurement("rwrouter-rw2", driver=driver_result)
     assert runner.driver_ok(m) == ok
@@ -311,21 +312,31 @@ class CannedSink(runner.Sink):
 def canned(
     samples: int, digest: str, errors: int = 0, ctype: str = "application/x-protobuf"
 ) -> dict[str, object]:
-    return {"samples": samples, "requests": 1, "errors": errors, "digest": digest,
-            "content_types": {ctype: 1 + errors}}  # fmt: skip
+    return {
+        "samples": samples,
+        "requests": 1,
+        "errors": errors,
+        "digest": digest,
+        "content_types": {ctype: 1 + errors},
+    }
 
 
 READ_CASES = [
     ("same", canned(3, "aa"), canned(5, "bb"), True, "same"),
     ("other-samples", canned(3, "ab"), canned(5, "bb"), False, "DIFFERENT"),
-    ("refused-rw2", canned(3, "aa"), canned(5, "bb", errors=1,
-                                              ctype="application/x-protobuf;proto=x"),
-     False, "same"),
-]  # fmt: skip
+    (
+        "refused-rw2",
+        canned(3, "aa"),
+        canned(5, "bb", errors=1, ctype="application/x-protobuf;proto=x"),
+        False,
+        "same",
+    ),
+]
 
 
-@pytest.mark.parametrize(("a", "b", "ok", "content"), [c[1:] for c in READ_CASES],
-                         ids=[c[0] for c in READ_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("a", "b", "ok", "content"), [c[1:] for c in READ_CASES], ids=[c[0] for c in READ_CASES]
+)
 def test_read_sinks(a: dict[str, object], b: dict[str, object], ok: bool, content: str) -> None:
     m = report.Measurement("rwrouter-rw2", ok=True)
     runner.read_sinks(m, (CannedSink("A", a), CannedSink("B", b)), ("aa", "bb"))
@@ -338,8 +349,10 @@ def test_rwrouter_ref_and_src_exclude_each_other() -> None:
         runner.parse_args(["--rwrouter-ref", "HEAD", "--rwrouter-src", "/tmp"])
 
 
-@pytest.mark.parametrize(("argv", "check"), [([], False), (["--smoke"], True),
-                                             (["--check-content"], True)],
-                         ids=["default", "smoke", "flag"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("argv", "check"),
+    [([], False), (["--smoke"], True), (["--check-content"], True)],
+    ids=["default", "smoke", "flag"],
+)
 def test_content_check_is_on_with_smoke(argv: list[str], check: bool) -> None:
     assert runner.parse_args(argv).check_content is check

@@ -38,21 +38,31 @@ HELP_OLD = HELP_1_151.replace("  -remoteWrite.forcePromProto array\n", "  -x.y b
 FLAG_CASES = [
     ("current_forces_rw1", HELP_1_151, True, []),
     ("older_without_the_protocol_flag", HELP_OLD, False, []),
-    ("renamed_flag_reported", HELP_1_151.replace("-remoteWrite.queues", "-remoteWrite.q"),
-     True, ["remoteWrite.queues"]),
-]  # fmt: skip
+    (
+        "renamed_flag_reported",
+        HELP_1_151.replace("-remoteWrite.queues", "-remoteWrite.q"),
+        True,
+        ["remoteWrite.queues"],
+    ),
+]
 
 
-@pytest.mark.parametrize(("help_text", "forced", "unknown"), [c[1:] for c in FLAG_CASES],
-                         ids=[c[0] for c in FLAG_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("help_text", "forced", "unknown"), [c[1:] for c in FLAG_CASES], ids=[c[0] for c in FLAG_CASES]
+)
 def test_flags_passed_follow_the_help(help_text: str, forced: bool, unknown: list[str]) -> None:
     listed = vm.listed_flags(help_text)
     flags = runner.vmagent_flags(listed)
     assert ("-remoteWrite.forcePromProto" in flags) is forced
     assert flags[:3] == [flag for flag, _ in runner.VMAGENT_FLAGS]
-    argv = runner.vmagent_argv(Path("/bin/vmagent"), port=8429, workdir=Path("/w"),
-                               urls=("http://a/w", "http://b/w"), batch=10_000,
-                               flags=flags)  # fmt: skip
+    argv = runner.vmagent_argv(
+        Path("/bin/vmagent"),
+        port=8429,
+        workdir=Path("/w"),
+        urls=("http://a/w", "http://b/w"),
+        batch=10_000,
+        flags=flags,
+    )
     assert argv[:3] == [
         "/bin/vmagent",
         "-httpListenAddr=127.0.0.1:8429",
@@ -84,8 +94,12 @@ vm_app_uptime_seconds 12
 
 def test_parse_metrics_sums_over_urls() -> None:
     got = vm.parse_metrics(EXPOSITION)
-    assert got == {"requests_by_code": {"2XX": 5, "400": 2}, "retries": 2,
-                   "packets_dropped": 0, "version": "v1.151.0"}  # fmt: skip
+    assert got == {
+        "requests_by_code": {"2XX": 5, "400": 2},
+        "retries": 2,
+        "packets_dropped": 0,
+        "version": "v1.151.0",
+    }
     assert vm.metrics_summary(got) == [
         "remote write requests sent by code: 2XX=5, 400=2; retries 2; packets dropped 0"
     ]
@@ -99,9 +113,11 @@ vmagent  github.com/VictoriaMetrics/VictoriaMetrics  v1.151.0  app/vmagent  -
 """
 
 
-@pytest.mark.parametrize(("name", "version"), [("vmagent", "v1.151.0"),
-                                               ("prometheus", "v0.316.0")],
-                         ids=["vmagent", "prometheus"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "version"),
+    [("vmagent", "v1.151.0"), ("prometheus", "v0.316.0")],
+    ids=["vmagent", "prometheus"],
+)
 def test_pinned_version(name: str, version: str) -> None:
     assert vm.pinned_version(name, PEERS_TEXT) == version
 

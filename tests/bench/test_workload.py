@@ -89,9 +89,20 @@ def test_label_names_sorted_by_bytes(seed: int, nodes: int) -> None:
 
 def test_dcgm_series_carry_the_listed_labels() -> None:
     wanted = {
-        "__name__", "cluster", "job", "instance", "namespace", "gpu", "UUID", "device",
-        "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION", "container", "pod",
-    }  # fmt: skip
+        "__name__",
+        "cluster",
+        "job",
+        "instance",
+        "namespace",
+        "gpu",
+        "UUID",
+        "device",
+        "modelName",
+        "Hostname",
+        "DCGM_FI_DRIVER_VERSION",
+        "container",
+        "pod",
+    }
     dcgm = [s for s in wl.fleet_series(1, 1) if s.name.startswith("DCGM_")]
     assert {s.name for s in dcgm} == set(wl.DCGM_FIELDS)
     assert all({name for name, _ in s.labels} == wanted for s in dcgm)

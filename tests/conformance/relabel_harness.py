@@ -40,10 +40,15 @@ def prometheus_config(
 ) -> str:
     """The YAML of a Prometheus with one remote_write queue per rule set."""
     remotes = [
-        {"name": name, "url": capture.url(f"/{prefix}/{name}"), "write_relabel_configs": rules,
-         "queue_config": QUEUE, "metadata_config": {"send": False}}
+        {
+            "name": name,
+            "url": capture.url(f"/{prefix}/{name}"),
+            "write_relabel_configs": rules,
+            "queue_config": QUEUE,
+            "metadata_config": {"send": False},
+        }
         for name, rules in rule_sets.items()
-    ]  # fmt: skip
+    ]
     global_: dict[str, str] = {"scrape_interval": "1h"}
     if scheme is not None:
         global_["metric_name_validation_scheme"] = scheme
@@ -52,8 +57,10 @@ def prometheus_config(
 
 
 def _body(series: Sequence[dict[str, str]], timestamp_ms: int) -> bytes:
-    return build_body(Series(label_set(labels), [(timestamp_ms, float(index))])
-                      for index, labels in enumerate(series))  # fmt: skip
+    return build_body(
+        Series(label_set(labels), [(timestamp_ms, float(index))])
+        for index, labels in enumerate(series)
+    )
 
 
 def delivered(capture: CaptureServer, path: str) -> dict[int, LabelSet]:
@@ -70,9 +77,15 @@ def delivered(capture: CaptureServer, path: str) -> dict[int, LabelSet]:
 
 
 def prometheus_outcomes(
-    binary: str | None, capture: CaptureServer, rule_sets: RuleSets,
-    series: Sequence[dict[str, str]], *, prefix: str, scheme: str | None, timeout: float = 60.0,
-) -> Outcomes:  # fmt: skip
+    binary: str | None,
+    capture: CaptureServer,
+    rule_sets: RuleSets,
+    series: Sequence[dict[str, str]],
+    *,
+    prefix: str,
+    scheme: str | None,
+    timeout: float = 60.0,
+) -> Outcomes:
     """Start a Prometheus (``binary``; ``None``: Debian's), write ``series``, wait until every
     queue handled every sample, stop it; what each queue sent."""
     config = prometheus_config(capture, rule_sets, prefix=prefix, scheme=scheme)
@@ -108,36 +121,54 @@ def _prometheus_done(
 
 
 def rwrouter_outcomes(
-    capture: CaptureServer, rule_sets: RuleSets, series: Sequence[dict[str, str]],
-    workdir: Path, *, prefix: str, scheme: str, timeout: float = 30.0,
-) -> tuple[Outcomes, dict[str, float]]:  # fmt: skip
+    capture: CaptureServer,
+    rule_sets: RuleSets,
+    series: Sequence[dict[str, str]],
+    workdir: Path,
+    *,
+    prefix: str,
+    scheme: str,
+    timeout: float = 30.0,
+) -> tuple[Outcomes, dict[str, float]]:
     """What a real rwrouter process sends per rule set, fed ``series`` over HTTP, and the
     samples each destination counted as ``invalid`` (a label set without ``__name__`` or with
     an empty label name: rwrouter does not send it, Prometheus does)."""
     destinations = [
-        {"name": name, "url": capture.url(f"/{prefix}/{name}"), "write_relabel_configs": rules,
-         "queue_config": {"batch_send_deadline": "20ms"}, "metadata_config": {"send": False}}
+        {
+            "name": name,
+            "url": capture.url(f"/{prefix}/{name}"),
+            "write_relabel_configs": rules,
+            "queue_config": {"batch_send_deadline": "20ms"},
+            "metadata_config": {"send": False},
+        }
         for name, rules in rule_sets.items()
-    ]  # fmt: skip
+    ]
     port = free_port()
-    config = {"global": {"metric_name_validation_scheme": scheme},
-              "server": {"listen_address": f"127.0.0.1:{port}"}, "remote_write": destinations}
+    config = {
+        "global": {"metric_name_validation_scheme": scheme},
+        "server": {"listen_address": f"127.0.0.1:{port}"},
+        "remote_write": destinations,
+    }
     config_path = workdir / "rwrouter.yaml"
     config_path.write_text(yaml.safe_dump(config, allow_unicode=True, sort_keys=False))
     router = RouterProcess(config_path=config_path, port=port, log_path=workdir / "router.log")
     try:
         router.wait_ready(timeout_s=20)
-        request = urllib.request.Request(f"{router.url}/api/v1/write",
-                                         data=_body(series, 1_000), headers=HEADERS)
+        request = urllib.request.Request(
+            f"{router.url}/api/v1/write", data=_body(series, 1_000), headers=HEADERS
+        )
         with urllib.request.urlopen(request, timeout=10) as answer:
             assert answer.status == 204
         deadline = time.monotonic() + timeout
         while not _router_done(router, capture, rule_sets, len(series), prefix):
             assert time.monotonic() < deadline, "rwrouter did not deliver everything in time"
             time.sleep(0.05)
-        invalid = {name: router.metric_value("rwrouter_samples_dropped_total",
-                                             destination=name, reason="invalid")
-                   for name in rule_sets}  # fmt: skip
+        invalid = {
+            name: router.metric_value(
+                "rwrouter_samples_dropped_total", destination=name, reason="invalid"
+            )
+            for name in rule_sets
+        }
     finally:
         router.stop()
     return {name: delivered(capture, f"/{prefix}/{name}") for name in rule_sets}, invalid

@@ -56,11 +56,19 @@ pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(180)]
 
 #: Series without UTF-8 names come first: Prometheus 2.42 is fed this prefix, so a series has
 #: the same index in every run.
-LEGACY_NAMED_SERIES = [*t.COMMON_SERIES, *t.VERSION_DIFF_SERIES, *t.LABELMAP_ORDER_SERIES,
-                       *t.BENCHMARK_SERIES]  # fmt: skip
+LEGACY_NAMED_SERIES = [
+    *t.COMMON_SERIES,
+    *t.VERSION_DIFF_SERIES,
+    *t.LABELMAP_ORDER_SERIES,
+    *t.BENCHMARK_SERIES,
+]
 ALL_SERIES = [*LEGACY_NAMED_SERIES, *t.UTF8_SERIES]
-P242_RULE_SETS = {**t.COMMON_RULE_SETS, **t.VERSION_DIFF_RULE_SETS,
-                  **t.LABELMAP_ORDER_RULE_SETS, **t.BENCHMARK_RULE_SETS}  # fmt: skip
+P242_RULE_SETS = {
+    **t.COMMON_RULE_SETS,
+    **t.VERSION_DIFF_RULE_SETS,
+    **t.LABELMAP_ORDER_RULE_SETS,
+    **t.BENCHMARK_RULE_SETS,
+}
 LEGACY_RULE_SETS = {**P242_RULE_SETS, **t.SCHEME_RULE_SETS}
 UTF8_RULE_SETS = {**LEGACY_RULE_SETS, **t.UTF8_RULE_SETS}
 RUNS = {"utf8": UTF8_RULE_SETS, "legacy": LEGACY_RULE_SETS}
@@ -80,30 +88,44 @@ def prometheus3() -> dict[str, Outcomes]:
     """What Prometheus 3 sent, per scheme (one process per scheme, its config's scheme)."""
     binary = peer_binary("prometheus")
     with CaptureServer() as capture:
-        return {scheme: prometheus_outcomes(binary, capture, rule_sets, ALL_SERIES,
-                                            prefix=f"p3-{scheme}", scheme=scheme)
-                for scheme, rule_sets in RUNS.items()}  # fmt: skip
+        return {
+            scheme: prometheus_outcomes(
+                binary, capture, rule_sets, ALL_SERIES, prefix=f"p3-{scheme}", scheme=scheme
+            )
+            for scheme, rule_sets in RUNS.items()
+        }
 
 
 @pytest.fixture(scope="module")
 def prometheus_2_42(capture: CaptureServer) -> Outcomes:
-    return prometheus_outcomes(None, capture, P242_RULE_SETS, LEGACY_NAMED_SERIES,
-                               prefix="p2", scheme=None)  # fmt: skip
+    return prometheus_outcomes(
+        None, capture, P242_RULE_SETS, LEGACY_NAMED_SERIES, prefix="p2", scheme=None
+    )
 
 
 @pytest.fixture(scope="module")
 def rwrouter(
     capture: CaptureServer, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, RouterResults]:
-    return {scheme: rwrouter_outcomes(capture, rule_sets, ALL_SERIES,
-                                      Path(tmp_path_factory.mktemp(f"router-{scheme}")),
-                                      prefix=f"rw-{scheme}", scheme=scheme)
-            for scheme, rule_sets in RUNS.items()}  # fmt: skip
+    return {
+        scheme: rwrouter_outcomes(
+            capture,
+            rule_sets,
+            ALL_SERIES,
+            Path(tmp_path_factory.mktemp(f"router-{scheme}")),
+            prefix=f"rw-{scheme}",
+            scheme=scheme,
+        )
+        for scheme, rule_sets in RUNS.items()
+    }
 
 
 def test_tables_are_broad() -> None:
-    used = {Action(rule.get("action", "replace").lower())
-            for rules in t.COMMON_RULE_SETS.values() for rule in rules}  # fmt: skip
+    used = {
+        Action(rule.get("action", "replace").lower())
+        for rules in t.COMMON_RULE_SETS.values()
+        for rule in rules
+    }
     assert used == set(Action)
     assert len(t.COMMON_RULE_SETS) >= 30 and len(UTF8_RULE_SETS) >= 70
     assert len({label_set(labels) for labels in ALL_SERIES}) == len(ALL_SERIES)
@@ -117,17 +139,20 @@ def _expected_from_rwrouter(prometheus: dict[int, LabelSet]) -> dict[int, LabelS
 
 @pytest.mark.parametrize(("scheme", "rule_set"), CASES, ids=[f"{s}-{n}" for s, n in CASES])
 def test_rwrouter_matches_prometheus3(
-    scheme: str, rule_set: str, prometheus3: dict[str, Outcomes],
+    scheme: str,
+    rule_set: str,
+    prometheus3: dict[str, Outcomes],
     rwrouter: dict[str, RouterResults],
-) -> None:  # fmt: skip
+) -> None:
     from_prometheus = prometheus3[scheme][rule_set]
     expected = _expected_from_rwrouter(from_prometheus)
     actual, invalid = rwrouter[scheme][0][rule_set], rwrouter[scheme][1][rule_set]
     assert actual == expected, _diff(actual, expected)
     # What rwrouter refuses to send, but for empty label sets (reason relabel), is exactly
     # what it counts as invalid (one sample each).
-    assert invalid == sum(1 for labels in from_prometheus.values() if labels and
-                          not sendable(labels))  # fmt: skip
+    assert invalid == sum(
+        1 for labels in from_prometheus.values() if labels and not sendable(labels)
+    )
 
 
 @pytest.mark.parametrize("scheme", list(RUNS))
@@ -142,8 +167,11 @@ def test_engine_matches_prometheus3(scheme: str, prometheus3: dict[str, Outcomes
 
 
 def _diff(ours: Mapping[int, LabelSet], theirs: Mapping[int, LabelSet]) -> str:
-    lines = [f"series {i}: ours {ours.get(i)}\n    oracle {theirs.get(i)}"
-             for i in sorted(set(ours) | set(theirs)) if ours.get(i) != theirs.get(i)]  # fmt: skip
+    lines = [
+        f"series {i}: ours {ours.get(i)}\n    oracle {theirs.get(i)}"
+        for i in sorted(set(ours) | set(theirs))
+        if ours.get(i) != theirs.get(i)
+    ]
     return "\n".join(lines)
 
 
@@ -161,8 +189,9 @@ def test_prometheus3_really_sent(
         assert sum(1 for count in rwrouter[scheme][1].values() if count) >= 1
 
 
-@pytest.mark.parametrize("name", [*t.SCHEME_RULE_SETS, *t.UTF8_RULE_SETS,
-                                  *t.LABELMAP_ORDER_RULE_SETS])  # fmt: skip
+@pytest.mark.parametrize(
+    "name", [*t.SCHEME_RULE_SETS, *t.UTF8_RULE_SETS, *t.LABELMAP_ORDER_RULE_SETS]
+)
 def test_new_rule_sets_change_something(name: str, prometheus3: dict[str, Outcomes]) -> None:
     sent = prometheus3["utf8"][name]
     assert any(sent.get(i) != label_set(labels) for i, labels in enumerate(ALL_SERIES)), name
@@ -170,21 +199,37 @@ def test_new_rule_sets_change_something(name: str, prometheus3: dict[str, Outcom
 
 SCHEME_DIFFERENCES = [
     # (rule set, series labels, utf8 result, legacy result): a replace's expanded target
-    ("utf8_expanded_target", t.UTF8_SERIES[2], {**t.UTF8_SERIES[2], "a.b": "yes"},
-     t.UTF8_SERIES[2]),
-    ("utf8_expanded_target_delete", t.UTF8_SERIES[2],
-     {k: v for k, v in t.UTF8_SERIES[2].items() if k != "a.b"}, t.UTF8_SERIES[2]),
-    ("replace_templated_target_invalid", t.COMMON_SERIES[0],
-     {**t.COMMON_SERIES[0], "h:1": "x"}, t.COMMON_SERIES[0]),
-]  # fmt: skip
+    (
+        "utf8_expanded_target",
+        t.UTF8_SERIES[2],
+        {**t.UTF8_SERIES[2], "a.b": "yes"},
+        t.UTF8_SERIES[2],
+    ),
+    (
+        "utf8_expanded_target_delete",
+        t.UTF8_SERIES[2],
+        {k: v for k, v in t.UTF8_SERIES[2].items() if k != "a.b"},
+        t.UTF8_SERIES[2],
+    ),
+    (
+        "replace_templated_target_invalid",
+        t.COMMON_SERIES[0],
+        {**t.COMMON_SERIES[0], "h:1": "x"},
+        t.COMMON_SERIES[0],
+    ),
+]
 
 
-@pytest.mark.parametrize(("name", "series", "utf8", "legacy"), SCHEME_DIFFERENCES,
-                         ids=[c[0] for c in SCHEME_DIFFERENCES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "series", "utf8", "legacy"), SCHEME_DIFFERENCES, ids=[c[0] for c in SCHEME_DIFFERENCES]
+)
 def test_prometheus3_checks_expanded_targets_under_its_scheme(
-    name: str, series: dict[str, str], utf8: dict[str, str], legacy: dict[str, str],
+    name: str,
+    series: dict[str, str],
+    utf8: dict[str, str],
+    legacy: dict[str, str],
     prometheus3: dict[str, Outcomes],
-) -> None:  # fmt: skip
+) -> None:
     index = ALL_SERIES.index(series)
     assert prometheus3["utf8"][name][index] == label_set(utf8)
     assert prometheus3["legacy"][name][index] == label_set(legacy)
@@ -196,8 +241,12 @@ def _documented_2_42_difference(name: str, index: int, ours: LabelSet | None) ->
     docstring): newline values, the VERSION_DIFF and LABELMAP_ORDER rule sets, and empty
     label sets, which 2.42 does not send."""
     has_newline = any("\n" in value for value in LEGACY_NAMED_SERIES[index].values())
-    return (has_newline or ours == () or name in t.VERSION_DIFF_RULE_SETS
-            or name in t.LABELMAP_ORDER_RULE_SETS)  # fmt: skip
+    return (
+        has_newline
+        or ours == ()
+        or name in t.VERSION_DIFF_RULE_SETS
+        or name in t.LABELMAP_ORDER_RULE_SETS
+    )
 
 
 def test_prometheus_2_42_agrees_except_where_documented(

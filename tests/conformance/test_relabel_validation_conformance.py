@@ -32,12 +32,17 @@ pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(300)]
 
 #: Parts of our reasons that are Prometheus's own texts.
 PROMETHEUS_TEXTS = (
-    "relabel action cannot be empty", "requires non-zero modulus",
-    "requires 'target_label' value", "is invalid 'target_label' for",
-    "can not be set for", "is invalid 'replacement' for", "requires only",
-    "is not a valid label name", "unknown relabel action",
+    "relabel action cannot be empty",
+    "requires non-zero modulus",
+    "requires 'target_label' value",
+    "is invalid 'target_label' for",
+    "can not be set for",
+    "is invalid 'replacement' for",
+    "requires only",
+    "is not a valid label name",
+    "unknown relabel action",
     "found invalid Unicode character escape code",
-)  # fmt: skip
+)
 #: What rwrouter adds to Prometheus's text of a legacy-scheme refusal (which scheme refused).
 SCHEME_HINT = " (global.metric_name_validation_scheme is legacy"
 #: Accepted by Prometheus, refused by rwrouter on purpose (module docstring).
@@ -49,24 +54,32 @@ CASES: list[Case] = [
     *[(f"good-{c[0]}", c[1]) for c in GOOD],
     *[(f"scheme-{c[0]}", c[1]) for c in SCHEME_CASES],
     *[(f"prometheus-validate-{c[0]}", c[2]) for c in VALIDATE_CASES],
-    *[(f"legacy-target-{i}", {"target_label": text})
-      for i, (text, _) in enumerate(LEGACY_TARGET_CASES)],
-]  # fmt: skip
+    *[
+        (f"legacy-target-{i}", {"target_label": text})
+        for i, (text, _) in enumerate(LEGACY_TARGET_CASES)
+    ],
+]
 
 
 def _config(rule: Any, scheme: str) -> str:
     config = {
         "global": {"scrape_interval": "1h", "metric_name_validation_scheme": scheme},
-        "remote_write": [{"url": "http://127.0.0.1:9/never", "write_relabel_configs": [rule],
-                          "metadata_config": {"send": False}}],
-    }  # fmt: skip
+        "remote_write": [
+            {
+                "url": "http://127.0.0.1:9/never",
+                "write_relabel_configs": [rule],
+                "metadata_config": {"send": False},
+            }
+        ],
+    }
     return yaml.safe_dump(config, allow_unicode=True, sort_keys=False)
 
 
 @pytest.fixture(scope="module")
 def prometheus3() -> Iterator[PrometheusProcess]:
-    with PrometheusProcess.start(_config({"action": "labeldrop", "regex": "x"}, "utf8"),
-                                 binary=peer_binary("prometheus")) as prom:  # fmt: skip
+    with PrometheusProcess.start(
+        _config({"action": "labeldrop", "regex": "x"}, "utf8"), binary=peer_binary("prometheus")
+    ) as prom:
         yield prom
 
 

@@ -41,20 +41,28 @@ ROLE = "arn:aws:iam::123456789012:role/amp-remote-write"
 CUSTOM_CONFIG = {
     "server": {"listen_address": "0.0.0.0:9250", "shutdown_timeout": "1m30s"},
     "storage": {"path": "data", "fsync": "always"},
-    "remote_write": [{"name": "self-hosted", "url": "http://prometheus.monitoring:9090/api/v1/write"}],
+    "remote_write": [
+        {"name": "self-hosted", "url": "http://prometheus.monitoring:9090/api/v1/write"}
+    ],
 }
 PERSISTENT = {"persistence": {"enabled": True, "size": "10Gi", "storageClass": "gp3"}}
 AFFINITY = {"service": {"sessionAffinity": "ClientIP"}}
 HPA = {"autoscaling": {"enabled": True, "minReplicas": 2, "maxReplicas": 6}}
-EXTRAS = {"serviceMonitor": {"enabled": True, "labels": {"release": "kps"}},
-          "podDisruptionBudget": {"enabled": True}}  # fmt: skip
+EXTRAS = {
+    "serviceMonitor": {"enabled": True, "labels": {"release": "kps"}},
+    "podDisruptionBudget": {"enabled": True},
+}
 DEFAULT_DESTINATIONS = yaml.safe_load((CHART / "values.yaml").read_text())["config"]["remote_write"]
 # A shadow candidate: a copy of the workspace destination (its queue_config left in place, unused)
 # keeping every DCGM family: counted by the audit, never queued or sent.
-CANDIDATE = {**{k: v for k, v in DEFAULT_DESTINATIONS[0].items() if k != "audit"},
-             "name": "workspace-all-dcgm", "shadow": True,
-             "write_relabel_configs": [{"source_labels": ["__name__"], "regex": "DCGM_.*",
-                                        "action": "keep"}]}  # fmt: skip
+CANDIDATE = {
+    **{k: v for k, v in DEFAULT_DESTINATIONS[0].items() if k != "audit"},
+    "name": "workspace-all-dcgm",
+    "shadow": True,
+    "write_relabel_configs": [
+        {"source_labels": ["__name__"], "regex": "DCGM_.*", "action": "keep"}
+    ],
+}
 SHADOW = {"config": {"remote_write": [*DEFAULT_DESTINATIONS, CANDIDATE]}}
 
 
@@ -72,102 +80,216 @@ def merged(*parts: dict[str, Any]) -> dict[str, Any]:
 # (id, values, the kinds rendered)
 SCENARIOS: list[tuple[str, dict[str, Any], set[str]]] = [
     ("defaults", {}, {"ConfigMap", "Deployment", "Service", "ServiceAccount"}),
-    ("defaults_with_workspace", WORKSPACE,
-     {"ConfigMap", "Deployment", "Service", "ServiceAccount"}),
-    ("persistence", merged(WORKSPACE, PERSISTENT),
-     {"ConfigMap", "StatefulSet", "Service", "ServiceAccount"}),
-    ("hpa_with_client_ip", merged(WORKSPACE, AFFINITY, HPA),
-     {"ConfigMap", "Deployment", "Service", "ServiceAccount", "HorizontalPodAutoscaler"}),
-    ("hpa_statefulset", merged(WORKSPACE, AFFINITY, HPA, PERSISTENT),
-     {"ConfigMap", "StatefulSet", "Service", "ServiceAccount", "HorizontalPodAutoscaler"}),
-    ("replicas_3_client_ip", merged(WORKSPACE, AFFINITY, {"replicaCount": 3}),
-     {"ConfigMap", "Deployment", "Service", "ServiceAccount"}),
-    ("servicemonitor_and_pdb", merged(WORKSPACE, EXTRAS),
-     {"ConfigMap", "Deployment", "Service", "ServiceAccount", "ServiceMonitor",
-      "PodDisruptionBudget"}),
-    ("irsa_role", merged(WORKSPACE, {"serviceAccount": {"roleArn": ROLE}}),
-     {"ConfigMap", "Deployment", "Service", "ServiceAccount"}),
-    ("existing_service_account",
-     merged(WORKSPACE, {"serviceAccount": {"create": False, "name": "amp-writer"}}),
-     {"ConfigMap", "Deployment", "Service"}),
-    ("custom_config", {"config": CUSTOM_CONFIG, "terminationGracePeriodSeconds": 120},
-     {"ConfigMap", "Deployment", "Service", "ServiceAccount"}),
-    ("config_as_string", {"config": yaml.safe_dump(CUSTOM_CONFIG),
-                          "terminationGracePeriodSeconds": 91},
-     {"ConfigMap", "Deployment", "Service", "ServiceAccount"}),
-    ("workers_2", merged(WORKSPACE, {"workers": 2}),
-     {"ConfigMap", "Deployment", "Service", "ServiceAccount"}),
-    ("workers_2_statefulset",
-     merged(WORKSPACE, AFFINITY, PERSISTENT, {"workers": 2, "replicaCount": 2}),
-     {"ConfigMap", "StatefulSet", "Service", "ServiceAccount"}),
-    ("listen_on_ipv6_port_8080", {"config": {"server": {"listen_address": "[::]:8080"}}},
-     {"ConfigMap", "Deployment", "Service", "ServiceAccount"}),
-    ("storage_under_the_volume", {"config": {"storage": {"path": "/var/lib/rwrouter/queues"}},
-                                  "emptyDir": {"sizeLimit": "3Gi"}},
-     {"ConfigMap", "Deployment", "Service", "ServiceAccount"}),
-    ("shadow_candidate", merged(WORKSPACE, SHADOW),
-     {"ConfigMap", "Deployment", "Service", "ServiceAccount"}),
-    ("shadow_candidate_statefulset", merged(WORKSPACE, SHADOW, PERSISTENT),
-     {"ConfigMap", "StatefulSet", "Service", "ServiceAccount"}),
-]  # fmt: skip
+    (
+        "defaults_with_workspace",
+        WORKSPACE,
+        {"ConfigMap", "Deployment", "Service", "ServiceAccount"},
+    ),
+    (
+        "persistence",
+        merged(WORKSPACE, PERSISTENT),
+        {"ConfigMap", "StatefulSet", "Service", "ServiceAccount"},
+    ),
+    (
+        "hpa_with_client_ip",
+        merged(WORKSPACE, AFFINITY, HPA),
+        {"ConfigMap", "Deployment", "Service", "ServiceAccount", "HorizontalPodAutoscaler"},
+    ),
+    (
+        "hpa_statefulset",
+        merged(WORKSPACE, AFFINITY, HPA, PERSISTENT),
+        {"ConfigMap", "StatefulSet", "Service", "ServiceAccount", "HorizontalPodAutoscaler"},
+    ),
+    (
+        "replicas_3_client_ip",
+        merged(WORKSPACE, AFFINITY, {"replicaCount": 3}),
+        {"ConfigMap", "Deployment", "Service", "ServiceAccount"},
+    ),
+    (
+        "servicemonitor_and_pdb",
+        merged(WORKSPACE, EXTRAS),
+        {
+            "ConfigMap",
+            "Deployment",
+            "Service",
+            "ServiceAccount",
+            "ServiceMonitor",
+            "PodDisruptionBudget",
+        },
+    ),
+    (
+        "irsa_role",
+        merged(WORKSPACE, {"serviceAccount": {"roleArn": ROLE}}),
+        {"ConfigMap", "Deployment", "Service", "ServiceAccount"},
+    ),
+    (
+        "existing_service_account",
+        merged(WORKSPACE, {"serviceAccount": {"create": False, "name": "amp-writer"}}),
+        {"ConfigMap", "Deployment", "Service"},
+    ),
+    (
+        "custom_config",
+        {"config": CUSTOM_CONFIG, "terminationGracePeriodSeconds": 120},
+        {"ConfigMap", "Deployment", "Service", "ServiceAccount"},
+    ),
+    (
+        "config_as_string",
+        {"config": yaml.safe_dump(CUSTOM_CONFIG), "terminationGracePeriodSeconds": 91},
+        {"ConfigMap", "Deployment", "Service", "ServiceAccount"},
+    ),
+    (
+        "workers_2",
+        merged(WORKSPACE, {"workers": 2}),
+        {"ConfigMap", "Deployment", "Service", "ServiceAccount"},
+    ),
+    (
+        "workers_2_statefulset",
+        merged(WORKSPACE, AFFINITY, PERSISTENT, {"workers": 2, "replicaCount": 2}),
+        {"ConfigMap", "StatefulSet", "Service", "ServiceAccount"},
+    ),
+    (
+        "listen_on_ipv6_port_8080",
+        {"config": {"server": {"listen_address": "[::]:8080"}}},
+        {"ConfigMap", "Deployment", "Service", "ServiceAccount"},
+    ),
+    (
+        "storage_under_the_volume",
+        {
+            "config": {"storage": {"path": "/var/lib/rwrouter/queues"}},
+            "emptyDir": {"sizeLimit": "3Gi"},
+        },
+        {"ConfigMap", "Deployment", "Service", "ServiceAccount"},
+    ),
+    (
+        "shadow_candidate",
+        merged(WORKSPACE, SHADOW),
+        {"ConfigMap", "Deployment", "Service", "ServiceAccount"},
+    ),
+    (
+        "shadow_candidate_statefulset",
+        merged(WORKSPACE, SHADOW, PERSISTENT),
+        {"ConfigMap", "StatefulSet", "Service", "ServiceAccount"},
+    ),
+]
 
 # (id, values, a fragment of the error)
 FAILING: list[tuple[str, dict[str, Any], str]] = [
     ("hpa_without_client_ip", HPA, "sessionAffinity: ClientIP"),
     ("replicas_2_without_client_ip", {"replicaCount": 2}, "sessionAffinity: ClientIP"),
-    ("statefulset_replicas_without_client_ip", merged(PERSISTENT, {"replicaCount": 2}),
-     "sessionAffinity: ClientIP"),
+    (
+        "statefulset_replicas_without_client_ip",
+        merged(PERSISTENT, {"replicaCount": 2}),
+        "sessionAffinity: ClientIP",
+    ),
     ("bad_session_affinity", {"service": {"sessionAffinity": "Cookie"}}, "None or ClientIP"),
-    ("grace_not_above_shutdown_timeout", {"terminationGracePeriodSeconds": 30},
-     "must be larger than config.server.shutdown_timeout"),
-    ("grace_below_custom_shutdown_timeout",
-     {"config": CUSTOM_CONFIG, "terminationGracePeriodSeconds": 90},
-     "must be larger than config.server.shutdown_timeout"),
+    (
+        "grace_not_above_shutdown_timeout",
+        {"terminationGracePeriodSeconds": 30},
+        "must be larger than config.server.shutdown_timeout",
+    ),
+    (
+        "grace_below_custom_shutdown_timeout",
+        {"config": CUSTOM_CONFIG, "terminationGracePeriodSeconds": 90},
+        "must be larger than config.server.shutdown_timeout",
+    ),
     ("workers_0", {"workers": 0}, "workers must be null or an integer >= 1"),
     ("workers_fraction", {"workers": 1.5}, "workers must be null or an integer >= 1, got 1.5"),
     ("workers_string", {"workers": "2"}, "workers must be null or an integer >= 1"),
     ("workers_bool", {"workers": True}, "workers must be null or an integer >= 1"),
-    ("listen_on_loopback", {"config": {"server": {"listen_address": "127.0.0.1:9250"}}},
-     "config.server.listen_address must listen on all interfaces"),
-    ("listen_on_a_pod_name", {"config": {"server": {"listen_address": "rwrouter:9250"}}},
-     "config.server.listen_address must listen on all interfaces"),
-    ("listen_on_any_port", {"config": {"server": {"listen_address": "0.0.0.0:0"}}},
-     "config.server.listen_address must have a fixed port 1..65535"),
-    ("storage_path_absolute", {"config": {"storage": {"path": "/data"}}},
-     "config.storage.path must be on the queue volume"),
-    ("storage_path_beside_volume", {"config": {"storage": {"path": "/var/lib/rwrouter-old"}}},
-     "config.storage.path must be on the queue volume"),
-    ("storage_path_escapes", {"config": {"storage": {"path": "../data"}}},
-     "config.storage.path must be on the queue volume"),
-    ("storage_path_escapes_volume", {"config": {"storage": {"path": "/var/lib/rwrouter/../x"}}},
-     "config.storage.path must be on the queue volume"),
-    ("grace_without_supervisor_kill_grace", {"workers": 2, "terminationGracePeriodSeconds": 45},
-     "must be larger than config.server.shutdown_timeout (30000ms) + 15s with workers > 1"),
-    ("grace_custom_timeout_workers",
-     {"config": CUSTOM_CONFIG, "workers": 3, "terminationGracePeriodSeconds": 100},
-     "must be larger than config.server.shutdown_timeout (90000ms) + 15s with workers > 1"),
-    ("empty_dir_too_small_for_workers", {"workers": 2, "emptyDir": {"sizeLimit": "4Gi"}},
-     "emptyDir.sizeLimit (4Gi) is smaller than the queues may use: 4352Mi = workers (2)"),
-    ("empty_dir_too_small_for_bounds",
-     {"config": {"storage": {"rejected_max_bytes": "1GiB"}}, "emptyDir": {"sizeLimit": "4G"}},
-     "emptyDir.sizeLimit (4G) is smaller than the queues may use: 4096Mi = workers (1)"),
-    ("claim_too_small_for_workers",
-     merged(PERSISTENT, {"workers": 2, "persistence": {"size": "4Gi"}}),
-     "persistence.size (4Gi) is smaller than the queues may use: 4352Mi = workers (2)"),
-    ("claim_too_small_for_bounds",
-     merged(PERSISTENT, {"config": {"remote_write": [
-         {"name": "big", "url": "http://p:9090/api/v1/write",
-          "queue_config": {"max_disk_bytes": 10737418240}}]}}),
-     "persistence.size (10Gi) is smaller than the queues may use: 10304Mi = workers (1)"),
-    ("bad_size_in_config",
-     {"config": {"relabel_cache": {"max_bytes": "256mb"}}},
-     'config.relabel_cache.max_bytes: expected a size such as 1GiB or 512MiB, got "256mb"'),
-    ("audit_max_series_as_a_string", {"config": {"audit": {"max_series": "500k"}}},
-     "config.audit.max_series: expected an integer such as 500000, got 500k (string)"),
-    ("shadow_does_not_lift_the_volume_check",
-     merged(SHADOW, {"emptyDir": {"sizeLimit": "2175Mi"}}),
-     "emptyDir.sizeLimit (2175Mi) is smaller than the queues may use: 2176Mi = workers (1)"),
-]  # fmt: skip
+    (
+        "listen_on_loopback",
+        {"config": {"server": {"listen_address": "127.0.0.1:9250"}}},
+        "config.server.listen_address must listen on all interfaces",
+    ),
+    (
+        "listen_on_a_pod_name",
+        {"config": {"server": {"listen_address": "rwrouter:9250"}}},
+        "config.server.listen_address must listen on all interfaces",
+    ),
+    (
+        "listen_on_any_port",
+        {"config": {"server": {"listen_address": "0.0.0.0:0"}}},
+        "config.server.listen_address must have a fixed port 1..65535",
+    ),
+    (
+        "storage_path_absolute",
+        {"config": {"storage": {"path": "/data"}}},
+        "config.storage.path must be on the queue volume",
+    ),
+    (
+        "storage_path_beside_volume",
+        {"config": {"storage": {"path": "/var/lib/rwrouter-old"}}},
+        "config.storage.path must be on the queue volume",
+    ),
+    (
+        "storage_path_escapes",
+        {"config": {"storage": {"path": "../data"}}},
+        "config.storage.path must be on the queue volume",
+    ),
+    (
+        "storage_path_escapes_volume",
+        {"config": {"storage": {"path": "/var/lib/rwrouter/../x"}}},
+        "config.storage.path must be on the queue volume",
+    ),
+    (
+        "grace_without_supervisor_kill_grace",
+        {"workers": 2, "terminationGracePeriodSeconds": 45},
+        "must be larger than config.server.shutdown_timeout (30000ms) + 15s with workers > 1",
+    ),
+    (
+        "grace_custom_timeout_workers",
+        {"config": CUSTOM_CONFIG, "workers": 3, "terminationGracePeriodSeconds": 100},
+        "must be larger than config.server.shutdown_timeout (90000ms) + 15s with workers > 1",
+    ),
+    (
+        "empty_dir_too_small_for_workers",
+        {"workers": 2, "emptyDir": {"sizeLimit": "4Gi"}},
+        "emptyDir.sizeLimit (4Gi) is smaller than the queues may use: 4352Mi = workers (2)",
+    ),
+    (
+        "empty_dir_too_small_for_bounds",
+        {"config": {"storage": {"rejected_max_bytes": "1GiB"}}, "emptyDir": {"sizeLimit": "4G"}},
+        "emptyDir.sizeLimit (4G) is smaller than the queues may use: 4096Mi = workers (1)",
+    ),
+    (
+        "claim_too_small_for_workers",
+        merged(PERSISTENT, {"workers": 2, "persistence": {"size": "4Gi"}}),
+        "persistence.size (4Gi) is smaller than the queues may use: 4352Mi = workers (2)",
+    ),
+    (
+        "claim_too_small_for_bounds",
+        merged(
+            PERSISTENT,
+            {
+                "config": {
+                    "remote_write": [
+                        {
+                            "name": "big",
+                            "url": "http://p:9090/api/v1/write",
+                            "queue_config": {"max_disk_bytes": 10737418240},
+                        }
+                    ]
+                }
+            },
+        ),
+        "persistence.size (10Gi) is smaller than the queues may use: 10304Mi = workers (1)",
+    ),
+    (
+        "bad_size_in_config",
+        {"config": {"relabel_cache": {"max_bytes": "256mb"}}},
+        'config.relabel_cache.max_bytes: expected a size such as 1GiB or 512MiB, got "256mb"',
+    ),
+    (
+        "audit_max_series_as_a_string",
+        {"config": {"audit": {"max_series": "500k"}}},
+        "config.audit.max_series: expected an integer such as 500000, got 500k (string)",
+    ),
+    (
+        "shadow_does_not_lift_the_volume_check",
+        merged(SHADOW, {"emptyDir": {"sizeLimit": "2175Mi"}}),
+        "emptyDir.sizeLimit (2175Mi) is smaller than the queues may use: 2176Mi = workers (1)",
+    ),
+]
 
 
 @pytest.fixture(scope="module")
@@ -194,8 +316,9 @@ def notes(chart: Any, values: dict[str, Any]) -> str:
 
 
 def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
-    found = [d for d in docs
-             if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]  # fmt: skip
+    found = [
+        d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)
+    ]
     assert len(found) == 1, f"{len(found)} {kind} {name or ''}"
     return found[0]
 
@@ -223,21 +346,25 @@ def checksum(docs: list[dict[str, Any]]) -> str:
     return value
 
 
-@pytest.mark.parametrize(("values", "kinds"), [(v, k) for _, v, k in SCENARIOS],
-                         ids=[i for i, _, _ in SCENARIOS])  # fmt: skip
+@pytest.mark.parametrize(
+    ("values", "kinds"), [(v, k) for _, v, k in SCENARIOS], ids=[i for i, _, _ in SCENARIOS]
+)
 def test_chart_lints_clean(values: dict[str, Any], kinds: set[str]) -> None:
-    report = helm.lint(CHART, values, strict=True, namespace=NAMESPACE,
-                       kube_version=f"v{KUBE_VERSION}")  # fmt: skip
+    report = helm.lint(
+        CHART, values, strict=True, namespace=NAMESPACE, kube_version=f"v{KUBE_VERSION}"
+    )
     assert report["errors"] == []
     # Severity 1 is information (only "icon is recommended"); warnings and errors fail.
     problems = [m for m in report["messages"] if m["severity"] >= 2]
     assert problems == []
 
 
-@pytest.mark.parametrize(("values", "kinds"), [(v, k) for _, v, k in SCENARIOS],
-                         ids=[i for i, _, _ in SCENARIOS])  # fmt: skip
-def test_every_manifest_is_valid_kubernetes(chart: Any, values: dict[str, Any],
-                                            kinds: set[str]) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("values", "kinds"), [(v, k) for _, v, k in SCENARIOS], ids=[i for i, _, _ in SCENARIOS]
+)
+def test_every_manifest_is_valid_kubernetes(
+    chart: Any, values: dict[str, Any], kinds: set[str]
+) -> None:
     docs = render(chart, values)
     assert {d["kind"] for d in docs} == kinds
     for doc in docs:
@@ -250,10 +377,10 @@ def test_every_manifest_is_valid_kubernetes(chart: Any, values: dict[str, Any],
         assert doc["metadata"]["labels"]["app.kubernetes.io/instance"] == RELEASE
 
 
-@pytest.mark.parametrize(("values", "kinds"), [(v, k) for _, v, k in SCENARIOS],
-                         ids=[i for i, _, _ in SCENARIOS])  # fmt: skip
-def test_pod_is_locked_down_and_probed(chart: Any, values: dict[str, Any],
-                                       kinds: set[str]) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("values", "kinds"), [(v, k) for _, v, k in SCENARIOS], ids=[i for i, _, _ in SCENARIOS]
+)
+def test_pod_is_locked_down_and_probed(chart: Any, values: dict[str, Any], kinds: set[str]) -> None:
     docs = render(chart, values)
     pod = workload(docs)["spec"]["template"]["spec"]
     c = container(docs)
@@ -278,8 +405,9 @@ def test_pod_is_locked_down_and_probed(chart: Any, values: dict[str, Any],
     assert mounts == {"/etc/rwrouter": "config", "/var/lib/rwrouter": "data"}
     assert {"name": "config", "configMap": {"name": f"{RELEASE}-rwrouter"}} in pod["volumes"]
     service = one(docs, "Service", f"{RELEASE}-rwrouter")
-    assert service["spec"]["ports"] == [{"name": "http", "port": 9250, "targetPort": "http",
-                                         "protocol": "TCP"}]  # fmt: skip
+    assert service["spec"]["ports"] == [
+        {"name": "http", "port": 9250, "targetPort": "http", "protocol": "TCP"}
+    ]
     assert service["spec"]["selector"] == workload(docs)["spec"]["selector"]["matchLabels"]
 
 
@@ -313,8 +441,9 @@ def test_config_change_rolls_the_pods(chart: Any) -> None:
     base = checksum(render(chart, WORKSPACE))
     assert base == checksum(render(chart, WORKSPACE)), "the checksum must be deterministic"
     # Values outside the configuration do not roll the pods...
-    assert base == checksum(render(chart, merged(WORKSPACE, {"replicaCount": 1,
-                                                              "podLabels": {"a": "b"}})))
+    assert base == checksum(
+        render(chart, merged(WORKSPACE, {"replicaCount": 1, "podLabels": {"a": "b"}}))
+    )
     # ...a change of the configuration does, for the Deployment and the StatefulSet alike.
     changed = merged(WORKSPACE, {"config": {"server": {"shutdown_timeout": "20s"}}})
     assert base != checksum(render(chart, changed))
@@ -322,10 +451,12 @@ def test_config_change_rolls_the_pods(chart: Any) -> None:
     assert persistent != checksum(render(chart, merged(changed, PERSISTENT)))
 
 
-@pytest.mark.parametrize(("values", "kinds"), [(v, k) for _, v, k in SCENARIOS],
-                         ids=[i for i, _, _ in SCENARIOS])  # fmt: skip
-def test_configmap_passes_check_config(chart: Any, values: dict[str, Any], kinds: set[str],
-                                       tmp_path: Path) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("values", "kinds"), [(v, k) for _, v, k in SCENARIOS], ids=[i for i, _, _ in SCENARIOS]
+)
+def test_configmap_passes_check_config(
+    chart: Any, values: dict[str, Any], kinds: set[str], tmp_path: Path
+) -> None:
     docs = render(chart, values)
     path = tmp_path / "rwrouter.yaml"
     path.write_text(config_text(docs))
@@ -335,7 +466,11 @@ def test_configmap_passes_check_config(chart: Any, values: dict[str, Any], kinds
         env[var["name"]] = var["value"]
     result = subprocess.run(
         [sys.executable, "-m", "rwrouter", "check-config", str(path)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     parsed = yaml.safe_load(config_text(docs))
@@ -405,7 +540,9 @@ def test_default_config_fits_the_default_memory_limit(chart: Any) -> None:
     assert cache == 256 * MIB and cache < limit // 2
     # ...and so is each destination's read-ahead (rwrouter's own default is 256MiB).
     assert [d["queue_config"]["max_memory_bytes"] for d in config["remote_write"]] == [
-        "64MiB", "64MiB"]  # fmt: skip
+        "64MiB",
+        "64MiB",
+    ]
     # ...and so is the audit of the workspace (rwrouter's own default is 2 M series, ~191MiB).
     assert config["audit"]["max_series"] * SERIES_BYTES == 50_000_000  # about 48MiB
     disk, memory = bounds(config)
@@ -421,23 +558,31 @@ def test_default_config_fits_the_default_memory_limit(chart: Any) -> None:
     raised = {"workers": 2, "resources": {"limits": {"memory": "1200Mi"}}}
     assert "resources.limits.memory" not in notes(chart, merged(WORKSPACE, raised))
     # rwrouter's own defaults (the cache and read-ahead not bounded) exceed even one worker's.
-    unbounded = {"config": {"relabel_cache": None, "remote_write": [
-        {"name": "a", "url": "http://a:9090/api/v1/write"}]}}  # fmt: skip
+    unbounded = {
+        "config": {
+            "relabel_cache": None,
+            "remote_write": [{"name": "a", "url": "http://a:9090/api/v1/write"}],
+        }
+    }
     assert "about 1430Mi = workers (1)" in notes(chart, merged(WORKSPACE, unbounded))
 
 
-@pytest.mark.parametrize(("values", "size_limit"), [
-    ({}, "2784Mi"),  # 2 x (1GiB + 64MiB) = 2176Mi, + a quarter + 64Mi
-    ({"workers": 2}, "5504Mi"),
-    ({"workers": 3}, "8224Mi"),
-    ({"config": {"storage": {"rejected_max_bytes": "1GiB"}}}, "5184Mi"),
-    ({"emptyDir": {"sizeLimit": "8Gi"}}, "8Gi"),
-    ({"emptyDir": {"sizeLimit": "1.5Gi"}}, "1.5Gi"),  # not parsed by the chart: not checked
-    ({"emptyDir": {"sizeLimit": ""}}, None),
-], ids=["default", "workers_2", "workers_3", "rejected_1GiB", "explicit", "fraction",
-        "no_limit"])  # fmt: skip
-def test_empty_dir_is_sized_from_the_disk_bounds(chart: Any, values: dict[str, Any],
-                                                 size_limit: str | None) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("values", "size_limit"),
+    [
+        ({}, "2784Mi"),  # 2 x (1GiB + 64MiB) = 2176Mi, + a quarter + 64Mi
+        ({"workers": 2}, "5504Mi"),
+        ({"workers": 3}, "8224Mi"),
+        ({"config": {"storage": {"rejected_max_bytes": "1GiB"}}}, "5184Mi"),
+        ({"emptyDir": {"sizeLimit": "8Gi"}}, "8Gi"),
+        ({"emptyDir": {"sizeLimit": "1.5Gi"}}, "1.5Gi"),  # not parsed by the chart: not checked
+        ({"emptyDir": {"sizeLimit": ""}}, None),
+    ],
+    ids=["default", "workers_2", "workers_3", "rejected_1GiB", "explicit", "fraction", "no_limit"],
+)
+def test_empty_dir_is_sized_from_the_disk_bounds(
+    chart: Any, values: dict[str, Any], size_limit: str | None
+) -> None:
     docs = render(chart, merged(WORKSPACE, values))
     volumes = {v["name"]: v for v in workload(docs)["spec"]["template"]["spec"]["volumes"]}
     expected = {"sizeLimit": size_limit} if size_limit else {}
@@ -459,34 +604,62 @@ ESTIMATES: list[tuple[str, dict[str, Any], int, int]] = [
     # read-ahead; only the series its audit remembers count.
     ("shadow_candidate", SHADOW, 0, AUDIT_BYTES),
     ("shadow_candidate_workers_2", merged(SHADOW, {"workers": 2}), 0, AUDIT_BYTES),
-    ("shadow_without_queue_config",
-     {"config": {"remote_write": [*DEFAULT_DESTINATIONS, {"name": "bare", "shadow": True}]}},
-     0, AUDIT_BYTES),
+    (
+        "shadow_without_queue_config",
+        {"config": {"remote_write": [*DEFAULT_DESTINATIONS, {"name": "bare", "shadow": True}]}},
+        0,
+        AUDIT_BYTES,
+    ),
     # A sending destination takes rwrouter's default queue (1GiB + 64MiB rejected, 256MiB).
-    ("sending_destination_added",
-     {"config": {"remote_write": [*DEFAULT_DESTINATIONS,
-                                  {"name": "more", "url": "http://m:9090/api/v1/write"}]}},
-     (1024 + 64) * MIB, 256 * MIB),
-    ("fallback_audited_too",
-     {"config": {"remote_write": [WORKSPACE_DEST, {**FALLBACK_DEST, "audit": True}]}},
-     0, AUDIT_BYTES),
-    ("workspace_not_audited",
-     {"config": {"remote_write": [{**WORKSPACE_DEST, "audit": False}, FALLBACK_DEST]}},
-     0, -AUDIT_BYTES),
-    ("rwrouter_default_max_series", {"config": {"audit": None}},
-     0, (DEFAULT_MAX_SERIES - 500_000) * SERIES_BYTES),
+    (
+        "sending_destination_added",
+        {
+            "config": {
+                "remote_write": [
+                    *DEFAULT_DESTINATIONS,
+                    {"name": "more", "url": "http://m:9090/api/v1/write"},
+                ]
+            }
+        },
+        (1024 + 64) * MIB,
+        256 * MIB,
+    ),
+    (
+        "fallback_audited_too",
+        {"config": {"remote_write": [WORKSPACE_DEST, {**FALLBACK_DEST, "audit": True}]}},
+        0,
+        AUDIT_BYTES,
+    ),
+    (
+        "workspace_not_audited",
+        {"config": {"remote_write": [{**WORKSPACE_DEST, "audit": False}, FALLBACK_DEST]}},
+        0,
+        -AUDIT_BYTES,
+    ),
+    (
+        "rwrouter_default_max_series",
+        {"config": {"audit": None}},
+        0,
+        (DEFAULT_MAX_SERIES - 500_000) * SERIES_BYTES,
+    ),
     # 100 M series remembered: about 9.3GiB more, far above the default 1Gi limit.
-    ("huge_max_series", {"config": {"audit": {"max_series": 100_000_000}}},
-     0, (100_000_000 - 500_000) * SERIES_BYTES),
-]  # fmt: skip
+    (
+        "huge_max_series",
+        {"config": {"audit": {"max_series": 100_000_000}}},
+        0,
+        (100_000_000 - 500_000) * SERIES_BYTES,
+    ),
+]
 
 
-@pytest.mark.parametrize(("values", "disk_added", "memory_added"),
-                         [(v, d, m) for _, v, d, m in ESTIMATES],
-                         ids=[i for i, _, _, _ in ESTIMATES])  # fmt: skip
-def test_estimate_counts_audits_and_no_shadow_queue(chart: Any, values: dict[str, Any],
-                                                    disk_added: int,
-                                                    memory_added: int) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("values", "disk_added", "memory_added"),
+    [(v, d, m) for _, v, d, m in ESTIMATES],
+    ids=[i for i, _, _, _ in ESTIMATES],
+)
+def test_estimate_counts_audits_and_no_shadow_queue(
+    chart: Any, values: dict[str, Any], disk_added: int, memory_added: int
+) -> None:
     workers = values.get("workers", 1)
     disk = (DEFAULT_DISK + disk_added) * workers
     memory = (DEFAULT_MEMORY + memory_added) * workers
@@ -517,8 +690,7 @@ def test_estimate_counts_audits_and_no_shadow_queue(chart: Any, values: dict[str
 
 def test_container_port_follows_listen_address(chart: Any) -> None:
     docs = render(chart, {"config": {"server": {"listen_address": "[::]:8080"}}})
-    assert container(docs)["ports"] == [{"name": "http", "containerPort": 8080,
-                                         "protocol": "TCP"}]  # fmt: skip
+    assert container(docs)["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
     service = one(docs, "Service")["spec"]["ports"][0]
     assert (service["port"], service["targetPort"]) == (9250, "http")
 
@@ -533,8 +705,9 @@ def test_storage_path_on_the_volume_is_accepted(chart: Any, path: str) -> None:
 
 
 @pytest.mark.parametrize(("workers", "grace"), [(None, 31), (1, 31), (2, 46), (4, 46)])
-def test_grace_just_above_the_stop_time_is_accepted(chart: Any, workers: int | None,
-                                                    grace: int) -> None:  # fmt: skip
+def test_grace_just_above_the_stop_time_is_accepted(
+    chart: Any, workers: int | None, grace: int
+) -> None:
     # One process stops within shutdown_timeout (30s); the supervisor kills a worker still
     # running 15 s later (REQUEST_GRACE 5 s + KILL_GRACE 10 s): the figure the chart checks.
     assert REQUEST_GRACE + KILL_GRACE == 15
@@ -544,8 +717,9 @@ def test_grace_just_above_the_stop_time_is_accepted(chart: Any, workers: int | N
 
 def test_custom_config_is_rendered_verbatim(chart: Any) -> None:
     # A string is taken verbatim (e.g. --set-file config=my-rwrouter.yaml)...
-    docs = render(chart, {"config": yaml.safe_dump(CUSTOM_CONFIG),
-                          "terminationGracePeriodSeconds": 120})  # fmt: skip
+    docs = render(
+        chart, {"config": yaml.safe_dump(CUSTOM_CONFIG), "terminationGracePeriodSeconds": 120}
+    )
     assert yaml.safe_load(config_text(docs)) == CUSTOM_CONFIG
     # ...a map is merged by Helm into the default map (lists such as remote_write replace the
     # default's; keys not given keep the default's: relabel_configs [] and the relabel_cache
@@ -557,9 +731,18 @@ def test_custom_config_is_rendered_verbatim(chart: Any) -> None:
         "relabel_cache": {"max_bytes": "256MiB"},
         "audit": {"max_series": 500_000},
     }
-    docs = render(chart, {"config": {**CUSTOM_CONFIG, "relabel_configs": None,
-                                     "relabel_cache": None, "audit": None},
-                          "terminationGracePeriodSeconds": 120})  # fmt: skip
+    docs = render(
+        chart,
+        {
+            "config": {
+                **CUSTOM_CONFIG,
+                "relabel_configs": None,
+                "relabel_cache": None,
+                "audit": None,
+            },
+            "terminationGracePeriodSeconds": 120,
+        },
+    )
     assert yaml.safe_load(config_text(docs)) == CUSTOM_CONFIG
 
 
@@ -578,13 +761,18 @@ def test_existing_service_account_is_used(chart: Any) -> None:
     assert workload(docs)["spec"]["template"]["spec"]["serviceAccountName"] == "amp-writer"
 
 
-@pytest.mark.parametrize(("values", "args"), [
-    ({}, None),
-    ({"workers": 2}, ["--workers", "2"]),
-    ({"workers": 1}, ["--workers", "1"]),
-], ids=["unset", "two", "one"])  # fmt: skip
-def test_workers_become_container_args(chart: Any, values: dict[str, Any],
-                                       args: list[str] | None) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("values", "args"),
+    [
+        ({}, None),
+        ({"workers": 2}, ["--workers", "2"]),
+        ({"workers": 1}, ["--workers", "1"]),
+    ],
+    ids=["unset", "two", "one"],
+)
+def test_workers_become_container_args(
+    chart: Any, values: dict[str, Any], args: list[str] | None
+) -> None:
     assert container(render(chart, values)).get("args") == args
 
 
@@ -595,8 +783,11 @@ def test_hpa_scales_the_workload_behind_client_ip_affinity(chart: Any, persisten
     hpa = one(docs, "HorizontalPodAutoscaler")
     target = workload(docs)
     assert hpa["apiVersion"] == "autoscaling/v2"
-    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": target["kind"],
-                                             "name": target["metadata"]["name"]}  # fmt: skip
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": target["kind"],
+        "name": target["metadata"]["name"],
+    }
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 6)
     metric = hpa["spec"]["metrics"][0]["resource"]
     assert metric == {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}
@@ -626,21 +817,28 @@ def test_servicemonitor_and_pdb(chart: Any) -> None:
     pdb = one(docs, "PodDisruptionBudget")
     assert pdb["spec"]["maxUnavailable"] == 1 and "minAvailable" not in pdb["spec"]
     assert pdb["spec"]["selector"] == workload(docs)["spec"]["selector"]
-    pdb = one(render(chart, {"podDisruptionBudget": {"enabled": True, "minAvailable": 1}}),
-              "PodDisruptionBudget")  # fmt: skip
+    pdb = one(
+        render(chart, {"podDisruptionBudget": {"enabled": True, "minAvailable": 1}}),
+        "PodDisruptionBudget",
+    )
     assert pdb["spec"] == {"minAvailable": 1, "selector": pdb["spec"]["selector"]}
 
 
 def test_optional_objects_are_off_by_default(chart: Any) -> None:
     kinds = {d["kind"] for d in render(chart, {})}
-    assert not kinds & {"HorizontalPodAutoscaler", "PodDisruptionBudget", "ServiceMonitor",
-                        "StatefulSet"}  # fmt: skip
+    assert not kinds & {
+        "HorizontalPodAutoscaler",
+        "PodDisruptionBudget",
+        "ServiceMonitor",
+        "StatefulSet",
+    }
     service = one(render(chart, {}), "Service")["spec"]
     assert service["sessionAffinity"] == "None" and "sessionAffinityConfig" not in service
 
 
-@pytest.mark.parametrize(("values", "message"), [(v, m) for _, v, m in FAILING],
-                         ids=[i for i, _, _ in FAILING])  # fmt: skip
+@pytest.mark.parametrize(
+    ("values", "message"), [(v, m) for _, v, m in FAILING], ids=[i for i, _, _ in FAILING]
+)
 def test_unsafe_values_are_refused(chart: Any, values: dict[str, Any], message: str) -> None:
     with pytest.raises(helm.HelmError) as raised:
         chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
@@ -653,9 +851,20 @@ def test_notes_warn_about_what_is_missing(chart: Any) -> None:
     text = notes(chart, {})
     assert "workspace.id is not set" in text and "workspace.region is not set" in text
     assert "serviceAccount.roleArn is empty" in text and "emptyDir" in text
-    text = notes(chart, merged(WORKSPACE, PERSISTENT, AFFINITY, HPA,
-                               {"serviceAccount": {"roleArn": ROLE}, "workers": 2,
-                                "resources": {"limits": {"memory": "2Gi"}}}))  # fmt: skip
+    text = notes(
+        chart,
+        merged(
+            WORKSPACE,
+            PERSISTENT,
+            AFFINITY,
+            HPA,
+            {
+                "serviceAccount": {"roleArn": ROLE},
+                "workers": 2,
+                "resources": {"limits": {"memory": "2Gi"}},
+            },
+        ),
+    )
     assert "WARNING" not in text and "roleArn is empty" not in text
     assert "sessionAffinity ClientIP" in text and "--workers 2" in text
     assert "The HPA helps new senders only" in text and "prefer the sidecar" in text
@@ -686,4 +895,7 @@ def test_every_value_is_documented_in_the_readme() -> None:
     assert missing == []
     chart_yaml = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert (chart_yaml["apiVersion"], chart_yaml["version"], chart_yaml["appVersion"]) == (
-        "v2", "0.2.0", rwrouter.__version__)
+        "v2",
+        "0.2.0",
+        rwrouter.__version__,
+    )

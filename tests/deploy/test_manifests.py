@@ -48,8 +48,11 @@ def _documents() -> list[dict[str, Any]]:
 
 
 def _one(kind: str, name: str | None = None) -> dict[str, Any]:
-    found = [d for d in _documents()
-             if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]  # fmt: skip
+    found = [
+        d
+        for d in _documents()
+        if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)
+    ]
     assert len(found) == 1, f"{kind} {name}: {len(found)} documents"
     return found[0]
 
@@ -83,8 +86,9 @@ def _promtool() -> str:
 
 
 def _promtool_run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([_promtool(), *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=60, check=False)  # fmt: skip
+    return subprocess.run(
+        [_promtool(), *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 def _exposed_names() -> set[str]:
@@ -96,10 +100,17 @@ def _exposed_names() -> set[str]:
     metrics.audit.totals.source = lambda: ({"workspace": (1, 1)}, 50_000_000)
     text = metrics.exposition()[0].decode()
     merged = merge_expositions({"0": text}, workers=2).decode()
-    suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"],
-                "gauge": [""], "summary": ["", "_sum", "_count"]}  # fmt: skip
-    return {family.name + suffix for family in text_string_to_metric_families(merged)
-            for suffix in suffixes.get(family.type, [""])}  # fmt: skip
+    suffixes = {
+        "counter": ["_total"],
+        "histogram": ["_bucket", "_sum", "_count"],
+        "gauge": [""],
+        "summary": ["", "_sum", "_count"],
+    }
+    return {
+        family.name + suffix
+        for family in text_string_to_metric_families(merged)
+        for suffix in suffixes.get(family.type, [""])
+    }
 
 
 _NAME = re.compile(r"\b(rwrouter_[a-zA-Z0-9_]+|DCGM_[A-Z0-9_]+)\b")
@@ -248,8 +259,11 @@ RWROUTER_CONTAINER_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("path", "expected"), [(p, e) for _, p, e in RWROUTER_CONTAINER_CASES],
-                         ids=[n for n, _, _ in RWROUTER_CONTAINER_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [(p, e) for _, p, e in RWROUTER_CONTAINER_CASES],
+    ids=[n for n, _, _ in RWROUTER_CONTAINER_CASES],
+)
 def test_rwrouter_container_settings(path: list[str], expected: object) -> None:
     value: Any = _container("rwrouter")
     for key in path:
@@ -283,14 +297,19 @@ def test_service_account_has_the_irsa_annotation() -> None:
 # -- IAM -----------------------------------------------------------------------------------------
 
 IAM_CASES = [
-    ("remote_write_policy", "aps-remote-write-policy.json", "aps:RemoteWrite",
-     r"arn:aws:aps:REGION:ACCOUNT_ID:workspace/WORKSPACE_ID"),
+    (
+        "remote_write_policy",
+        "aps-remote-write-policy.json",
+        "aps:RemoteWrite",
+        r"arn:aws:aps:REGION:ACCOUNT_ID:workspace/WORKSPACE_ID",
+    ),
     ("irsa_trust_policy", "irsa-trust-policy.json", "sts:AssumeRoleWithWebIdentity", None),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize(("file", "action", "resource"), [c[1:] for c in IAM_CASES],
-                         ids=[c[0] for c in IAM_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("file", "action", "resource"), [c[1:] for c in IAM_CASES], ids=[c[0] for c in IAM_CASES]
+)
 def test_iam_policy(file: str, action: str, resource: str | None) -> None:
     policy = json.loads((DEPLOY / "iam" / file).read_text(encoding="utf-8"))
     assert policy["Version"] == "2012-10-17"
@@ -306,8 +325,11 @@ def test_irsa_trust_policy_is_bound_to_one_service_account() -> None:
     policy = json.loads((DEPLOY / "iam" / "irsa-trust-policy.json").read_text(encoding="utf-8"))
     (statement,) = policy["Statement"]
     provider = statement["Principal"]["Federated"]
-    match = re.fullmatch(r"arn:aws:iam::ACCOUNT_ID:oidc-provider/(oidc\.eks\.REGION\.amazonaws"
-                         r"\.com/id/OIDC_ID)", provider)  # fmt: skip
+    match = re.fullmatch(
+        r"arn:aws:iam::ACCOUNT_ID:oidc-provider/(oidc\.eks\.REGION\.amazonaws"
+        r"\.com/id/OIDC_ID)",
+        provider,
+    )
     assert match
     issuer = match.group(1)
     conditions = statement["Condition"]["StringEquals"]
@@ -362,8 +384,11 @@ INSTANCE_FILTER = 'instance=~"$instance"'
 
 def _unfiltered_selectors(expr: str) -> list[str]:
     """The series selectors of expr without the dashboard's instance filter."""
-    return [m.group(0) for m in _SELECTOR.finditer(expr)
-            if INSTANCE_FILTER not in re.split(r"\s*,\s*", (m.group(2) or "{}")[1:-1])]  # fmt: skip
+    return [
+        m.group(0)
+        for m in _SELECTOR.finditer(expr)
+        if INSTANCE_FILTER not in re.split(r"\s*,\s*", (m.group(2) or "{}")[1:-1])
+    ]
 
 
 def test_unfiltered_selectors_finds_every_selector_without_the_instance_filter() -> None:
@@ -374,25 +399,36 @@ def test_unfiltered_selectors_finds_every_selector_without_the_instance_filter()
         ' + rwrouter_d{instance="x"} + rwrouter_e{job="r", instance=~"$instance"}'
     )
     assert _unfiltered_selectors(expr) == [
-        'rwrouter_b_total{worker=~"$worker"}', "rwrouter_c", 'rwrouter_d{instance="x"}'
+        'rwrouter_b_total{worker=~"$worker"}',
+        "rwrouter_c",
+        'rwrouter_d{instance="x"}',
     ]
 
 
 def _dashboard_exprs() -> list[tuple[str, str]]:
-    return [(p["title"], t["expr"]) for p in _panels(_dashboard()["panels"])
-            for t in p.get("targets", [])]  # fmt: skip
+    return [
+        (p["title"], t["expr"])
+        for p in _panels(_dashboard()["panels"])
+        for t in p.get("targets", [])
+    ]
 
 
-@pytest.mark.parametrize(("title", "expr"), _dashboard_exprs(),
-                         ids=[f"{t}:{i}" for i, (t, _) in enumerate(_dashboard_exprs())])
+@pytest.mark.parametrize(
+    ("title", "expr"),
+    _dashboard_exprs(),
+    ids=[f"{t}:{i}" for i, (t, _) in enumerate(_dashboard_exprs())],
+)
 def test_dashboard_expression_uses_exported_metrics(title: str, expr: str) -> None:
     names = _names_in(expr)
     assert names, f"{title}: no rwrouter metric in {expr!r}"
     assert names <= _exposed_names(), f"{title}: not exported: {names - _exposed_names()}"
 
 
-@pytest.mark.parametrize(("title", "expr"), _dashboard_exprs(),
-                         ids=[f"{t}:{i}" for i, (t, _) in enumerate(_dashboard_exprs())])
+@pytest.mark.parametrize(
+    ("title", "expr"),
+    _dashboard_exprs(),
+    ids=[f"{t}:{i}" for i, (t, _) in enumerate(_dashboard_exprs())],
+)
 def test_dashboard_expression_filters_by_instance(title: str, expr: str) -> None:
     # With several rwrouter instances (replicas, one sidecar per Prometheus) a panel must not
     # sum over instances the viewer did not choose.

@@ -65,15 +65,28 @@ def test_audit_of_a_real_prometheus_capture_counts_its_series(tmp_path: Path) ->
     fleet.start()
     port, output = free_port(), tmp_path / "traffic.rwcap"
     capture = subprocess.Popen(
-        [sys.executable, "-m", "rwrouter", "capture", "--output", str(output),
-         "--listen", f"127.0.0.1:{port}"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "rwrouter",
+            "capture",
+            "--output",
+            str(output),
+            "--listen",
+            f"127.0.0.1:{port}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     config = tmp_path / "audit.yaml"
     config.write_text(AUDIT)
     try:
-        wait_for(lambda: listening(port) or capture.poll() is not None, timeout=20,
-                 what="rwrouter capture listening")  # fmt: skip
+        wait_for(
+            lambda: listening(port) or capture.poll() is not None,
+            timeout=20,
+            what="rwrouter capture listening",
+        )
         assert capture.poll() is None
         with PrometheusProcess.start(SENDER.format(target=fleet.targets[0], port=port)) as prom:
 
@@ -85,10 +98,23 @@ def test_audit_of_a_real_prometheus_capture_counts_its_series(tmp_path: Path) ->
             def audited() -> tuple[dict[str, int], dict[str, int], dict[str, int]] | None:
                 expected = stored()
                 result = subprocess.run(
-                    [sys.executable, "-m", "rwrouter", "audit", "--config", str(config),
-                     "--capture", str(output), "--json", "--top", "0"],
-                    capture_output=True, text=True, timeout=30,
-                )  # fmt: skip
+                    [
+                        sys.executable,
+                        "-m",
+                        "rwrouter",
+                        "audit",
+                        "--config",
+                        str(config),
+                        "--capture",
+                        str(output),
+                        "--json",
+                        "--top",
+                        "0",
+                    ],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                )
                 assert result.returncode == 0, result.stderr
                 report = json.loads(result.stdout)
                 counted: dict[str, dict[str, int]] = {
@@ -106,7 +132,10 @@ def test_audit_of_a_real_prometheus_capture_counts_its_series(tmp_path: Path) ->
         capture.send_signal(signal.SIGTERM)
         _, err = capture.communicate(timeout=20)
     assert everything == expected and sum(everything.values()) == SERIES_PER_TARGET
-    assert critical == {name: n for name, n in expected.items()
-                        if name == "DCGM_FI_DEV_GPU_UTIL" or name.startswith("DCGM_FI_PROF_")}
+    assert critical == {
+        name: n
+        for name, n in expected.items()
+        if name == "DCGM_FI_DEV_GPU_UTIL" or name.startswith("DCGM_FI_PROF_")
+    }
     assert critical and capture.returncode == 0, err
     assert "requests recorded" in err.splitlines()[-1]

@@ -24,12 +24,16 @@ ALLOWED = re2.compile(ALLOWLIST)
 ALLOWED_NAMES = {name for name, _, _ in DCGM_FIELDS if ALLOWED.fullmatch(name)}
 
 
-
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoPipeline]:
     binary = peer_binary("prometheus")
-    demo = DemoPipeline(workdir=tmp_path_factory.mktemp("demo3"), nodes=1, scrape_interval_s=1.0,
-                        prometheus=binary, remote_write_2=True)  # fmt: skip
+    demo = DemoPipeline(
+        workdir=tmp_path_factory.mktemp("demo3"),
+        nodes=1,
+        scrape_interval_s=1.0,
+        prometheus=binary,
+        remote_write_2=True,
+    )
     demo.start()
     try:
         yield demo
@@ -46,15 +50,23 @@ def test_the_sender_writes_2_0_and_the_self_hosted_store_gets_2_0(
     pipeline: DemoPipeline,
 ) -> None:
     wanted = {name: GPUS_PER_NODE for name in ALLOWED_NAMES}
-    wait_for(lambda: names_of(pipeline.workspace_series()) == wanted, timeout=45,
-             what="every allowlisted DCGM series at the workspace double")  # fmt: skip
-    summary = wait_for(lambda: s if (s := pipeline.summary()).self_hosted_by_name else None,
-                       timeout=30, what="series at the self-hosted store")  # fmt: skip
+    wait_for(
+        lambda: names_of(pipeline.workspace_series()) == wanted,
+        timeout=45,
+        what="every allowlisted DCGM series at the workspace double",
+    )
+    summary = wait_for(
+        lambda: s if (s := pipeline.summary()).self_hosted_by_name else None,
+        timeout=30,
+        what="series at the self-hosted store",
+    )
     router = summary.router
     assert router.requests_by_protocol.get("2.0", 0) > 0
     assert router.requests_by_protocol.get("1.0", 0) == 0  # the sender sends 2.0 only
-    assert router.protocol_in_use == {"self-hosted": RW2_MESSAGE,
-                                      "workspace": "prometheus.WriteRequest"}  # fmt: skip
+    assert router.protocol_in_use == {
+        "self-hosted": RW2_MESSAGE,
+        "workspace": "prometheus.WriteRequest",
+    }
     assert not set(summary.self_hosted_by_name) & ALLOWED_NAMES  # the workspace's only
     assert summary.rejections == {}  # the double (RW 1.0 only) refused nothing
     text = format_summary(summary)

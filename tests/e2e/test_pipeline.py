@@ -48,7 +48,6 @@ ALLOWED_NAMES = {name for name, _, _ in DCGM_FIELDS if ALLOWED.fullmatch(name)}
 ALLOWED_PER_NODE = len(ALLOWED_NAMES) * GPUS_PER_NODE
 
 
-
 def name_of(key: tuple[tuple[str, str], ...]) -> str:
     return dict(key)["__name__"]
 
@@ -73,16 +72,32 @@ def test_cli_demo_runs_prints_summary_and_leaves_no_process(tmp_path: Path) -> N
     prometheus_binary()
     workdir = tmp_path / "cli-demo"
     result = subprocess.run(
-        [sys.executable, "-m", "rwrouter", "demo", "--duration", "20", "--nodes", "1",
-         "--workdir", str(workdir)],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "rwrouter",
+            "demo",
+            "--duration",
+            "20",
+            "--nodes",
+            "1",
+            "--workdir",
+            str(workdir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
     expected = (
-        "workspace double:", "self-hosted Prometheus:", "rwrouter: received",
-        "self-hosted Prometheus UI: http://127.0.0.1:", "rwrouter demo: stopped",
-    )  # fmt: skip
+        "workspace double:",
+        "self-hosted Prometheus:",
+        "rwrouter: received",
+        "self-hosted Prometheus UI: http://127.0.0.1:",
+        "rwrouter demo: stopped",
+    )
     for text in expected:
         assert text in out, out[-3000:]
     assert "rejected: none" in out, out[-3000:]
@@ -180,25 +195,34 @@ def test_audit_counts_the_series_the_stores_hold(pipeline: DemoPipeline) -> None
 
     def stored() -> tuple[dict[str, int], dict[str, int]] | None:
         workspace = names_of(pipeline.workspace_series())
-        every_dcgm = {**{n: c for n, c in self_hosted_by_name(pipeline).items() if n in dcgm},
-                      **workspace}  # fmt: skip
+        every_dcgm = {
+            **{n: c for n, c in self_hosted_by_name(pipeline).items() if n in dcgm},
+            **workspace,
+        }
         if sum(workspace.values()) < NODES * ALLOWED_PER_NODE or set(every_dcgm) != dcgm:
             return None
         return workspace, every_dcgm
 
     def audited() -> tuple[dict[str, Any], dict[str, int], dict[str, int]] | None:
         report = _audit(pipeline)
-        by_dest = {d["name"]: {m["name"]: m["active_series"] for m in d["metrics"]}
-                   for d in report["destinations"]}  # fmt: skip
+        by_dest = {
+            d["name"]: {m["name"]: m["active_series"] for m in d["metrics"]}
+            for d in report["destinations"]
+        }
         rate = report["destinations"][-1]["samples_per_second"]
         series = report["destinations"][-1]["active_series"]
         # 1 s scrapes: each DCGM series carries about one sample a second, once the first
         # requests (and any backlog Prometheus sent first) are a small part of the average.
         if not 0.8 * series < rate < 1.2 * series:
             return None
-        return (report, by_dest["workspace"], by_dest[SHADOW_DESTINATION]) if (
-            (expected := stored()) and (by_dest["workspace"], by_dest[SHADOW_DESTINATION])
-            == expected) else None  # fmt: skip
+        return (
+            (report, by_dest["workspace"], by_dest[SHADOW_DESTINATION])
+            if (
+                (expected := stored())
+                and (by_dest["workspace"], by_dest[SHADOW_DESTINATION]) == expected
+            )
+            else None
+        )
 
     report, workspace, every_dcgm = wait_for(audited, timeout=30, what="audit = stores")
     assert set(workspace) == ALLOWED_NAMES and set(every_dcgm) == dcgm
@@ -209,7 +233,8 @@ def test_audit_counts_the_series_the_stores_hold(pipeline: DemoPipeline) -> None
     assert shadow["active_series"] == sum(every_dcgm.values())
     assert shadow["series_limit_ratio"] == shadow["active_series"] / 50_000_000
     assert shadow["monthly_cost"] == pytest.approx(
-        monthly_cost(shadow["samples_per_second"] * SECONDS_PER_MONTH, AMP_PRICE_TIERS))
+        monthly_cost(shadow["samples_per_second"] * SECONDS_PER_MONTH, AMP_PRICE_TIERS)
+    )
     assert dests["workspace"]["monthly_cost"] < shadow["monthly_cost"]
     # Nothing was ever sent for the shadow destination.
     assert SHADOW_DESTINATION not in pipeline.summary().router.sent
@@ -225,8 +250,11 @@ def test_stopped_node_staleness_markers_are_bit_exact_and_stale(pipeline: DemoPi
     node.stop()
 
     def node_series() -> dict[tuple[tuple[str, str], ...], dict[int, int]]:
-        return {k: v for k, v in pipeline.workspace_series().items()
-                if dict(k).get("Hostname") == hostname}  # fmt: skip
+        return {
+            k: v
+            for k, v in pipeline.workspace_series().items()
+            if dict(k).get("Hostname") == hostname
+        }
 
     def all_marked() -> list[int] | None:
         series = node_series()
@@ -242,8 +270,11 @@ def test_stopped_node_staleness_markers_are_bit_exact_and_stale(pipeline: DemoPi
         assert struct.unpack("<d", struct.pack("<Q", values[-1]))[0] >= 0
     after_s = max(marker_ts) / 1000 + 0.5
     wait_for(lambda: time.time() > after_s + 0.1 or None, timeout=5, what="marker time")
-    wait_for(lambda: self_hosted.query(exporter_series, time_s=after_s) == [] or None,
-             timeout=20, what="stale series in the self-hosted Prometheus")  # fmt: skip
+    wait_for(
+        lambda: self_hosted.query(exporter_series, time_s=after_s) == [] or None,
+        timeout=20,
+        what="stale series in the self-hosted Prometheus",
+    )
     before = self_hosted.query(exporter_series, time_s=before_s)
     assert int(before[0]["value"][1]) == SERIES_PER_NODE - ALLOWED_PER_NODE
     other = pipeline.fleet.nodes[0].target
@@ -271,8 +302,11 @@ def test_a_spliced_body_is_one_write_request_for_prometheus(pipeline: DemoPipeli
         blocks.append(compress(request.SerializeToString() * (part + 1)))  # repeats: copies
     status, answer = store.write(splice_compressed(blocks))
     assert status == 204, answer
-    found = wait_for(lambda: store.query("rwrouter_splice_check"), timeout=10,
-                     what="the spliced series")  # fmt: skip
+    found = wait_for(
+        lambda: store.query("rwrouter_splice_check"), timeout=10, what="the spliced series"
+    )
     assert {row["metric"]["part"]: float(row["value"][1]) for row in found} == {
-        "0": 0.0, "1": 1.0, "2": 2.0
-    }  # fmt: skip
+        "0": 0.0,
+        "1": 1.0,
+        "2": 2.0,
+    }

@@ -78,7 +78,6 @@ STALE_BITS = 0x7FF0000000000002
 WINDOW_MS = 5_000
 
 
-
 # -- the processes ---------------------------------------------------------------------------------
 @dataclass(repr=False)
 class Rig:
@@ -103,30 +102,46 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     work = tmp_path_factory.mktemp("prometheus3")
     fleet = ExporterFleet(nodes=2, seed=3)
     for sender, node in zip(SENDERS, fleet.nodes, strict=True):
-        node.registry.register(SidecarCollector(node.model, utf8=UTF8[sender],
-                                                start_s=time.time()))  # fmt: skip
-    double = WorkspaceDouble(region=REGION, workspaces=(WORKSPACE,),
-                             credentials={ACCESS_KEY: Key(SECRET)})  # fmt: skip
+        node.registry.register(SidecarCollector(node.model, utf8=UTF8[sender], start_s=time.time()))
+    double = WorkspaceDouble(
+        region=REGION, workspaces=(WORKSPACE,), credentials={ACCESS_KEY: Key(SECRET)}
+    )
     with ExitStack() as stack:  # stopped in reverse: senders, rwrouter (drains), stores
         fleet.start()
         stack.callback(fleet.stop)
         stack.callback(run_in_thread(double).stop)
-        store = stack.enter_context(PrometheusProcess.start(
-            "global: {scrape_interval: 1h}\n", binary=binaries["p3"], workdir=work / "store",
-            extra_args=("--enable-feature=type-and-unit-labels",)))  # fmt: skip
+        store = stack.enter_context(
+            PrometheusProcess.start(
+                "global: {scrape_interval: 1h}\n",
+                binary=binaries["p3"],
+                workdir=work / "store",
+                extra_args=("--enable-feature=type-and-unit-labels",),
+            )
+        )
         port = free_port()
         config = work / "rwrouter.yaml"
-        config.write_text(router_config(port=port, queues=work / "queues",
-                                        workspace_url=double.url(WORKSPACE), store_url=store.url))
+        config.write_text(
+            router_config(
+                port=port,
+                queues=work / "queues",
+                workspace_url=double.url(WORKSPACE),
+                store_url=store.url,
+            )
+        )
         router = RouterProcess(config_path=config, port=port, log_path=work / "rwrouter.log")
         stack.callback(router.stop)
         router.wait_ready(timeout_s=30)
         senders, scraping_ms = {}, {}
         for sender, node in zip(SENDERS, fleet.nodes, strict=True):
             text = sender_config(sender=sender, target=node.target, router_url=router.url)
-            senders[sender] = stack.enter_context(PrometheusProcess.start(
-                text, binary=binaries[sender], workdir=work / sender,
-                extra_args=SENDER_FLAGS[sender]))  # fmt: skip
+            senders[sender] = stack.enter_context(
+                PrometheusProcess.start(
+                    text,
+                    binary=binaries[sender],
+                    workdir=work / sender,
+                    extra_args=SENDER_FLAGS[sender],
+                )
+            )
             scraping_ms[sender] = _first_scrape(senders[sender], sender, fleet, store)
         pushed = {sender: pushed_series(sender, int(time.time() * 1000)) for sender in senders}
         for sender, prom in senders.items():
@@ -144,8 +159,11 @@ def _first_scrape(
     scraping_ms = int(time.time() * 1000)
     if sender == "p3":
         expected = sum(not is_critical(labels) for labels in scraped(fleet, sender))
-        wait_for(lambda: _count(store, 'count({sender="p3"})') == expected, timeout=30,
-                 what=f"p3's {expected} series in the store")  # fmt: skip
+        wait_for(
+            lambda: _count(store, 'count({sender="p3"})') == expected,
+            timeout=30,
+            what=f"p3's {expected} series in the store",
+        )
     return scraping_ms
 
 
@@ -159,10 +177,8 @@ def expected_workspace(rig: Rig) -> set[LabelSet]:
     """Critical series of both senders, escaped; the pushed critical ones."""
     out = set()
     for sender in SENDERS:
-        out |= {escape(labels) for labels in scraped(rig.fleet, sender)
-                if is_critical(labels)}  # fmt: skip
-        out |= {escape(p.as_written(sender)) for p in rig.pushed[sender]
-                if is_critical(p.labels)}  # fmt: skip
+        out |= {escape(labels) for labels in scraped(rig.fleet, sender) if is_critical(labels)}
+        out |= {escape(p.as_written(sender)) for p in rig.pushed[sender] if is_critical(p.labels)}
     return out
 
 
@@ -171,10 +187,12 @@ def expected_store(rig: Rig) -> set[LabelSet]:
     (pushed series have no metadata)."""
     out = set()
     for sender in SENDERS:
-        out |= {typed(labels, meta) for labels, meta in scraped(rig.fleet, sender).items()
-                if not is_critical(labels)}  # fmt: skip
-        out |= {p.as_written(sender) for p in rig.pushed[sender]
-                if not is_critical(p.labels)}  # fmt: skip
+        out |= {
+            typed(labels, meta)
+            for labels, meta in scraped(rig.fleet, sender).items()
+            if not is_critical(labels)
+        }
+        out |= {p.as_written(sender) for p in rig.pushed[sender] if not is_critical(p.labels)}
     return out
 
 
@@ -190,13 +208,21 @@ def test_workspace_holds_exactly_the_critical_series_with_escaped_names(rig: Rig
     """Both senders' critical series, UTF-8 names escaped with underscores (the double
     refuses UTF-8 names with 400 and RW 2.0 with 415: every request was answered 200)."""
     expected = expected_workspace(rig)
-    got = wait_for(lambda: (s := set(workspace_series(rig))) >= expected and s,
-                   timeout=30, what=f"{len(expected)} series at the workspace double")
+    got = wait_for(
+        lambda: (s := set(workspace_series(rig))) >= expected and s,
+        timeout=30,
+        what=f"{len(expected)} series at the workspace double",
+    )
     assert got == expected
-    assert all(re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", name) for labels in got
-               for name, _ in labels)  # fmt: skip
-    assert {"gpu_utilization", "gpu_memory_used_bytes", "trainer_gpu_utilization",
-            "push_critical_latency"} <= {name_of(labels) for labels in got}  # fmt: skip
+    assert all(
+        re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", name) for labels in got for name, _ in labels
+    )
+    assert {
+        "gpu_utilization",
+        "gpu_memory_used_bytes",
+        "trainer_gpu_utilization",
+        "push_critical_latency",
+    } <= {name_of(labels) for labels in got}
     double = rig.double
     assert dict(double.rejections) == {}
     assert {r.status for r in list(double.requests)} == {200}
@@ -208,19 +234,30 @@ def test_store_holds_exactly_the_rest_with_utf8_names_and_type_labels(rig: Rig) 
     ``__type__``/``__unit__`` (RW 2.0 metadata, from rwrouter's book), sent in RW 2.0 without
     a fallback; nothing dropped but what the workspace's keep rule drops."""
     expected = expected_store(rig)
-    got = wait_for(lambda: (s := store_series(rig)) >= expected and s,
-                   timeout=30, what=f"{len(expected)} series in the store")
+    got = wait_for(
+        lambda: (s := store_series(rig)) >= expected and s,
+        timeout=30,
+        what=f"{len(expected)} series in the store",
+    )
     assert got == expected
     assert {"trainer.tokens_total", "push.latency"} <= {name_of(labels) for labels in got}
     router = rig.router
-    assert router.metric_value("rwrouter_destination_protocol", destination="store",
-                               protobuf_message=RW2_MESSAGE) == 1  # fmt: skip
+    assert (
+        router.metric_value(
+            "rwrouter_destination_protocol", destination="store", protobuf_message=RW2_MESSAGE
+        )
+        == 1
+    )
     assert router.metric_value("rwrouter_protocol_fallbacks_total") == 0
     for protocol in ("1.0", "2.0"):
-        assert router.metric_value("rwrouter_received_protocol_requests_total",
-                                   protocol=protocol) > 0  # fmt: skip
-    dropped = {(m.labels["destination"], m.labels["reason"]) for m in router.metrics()
-               if m.name == "rwrouter_samples_dropped_total" and m.value}  # fmt: skip
+        assert (
+            router.metric_value("rwrouter_received_protocol_requests_total", protocol=protocol) > 0
+        )
+    dropped = {
+        (m.labels["destination"], m.labels["reason"])
+        for m in router.metrics()
+        if m.name == "rwrouter_samples_dropped_total" and m.value
+    }
     assert dropped == {("workspace", "relabel")}  # the rest, by its keep rule; nothing else
 
 
@@ -235,11 +272,16 @@ def test_workspace_holds_the_critical_families_metadata_escaped(rig: Rig) -> Non
                 expected[escape_metric(name_of(labels))] = (TYPE_CODES[kind], doc, unit)
 
     def stored() -> dict[str, tuple[int, str, str]]:
-        return {name: (m.type, m.help, m.unit)
-                for name, m in dict(rig.double.metadata(WORKSPACE)).items()}  # fmt: skip
+        return {
+            name: (m.type, m.help, m.unit)
+            for name, m in dict(rig.double.metadata(WORKSPACE)).items()
+        }
 
-    got = wait_for(lambda: (m := stored()).keys() >= expected.keys() and m, timeout=30,
-                   what="the critical families' metadata at the workspace")  # fmt: skip
+    got = wait_for(
+        lambda: (m := stored()).keys() >= expected.keys() and m,
+        timeout=30,
+        what="the critical families' metadata at the workspace",
+    )
     assert got == expected
     assert got["gpu_memory_used_bytes"][2] == got["trainer_gpu_memory_used_bytes"][2] == "bytes"
 
@@ -272,22 +314,37 @@ def test_stores_hold_the_senders_samples_bit_for_bit(rig: Rig, sender: str) -> N
     counts = sorted({len(points) for points in source.values()})
     assert counts[0] >= 2, counts  # 1 s scrapes (a slow one under load is no failure here)
     critical = {labels for labels in source if is_critical(labels)}
-    want_store = {typed(labels, meta[labels]): points for labels, points in source.items()
-                  if labels not in critical}  # fmt: skip
+    want_store = {
+        typed(labels, meta[labels]): points
+        for labels, points in source.items()
+        if labels not in critical
+    }
     want_workspace = {escape(labels): source[labels] for labels in critical}
 
     def workspace_points() -> dict[LabelSet, list[Any]]:
-        stored = {labels: dict(series.samples) for labels, series in workspace_series(rig).items()
-                  if labels in want_workspace}  # fmt: skip
-        return {labels: sorted((ts, b) for ts, b in samples.items()
-                               if end_ms - WINDOW_MS < ts <= end_ms)
-                for labels, samples in stored.items()}  # fmt: skip
+        stored = {
+            labels: dict(series.samples)
+            for labels, series in workspace_series(rig).items()
+            if labels in want_workspace
+        }
+        return {
+            labels: sorted(
+                (ts, b) for ts, b in samples.items() if end_ms - WINDOW_MS < ts <= end_ms
+            )
+            for labels, samples in stored.items()
+        }
 
     selector = f'{{sender="{sender}", job="{JOB}"}}'
-    wait_for(lambda: _range(rig.store, selector, end_ms) == want_store, timeout=30,
-             what=f"{sender}'s samples in the store")  # fmt: skip
-    wait_for(lambda: workspace_points() == want_workspace, timeout=30,
-             what=f"{sender}'s samples at the workspace")  # fmt: skip
+    wait_for(
+        lambda: _range(rig.store, selector, end_ms) == want_store,
+        timeout=30,
+        what=f"{sender}'s samples in the store",
+    )
+    wait_for(
+        lambda: workspace_points() == want_workspace,
+        timeout=30,
+        what=f"{sender}'s samples at the workspace",
+    )
 
 
 def _stored_histograms(prom: PrometheusProcess, name: str, **matchers: str) -> dict[int, Any]:
@@ -296,9 +353,15 @@ def _stored_histograms(prom: PrometheusProcess, name: str, **matchers: str) -> d
     extra = "".join(f', {n}="{v}"' for n, v in matchers.items())
     rows = prom.query(f'{{__name__="{name}"{extra}}}[1h]')
     assert len(rows) <= 1, rows
-    return {round(float(ts) * 1000): (float(h["count"]), bits(float(h["sum"])),
-                                      [(b[0], *map(float, b[1:])) for b in h["buckets"]])
-            for row in rows for ts, h in row.get("histograms", [])}  # fmt: skip
+    return {
+        round(float(ts) * 1000): (
+            float(h["count"]),
+            bits(float(h["sum"])),
+            [(b[0], *map(float, b[1:])) for b in h["buckets"]],
+        )
+        for row in rows
+        for ts, h in row.get("histograms", [])
+    }
 
 
 @pytest.mark.parametrize("sender", SENDERS)
@@ -320,8 +383,9 @@ def test_native_histograms_arrive_bit_exact(rig: Rig, sender: str) -> None:
             wait_for(arrived, timeout=30, what=f"{labels} at the workspace")
             continue
         source = _stored_histograms(rig.senders[sender], name)
-        counts = {h.timestamp: (h.count_int or h.count_float, bits(h.sum))
-                  for h in pushed.histograms}  # fmt: skip
+        counts = {
+            h.timestamp: (h.count_int or h.count_float, bits(h.sum)) for h in pushed.histograms
+        }
         assert {ts: point[:2] for ts, point in source.items()} == counts
 
         def stored(name: str = name, source: dict[int, Any] = source) -> bool:
@@ -341,8 +405,11 @@ def test_senders_sent_everything_and_nothing_failed(rig: Rig, sender: str) -> No
         return prom.metric_value(f"prometheus_remote_storage_{what}", remote_name="rwrouter")
 
     histograms = sum(len(p.histograms) for p in rig.pushed[sender])
-    wait_for(lambda: sent("histograms_total") >= histograms, timeout=30,
-             what=f"{sender}'s histograms sent")  # fmt: skip
+    wait_for(
+        lambda: sent("histograms_total") >= histograms,
+        timeout=30,
+        what=f"{sender}'s histograms sent",
+    )
     assert sent("samples_total") > 0
     if not UTF8[sender]:  # RW 1.0: metadata requests (RW 2.0 carries it in the series)
         assert sent("metadata_total") > 0
@@ -362,12 +429,10 @@ def test_vanished_targets_end_with_bit_exact_staleness_markers(rig: Rig) -> None
     for node in rig.fleet.nodes:
         node.stop()
     for sender in SENDERS:
-        expected = {escape(labels) for labels in scraped(rig.fleet, sender)
-                    if is_critical(labels)}  # fmt: skip
+        expected = {escape(labels) for labels in scraped(rig.fleet, sender) if is_critical(labels)}
 
         def marked(expected: set[LabelSet] = expected) -> set[int] | None:
-            stored = {k: dict(s.samples) for k, s in workspace_series(rig).items()
-                      if k in expected}  # fmt: skip
+            stored = {k: dict(s.samples) for k, s in workspace_series(rig).items() if k in expected}
             last = [max(samples.items()) for samples in stored.values()]
             done = len(last) == len(expected) and all(b == STALE_BITS for _, b in last)
             return {ts for ts, _ in last} if done else None

@@ -57,9 +57,10 @@ def _figures_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
 
 @pytest.fixture
 def report(
-    request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str],
+    request: pytest.FixtureRequest,
+    capsys: pytest.CaptureFixture[str],
     _figures_file: dict[str, Any],
-) -> Report:  # fmt: skip
+) -> Report:
     """``report(figures)``: print ``FAULT-FIGURES {json}`` (uncaptured) and keep it for the
     package's ``fault-figures.json``."""
 

@@ -52,8 +52,9 @@ _HOP_BY_HOP = frozenset(
 _ANSWER_HEADERS = frozenset(("retry-after", "content-type", "x-amzn-errortype"))
 
 
-def wait_for(probe: Callable[[], T | None], *, timeout_s: float, what: str,
-             interval_s: float = 0.2) -> T:  # fmt: skip
+def wait_for(
+    probe: Callable[[], T | None], *, timeout_s: float, what: str, interval_s: float = 0.2
+) -> T:
     """Poll ``probe`` until it returns something truthy; AssertionError after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     last: T | None = None
@@ -188,13 +189,15 @@ class DeliveryTap:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
         try:
             async with self._session.request(
-                request.method, self.upstream + request.path_qs, data=body, headers=headers,
+                request.method,
+                self.upstream + request.path_qs,
+                data=body,
+                headers=headers,
                 skip_auto_headers=("Accept-Encoding", "User-Agent", "Content-Type"),
-            ) as response:  # fmt: skip
+            ) as response:
                 payload = await response.read()
                 status = response.status
-                answer = {k: v for k, v in response.headers.items()
-                          if k.lower() in _ANSWER_HEADERS}  # fmt: skip
+                answer = {k: v for k, v in response.headers.items() if k.lower() in _ANSWER_HEADERS}
         except (aiohttp.ClientError, TimeoutError) as exc:
             return web.Response(status=502, text=f"tap: upstream failed: {exc}")
         if 200 <= status < 300 and body:
@@ -300,15 +303,21 @@ class Routers:
     workdir: Path
     started: list[RouterProcess] = field(default_factory=list)
 
-    def start(self, *, workspace: Workspace, self_hosted: SelfHosted,
-              **options: Any) -> RouterProcess:  # fmt: skip
+    def start(
+        self, *, workspace: Workspace, self_hosted: SelfHosted, **options: Any
+    ) -> RouterProcess:
         """Write the config (:func:`router_yaml` with ``options``), start, wait for ready."""
         port = free_port()
         config = self.workdir / "rwrouter.yaml"
-        config.write_text(router_yaml(
-            port=port, storage=self.workdir / "storage", workspace_url=workspace.write_url,
-            self_hosted_url=self_hosted.write_url, **options,
-        ))  # fmt: skip
+        config.write_text(
+            router_yaml(
+                port=port,
+                storage=self.workdir / "storage",
+                workspace_url=workspace.write_url,
+                self_hosted_url=self_hosted.write_url,
+                **options,
+            )
+        )
         router = RouterProcess(
             config_path=config, port=port, log_path=self.workdir / "rwrouter.log"
         )
@@ -336,10 +345,17 @@ def router_yaml(
     """Series whose name matches ``keep`` go to the workspace (SigV4, static key of the double),
     the others to the self-hosted store (``fallback: true``). Short deadlines and backoffs so a
     recovery shows within a second or two."""
-    queue = {"batch_send_deadline": "500ms", "min_backoff": "50ms", "max_backoff": "1s",
-             "max_shards": 4}  # fmt: skip
-    settings = {"listen_address": f"127.0.0.1:{port}", "shutdown_timeout": "2s",
-                "queue_full_retry_after": "1s"}  # fmt: skip
+    queue = {
+        "batch_send_deadline": "500ms",
+        "min_backoff": "50ms",
+        "max_backoff": "1s",
+        "max_shards": 4,
+    }
+    settings = {
+        "listen_address": f"127.0.0.1:{port}",
+        "shutdown_timeout": "2s",
+        "queue_full_retry_after": "1s",
+    }
     config = {
         "server": {**settings, **(server or {})},
         "storage": {"path": str(storage)},
@@ -364,14 +380,22 @@ def router_yaml(
     return yaml.safe_dump(config, sort_keys=False)
 
 
-def wait_drained(router: RouterProcess, *, timeout_s: float,
-                 destinations: tuple[str, ...] = ("workspace", "self-hosted")) -> None:  # fmt: skip
+def wait_drained(
+    router: RouterProcess,
+    *,
+    timeout_s: float,
+    destinations: tuple[str, ...] = ("workspace", "self-hosted"),
+) -> None:
     """Poll the router's ``rwrouter_queue_blocks`` until no destination has a block left (on
     disk or in flight): everything was delivered or refused for good."""
 
     def left() -> dict[str, float]:
-        return {d: router.metric_value("rwrouter_queue_blocks", destination=d)
-                for d in destinations}  # fmt: skip
+        return {
+            d: router.metric_value("rwrouter_queue_blocks", destination=d) for d in destinations
+        }
 
-    wait_for(lambda: not any(left().values()) or None, timeout_s=timeout_s,
-             what="the router's queues to drain")  # fmt: skip
+    wait_for(
+        lambda: not any(left().values()) or None,
+        timeout_s=timeout_s,
+        what="the router's queues to drain",
+    )

@@ -63,8 +63,12 @@ def sender_config(*, target: str, router_url: str, message: str, sender: str) ->
     """The sender's configuration: scrape ``target`` every second, external label
     ``sender="<sender>"``, remote-write ``message`` (RW 1.0 leaves ``protobuf_message`` out:
     Prometheus 2 does not know the key)."""
-    queue = {"max_samples_per_send": 200, "batch_send_deadline": "1s", "min_backoff": "50ms",
-             "max_backoff": "1s"}  # fmt: skip
+    queue = {
+        "max_samples_per_send": 200,
+        "batch_send_deadline": "1s",
+        "min_backoff": "50ms",
+        "max_backoff": "1s",
+    }
     remote: dict[str, object] = {"url": f"{router_url}/api/v1/write", "queue_config": queue}
     if message != RW1_MESSAGE:
         remote["protobuf_message"] = message
@@ -97,24 +101,39 @@ def start_sender(protocol: Protocol, config: str) -> PrometheusProcess:
 
 @pytest.mark.parametrize("protocol", PROTOCOLS, ids=PROTOCOL_IDS)
 def test_queue_full_backpressure_real_prometheus_sender_loses_nothing(
-    protocol: Protocol, workspace: Workspace, self_hosted: SelfHosted, routers: Routers,
-    fleet: ExporterFleet, report: Report,
-) -> None:  # fmt: skip
+    protocol: Protocol,
+    workspace: Workspace,
+    self_hosted: SelfHosted,
+    routers: Routers,
+    fleet: ExporterFleet,
+    report: Report,
+) -> None:
     double, sender_label = workspace.double, ("sender", protocol.tag(SENDER))
-    router = routers.start(workspace=workspace, self_hosted=self_hosted, keep=KEEP,
-                           workspace_queue=WORKSPACE_QUEUE)  # fmt: skip
+    router = routers.start(
+        workspace=workspace, self_hosted=self_hosted, keep=KEEP, workspace_queue=WORKSPACE_QUEUE
+    )
     started_s = time.time()
-    config = sender_config(target=fleet.targets[0], router_url=router.url,
-                           message=protocol.message, sender=sender_label[1])  # fmt: skip
+    config = sender_config(
+        target=fleet.targets[0],
+        router_url=router.url,
+        message=protocol.message,
+        sender=sender_label[1],
+    )
     with start_sender(protocol, config) as sender:
-        wait_for(lambda: workspace_keys(double, name=KEEP), timeout_s=20,
-                 what="DCGM samples at the workspace")  # fmt: skip
+        wait_for(
+            lambda: workspace_keys(double, name=KEEP),
+            timeout_s=20,
+            what="DCGM samples at the workspace",
+        )
         double.down()
         down_at = time.monotonic()
         wait_for(lambda: _refused(router), timeout_s=40, what="rwrouter answering 503")
         full_at = time.monotonic()
-        wait_for(lambda: time.monotonic() - full_at > HOLD_503_S or None,
-                 timeout_s=HOLD_503_S + 1, what="a few seconds of 503 answers")  # fmt: skip
+        wait_for(
+            lambda: time.monotonic() - full_at > HOLD_503_S or None,
+            timeout_s=HOLD_503_S + 1,
+            what="a few seconds of 503 answers",
+        )
         refused_requests = _refused(router)
         double.up()
         up_at = time.monotonic()
@@ -122,39 +141,51 @@ def test_queue_full_backpressure_real_prometheus_sender_loses_nothing(
         # A scrape is stamped when it starts and appended when it ends: read the sender's
         # TSDB once every scrape stamped up to the cut has ended (at most the scrape timeout).
         settled_s = cut_s + SCRAPE_TIMEOUT_S + 0.5
-        wait_for(lambda: time.time() > settled_s or None, timeout_s=8,
-                 what="the window's end and its last scrape")  # fmt: skip
+        wait_for(
+            lambda: time.time() > settled_s or None,
+            timeout_s=8,
+            what="the window's end and its last scrape",
+        )
         range_s = math.ceil(cut_s - started_s) + 5
         scraped = _sender_keys(sender, sender_label, at_s=cut_s, range_s=range_s)
 
         def stored() -> tuple[set[SampleKey], set[SampleKey]] | None:
             ws = {k for k in workspace_keys(double, name=KEEP) if k[1] <= cut_s * 1000}
-            sh = prometheus_keys(self_hosted.prom, f'{{sender="{sender_label[1]}"}}',
-                                 at_s=cut_s, range_s=range_s)  # fmt: skip
+            sh = prometheus_keys(
+                self_hosted.prom, f'{{sender="{sender_label[1]}"}}', at_s=cut_s, range_s=range_s
+            )
             return (ws, sh) if ws | sh >= scraped else None
 
         at_workspace, at_self_hosted = wait_for(
-            stored, timeout_s=45, interval_s=1,
-            what="every sample of the sender's TSDB in the stores")  # fmt: skip
+            stored,
+            timeout_s=45,
+            interval_s=1,
+            what="every sample of the sender's TSDB in the stores",
+        )
         caught_up_at = time.monotonic()
         failed = sender.metric_value("prometheus_remote_storage_samples_failed_total")
         retried = sender.metric_value("prometheus_remote_storage_samples_retried_total")
-        version = next(m.labels["version"] for m in sender.metrics()
-                       if m.name == "prometheus_build_info")  # fmt: skip
+        version = next(
+            m.labels["version"] for m in sender.metrics() if m.name == "prometheus_build_info"
+        )
     critical = by_name(scraped, KEEP)
-    report({
-        "protocol": protocol.name,
-        "sender": f"Prometheus {version}",
-        "sender_samples_in_window": len(scraped),
-        "samples_lost": len(scraped - (at_workspace | at_self_hosted)),
-        "rwrouter_503_answers": router.metric_value("rwrouter_received_requests_total", code="503"),
-        "rwrouter_refused_queue_full": refused_requests,
-        "queue_full_after_s": round(full_at - down_at, 1),
-        "workspace_outage_s": round(up_at - down_at, 1),
-        "caught_up_after_recovery_s": round(caught_up_at - up_at, 1),
-        "sender_samples_retried": retried,
-        "sender_samples_failed": failed,
-    })  # fmt: skip
+    report(
+        {
+            "protocol": protocol.name,
+            "sender": f"Prometheus {version}",
+            "sender_samples_in_window": len(scraped),
+            "samples_lost": len(scraped - (at_workspace | at_self_hosted)),
+            "rwrouter_503_answers": router.metric_value(
+                "rwrouter_received_requests_total", code="503"
+            ),
+            "rwrouter_refused_queue_full": refused_requests,
+            "queue_full_after_s": round(full_at - down_at, 1),
+            "workspace_outage_s": round(up_at - down_at, 1),
+            "caught_up_after_recovery_s": round(caught_up_at - up_at, 1),
+            "sender_samples_retried": retried,
+            "sender_samples_failed": failed,
+        }
+    )
     assert at_workspace == critical  # exactly the routed share: nothing lost, nothing extra
     assert at_self_hosted == scraped - critical
     assert router.metric_value("rwrouter_received_requests_total", code="503") > 0
@@ -167,8 +198,9 @@ def _refused(router: RouterProcess) -> float:
     return router.metric_value("rwrouter_refused_requests_total", reason="queue_full")
 
 
-def _sender_keys(sender: PrometheusProcess, label: tuple[str, str], *, at_s: float,
-                 range_s: int) -> set[SampleKey]:  # fmt: skip
+def _sender_keys(
+    sender: PrometheusProcess, label: tuple[str, str], *, at_s: float, range_s: int
+) -> set[SampleKey]:
     """The sender's raw samples, with its external label added (as remote write sends them)."""
     keys = prometheus_keys(sender, '{__name__=~".+"}', at_s=at_s, range_s=range_s)
     return {(tuple(sorted((*labels, label))), ts) for labels, ts in keys}

@@ -55,29 +55,46 @@ class AcknowledgedSamplesLost(AssertionError):
 
 @pytest.mark.parametrize("protocol", PROTOCOLS, ids=PROTOCOL_IDS)
 def test_kill_9_while_workspace_down_then_restart_every_acknowledged_sample_arrives(
-    protocol: Protocol, workspace: Workspace, self_hosted: SelfHosted, routers: Routers,
+    protocol: Protocol,
+    workspace: Workspace,
+    self_hosted: SelfHosted,
+    routers: Routers,
     report: Report,
-) -> None:  # fmt: skip
+) -> None:
     tag = protocol.tag(TAG)
     critical_names, bulk_names = f"critical_{tag}_.*", f"bulk_{tag}_.*"
     double = workspace.double
     double.down()
     router = routers.start(workspace=workspace, self_hosted=self_hosted)
-    ledger = Ledger(router.url, streams=make_streams(tag, streams=3, series=40),
-                    interval_s=0.02, message=protocol.message).start()  # fmt: skip
+    ledger = Ledger(
+        router.url,
+        streams=make_streams(tag, streams=3, series=40),
+        interval_s=0.02,
+        message=protocol.message,
+    ).start()
     self_hosted.tap.answer_delay_s = ANSWER_DELAY_S
     try:
-        wait_for(lambda: len(self_hosted.tap.deliveries(bulk_names)) > 3000, timeout_s=20,
-                 what="bulk samples flowing to the self-hosted store")  # fmt: skip
-        wait_for(lambda: self_hosted.tap.answers_pending, timeout_s=10, interval_s=0.01,
-                 what="a delivery to the self-hosted store not yet confirmed")  # fmt: skip
+        wait_for(
+            lambda: len(self_hosted.tap.deliveries(bulk_names)) > 3000,
+            timeout_s=20,
+            what="bulk samples flowing to the self-hosted store",
+        )
+        wait_for(
+            lambda: self_hosted.tap.answers_pending,
+            timeout_s=10,
+            interval_s=0.01,
+            what="a delivery to the self-hosted store not yet confirmed",
+        )
         acked_before_kill = len(ledger.acknowledged)
         assert router.kill() == -9
         unconfirmed = _unconfirmed(routers)
         router.restart()
         router.wait_ready(timeout_s=20)
-        wait_for(lambda: _acknowledged(ledger) > acked_before_kill + 5000, timeout_s=20,
-                 what="traffic acknowledged after the restart")  # fmt: skip
+        wait_for(
+            lambda: _acknowledged(ledger) > acked_before_kill + 5000,
+            timeout_s=20,
+            what="traffic acknowledged after the restart",
+        )
         double.up()
     finally:
         self_hosted.tap.answer_delay_s = 0.0
@@ -98,22 +115,26 @@ def test_kill_9_while_workspace_down_then_restart_every_acknowledged_sample_arri
     dup_ws, dup_ws_keys = duplicates(delivered_ws)
     dup_sh, dup_sh_keys = duplicates(delivered_sh)
     lost_sh = bulk - at_self_hosted
-    report({
-        "protocol": protocol.name,
-        "samples_acknowledged": len(acked),
-        "samples_lost_workspace": len(critical - at_workspace),
-        "samples_lost_self_hosted": len(lost_sh),
-        "duplicates_workspace": dup_ws,
-        "duplicates_self_hosted": dup_sh,
-        "duplicate_keys_resent_by_sender": len((dup_ws_keys | dup_sh_keys) & ledger.ambiguous),
-        "unconfirmed_at_crash_workspace": len(unconfirmed["workspace"]),
-        "unconfirmed_at_crash_self_hosted": len(unconfirmed["self-hosted"]),
-        "sender_requests_without_answer": ledger.statuses().get("none", 0),
-        "corrupt_records_after_restart": router.metric_value(
-            "rwrouter_queue_corrupt_records_total"),
-        "dropped_4xx_self_hosted_after_restart": router.metric_value(
-            "rwrouter_samples_dropped_total", destination="self-hosted", reason="4xx"),
-    })  # fmt: skip
+    report(
+        {
+            "protocol": protocol.name,
+            "samples_acknowledged": len(acked),
+            "samples_lost_workspace": len(critical - at_workspace),
+            "samples_lost_self_hosted": len(lost_sh),
+            "duplicates_workspace": dup_ws,
+            "duplicates_self_hosted": dup_sh,
+            "duplicate_keys_resent_by_sender": len((dup_ws_keys | dup_sh_keys) & ledger.ambiguous),
+            "unconfirmed_at_crash_workspace": len(unconfirmed["workspace"]),
+            "unconfirmed_at_crash_self_hosted": len(unconfirmed["self-hosted"]),
+            "sender_requests_without_answer": ledger.statuses().get("none", 0),
+            "corrupt_records_after_restart": router.metric_value(
+                "rwrouter_queue_corrupt_records_total"
+            ),
+            "dropped_4xx_self_hosted_after_restart": router.metric_value(
+                "rwrouter_samples_dropped_total", destination="self-hosted", reason="4xx"
+            ),
+        }
+    )
     assert ledger.statuses().get("none", 0) > 0, "the kill did not interrupt the stream"
     assert at_workspace == critical  # the workspace's whole queue survived the crash
     assert at_self_hosted <= bulk  # nothing that was not acknowledged

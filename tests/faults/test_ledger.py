@@ -90,12 +90,21 @@ def run_ledger(
     receiver = ScriptedReceiver(script)
     thread = threading.Thread(target=receiver.serve_forever, args=(0.05,), daemon=True)
     thread.start()
-    ledger = Ledger(receiver.url, streams=make_streams("ledger", streams=1, series=SERIES),
-                    message=message, min_backoff_s=0.01, retry_after_cap_s=0.05)  # fmt: skip
+    ledger = Ledger(
+        receiver.url,
+        streams=make_streams("ledger", streams=1, series=SERIES),
+        message=message,
+        min_backoff_s=0.01,
+        retry_after_cap_s=0.05,
+    )
     try:
         with ledger:
-            wait_for(lambda: len(receiver.received) >= attempts or None, timeout_s=10,
-                     interval_s=0.02, what=f"{attempts} requests at the receiver")  # fmt: skip
+            wait_for(
+                lambda: len(receiver.received) >= attempts or None,
+                timeout_s=10,
+                interval_s=0.02,
+                what=f"{attempts} requests at the receiver",
+            )
     finally:
         receiver.shutdown()
         receiver.server_close()
@@ -105,26 +114,65 @@ def run_ledger(
 # (id, message, script, attempts waited for, acknowledged: some | none, written errors)
 CASES = [
     ("rw2_204_exact", RW2_MESSAGE, [(204, EXACT)], 3, True, []),
-    ("rw2_204_without_headers", RW2_MESSAGE, [(204, {})], 2, False,
-     [WrittenError(204, CARRIED, None)]),
-    ("rw2_204_fewer_written", RW2_MESSAGE, [(204, {SAMPLES_WRITTEN: str(SERIES - 1)})], 2, False,
-     [WrittenError(204, CARRIED, Written(samples=SERIES - 1))]),
-    ("rw2_204_more_written", RW2_MESSAGE, [(204, {SAMPLES_WRITTEN: str(SERIES + 1)})], 1, False,
-     [WrittenError(204, CARRIED, Written(samples=SERIES + 1))]),
+    (
+        "rw2_204_without_headers",
+        RW2_MESSAGE,
+        [(204, {})],
+        2,
+        False,
+        [WrittenError(204, CARRIED, None)],
+    ),
+    (
+        "rw2_204_fewer_written",
+        RW2_MESSAGE,
+        [(204, {SAMPLES_WRITTEN: str(SERIES - 1)})],
+        2,
+        False,
+        [WrittenError(204, CARRIED, Written(samples=SERIES - 1))],
+    ),
+    (
+        "rw2_204_more_written",
+        RW2_MESSAGE,
+        [(204, {SAMPLES_WRITTEN: str(SERIES + 1)})],
+        1,
+        False,
+        [WrittenError(204, CARRIED, Written(samples=SERIES + 1))],
+    ),
     ("rw2_503_zero_then_204", RW2_MESSAGE, [(503, ZERO), (204, EXACT)], 3, True, []),
-    ("rw2_503_without_headers_then_204", RW2_MESSAGE, [(503, {}), (204, EXACT)], 3, True,
-     [WrittenError(503, CARRIED, None)]),
-    ("rw2_503_says_written_then_204", RW2_MESSAGE, [(503, EXACT), (204, EXACT)], 3, True,
-     [WrittenError(503, CARRIED, CARRIED)]),
+    (
+        "rw2_503_without_headers_then_204",
+        RW2_MESSAGE,
+        [(503, {}), (204, EXACT)],
+        3,
+        True,
+        [WrittenError(503, CARRIED, None)],
+    ),
+    (
+        "rw2_503_says_written_then_204",
+        RW2_MESSAGE,
+        [(503, EXACT), (204, EXACT)],
+        3,
+        True,
+        [WrittenError(503, CARRIED, CARRIED)],
+    ),
     ("rw2_400_zero", RW2_MESSAGE, [(400, ZERO)], 2, False, []),
-    ("rw2_400_without_headers", RW2_MESSAGE, [(400, {})], 1, False,
-     [WrittenError(400, CARRIED, None)]),
+    (
+        "rw2_400_without_headers",
+        RW2_MESSAGE,
+        [(400, {})],
+        1,
+        False,
+        [WrittenError(400, CARRIED, None)],
+    ),
     ("rw1_204_without_headers", RW1_MESSAGE, [(204, {})], 3, True, []),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize(("message", "script", "attempts", "acked", "errors"),
-                         [c[1:] for c in CASES], ids=[c[0] for c in CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("message", "script", "attempts", "acked", "errors"),
+    [c[1:] for c in CASES],
+    ids=[c[0] for c in CASES],
+)
 def test_ledger_checks_the_written_headers_of_rw2_answers(
     message: str, script: list[Answer], attempts: int, acked: bool, errors: list[WrittenError]
 ) -> None:

@@ -61,18 +61,25 @@ CHECK_EVERY_S = 10.0  # self-hosted completeness checks during the outage
 
 @pytest.mark.parametrize("protocol", PROTOCOLS, ids=PROTOCOL_IDS)
 def test_workspace_503_window_under_load_self_hosted_unaffected_then_workspace_gets_everything(
-    protocol: Protocol, workspace: Workspace, self_hosted: SelfHosted, routers: Routers,
+    protocol: Protocol,
+    workspace: Workspace,
+    self_hosted: SelfHosted,
+    routers: Routers,
     report: Report,
-) -> None:  # fmt: skip
+) -> None:
     tag, outage_s = protocol.tag(TAG), OUTAGE_S[protocol.name]
     critical_names, bulk_names = f"critical_{tag}_.*", f"bulk_{tag}_.*"
     double = workspace.double
     router = routers.start(workspace=workspace, self_hosted=self_hosted)
-    ledger = Ledger(router.url, streams=make_streams(tag, streams=2, series=20),
-                    message=protocol.message).start()  # fmt: skip
+    ledger = Ledger(
+        router.url, streams=make_streams(tag, streams=2, series=20), message=protocol.message
+    ).start()
     try:
-        wait_for(lambda: workspace_keys(double, name=critical_names), timeout_s=10,
-                 what="first samples at the workspace")  # fmt: skip
+        wait_for(
+            lambda: workspace_keys(double, name=critical_names),
+            timeout_s=10,
+            what="first samples at the workspace",
+        )
         before_start = time.monotonic()
         time.sleep(BEFORE_S)  # a phase of steady traffic, not a wait for a condition
         double.down(outage_s)
@@ -95,8 +102,7 @@ def test_workspace_503_window_under_load_self_hosted_unaffected_then_workspace_g
     first_fault, last_fault, faults = double.fault_window()
     assert last_fault - first_fault >= outage_s - 2, "the outage did not last"
     assert double.accepted_during(first_fault, last_fault) == 0, "the outage had holes"
-    assert router.metric_value("rwrouter_retries_total", destination="workspace",
-                               reason="503") > 0  # fmt: skip
+    assert router.metric_value("rwrouter_retries_total", destination="workspace", reason="503") > 0
     assert router.metric_value("rwrouter_received_requests_total", code="503") == 0
     answered = sum(1 for a in ledger.attempts if a.status is not None)
     read_as = received_by_protocol(router)
@@ -107,22 +113,24 @@ def test_workspace_503_window_under_load_self_hosted_unaffected_then_workspace_g
     p99_before, p99_during = p99(before), p99(during)
     dup_ws, _ = duplicates(workspace.tap.deliveries(critical_names))
     dup_sh, _ = duplicates(self_hosted.tap.deliveries(bulk_names))
-    report({
-        "protocol": protocol.name,
-        "outage_s": round(last_fault - first_fault, 1),
-        "workspace_503_answers": faults,
-        "samples_acknowledged": len(acked),
-        "samples_lost": len(critical - at_workspace) + len(bulk - at_self_hosted),
-        "duplicates_workspace": dup_ws,
-        "duplicates_self_hosted": dup_sh,
-        "requests_before": len(before),
-        "requests_during": len(during),
-        "p50_before_ms": round(percentile(before, 50) * 1000, 1),
-        "p50_during_ms": round(percentile(during, 50) * 1000, 1),
-        "p99_before_ms": round(p99_before * 1000, 1),
-        "p99_during_ms": round(p99_during * 1000, 1),
-        "self_hosted_max_lag_during_outage_s": round(max(lags), 2),
-    })  # fmt: skip
+    report(
+        {
+            "protocol": protocol.name,
+            "outage_s": round(last_fault - first_fault, 1),
+            "workspace_503_answers": faults,
+            "samples_acknowledged": len(acked),
+            "samples_lost": len(critical - at_workspace) + len(bulk - at_self_hosted),
+            "duplicates_workspace": dup_ws,
+            "duplicates_self_hosted": dup_sh,
+            "requests_before": len(before),
+            "requests_during": len(during),
+            "p50_before_ms": round(percentile(before, 50) * 1000, 1),
+            "p50_during_ms": round(percentile(during, 50) * 1000, 1),
+            "p99_before_ms": round(p99_before * 1000, 1),
+            "p99_during_ms": round(p99_during * 1000, 1),
+            "self_hosted_max_lag_during_outage_s": round(max(lags), 2),
+        }
+    )
     # 40 requests/s nominal; at least 25/s in each phase
     assert len(before) > 25 * BEFORE_S and len(during) > 25 * outage_s, (len(before), len(during))
     assert p99_during <= max(2 * p99_before, p99_before + 0.050), (p99_before, p99_during)
@@ -133,8 +141,9 @@ def _keys(self_hosted: SelfHosted, names: str) -> set[SampleKey]:
     return prometheus_keys(self_hosted.prom, f'{{__name__=~"{names}"}}')
 
 
-def _self_hosted_keeps_up(ledger: Ledger, self_hosted: SelfHosted, names: str, *,
-                          until: float) -> list[float]:  # fmt: skip
+def _self_hosted_keeps_up(
+    ledger: Ledger, self_hosted: SelfHosted, names: str, *, until: float
+) -> list[float]:
     """Every :data:`CHECK_EVERY_S` until ``until``: what was acknowledged for the self-hosted
     store so far (series named ``names``) must be in it within 5 s, while the workspace is
     still down. Returns how long each check took to be met (seconds)."""

@@ -44,13 +44,17 @@ def test_torn_last_record_is_cut_counted_and_the_rest_delivered(
 ) -> None:
     double = workspace.double
     double.down()
-    router = routers.start(workspace=workspace, self_hosted=self_hosted,
-                           workspace_queue=WORKSPACE_QUEUE)  # fmt: skip
+    router = routers.start(
+        workspace=workspace, self_hosted=self_hosted, workspace_queue=WORKSPACE_QUEUE
+    )
     directory = queue_dir(routers.storage, "workspace")
     ledger = Ledger(router.url, streams=make_streams(TAG, streams=2, series=40)).start()
     try:
-        wait_for(lambda: len(list(directory.glob("*.seg"))) >= 3, timeout_s=30,
-                 what="three segment files in the workspace queue")  # fmt: skip
+        wait_for(
+            lambda: len(list(directory.glob("*.seg"))) >= 3,
+            timeout_s=30,
+            what="three segment files in the workspace queue",
+        )
     finally:
         ledger.stop(timeout_s=20)
     assert ledger.refused == [] and ledger.unacknowledged == set()
@@ -66,8 +70,9 @@ def test_torn_last_record_is_cut_counted_and_the_rest_delivered(
     router.restart()
     router.wait_ready(timeout_s=20)
     corrupt = router.metric_value("rwrouter_queue_corrupt_records_total", destination="workspace")
-    dropped = router.metric_value("rwrouter_samples_dropped_total", destination="workspace",
-                                  reason="corrupt")  # fmt: skip
+    dropped = router.metric_value(
+        "rwrouter_samples_dropped_total", destination="workspace", reason="corrupt"
+    )
     double.up()
     wait_drained(router, timeout_s=30)
 
@@ -75,17 +80,19 @@ def test_torn_last_record_is_cut_counted_and_the_rest_delivered(
     critical, bulk = by_name(acked, CRITICAL), by_name(acked, BULK)
     at_workspace = workspace_keys(double, name=CRITICAL)
     at_self_hosted = prometheus_keys(self_hosted.prom, f'{{__name__=~"{BULK}"}}')
-    report({
-        "protocol": "rw1",  # the ledger's default input
-        "segments": len(segments),
-        "records_in_workspace_queue": len(records),
-        "torn_record_samples": last.samples,
-        "corrupt_records": corrupt,
-        "dropped_corrupt_samples": dropped,
-        "samples_acknowledged": len(acked),
-        "samples_lost_beyond_torn_record": len((critical - last.keys) - at_workspace)
-        + len(bulk - at_self_hosted),
-    })  # fmt: skip
+    report(
+        {
+            "protocol": "rw1",  # the ledger's default input
+            "segments": len(segments),
+            "records_in_workspace_queue": len(records),
+            "torn_record_samples": last.samples,
+            "corrupt_records": corrupt,
+            "dropped_corrupt_samples": dropped,
+            "samples_acknowledged": len(acked),
+            "samples_lost_beyond_torn_record": len((critical - last.keys) - at_workspace)
+            + len(bulk - at_self_hosted),
+        }
+    )
     assert (corrupt, dropped) == (1, last.samples)
     assert critical - at_workspace == set(last.keys)  # that record, and nothing else
     assert at_workspace <= critical
@@ -101,13 +108,17 @@ def test_corrupt_record_inside_the_queue_is_skipped_alone_and_counted(
 ) -> None:
     double = workspace.double
     double.down()
-    router = routers.start(workspace=workspace, self_hosted=self_hosted,
-                           workspace_queue=WORKSPACE_QUEUE)  # fmt: skip
+    router = routers.start(
+        workspace=workspace, self_hosted=self_hosted, workspace_queue=WORKSPACE_QUEUE
+    )
     directory = queue_dir(routers.storage, "workspace")
     ledger = Ledger(router.url, streams=make_streams("corrupt", streams=2, series=40)).start()
     try:
-        wait_for(lambda: len(list(directory.glob("*.seg"))) >= 3, timeout_s=30,
-                 what="three segment files in the workspace queue")  # fmt: skip
+        wait_for(
+            lambda: len(list(directory.glob("*.seg"))) >= 3,
+            timeout_s=30,
+            what="three segment files in the workspace queue",
+        )
     finally:
         ledger.stop(timeout_s=20)
     router.stop(timeout_s=15)
@@ -126,10 +137,18 @@ def test_corrupt_record_inside_the_queue_is_skipped_alone_and_counted(
     at_workspace = workspace_keys(double, name="critical_corrupt_.*")
     lost_keys = set().union(*(r.keys for r in skipped))
     corrupt = router.metric_value("rwrouter_queue_corrupt_records_total", destination="workspace")
-    dropped = router.metric_value("rwrouter_samples_dropped_total", destination="workspace",
-                                  reason="corrupt")  # fmt: skip
-    report({"protocol": "rw1", "skipped_records": len(skipped), "skipped_samples": len(lost_keys),
-            "corrupt_records": corrupt, "dropped_corrupt_samples": dropped})  # fmt: skip
+    dropped = router.metric_value(
+        "rwrouter_samples_dropped_total", destination="workspace", reason="corrupt"
+    )
+    report(
+        {
+            "protocol": "rw1",
+            "skipped_records": len(skipped),
+            "skipped_samples": len(lost_keys),
+            "corrupt_records": corrupt,
+            "dropped_corrupt_samples": dropped,
+        }
+    )
     assert critical - at_workspace == lost_keys  # that record, nothing else
     if (corrupt, dropped) != (1, len(lost_keys)):
         raise CorruptionNotCounted(f"counted {corrupt} records, {dropped} samples")

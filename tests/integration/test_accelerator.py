@@ -38,12 +38,16 @@ remote_write:
 PATHS = [("compiled", "", "true"), ("pure_python", "1", "false")]
 
 
-@pytest.mark.parametrize(("no_extensions", "label"), [p[1:] for p in PATHS],
-                         ids=[p[0] for p in PATHS])  # fmt: skip
+@pytest.mark.parametrize(
+    ("no_extensions", "label"), [p[1:] for p in PATHS], ids=[p[0] for p in PATHS]
+)
 def test_both_paths_route_the_workload_and_say_which_runs(
-    no_extensions: str, label: str, fresh_capture: CaptureServer, tmp_path: Path,
+    no_extensions: str,
+    label: str,
+    fresh_capture: CaptureServer,
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     if label == "true" and not ACCELERATED:
         if os.environ.get("CI"):
             pytest.fail("the compiled accelerator is not built in CI")
@@ -61,9 +65,11 @@ def test_both_paths_route_the_workload_and_say_which_runs(
         assert [s.labels["accelerated"] for s in info] == [label]
         for body in workload.bodies:
             request = urllib.request.Request(
-                router.url + "/api/v1/write", data=body, method="POST",
+                router.url + "/api/v1/write",
+                data=body,
+                method="POST",
                 headers={"Content-Encoding": "snappy", "Content-Type": "application/x-protobuf"},
-            )  # fmt: skip
+            )
             with urllib.request.urlopen(request, timeout=10) as response:
                 assert response.status == 204
         deadline = time.monotonic() + 20

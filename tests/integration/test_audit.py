@@ -42,8 +42,12 @@ remote_write:
     queue_config: {{batch_send_deadline: 20ms}}
 """
 TIERS = (PriceTier(per_million=2.0, up_to_samples=1_000_000), PriceTier(per_million=1.0))
-FAMILIES = {"DCGM_FI_DEV_GPU_UTIL": 8, "DCGM_FI_DEV_FB_USED": 8, "DCGM_FI_PROF_PIPE": 4,
-            "node_cpu_seconds_total": 3}  # fmt: skip
+FAMILIES = {
+    "DCGM_FI_DEV_GPU_UTIL": 8,
+    "DCGM_FI_DEV_FB_USED": 8,
+    "DCGM_FI_PROF_PIPE": 4,
+    "node_cpu_seconds_total": 3,
+}
 
 
 def base(capture: CaptureServer) -> str:
@@ -53,8 +57,13 @@ def base(capture: CaptureServer) -> str:
 def fleet(scrape: int) -> bytes:
     """One scrape of every family: FAMILIES[name] series (one per gpu), 2 samples each."""
     samples = ((scrape * 1000, 1.0), (scrape * 1000 + 1, 2.0))
-    return build_body([Series((("__name__", name), ("gpu", str(g))), samples)
-                       for name, count in FAMILIES.items() for g in range(count)])  # fmt: skip
+    return build_body(
+        [
+            Series((("__name__", name), ("gpu", str(g))), samples)
+            for name, count in FAMILIES.items()
+            for g in range(count)
+        ]
+    )
 
 
 async def audit(http: aiohttp.ClientSession, router: RouterServer, query: str = "") -> Any:
@@ -64,8 +73,10 @@ async def audit(http: aiohttp.ClientSession, router: RouterServer, query: str = 
 
 
 def by_name(report: dict[str, Any]) -> dict[str, dict[str, int]]:
-    return {d["name"]: {m["name"]: m["active_series"] for m in d["metrics"]}
-            for d in report["destinations"]}  # fmt: skip
+    return {
+        d["name"]: {m["name"]: m["active_series"] for m in d["metrics"]}
+        for d in report["destinations"]
+    }
 
 
 async def test_shadow_destination_is_counted_never_sent_and_the_fallback_is_unchanged(
@@ -78,15 +89,22 @@ async def test_shadow_destination_is_counted_never_sent_and_the_fallback_is_unch
     report = await audit(http, router)
     assert by_name(report) == {
         "workspace": {"DCGM_FI_DEV_GPU_UTIL": 8},
-        "every-gpu-family": {"DCGM_FI_DEV_GPU_UTIL": 8, "DCGM_FI_DEV_FB_USED": 8,
-                             "DCGM_FI_PROF_PIPE": 4},
-    }  # fmt: skip
+        "every-gpu-family": {
+            "DCGM_FI_DEV_GPU_UTIL": 8,
+            "DCGM_FI_DEV_FB_USED": 8,
+            "DCGM_FI_PROF_PIPE": 4,
+        },
+    }
     shadow = report["destinations"][1]
     assert (shadow["shadow"], shadow["active_series"], shadow["series_limit_ratio"]) == (
-        True, 20, 0.02)  # fmt: skip
+        True,
+        20,
+        0.02,
+    )
     assert [m["name"] for m in shadow["metrics"]][-1] == "DCGM_FI_PROF_PIPE"  # fewest series
     assert shadow["monthly_cost"] == pytest.approx(
-        monthly_cost(shadow["samples_per_second"] * SECONDS_PER_MONTH, TIERS))
+        monthly_cost(shadow["samples_per_second"] * SECONDS_PER_MONTH, TIERS)
+    )
     # The fallback still gets every series the workspace did not keep (the shadow's too).
     await eventually(lambda: fresh_capture.sample_count("/selfhosted") == 3 * 2 * 15)
     names = {dict(labels)["__name__"] for labels in fresh_capture.label_sets("/selfhosted")}
@@ -97,8 +115,15 @@ async def test_shadow_destination_is_counted_never_sent_and_the_fallback_is_unch
     assert not (Path(router.config.storage.path) / "queue" / "every-gpu-family").exists()
     assert router.fanout is not None
     assert [d.name for d in router.fanout.destinations] == ["workspace", "selfhosted"]
-    assert metric_value(router, "rwrouter_samples_dropped_total",
-                        destination="every-gpu-family", reason="relabel") == 0  # fmt: skip
+    assert (
+        metric_value(
+            router,
+            "rwrouter_samples_dropped_total",
+            destination="every-gpu-family",
+            reason="relabel",
+        )
+        == 0
+    )
     # The metrics of the audit.
     active = metric_value(router, "rwrouter_audit_active_series", destination="every-gpu-family")
     assert active == 20
@@ -113,21 +138,27 @@ TOP_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("query", "listed"), [c[1:] for c in TOP_CASES],
-                         ids=[c[0] for c in TOP_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("query", "listed"), [c[1:] for c in TOP_CASES], ids=[c[0] for c in TOP_CASES]
+)
 async def test_audit_top(
-    start_router: StartRouter, http: aiohttp.ClientSession, fresh_capture: CaptureServer,
-    query: str, listed: int,
-) -> None:  # fmt: skip
+    start_router: StartRouter,
+    http: aiohttp.ClientSession,
+    fresh_capture: CaptureServer,
+    query: str,
+    listed: int,
+) -> None:
     router = await start_router(ROUTER.format(url=base(fresh_capture)))
     assert (await post_write(http, router, fleet(0)))[0] == 204
     shadow = (await audit(http, router, query))["destinations"][1]
     assert (len(shadow["metrics"]), shadow["metric_names"]) == (listed, 3)
 
 
-@pytest.mark.parametrize("top", ["-1", "x", "1.5", "", "²", "9" * 5000],
-                         ids=["negative", "word", "float", "empty", "unicode_digit",
-                              "too_many_digits"])  # fmt: skip
+@pytest.mark.parametrize(
+    "top",
+    ["-1", "x", "1.5", "", "²", "9" * 5000],
+    ids=["negative", "word", "float", "empty", "unicode_digit", "too_many_digits"],
+)
 async def test_audit_bad_top_is_a_400_with_one_line(
     start_router: StartRouter, http: aiohttp.ClientSession, fresh_capture: CaptureServer, top: str
 ) -> None:
@@ -149,9 +180,11 @@ async def test_without_audited_destinations_the_report_is_empty(
 
 
 async def test_reload_keeps_the_counts_of_a_destination_still_audited(
-    start_from_file: Start, http: aiohttp.ClientSession, fresh_capture: CaptureServer,
+    start_from_file: Start,
+    http: aiohttp.ClientSession,
+    fresh_capture: CaptureServer,
     tmp_path: Path,
-) -> None:  # fmt: skip
+) -> None:
     path = tmp_path / "rwrouter.yaml"
     text = ROUTER.format(url=base(fresh_capture))
     text += f"storage: {{path: {tmp_path / 'data'}}}\nserver: {{listen_address: '127.0.0.1:0'}}\n"
@@ -177,8 +210,12 @@ async def test_reload_keeps_the_counts_of_a_destination_still_audited(
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rwrouter", "audit", *args],
-                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "rwrouter", "audit", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 async def test_rwrouter_audit_reads_a_running_router(
@@ -193,8 +230,10 @@ async def test_rwrouter_audit_reads_a_running_router(
     assert "  active series     8 (0.8% of the 1,000 limit)" in lines
     shadow = table.stdout.split("destination every-gpu-family (shadow: counted, not sent)")[1]
     rows = [line.split() for line in shadow.splitlines() if line.startswith("  DCGM_")]
-    assert [(r[0], r[1]) for r in rows] == [("DCGM_FI_DEV_FB_USED", "8"),
-                                            ("DCGM_FI_DEV_GPU_UTIL", "8")]  # fmt: skip
+    assert [(r[0], r[1]) for r in rows] == [
+        ("DCGM_FI_DEV_FB_USED", "8"),
+        ("DCGM_FI_DEV_GPU_UTIL", "8"),
+    ]
     assert "  ... and 1 more metric names" in shadow
     assert lines[-1].startswith("price (USD, samples a month): 2 per million up to 1 M")
     as_json = await asyncio.to_thread(run_cli, "--url", router.url, "--json", "--top", "0")

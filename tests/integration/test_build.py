@@ -20,23 +20,54 @@ def test_without_a_compiler_the_package_builds_and_runs_pure(tmp_path: Path) -> 
     subprocess.run(["git", "clone", "-q", str(ROOT), str(source)], check=True, timeout=60)
     env = {**os.environ, "CC": "/bin/false"}  # every compile fails, as with no gcc at all
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-         "-w", str(tmp_path / "wheels"), str(source)],
-        env=env, capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "-w",
+            str(tmp_path / "wheels"),
+            str(source),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert built.returncode == 0, built.stderr[-2000:]
     (wheel,) = (tmp_path / "wheels").glob("rwrouter-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "rwrouter/routing/scan.py" in names
     assert not [n for n in names if n.endswith(".so")]
     site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
-                    str(site), str(wheel)], check=True, timeout=120)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--target",
+            str(site),
+            str(wheel),
+        ],
+        check=True,
+        timeout=120,
+    )
     code = (
         "import rwrouter.wire.accelerator as s, rwrouter.metrics as m;"
         f"print(s.__file__.startswith({str(site)!r}), s.ACCELERATED,"
         " b'accelerated=\"false\"' in m.Metrics().exposition()[0])"
     )
-    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(site)},
-                         capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(site)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     assert out.stdout.split() == ["True", "False", "True"]

@@ -43,9 +43,11 @@ async def capture_url(tmp_path: Path) -> AsyncIterator[tuple[str, CaptureWriter]
 
 
 async def test_offline_audit_of_a_capture_equals_the_live_audit(
-    capture_url: tuple[str, CaptureWriter], start_router: StartRouter,
-    http: aiohttp.ClientSession, fresh_capture: CaptureServer,
-) -> None:  # fmt: skip
+    capture_url: tuple[str, CaptureWriter],
+    start_router: StartRouter,
+    http: aiohttp.ClientSession,
+    fresh_capture: CaptureServer,
+) -> None:
     url, writer = capture_url
     router = await start_router(ROUTER.format(url=base(fresh_capture)))
     for scrape in range(3):
@@ -62,8 +64,11 @@ async def test_offline_audit_of_a_capture_equals_the_live_audit(
     counted = by_name(offline.report)
     # Offline every destination is counted (nothing is sent); the audited ones match live.
     assert {name: counted[name] for name in live} == live
-    assert counted["selfhosted"] == {"DCGM_FI_DEV_FB_USED": 8, "DCGM_FI_PROF_PIPE": 4,
-                                     "node_cpu_seconds_total": 3}  # fmt: skip
+    assert counted["selfhosted"] == {
+        "DCGM_FI_DEV_FB_USED": 8,
+        "DCGM_FI_PROF_PIPE": 4,
+        "node_cpu_seconds_total": 3,
+    }
     shadow = {d["name"]: d["shadow"] for d in offline.report["destinations"]}
     assert shadow == {"workspace": False, "selfhosted": False, "every-gpu-family": True}
 
@@ -74,17 +79,25 @@ REFUSALS = [
     ("gzip", b"x", {**HEADERS, "Content-Encoding": "gzip"}, 415),
     ("unknown_protobuf_message", b"x", {**HEADERS, "Content-Type": RW3}, 415),
     ("rw2_not_snappy", b"x", HEADERS_V2, 400),
-    ("rw2_ref_outside_the_symbols_table", bytes(snappy.compress(b"\x22\x00\x2a\x03\x0a\x01\x05")),
-     HEADERS_V2, 400),
-]  # fmt: skip
+    (
+        "rw2_ref_outside_the_symbols_table",
+        bytes(snappy.compress(b"\x22\x00\x2a\x03\x0a\x01\x05")),
+        HEADERS_V2,
+        400,
+    ),
+]
 
 
-@pytest.mark.parametrize(("body", "headers", "status"), [c[1:] for c in REFUSALS],
-                         ids=[c[0] for c in REFUSALS])  # fmt: skip
+@pytest.mark.parametrize(
+    ("body", "headers", "status"), [c[1:] for c in REFUSALS], ids=[c[0] for c in REFUSALS]
+)
 async def test_capture_refuses_what_the_router_refuses_and_records_nothing(
-    capture_url: tuple[str, CaptureWriter], http: aiohttp.ClientSession, body: bytes,
-    headers: dict[str, str], status: int,
-) -> None:  # fmt: skip
+    capture_url: tuple[str, CaptureWriter],
+    http: aiohttp.ClientSession,
+    body: bytes,
+    headers: dict[str, str],
+    status: int,
+) -> None:
     url, writer = capture_url
     async with http.post(f"{url}/api/v1/write", data=body, headers=headers) as resp:
         assert resp.status == status
@@ -95,9 +108,11 @@ async def test_capture_refuses_what_the_router_refuses_and_records_nothing(
 
 
 async def test_rw2_requests_are_captured_in_their_rw1_form(
-    capture_url: tuple[str, CaptureWriter], start_router: StartRouter,
-    http: aiohttp.ClientSession, fresh_capture: CaptureServer,
-) -> None:  # fmt: skip
+    capture_url: tuple[str, CaptureWriter],
+    start_router: StartRouter,
+    http: aiohttp.ClientSession,
+    fresh_capture: CaptureServer,
+) -> None:
     """A capture of RW 2.0 requests holds their RW1 form (the format of every capture file):
     its offline audit equals the live audit of a router sent the same series as RW 1.0."""
     url, writer = capture_url
@@ -107,8 +122,9 @@ async def test_rw2_requests_are_captured_in_their_rw1_form(
         body = fleet(scrape)
         rw1, _ = decode(body)
         sent.append(rw1.SerializeToString())
-        async with http.post(f"{url}/api/v1/write", data=encode_v2(symbolize(rw1)),
-                             headers=HEADERS_V2) as resp:  # fmt: skip
+        async with http.post(
+            f"{url}/api/v1/write", data=encode_v2(symbolize(rw1)), headers=HEADERS_V2
+        ) as resp:
             assert resp.status == 204, await resp.text()
             samples = sum(len(ts.samples) for ts in rw1.timeseries)
             assert Written.parse(resp.headers) == Written(samples=samples)
@@ -163,14 +179,17 @@ def test_an_existing_file_of_another_kind_is_refused(tmp_path: Path) -> None:
 
 
 def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rwrouter", *args], capture_output=True,
-                          text=True, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "rwrouter", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 async def test_rwrouter_audit_capture_cli(
-    capture_url: tuple[str, CaptureWriter], http: aiohttp.ClientSession,
-    fresh_capture: CaptureServer, tmp_path: Path,
-) -> None:  # fmt: skip
+    capture_url: tuple[str, CaptureWriter],
+    http: aiohttp.ClientSession,
+    fresh_capture: CaptureServer,
+    tmp_path: Path,
+) -> None:
     url, writer = capture_url
     for scrape in range(2):
         async with http.post(f"{url}/api/v1/write", data=fleet(scrape), headers=HEADERS) as r:
@@ -179,27 +198,47 @@ async def test_rwrouter_audit_capture_cli(
         stream.write(b"\x01\x02\x03")
     config = tmp_path / "rwrouter.yaml"
     config.write_text(ROUTER.format(url=base(fresh_capture)))
-    result = await asyncio.to_thread(run_cli, "audit", "--config", str(config), "--capture",
-                                     str(writer.path), "--json", "--top", "0")  # fmt: skip
+    result = await asyncio.to_thread(
+        run_cli,
+        "audit",
+        "--config",
+        str(config),
+        "--capture",
+        str(writer.path),
+        "--json",
+        "--top",
+        "0",
+    )
     assert result.returncode == 0, result.stderr
     assert result.stderr.splitlines()[-1] == (
         f"rwrouter audit: {writer.path}: 2 requests counted; read up to an incomplete or "
-        "unreadable record (a capture still being written, or a damaged file)")  # fmt: skip
+        "unreadable record (a capture still being written, or a damaged file)"
+    )
     assert sum(by_name(json.loads(result.stdout))["selfhosted"].values()) == 15
-    table = await asyncio.to_thread(run_cli, "audit", "--config", str(config), "--capture",
-                                    str(writer.path), "--sort", "samples")  # fmt: skip
+    table = await asyncio.to_thread(
+        run_cli,
+        "audit",
+        "--config",
+        str(config),
+        "--capture",
+        str(writer.path),
+        "--sort",
+        "samples",
+    )
     assert "destination every-gpu-family (shadow: counted, not sent)" in table.stdout
     missing = await asyncio.to_thread(run_cli, "audit", "--capture", str(writer.path))
     assert missing.returncode == 2 and "--capture needs --config" in missing.stderr
-    not_capture = await asyncio.to_thread(run_cli, "audit", "--config", str(config),
-                                          "--capture", str(config))  # fmt: skip
+    not_capture = await asyncio.to_thread(
+        run_cli, "audit", "--config", str(config), "--capture", str(config)
+    )
     assert not_capture.returncode == 1
     assert "not an rwrouter capture file" in not_capture.stderr
 
 
 @pytest.mark.parametrize("damage", ["killed_mid_write", "damaged_length"])
-def test_appending_to_a_capture_with_an_unreadable_end_is_refused(tmp_path: Path,
-                                                                  damage: str) -> None:  # fmt: skip
+def test_appending_to_a_capture_with_an_unreadable_end_is_refused(
+    tmp_path: Path, damage: str
+) -> None:
     """Records appended behind an unreadable end could never be read, and cutting the end
     could destroy whole records behind a damaged length field: refuse, and say where the
     readable part ends (truncating there keeps it)."""
@@ -216,7 +255,7 @@ def test_appending_to_a_capture_with_an_unreadable_end_is_refused(tmp_path: Path
         readable = len(MAGIC) + 3 * record
     else:  # the third record's length field says 1 GiB + 1: records 3 and 4 unreadable
         at = readable + 8
-        path.write_bytes(data[:at] + (MAX_BODY_BYTES + 1).to_bytes(4, "little") + data[at + 4:])
+        path.write_bytes(data[:at] + (MAX_BODY_BYTES + 1).to_bytes(4, "little") + data[at + 4 :])
     before = path.read_bytes()
     with pytest.raises(CaptureError, match=f"truncate -s {readable} "):
         CaptureWriter(path, max_bytes=1 << 20)
@@ -238,10 +277,14 @@ CAPTURE_CLI_ERRORS = [
 ]
 
 
-@pytest.mark.parametrize(("args", "code", "message"), [c[1:] for c in CAPTURE_CLI_ERRORS],
-                         ids=[c[0] for c in CAPTURE_CLI_ERRORS])  # fmt: skip
-def test_rwrouter_capture_bad_arguments(tmp_path: Path, args: list[str], code: int,
-                                        message: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [c[1:] for c in CAPTURE_CLI_ERRORS],
+    ids=[c[0] for c in CAPTURE_CLI_ERRORS],
+)
+def test_rwrouter_capture_bad_arguments(
+    tmp_path: Path, args: list[str], code: int, message: str
+) -> None:
     output = tmp_path / "out.rwcap"
     result = run_cli("capture", "--output", str(output), *args)
     assert result.returncode == code and message in result.stderr

@@ -15,20 +15,49 @@ AWS_ENV = {"AWS_REGION": "us-east-1", "AMP_WORKSPACE_ID": "ws-123"}
 
 CASES = [
     # id, config text, extra env, exit code, text expected on stdout or stderr
-    ("shipped_gpu_example", (ROOT / "config/rwrouter.yaml").read_text(), AWS_ENV, 0,
-     "destination workspace:"),
-    ("missing_env_var", (ROOT / "config/rwrouter.yaml").read_text(), {}, 2,
-     "remote_write[0].url: environment variable AWS_REGION is not set"),
-    ("sigv4_without_region_anywhere", "remote_write:\n  - url: http://a/x\n    sigv4: {}\n", {},
-     2, "remote_write[0].sigv4.region: not set"),
-    ("sigv4_region_from_the_aws_profile", "remote_write:\n  - url: http://a/x\n    sigv4: {}\n",
-     {"AWS_PROFILE": "writer"}, 0, "auth: sigv4"),
-    ("sigv4_region_from_environment", "remote_write:\n  - url: http://a/x\n    sigv4: {}\n",
-     {"AWS_REGION": "eu-west-1"}, 0, "auth: sigv4 region=(from the AWS environment)"),
-    ("typo_names_the_key_path",
-     "remote_write:\n  - url: http://a/x\n    queue_config: {max_shard: 2}\n", {}, 2,
-     "remote_write[0].queue_config.max_shard: unknown key"),
-]  # fmt: skip
+    (
+        "shipped_gpu_example",
+        (ROOT / "config/rwrouter.yaml").read_text(),
+        AWS_ENV,
+        0,
+        "destination workspace:",
+    ),
+    (
+        "missing_env_var",
+        (ROOT / "config/rwrouter.yaml").read_text(),
+        {},
+        2,
+        "remote_write[0].url: environment variable AWS_REGION is not set",
+    ),
+    (
+        "sigv4_without_region_anywhere",
+        "remote_write:\n  - url: http://a/x\n    sigv4: {}\n",
+        {},
+        2,
+        "remote_write[0].sigv4.region: not set",
+    ),
+    (
+        "sigv4_region_from_the_aws_profile",
+        "remote_write:\n  - url: http://a/x\n    sigv4: {}\n",
+        {"AWS_PROFILE": "writer"},
+        0,
+        "auth: sigv4",
+    ),
+    (
+        "sigv4_region_from_environment",
+        "remote_write:\n  - url: http://a/x\n    sigv4: {}\n",
+        {"AWS_REGION": "eu-west-1"},
+        0,
+        "auth: sigv4 region=(from the AWS environment)",
+    ),
+    (
+        "typo_names_the_key_path",
+        "remote_write:\n  - url: http://a/x\n    queue_config: {max_shard: 2}\n",
+        {},
+        2,
+        "remote_write[0].queue_config.max_shard: unknown key",
+    ),
+]
 
 
 @pytest.mark.parametrize(
@@ -46,8 +75,11 @@ def test_check_config(
     clean["AWS_SHARED_CREDENTIALS_FILE"] = str(tmp_path / "none")
     result = subprocess.run(
         [sys.executable, "-m", "rwrouter", "check-config", str(path)],
-        env={**clean, **env}, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == code, result.stderr
     assert expected in result.stdout + result.stderr
     assert "Traceback" not in result.stderr
@@ -57,8 +89,12 @@ def test_check_config_into_a_closed_pipe_is_not_an_error(tmp_path: Path) -> None
     path = ROOT / "config/rwrouter.yaml"
     result = subprocess.run(
         f"{sys.executable} -m rwrouter check-config {path} | head -1",
-        shell=True, env={**os.environ, **AWS_ENV}, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        shell=True,
+        env={**os.environ, **AWS_ENV},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.stdout.startswith("config:")
     assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr
 
@@ -67,9 +103,13 @@ def test_check_config_into_a_closed_pipe_is_not_an_error(tmp_path: Path) -> None
 def test_run_without_config_exits_2_with_a_hint(tmp_path: Path, argv: list[str]) -> None:
     """As a user (or a manifest missing its flag) runs it: nothing starts, exit status 2."""
     result = subprocess.run(
-        [sys.executable, "-m", "rwrouter", *argv], cwd=tmp_path, env=dict(os.environ),
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [sys.executable, "-m", "rwrouter", *argv],
+        cwd=tmp_path,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert result.stderr.splitlines()[-1] == (
         "rwrouter: error: rwrouter run needs --config FILE (the demo is `rwrouter demo`)"

@@ -36,8 +36,12 @@ def _hadolint() -> str:
 
 
 def test_dockerfile_passes_hadolint() -> None:
-    result = subprocess.run([_hadolint(), "--no-color", str(ROOT / "Dockerfile")],
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    result = subprocess.run(
+        [_hadolint(), "--no-color", str(ROOT / "Dockerfile")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -54,12 +58,25 @@ def image() -> Iterator[str]:
         pytest.skip("no docker client")
     if subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode != 0:
         pytest.skip("no Docker daemon")
-    if subprocess.run(["docker", "image", "inspect", BASE], capture_output=True,
-                      timeout=30).returncode != 0:  # fmt: skip
+    if (
+        subprocess.run(
+            ["docker", "image", "inspect", BASE], capture_output=True, timeout=30
+        ).returncode
+        != 0
+    ):
         pytest.skip(f"base image {BASE} is not available here (set RWROUTER_IMAGE_BASE)")
     tag = f"rwrouter-test:{uuid.uuid4().hex[:12]}"
-    _docker("build", "--network", "host", "--build-arg", f"BASE={BASE}", "-t", tag, str(ROOT),
-            timeout=900)  # fmt: skip
+    _docker(
+        "build",
+        "--network",
+        "host",
+        "--build-arg",
+        f"BASE={BASE}",
+        "-t",
+        tag,
+        str(ROOT),
+        timeout=900,
+    )
     try:
         yield tag
     finally:
@@ -95,29 +112,48 @@ RUN_CASES = [
 
 
 @pytest.mark.timeout(1200)
-@pytest.mark.parametrize(("extra", "workers"), [c[1:] for c in RUN_CASES],
-                         ids=[c[0] for c in RUN_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("extra", "workers"), [c[1:] for c in RUN_CASES], ids=[c[0] for c in RUN_CASES]
+)
 def test_image_runs_accelerated_read_only_as_non_root(
     image: str, tmp_path: Path, extra: list[str], workers: list[str]
 ) -> None:
     port = _free_port()
     config = tmp_path / "rwrouter.yaml"
-    config.write_text(f"server:\n  listen_address: 127.0.0.1:{port}\nremote_write:\n"
-                      f"  - name: selfhosted\n    url: http://127.0.0.1:{_free_port()}/w\n")
+    config.write_text(
+        f"server:\n  listen_address: 127.0.0.1:{port}\nremote_write:\n"
+        f"  - name: selfhosted\n    url: http://127.0.0.1:{_free_port()}/w\n"
+    )
     config.chmod(0o644)
     name = f"rwrouter-test-{uuid.uuid4().hex[:12]}"
     volume = f"{name}-data"
-    _docker("run", "-d", "--name", name, "--network", "host", "--read-only",
-            "-v", f"{volume}:/var/lib/rwrouter",
-            "-v", f"{config}:/etc/rwrouter/rwrouter.yaml:ro", image, *extra)  # fmt: skip
+    _docker(
+        "run",
+        "-d",
+        "--name",
+        name,
+        "--network",
+        "host",
+        "--read-only",
+        "-v",
+        f"{volume}:/var/lib/rwrouter",
+        "-v",
+        f"{config}:/etc/rwrouter/rwrouter.yaml:ro",
+        image,
+        *extra,
+    )
     try:
         text = _metrics_when_ready(port)
         for label in workers:
             line = rf'^rwrouter_build_info\{{accelerated="true",version="[^"]+"{label}\}} 1\.0$'
             assert re.search(line, text, re.MULTILINE), (label, text[:3000])
         assert _docker("exec", name, "id", "-u").strip() == "10001"
-        probe = subprocess.run(["docker", "exec", name, "touch", "/opt/rwrouter/probe"],
-                               capture_output=True, text=True, timeout=30)  # fmt: skip
+        probe = subprocess.run(
+            ["docker", "exec", name, "touch", "/opt/rwrouter/probe"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert probe.returncode != 0 and "Read-only file system" in probe.stderr
         _docker("stop", "-t", "20", name, timeout=60)
         assert _docker("inspect", "-f", "{{.State.ExitCode}}", name).strip() == "0"

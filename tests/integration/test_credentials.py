@@ -48,8 +48,6 @@ def isolated_aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     return tmp_path
 
 
-
-
 # -- static keys --------------------------------------------------------------------------
 
 
@@ -97,15 +95,19 @@ BAD_SETTINGS = [
     ("no region", {"access_key": "A", "secret_key": "S"}, "sigv4.region is required"),
     ("key without secret", {"region": "r", "access_key": "A"}, "must be set together"),
     ("secret without key", {"region": "r", "secret_key": "S"}, "must be set together"),
-    ("keys and profile", {"region": "r", "access_key": "A", "secret_key": "S", "profile": "p"},
-     "not both"),
+    (
+        "keys and profile",
+        {"region": "r", "access_key": "A", "secret_key": "S", "profile": "p"},
+        "not both",
+    ),
     ("unknown profile", {"region": "r", "profile": "nope"}, "profile 'nope'"),
     ("nothing anywhere", {"region": "r"}, "no AWS credentials found in the default chain"),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize(("settings", "fragment"), [c[1:] for c in BAD_SETTINGS],
-                         ids=[c[0] for c in BAD_SETTINGS])  # fmt: skip
+@pytest.mark.parametrize(
+    ("settings", "fragment"), [c[1:] for c in BAD_SETTINGS], ids=[c[0] for c in BAD_SETTINGS]
+)
 def test_bad_settings_and_missing_credentials(settings: dict[str, str], fragment: str) -> None:
     with pytest.raises(CredentialsError, match=fragment):
         load_source(**settings)

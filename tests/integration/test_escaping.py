@@ -50,17 +50,31 @@ def _now_ms() -> int:
     return int(time.time() * 1000)  # the double checks samples against the real clock
 
 
-OTEL = (("__name__", "http.server.request.duration"), ("http.response.status_code", "200"),
-        ("job", "api"), ("service.name", "checkout"))  # fmt: skip
-ESCAPED = (("__name__", "http_server_request_duration"), ("http_response_status_code", "200"),
-           ("job", "api"), ("service_name", "checkout"))  # fmt: skip
+OTEL = (
+    ("__name__", "http.server.request.duration"),
+    ("http.response.status_code", "200"),
+    ("job", "api"),
+    ("service.name", "checkout"),
+)
+ESCAPED = (
+    ("__name__", "http_server_request_duration"),
+    ("http_response_status_code", "200"),
+    ("job", "api"),
+    ("service_name", "checkout"),
+)
 LEGACY = (("__name__", "up"), ("job", "api"))
 
 
 def _body(*series: tuple[tuple[str, str], ...], ts: int, family: str = "") -> bytes:
-    metadata = [types_pb2.MetricMetadata(type=types_pb2.MetricMetadata.HISTOGRAM,
-                                         metric_family_name=family, help="Duration.")
-                ] if family else []  # fmt: skip
+    metadata = (
+        [
+            types_pb2.MetricMetadata(
+                type=types_pb2.MetricMetadata.HISTOGRAM, metric_family_name=family, help="Duration."
+            )
+        ]
+        if family
+        else []
+    )
     return encode(write_request([Series(s, ((ts, 1.5),)) for s in series], metadata=metadata))
 
 
@@ -83,7 +97,8 @@ async def test_sigv4_destination_gets_escaped_names_the_other_gets_them_intact(
     assert list(double.metadata("ws-1")) == ["http_server_request_duration"]
     await eventually(lambda: bool(fresh_capture.metadata("/utf8")))
     assert [m.metric_family_name for m in fresh_capture.metadata("/utf8")] == [
-        "http.server.request.duration"]
+        "http.server.request.duration"
+    ]
 
 
 async def test_a_series_whose_escaped_names_collide_is_dropped_and_counted(
@@ -99,13 +114,26 @@ async def test_a_series_whose_escaped_names_collide_is_dropped_and_counted(
     assert (await post_write(http, router, _body(OTEL, ts=ts)))[0] == 204
     assert (await post_write(http, router, _body(ESCAPED, ts=ts + 1)))[0] == 204  # its twin
     await eventually(lambda: fresh_capture.sample_count("/utf8") == 2)
-    await eventually(lambda: metric_value(router, "rwrouter_samples_dropped_total",
-                                          destination="workspace", reason="name_collision") == 1)
+    await eventually(
+        lambda: (
+            metric_value(
+                router,
+                "rwrouter_samples_dropped_total",
+                destination="workspace",
+                reason="name_collision",
+            )
+            == 1
+        )
+    )
     await eventually(lambda: double.sample_count("ws-1") == 1)
     [stored] = double.series("ws-1").values()
     assert stored.labels == ESCAPED and list(stored.samples) == [ts]  # the first one's sample
-    assert metric_value(router, "rwrouter_name_collisions_total", destination="workspace",
-                        kind="series") == 1  # fmt: skip
+    assert (
+        metric_value(
+            router, "rwrouter_name_collisions_total", destination="workspace", kind="series"
+        )
+        == 1
+    )
     assert not double.rejections
     [line] = [r.getMessage() for r in caplog.records if "collide" in r.getMessage()]
     assert line.startswith('destination=workspace kind=series escaped="http_server_request_')
@@ -121,8 +149,14 @@ async def test_allow_utf8_at_the_sigv4_destination_shows_the_workspace_refusal(
     router = await start_router(_config(double, fresh_capture, scheme="allow-utf-8"))
     ts = _now_ms()
     assert (await post_write(http, router, _body(OTEL, LEGACY, ts=ts)))[0] == 204
-    await eventually(lambda: metric_value(router, "rwrouter_samples_dropped_total",
-                                          destination="workspace", reason="4xx") == 1)
+    await eventually(
+        lambda: (
+            metric_value(
+                router, "rwrouter_samples_dropped_total", destination="workspace", reason="4xx"
+            )
+            == 1
+        )
+    )
     await eventually(lambda: set(double.series("ws-1")) == {LEGACY})  # (the batch was split)
     refusals = {(r.status, r.message) for r in double.requests if r.status != 200}
     assert refusals == {(400, 'sample invalid metric name: "http.server.request.duration"')}

@@ -59,11 +59,13 @@ async def test_staleness_marker_and_nan_arrive_bit_exact_at_both_destinations(
 ) -> None:
     router = await start_router(
         TWO_DESTINATIONS.format(
-            critical=fresh_capture.url("/critical"), rest=fresh_capture.url("/rest"),
+            critical=fresh_capture.url("/critical"),
+            rest=fresh_capture.url("/rest"),
             extra_rules="",
-        ).replace("regex: up|m|DCGM_.*\n        action: keep", "regex: up\n        action: keep")
+        )
+        .replace("regex: up|m|DCGM_.*\n        action: keep", "regex: up\n        action: keep")
         .replace("fallback: true", "fallback: false")
-    )  # fmt: skip
+    )
     body = build_body(
         [
             Series((("__name__", "up"), ("job", "a")), ((1_000, STALE_NAN),)),
@@ -142,16 +144,20 @@ remote_write:
 """)
     body = build_body(
         [
-            Series((("__name__", "up"), ("instance", "h:1"), ("job", "a"), ("pod", "p")),
-                   ((1_000, 1.0),)),
+            Series(
+                (("__name__", "up"), ("instance", "h:1"), ("job", "a"), ("pod", "p")),
+                ((1_000, 1.0),),
+            ),
             Series((("__name__", "node_load1"), ("job", "a")), ((1_000, 2.0),)),
         ]
-    )  # fmt: skip
+    )
     assert (await post_write(http, router, body))[0] == 204
     await eventually(lambda: fresh_capture.sample_count("/other") == 2)
     assert fresh_capture.requests("/ws") == []
-    assert metric_value(router, "rwrouter_samples_dropped_total", destination="ws",
-                        reason="invalid") == 2  # fmt: skip
+    assert (
+        metric_value(router, "rwrouter_samples_dropped_total", destination="ws", reason="invalid")
+        == 2
+    )
 
 
 async def test_metadata_only_request_arrives_unchanged_where_rules_route_it(
@@ -165,9 +171,11 @@ async def test_metadata_only_request_arrives_unchanged_where_rules_route_it(
         unit="percent",
     )
     other = types_pb2.MetricMetadata(
-        type=types_pb2.MetricMetadata.COUNTER, metric_family_name="node_cpu_seconds_total",
-        help="Seconds the CPUs spent in each mode.", unit="seconds",
-    )  # fmt: skip
+        type=types_pb2.MetricMetadata.COUNTER,
+        metric_family_name="node_cpu_seconds_total",
+        help="Seconds the CPUs spent in each mode.",
+        unit="seconds",
+    )
     request = remote_pb2.WriteRequest(metadata=[kept, other])
     assert (await post_write(http, router, encode(request)))[0] == 204
     await eventually(lambda: bool(fresh_capture.metadata("/critical")))
@@ -185,10 +193,16 @@ async def test_native_histogram_series_without_samples_is_forwarded_unchanged(
     series.labels.add(name="__name__", value="m")
     series.labels.add(name="job", value="a")
     hist = series.histograms.add(
-        count_int=12, sum=34.5, schema=3, zero_threshold=1e-128, zero_count_int=2,
-        positive_deltas=[1, 2, -1], negative_counts=[], reset_hint=types_pb2.Histogram.NO,
+        count_int=12,
+        sum=34.5,
+        schema=3,
+        zero_threshold=1e-128,
+        zero_count_int=2,
+        positive_deltas=[1, 2, -1],
+        negative_counts=[],
+        reset_hint=types_pb2.Histogram.NO,
         timestamp=1_000,
-    )  # fmt: skip
+    )
     hist.positive_spans.add(offset=0, length=2)
     hist.positive_spans.add(offset=3, length=1)
     assert (await post_write(http, router, encode(request)))[0] == 204
@@ -204,8 +218,13 @@ async def test_incoming_client_headers_are_never_forwarded(
 ) -> None:
     router = await _router(start_router, fresh_capture)
     body = build_body([Series((("__name__", "up"),), ((1_000, 1.0),))])
-    incoming = {**HEADERS, "X-Request-Id": "r-1", "X-Forwarded-For": "10.0.0.1",
-                "User-Agent": "Prometheus/2.42.0", "X-Scope-OrgID": "team-a"}  # fmt: skip
+    incoming = {
+        **HEADERS,
+        "X-Request-Id": "r-1",
+        "X-Forwarded-For": "10.0.0.1",
+        "User-Agent": "Prometheus/2.42.0",
+        "X-Scope-OrgID": "team-a",
+    }
     assert (await post_write(http, router, body, headers=incoming))[0] == 204
     await eventually(lambda: fresh_capture.sample_count("/critical") == 1)
     (received,) = fresh_capture.requests("/critical")

@@ -89,15 +89,15 @@ def no_aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     return tmp_path
 
 
-
-
 def gpu_series(step: int, count: int = 20) -> list[Series]:
     """``count`` series of one scrape (``step``: its timestamp T0 + step s, its value)."""
     return [
-        Series((("__name__", "DCGM_FI_DEV_GPU_UTIL"), ("gpu", str(g))),
-               ((T0 + step * 1000, float(step)),))
+        Series(
+            (("__name__", "DCGM_FI_DEV_GPU_UTIL"), ("gpu", str(g))),
+            ((T0 + step * 1000, float(step)),),
+        )
         for g in range(count)
-    ]  # fmt: skip
+    ]
 
 
 def dropped(router: RouterServer, destination: str) -> dict[str, float]:
@@ -105,8 +105,11 @@ def dropped(router: RouterServer, destination: str) -> dict[str, float]:
     found: dict[str, float] = {}
     for family in router.metrics.registry.collect():
         for sample in family.samples:
-            if (sample.name == "rwrouter_samples_dropped_total" and sample.value
-                    and sample.labels.get("destination") == destination):  # fmt: skip
+            if (
+                sample.name == "rwrouter_samples_dropped_total"
+                and sample.value
+                and sample.labels.get("destination") == destination
+            ):
                 found[sample.labels["reason"]] = sample.value
     return found
 
@@ -147,9 +150,11 @@ async def send(http: aiohttp.ClientSession, router: RouterServer, batch: list[Se
 
 
 async def test_hanging_destination_is_retried_while_the_other_keeps_its_latency(
-    start_router: StartRouter, double: WorkspaceDouble, http: aiohttp.ClientSession,
+    start_router: StartRouter,
+    double: WorkspaceDouble,
+    http: aiohttp.ClientSession,
     fresh_capture: CaptureServer,
-) -> None:  # fmt: skip
+) -> None:
     """The workspace sits behind a proxy that accepts and reads but never writes. The router
     times out after remote_timeout (1 s) and retries (reason network); meanwhile the
     self-hosted destination gets every sample within its normal latency and every write is
@@ -171,8 +176,12 @@ remote_write:
         sent: list[Series] = []
         answer_s: list[float] = []
         arrival_s: list[float] = []
-        while metric_value(router, "rwrouter_retries_total", destination="workspace",
-                           reason="network") < 2:  # fmt: skip
+        while (
+            metric_value(
+                router, "rwrouter_retries_total", destination="workspace", reason="network"
+            )
+            < 2
+        ):
             assert len(arrival_s) < 300, "no network retry for the hanging destination"
             batch = gpu_series(len(arrival_s))
             started = time.perf_counter()
@@ -197,9 +206,11 @@ remote_write:
         await proxy.stop()
     assert {r.status for r in double.requests} == {200}
     assert dropped(router, "workspace") == {} and dropped(router, "self-hosted") == {}
-    print(f"\nhang {hang_s:.2f}s, {len(sent)} samples; answer max {max(answer_s) * 1000:.0f} ms;"
-          f" self-hosted arrival max {max(arrival_s) * 1000:.0f} ms; hung connections "
-          f"{proxy.hung}; workspace caught up in {catch_up_s:.2f}s")  # fmt: skip
+    print(
+        f"\nhang {hang_s:.2f}s, {len(sent)} samples; answer max {max(answer_s) * 1000:.0f} ms;"
+        f" self-hosted arrival max {max(arrival_s) * 1000:.0f} ms; hung connections "
+        f"{proxy.hung}; workspace caught up in {catch_up_s:.2f}s"
+    )
 
 
 # -- 2. temporary credentials expiring mid-run ---------------------------------------------
@@ -239,8 +250,9 @@ def credential_process(double: WorkspaceDouble, env: Path) -> Rotation:
         f"[profile rotating]\ncredential_process = {sys.executable} {script} {counter}\n"
     )
     for n in range(1, 21):
-        double.add_key(f"ASIAROT{n}", f"secret-{n}", session_token=f"token-{n}",
-                       expires_at=time.time() + 3600)  # fmt: skip
+        double.add_key(
+            f"ASIAROT{n}", f"secret-{n}", session_token=f"token-{n}", expires_at=time.time() + 3600
+        )
     return Rotation(
         sigv4="{region: us-east-1, profile: rotating}",
         rotate=lambda: None,
@@ -283,17 +295,26 @@ SOURCES = [
 
 @pytest.mark.parametrize("source", SOURCES)
 async def test_credentials_expiring_mid_run_are_refreshed_without_loss(
-    start_router: StartRouter, double: WorkspaceDouble, http: aiohttp.ClientSession,
-    no_aws_env: Path, monkeypatch: pytest.MonkeyPatch, sts_url: str, source: str,
-) -> None:  # fmt: skip
+    start_router: StartRouter,
+    double: WorkspaceDouble,
+    http: aiohttp.ClientSession,
+    no_aws_env: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    sts_url: str,
+    source: str,
+) -> None:
     """Writes keep coming while the workspace expires the temporary key in use (403 "security
     token ... expired"); the source hands out a new key on refresh. Every 403 costs one
     refresh and one retry (credential_refresh); later requests carry the new key; every
     acknowledged sample is stored; nothing is dropped or dead-lettered."""
 
     def learn(issued: Issued) -> None:
-        double.add_key(issued.access_key, issued.secret_key, session_token=issued.session_token,
-                       expires_at=issued.expires_at)  # fmt: skip
+        double.add_key(
+            issued.access_key,
+            issued.secret_key,
+            session_token=issued.session_token,
+            expires_at=issued.expires_at,
+        )
 
     sts = StsRecorder(sts_url=sts_url, on_issued=learn)
     await sts.start()
@@ -344,17 +365,24 @@ remote_write:
     assert after and all(r.access_key != first_key for r in after)
     last = double.last_request
     assert last is not None and last.status == 200 and last.access_key != first_key
-    assert metric_value(router, "rwrouter_retries_total", destination="workspace",
-                        reason="credential_refresh") == len(refused)  # fmt: skip
+    assert metric_value(
+        router, "rwrouter_retries_total", destination="workspace", reason="credential_refresh"
+    ) == len(refused)
     # one fetch at start, then at least one more (concurrent refreshes may share one)
     assert 2 <= rotation_calls <= 1 + len(refused)
     rotation.check(rotation_calls)
     assert dropped(router, "workspace") == {}
     assert len(rejected_store(router, "workspace")) == 0
-    assert metric_value(router, "rwrouter_credentials_expiry_timestamp_seconds",
-                        destination="workspace") > time.time() + 1800  # fmt: skip
-    print(f"\n{source}: {len(refused)} refusal(s) 403, keys "
-          f"{first_key} -> {last.access_key}, {len(sent)} samples stored")  # fmt: skip
+    assert (
+        metric_value(
+            router, "rwrouter_credentials_expiry_timestamp_seconds", destination="workspace"
+        )
+        > time.time() + 1800
+    )
+    print(
+        f"\n{source}: {len(refused)} refusal(s) 403, keys "
+        f"{first_key} -> {last.access_key}, {len(sent)} samples stored"
+    )
 
 
 async def test_forced_refresh_of_web_identity_credentials_fetches_new_keys(
@@ -387,11 +415,16 @@ def heavy_label_sets(
     base64 characters (snappy finds almost nothing to compress in them)."""
     rnd = random.Random(seed)
     return [
-        (("__name__", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"), ("instance", f"node-{i:05d}"),
-         *((f"label_{k}", base64.b64encode(rnd.randbytes(value_bytes * 3 // 4)).decode())
-           for k in range(random_labels)))
+        (
+            ("__name__", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"),
+            ("instance", f"node-{i:05d}"),
+            *(
+                (f"label_{k}", base64.b64encode(rnd.randbytes(value_bytes * 3 // 4)).decode())
+                for k in range(random_labels)
+            ),
+        )
         for i in range(count)
-    ]  # fmt: skip
+    ]
 
 
 LARGE = [  # the double's limit (compressed bytes), random labels per series, their size,
@@ -406,15 +439,20 @@ LARGE = [  # the double's limit (compressed bytes), random labels per series, th
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(("limit", "random_labels", "value_bytes", "count"), LARGE)
 async def test_large_requests_reach_the_workspace_within_its_size_limit(
-    start_router: StartRouter, http: aiohttp.ClientSession, limit: int, random_labels: int,
-    value_bytes: int, count: int,
-) -> None:  # fmt: skip
+    start_router: StartRouter,
+    http: aiohttp.ClientSession,
+    limit: int,
+    random_labels: int,
+    value_bytes: int,
+    count: int,
+) -> None:
     """Three scrapes of ``count`` series with large random label values. The sigv4 destination
     cuts bodies at max_request_bytes (1 MiB uncompressed, its default); the double refuses
     compressed bodies over ``limit`` with 413. Every body it stores is within the limit, a
     413 (if any) is split and delivered, and what it stores is exactly the input."""
-    double = SizeRecordingDouble(credentials={ACCESS_KEY: Key(SECRET)},
-                                 limits=Limits(max_body_bytes=limit))  # fmt: skip
+    double = SizeRecordingDouble(
+        credentials={ACCESS_KEY: Key(SECRET)}, limits=Limits(max_body_bytes=limit)
+    )
     await double.start()
     try:
         router = await start_router(f"""
@@ -427,30 +465,40 @@ remote_write:
         label_sets = heavy_label_sets(count, random_labels, value_bytes, seed=random_labels)
         sent: list[Series] = []
         for scrape in range(3):
-            batch = [Series(labels, ((T0 + scrape * 15_000, float(i)),))
-                     for i, labels in enumerate(label_sets)]  # fmt: skip
+            batch = [
+                Series(labels, ((T0 + scrape * 15_000, float(i)),))
+                for i, labels in enumerate(label_sets)
+            ]
             await send(http, router, batch)
             sent.extend(batch)
-        await eventually(lambda: delivered(router, "workspace") == len(sent)
-                         or bool(dropped(router, "workspace")), timeout=45)  # fmt: skip
+        await eventually(
+            lambda: (
+                delivered(router, "workspace") == len(sent) or bool(dropped(router, "workspace"))
+            ),
+            timeout=45,
+        )
         assert dropped(router, "workspace") == {}
         assert double_points(double) == points(sent)
     finally:
         await double.stop()
     statuses = [r.status for r in double.requests]
     assert set(statuses) <= {200, 413} and len(double.body_sizes) == len(statuses)
-    stored = [size for size, status in zip(double.body_sizes, statuses, strict=True)
-              if status == 200]  # fmt: skip
-    refused = [size for size, status in zip(double.body_sizes, statuses, strict=True)
-               if status == 413]  # fmt: skip
+    stored = [
+        size for size, status in zip(double.body_sizes, statuses, strict=True) if status == 200
+    ]
+    refused = [
+        size for size, status in zip(double.body_sizes, statuses, strict=True) if status == 413
+    ]
     assert max(declared for _, declared in double.body_sizes) <= 1 << 20  # the router's cut
     assert max(compressed for compressed, _ in stored) <= limit
     if limit >= 1 << 20:  # snappy never grows a protobuf body: 1 MiB raw fits 1 MiB compressed
         assert not refused
     biggest = max(double.body_sizes)
-    print(f"\nlimit {limit}: {len(statuses)} requests, {len(refused)} refused 413 "
-          f"(largest {max(refused, default=(0, 0))}), largest stored {max(stored)} "
-          f"(compressed, uncompressed), largest body {biggest}")  # fmt: skip
+    print(
+        f"\nlimit {limit}: {len(statuses)} requests, {len(refused)} refused 413 "
+        f"(largest {max(refused, default=(0, 0))}), largest stored {max(stored)} "
+        f"(compressed, uncompressed), largest body {biggest}"
+    )
 
 
 # -- 4. the dead-letter store ---------------------------------------------------------------
@@ -461,9 +509,12 @@ POISON = "x" * 2_100  # over the workspace's 2,048-byte label value limit
 
 @pytest.mark.parametrize("kind", ["workspace_double", "rollback_tsdb"])
 async def test_poison_series_alone_goes_to_the_dead_letter_store(
-    start_router: StartRouter, double: WorkspaceDouble, sink: Sink,
-    http: aiohttp.ClientSession, kind: str,
-) -> None:  # fmt: skip
+    start_router: StartRouter,
+    double: WorkspaceDouble,
+    sink: Sink,
+    http: aiohttp.ClientSession,
+    kind: str,
+) -> None:
     """50 series in two writes, one of them poisoned (a 2,100-byte label value). The
     workspace double refuses the request with 400 (keeping its valid series); the TSDB rolls
     the whole request back with 400. Either way the batch is split until exactly the poison
@@ -489,8 +540,12 @@ remote_write:
     assert dropped(router, kind) == {"4xx": 1}
     (entry,) = store.entries()
     assert (entry.kind, entry.status, entry.reason, entry.series, entry.samples) == (
-        "samples", 400, "4xx", 1, 1,
-    )  # fmt: skip
+        "samples",
+        400,
+        "4xx",
+        1,
+        1,
+    )
     assert entry_points(store, entry) == sorted(points([poisoned]))
     wanted = points(series) - points([poisoned])
     if kind == "workspace_double":
@@ -528,8 +583,11 @@ remote_write:
     assert dropped(router, "tsdb") == {"retry_budget": 10}
     (entry,) = store.entries()
     assert (entry.status, entry.reason, entry.series, entry.samples) == (
-        503, "retry_budget", 10, 10,
-    )  # fmt: skip
+        503,
+        "retry_budget",
+        10,
+        10,
+    )
     assert entry_points(store, entry) == sorted(points(first))
     assert 0.8 <= given_up_s < 2.0  # the last retry starts within the 1 s budget
     assert metric_value(router, "rwrouter_retries_total", destination="tsdb", reason="503") >= 3

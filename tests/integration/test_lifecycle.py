@@ -35,12 +35,13 @@ remote_write:
 """
 
 
-
 def body(step: int, *, name: str = "m", series: int = 5) -> bytes:
     return build_body(
-        [Series(((("__name__", name), ("i", str(i)))), ((1_000 + step, float(step)),))
-         for i in range(series)]
-    )  # fmt: skip
+        [
+            Series(((("__name__", name), ("i", str(i)))), ((1_000 + step, float(step)),))
+            for i in range(series)
+        ]
+    )
 
 
 def write_config(path: Path, capture: CaptureServer, *, extra_a: str = "", url_b: str = "") -> None:
@@ -58,9 +59,10 @@ def sent_timestamps(capture: CaptureServer, path: str) -> list[int]:
     """The timestamps of the samples received on ``path``, in arrival order."""
     return [
         ts.samples[0].timestamp
-        for received in capture.requests(path) if received.request is not None
+        for received in capture.requests(path)
+        if received.request is not None
         for ts in received.request.timeseries
-    ]  # fmt: skip
+    ]
 
 
 async def reload(http: aiohttp.ClientSession, router: RouterServer) -> tuple[int, str]:
@@ -69,9 +71,11 @@ async def reload(http: aiohttp.ClientSession, router: RouterServer) -> tuple[int
 
 
 async def test_reload_keeps_unchanged_destination_queues_and_replaces_changed_ones(
-    start_from_file: Start, fresh_capture: CaptureServer, http: aiohttp.ClientSession,
+    start_from_file: Start,
+    fresh_capture: CaptureServer,
+    http: aiohttp.ClientSession,
     tmp_path: Path,
-) -> None:  # fmt: skip
+) -> None:
     config = tmp_path / "rwrouter.yaml"
     write_config(config, fresh_capture)
     router = await start_from_file(config)
@@ -102,9 +106,12 @@ async def test_reload_keeps_unchanged_destination_queues_and_replaces_changed_on
     ids=["invalid_value", "invalid_yaml", "invalid_storage_key"],
 )
 async def test_bad_config_keeps_the_running_one(
-    start_from_file: Start, fresh_capture: CaptureServer, http: aiohttp.ClientSession,
-    tmp_path: Path, bad_text: str,
-) -> None:  # fmt: skip
+    start_from_file: Start,
+    fresh_capture: CaptureServer,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+    bad_text: str,
+) -> None:
     config = tmp_path / "rwrouter.yaml"
     write_config(config, fresh_capture)
     router = await start_from_file(config)
@@ -124,9 +131,11 @@ async def test_bad_config_keeps_the_running_one(
 
 
 async def test_reload_under_load_loses_nothing(
-    start_from_file: Start, fresh_capture: CaptureServer, http: aiohttp.ClientSession,
+    start_from_file: Start,
+    fresh_capture: CaptureServer,
+    http: aiohttp.ClientSession,
     tmp_path: Path,
-) -> None:  # fmt: skip
+) -> None:
     """Requests keep arriving while destinations are replaced back and forth: every
     acknowledged sample arrives at both destinations."""
     config = tmp_path / "rwrouter.yaml"
@@ -152,9 +161,11 @@ async def test_reload_under_load_loses_nothing(
 
 
 async def test_backlog_of_a_replaced_destination_is_handed_to_the_new_one(
-    start_from_file: Start, fresh_capture: CaptureServer, http: aiohttp.ClientSession,
+    start_from_file: Start,
+    fresh_capture: CaptureServer,
+    http: aiohttp.ClientSession,
     tmp_path: Path,
-) -> None:  # fmt: skip
+) -> None:
     """b points at a dead port: its data waits on disk. The fixed URL arrives by reload; the
     new destination opens the same queue and sends the backlog, oldest first."""
     config = tmp_path / "rwrouter.yaml"
@@ -173,9 +184,11 @@ async def test_backlog_of_a_replaced_destination_is_handed_to_the_new_one(
 
 
 async def test_stop_leaves_unsent_data_on_disk_and_restart_sends_it_first(
-    start_from_file: Start, fresh_capture: CaptureServer, http: aiohttp.ClientSession,
+    start_from_file: Start,
+    fresh_capture: CaptureServer,
+    http: aiohttp.ClientSession,
     tmp_path: Path,
-) -> None:  # fmt: skip
+) -> None:
     config = tmp_path / "rwrouter.yaml"
     dead = f"http://127.0.0.1:{free_port()}/write"
     write_config(config, fresh_capture, url_b=dead)
@@ -203,7 +216,7 @@ remote_write:
   - name: a
     url: {fresh_capture.url("/a")}
     queue_config: {{batch_send_deadline: {batch_deadline}}}
-""")  # fmt: skip
+""")
 
     write("5ms")
     router = RouterProcess(config_path=config, port=port, log_path=tmp_path / "router.log")
@@ -219,9 +232,11 @@ remote_write:
         after = router.metric_value("rwrouter_config_last_reload_success_timestamp_seconds")
         assert after > before
         request = urllib.request.Request(
-            router.url + "/api/v1/write", data=body(0), method="POST",
+            router.url + "/api/v1/write",
+            data=body(0),
+            method="POST",
             headers={"Content-Encoding": "snappy", "Content-Type": "application/x-protobuf"},
-        )  # fmt: skip
+        )
         with urllib.request.urlopen(request, timeout=5) as response:
             assert response.status == 204
         assert (tmp_path / "data" / "queue" / "a").is_dir()  # storage.path next to the file
@@ -241,9 +256,11 @@ def _poll(predicate: Callable[[], bool], *, timeout: float = 10.0) -> None:
 
 
 async def test_requests_flow_while_a_replaced_destination_finishes_its_batch(
-    start_from_file: Start, fresh_capture: CaptureServer, http: aiohttp.ClientSession,
+    start_from_file: Start,
+    fresh_capture: CaptureServer,
+    http: aiohttp.ClientSession,
     tmp_path: Path,
-) -> None:  # fmt: skip
+) -> None:
     """b is stuck retrying a batch (dead port) when a reload replaces it: its senders get up
     to 10 s to finish, but requests are not held back meanwhile, and what they bring for b
     is handed to the successor with the rest."""
@@ -253,8 +270,9 @@ async def test_requests_flow_while_a_replaced_destination_finishes_its_batch(
     router = await start_from_file(config)
     assert (await post_write(http, router, body(0)))[0] == 204
     await eventually(
-        lambda: metric_value(router, "rwrouter_retries_total", destination="b", reason="network")
-        > 0
+        lambda: (
+            metric_value(router, "rwrouter_retries_total", destination="b", reason="network") > 0
+        )
     )  # the batch is in flight, being retried
     write_config(config, fresh_capture)
     reloading = asyncio.create_task(reload(http, router))

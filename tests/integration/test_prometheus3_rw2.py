@@ -59,8 +59,9 @@ demo_rpc_seconds_count 40
 class _Exporter(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self.send_response(200)
-        self.send_header("Content-Type",
-                         "application/openmetrics-text; version=1.0.0; charset=utf-8")  # fmt: skip
+        self.send_header(
+            "Content-Type", "application/openmetrics-text; version=1.0.0; charset=utf-8"
+        )
         self.send_header("Content-Length", str(len(EXPOSITION)))
         self.end_headers()
         self.wfile.write(EXPOSITION)
@@ -99,7 +100,7 @@ remote_write:
   - name: out
     url: {capture.url("/out")}
     queue_config: {{batch_send_deadline: 100ms}}
-""")  # fmt: skip
+""")
     process = RouterProcess(config_path=config, port=port, log_path=tmp_path / "rwrouter.log")
     try:
         process.wait_ready(timeout_s=30)
@@ -135,12 +136,14 @@ def wait_for(
         raise AssertionError(f"not within {timeout} s: {what}") from None
 
 
-def run_prometheus(exporter: str, router: RouterProcess, capture: CaptureServer,
-                   features: str, tmp_path: Path) -> PrometheusProcess:  # fmt: skip
+def run_prometheus(
+    exporter: str, router: RouterProcess, capture: CaptureServer, features: str, tmp_path: Path
+) -> PrometheusProcess:
     config = PROMETHEUS.format(target=exporter, router=router.url, raw=capture.url("/raw"))
     extra = (f"--enable-feature={features}",) if features else ()
-    return PrometheusProcess.start(config, binary=peer_binary("prometheus"), extra_args=extra,
-                                   workdir=tmp_path / "prometheus")  # fmt: skip
+    return PrometheusProcess.start(
+        config, binary=peer_binary("prometheus"), extra_args=extra, workdir=tmp_path / "prometheus"
+    )
 
 
 def check_accepted(prom: PrometheusProcess, router: RouterProcess, capture: CaptureServer) -> None:
@@ -150,19 +153,26 @@ def check_accepted(prom: PrometheusProcess, router: RouterProcess, capture: Capt
     def sent(name: str) -> float:
         return prom.metric_value(f"prometheus_remote_storage_{name}", remote_name="router")
 
-    wait_for(capture, lambda: router.metric_value("rwrouter_received_protocol_requests_total",
-                                                  protocol="2.0") >= 3
-             and sent("samples_total") >= 50 and capture.sample_count("/out") >= 50,
-             "Prometheus's RW 2.0 requests accepted and forwarded")  # fmt: skip
+    wait_for(
+        capture,
+        lambda: (
+            router.metric_value("rwrouter_received_protocol_requests_total", protocol="2.0") >= 3
+            and sent("samples_total") >= 50
+            and capture.sample_count("/out") >= 50
+        ),
+        "Prometheus's RW 2.0 requests accepted and forwarded",
+    )
     for failed in ("samples_failed_total", "histograms_failed_total", "exemplars_failed_total"):
         assert sent(failed) == 0, (failed, prom.log_text()[-3000:])
-    answered = {s.labels["code"]: s.value for s in router.metrics()
-                if s.name == "rwrouter_received_requests_total"}  # fmt: skip
+    answered = {
+        s.labels["code"]: s.value
+        for s in router.metrics()
+        if s.name == "rwrouter_received_requests_total"
+    }
     assert set(answered) == {"204"}, answered
     assert router.metric_value("rwrouter_received_protocol_requests_total", protocol="1.0") == 0
     names = {dict(labels)["__name__"] for labels in capture.label_sets("/out")}
-    assert {"demo_requests_total", "demo_latency_seconds_bucket", "demo_rpc_seconds",
-            "up"} <= names  # fmt: skip
+    assert {"demo_requests_total", "demo_latency_seconds_bucket", "demo_rpc_seconds", "up"} <= names
 
 
 def test_prometheus_3_rw2_is_accepted_without_metadata(
@@ -187,8 +197,13 @@ EXPECTED_METADATA = {
 }
 
 
-REPORT_SERIES = {"up", "scrape_duration_seconds", "scrape_samples_scraped",
-                 "scrape_samples_post_metric_relabeling", "scrape_series_added"}  # fmt: skip
+REPORT_SERIES = {
+    "up",
+    "scrape_duration_seconds",
+    "scrape_samples_scraped",
+    "scrape_samples_post_metric_relabeling",
+    "scrape_series_added",
+}
 
 
 def test_prometheus_3_rw2_metadata_exemplars_and_start_timestamps(
@@ -200,18 +215,33 @@ def test_prometheus_3_rw2_metadata_exemplars_and_start_timestamps(
     features = "metadata-wal-records,st-storage,exemplar-storage"
     with run_prometheus(exporter, router, capture, features, tmp_path) as prom:
         check_accepted(prom, router, capture)
-        wait_for(capture, lambda: {m.metric_family_name for m in capture.metadata("/out")}
-                 >= set(EXPECTED_METADATA), "the metadata entries forwarded")  # fmt: skip
-        wait_for(capture, lambda: prom.metric_value("prometheus_remote_storage_exemplars_total",
-                                                    remote_name="router") >= 1,
-                 "an exemplar sent")  # fmt: skip
-        assert prom.metric_value("prometheus_remote_storage_exemplars_failed_total",
-                                 remote_name="router") == 0  # fmt: skip
+        wait_for(
+            capture,
+            lambda: (
+                {m.metric_family_name for m in capture.metadata("/out")} >= set(EXPECTED_METADATA)
+            ),
+            "the metadata entries forwarded",
+        )
+        wait_for(
+            capture,
+            lambda: (
+                prom.metric_value("prometheus_remote_storage_exemplars_total", remote_name="router")
+                >= 1
+            ),
+            "an exemplar sent",
+        )
+        assert (
+            prom.metric_value(
+                "prometheus_remote_storage_exemplars_failed_total", remote_name="router"
+            )
+            == 0
+        )
     derived = {m.metric_family_name: (m.type, m.help, m.unit) for m in capture.metadata("/out")}
     assert {family: derived[family] for family in EXPECTED_METADATA} == EXPECTED_METADATA
     assert set(derived) - set(EXPECTED_METADATA) <= REPORT_SERIES  # no _bucket, _sum, _count
     # /raw answers 200 without the Written headers: Prometheus gives each batch up after one
     # try, so these are its RW 2.0 requests as sent.
-    starts = [to_rw1(bytes(snappy.decompress(r.body))).start_timestamps
-              for r in capture.requests("/raw")]  # fmt: skip
+    starts = [
+        to_rw1(bytes(snappy.decompress(r.body))).start_timestamps for r in capture.requests("/raw")
+    ]
     assert starts and any(starts), "no start timestamp in Prometheus's RW 2.0 requests"

@@ -52,27 +52,55 @@ def _series_body(*labels: bytes) -> bytes:
 BAD_REQUESTS = [
     # (id, headers, body, status, reason fragment)
     ("zero_length_body", HEADERS, b"", 400, "empty body"),
-    ("snappy_framed_format", HEADERS, bytes.fromhex("ff060000734e61507059") + b"\x00" * 8,
-     400, "framed"),
+    (
+        "snappy_framed_format",
+        HEADERS,
+        bytes.fromhex("ff060000734e61507059") + b"\x00" * 8,
+        400,
+        "framed",
+    ),
     ("corrupt_snappy", HEADERS, b"\x0a\x01\x02\x03", 400, "snappy"),
     ("bad_protobuf", HEADERS, encode(write_request([]))[:1] + b"\x00", 400, ""),
-    ("not_protobuf", HEADERS, bytes.fromhex("0a24") + b"\x0a\xff\xff\xff\xff\x0f" + b"x" * 30,
-     400, ""),
-    ("invalid_utf8_value", HEADERS,
-     _series_body(_label_bytes(b"__name__", b"m"), _label_bytes(b"job", b"\x66\xff\xfe")),
-     400, "UTF-8"),
-    ("duplicate_label_name", HEADERS,
-     _series_body(_label_bytes(b"__name__", b"m"), _label_bytes(b"job", b"a"),
-                  _label_bytes(b"job", b"b")),
-     400, "duplicate label name"),
+    (
+        "not_protobuf",
+        HEADERS,
+        bytes.fromhex("0a24") + b"\x0a\xff\xff\xff\xff\x0f" + b"x" * 30,
+        400,
+        "",
+    ),
+    (
+        "invalid_utf8_value",
+        HEADERS,
+        _series_body(_label_bytes(b"__name__", b"m"), _label_bytes(b"job", b"\x66\xff\xfe")),
+        400,
+        "UTF-8",
+    ),
+    (
+        "duplicate_label_name",
+        HEADERS,
+        _series_body(
+            _label_bytes(b"__name__", b"m"), _label_bytes(b"job", b"a"), _label_bytes(b"job", b"b")
+        ),
+        400,
+        "duplicate label name",
+    ),
     ("declared_size_too_large", HEADERS, bytes.fromhex("ffffffff0f0061"), 413, "declares"),
     ("gzip_encoding", {**HEADERS, "Content-Encoding": "gzip"}, GOOD, 415, "Content-Encoding"),
-    ("json_content_type", {**HEADERS, "Content-Type": "application/json"}, GOOD, 415,
-     "Content-Type"),
-    ("unknown_protobuf_message", {**HEADERS,
-     "Content-Type": "application/x-protobuf;proto=io.prometheus.write.v3.Request"}, GOOD, 415,
-     "io.prometheus.write.v3.Request"),
-]  # fmt: skip
+    (
+        "json_content_type",
+        {**HEADERS, "Content-Type": "application/json"},
+        GOOD,
+        415,
+        "Content-Type",
+    ),
+    (
+        "unknown_protobuf_message",
+        {**HEADERS, "Content-Type": "application/x-protobuf;proto=io.prometheus.write.v3.Request"},
+        GOOD,
+        415,
+        "io.prometheus.write.v3.Request",
+    ),
+]
 
 ROUTER = """
 remote_write:
@@ -205,11 +233,18 @@ async def test_share_larger_than_a_whole_queue_is_413_not_503_forever(
     router = await start_router(SMALL_QUEUE.format(url=fresh_capture.url("/small")))
     noise = random.Random(7)  # queue records are compressed: values must not compress away
     body = build_body(
-        [Series((("__name__", "m"), ("i", str(i)),
-                 ("v", "".join(noise.choices(string.ascii_letters, k=value_bytes)))),
-                ((1_000, 1.0),))
-         for i in range(series)]
-    )  # fmt: skip
+        [
+            Series(
+                (
+                    ("__name__", "m"),
+                    ("i", str(i)),
+                    ("v", "".join(noise.choices(string.ascii_letters, k=value_bytes))),
+                ),
+                ((1_000, 1.0),),
+            )
+            for i in range(series)
+        ]
+    )
     status, text, _ = await post_write(http, router, body)
     assert status == 413, text
     assert "small" in text and "whole disk queue" in text
@@ -235,9 +270,12 @@ async def test_slow_body_gets_408_and_the_next_request_works(
 
 #: A rule that changes labels: every new label set goes through the (Python) relabel engine,
 #: not the compiled loop's shortcut, so a request of many new series takes a while to route.
-SLOW_ROUTER = ROUTER.replace("    queue_config:", """    write_relabel_configs:
+SLOW_ROUTER = ROUTER.replace(
+    "    queue_config:",
+    """    write_relabel_configs:
       - {{source_labels: [i], target_label: copy}}
-    queue_config:""").replace("max_request_bytes: 64KiB", "max_request_bytes: 8MiB")
+    queue_config:""",
+).replace("max_request_bytes: 64KiB", "max_request_bytes: 8MiB")
 
 
 def many_new_series(count: int) -> bytes:
@@ -246,8 +284,10 @@ def many_new_series(count: int) -> bytes:
     import snappy
 
     sample = b"\x12\x0b\x09" + struct.pack("<d", 1.0) + b"\x10\x01"
-    frames = (frame_series(codec.encode_labels((("__name__", "m"), ("i", str(n)))), sample)
-              for n in range(count))  # fmt: skip
+    frames = (
+        frame_series(codec.encode_labels((("__name__", "m"), ("i", str(n)))), sample)
+        for n in range(count)
+    )
     return bytes(snappy.compress(b"".join(frames)))
 
 
@@ -293,8 +333,11 @@ async def test_a_sender_that_gave_up_gets_nothing_enqueued(
     would duplicate it."""
     import snappy
 
-    router = await start_router(ROUTER.format(url=fresh_capture.url("/all")).replace(
-        "max_request_bytes: 64KiB", "max_request_bytes: 8MiB"))  # fmt: skip
+    router = await start_router(
+        ROUTER.format(url=fresh_capture.url("/all")).replace(
+            "max_request_bytes: 64KiB", "max_request_bytes: 8MiB"
+        )
+    )
     sample = b"\x12\x0b\x09" + b"\x00" * 8 + b"\x10\x01"
     series = []
     for i in range(400_000):  # distinct label sets: each one a cache miss, so decoding is slow
@@ -318,8 +361,9 @@ async def _as_worker_0_of_2(tmp_path: Path, capture: CaptureServer, other: int) 
     is made here, the other worker's slot saying ``other`` connections)."""
     create_board(board_path(str(tmp_path)), count=2)
     Board(board_path(str(tmp_path)), index=1, count=2).publish(other)
-    spec = WorkerSpec(index=0, count=2, port=0, runtime_dir=str(tmp_path), ready_fd=-1,
-                      lifeline_fd=-1)  # fmt: skip
+    spec = WorkerSpec(
+        index=0, count=2, port=0, runtime_dir=str(tmp_path), ready_fd=-1, lifeline_fd=-1
+    )
     config = router_config(ROUTER.format(url=capture.url("/all")), tmp_path / "data")
     router = RouterServer(config, worker=spec)
     await router.start()
@@ -336,8 +380,9 @@ BALANCE_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("other", "closed", "slot"), [c[1:] for c in BALANCE_CASES],
-                         ids=[c[0] for c in BALANCE_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("other", "closed", "slot"), [c[1:] for c in BALANCE_CASES], ids=[c[0] for c in BALANCE_CASES]
+)
 async def test_with_workers_a_worker_over_its_share_ends_a_connection(
     router: RouterServer,
     fresh_capture: CaptureServer,
@@ -352,8 +397,9 @@ async def test_with_workers_a_worker_over_its_share_ends_a_connection(
     try:
         async with aiohttp.ClientSession() as first, aiohttp.ClientSession() as second:
             for session in (first, second, first, second):
-                async with session.post(router.url + "/api/v1/write", data=GOOD,
-                                        headers=HEADERS) as resp:  # fmt: skip
+                async with session.post(
+                    router.url + "/api/v1/write", data=GOOD, headers=HEADERS
+                ) as resp:
                     assert resp.status == 204
                     answers.append(resp.headers.get("Connection", "").lower() == "close")
             if slot is not None:

@@ -44,10 +44,15 @@ server:
 
 T0 = 1_700_000_000_000  # ms since the epoch
 SERIES = [
-    *(Series((("__name__", "DCGM_FI_DEV_GPU_UTIL"), ("gpu", str(g)), ("job", "dcgm")),
-             ((T0, float(g)),)) for g in range(4)),
+    *(
+        Series(
+            (("__name__", "DCGM_FI_DEV_GPU_UTIL"), ("gpu", str(g)), ("job", "dcgm")),
+            ((T0, float(g)),),
+        )
+        for g in range(4)
+    ),
     Series((("__name__", "node_load1"), ("instance", "n1")), ((T0, 0.5), (T0 + 15_000, 0.7))),
-]  # fmt: skip
+]
 METADATA = {"DCGM_FI_DEV_GPU_UTIL": (2, "GPU utilization (in %).", "percent")}
 
 
@@ -59,9 +64,14 @@ def rw2_request(series: list[Series] = SERIES) -> write_v2_pb2.Request:
     first = request.timeseries[0]
     trace = [len(request.symbols) - 2, len(request.symbols) - 1]
     first.exemplars.add(labels_refs=trace, value=1.0, timestamp=T0)
-    first.histograms.add(count_int=2, sum=1.0, timestamp=T0, schema=0,
-                         positive_spans=[write_v2_pb2.BucketSpan(offset=0, length=1)],
-                         positive_deltas=[2])  # fmt: skip
+    first.histograms.add(
+        count_int=2,
+        sum=1.0,
+        timestamp=T0,
+        schema=0,
+        positive_spans=[write_v2_pb2.BucketSpan(offset=0, length=1)],
+        positive_deltas=[2],
+    )
     return request
 
 
@@ -77,23 +87,32 @@ def written_of(headers: dict[str, str]) -> Written | None:
 async def test_rw2_request_is_accepted_with_exact_written_counts(
     router: RouterServer, http: aiohttp.ClientSession, fresh_capture: CaptureServer
 ) -> None:
-    status, text, headers = await post_write(http, router, encode_v2(rw2_request()),
-                                             headers=HEADERS_V2)  # fmt: skip
+    status, text, headers = await post_write(
+        http, router, encode_v2(rw2_request()), headers=HEADERS_V2
+    )
     assert status == 204, text
     assert written_of(headers) == Written(samples=6, histograms=1, exemplars=1)
-    await eventually(lambda: fresh_capture.sample_count("/gpu") == 4
-                     and fresh_capture.sample_count("/rest") == 2)  # fmt: skip
+    await eventually(
+        lambda: fresh_capture.sample_count("/gpu") == 4 and fresh_capture.sample_count("/rest") == 2
+    )
     gpu = fresh_capture.requests("/gpu")
     assert all(dict(ts)["cluster"] == "c1" for ts in fresh_capture.label_sets("/gpu"))
     first = next(ts for r in gpu if r.request for ts in r.request.timeseries)
     assert [(e.labels[0].name, e.labels[0].value) for e in first.exemplars] == [
-        ("trace_id", "4bf92f3577b34da6")]  # fmt: skip
+        ("trace_id", "4bf92f3577b34da6")
+    ]
     assert [h.count_int for h in first.histograms] == [2]
-    await eventually(lambda: any(m.metric_family_name == "DCGM_FI_DEV_GPU_UTIL"
-                                 for m in fresh_capture.metadata("/gpu")))  # fmt: skip
+    await eventually(
+        lambda: any(
+            m.metric_family_name == "DCGM_FI_DEV_GPU_UTIL" for m in fresh_capture.metadata("/gpu")
+        )
+    )
     meta = fresh_capture.metadata("/gpu")[0]
-    assert (meta.type, meta.help, meta.unit) == (types_pb2.MetricMetadata.GAUGE,
-                                                 "GPU utilization (in %).", "percent")
+    assert (meta.type, meta.help, meta.unit) == (
+        types_pb2.MetricMetadata.GAUGE,
+        "GPU utilization (in %).",
+        "percent",
+    )
     assert metric_value(router, "rwrouter_received_protocol_requests_total", protocol="2.0") == 1
     assert metric_value(router, "rwrouter_received_samples_total") == 8
     assert metric_value(router, "rwrouter_received_metadata_total") == 1
@@ -118,24 +137,70 @@ BAD_UTF8 = b"\x22\x00\x22\x08__name__\x22\x02\xc3\x28"
 
 # (id, headers, body, status, reason fragment, Written headers expected)
 REFUSED = [
-    ("ref_outside_the_symbols_table", HEADERS_V2, _v2(SYMS + b"\x2a\x04\x0a\x02\x01\x07"), 400,
-     "timeseries[0]: label ref 7 is outside the symbols table (size 3)", True),
-    ("odd_refs_count", HEADERS_V2, _v2(SYMS + b"\x2a\x03\x0a\x01\x01"), 400,
-     "odd number of labels_refs", True),
-    ("symbols_0_not_empty", HEADERS_V2, _v2(b"\x22\x01x" + b"\x2a\x00"), 400,
-     "symbols[0] must be the empty string", True),
-    ("invalid_utf8", HEADERS_V2, _v2(BAD_UTF8 + b"\x2a\x11\x0a\x02\x01\x02" + SAMPLE), 400,
-     "invalid UTF-8", True),
+    (
+        "ref_outside_the_symbols_table",
+        HEADERS_V2,
+        _v2(SYMS + b"\x2a\x04\x0a\x02\x01\x07"),
+        400,
+        "timeseries[0]: label ref 7 is outside the symbols table (size 3)",
+        True,
+    ),
+    (
+        "odd_refs_count",
+        HEADERS_V2,
+        _v2(SYMS + b"\x2a\x03\x0a\x01\x01"),
+        400,
+        "odd number of labels_refs",
+        True,
+    ),
+    (
+        "symbols_0_not_empty",
+        HEADERS_V2,
+        _v2(b"\x22\x01x" + b"\x2a\x00"),
+        400,
+        "symbols[0] must be the empty string",
+        True,
+    ),
+    (
+        "invalid_utf8",
+        HEADERS_V2,
+        _v2(BAD_UTF8 + b"\x2a\x11\x0a\x02\x01\x02" + SAMPLE),
+        400,
+        "invalid UTF-8",
+        True,
+    ),
     ("bad_framing", HEADERS_V2, _v2(SYMS + b"\x2a\x09\x0a\x02"), 400, "runs past the end", True),
     ("not_snappy", HEADERS_V2, b"\x0a\x01\x02\x03", 400, "snappy", True),
-    ("labels_written_out_too_large", HEADERS_V2,
-     _v2(b"\x22\x00\x22\x08__name__\x22\x80\x20" + b"x" * 4096
-         + b"\x2a\x83\x01\x0a\x80\x01" + b"\x01\x02" * 64), 413, "written out", True),
-    ("unknown_proto", {**HEADERS_V2, "Content-Type": "application/x-protobuf;proto=x.Y"},
-     _v2(SYMS), 415, "unsupported protobuf message 'x.Y'", False),
-    ("rw2_with_gzip", {**HEADERS_V2, "Content-Encoding": "gzip"}, _v2(SYMS), 415,
-     "Content-Encoding", True),
-]  # fmt: skip
+    (
+        "labels_written_out_too_large",
+        HEADERS_V2,
+        _v2(
+            b"\x22\x00\x22\x08__name__\x22\x80\x20"
+            + b"x" * 4096
+            + b"\x2a\x83\x01\x0a\x80\x01"
+            + b"\x01\x02" * 64
+        ),
+        413,
+        "written out",
+        True,
+    ),
+    (
+        "unknown_proto",
+        {**HEADERS_V2, "Content-Type": "application/x-protobuf;proto=x.Y"},
+        _v2(SYMS),
+        415,
+        "unsupported protobuf message 'x.Y'",
+        False,
+    ),
+    (
+        "rw2_with_gzip",
+        {**HEADERS_V2, "Content-Encoding": "gzip"},
+        _v2(SYMS),
+        415,
+        "Content-Encoding",
+        True,
+    ),
+]
 
 
 @pytest.mark.parametrize(
@@ -157,8 +222,9 @@ async def test_bad_rw2_request_is_4xx_with_zeros_and_the_next_one_works(
     assert reason in text
     assert text.count("\n") == 1 and text.strip()
     assert written_of(answer) == (Written() if zeros else None)
-    got_next, _, answer = await post_write(http, router, encode_v2(rw2_request()),
-                                           headers=HEADERS_V2)  # fmt: skip
+    got_next, _, answer = await post_write(
+        http, router, encode_v2(rw2_request()), headers=HEADERS_V2
+    )
     assert got_next == 204
     assert written_of(answer) == Written(samples=6, histograms=1, exemplars=1)
 
@@ -174,10 +240,16 @@ async def test_queue_full_answer_carries_zeros(
     noise = random.Random(3)  # queue records are compressed: values must not compress away
     answers = []
     for _ in range(60):
-        series = [Series((("__name__", "m"), ("i", str(i)), ("pad", noise.randbytes(30).hex())),
-                         ((1_000, 1.0),)) for i in range(10)]  # fmt: skip
-        status, _, headers = await post_write(http, router, encode_v2(rw2_request(series)),
-                                              headers=HEADERS_V2)  # fmt: skip
+        series = [
+            Series(
+                (("__name__", "m"), ("i", str(i)), ("pad", noise.randbytes(30).hex())),
+                ((1_000, 1.0),),
+            )
+            for i in range(10)
+        ]
+        status, _, headers = await post_write(
+            http, router, encode_v2(rw2_request(series)), headers=HEADERS_V2
+        )
         answers.append((status, written_of(headers)))
         if status == 503:
             break
@@ -197,7 +269,7 @@ async def test_start_timestamps_flag_the_queue_records(router: RouterServer) -> 
         records = [r for share in decoded.shares for r in share.records]
         assert records
         for record in records:
-            block = decode_record(record[HEADER.size:])
+            block = decode_record(record[HEADER.size :])
             assert bool(block.flags & FLAG_START_TIMESTAMPS) is flagged  # the request's
 
 
@@ -218,8 +290,9 @@ async def test_rw1_and_rw2_route_identically(
         routers[proto] = await start_router(ROUTER.format(url=url))
     rw1 = write_request(series)
     status1, _, _ = await post_write(http, routers["v1"], build_body(series))
-    status2, _, _ = await post_write(http, routers["v2"], encode_v2(symbolize(rw1)),
-                                     headers=HEADERS_V2)  # fmt: skip
+    status2, _, _ = await post_write(
+        http, routers["v2"], encode_v2(symbolize(rw1)), headers=HEADERS_V2
+    )
     assert (status1, status2) == (204, 204)
     for dest, samples in (("gpu", 5), ("rest", 2)):
 
@@ -227,8 +300,9 @@ async def test_rw1_and_rw2_route_identically(
             return capture.sample_count(f"/v1/{d}") == n and capture.sample_count(f"/v2/{d}") == n
 
         await eventually(arrived)
-        bodies = {proto: [r.raw for r in capture.requests(f"/{proto}/{dest}")]
-                  for proto in ("v1", "v2")}  # fmt: skip
+        bodies = {
+            proto: [r.raw for r in capture.requests(f"/{proto}/{dest}")] for proto in ("v1", "v2")
+        }
         assert bodies["v1"] == bodies["v2"]
     caches = []
     for proto in ("v1", "v2"):

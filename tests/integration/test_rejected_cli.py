@@ -57,20 +57,31 @@ remote_write:
 
 
 def raw_batch(i: int, n: int = 2) -> bytes:
-    series = [Series((("__name__", f"m{i}"), ("s", str(j))), ((1000 + j, float(j)),))
-              for j in range(n)]  # fmt: skip
+    series = [
+        Series((("__name__", f"m{i}"), ("s", str(j))), ((1000 + j, float(j)),)) for j in range(n)
+    ]
     return bytes(write_request(series).SerializeToString())
 
 
 def fill(tmp_path: Path, count: int, *, name: str = "self-hosted") -> DeadLetterStore:
     """``count`` rejected batches of 2 series (one second apart from T0) for ``name``."""
     clock = [T0]
-    store = DeadLetterStore(dead_letter_dir(str(tmp_path / "data"), name), max_bytes=1 << 20,
-                          wall_clock=lambda: clock[0])  # fmt: skip
+    store = DeadLetterStore(
+        dead_letter_dir(str(tmp_path / "data"), name),
+        max_bytes=1 << 20,
+        wall_clock=lambda: clock[0],
+    )
     for i in range(count):
         clock[0] = T0 + i
-        store.add(raw=raw_batch(i), kind="samples", status=400, reason="4xx", series=2,
-                  samples=2, response=f"out of order sample {i}\nsecond line")  # fmt: skip
+        store.add(
+            raw=raw_batch(i),
+            kind="samples",
+            status=400,
+            reason="4xx",
+            series=2,
+            samples=2,
+            response=f"out of order sample {i}\nsecond line",
+        )
     return store
 
 
@@ -86,14 +97,14 @@ REPLAYS = [
     ("accepted_all_removed", [], 0, [], 3),
     ("refused_400_all_kept", [400, 400, 400], 1, [0, 1, 2], 3),
     ("one_refused_others_delivered", [204, 422, 200], 1, [1], 3),
-    ("server_error_retried_then_kept", [503] * (REPLAY_RETRIES + 1), 1, [0],
-     3 + REPLAY_RETRIES),
+    ("server_error_retried_then_kept", [503] * (REPLAY_RETRIES + 1), 1, [0], 3 + REPLAY_RETRIES),
     ("server_error_then_accepted", [500, 502], 0, [], 5),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize(("statuses", "code", "kept", "requests"), [c[1:] for c in REPLAYS],
-                         ids=[c[0] for c in REPLAYS])  # fmt: skip
+@pytest.mark.parametrize(
+    ("statuses", "code", "kept", "requests"), [c[1:] for c in REPLAYS], ids=[c[0] for c in REPLAYS]
+)
 def test_replay(
     tmp_path: Path,
     capture: CaptureServer,
@@ -155,8 +166,15 @@ def test_replay_keeps_entries_rejected_meanwhile(
 
     async def handle(request: web.Request) -> web.Response:
         received.append(await request.read())
-        store.add(raw=raw_batch(9), kind="samples", status=None, reason="retry_budget",
-                  response="", series=2, samples=2)  # fmt: skip
+        store.add(
+            raw=raw_batch(9),
+            kind="samples",
+            status=None,
+            reason="retry_budget",
+            response="",
+            series=2,
+            samples=2,
+        )
         return web.Response(status=204)
 
     with _Server(handle) as url:
@@ -189,8 +207,12 @@ def test_list_table_as_a_user_runs_it(tmp_path: Path) -> None:
     config = write_config(tmp_path, "http://127.0.0.1:9/api/v1/write")
     result = subprocess.run(
         [sys.executable, "-m", "rwrouter", "rejected", "list", "--config", str(config)],
-        env=os.environ, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        env=os.environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].startswith("destination workspace: no rejected batches")
@@ -199,11 +221,33 @@ def test_list_table_as_a_user_runs_it(tmp_path: Path) -> None:
         f"destination self-hosted: 2 rejected batches, {store.size_bytes} bytes on disk "
         f"({directory})"
     )
-    assert lines[2].split() == ["TIME", "(UTC)", "KIND", "STATUS", "REASON", "SERIES",
-                                "SAMPLES", "BYTES", "RESPONSE"]  # fmt: skip
+    assert lines[2].split() == [
+        "TIME",
+        "(UTC)",
+        "KIND",
+        "STATUS",
+        "REASON",
+        "SERIES",
+        "SAMPLES",
+        "BYTES",
+        "RESPONSE",
+    ]
     body_bytes = store.entries()[0].body_bytes
-    assert lines[3].split() == ["2023-11-14", "22:13:20.000", "samples", "400", "4xx", "2", "2",
-                                str(body_bytes), "out", "of", "order", "sample", "0"]  # fmt: skip
+    assert lines[3].split() == [
+        "2023-11-14",
+        "22:13:20.000",
+        "samples",
+        "400",
+        "4xx",
+        "2",
+        "2",
+        str(body_bytes),
+        "out",
+        "of",
+        "order",
+        "sample",
+        "0",
+    ]
     assert lines[4].split()[:2] == ["2023-11-14", "22:13:21.000"]
     bytes_total = sum(e.body_bytes for e in store.entries())
     assert lines[5] == f"total: 2 batches, 4 series, 4 samples, {bytes_total} bytes"
@@ -264,9 +308,7 @@ def test_bad_configuration_is_a_usage_error(
 class _Server:
     """A one-handler aiohttp server in its own thread (the replay runs its own event loop)."""
 
-    def __init__(
-        self, handler: Callable[[web.Request], Coroutine[Any, Any, web.Response]]
-    ) -> None:
+    def __init__(self, handler: Callable[[web.Request], Coroutine[Any, Any, web.Response]]) -> None:
         self._capture = CaptureServer()
         self._capture._handle = handler  # type: ignore[method-assign,assignment]
 
@@ -280,22 +322,39 @@ class _Server:
 # replay in the destination's protocol ------------------------------------------------------
 PROTOCOL_REPLAYS = [
     # id, protobuf_message, does the destination speak RW 2.0, messages received
-    ("rw2_destination_gets_rw2", "io.prometheus.write.v2.Request", True,
-     ["io.prometheus.write.v2.Request"]),
-    ("rw2_destination_answering_415_gets_rw1", "io.prometheus.write.v2.Request", False,
-     ["io.prometheus.write.v2.Request", "prometheus.WriteRequest"]),
-    ("rw1_destination_gets_rw1_without_start_timestamps", "prometheus.WriteRequest", True,
-     ["prometheus.WriteRequest"]),
-]  # fmt: skip
+    (
+        "rw2_destination_gets_rw2",
+        "io.prometheus.write.v2.Request",
+        True,
+        ["io.prometheus.write.v2.Request"],
+    ),
+    (
+        "rw2_destination_answering_415_gets_rw1",
+        "io.prometheus.write.v2.Request",
+        False,
+        ["io.prometheus.write.v2.Request", "prometheus.WriteRequest"],
+    ),
+    (
+        "rw1_destination_gets_rw1_without_start_timestamps",
+        "prometheus.WriteRequest",
+        True,
+        ["prometheus.WriteRequest"],
+    ),
+]
 
 
-@pytest.mark.parametrize(("message", "speaks_rw2", "received"),
-                         [c[1:] for c in PROTOCOL_REPLAYS],
-                         ids=[c[0] for c in PROTOCOL_REPLAYS])  # fmt: skip
+@pytest.mark.parametrize(
+    ("message", "speaks_rw2", "received"),
+    [c[1:] for c in PROTOCOL_REPLAYS],
+    ids=[c[0] for c in PROTOCOL_REPLAYS],
+)
 def test_replay_in_the_destinations_protocol(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], message: str, speaks_rw2: bool,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    message: str,
+    speaks_rw2: bool,
     received: list[str],
-) -> None:  # fmt: skip
+) -> None:
     """A stored batch (RW1 form, a start timestamp in a sample, as received by RW 2.0) goes
     out as ``rwrouter run`` would send it to that destination."""
     from rwrouter.protocol import RW2_MESSAGE, Written, message_of
@@ -307,8 +366,9 @@ def test_replay_in_the_destinations_protocol(
     seen: list[tuple[str, bytes]] = []
 
     async def handle(request: web.Request) -> web.Response:
-        kind = message_of(request.headers.get("Content-Encoding"),
-                          request.headers.get("Content-Type"))  # fmt: skip
+        kind = message_of(
+            request.headers.get("Content-Encoding"), request.headers.get("Content-Type")
+        )
         seen.append((kind, decompress(await request.read(), max_decoded_bytes=1 << 20)))
         if kind == RW2_MESSAGE:
             if not speaks_rw2:
@@ -316,10 +376,10 @@ def test_replay_in_the_destinations_protocol(
             return web.Response(status=204, headers=Written(1, 0, 0).headers())
         return web.Response(status=204)
 
-    store = DeadLetterStore(dead_letter_dir(str(tmp_path / "data"), "self-hosted"),
-                          max_bytes=1 << 20)  # fmt: skip
-    store.add(raw=raw, kind="samples", status=400, reason="4xx", series=1, samples=1,
-              response="")  # fmt: skip
+    store = DeadLetterStore(
+        dead_letter_dir(str(tmp_path / "data"), "self-hosted"), max_bytes=1 << 20
+    )
+    store.add(raw=raw, kind="samples", status=400, reason="4xx", series=1, samples=1, response="")
     with _Server(handle) as url:
         config = write_config(tmp_path, url)
         setting = f"    protobuf_message: {message}\n    queue_config:"
@@ -334,6 +394,8 @@ def test_replay_in_the_destinations_protocol(
         assert request.timeseries[0].samples[0] == sample  # the start timestamp kept
     else:
         rw1 = remote_pb2.WriteRequest.FromString(body)
-        assert rw1.timeseries[0].samples[0].SerializeToString() == write_v2_pb2.Sample(
-            value=2.5, timestamp=5_000).SerializeToString()  # fmt: skip
+        assert (
+            rw1.timeseries[0].samples[0].SerializeToString()
+            == write_v2_pb2.Sample(value=2.5, timestamp=5_000).SerializeToString()
+        )
     assert "delivered 1 of 1 batches" in capsys.readouterr().out

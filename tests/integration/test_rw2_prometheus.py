@@ -40,8 +40,11 @@ def prometheus(request: pytest.FixtureRequest) -> Iterator[tuple[str, Prometheus
     if request.param == "type_and_unit_labels":
         features += ",type-and-unit-labels"
     binary = peer_binary("prometheus")
-    with PrometheusProcess.start("global: {scrape_interval: 1h}\n", binary=binary,
-                                 extra_args=(f"--enable-feature={features}",)) as prom:  # fmt: skip
+    with PrometheusProcess.start(
+        "global: {scrape_interval: 1h}\n",
+        binary=binary,
+        extra_args=(f"--enable-feature={features}",),
+    ) as prom:
         yield request.param, prom
 
 
@@ -56,11 +59,17 @@ def api(prom: PrometheusProcess, path: str, **params: str) -> Any:
 def feed() -> list[bytes]:
     """RW 1.0 requests as a Prometheus 2 sends them: metadata first, then series."""
     metadata = remote_pb2.WriteRequest()
-    metadata.metadata.extend([
-        MM(metric_family_name="rw2_bytes", type=MM.GAUGE, help="Bytes in use.", unit="bytes"),
-        MM(metric_family_name="rw2_latency_seconds", type=MM.HISTOGRAM, help="Latency.",
-           unit="seconds"),
-    ])  # fmt: skip
+    metadata.metadata.extend(
+        [
+            MM(metric_family_name="rw2_bytes", type=MM.GAUGE, help="Bytes in use.", unit="bytes"),
+            MM(
+                metric_family_name="rw2_latency_seconds",
+                type=MM.HISTOGRAM,
+                help="Latency.",
+                unit="seconds",
+            ),
+        ]
+    )
     series = remote_pb2.WriteRequest()
     for i, value in enumerate(VALUES):
         ts = series.timeseries.add()
@@ -84,8 +93,9 @@ def feed() -> list[bytes]:
     h = hist.timeseries.add()
     h.labels.add(name="__name__", value="rw2_latency_seconds")
     h.labels.add(name="job", value="api")
-    nh = h.histograms.add(count_int=5, sum=12.5, schema=0, zero_threshold=0.001,
-                          zero_count_int=1, timestamp=NOW_MS)  # fmt: skip
+    nh = h.histograms.add(
+        count_int=5, sum=12.5, schema=0, zero_threshold=0.001, zero_count_int=1, timestamp=NOW_MS
+    )
     nh.positive_spans.add(offset=0, length=2)
     nh.positive_deltas.extend([2, 0])
     return [encode(metadata), _snappy(body + stale_ts), encode(hist)]
@@ -114,9 +124,10 @@ def _snappy(raw: bytes) -> bytes:
 
 
 async def test_prometheus3_stores_what_the_router_sends_as_rw2(
-    prometheus: tuple[str, PrometheusProcess], start_router: StartRouter,
+    prometheus: tuple[str, PrometheusProcess],
+    start_router: StartRouter,
     http: aiohttp.ClientSession,
-) -> None:  # fmt: skip
+) -> None:
     mode, prom = prometheus
     router = await start_router(f"""
 remote_write:
@@ -129,22 +140,38 @@ remote_write:
         status, text, _ = await post_write(http, router, body)
         assert status == 204, text
     expected = 2 * len(VALUES) + 2 + 1 + 1  # floats, stale pair, histogram, exemplar
-    await eventually(lambda: metric_value(router, "rwrouter_sent_samples_total",
-                                          destination="prom3") == expected, timeout=20)  # fmt: skip
-    assert metric_value(router, "rwrouter_protocol_fallbacks_total", destination="prom3",
-                        reason="415") == 0  # fmt: skip
-    assert metric_value(router, "rwrouter_destination_protocol", destination="prom3",
-                        protobuf_message=RW2_MESSAGE) == 1  # fmt: skip
+    await eventually(
+        lambda: (
+            metric_value(router, "rwrouter_sent_samples_total", destination="prom3") == expected
+        ),
+        timeout=20,
+    )
+    assert (
+        metric_value(router, "rwrouter_protocol_fallbacks_total", destination="prom3", reason="415")
+        == 0
+    )
+    assert (
+        metric_value(
+            router,
+            "rwrouter_destination_protocol",
+            destination="prom3",
+            protobuf_message=RW2_MESSAGE,
+        )
+        == 1
+    )
     at = f"{(NOW_MS + 1_500) / 1000:.3f}"
 
     floats = api(prom, "/api/v1/query", query="rw2_bytes[10s]", time=at)["result"]
     got = {s["metric"]["i"]: [(p[0], float(p[1])) for p in s["values"]] for s in floats}
-    assert got == {str(i): [(NOW_MS / 1000, v), (NOW_MS / 1000 + 1, v * 2)]
-                   for i, v in enumerate(VALUES)}  # fmt: skip
+    assert got == {
+        str(i): [(NOW_MS / 1000, v), (NOW_MS / 1000 + 1, v * 2)] for i, v in enumerate(VALUES)
+    }
     labels = {k for s in floats for k in s["metric"]}
     if mode == "type_and_unit_labels":  # the book's metadata, as Prometheus 3 files it
-        assert all(s["metric"]["__type__"] == "gauge" and s["metric"]["__unit__"] == "bytes"
-                   for s in floats)  # fmt: skip
+        assert all(
+            s["metric"]["__type__"] == "gauge" and s["metric"]["__unit__"] == "bytes"
+            for s in floats
+        )
     else:
         assert labels == {"__name__", "i"}
 
@@ -157,12 +184,15 @@ remote_write:
     value = hist[0]["histogram"][1]
     assert (value["count"], value["sum"]) == ("5", "12.5")
     assert [(float(b[1]), float(b[2]), b[3]) for b in value["buckets"]] == [
-        (-0.001, 0.001, "1"), (0.5, 1.0, "2"), (1.0, 2.0, "2")
-    ]  # fmt: skip
+        (-0.001, 0.001, "1"),
+        (0.5, 1.0, "2"),
+        (1.0, 2.0, "2"),
+    ]
     if mode == "type_and_unit_labels":
         assert hist[0]["metric"]["__type__"] == "histogram"
 
-    exemplars = api(prom, "/api/v1/query_exemplars", query="rw2_bytes",
-                    start=str(NOW_MS / 1000 - 10), end=at)  # fmt: skip
+    exemplars = api(
+        prom, "/api/v1/query_exemplars", query="rw2_bytes", start=str(NOW_MS / 1000 - 10), end=at
+    )
     found = [(e["labels"], float(e["value"])) for series in exemplars for e in series["exemplars"]]
     assert found == [({"trace_id": "abc123"}, 0.1)]

@@ -55,9 +55,11 @@ class Sink:
             assert headers["X-Prometheus-Remote-Write-Version"] == "2.0.0"
             got = series_of(decode_v2(raw))
             self.requests.append((message, got))
-            counts = Written(sum(len(f.samples) for f in got),
-                             sum(len(f.histograms) for f in got),
-                             sum(len(f.exemplars) for f in got))  # fmt: skip
+            counts = Written(
+                sum(len(f.samples) for f in got),
+                sum(len(f.histograms) for f in got),
+                sum(len(f.exemplars) for f in got),
+            )
             return web.Response(status=204, headers=counts.headers())
         assert headers["X-Prometheus-Remote-Write-Version"] == "0.1.0"
         rw1 = remote_pb2.WriteRequest.FromString(raw)
@@ -69,27 +71,43 @@ class Sink:
 
     def samples(self, message: str | None = None) -> list[tuple[str, str]]:
         """(series ``i`` label, protocol) of every sample received."""
-        return [(dict(f.labels).get("i", ""), m) for m, got in self.requests
-                if message in (None, m) for f in got for _ in f.samples]  # fmt: skip
+        return [
+            (dict(f.labels).get("i", ""), m)
+            for m, got in self.requests
+            if message in (None, m)
+            for f in got
+            for _ in f.samples
+        ]
 
 
 def _frame_of(ts: types_pb2.TimeSeries) -> Frame:
-    return Frame(tuple((lab.name, lab.value) for lab in ts.labels),
-                 tuple(s.SerializeToString() for s in ts.samples))  # fmt: skip
+    return Frame(
+        tuple((lab.name, lab.value) for lab in ts.labels),
+        tuple(s.SerializeToString() for s in ts.samples),
+    )
 
 
 def metadata_request(*families: tuple[str, int, str, str]) -> bytes:
-    return encode(write_request([], metadata=[
-        MM(metric_family_name=name, type=kind, help=help_text, unit=unit)  # type: ignore[arg-type]
-        for name, kind, help_text, unit in families
-    ]))  # fmt: skip
+    return encode(
+        write_request(
+            [],
+            metadata=[
+                MM(metric_family_name=name, type=kind, help=help_text, unit=unit)  # type: ignore[arg-type]
+                for name, kind, help_text, unit in families
+            ],
+        )
+    )
 
 
 def samples_request(step: int, n: int = 5, value: float | bytes = 1.0) -> bytes:
-    return encode(write_request([
-        Series((("__name__", "gpu_util"), ("i", str(i))), ((1_000 + step, value),))
-        for i in range(n)
-    ]))  # fmt: skip
+    return encode(
+        write_request(
+            [
+                Series((("__name__", "gpu_util"), ("i", str(i))), ((1_000 + step, value),))
+                for i in range(n)
+            ]
+        )
+    )
 
 
 def config(url: str, *, name: str = "rw2", extra: str = "") -> str:
@@ -103,7 +121,9 @@ remote_write:
 
 
 async def test_rw2_destination_gets_rw2_with_metadata_and_bit_exact_values(
-    start_router: StartRouter, serve: Serve, http: aiohttp.ClientSession  # noqa: F811
+    start_router: StartRouter,
+    serve: Serve,  # noqa: F811  (the fixture imported above)
+    http: aiohttp.ClientSession,
 ) -> None:
     sink = Sink()
     router = await start_router(config(await serve(sink.handle)))
@@ -118,13 +138,19 @@ async def test_rw2_destination_gets_rw2_with_metadata_and_bit_exact_values(
     assert {f.metadata for f in got} == {(2, "GPU utilization.", "percent")}
     values = sorted((f.samples[0][1:9], dict(f.labels)["i"]) for f in got)  # Sample.value bytes
     assert [v for v, _ in values] == [struct.pack("<d", 0.5)] * 5 + [STALE_NAN] * 5
-    assert metric_value(router, "rwrouter_destination_protocol", destination="rw2",
-                        protobuf_message=RW2_MESSAGE) == 1  # fmt: skip
+    assert (
+        metric_value(
+            router, "rwrouter_destination_protocol", destination="rw2", protobuf_message=RW2_MESSAGE
+        )
+        == 1
+    )
     assert metric_value(router, "rwrouter_sent_samples_total", destination="rw2") == 10
 
 
 async def test_415_destination_gets_everything_as_rw1(
-    start_router: StartRouter, serve: Serve, http: aiohttp.ClientSession  # noqa: F811
+    start_router: StartRouter,
+    serve: Serve,  # noqa: F811  (the fixture imported above)
+    http: aiohttp.ClientSession,
 ) -> None:
     sink = Sink(rw2=False)
     router = await start_router(config(await serve(sink.handle)))
@@ -133,16 +159,28 @@ async def test_415_destination_gets_everything_as_rw1(
     for step in range(20):
         assert (await post_write(http, router, samples_request(step)))[0] == 204
     await eventually(lambda: len(sink.samples(RW1_MESSAGE)) == 100)
-    assert sorted(sink.samples()) == sorted((str(i), RW1_MESSAGE) for i in range(5)
-                                            for _ in range(20))  # fmt: skip
-    assert metric_value(router, "rwrouter_protocol_fallbacks_total", destination="rw2",
-                        reason="415") == 1  # fmt: skip
-    assert metric_value(router, "rwrouter_destination_protocol", destination="rw2",
-                        protobuf_message=RW1_MESSAGE) == 1  # fmt: skip
-    assert metric_value(router, "rwrouter_destination_protocol", destination="rw2",
-                        protobuf_message=RW2_MESSAGE) == 0  # fmt: skip
-    assert metric_value(router, "rwrouter_samples_dropped_total", destination="rw2",
-                        reason="4xx") == 0  # fmt: skip
+    assert sorted(sink.samples()) == sorted(
+        (str(i), RW1_MESSAGE) for i in range(5) for _ in range(20)
+    )
+    assert (
+        metric_value(router, "rwrouter_protocol_fallbacks_total", destination="rw2", reason="415")
+        == 1
+    )
+    assert (
+        metric_value(
+            router, "rwrouter_destination_protocol", destination="rw2", protobuf_message=RW1_MESSAGE
+        )
+        == 1
+    )
+    assert (
+        metric_value(
+            router, "rwrouter_destination_protocol", destination="rw2", protobuf_message=RW2_MESSAGE
+        )
+        == 0
+    )
+    assert (
+        metric_value(router, "rwrouter_samples_dropped_total", destination="rw2", reason="4xx") == 0
+    )
     await eventually(lambda: ["gpu_util"] in sink.metadata_requests)  # the book, as RW 1.0
     # What comes from now on: a changed entry at once (an identical one within half of
     # metadata_config.send_interval would not be sent again).
@@ -152,8 +190,11 @@ async def test_415_destination_gets_everything_as_rw1(
 
 
 async def test_reload_tries_rw2_again(
-    start_from_file: Start, serve: Serve, http: aiohttp.ClientSession, tmp_path: Path,  # noqa: F811
-) -> None:  # fmt: skip
+    start_from_file: Start,
+    serve: Serve,  # noqa: F811  (the fixture imported above)
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:
     sink = Sink(rw2=False)
     path = tmp_path / "rwrouter.yaml"
     path.write_text(f"storage: {{path: {tmp_path / 'data'}}}\n" + config(await serve(sink.handle)))
@@ -165,8 +206,12 @@ async def test_reload_tries_rw2_again(
         assert resp.status == 200 and "kept rw2" in await resp.text()
     assert (await post_write(http, router, samples_request(1)))[0] == 204
     await eventually(lambda: len(sink.samples(RW2_MESSAGE)) == 5)
-    assert metric_value(router, "rwrouter_destination_protocol", destination="rw2",
-                        protobuf_message=RW2_MESSAGE) == 1  # fmt: skip
+    assert (
+        metric_value(
+            router, "rwrouter_destination_protocol", destination="rw2", protobuf_message=RW2_MESSAGE
+        )
+        == 1
+    )
     assert len(sink.samples()) == 10
 
 
@@ -188,55 +233,83 @@ async def test_sigv4_rw2_to_an_rw1_only_workspace_falls_back_signed(
     (RW 1.0 only). The router sends the same data again as RW 1.0, from then on; every
     request carries a valid signature."""
     sigv4 = f"{{region: us-east-1, access_key: {ACCESS_KEY}, secret_key: '{SECRET}'}}"
-    router = await start_router(config(double.url("ws-1"), name="workspace")
-                                + f"    sigv4: {sigv4}\n")  # fmt: skip
+    router = await start_router(
+        config(double.url("ws-1"), name="workspace") + f"    sigv4: {sigv4}\n"
+    )
     for step in range(3):
         assert (await post_write(http, router, samples_request(step)))[0] == 204
     await eventually(lambda: double.sample_count("ws-1") == 15)
     assert double.verified_signatures == len(double.requests)
     assert double.rejections == {"unsupported_media_type": 1}  # the first request only
-    assert metric_value(router, "rwrouter_protocol_fallbacks_total", destination="workspace",
-                        reason="415") == 1  # fmt: skip
+    assert (
+        metric_value(
+            router, "rwrouter_protocol_fallbacks_total", destination="workspace", reason="415"
+        )
+        == 1
+    )
     signed = [r.signed_headers for r in double.requests]
     assert all("content-type" in s and "x-prometheus-remote-write-version" in s for s in signed)
 
 
 async def test_flagged_records_reach_an_rw1_destination_without_start_timestamps(
-    serve: Serve, tmp_path: Path  # noqa: F811
+    serve: Serve,  # noqa: F811  (the fixture imported above)
+    tmp_path: Path,
 ) -> None:
     """Records flagged FLAG_START_TIMESTAMPS (the receive side sets it for RW 2.0 requests
     with start timestamps) are stripped for RW 1.0; the stripped ones are counted."""
     sink = Sink()
     url = await serve(sink.handle)
-    dest_config = parse_config(f"remote_write: [{{name: v1, url: '{url}', queue_config: "
-                               "{batch_send_deadline: 5ms}}]", env={}).remote_write[0]  # fmt: skip
+    dest_config = parse_config(
+        f"remote_write: [{{name: v1, url: '{url}', queue_config: {{batch_send_deadline: 5ms}}}}]",
+        env={},
+    ).remote_write[0]
     metrics = Metrics()
-    dest = make_destination(dest_config, storage=StorageConfig(path=str(tmp_path)),
-                            transport=Transport(url=url, timeout=10), auth=NoAuth(),
-                            metrics=metrics)  # fmt: skip
+    dest = make_destination(
+        dest_config,
+        storage=StorageConfig(path=str(tmp_path)),
+        transport=Transport(url=url, timeout=10),
+        auth=NoAuth(),
+        metrics=metrics,
+    )
     await dest.start()
     try:
-        given = [Frame((("__name__", "c"), ("i", str(i))), (write_v2_pb2.Sample(
-            value=1.0, timestamp=2_000, start_timestamp=1_000).SerializeToString(),))
-            for i in range(4)]  # fmt: skip
+        given = [
+            Frame(
+                (("__name__", "c"), ("i", str(i))),
+                (
+                    write_v2_pb2.Sample(
+                        value=1.0, timestamp=2_000, start_timestamp=1_000
+                    ).SerializeToString(),
+                ),
+            )
+            for i in range(4)
+        ]
         routed = Router(global_rules=(), routes=[Route(name="v1")]).route(frames(given))
-        share = encode_share(routed.shares[0], received_ms=0,
-                             max_body_bytes=dest.max_request_bytes,
-                             flags=FLAG_START_TIMESTAMPS)  # fmt: skip
+        share = encode_share(
+            routed.shares[0],
+            received_ms=0,
+            max_body_bytes=dest.max_request_bytes,
+            flags=FLAG_START_TIMESTAMPS,
+        )
         dest.reserve(share.nbytes)
         await dest.append(share)
         await eventually(lambda: len(sink.samples()) == 4)
         sent = [f.samples[0] for _, got in sink.requests for f in got]
         assert sent == [write_v2_pb2.Sample(value=1.0, timestamp=2_000).SerializeToString()] * 4
-        assert metrics.registry.get_sample_value(
-            "rwrouter_start_timestamps_dropped_total", {"destination": "v1"}) == 4  # fmt: skip
+        assert (
+            metrics.registry.get_sample_value(
+                "rwrouter_start_timestamps_dropped_total", {"destination": "v1"}
+            )
+            == 4
+        )
     finally:
         await dest.stop(timeout=2)
 
 
 @pytest.mark.parametrize("case", [str.upper, str.lower, str], ids=["upper", "lower", "as_is"])
 async def test_written_headers_read_whatever_their_case(
-    serve: Serve, case: object  # noqa: F811
+    serve: Serve,  # noqa: F811  (the fixture imported above)
+    case: object,
 ) -> None:
     """HTTP header names are case-insensitive (HTTP/2 lower-cases them): the transport's
     answer keeps them so, for Written.parse."""

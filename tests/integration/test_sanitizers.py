@@ -156,8 +156,13 @@ def _runtimes() -> list[str] | None:
     paths = []
     for name in RUNTIMES:
         try:
-            found = subprocess.run(["gcc", f"-print-file-name={name}"], capture_output=True,
-                                   text=True, timeout=30, check=True).stdout.strip()  # fmt: skip
+            found = subprocess.run(
+                ["gcc", f"-print-file-name={name}"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
+            ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             return None
         if not os.path.isabs(found):
@@ -177,11 +182,24 @@ def sanitized(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     wire = src / "rwrouter" / "wire"
     target = wire / f"_scan{sysconfig.get_config_var('EXT_SUFFIX')}"
     built = subprocess.run(
-        ["gcc", "-shared", "-fPIC", "-O1", "-g", "-fno-omit-frame-pointer",
-         "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
-         f"-I{sysconfig.get_paths()['include']}", str(wire / "_scan.c"), "-o", str(target)],
-        capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+        [
+            "gcc",
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-g",
+            "-fno-omit-frame-pointer",
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=undefined",
+            f"-I{sysconfig.get_paths()['include']}",
+            str(wire / "_scan.c"),
+            "-o",
+            str(target),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert built.returncode == 0, built.stderr[-2000:]
     return {
         **os.environ,
@@ -201,11 +219,18 @@ def _run(sanitized: dict[str, str], code: str, reports: Path, timeout: float) ->
         "ASAN_OPTIONS": f"{sanitized['ASAN_OPTIONS']}:log_path={reports}/asan",
         "UBSAN_OPTIONS": f"{sanitized['UBSAN_OPTIONS']}:log_path={reports}/ubsan",
     }
-    run = subprocess.run([sys.executable, "-c", SANITIZED + code], env=env, cwd=ROOT,
-                         capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-c", SANITIZED + code],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     reports_found = sorted(reports.iterdir())
-    found = "".join(f"{path.name}:\n{path.read_text(errors='replace')[-4000:]}"
-                    for path in reports_found)  # fmt: skip
+    found = "".join(
+        f"{path.name}:\n{path.read_text(errors='replace')[-4000:]}" for path in reports_found
+    )
     output = run.stdout[-3000:] + run.stderr[-3000:]
     assert not reports_found, found + output
     assert run.returncode == 0, output

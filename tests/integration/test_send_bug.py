@@ -53,8 +53,9 @@ def inject_bug(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def body(step: int) -> bytes:
-    return build_body([Series((("__name__", "m"), ("i", str(i))), ((1_000 + step, 1.0),))
-                       for i in range(SERIES)])  # fmt: skip
+    return build_body(
+        [Series((("__name__", "m"), ("i", str(i))), ((1_000 + step, 1.0),)) for i in range(SERIES)]
+    )
 
 
 async def ready(http: aiohttp.ClientSession, router: RouterServer) -> tuple[int, str]:
@@ -67,15 +68,18 @@ def bug_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
 
 
 async def fail_broken(
-    router: RouterServer, http: aiohttp.ClientSession, capture: CaptureServer,
+    router: RouterServer,
+    http: aiohttp.ClientSession,
+    capture: CaptureServer,
     caplog: pytest.LogCaptureFixture,
-) -> None:  # fmt: skip
+) -> None:
     """Send two requests: the broken destination fails on the first, the healthy one gets
     both; then the broken one is stopped loudly and its queue holds both on disk."""
     assert (await ready(http, router))[0] == 200
     assert (await post_write(http, router, body(0)))[0] == 204
-    await eventually(lambda: metric_value(router, "rwrouter_destination_failed",
-                                          destination="broken") == 1)  # fmt: skip
+    await eventually(
+        lambda: metric_value(router, "rwrouter_destination_failed", destination="broken") == 1
+    )
     assert (await post_write(http, router, body(1)))[0] == 204  # appends go on
     await eventually(lambda: capture.sample_count("/healthy") == 2 * SERIES)
     assert router.fanout is not None
@@ -93,9 +97,13 @@ async def fail_broken(
 
 
 async def test_a_bug_stops_one_destination_loudly_and_a_restart_sends_its_queue(
-    start_router: StartRouter, fresh_capture: CaptureServer, http: aiohttp.ClientSession,
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path,
-) -> None:  # fmt: skip
+    start_router: StartRouter,
+    fresh_capture: CaptureServer,
+    http: aiohttp.ClientSession,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+) -> None:
     caplog.set_level(logging.ERROR, logger="rwrouter.sending")
     inject_bug(monkeypatch)
     yaml_text = config_yaml(fresh_capture, tmp_path / "storage")
@@ -112,9 +120,13 @@ async def test_a_bug_stops_one_destination_loudly_and_a_restart_sends_its_queue(
 
 
 async def test_a_reload_replaces_a_failed_destination_even_unchanged(
-    start_from_file: Start, fresh_capture: CaptureServer, http: aiohttp.ClientSession,
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path,
-) -> None:  # fmt: skip
+    start_from_file: Start,
+    fresh_capture: CaptureServer,
+    http: aiohttp.ClientSession,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+) -> None:
     caplog.set_level(logging.ERROR, logger="rwrouter.sending")
     inject_bug(monkeypatch)
     path = tmp_path / "rwrouter.yml"

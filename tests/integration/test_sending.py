@@ -72,8 +72,7 @@ class OrderCheckingSink:
 
 async def enqueue(dest: Destination, routed: Frames) -> None:
     """Append routed series to a destination's disk queue, as the fan-out does."""
-    share = encode_share(routed, received_ms=0,
-                         max_body_bytes=dest.max_request_bytes)  # fmt: skip
+    share = encode_share(routed, received_ms=0, max_body_bytes=dest.max_request_bytes)
     assert dest.has_room(share.nbytes)
     dest.reserve(share.nbytes)
     await dest.append(share)
@@ -125,9 +124,11 @@ remote_write:
 
 
 async def test_full_queue_answers_503_with_retry_after_and_enqueues_nothing(
-    start_router: StartRouter, serve: Serve, http: aiohttp.ClientSession,
+    start_router: StartRouter,
+    serve: Serve,
+    http: aiohttp.ClientSession,
     fresh_capture: CaptureServer,
-) -> None:  # fmt: skip
+) -> None:
     """on_full: backpressure. The stuck destination's disk queue fills; then requests get 503
     with Retry-After and nothing of them is kept anywhere; the healthy one keeps flowing."""
     release = asyncio.Event()
@@ -152,10 +153,19 @@ remote_write:
     noise = random.Random(3)  # queue records are compressed: values must not compress away
 
     def body(step: int) -> bytes:
-        return build_body([Series((("__name__", "m"), ("i", str(i)),
-                                   ("v", "".join(noise.choices("abcdefgh", k=200)))),
-                                  ((1_000 + step, 1.0),))
-                           for i in range(6)])  # fmt: skip
+        return build_body(
+            [
+                Series(
+                    (
+                        ("__name__", "m"),
+                        ("i", str(i)),
+                        ("v", "".join(noise.choices("abcdefgh", k=200))),
+                    ),
+                    ((1_000 + step, 1.0),),
+                )
+                for i in range(6)
+            ]
+        )
 
     accepted = 0
     while True:
@@ -168,8 +178,12 @@ remote_write:
     assert headers["Retry-After"] == "3"
     assert "stuck" in text and "healthy" not in text
     await eventually(lambda: fresh_capture.sample_count("/healthy") == 6 * accepted)
-    assert metric_value(router, "rwrouter_samples_dropped_total", destination="stuck",
-                        reason="queue_full") == 6  # fmt: skip
+    assert (
+        metric_value(
+            router, "rwrouter_samples_dropped_total", destination="stuck", reason="queue_full"
+        )
+        == 6
+    )
     release.set()
     assert router.fanout is not None
     stuck_queue = router.fanout.destinations[0]
@@ -179,9 +193,11 @@ remote_write:
 
 
 async def test_slow_destination_never_delays_another_or_the_receive_side(
-    start_router: StartRouter, serve: Serve, http: aiohttp.ClientSession,
+    start_router: StartRouter,
+    serve: Serve,
+    http: aiohttp.ClientSession,
     fresh_capture: CaptureServer,
-) -> None:  # fmt: skip
+) -> None:
     async def slow(request: web.Request) -> web.Response:
         await request.read()
         await asyncio.sleep(30)
@@ -199,8 +215,9 @@ remote_write:
 """)
     latencies = []
     for step in range(20):
-        body = build_body([Series((("__name__", "m"), ("i", str(i))), ((1_000 + step, 1.0),))
-                           for i in range(50)])  # fmt: skip
+        body = build_body(
+            [Series((("__name__", "m"), ("i", str(i))), ((1_000 + step, 1.0),)) for i in range(50)]
+        )
         started = time.perf_counter()
         assert (await post_write(http, router, body))[0] == 204
         latencies.append(time.perf_counter() - started)
@@ -213,13 +230,16 @@ async def test_resharding_under_load_keeps_per_series_order(serve: Serve, tmp_pa
     through every resharding (frames re-hashed in order, one batch in flight per series)."""
     sink = OrderCheckingSink(seed=11)
     sink_url = await serve(sink.handle)
-    config = parse_config(f"""
+    config = parse_config(
+        f"""
 remote_write:
   - name: tsdb
     url: {sink_url}
     queue_config:
       {{min_shards: 1, max_shards: 6, max_samples_per_send: 20, batch_send_deadline: 5ms}}
-""", env={})  # fmt: skip
+""",
+        env={},
+    )
     metrics = Metrics()
     dest_config = config.remote_write[0]
     router = Router(global_rules=(), routes=[Route(name="tsdb")])
@@ -288,10 +308,12 @@ remote_write:
         body = build_body([Series((("__name__", n),), ((1_000, 1.0),)) for n in part])
         assert (await post_write(http, router, body))[0] == 204
     await eventually(  # the two requests may go out in one batch or in two
-        lambda: metric_value(router, "rwrouter_samples_dropped_total", destination="tsdb",
-                             reason="4xx") == 1
-        and metric_value(router, "rwrouter_sent_samples_total", destination="tsdb") == 49
-    )  # fmt: skip
+        lambda: (
+            metric_value(router, "rwrouter_samples_dropped_total", destination="tsdb", reason="4xx")
+            == 1
+            and metric_value(router, "rwrouter_sent_samples_total", destination="tsdb") == 49
+        )
+    )
     assert sorted(dict(s)["__name__"] for s in sink.stored) == sorted(set(names) - {"poison"})
     assert sink.requests <= 2 + 2 * 7  # one batch (or two), then a bisection: ~2 log2(50)
 
@@ -314,9 +336,13 @@ remote_write:
     body = build_body([Series((("__name__", f"m{i}"),), ((1_000, 1.0),)) for i in range(300)])
     assert (await post_write(http, router, body))[0] == 204
     await eventually(
-        lambda: metric_value(router, "rwrouter_samples_dropped_total", destination="strict",
-                             reason="4xx") == 300
-    )  # fmt: skip
+        lambda: (
+            metric_value(
+                router, "rwrouter_samples_dropped_total", destination="strict", reason="4xx"
+            )
+            == 300
+        )
+    )
     assert len(requests) <= 1 + SPLIT_BUDGET
 
 
@@ -333,8 +359,11 @@ async def test_stop_during_a_resharding_blocked_by_a_hanging_destination(
         return web.Response(status=200)
 
     url = await serve(hang)
-    config = parse_config(f"remote_write: [{{name: hang, url: '{url}', remote_timeout: 60s,"
-                          " queue_config: {batch_send_deadline: 5ms}}]", env={})  # fmt: skip
+    config = parse_config(
+        f"remote_write: [{{name: hang, url: '{url}', remote_timeout: 60s,"
+        " queue_config: {batch_send_deadline: 5ms}}]",
+        env={},
+    )
     dest = make_destination(
         config.remote_write[0],
         storage=StorageConfig(path=str(tmp_path)),
@@ -344,8 +373,9 @@ async def test_stop_during_a_resharding_blocked_by_a_hanging_destination(
     )
     await dest.start()
     router = Router(global_rules=(), routes=[Route(name="hang")])
-    body = write_request([Series((("__name__", "m"), ("i", str(i))), ((1, 1.0),))
-                          for i in range(10)])  # fmt: skip
+    body = write_request(
+        [Series((("__name__", "m"), ("i", str(i))), ((1, 1.0),)) for i in range(10)]
+    )
     await enqueue(dest, router.route(body.SerializeToString()).shares[0])
     senders = dest._shards
     await eventually(lambda: dest.pending == 10 and not senders.buffers[0].chunks)  # in flight
@@ -376,14 +406,16 @@ remote_write:
     url: {await serve(unavailable)}
     queue_config: {{max_memory_bytes: 64KiB, min_backoff: 1s, max_backoff: 1s}}
 """)
+
     def body(i: int) -> bytes:  # distinct entries: an identical one is not queued again
         entry = types_pb2.MetricMetadata(metric_family_name="m", help=f"{i}" + "h" * 10_000)
         return encode(remote_pb2.WriteRequest(metadata=[entry]))
 
     statuses = [(await post_write(http, router, body(i)))[0] for i in range(10)]
     assert statuses == [204] * 10
-    dropped = metric_value(router, "rwrouter_metadata_dropped_total", destination="down",
-                           reason="queue_full")  # fmt: skip
+    dropped = metric_value(
+        router, "rwrouter_metadata_dropped_total", destination="down", reason="queue_full"
+    )
     assert 3 <= dropped <= 5  # 10 x ~10 KB into 64 KiB (one batch may be in flight)
 
 
@@ -419,17 +451,28 @@ remote_write:
     noise = random.Random(5)
     acknowledged = 0
     for step in range(60):
-        body = build_body([Series((("__name__", "m"), ("i", str(i)),
-                                   ("v", "".join(noise.choices("abcdef", k=100)))),
-                                  ((1_000 + step, 1.0),))
-                           for i in range(20)])  # fmt: skip
+        body = build_body(
+            [
+                Series(
+                    (
+                        ("__name__", "m"),
+                        ("i", str(i)),
+                        ("v", "".join(noise.choices("abcdef", k=100))),
+                    ),
+                    ((1_000 + step, 1.0),),
+                )
+                for i in range(20)
+            ]
+        )
         assert (await post_write(http, router, body))[0] == 204
         acknowledged += 20
-    dropped_before = metric_value(router, "rwrouter_samples_dropped_total",
-                                  destination="flaky", reason="drop_oldest")  # fmt: skip
+    dropped_before = metric_value(
+        router, "rwrouter_samples_dropped_total", destination="flaky", reason="drop_oldest"
+    )
     await router.stop()  # still down: what is left stays on disk (or is counted if dropped)
-    dropped_at_stop = metric_value(router, "rwrouter_samples_dropped_total",
-                                   destination="flaky", reason="drop_oldest")  # fmt: skip
+    dropped_at_stop = metric_value(
+        router, "rwrouter_samples_dropped_total", destination="flaky", reason="drop_oldest"
+    )
     state["up"] = True
     restarted = await start_router(config)
     assert restarted.fanout is not None
@@ -441,9 +484,11 @@ remote_write:
 
 
 async def test_a_failing_disk_read_is_retried_not_fatal(
-    start_router: StartRouter, fresh_capture: CaptureServer, http: aiohttp.ClientSession,
+    start_router: StartRouter,
+    fresh_capture: CaptureServer,
+    http: aiohttp.ClientSession,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     router = await start_router(f"""
 remote_write:
   - name: tsdb
@@ -464,8 +509,9 @@ remote_write:
 
     monkeypatch.setattr(queue, "read", read_once_failing)
     for step in range(3):
-        body = build_body([Series((("__name__", "m"), ("i", str(i))), ((1_000 + step, 1.0),))
-                           for i in range(5)])  # fmt: skip
+        body = build_body(
+            [Series((("__name__", "m"), ("i", str(i))), ((1_000 + step, 1.0),)) for i in range(5)]
+        )
         assert (await post_write(http, router, body))[0] == 204
     await eventually(lambda: fresh_capture.sample_count("/tsdb") == 15, timeout=10)
     assert not failures
@@ -488,8 +534,11 @@ UNDECODABLE_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("queue_config", "spliced"), [c[1:] for c in UNDECODABLE_CASES],
-                         ids=[c[0] for c in UNDECODABLE_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("queue_config", "spliced"),
+    [c[1:] for c in UNDECODABLE_CASES],
+    ids=[c[0] for c in UNDECODABLE_CASES],
+)
 async def test_a_stored_body_that_does_not_decompress_is_skipped_not_retried_for_ever(
     serve: Serve, tmp_path: Path, queue_config: str, spliced: bool
 ) -> None:
@@ -510,23 +559,30 @@ async def test_a_stored_body_that_does_not_decompress_is_skipped_not_retried_for
         received.append(len(request_obj.timeseries))
         return web.Response(status=200)
 
-    config = parse_config(f"remote_write:\n  - name: strict\n    url: {await serve(strict)}\n"
-                          f"    queue_config: {queue_config}\n", env={})  # fmt: skip
+    config = parse_config(
+        f"remote_write:\n  - name: strict\n    url: {await serve(strict)}\n"
+        f"    queue_config: {queue_config}\n",
+        env={},
+    )
     metrics = Metrics()
-    dest = make_destination(config.remote_write[0], storage=StorageConfig(path=str(tmp_path)),
-                            transport=Transport(url=config.remote_write[0].url, timeout=10),
-                            auth=NoAuth(), metrics=metrics)  # fmt: skip
+    dest = make_destination(
+        config.remote_write[0],
+        storage=StorageConfig(path=str(tmp_path)),
+        transport=Transport(url=config.remote_write[0].url, timeout=10),
+        auth=NoAuth(),
+        metrics=metrics,
+    )
     router = Router(global_rules=(), routes=[Route(name="strict")])
     await dest.start()
     sizes: list[int] = []  # decoded bytes of each record
     try:
         for step, damaged in enumerate((True, False)):
-            body = write_request([Series((("__name__", "m"), ("i", str(i))), ((step, 1.0),))
-                                  for i in range(10)])  # fmt: skip
+            body = write_request(
+                [Series((("__name__", "m"), ("i", str(i))), ((step, 1.0),)) for i in range(10)]
+            )
             routed = router.route(body.SerializeToString()).shares[0]
             sizes.append(len(routed.body))
-            share = encode_share(routed, received_ms=0,
-                                 max_body_bytes=dest.max_request_bytes)  # fmt: skip
+            share = encode_share(routed, received_ms=0, max_body_bytes=dest.max_request_bytes)
             if damaged:
                 share.records[:] = [_with_undecodable_body(r) for r in share.records]
                 share.nbytes = sum(len(r) for r in share.records)
@@ -534,9 +590,16 @@ async def test_a_stored_body_that_does_not_decompress_is_skipped_not_retried_for
             await dest.append(share)
         await eventually(lambda: received == [10])
         await eventually(
-            lambda: metric_value(metrics, "rwrouter_samples_dropped_total",
-                                 destination="strict", reason="corrupt") == 10
-        )  # fmt: skip
+            lambda: (
+                metric_value(
+                    metrics,
+                    "rwrouter_samples_dropped_total",
+                    destination="strict",
+                    reason="corrupt",
+                )
+                == 10
+            )
+        )
         # the damaged record was refused once (spliced: in one request with the good one)
         assert refused == [sizes[0] + sizes[1] if spliced else sizes[0]]
         await eventually(

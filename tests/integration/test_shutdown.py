@@ -40,12 +40,13 @@ STOP_BOUND = 5.0  # seconds a stop with a drain timeout under 1 s may take at mo
 SERIES = 5
 
 
-
 def body(step: int) -> bytes:
     return build_body(
-        [Series((("__name__", "m"), ("i", str(i))), ((1_000 + step, float(step)),))
-         for i in range(SERIES)]
-    )  # fmt: skip
+        [
+            Series((("__name__", "m"), ("i", str(i))), ((1_000 + step, float(step)),))
+            for i in range(SERIES)
+        ]
+    )
 
 
 def down_url(kind: str, capture: CaptureServer) -> str:
@@ -59,8 +60,15 @@ def down_url(kind: str, capture: CaptureServer) -> str:
 def write_config(
     path: Path, *, url: str, deadline: str = "5s", shutdown_timeout: str = "1s", port: int = 0
 ) -> None:
-    path.write_text(CONFIG.format(port=port, shutdown_timeout=shutdown_timeout, url=url,
-                                  storage=path.parent / "data", deadline=deadline))  # fmt: skip
+    path.write_text(
+        CONFIG.format(
+            port=port,
+            shutdown_timeout=shutdown_timeout,
+            url=url,
+            storage=path.parent / "data",
+            deadline=deadline,
+        )
+    )
 
 
 @pytest.mark.parametrize(
@@ -89,9 +97,14 @@ def write_config(
     ],
 )
 async def test_stop_with_a_short_drain_timeout_returns_and_keeps_unsent_data_on_disk(
-    start_from_file: Start, fresh_capture: CaptureServer, http: aiohttp.ClientSession,
-    tmp_path: Path, destination: str, deadline: str, drain_timeout: float,
-) -> None:  # fmt: skip
+    start_from_file: Start,
+    fresh_capture: CaptureServer,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+    destination: str,
+    deadline: str,
+    drain_timeout: float,
+) -> None:
     config = tmp_path / "rwrouter.yaml"
     write_config(config, url=down_url(destination, fresh_capture), deadline=deadline)
     router = await start_from_file(config)
@@ -103,9 +116,11 @@ async def test_stop_with_a_short_drain_timeout_returns_and_keeps_unsent_data_on_
     if deadline == "5ms":
         reason = "network" if destination == "closed_port" else "503"
         await eventually(
-            lambda: metric_value(router, "rwrouter_retries_total", destination="down",
-                                 reason=reason) > 0
-        )  # fmt: skip
+            lambda: (
+                metric_value(router, "rwrouter_retries_total", destination="down", reason=reason)
+                > 0
+            )
+        )
     started = time.monotonic()
     try:
         async with asyncio.timeout(STOP_BOUND):
@@ -121,9 +136,10 @@ async def test_stop_with_a_short_drain_timeout_returns_and_keeps_unsent_data_on_
     await eventually(lambda: fresh_capture.sample_count("/up") == 2 * SERIES)
     timestamps = [
         ts.samples[0].timestamp
-        for received in fresh_capture.requests("/up") if received.request is not None
+        for received in fresh_capture.requests("/up")
+        if received.request is not None
         for ts in received.request.timeseries
-    ]  # fmt: skip
+    ]
     assert sorted(set(timestamps)) == [1_000, 1_001]
     assert timestamps == sorted(timestamps)
 
@@ -138,13 +154,18 @@ def test_sigterm_stops_a_real_process_with_a_short_shutdown_timeout_and_a_destin
     (nearly) 0 and its destination is unreachable, the batch still waiting for its deadline."""
     port = free_port()
     config = tmp_path / "rwrouter.yaml"
-    write_config(config, url=f"http://127.0.0.1:{free_port()}/write", port=port,
-                 shutdown_timeout=shutdown_timeout)  # fmt: skip
+    write_config(
+        config,
+        url=f"http://127.0.0.1:{free_port()}/write",
+        port=port,
+        shutdown_timeout=shutdown_timeout,
+    )
     router = RouterProcess(config_path=config, port=port, log_path=tmp_path / "router.log")
     try:
         router.wait_ready(timeout_s=20)
-        request = urllib.request.Request(router.url + "/api/v1/write", data=body(0),
-                                         headers=HEADERS, method="POST")  # fmt: skip
+        request = urllib.request.Request(
+            router.url + "/api/v1/write", data=body(0), headers=HEADERS, method="POST"
+        )
         with urllib.request.urlopen(request, timeout=5) as response:
             assert response.status == 204
         deadline = time.monotonic() + 10

@@ -121,21 +121,22 @@ def _browse(url: str, shot: Path, expected: dict[str, str]) -> Seen:
                      const c = document.querySelector(
                        `tr[data-destination="${name}"] td[data-field="sent_samples_total"]`);
                      return c && c.textContent === sent; })""",
-                arg=expected, timeout=15_000,
-            )  # fmt: skip
+                arg=expected,
+                timeout=15_000,
+            )
             page.wait_for_timeout(2_500)  # one more refresh: rates computed, still no error
             names = page.evaluate(
                 """() => Object.fromEntries([...document.querySelectorAll(
                      "#top-names table[data-destination]")].map(t => [t.dataset.destination,
                      [...t.querySelectorAll("tr[data-metric]")].map(r => [r.dataset.metric,
                        r.querySelector('td[data-field="share"]').textContent])]))"""
-            )  # fmt: skip
+            )
             cells = page.evaluate(
                 """() => Object.fromEntries([...document.querySelectorAll("tr[data-destination]")]
                      .map(r => [r.dataset.destination, Object.fromEntries(
                        [...r.querySelectorAll("td[data-field]")]
                        .map(td => [td.dataset.field, td.textContent]))]))"""
-            )  # fmt: skip
+            )
             deadline = time.monotonic() + 5  # the page renders an answer as soon as it has it
             while True:
                 report: Report = audits[-1].json() if audits else {}
@@ -148,9 +149,16 @@ def _browse(url: str, shot: Path, expected: dict[str, str]) -> Seen:
             seconds = time.monotonic() - opened
         finally:
             browser.close()
-    return Seen(cells=cells, names=names, audit=audit, report=report,
-                audit_urls=[r.url for r in audits], seconds=seconds,
-                audit_bottom=box["y"] + box["height"] if box else 0.0, errors=errors)  # fmt: skip
+    return Seen(
+        cells=cells,
+        names=names,
+        audit=audit,
+        report=report,
+        audit_urls=[r.url for r in audits],
+        seconds=seconds,
+        audit_bottom=box["y"] + box["height"] if box else 0.0,
+        errors=errors,
+    )
 
 
 def _fmt(value: float, digits: int = 0, *, fixed: bool = False) -> str:
@@ -198,9 +206,10 @@ def _audit_shown(report: Report) -> Audit:
     for d in report["destinations"]:
         shown[d["name"]] = {
             "shadow": d["shadow"],
-            "observed": f"observed for a whole {window} window" if d["complete"]
-                        else f"observed {_seconds(d['observed_seconds'])} of the {window}"
-                             " window: series that come less often may be missing",
+            "observed": f"observed for a whole {window} window"
+            if d["complete"]
+            else f"observed {_seconds(d['observed_seconds'])} of the {window}"
+            " window: series that come less often may be missing",
             "summary": {
                 "active_series": ("at least " if d["capped"] else "") + _fmt(d["active_series"]),
                 "series_limit_ratio": _percent(d["series_limit_ratio"]),
@@ -208,12 +217,16 @@ def _audit_shown(report: Report) -> Audit:
                 "monthly_samples": _count(d["monthly_samples"]),
                 "monthly_cost": f"{report['currency']} {_fmt(d['monthly_cost'], 2, fixed=True)}",
             },
-            "metrics": [{"metric": m["name"] or "(no name)",
-                         "active_series": _fmt(m["active_series"]),
-                         "samples_per_second": _fmt(m["samples_per_second"], 1),
-                         "monthly_cost": _fmt(m["monthly_cost"], 2, fixed=True)}
-                        for m in d["metrics"]],
-        }  # fmt: skip
+            "metrics": [
+                {
+                    "metric": m["name"] or "(no name)",
+                    "active_series": _fmt(m["active_series"]),
+                    "samples_per_second": _fmt(m["samples_per_second"], 1),
+                    "monthly_cost": _fmt(m["monthly_cost"], 2, fixed=True),
+                }
+                for m in d["metrics"]
+            ],
+        }
     return shown
 
 
@@ -225,9 +238,12 @@ def _png_height(shot: Path) -> int:
 
 def _by_reason(router: RouterServer, sample: str, destination: str) -> str:
     """What the page shows for a counter by reason: "reason: n, ..." sorted, or "0"."""
-    found = {s.labels["reason"]: s.value for family in router.metrics.registry.collect()
-             for s in family.samples
-             if s.name == sample and s.labels.get("destination") == destination}  # fmt: skip
+    found = {
+        s.labels["reason"]: s.value
+        for family in router.metrics.registry.collect()
+        for s in family.samples
+        if s.name == sample and s.labels.get("destination") == destination
+    }
     return ", ".join(f"{r}: {v:,.0f}" for r, v in sorted(found.items())) or "0"
 
 
@@ -241,42 +257,66 @@ NOT_YET: Audited = {"workspace": (False, 0, []), "workspace-audit": (True, 0, []
 PAGE_CASES = [
     # id, requests sent before the page opens, samples expected sent per destination, top names,
     # the audit
-    ("after_traffic", 1, {"workspace": "8", "selfhosted": "5"},
-     {"workspace": [["DCGM_FI_DEV_GPU_UTIL", "100 %"]], "selfhosted": [["node_load1", "100 %"]]},
-     AUDITED),
-    ("idle_router", 0, {"workspace": "0", "selfhosted": "0"},  # hit ratio NaN in /metrics
-     {"workspace": [], "selfhosted": []}, NOT_YET),
-]  # fmt: skip
+    (
+        "after_traffic",
+        1,
+        {"workspace": "8", "selfhosted": "5"},
+        {"workspace": [["DCGM_FI_DEV_GPU_UTIL", "100 %"]], "selfhosted": [["node_load1", "100 %"]]},
+        AUDITED,
+    ),
+    (
+        "idle_router",
+        0,
+        {"workspace": "0", "selfhosted": "0"},  # hit ratio NaN in /metrics
+        {"workspace": [], "selfhosted": []},
+        NOT_YET,
+    ),
+]
 
 
 def _audited(report: Report) -> Audited:
-    return {d["name"]: (d["shadow"], d["active_series"],
-                        [(m["name"], m["active_series"]) for m in d["metrics"]])
-            for d in report["destinations"]}  # fmt: skip
+    return {
+        d["name"]: (
+            d["shadow"],
+            d["active_series"],
+            [(m["name"], m["active_series"]) for m in d["metrics"]],
+        )
+        for d in report["destinations"]
+    }
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize(("requests", "expected", "top_names", "audited"),
-                         [c[1:] for c in PAGE_CASES], ids=[c[0] for c in PAGE_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("requests", "expected", "top_names", "audited"),
+    [c[1:] for c in PAGE_CASES],
+    ids=[c[0] for c in PAGE_CASES],
+)
 async def test_status_page_in_chromium_shows_what_metrics_shows(
-    start_router: StartRouter, fresh_capture: CaptureServer, http: aiohttp.ClientSession,
-    tmp_path: Path, requests: int, expected: dict[str, str], top_names: Names,
+    start_router: StartRouter,
+    fresh_capture: CaptureServer,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+    requests: int,
+    expected: dict[str, str],
+    top_names: Names,
     audited: Audited,
-) -> None:  # fmt: skip
+) -> None:
     _chromium()
     router: RouterServer = await start_router(ROUTER.format(url=fresh_capture.url("").rstrip("/")))
-    series = [Series((("__name__", "DCGM_FI_DEV_GPU_UTIL"), ("gpu", str(g))), ((1_000, 50.0),))
-              for g in range(8)]  # fmt: skip
-    series += [Series((("__name__", "node_load1"), ("i", str(i))), ((1_000, 1.0),))
-               for i in range(5)]  # fmt: skip
+    series = [
+        Series((("__name__", "DCGM_FI_DEV_GPU_UTIL"), ("gpu", str(g))), ((1_000, 50.0),))
+        for g in range(8)
+    ]
+    series += [
+        Series((("__name__", "node_load1"), ("i", str(i))), ((1_000, 1.0),)) for i in range(5)
+    ]
     for _ in range(requests):
         assert (await post_write(http, router, build_body(series)))[0] == 204
 
     def sent(name: str) -> float:
         return metric_value(router, "rwrouter_sent_samples_total", destination=name)
 
-    await eventually(lambda: all(f"{sent(n):,.0f}" == v for n, v in expected.items()),
-                     timeout=15)  # fmt: skip
+    await eventually(lambda: all(f"{sent(n):,.0f}" == v for n, v in expected.items()), timeout=15)
     shot = Path(os.environ.get("RWROUTER_TEST_ARTIFACTS") or tmp_path) / f"status-{requests}.png"
     shot.parent.mkdir(parents=True, exist_ok=True)
     seen = await asyncio.to_thread(_browse, router.url + "/", shot, expected)
@@ -297,11 +337,17 @@ async def test_status_page_in_chromium_shows_what_metrics_shows(
     # (rates and costs change with time: the same answer); the counts also as /-/audit says now.
     assert seen.audit == _audit_shown(seen.report)
     assert _audited(seen.report) == _audited(report_now) == audited
-    assert {name: (a["shadow"], a["summary"]["active_series"],
-                   [(m["metric"], m["active_series"]) for m in a["metrics"]])
-            for name, a in seen.audit.items()} == {
+    assert {
+        name: (
+            a["shadow"],
+            a["summary"]["active_series"],
+            [(m["metric"], m["active_series"]) for m in a["metrics"]],
+        )
+        for name, a in seen.audit.items()
+    } == {
         name: (shadow, f"{n:,}", [(metric, f"{m:,}") for metric, m in top])
-        for name, (shadow, n, top) in audited.items()}  # fmt: skip
+        for name, (shadow, n, top) in audited.items()
+    }
     assert all(a["summary"]["monthly_cost"].startswith("USD ") for a in seen.audit.values())
     # At load, then every 15 s (not with every 2 s refresh); 10 names a destination.
     assert 1 <= len(seen.audit_urls) <= 1 + seen.seconds // 15
@@ -311,12 +357,15 @@ async def test_status_page_in_chromium_shows_what_metrics_shows(
 
 AUDIT_STATES = [
     # id, how /-/audit answers the page (None: the router answers), what the section shows
-    ("no_audited_destination", None,
-     "No audited destination: set shadow: true (counted, never sent) or audit: true (sent and "
-     "counted) on a remote_write entry; see docs/configuration.md."),
+    (
+        "no_audited_destination",
+        None,
+        "No audited destination: set shadow: true (counted, never sent) or audit: true (sent and "
+        "counted) on a remote_write entry; see docs/configuration.md.",
+    ),
     ("http_error", {"status": 503, "body": "down"}, "(audit unavailable: HTTP 503)"),
     ("unreachable", "connectionrefused", "(audit unavailable: Failed to fetch)"),
-]  # fmt: skip
+]
 
 
 def _answer(answer: dict[str, Any] | str) -> Callable[[Route], None]:
@@ -394,8 +443,9 @@ def _browse_audit_states(url: str) -> States:
             shown["recovered"] = (page.text_content("#audit-hint") or "").strip()
         finally:
             browser.close()
-    return States(shown=shown, at_14s=dict(at_14s), at_15s=dict(at_15s), console=console,
-                  thrown=thrown)  # fmt: skip
+    return States(
+        shown=shown, at_14s=dict(at_14s), at_15s=dict(at_15s), console=console, thrown=thrown
+    )
 
 
 @pytest.mark.timeout(60)
@@ -408,7 +458,8 @@ async def test_audit_section_without_audited_destination_or_audit(
         assert (await resp.json())["destinations"] == []
     seen = await asyncio.to_thread(_browse_audit_states, router.url + "/")
     assert seen.shown == {case: text for case, _, text in AUDIT_STATES} | {
-        "recovered": AUDIT_STATES[0][2]}  # fmt: skip
+        "recovered": AUDIT_STATES[0][2]
+    }
     assert seen.thrown == []  # the page's script never fails; Chromium logs failed loads itself
     assert all(m.startswith("Failed to load resource") for m in seen.console), seen.console
     assert len(seen.console) == len(AUDIT_STATES) - 1

@@ -86,8 +86,9 @@ def start(tmp: Path, capture: CaptureServer, path: str) -> RouterProcess:
     port = free_port()
     config = tmp / "rwrouter.yaml"
     config.write_text(CONFIG.format(port=port, url=capture.url(path)))
-    router = RouterProcess(config_path=config, port=port, log_path=tmp / "rwrouter.log",
-                           args=["--workers", "2"])  # fmt: skip
+    router = RouterProcess(
+        config_path=config, port=port, log_path=tmp / "rwrouter.log", args=["--workers", "2"]
+    )
     try:
         poll(lambda: all_up(router) or router.process.poll() is not None, what="workers up")
         assert router.process.poll() is None, router.log_path.read_text()
@@ -147,8 +148,9 @@ def test_connections_spread_over_workers_and_every_sample_arrives(
 def test_audit_counts_a_series_seen_by_both_workers_once(router: RouterProcess) -> None:
     """The same 6 series over many new connections reach both workers: each worker counts
     them, GET /-/audit counts them once (the union of the workers' series)."""
-    body = build_body([Series((("__name__", "audit_probe"), ("gpu", str(g))), [(1000, 1.0)])
-                       for g in range(6)])  # fmt: skip
+    body = build_body(
+        [Series((("__name__", "audit_probe"), ("gpu", str(g))), [(1000, 1.0)]) for g in range(6)]
+    )
     assert [send(router, body) for _ in range(CONNECTIONS)] == [204] * CONNECTIONS
     counted = per_worker(router, "rwrouter_audit_active_series", destination="audit")
     assert counted == dict.fromkeys(WORKERS, 6.0)  # each worker saw all 6 (P(not) ~ 1e-9)

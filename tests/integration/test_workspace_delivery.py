@@ -56,17 +56,25 @@ async def test_signed_request_carries_only_its_own_headers(
     start_router: StartRouter, double: WorkspaceDouble, http: aiohttp.ClientSession
 ) -> None:
     router = await start_router(_config(double))
-    incoming = {**HEADERS, "X-Request-Id": "r-1", "X-Forwarded-For": "10.1.2.3",
-                "User-Agent": "Prometheus/2.42.0", "X-Scope-OrgID": "team-a"}  # fmt: skip
+    incoming = {
+        **HEADERS,
+        "X-Request-Id": "r-1",
+        "X-Forwarded-For": "10.1.2.3",
+        "User-Agent": "Prometheus/2.42.0",
+        "X-Scope-OrgID": "team-a",
+    }
     assert (await post_write(http, router, _body(), headers=incoming))[0] == 204
     await eventually(lambda: double.sample_count("ws-1") == 1)
     record = double.last_request
     assert record is not None and record.status == 200 and record.reason == ""
     assert double.verified_signatures == 1 and not double.rejections
     assert set(record.signed_headers) == {
-        "content-encoding", "content-type", "host", "x-amz-date",
+        "content-encoding",
+        "content-type",
+        "host",
+        "x-amz-date",
         "x-prometheus-remote-write-version",
-    }  # fmt: skip
+    }
     assert not {"x-request-id", "x-forwarded-for", "x-scope-orgid"} & set(record.header_names)
     unsigned = set(record.header_names) - set(record.signed_headers)
     assert unsigned == {"authorization", "user-agent", "content-length"}
@@ -90,16 +98,26 @@ async def test_429_twice_then_200(
     router = await start_router(_config(double, retry_429=retry_429))
     await _send(http, router)
     await eventually(
-        lambda: metric_value(router, "rwrouter_sent_samples_total", destination="workspace")
-        + metric_value(router, "rwrouter_samples_dropped_total", destination="workspace",
-                       reason="4xx") == 1
-    )  # fmt: skip
+        lambda: (
+            metric_value(router, "rwrouter_sent_samples_total", destination="workspace")
+            + metric_value(
+                router, "rwrouter_samples_dropped_total", destination="workspace", reason="4xx"
+            )
+            == 1
+        )
+    )
     assert double.request_count == attempts
     assert double.sample_count("ws-1") == delivered
-    assert metric_value(router, "rwrouter_samples_dropped_total", destination="workspace",
-                        reason="4xx") == dropped  # fmt: skip
-    assert metric_value(router, "rwrouter_retries_total", destination="workspace",
-                        reason="429") == attempts - 1  # fmt: skip
+    assert (
+        metric_value(
+            router, "rwrouter_samples_dropped_total", destination="workspace", reason="4xx"
+        )
+        == dropped
+    )
+    assert (
+        metric_value(router, "rwrouter_retries_total", destination="workspace", reason="429")
+        == attempts - 1
+    )
 
 
 async def test_503_with_retry_after_waits_at_least_that_long(
@@ -121,9 +139,13 @@ async def test_400_is_attempted_exactly_once(
     router = await start_router(_config(double))
     await _send(http, router)
     await eventually(
-        lambda: metric_value(router, "rwrouter_samples_dropped_total", destination="workspace",
-                             reason="4xx") == 1
-    )  # fmt: skip
+        lambda: (
+            metric_value(
+                router, "rwrouter_samples_dropped_total", destination="workspace", reason="4xx"
+            )
+            == 1
+        )
+    )
     await _send(http, router, step=1)  # the next batch still goes through
     await eventually(lambda: double.sample_count("ws-1") == 1)
     assert [r.status for r in double.requests] == [400, 200]
@@ -150,8 +172,11 @@ async def test_expired_token_refreshes_credentials_and_retries_once(
     script.write_text(CREDENTIAL_PROCESS)
 
     def hand_out(access_key: str, token: str) -> None:
-        state.write_text(json.dumps({"AccessKeyId": access_key, "SecretAccessKey": SECRET,
-                                     "SessionToken": token}))  # fmt: skip
+        state.write_text(
+            json.dumps(
+                {"AccessKeyId": access_key, "SecretAccessKey": SECRET, "SessionToken": token}
+            )
+        )
         double.add_key(access_key, SECRET, session_token=token, expires_at=4_000_000_000)
 
     hand_out("ASIAFIRST", "token-1")
@@ -165,8 +190,12 @@ async def test_expired_token_refreshes_credentials_and_retries_once(
     router = await start_router(_config(double, sigv4="{region: us-east-1, profile: rotating}"))
     await _send(http, router)
     await eventually(lambda: double.sample_count("ws-1") == 1)
-    assert metric_value(router, "rwrouter_credentials_expiry_timestamp_seconds",
-                        destination="workspace") > 4_000_000_000  # fmt: skip
+    assert (
+        metric_value(
+            router, "rwrouter_credentials_expiry_timestamp_seconds", destination="workspace"
+        )
+        > 4_000_000_000
+    )
 
     double.expire_key("ASIAFIRST")
     hand_out("ASIASECOND", "token-2")
@@ -176,5 +205,9 @@ async def test_expired_token_refreshes_credentials_and_retries_once(
     assert (first.status, first.access_key) == (200, "ASIAFIRST")
     assert refused.status == 403 and "expired" in refused.message
     assert (retried.status, retried.access_key) == (200, "ASIASECOND")
-    assert metric_value(router, "rwrouter_retries_total", destination="workspace",
-                        reason="credential_refresh") == 1  # fmt: skip
+    assert (
+        metric_value(
+            router, "rwrouter_retries_total", destination="workspace", reason="credential_refresh"
+        )
+        == 1
+    )

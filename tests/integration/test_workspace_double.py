@@ -274,55 +274,244 @@ def _drop(name: str) -> Callable[[dict[str, str]], None]:
 # (id, sign kwargs, tamper headers, send body override, url workspace, clock shift s,
 #  status, reason, message fragment)
 REJECTIONS: list[tuple[Any, ...]] = [
-    ("1 GET on the endpoint", {}, None, None, "GET", 0, 403, "missing_auth",
-     "Missing Authentication Token"),
-    ("1 unknown path", {}, None, None, "PATH", 0, 403, "missing_auth",
-     "Missing Authentication Token"),
-    ("2 unsigned", {}, lambda h: h.clear(), None, "ws-1", 0, 403, "missing_auth",
-     "Missing Authentication Token"),
-    ("3 other scheme", {}, _set("Authorization", "Bearer abc"), None, "ws-1", 0, 403,
-     "malformed_auth", "Unsupported AWS 'algorithm'"),
-    ("3 no signature", {}, _set("Authorization", "AWS4-HMAC-SHA256 Credential=A/b/c/d/e, "
-                                "SignedHeaders=host"), None, "ws-1", 0, 403, "malformed_auth",
-     "requires 'Signature' parameter"),
-    ("3 short credential", {}, _set("Authorization", "AWS4-HMAC-SHA256 Credential=AKID/x, "
-                                    "SignedHeaders=host, Signature=00"), None, "ws-1", 0, 403,
-     "malformed_auth", "5 slash-delimited"),
-    ("4 host not signed", {}, _tamper_signed_headers("host"), None, "ws-1", 0, 403,
-     "unsigned_host_or_date", "'Host' or ':authority' must be a 'SignedHeader'"),
-    ("4 date not signed", {}, _tamper_signed_headers("x-amz-date"), None, "ws-1", 0, 403,
-     "unsigned_host_or_date", "X-Amz-Date"),
-    ("4 signed header missing", {"headers": {"X-Team": "gpu"}}, _drop("X-Team"), None, "ws-1",
-     0, 403, "unsigned_host_or_date", "'x-team' is missing"),
-    ("5 wrong region", {"region": "eu-west-1"}, None, None, "ws-1", 0, 403, "wrong_scope",
-     "valid region, not 'eu-west-1'"),
-    ("5 wrong service", {"service": "execute-api"}, None, None, "ws-1", 0, 403, "wrong_scope",
-     "correct service: 'aps'"),
-    ("6 signature too old", {}, None, None, "ws-1", 400, 403, "signature_expired",
-     "Signature expired:"),
-    ("6 signature from the future", {}, None, None, "ws-1", -400, 403, "signature_expired",
-     "Signature not yet current:"),
-    ("7 unknown key", {"credentials": FrozenCredentials("AKIDNOPE", "x")}, None, None, "ws-1", 0,
-     403, "invalid_token", "security token included in the request is invalid"),
-    ("7 temporary key without token", {"credentials": FrozenCredentials("ASIATEMP", "temp-secret")},
-     None, None, "ws-1", 0, 403, "invalid_token", "is invalid"),
-    ("7 wrong token", {"credentials": FrozenCredentials("ASIATEMP", "temp-secret", "other")},
-     None, None, "ws-1", 0, 403, "invalid_token", "is invalid"),
-    ("8 wrong secret", {"credentials": FrozenCredentials("AKIDSTATIC", "bad")}, None, None,
-     "ws-1", 0, 403, "signature_mismatch", "does not match the signature you provided"),
-    ("8 tampered body", {}, None, "TAMPER", "ws-1", 0, 403, "signature_mismatch",
-     "The Canonical String for this request should have been"),
-    ("8 signed header changed", {}, _set("Content-Type", "application/json"), None, "ws-1", 0,
-     403, "signature_mismatch", "content-type:application/json"),
-    ("8 signed host changed", {}, _set("Host", "other.example:80"), None, "ws-1", 0, 403,
-     "signature_mismatch", "host:other.example:80"),
-    ("9 unknown workspace", {}, None, None, "ws-nope", 0, 404, "unknown_workspace",
-     "Workspace not found: ws-nope"),
+    (
+        "1 GET on the endpoint",
+        {},
+        None,
+        None,
+        "GET",
+        0,
+        403,
+        "missing_auth",
+        "Missing Authentication Token",
+    ),
+    (
+        "1 unknown path",
+        {},
+        None,
+        None,
+        "PATH",
+        0,
+        403,
+        "missing_auth",
+        "Missing Authentication Token",
+    ),
+    (
+        "2 unsigned",
+        {},
+        lambda h: h.clear(),
+        None,
+        "ws-1",
+        0,
+        403,
+        "missing_auth",
+        "Missing Authentication Token",
+    ),
+    (
+        "3 other scheme",
+        {},
+        _set("Authorization", "Bearer abc"),
+        None,
+        "ws-1",
+        0,
+        403,
+        "malformed_auth",
+        "Unsupported AWS 'algorithm'",
+    ),
+    (
+        "3 no signature",
+        {},
+        _set("Authorization", "AWS4-HMAC-SHA256 Credential=A/b/c/d/e, SignedHeaders=host"),
+        None,
+        "ws-1",
+        0,
+        403,
+        "malformed_auth",
+        "requires 'Signature' parameter",
+    ),
+    (
+        "3 short credential",
+        {},
+        _set(
+            "Authorization", "AWS4-HMAC-SHA256 Credential=AKID/x, SignedHeaders=host, Signature=00"
+        ),
+        None,
+        "ws-1",
+        0,
+        403,
+        "malformed_auth",
+        "5 slash-delimited",
+    ),
+    (
+        "4 host not signed",
+        {},
+        _tamper_signed_headers("host"),
+        None,
+        "ws-1",
+        0,
+        403,
+        "unsigned_host_or_date",
+        "'Host' or ':authority' must be a 'SignedHeader'",
+    ),
+    (
+        "4 date not signed",
+        {},
+        _tamper_signed_headers("x-amz-date"),
+        None,
+        "ws-1",
+        0,
+        403,
+        "unsigned_host_or_date",
+        "X-Amz-Date",
+    ),
+    (
+        "4 signed header missing",
+        {"headers": {"X-Team": "gpu"}},
+        _drop("X-Team"),
+        None,
+        "ws-1",
+        0,
+        403,
+        "unsigned_host_or_date",
+        "'x-team' is missing",
+    ),
+    (
+        "5 wrong region",
+        {"region": "eu-west-1"},
+        None,
+        None,
+        "ws-1",
+        0,
+        403,
+        "wrong_scope",
+        "valid region, not 'eu-west-1'",
+    ),
+    (
+        "5 wrong service",
+        {"service": "execute-api"},
+        None,
+        None,
+        "ws-1",
+        0,
+        403,
+        "wrong_scope",
+        "correct service: 'aps'",
+    ),
+    (
+        "6 signature too old",
+        {},
+        None,
+        None,
+        "ws-1",
+        400,
+        403,
+        "signature_expired",
+        "Signature expired:",
+    ),
+    (
+        "6 signature from the future",
+        {},
+        None,
+        None,
+        "ws-1",
+        -400,
+        403,
+        "signature_expired",
+        "Signature not yet current:",
+    ),
+    (
+        "7 unknown key",
+        {"credentials": FrozenCredentials("AKIDNOPE", "x")},
+        None,
+        None,
+        "ws-1",
+        0,
+        403,
+        "invalid_token",
+        "security token included in the request is invalid",
+    ),
+    (
+        "7 temporary key without token",
+        {"credentials": FrozenCredentials("ASIATEMP", "temp-secret")},
+        None,
+        None,
+        "ws-1",
+        0,
+        403,
+        "invalid_token",
+        "is invalid",
+    ),
+    (
+        "7 wrong token",
+        {"credentials": FrozenCredentials("ASIATEMP", "temp-secret", "other")},
+        None,
+        None,
+        "ws-1",
+        0,
+        403,
+        "invalid_token",
+        "is invalid",
+    ),
+    (
+        "8 wrong secret",
+        {"credentials": FrozenCredentials("AKIDSTATIC", "bad")},
+        None,
+        None,
+        "ws-1",
+        0,
+        403,
+        "signature_mismatch",
+        "does not match the signature you provided",
+    ),
+    (
+        "8 tampered body",
+        {},
+        None,
+        "TAMPER",
+        "ws-1",
+        0,
+        403,
+        "signature_mismatch",
+        "The Canonical String for this request should have been",
+    ),
+    (
+        "8 signed header changed",
+        {},
+        _set("Content-Type", "application/json"),
+        None,
+        "ws-1",
+        0,
+        403,
+        "signature_mismatch",
+        "content-type:application/json",
+    ),
+    (
+        "8 signed host changed",
+        {},
+        _set("Host", "other.example:80"),
+        None,
+        "ws-1",
+        0,
+        403,
+        "signature_mismatch",
+        "host:other.example:80",
+    ),
+    (
+        "9 unknown workspace",
+        {},
+        None,
+        None,
+        "ws-nope",
+        0,
+        404,
+        "unknown_workspace",
+        "Workspace not found: ws-nope",
+    ),
     ("10 body too large", {}, None, "HUGE", "ws-1", 0, 413, "too_large", "too large"),
     ("11 not snappy", {}, None, "RAWPROTO", "ws-1", 0, 400, "bad_body", "snappy"),
     ("11 snappy framed format", {}, None, "FRAMED", "ws-1", 0, 400, "bad_body", "framed"),
     ("11 bad protobuf", {}, None, "BADPROTO", "ws-1", 0, 400, "bad_body", "proto"),
-]  # fmt: skip
+]
 
 
 def _body_for(kind: str | None, good: bytes, clock: ManualClock) -> bytes:
@@ -428,15 +617,19 @@ INVALID_SERIES = [
     ("duplicate label name", (NAME, ("job", "a"), ("job", "b")), "duplicate label name"),
     ("empty label value", (NAME, ("job", "")), "empty label value"),
     ("invalid label name", (NAME, ("bad-name", "x")), "sample invalid label"),
-    ("too many labels", (NAME, *((f"l{i:02d}", "v") for i in range(70))),
-     "series has too many labels (actual: 71, limit: 70) series: '{__name__=\"gpu_util\""),
+    (
+        "too many labels",
+        (NAME, *((f"l{i:02d}", "v") for i in range(70))),
+        'series has too many labels (actual: 71, limit: 70) series: \'{__name__="gpu_util"',
+    ),
     ("label name too long", (NAME, ("n" * 1025, "v")), "label name too long"),
     ("label value too long", (NAME, ("job", LONG)), "label value too long"),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize(("labels", "fragment"), [c[1:] for c in INVALID_SERIES],
-                         ids=[c[0] for c in INVALID_SERIES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("labels", "fragment"), [c[1:] for c in INVALID_SERIES], ids=[c[0] for c in INVALID_SERIES]
+)
 async def test_12_invalid_series_rejected_valid_ones_kept(
     ws: WorkspaceDouble,
     http: aiohttp.ClientSession,
@@ -463,8 +656,11 @@ ORDER_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("offset_ms", "value", "status", "fragment"),
-                         [c[1:] for c in ORDER_CASES], ids=[c[0] for c in ORDER_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("offset_ms", "value", "status", "fragment"),
+    [c[1:] for c in ORDER_CASES],
+    ids=[c[0] for c in ORDER_CASES],
+)
 async def test_13_ordering_rules(
     ws: WorkspaceDouble,
     http: aiohttp.ClientSession,
@@ -479,8 +675,11 @@ async def test_13_ordering_rules(
     got, text = await send(http, ws, up(value, ts_ms=ts + offset_ms))
     assert (got, fragment in text) == (status, True), text
     [series] = ws.series("ws-1").values()
-    expected = {ts: bits(5.0)} if status == 400 or offset_ms == 0 else {
-        ts: bits(5.0), ts + offset_ms: bits(value)}  # fmt: skip
+    expected = (
+        {ts: bits(5.0)}
+        if status == 400 or offset_ms == 0
+        else {ts: bits(5.0), ts + offset_ms: bits(value)}
+    )
     assert series.samples == expected
 
 
@@ -661,8 +860,11 @@ CANONICAL_URI_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("raw", "expected"), [c[1:] for c in CANONICAL_URI_CASES],
-                         ids=[c[0] for c in CANONICAL_URI_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [c[1:] for c in CANONICAL_URI_CASES],
+    ids=[c[0] for c in CANONICAL_URI_CASES],
+)
 def test_canonical_uri(raw: str, expected: str) -> None:
     assert sigv4_verify.canonical_uri(raw) == expected
 
@@ -722,8 +924,21 @@ def test_run_in_thread_serves_sync_callers() -> None:
 
 
 def test_module_entry_point_serves_until_terminated() -> None:
-    command = [sys.executable, "-m", "rwrouter.doubles.workspace_runner", "--port", "0", "--region",
-               REGION, "--workspace", "ws-9", "--access-key", "AKID", "--secret", "S"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "rwrouter.doubles.workspace_runner",
+        "--port",
+        "0",
+        "--region",
+        REGION,
+        "--workspace",
+        "ws-9",
+        "--access-key",
+        "AKID",
+        "--secret",
+        "S",
+    ]
     with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as process:
         try:
             assert process.stdout is not None
@@ -744,18 +959,28 @@ def test_module_entry_point_serves_until_terminated() -> None:
 
 UTF8_NAMES = [
     # (name, labels of the refused series, the whole message: Cortex's shapes)
-    ("metric name with dots", (("__name__", "http.server.duration"), ("job", "a")),
-     'sample invalid metric name: "http.server.duration"'),
+    (
+        "metric name with dots",
+        (("__name__", "http.server.duration"), ("job", "a")),
+        'sample invalid metric name: "http.server.duration"',
+    ),
     ("metric name utf-8", (("__name__", "größe"),), 'sample invalid metric name: "größe"'),
-    ("label name with a dot", (NAME, ("service.name", "api")),
-     'sample invalid label: "service.name" metric "gpu_util{service.name=\\"api\\"}"'),
-    ("label name with a colon", (NAME, ("a:b", "x")),
-     'sample invalid label: "a:b" metric "gpu_util{a:b=\\"x\\"}"'),
-]  # fmt: skip
+    (
+        "label name with a dot",
+        (NAME, ("service.name", "api")),
+        'sample invalid label: "service.name" metric "gpu_util{service.name=\\"api\\"}"',
+    ),
+    (
+        "label name with a colon",
+        (NAME, ("a:b", "x")),
+        'sample invalid label: "a:b" metric "gpu_util{a:b=\\"x\\"}"',
+    ),
+]
 
 
-@pytest.mark.parametrize(("labels", "message"), [c[1:] for c in UTF8_NAMES],
-                         ids=[c[0] for c in UTF8_NAMES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("labels", "message"), [c[1:] for c in UTF8_NAMES], ids=[c[0] for c in UTF8_NAMES]
+)
 async def test_12_utf8_names_are_refused_with_cortex_messages(
     ws: WorkspaceDouble,
     http: aiohttp.ClientSession,
@@ -779,8 +1004,9 @@ def botocore_signed(url: str, body: bytes, headers: dict[str, str]) -> dict[str,
     from botocore.awsrequest import AWSRequest  # type: ignore[import-untyped,unused-ignore]
     from botocore.credentials import Credentials  # type: ignore[import-untyped,unused-ignore]
 
-    request = AWSRequest(method="POST", url=url, data=body,
-                         headers={**headers, "Host": url.split("/")[2]})  # fmt: skip
+    request = AWSRequest(
+        method="POST", url=url, data=body, headers={**headers, "Host": url.split("/")[2]}
+    )
     SigV4Auth(Credentials(STATIC.access_key, STATIC.secret_key), "aps", REGION).add_auth(request)
     return {str(name): str(value) for name, value in request.headers.items()}
 
@@ -788,15 +1014,19 @@ def botocore_signed(url: str, body: bytes, headers: dict[str, str]) -> dict[str,
 CONTENT_TYPES = [
     # (name, Content-Type, status)
     ("rw2", "application/x-protobuf;proto=io.prometheus.write.v2.Request", 415),
-    ("rw2 spaced and quoted", 'application/x-protobuf; proto="io.prometheus.write.v2.request"',
-     415),
+    (
+        "rw2 spaced and quoted",
+        'application/x-protobuf; proto="io.prometheus.write.v2.request"',
+        415,
+    ),
     ("rw1 named", "application/x-protobuf;proto=prometheus.WriteRequest", 200),
     ("rw1", "application/x-protobuf", 200),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize(("content_type", "status"), [c[1:] for c in CONTENT_TYPES],
-                         ids=[c[0] for c in CONTENT_TYPES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("content_type", "status"), [c[1:] for c in CONTENT_TYPES], ids=[c[0] for c in CONTENT_TYPES]
+)
 async def test_11_remote_write_2_is_unsupported_media_type(
     ws: WorkspaceDouble,
     http: aiohttp.ClientSession,
@@ -805,13 +1035,17 @@ async def test_11_remote_write_2_is_unsupported_media_type(
     status: int,
 ) -> None:
     body = up(ts_ms=now_ms(clock))
-    headers = {"Content-Encoding": "snappy", "Content-Type": content_type,
-               "X-Prometheus-Remote-Write-Version": "2.0.0" if status == 415 else "0.1.0"}
+    headers = {
+        "Content-Encoding": "snappy",
+        "Content-Type": content_type,
+        "X-Prometheus-Remote-Write-Version": "2.0.0" if status == 415 else "0.1.0",
+    }
     got, text = await post(http, ws.url(), body, botocore_signed(ws.url(), body, headers))
     assert got == status, text
     if status == 415:
         assert json.loads(text)["message"].endswith(
-            "the workspace accepts remote write 1.0 (prometheus.WriteRequest) only")
+            "the workspace accepts remote write 1.0 (prometheus.WriteRequest) only"
+        )
         assert ws.sample_count("ws-1") == 0 and ws.verified_signatures == 1
         assert ws.rejections == {"unsupported_media_type": 1}
         assert ws.last_request is not None and ws.last_request.check == 11

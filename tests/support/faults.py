@@ -57,9 +57,10 @@ def capture_points(capture: CaptureServer, path: str) -> list[Point]:
 def double_points(double: WorkspaceDouble, workspace_id: str = "ws-1") -> set[Point]:
     """Every (label set, timestamp) the workspace double stored (float samples)."""
     return {
-        (labels, ts) for labels, stored in double.series(workspace_id).items()
+        (labels, ts)
+        for labels, stored in double.series(workspace_id).items()
         for ts in stored.samples
-    }  # fmt: skip
+    }
 
 
 class BlackholeProxy:
@@ -199,8 +200,9 @@ def _issued(xml: bytes) -> Issued | None:
         return value
 
     expires = dt.datetime.fromisoformat(text("Expiration").replace("Z", "+00:00"))
-    return Issued(text("AccessKeyId"), text("SecretAccessKey"), text("SessionToken"),
-                  expires.timestamp())  # fmt: skip
+    return Issued(
+        text("AccessKeyId"), text("SecretAccessKey"), text("SessionToken"), expires.timestamp()
+    )
 
 
 class SizeRecordingDouble(WorkspaceDouble):

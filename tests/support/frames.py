@@ -55,9 +55,7 @@ def frame_series(labels: bytes, rest: bytes) -> bytes:
     return b"\x0a" + encode_varint(len(labels) + len(rest)) + labels + rest
 
 
-def pack_frames(
-    frames: Sequence[bytes], keys: Sequence[bytes], counts: Sequence[int]
-) -> Frames:
+def pack_frames(frames: Sequence[bytes], keys: Sequence[bytes], counts: Sequence[int]) -> Frames:
     """The :class:`~rwrouter.wire.index.Frames` of framed series given one by one, with their
     shard keys (the encoded output labels) and sample counts: what
     :func:`rwrouter.queue.records.encode_share` takes, and what the receive path builds in one

@@ -95,15 +95,17 @@ def make_streams(tag: str, *, streams: int, series: int) -> list[list[LabelSet]]
     and half ``bulk_<tag>_<n>`` (n in 0..4), told apart by ``stream`` and ``series`` labels."""
     return [
         [
-            label_set({
-                "__name__": f"{'critical' if j % 2 == 0 else 'bulk'}_{tag}_{j % 5}",
-                "stream": str(s),
-                "series": str(j),
-            })
+            label_set(
+                {
+                    "__name__": f"{'critical' if j % 2 == 0 else 'bulk'}_{tag}_{j % 5}",
+                    "stream": str(s),
+                    "series": str(j),
+                }
+            )
             for j in range(series)
         ]
         for s in range(streams)
-    ]  # fmt: skip
+    ]
 
 
 def percentile(values: Sequence[float], q: float) -> float:

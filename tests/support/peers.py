@@ -76,11 +76,19 @@ def _build(name: str) -> str:
     when it succeeded, else why not."""
     if shutil.which("go") is None:
         return "go is not installed (Go >= 1.26 builds it)"
-    print(f"\nbuilding {name} {peers()[name].version} with {BUILD_HINT} (once; cached)",
-          file=sys.stderr, flush=True)  # fmt: skip
+    print(
+        f"\nbuilding {name} {peers()[name].version} with {BUILD_HINT} (once; cached)",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
-        done = subprocess.run([sys.executable, str(BUILD_SCRIPT), name], capture_output=True,
-                              text=True, timeout=BUILD_TIMEOUT, check=False)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, str(BUILD_SCRIPT), name],
+            capture_output=True,
+            text=True,
+            timeout=BUILD_TIMEOUT,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return f"{BUILD_HINT} {name} took over {BUILD_TIMEOUT:g} s"
     if done.returncode:
@@ -96,10 +104,12 @@ def peer_binary(name: str) -> str:
     if not os.access(path, os.X_OK):
         why = _build(name)
         if why or not os.access(path, os.X_OK):
-            missing_prometheus(PrometheusNotFoundError(
-                f"{name} {peers()[name].version} is not built at {path} and could not be "
-                f"built: {why or 'no binary after the build'} (run {BUILD_HINT})"
-            ))  # fmt: skip
+            missing_prometheus(
+                PrometheusNotFoundError(
+                    f"{name} {peers()[name].version} is not built at {path} and could not be "
+                    f"built: {why or 'no binary after the build'} (run {BUILD_HINT})"
+                )
+            )
     return str(path)
 
 
@@ -108,8 +118,7 @@ def version_line(path: str, flag: str) -> str:
     """The first line ``path flag`` prints (stdout, else stderr), run once per (path, flag)
     in a session; a short reason in parentheses when there is none."""
     try:
-        proc = subprocess.run([path, flag], capture_output=True, text=True, timeout=60,
-                              check=False)  # fmt: skip
+        proc = subprocess.run([path, flag], capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"(cannot run it: {exc})"
     lines = (proc.stdout.strip() or proc.stderr.strip()).splitlines()
@@ -126,10 +135,12 @@ def report_lines() -> list[str]:
         if os.access(path, os.X_OK):
             lines.append(f"peer {title}: {path}: {version_line(str(path), VERSION_FLAGS[name])}")
         else:
-            lines.append(f"peer {title}: {peers()[name].version} not built at {path} "
-                         f"(run {BUILD_HINT})")  # fmt: skip
+            lines.append(
+                f"peer {title}: {peers()[name].version} not built at {path} (run {BUILD_HINT})"
+            )
     debian = shutil.which("prometheus")
-    lines.append("peer Debian prometheus: "
-                 + (f"{debian}: {version_line(debian, '--version')}" if debian
-                    else "not installed"))  # fmt: skip
+    lines.append(
+        "peer Debian prometheus: "
+        + (f"{debian}: {version_line(debian, '--version')}" if debian else "not installed")
+    )
     return lines

@@ -12,8 +12,9 @@ import pytest
 T = TypeVar("T")
 
 
-def wait_for(probe: Callable[[], T | None], *, timeout: float, what: str,
-             interval: float = 0.2) -> T:  # fmt: skip
+def wait_for(
+    probe: Callable[[], T | None], *, timeout: float, what: str, interval: float = 0.2
+) -> T:
     """Call ``probe`` every ``interval`` seconds until it returns something truthy, and return
     that; fail the test after ``timeout`` seconds, naming ``what`` and the last result
     (shortened to 2,000 characters)."""

@@ -59,8 +59,9 @@ def symbolize(
         for ex in ts.exemplars:
             series.exemplars.add(
                 labels_refs=symbols.refs((lab.name, lab.value) for lab in ex.labels),
-                value=ex.value, timestamp=ex.timestamp,
-            )  # fmt: skip
+                value=ex.value,
+                timestamp=ex.timestamp,
+            )
         meta = (metadata or {}).get(dict(labels).get("__name__", ""))
         if meta is not None:
             series.metadata.type = meta[0]

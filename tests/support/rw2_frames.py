@@ -96,7 +96,7 @@ def series_of(request: write_v2_pb2.Request) -> list[Frame]:
         exemplars = tuple(
             Exemplar(_pairs(e.labels_refs, symbols), struct.pack("<d", e.value), e.timestamp)
             for e in ts.exemplars
-        )  # fmt: skip
+        )
         meta = ts.metadata
         out.append(
             Frame(

@@ -52,23 +52,51 @@ class SidecarFamily:
 
 
 SIDECAR: tuple[SidecarFamily, ...] = (
-    SidecarFamily("gpu.utilization", "trainer_gpu_utilization", "gauge",
-                  "Fraction of time the GPU was busy (OpenTelemetry hw.gpu.utilization).", "",
-                  per_gpu=True, critical=True),
-    SidecarFamily("gpu.memory.used_bytes", "trainer_gpu_memory_used_bytes", "gauge",
-                  "GPU memory in use by the training process.", "bytes",
-                  per_gpu=True, critical=True),
-    SidecarFamily("trainer.tokens", None, "counter", "Tokens processed by the trainer.", "",
-                  per_gpu=False, critical=False),
-    SidecarFamily("trainer.step.duration_seconds", None, "gauge",
-                  "Duration of the last training step.", "seconds",
-                  per_gpu=False, critical=False),
-)  # fmt: skip
+    SidecarFamily(
+        "gpu.utilization",
+        "trainer_gpu_utilization",
+        "gauge",
+        "Fraction of time the GPU was busy (OpenTelemetry hw.gpu.utilization).",
+        "",
+        per_gpu=True,
+        critical=True,
+    ),
+    SidecarFamily(
+        "gpu.memory.used_bytes",
+        "trainer_gpu_memory_used_bytes",
+        "gauge",
+        "GPU memory in use by the training process.",
+        "bytes",
+        per_gpu=True,
+        critical=True,
+    ),
+    SidecarFamily(
+        "trainer.tokens",
+        None,
+        "counter",
+        "Tokens processed by the trainer.",
+        "",
+        per_gpu=False,
+        critical=False,
+    ),
+    SidecarFamily(
+        "trainer.step.duration_seconds",
+        None,
+        "gauge",
+        "Duration of the last training step.",
+        "seconds",
+        per_gpu=False,
+        critical=False,
+    ),
+)
 
 
 def _labels(model: NodeModel, *, utf8: bool, gpu: int | None) -> dict[str, str]:
-    service, pod, node, gpu_id = (("service.name", "k8s.pod.name", "k8s.node.name", "gpu.id")
-                                  if utf8 else ("service_name", "pod", "node", "gpu"))  # fmt: skip
+    service, pod, node, gpu_id = (
+        ("service.name", "k8s.pod.name", "k8s.node.name", "gpu.id")
+        if utf8
+        else ("service_name", "pod", "node", "gpu")
+    )
     labels = {service: "trainer", pod: model.trainer.pod, node: model.hostname}
     return labels if gpu is None else {**labels, gpu_id: str(gpu)}
 
@@ -104,9 +132,13 @@ class SidecarCollector(Collector):
     """The sidecar of ``model`` (``utf8`` or legacy form) at ``clock() - start_s`` seconds."""
 
     def __init__(
-        self, model: NodeModel, *, utf8: bool, start_s: float,
+        self,
+        model: NodeModel,
+        *,
+        utf8: bool,
+        start_s: float,
         clock: Callable[[], float] = time.time,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.model, self.utf8, self.start_s, self.clock = model, utf8, start_s, clock
 
     def collect(self) -> Iterator[Metric]:

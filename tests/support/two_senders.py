@@ -43,20 +43,30 @@ UTF8 = {"p3": True, "p2": False}  # the sidecar's form each node exposes
 PUSH_LABEL = {"p3": "service.name", "p2": "service_name"}
 #: Prometheus's report series and their metadata (scrape/scrape.go, ``scrapeHealthMetric``...).
 REPORT: dict[str, Meta] = {
-    "up": ("gauge", "Health of the scrape target. 1 means the target is healthy, 0 if the "
-           "scrape failed.", "targets"),
+    "up": (
+        "gauge",
+        "Health of the scrape target. 1 means the target is healthy, 0 if the scrape failed.",
+        "targets",
+    ),
     "scrape_duration_seconds": ("gauge", "Duration of the last scrape in seconds.", "seconds"),
     "scrape_samples_scraped": ("gauge", "Number of samples last scraped.", "samples"),
     "scrape_samples_post_metric_relabeling": (
-        "gauge", "Number of samples remaining after metric relabeling was applied.", "samples"),
+        "gauge",
+        "Number of samples remaining after metric relabeling was applied.",
+        "samples",
+    ),
     "scrape_series_added": ("gauge", "Number of series in the last scrape.", "series"),
-}  # fmt: skip
+}
 TYPE_CODES = {"counter": types_pb2.MetricMetadata.COUNTER, "gauge": types_pb2.MetricMetadata.GAUGE}
 #: What the workspace keeps: the demo's DCGM allowlist, the sidecar's critical families (both
 #: forms) and the pushed ``push.critical.*`` / ``push_critical_*`` series.
-CRITICAL = "|".join([ALLOWLIST, *(re.escape(name) for f in SIDECAR if f.critical
-                                  for name in (f.utf8, f.legacy) if name),
-                     r"push[._]critical[._].*"])  # fmt: skip
+CRITICAL = "|".join(
+    [
+        ALLOWLIST,
+        *(re.escape(name) for f in SIDECAR if f.critical for name in (f.utf8, f.legacy) if name),
+        r"push[._]critical[._].*",
+    ]
+)
 _CRITICAL = re2.compile(CRITICAL)
 
 
@@ -78,8 +88,14 @@ def escape_metric(name: str) -> str:
 
 
 def escape(labels: LabelSet) -> LabelSet:
-    return key({n if n == "__name__" else re.sub(r"[^a-zA-Z0-9_]", "_", n):
-                escape_metric(v) if n == "__name__" else v for n, v in labels})  # fmt: skip
+    return key(
+        {
+            n if n == "__name__" else re.sub(r"[^a-zA-Z0-9_]", "_", n): escape_metric(v)
+            if n == "__name__"
+            else v
+            for n, v in labels
+        }
+    )
 
 
 def typed(labels: LabelSet, meta: Meta) -> LabelSet:
@@ -147,8 +163,14 @@ def _integer_histograms(start_ms: int) -> tuple[types_pb2.Histogram, ...]:
     for i, (count, total, positive, negative) in enumerate(
         ((7, 0.1 + 0.2, [2, 1], [1]), (9, 0.7, [3, 0], [2]))
     ):
-        h = types_pb2.Histogram(count_int=count, sum=total, schema=0, zero_threshold=0.001,
-                                zero_count_int=1, timestamp=start_ms + 500 * i)  # fmt: skip
+        h = types_pb2.Histogram(
+            count_int=count,
+            sum=total,
+            schema=0,
+            zero_threshold=0.001,
+            zero_count_int=1,
+            timestamp=start_ms + 500 * i,
+        )
         h.positive_spans.add(offset=0, length=2)
         h.positive_deltas.extend(positive)
         h.negative_spans.add(offset=1, length=1)
@@ -161,9 +183,14 @@ def _float_histograms(start_ms: int) -> tuple[types_pb2.Histogram, ...]:
     """Schema 1, absolute float counts, a gauge histogram (reset hint GAUGE)."""
     points = []
     for i, (count, total) in enumerate(((3.5, -1.25), (1.5, 0.1 + 0.7))):
-        h = types_pb2.Histogram(count_float=count, sum=total, schema=1, zero_count_float=0.5,
-                                reset_hint=types_pb2.Histogram.GAUGE,
-                                timestamp=start_ms + 500 * i)  # fmt: skip
+        h = types_pb2.Histogram(
+            count_float=count,
+            sum=total,
+            schema=1,
+            zero_count_float=0.5,
+            reset_hint=types_pb2.Histogram.GAUGE,
+            timestamp=start_ms + 500 * i,
+        )
         h.positive_spans.add(offset=-1, length=2)
         h.positive_counts.extend([count - 0.5 - 1.0, 1.0])
         points.append(h)
@@ -208,8 +235,11 @@ remote_write:
 def sender_config(*, sender: str, target: str, router_url: str) -> str:
     """A sender's: scrapes ``target`` every second, writes everything to rwrouter, native
     histograms included: p3 in RW 2.0, p2 in RW 1.0 with metadata requests every second."""
-    message = (f"protobuf_message: {RW2_MESSAGE}" if UTF8[sender]  # RW 2.0: in the series
-               else "metadata_config: {send_interval: 1s}")  # fmt: skip
+    message = (
+        f"protobuf_message: {RW2_MESSAGE}"
+        if UTF8[sender]  # RW 2.0: in the series
+        else "metadata_config: {send_interval: 1s}"
+    )
     return f"""
 global: {{scrape_interval: 1s, scrape_timeout: 1s, external_labels: {{sender: {sender}}}}}
 scrape_configs:
@@ -229,4 +259,4 @@ remote_write:
 SENDER_FLAGS = {
     "p3": ("--enable-feature=metadata-wal-records", "--scrape.discovery-reload-interval=1s"),
     "p2": ("--enable-feature=native-histograms",),
-}  # fmt: skip
+}

@@ -36,12 +36,19 @@ SPAN = WINDOW / GENERATIONS
 
 def share(*series: tuple[str, int, int]) -> Frames:
     """A routed share of series (metric name, instance number, samples)."""
-    body = build_body([
-        Series((("__name__", name), ("instance", str(i))), tuple((1000 + k, 1.0) for k in range(n)))
-        for name, i, n in series
-    ])
-    return Router(global_rules=(), routes=[Route(name="d")]).route(
-        decompress(body, max_decoded_bytes=1 << 24)).shares[0]  # fmt: skip
+    body = build_body(
+        [
+            Series(
+                (("__name__", name), ("instance", str(i))), tuple((1000 + k, 1.0) for k in range(n))
+            )
+            for name, i, n in series
+        ]
+    )
+    return (
+        Router(global_rules=(), routes=[Route(name="d")])
+        .route(decompress(body, max_decoded_bytes=1 << 24))
+        .shares[0]
+    )
 
 
 def counts(snap: Snapshot) -> dict[str, int]:
@@ -50,8 +57,12 @@ def counts(snap: Snapshot) -> dict[str, int]:
 
 def new(**kw: float) -> ActiveSeries:
     args = {"window": WINDOW, "max_series": 1000, "rate_window": 100.0, "now": 0.0, **kw}
-    return ActiveSeries(window=args["window"], max_series=int(args["max_series"]),
-                        rate_window=args["rate_window"], now=args["now"])  # fmt: skip
+    return ActiveSeries(
+        window=args["window"],
+        max_series=int(args["max_series"]),
+        rate_window=args["rate_window"],
+        now=args["now"],
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -59,27 +70,48 @@ def new(**kw: float) -> ActiveSeries:
 
 ACTIVE_CASES = [
     # id, sightings [(time s, [(name, instance, samples)])], snapshot time, expected active
-    ("distinct_series_per_name", [(0, [("gpu", 0, 1), ("gpu", 1, 1), ("net", 0, 1)])], 1,
-     {"gpu": 2, "net": 1}),
-    ("the_same_series_every_scrape_counts_once", [(t, [("gpu", 0, 1)]) for t in range(0, 700, 15)],
-     700, {"gpu": 1}),
-    ("same_labels_other_name_is_another_series", [(0, [("a", 0, 1), ("b", 0, 1)])], 1,
-     {"a": 1, "b": 1}),
+    (
+        "distinct_series_per_name",
+        [(0, [("gpu", 0, 1), ("gpu", 1, 1), ("net", 0, 1)])],
+        1,
+        {"gpu": 2, "net": 1},
+    ),
+    (
+        "the_same_series_every_scrape_counts_once",
+        [(t, [("gpu", 0, 1)]) for t in range(0, 700, 15)],
+        700,
+        {"gpu": 1},
+    ),
+    (
+        "same_labels_other_name_is_another_series",
+        [(0, [("a", 0, 1), ("b", 0, 1)])],
+        1,
+        {"a": 1, "b": 1},
+    ),
     ("seen_within_the_window_counts", [(0, [("gpu", 0, 1)])], WINDOW - 1, {"gpu": 1}),
     ("forgotten_a_generation_after_the_window", [(0, [("gpu", 0, 1)])], WINDOW + SPAN, {}),
-    ("seen_again_stays", [(0, [("gpu", 0, 1)]), (WINDOW - 1, [("gpu", 0, 1)])],
-     2 * WINDOW - 2, {"gpu": 1}),
-    ("churned_series_expire_new_ones_count", [(0, [("job", i, 1) for i in range(5)]),
-                                             (WINDOW, [("job", i, 1) for i in range(5, 8)])],
-     WINDOW + SPAN + 1, {"job": 3}),
+    (
+        "seen_again_stays",
+        [(0, [("gpu", 0, 1)]), (WINDOW - 1, [("gpu", 0, 1)])],
+        2 * WINDOW - 2,
+        {"gpu": 1},
+    ),
+    (
+        "churned_series_expire_new_ones_count",
+        [(0, [("job", i, 1) for i in range(5)]), (WINDOW, [("job", i, 1) for i in range(5, 8)])],
+        WINDOW + SPAN + 1,
+        {"job": 3},
+    ),
     ("idle_longer_than_everything", [(0, [("gpu", 0, 1)])], 100 * WINDOW, {}),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize(("sightings", "at", "expected"), [c[1:] for c in ACTIVE_CASES],
-                         ids=[c[0] for c in ACTIVE_CASES])  # fmt: skip
-def test_active_series(sightings: list[tuple[float, list[tuple[str, int, int]]]], at: float,
-                       expected: dict[str, int]) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("sightings", "at", "expected"), [c[1:] for c in ACTIVE_CASES], ids=[c[0] for c in ACTIVE_CASES]
+)
+def test_active_series(
+    sightings: list[tuple[float, list[tuple[str, int, int]]]], at: float, expected: dict[str, int]
+) -> None:
     active = new()
     for now, series in sightings:
         routed = share(*series)
@@ -90,8 +122,9 @@ def test_active_series(sightings: list[tuple[float, list[tuple[str, int, int]]]]
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 3000), st.integers(0, 9)), max_size=60),
-       st.integers(0, 4000))  # fmt: skip
+@given(
+    st.lists(st.tuples(st.integers(0, 3000), st.integers(0, 9)), max_size=60), st.integers(0, 4000)
+)
 def test_active_series_is_between_the_window_and_one_generation_more(
     sightings: list[tuple[int, int]], at: int
 ) -> None:
@@ -130,18 +163,27 @@ RATE_CASES = [
     ("idle_start_does_not_count", 100.0, [(60, 10), (75, 10)], 75.0, 10 / 15),
     ("a_burst_at_the_start_is_not_thousands", 100.0, [(0, 1), (0.004, 1)], 0.004, 1 / 15),
     # 1/s for 90 s, 300 s of silence nobody read, 1/s again for 20 s: over [348, 410]
-    ("after_an_unread_silence", 60.0, [(t, 1) for t in [*range(90), *range(390, 410)]], 410.0,
-     20 / 62),
+    (
+        "after_an_unread_silence",
+        60.0,
+        [(t, 1) for t in [*range(90), *range(390, 410)]],
+        410.0,
+        20 / 62,
+    ),
     ("long_after_everything_stopped", 100.0, [(t, 8) for t in range(0, 100, 10)], 400.0, 0.0),
     # (a capture of concurrent requests): over [the earliest, now]
     ("out_of_order_times_count_in_the_newest_bucket", 100.0, [(50, 4), (10, 4)], 60.0, 4 / 50),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize(("rate_window", "arrivals", "at", "expected"),
-                         [c[1:] for c in RATE_CASES], ids=[c[0] for c in RATE_CASES])  # fmt: skip
-def test_samples_per_second(rate_window: float, arrivals: list[tuple[float, int]], at: float,
-                            expected: float) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("rate_window", "arrivals", "at", "expected"),
+    [c[1:] for c in RATE_CASES],
+    ids=[c[0] for c in RATE_CASES],
+)
+def test_samples_per_second(
+    rate_window: float, arrivals: list[tuple[float, int]], at: float, expected: float
+) -> None:
     active = new(rate_window=rate_window)
     for now, samples in arrivals:
         routed = share(("gpu", 0, samples))
@@ -172,8 +214,11 @@ def test_a_long_metric_name_is_found_and_a_missing_one_is_never_routed() -> None
         assert counts(active.snapshot(1.0))[long_name] == 2
 
 
-@pytest.mark.parametrize(("window", "rate", "size"), [(0.0, 1.0, 1), (1.0, 0.0, 1), (1.0, 1.0, 0)],
-                         ids=["window", "rate_window", "max_series"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("window", "rate", "size"),
+    [(0.0, 1.0, 1), (1.0, 0.0, 1), (1.0, 1.0, 0)],
+    ids=["window", "rate_window", "max_series"],
+)
 def test_bad_settings_raise(window: float, rate: float, size: int) -> None:
     with pytest.raises(ValueError, match="must be positive"):
         ActiveSeries(window=window, max_series=size, rate_window=rate, now=0.0)
@@ -195,7 +240,8 @@ def test_merge_counts_a_series_two_workers_saw_once_and_adds_rates() -> None:
     merged = merge([first, second])
     assert counts(merged) == {"gpu": 3, "net": 1}
     assert merged.names["gpu"].samples_per_second == pytest.approx(
-        first.names["gpu"].samples_per_second + second.names["gpu"].samples_per_second)
+        first.names["gpu"].samples_per_second + second.names["gpu"].samples_per_second
+    )
     assert merged.names["gpu"].samples_per_second > 0
     assert merged.observed == 20.0
 
@@ -224,11 +270,12 @@ COST_CASES = [
     ("into_the_last", 5e7, TIERS, 20.0 + 20.0 + 10.0),
     ("one_flat_tier", 3e6, (PriceTier(per_million=0.1),), 0.3),
     ("amp_us_east_1_3_billion", 3e9, AMP_PRICE_TIERS, 2000 * 0.09 + 1000 * 0.035),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize(("samples", "tiers", "expected"), [c[1:] for c in COST_CASES],
-                         ids=[c[0] for c in COST_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("samples", "tiers", "expected"), [c[1:] for c in COST_CASES], ids=[c[0] for c in COST_CASES]
+)
 def test_monthly_cost(samples: float, tiers: tuple[PriceTier, ...], expected: float) -> None:
     assert monthly_cost(samples, tiers) == pytest.approx(expected)
 
@@ -236,8 +283,11 @@ def test_monthly_cost(samples: float, tiers: tuple[PriceTier, ...], expected: fl
 BOUNDED_LAST = (PriceTier(per_million=1, up_to_samples=5),)
 
 
-@pytest.mark.parametrize(("samples", "tiers"), [(-1.0, TIERS), (1.0, ()), (1.0, BOUNDED_LAST)],
-                         ids=["negative", "no_tiers", "bounded_last"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("samples", "tiers"),
+    [(-1.0, TIERS), (1.0, ()), (1.0, BOUNDED_LAST)],
+    ids=["negative", "no_tiers", "bounded_last"],
+)
 def test_monthly_cost_rejects(samples: float, tiers: tuple[PriceTier, ...]) -> None:
     with pytest.raises(ValueError):
         monthly_cost(samples, tiers)
@@ -280,13 +330,16 @@ RANK_CASES = [
     ("series_then_samples", "series", ["b", "a", "c"]),
     ("samples_then_series", "samples", ["c", "b", "a"]),
 ]
-METRICS = [{"name": "a", "active_series": 5, "samples_per_second": 1.0},
-           {"name": "b", "active_series": 5, "samples_per_second": 2.0},
-           {"name": "c", "active_series": 1, "samples_per_second": 9.0}]  # fmt: skip
+METRICS = [
+    {"name": "a", "active_series": 5, "samples_per_second": 1.0},
+    {"name": "b", "active_series": 5, "samples_per_second": 2.0},
+    {"name": "c", "active_series": 1, "samples_per_second": 9.0},
+]
 
 
-@pytest.mark.parametrize(("by", "expected"), [c[1:] for c in RANK_CASES],
-                         ids=[c[0] for c in RANK_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("by", "expected"), [c[1:] for c in RANK_CASES], ids=[c[0] for c in RANK_CASES]
+)
 def test_rank(by: str, expected: list[str]) -> None:
     assert [m["name"] for m in rank(METRICS, by)] == expected
 
@@ -327,19 +380,37 @@ def test_observed_counts_from_the_first_share_not_from_an_idle_start() -> None:
     assert active.snapshot(212.0).observed == 2.0
 
 
-@pytest.mark.parametrize(("active", "limit", "text"),
-                         [(8, 50_000_000, "(<0.001% of"), (0, 10, "(0% of"),
-                          (4_194_304, 50_000_000, "(8.39% of"), (60, 50, "(120% of"),
-                          (1000, 100, "(1,000% of")],
-                         ids=["tiny_never_an_exponent", "zero", "some", "over",
-                              "ten_times"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("active", "limit", "text"),
+    [
+        (8, 50_000_000, "(<0.001% of"),
+        (0, 10, "(0% of"),
+        (4_194_304, 50_000_000, "(8.39% of"),
+        (60, 50, "(120% of"),
+        (1000, 100, "(1,000% of"),
+    ],
+    ids=["tiny_never_an_exponent", "zero", "some", "over", "ten_times"],
+)
 def test_table_percent_of_the_limit(active: int, limit: int, text: str) -> None:
-    dest = {"name": "d", "shadow": False, "observed_seconds": 1.0, "complete": False,
-            "capped": False, "active_series": active, "series_limit_ratio": active / limit,
-            "samples_per_second": 0.0, "monthly_samples": 0.0, "monthly_cost": 0.0,
-            "metric_names": 0, "metrics": []}  # fmt: skip
-    report = {**build_report({}, audit=AuditConfig(), shadow={}), "destinations": [dest],
-              "series_limit": limit}  # fmt: skip
+    dest = {
+        "name": "d",
+        "shadow": False,
+        "observed_seconds": 1.0,
+        "complete": False,
+        "capped": False,
+        "active_series": active,
+        "series_limit_ratio": active / limit,
+        "samples_per_second": 0.0,
+        "monthly_samples": 0.0,
+        "monthly_cost": 0.0,
+        "metric_names": 0,
+        "metrics": [],
+    }
+    report = {
+        **build_report({}, audit=AuditConfig(), shadow={}),
+        "destinations": [dest],
+        "series_limit": limit,
+    }
     assert text in format_table(report)
 
 
@@ -358,12 +429,18 @@ RELOADS = [
     ("unchanged", BASE, {"ws", "shadow"}),
     ("shadow_rules_changed", BASE.replace('"gpu.*"', '"g.*"'), {"ws"}),
     ("audit_window_changed", "audit: {window: 1h}\n" + BASE, set()),
-    ("only_prices_changed", "audit: {series_limit: 5, currency: EUR, price_tiers: "
-     "[{per_million: 1}]}\n" + BASE, {"ws", "shadow"}),
-    ("global_rules_changed",
-     "relabel_configs: [{action: labeldrop, regex: instance}]\n" + BASE, set()),
+    (
+        "only_prices_changed",
+        "audit: {series_limit: 5, currency: EUR, price_tiers: [{per_million: 1}]}\n" + BASE,
+        {"ws", "shadow"},
+    ),
+    (
+        "global_rules_changed",
+        "relabel_configs: [{action: labeldrop, regex: instance}]\n" + BASE,
+        set(),
+    ),
     ("no_longer_audited", BASE.replace("audit: true", "audit: false"), {"shadow"}),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("text", "kept"), [c[1:] for c in RELOADS], ids=[c[0] for c in RELOADS])
@@ -429,7 +506,6 @@ def test_names_without_series_or_recent_samples_are_forgotten() -> None:
     assert all(len(c.keys or ()) == 1 for c in keyed.names.values())  # renumbered consistently
 
 
-
 NAME_CASES = [
     ("plain", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL"),
     ("terminal_escape", "evil\x1b[2Jname", "evil\\x1b[2Jname"),
@@ -438,8 +514,9 @@ NAME_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("name", "shown"), [c[1:] for c in NAME_CASES],
-                         ids=[c[0] for c in NAME_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "shown"), [c[1:] for c in NAME_CASES], ids=[c[0] for c in NAME_CASES]
+)
 def test_table_names_are_safe_for_a_terminal(name: str, shown: str) -> None:
     report = _report()
     report["destinations"][0]["metrics"][0]["name"] = name
@@ -455,31 +532,43 @@ def test_reranked_orders_then_cuts() -> None:
     by_samples = reranked(report, "samples", 1)["destinations"][0]["metrics"]
     assert [m["name"] for m in by_samples] == ["net"]
     assert [m["name"] for m in reranked(report, "series", 0)["destinations"][0]["metrics"]] == [
-        "gpu", "net"]  # fmt: skip
+        "gpu",
+        "net",
+    ]
 
 
-@pytest.mark.parametrize(("workers", "expected", "line"),
-                         [(1, 1, None), (2, 2, "counted over 2 workers"),
-                          (1, 2, "only 1 of 2 workers answered: the counts are low")],
-                         ids=["one_process", "all_workers", "a_worker_missing"])  # fmt: skip
-def test_table_says_how_many_workers_counted(workers: int, expected: int,
-                                             line: str | None) -> None:  # fmt: skip
-    report = build_report({}, audit=AuditConfig(), shadow={}, workers=workers,
-                          workers_expected=expected)  # fmt: skip
+@pytest.mark.parametrize(
+    ("workers", "expected", "line"),
+    [
+        (1, 1, None),
+        (2, 2, "counted over 2 workers"),
+        (1, 2, "only 1 of 2 workers answered: the counts are low"),
+    ],
+    ids=["one_process", "all_workers", "a_worker_missing"],
+)
+def test_table_says_how_many_workers_counted(workers: int, expected: int, line: str | None) -> None:
+    report = build_report(
+        {}, audit=AuditConfig(), shadow={}, workers=workers, workers_expected=expected
+    )
     first = format_table(report).splitlines()[0]
     assert first.startswith(line) if line else first.startswith("no audited destination")
 
 
 COUNT_CASES = [
-    ("zero", 0, "0"), ("hundreds", 999, "999"), ("rounds_up_a_unit", 999_999, "1 M"),
-    ("millions", 1234567, "1.23 M"), ("billions", 2e9, "2 B"),
-    ("hundreds_of_billions", 252e9, "252 B"), ("rounds_to_billions", 999_999_999, "1 B"),
+    ("zero", 0, "0"),
+    ("hundreds", 999, "999"),
+    ("rounds_up_a_unit", 999_999, "1 M"),
+    ("millions", 1234567, "1.23 M"),
+    ("billions", 2e9, "2 B"),
+    ("hundreds_of_billions", 252e9, "252 B"),
+    ("rounds_to_billions", 999_999_999, "1 B"),
     ("trillions", 1.5e13, "15 T"),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize(("n", "text"), [c[1:] for c in COUNT_CASES],
-                         ids=[c[0] for c in COUNT_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("n", "text"), [c[1:] for c in COUNT_CASES], ids=[c[0] for c in COUNT_CASES]
+)
 def test_counts_never_in_exponent_form(n: float, text: str) -> None:
     from rwrouter.audit.report import _count
 

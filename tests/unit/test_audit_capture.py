@@ -32,23 +32,37 @@ CASES = [
     ("empty_capture", MAGIC, [], 0, False),
     ("torn_in_a_header", WHOLE[: SECOND_AT + 5], RECORDS[:1], 0, True),
     ("torn_in_a_body", WHOLE[:-1], RECORDS[:2], 0, True),
-    ("bad_checksum_skips_that_record", _flip(WHOLE, len(MAGIC) + HEADER.size), RECORDS[1:], 1,
-     False),
-    ("untrustworthy_length_stops", MAGIC + HEADER.pack(1, MAX_BODY_BYTES + 1, 0) + b"x",
-     [], 0, True),
-]  # fmt: skip
+    (
+        "bad_checksum_skips_that_record",
+        _flip(WHOLE, len(MAGIC) + HEADER.size),
+        RECORDS[1:],
+        1,
+        False,
+    ),
+    (
+        "untrustworthy_length_stops",
+        MAGIC + HEADER.pack(1, MAX_BODY_BYTES + 1, 0) + b"x",
+        [],
+        0,
+        True,
+    ),
+]
 
 
-@pytest.mark.parametrize(("data", "expected", "corrupt", "torn"), [c[1:] for c in CASES],
-                         ids=[c[0] for c in CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("data", "expected", "corrupt", "torn"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
 def test_records(data: bytes, expected: list[tuple[int, bytes]], corrupt: int, torn: bool) -> None:
     reader = CaptureReader(io.BytesIO(data))
     assert list(reader.records()) == expected
     assert (reader.corrupt, reader.torn) == (corrupt, torn)
 
 
-@pytest.mark.parametrize("data", [b"", b"rwrouter capture 2\n", b"\xff\x06\x00\x00sNaPpY"],
-                         ids=["empty_file", "another_version", "snappy_stream"])  # fmt: skip
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"rwrouter capture 2\n", b"\xff\x06\x00\x00sNaPpY"],
+    ids=["empty_file", "another_version", "snappy_stream"],
+)
 def test_not_a_capture_file(data: bytes) -> None:
     with pytest.raises(CaptureError, match="not an rwrouter capture file"):
         list(CaptureReader(io.BytesIO(data)).records())

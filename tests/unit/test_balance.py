@@ -33,11 +33,14 @@ POLICY_CASES = [
     ("stale_own_slot_ignored", (9, 1), 0, 1, False),
     ("stale_high_other_slot_holds_back", (2, 9), 0, 4, False),
     ("other_worker_restarted_slot_zeroed", (2, 0), 0, 2, True),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize(("slots", "index", "own", "end"), [c[1:] for c in POLICY_CASES],
-                         ids=[c[0] for c in POLICY_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("slots", "index", "own", "end"),
+    [c[1:] for c in POLICY_CASES],
+    ids=[c[0] for c in POLICY_CASES],
+)
 def test_should_end(slots: tuple[int, ...], index: int, own: int, end: bool) -> None:
     assert should_end(slots, index=index, own=own) is end
 
@@ -69,8 +72,9 @@ OPEN_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("before", "index", "after"), [c[1:] for c in OPEN_CASES],
-                         ids=[c[0] for c in OPEN_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("before", "index", "after"), [c[1:] for c in OPEN_CASES], ids=[c[0] for c in OPEN_CASES]
+)
 def test_opening_zeroes_only_its_own_slot(
     board_file: Path, before: tuple[int, ...], index: int, after: tuple[int, ...]
 ) -> None:
@@ -82,8 +86,9 @@ def test_opening_zeroes_only_its_own_slot(
 CLEAR_CASES = [("middle", 1, (7, 0, 9)), ("first", 0, (0, 8, 9))]
 
 
-@pytest.mark.parametrize(("index", "after"), [c[1:] for c in CLEAR_CASES],
-                         ids=[c[0] for c in CLEAR_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("index", "after"), [c[1:] for c in CLEAR_CASES], ids=[c[0] for c in CLEAR_CASES]
+)
 def test_the_supervisor_zeroes_an_exited_workers_slot(
     board_file: Path, index: int, after: tuple[int, ...]
 ) -> None:
@@ -129,9 +134,11 @@ BALANCER_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("other", "requests", "ended", "published"),
-                         [c[1:] for c in BALANCER_CASES],
-                         ids=[c[0] for c in BALANCER_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("other", "requests", "ended", "published"),
+    [c[1:] for c in BALANCER_CASES],
+    ids=[c[0] for c in BALANCER_CASES],
+)
 def test_balancer_ends_connections_over_its_share(
     tmp_path: Path, other: int, requests: list[int], ended: list[bool], published: int
 ) -> None:

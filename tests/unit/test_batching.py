@@ -394,9 +394,15 @@ READY_CASES = [
     ids=[c[0] for c in READY_CASES],
 )
 def test_ready(
-    counts: list[list[int]], size: int, at: float, max_samples: int, max_bytes: int,
-    deadline: float, now: float, ready: bool,
-) -> None:  # fmt: skip
+    counts: list[list[int]],
+    size: int,
+    at: float,
+    max_samples: int,
+    max_bytes: int,
+    deadline: float,
+    now: float,
+    ready: bool,
+) -> None:
     buf, _ = filled([[(n, size) for n in chunk] for chunk in counts], now=at)
     got = buf.ready(max_samples=max_samples, max_bytes=max_bytes, deadline=deadline, now=now)
     assert got is ready
@@ -635,14 +641,23 @@ DESIRED_SHARDS_CASES = [
     ids=[c[0] for c in DESIRED_SHARDS_CASES],
 )
 def test_desired_shards(
-    current: int, samples_in: int, samples_out: int, send_seconds: float, pending: int,
+    current: int,
+    samples_in: int,
+    samples_out: int,
+    send_seconds: float,
+    pending: int,
     expected: int,
-) -> None:  # fmt: skip
+) -> None:
     got = desired_shards(
-        current=current, min_shards=2 if current == 20 else 1, max_shards=50,
-        samples_in=samples_in, samples_out=samples_out, send_seconds=send_seconds,
-        pending=pending, interval=10.0,
-    )  # fmt: skip
+        current=current,
+        min_shards=2 if current == 20 else 1,
+        max_shards=50,
+        samples_in=samples_in,
+        samples_out=samples_out,
+        send_seconds=send_seconds,
+        pending=pending,
+        interval=10.0,
+    )
     assert got == expected
 
 
@@ -758,8 +773,15 @@ def test_a_whole_stored_record_is_sent_as_stored(max_samples: int, as_stored: bo
     frames = [(frame(i), 2, _hash(i)) for i in range(4)]
     plain = chunk_of(frames, owner="r")
     stored = snappy.compress(plain.body)
-    chunk = Chunk(None, plain.index, plain.samples, plain.series, plain.owner,
-                  compressed=stored, nbytes=plain.nbytes)  # fmt: skip
+    chunk = Chunk(
+        None,
+        plain.index,
+        plain.samples,
+        plain.series,
+        plain.owner,
+        compressed=stored,
+        nbytes=plain.nbytes,
+    )
     buf = ShardBuffer()
     buf.add(chunk, now=0.0)
     batch = buf.take(max_samples=max_samples, max_bytes=1 << 20)
@@ -780,11 +802,23 @@ SPLICE_CASES = [
 
 @pytest.mark.parametrize("stored", [c[1] for c in SPLICE_CASES], ids=[c[0] for c in SPLICE_CASES])
 def test_merged_stored_records_are_spliced_not_recompressed(stored: tuple[bool, ...]) -> None:
-    plain = [chunk_of([(frame(i), 1, _hash(i))] if i < 2 else [], owner=i)
-             for i in range(len(stored))]  # fmt: skip
-    chunks = [Chunk(None, c.index, c.samples, c.series, c.owner,
-                    compressed=snappy.compress(c.body), nbytes=c.nbytes) if keep else c
-              for c, keep in zip(plain, stored, strict=True)]  # fmt: skip
+    plain = [
+        chunk_of([(frame(i), 1, _hash(i))] if i < 2 else [], owner=i) for i in range(len(stored))
+    ]
+    chunks = [
+        Chunk(
+            None,
+            c.index,
+            c.samples,
+            c.series,
+            c.owner,
+            compressed=snappy.compress(c.body),
+            nbytes=c.nbytes,
+        )
+        if keep
+        else c
+        for c, keep in zip(plain, stored, strict=True)
+    ]
     buf = ShardBuffer()
     for c in chunks:
         buf.add(c, now=0.0)

@@ -30,10 +30,12 @@ def load_script() -> ModuleType:
 
 
 bp = load_script()
-PROMETHEUS = bp.Peer("prometheus", "github.com/prometheus/prometheus", "v0.316.0",
-                     "cmd/prometheus", "remove_all_sd")  # fmt: skip
-VMAGENT = bp.Peer("vmagent", "github.com/VictoriaMetrics/VictoriaMetrics", "v1.151.0",
-                  "app/vmagent", "-")  # fmt: skip
+PROMETHEUS = bp.Peer(
+    "prometheus", "github.com/prometheus/prometheus", "v0.316.0", "cmd/prometheus", "remove_all_sd"
+)
+VMAGENT = bp.Peer(
+    "vmagent", "github.com/VictoriaMetrics/VictoriaMetrics", "v1.151.0", "app/vmagent", "-"
+)
 
 
 def test_the_pinned_peers_parse_as_tests_support_reads_them() -> None:
@@ -43,7 +45,11 @@ def test_the_pinned_peers_parse_as_tests_support_reads_them() -> None:
     for peer in parsed:
         other = theirs[peer.name]
         assert (peer.module, peer.version, peer.package, peer.tags) == (
-            other.module, other.version, other.package, other.tags)  # fmt: skip
+            other.module,
+            other.version,
+            other.package,
+            other.tags,
+        )
     assert parsed[0].import_path == "github.com/prometheus/prometheus/cmd/prometheus"
     assert (parsed[0].build_tags, parsed[1].build_tags) == ("remove_all_sd", "")
 
@@ -55,8 +61,9 @@ BAD_PEERS = [
 ]
 
 
-@pytest.mark.parametrize(("text", "message"), [c[1:] for c in BAD_PEERS],
-                         ids=[c[0] for c in BAD_PEERS])  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "message"), [c[1:] for c in BAD_PEERS], ids=[c[0] for c in BAD_PEERS]
+)
 def test_bad_peers_lines_name_the_line(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         bp.parse_peers(text)
@@ -66,13 +73,17 @@ CACHE_ENVS = [
     ("explicit_dir", {"RWROUTER_PEERS_DIR": "/p", "XDG_CACHE_HOME": "/x"}, "/p"),
     ("xdg_cache_home", {"XDG_CACHE_HOME": "/x", "HOME": "/h"}, "/x/rwrouter-peers"),
     ("home_cache", {"HOME": "/h"}, "/h/.cache/rwrouter-peers"),
-    ("empty_values_ignored", {"RWROUTER_PEERS_DIR": "", "XDG_CACHE_HOME": "", "HOME": "/h"},
-     "/h/.cache/rwrouter-peers"),
-]  # fmt: skip
+    (
+        "empty_values_ignored",
+        {"RWROUTER_PEERS_DIR": "", "XDG_CACHE_HOME": "", "HOME": "/h"},
+        "/h/.cache/rwrouter-peers",
+    ),
+]
 
 
-@pytest.mark.parametrize(("env", "cache"), [c[1:] for c in CACHE_ENVS],
-                         ids=[c[0] for c in CACHE_ENVS])  # fmt: skip
+@pytest.mark.parametrize(
+    ("env", "cache"), [c[1:] for c in CACHE_ENVS], ids=[c[0] for c in CACHE_ENVS]
+)
 def test_the_three_readers_agree_on_the_cache(
     env: dict[str, str], cache: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -97,24 +108,36 @@ RELEASES = [
 ]
 
 
-@pytest.mark.parametrize(("module_version", "release"), [c[1:] for c in RELEASES],
-                         ids=[c[0] for c in RELEASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("module_version", "release"), [c[1:] for c in RELEASES], ids=[c[0] for c in RELEASES]
+)
 def test_prometheus_release_of_module_version(module_version: str, release: str) -> None:
     assert bp.prometheus_release(module_version) == release
 
 
-@pytest.mark.parametrize("bad", ["v3.16.0", "0.316.0", "v0.316", "v0.316.0+x"],
-                         ids=["tag_not_module", "no_v", "two_parts", "build_metadata"])  # fmt: skip
+@pytest.mark.parametrize(
+    "bad",
+    ["v3.16.0", "0.316.0", "v0.316", "v0.316.0+x"],
+    ids=["tag_not_module", "no_v", "two_parts", "build_metadata"],
+)
 def test_prometheus_release_refuses_other_schemes(bad: str) -> None:
     with pytest.raises(ValueError, match="not a Prometheus module version"):
         bp.prometheus_release(bad)
 
 
 VERSION_LINES = [
-    ("prometheus_stamped", PROMETHEUS,
-     "prometheus, version 3.16.0 (branch: v0.316.0, revision: unknown)", True),
-    ("prometheus_unstamped", PROMETHEUS,
-     "prometheus, version  (branch: , revision: unknown)", False),
+    (
+        "prometheus_stamped",
+        PROMETHEUS,
+        "prometheus, version 3.16.0 (branch: v0.316.0, revision: unknown)",
+        True,
+    ),
+    (
+        "prometheus_unstamped",
+        PROMETHEUS,
+        "prometheus, version  (branch: , revision: unknown)",
+        False,
+    ),
     ("prometheus_other_patch", PROMETHEUS, "prometheus, version 3.16.01 (branch: x)", False),
     ("prometheus_2", PROMETHEUS, "prometheus, version 2.42.0+ds (branch: debian/sid)", False),
     ("prometheus_not_runnable", PROMETHEUS, None, False),
@@ -123,13 +146,15 @@ VERSION_LINES = [
     ("vmagent_unstamped", VMAGENT, "", False),
     ("vmagent_longer_version", VMAGENT, "vmagent-20261201-194337-tags-v1.151.01", False),
     ("vmagent_older", VMAGENT, "vmagent-20220617-v1.79.5", False),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize(("peer", "line", "pinned"), [c[1:] for c in VERSION_LINES],
-                         ids=[c[0] for c in VERSION_LINES])  # fmt: skip
-def test_version_line_shows_the_pinned_version(peer: object, line: str | None,
-                                               pinned: bool) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("peer", "line", "pinned"), [c[1:] for c in VERSION_LINES], ids=[c[0] for c in VERSION_LINES]
+)
+def test_version_line_shows_the_pinned_version(
+    peer: object, line: str | None, pinned: bool
+) -> None:
     assert bp.reports_pinned(line, bp.stamp(peer)) is pinned
 
 
@@ -141,51 +166,68 @@ def test_an_unknown_peer_has_no_stamp() -> None:
 
 NOW = dt.datetime(2026, 12, 1, 19, 43, 18, tzinfo=dt.UTC)
 LDFLAGS = [
-    ("prometheus_promu_flags", PROMETHEUS,
-     "-X github.com/prometheus/common/version.Version=3.16.0"
-     " -X github.com/prometheus/common/version.Revision=abc123"
-     " -X github.com/prometheus/common/version.Branch=v0.316.0"
-     " -X github.com/prometheus/common/version.BuildUser=ci@box"
-     " -X github.com/prometheus/common/version.BuildDate=20261201-19:43:18"),
-    ("vmagent_buildinfo", VMAGENT,
-     "-X github.com/VictoriaMetrics/VictoriaMetrics/lib/buildinfo.Version="
-     "vmagent-20261201-194318-tags-v1.151.0"),
-]  # fmt: skip
+    (
+        "prometheus_promu_flags",
+        PROMETHEUS,
+        "-X github.com/prometheus/common/version.Version=3.16.0"
+        " -X github.com/prometheus/common/version.Revision=abc123"
+        " -X github.com/prometheus/common/version.Branch=v0.316.0"
+        " -X github.com/prometheus/common/version.BuildUser=ci@box"
+        " -X github.com/prometheus/common/version.BuildDate=20261201-19:43:18",
+    ),
+    (
+        "vmagent_buildinfo",
+        VMAGENT,
+        "-X github.com/VictoriaMetrics/VictoriaMetrics/lib/buildinfo.Version="
+        "vmagent-20261201-194318-tags-v1.151.0",
+    ),
+]
 
 
-@pytest.mark.parametrize(("peer", "flags"), [c[1:] for c in LDFLAGS],
-                         ids=[c[0] for c in LDFLAGS])  # fmt: skip
+@pytest.mark.parametrize(("peer", "flags"), [c[1:] for c in LDFLAGS], ids=[c[0] for c in LDFLAGS])
 def test_ldflags_stamp_the_version(peer: Any, flags: str) -> None:  # the script's Peer
     assert bp.ldflags(peer, now=NOW, user="ci", host="box", revision="abc123") == flags
     check = bp.stamp(peer)
-    printed = {"prometheus": "prometheus, version 3.16.0 (branch: v0.316.0, revision: abc123)",
-               "vmagent": flags.rsplit("=", 1)[1]}[peer.name]  # fmt: skip
+    printed = {
+        "prometheus": "prometheus, version 3.16.0 (branch: v0.316.0, revision: abc123)",
+        "vmagent": flags.rsplit("=", 1)[1],
+    }[peer.name]
     assert bp.reports_pinned(printed, check)
 
 
 UPSTREAM = [
     ("none", "module x\n\ngo 1.26.7\n\nrequire (\n\ta v1\n\tb v2 // indirect\n)\n", []),
     ("single_replace", "module x\nreplace a => b v1.2.3 // why\n", ["replace a => b v1.2.3"]),
-    ("replace_block_and_exclude",
-     "module x\nreplace (\n\ta v1 => c v2\n\t// note\n\td => e v3\n)\nexclude f v0.1.0\n",
-     ["replace a v1 => c v2", "replace d => e v3", "exclude f v0.1.0"]),
-    ("relative_paths_made_absolute", "replace (\n\ta => ./internal/a\n\tb => ../b\n)\n",
-     ["replace a => /mod/x@v1/internal/a", "replace b => /mod/b"]),
-    ("godebug_kept_retract_and_tool_not", "godebug default=go1.21\nretract v1.0.0\ntool t/cmd\n"
-     "exclude (\n\tg v1\n)\n", ["godebug default=go1.21", "exclude g v1"]),
-]  # fmt: skip
+    (
+        "replace_block_and_exclude",
+        "module x\nreplace (\n\ta v1 => c v2\n\t// note\n\td => e v3\n)\nexclude f v0.1.0\n",
+        ["replace a v1 => c v2", "replace d => e v3", "exclude f v0.1.0"],
+    ),
+    (
+        "relative_paths_made_absolute",
+        "replace (\n\ta => ./internal/a\n\tb => ../b\n)\n",
+        ["replace a => /mod/x@v1/internal/a", "replace b => /mod/b"],
+    ),
+    (
+        "godebug_kept_retract_and_tool_not",
+        "godebug default=go1.21\nretract v1.0.0\ntool t/cmd\nexclude (\n\tg v1\n)\n",
+        ["godebug default=go1.21", "exclude g v1"],
+    ),
+]
 
 
-@pytest.mark.parametrize(("go_mod", "directives"), [c[1:] for c in UPSTREAM],
-                         ids=[c[0] for c in UPSTREAM])  # fmt: skip
+@pytest.mark.parametrize(
+    ("go_mod", "directives"), [c[1:] for c in UPSTREAM], ids=[c[0] for c in UPSTREAM]
+)
 def test_upstream_directives_copied(go_mod: str, directives: list[str]) -> None:
     assert bp.upstream_directives(go_mod, module_dir=Path("/mod/x@v1")) == directives
 
 
 def test_wrapper_go_mod_text() -> None:
     upstream = "module github.com/prometheus/prometheus\n\ngo 1.26.7\n\nreplace a => ./a\n"
-    text = bp.wrapper_go_mod(PROMETHEUS, upstream_go_mod=upstream,
-                             module_dir=Path("/m/prometheus@v0.316.0"))  # fmt: skip
+    text = bp.wrapper_go_mod(
+        PROMETHEUS, upstream_go_mod=upstream, module_dir=Path("/m/prometheus@v0.316.0")
+    )
     assert text == (
         "// Generated by scripts/build-peers: builds"
         " github.com/prometheus/prometheus/cmd/prometheus at v0.316.0.\n"
@@ -206,13 +248,17 @@ def test_wrapper_go_mod_without_go_line_or_directives() -> None:
 
 GO_ENVS = [
     ("defaults", {"PATH": "/bin"}, {"GOTOOLCHAIN": "local", "GOWORK": "off"}),
-    ("user_choice_kept", {"GOTOOLCHAIN": "auto", "GOWORK": "/w/go.work"},
-     {"GOTOOLCHAIN": "auto", "GOWORK": "/w/go.work"}),
-]  # fmt: skip
+    (
+        "user_choice_kept",
+        {"GOTOOLCHAIN": "auto", "GOWORK": "/w/go.work"},
+        {"GOTOOLCHAIN": "auto", "GOWORK": "/w/go.work"},
+    ),
+]
 
 
-@pytest.mark.parametrize(("environ", "wanted"), [c[1:] for c in GO_ENVS],
-                         ids=[c[0] for c in GO_ENVS])  # fmt: skip
+@pytest.mark.parametrize(
+    ("environ", "wanted"), [c[1:] for c in GO_ENVS], ids=[c[0] for c in GO_ENVS]
+)
 def test_go_env(environ: dict[str, str], wanted: dict[str, str]) -> None:
     env = bp.go_env(environ)
     assert {k: env[k] for k in wanted} == wanted

@@ -51,10 +51,14 @@ BAD = {
         "global.metric_name_escaping_scheme: a Prometheus scrape setting",
         "remote_write[].metric_name_escaping_scheme",
     ],
-    "secret_placeholder": [f"{RW0}.sigv4.secret_key: is <secret>, the placeholder Prometheus",
-                           "put the real value or ${VAR}"],
-    "password_placeholder": [f"{RW0}.basic_auth.password: is <secret>",
-                             "put the real value, ${VAR} or password_file"],
+    "secret_placeholder": [
+        f"{RW0}.sigv4.secret_key: is <secret>, the placeholder Prometheus",
+        "put the real value or ${VAR}",
+    ],
+    "password_placeholder": [
+        f"{RW0}.basic_auth.password: is <secret>",
+        "put the real value, ${VAR} or password_file",
+    ],
     "lone_surrogate": [f"{RW0}.headers.X-Team: invalid UTF-8: a lone surrogate \\ud800"],
     "protobuf_message_unknown": [
         f"{RW0}.protobuf_message: expected one of prometheus.WriteRequest, "
@@ -230,26 +234,63 @@ def test_minimal_file_takes_every_default() -> None:
 PROTOCOL_CASES = [
     # (name, destination YAML lines, global YAML, expected message, escaping, validation)
     ("defaults", "", "", "prometheus.WriteRequest", "allow-utf-8", "utf8"),
-    ("sigv4_escapes_underscores", "sigv4: {region: us-east-1}", "",
-     "prometheus.WriteRequest", "underscores", "utf8"),
-    ("sigv4_allows_utf8_when_said", "sigv4: {region: us-east-1}\n"
-     "    metric_name_escaping_scheme: allow-utf-8", "", "prometheus.WriteRequest",
-     "allow-utf-8", "utf8"),
-    ("rw2_and_dots", "protobuf_message: io.prometheus.write.v2.Request\n"
-     "    metric_name_escaping_scheme: dots", "", "io.prometheus.write.v2.Request", "dots",
-     "utf8"),
-    ("rw1_named_values", "protobuf_message: prometheus.WriteRequest\n"
-     "    metric_name_escaping_scheme: values", "", "prometheus.WriteRequest", "values", "utf8"),
-    ("legacy_global", "", "global: {metric_name_validation_scheme: legacy}\n",
-     "prometheus.WriteRequest", "allow-utf-8", "legacy"),
+    (
+        "sigv4_escapes_underscores",
+        "sigv4: {region: us-east-1}",
+        "",
+        "prometheus.WriteRequest",
+        "underscores",
+        "utf8",
+    ),
+    (
+        "sigv4_allows_utf8_when_said",
+        "sigv4: {region: us-east-1}\n    metric_name_escaping_scheme: allow-utf-8",
+        "",
+        "prometheus.WriteRequest",
+        "allow-utf-8",
+        "utf8",
+    ),
+    (
+        "rw2_and_dots",
+        "protobuf_message: io.prometheus.write.v2.Request\n    metric_name_escaping_scheme: dots",
+        "",
+        "io.prometheus.write.v2.Request",
+        "dots",
+        "utf8",
+    ),
+    (
+        "rw1_named_values",
+        "protobuf_message: prometheus.WriteRequest\n    metric_name_escaping_scheme: values",
+        "",
+        "prometheus.WriteRequest",
+        "values",
+        "utf8",
+    ),
+    (
+        "legacy_global",
+        "",
+        "global: {metric_name_validation_scheme: legacy}\n",
+        "prometheus.WriteRequest",
+        "allow-utf-8",
+        "legacy",
+    ),
     ("empty_global", "", "global: {}\n", "prometheus.WriteRequest", "allow-utf-8", "utf8"),
-    ("empty_scheme_is_unset", "", "global: {metric_name_validation_scheme: ''}\n",
-     "prometheus.WriteRequest", "allow-utf-8", "utf8"),
-]  # fmt: skip
+    (
+        "empty_scheme_is_unset",
+        "",
+        "global: {metric_name_validation_scheme: ''}\n",
+        "prometheus.WriteRequest",
+        "allow-utf-8",
+        "utf8",
+    ),
+]
 
 
-@pytest.mark.parametrize(("name", "lines", "global_", "message", "escaping", "validation"),
-                         PROTOCOL_CASES, ids=[c[0] for c in PROTOCOL_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "lines", "global_", "message", "escaping", "validation"),
+    PROTOCOL_CASES,
+    ids=[c[0] for c in PROTOCOL_CASES],
+)
 def test_protocol_and_name_settings(
     name: str, lines: str, global_: str, message: str, escaping: str, validation: str
 ) -> None:
@@ -846,26 +887,46 @@ def test_config_objects_are_frozen() -> None:
 
 AUDIT_VALUES = [
     # id, yaml, expected AuditConfig fields
-    ("defaults", "", {"window": 7200.0, "series_limit": 50_000_000, "max_series": 2_000_000,
-                      "rate_window": 300.0, "currency": "USD"}),
-    ("every_key", "audit: {window: 30m, series_limit: 10000000, max_series: 500000,"
-                  " rate_window: 1m, currency: EUR}",
-     {"window": 1800.0, "series_limit": 10_000_000, "max_series": 500_000, "rate_window": 60.0,
-      "currency": "EUR"}),
-]  # fmt: skip
+    (
+        "defaults",
+        "",
+        {
+            "window": 7200.0,
+            "series_limit": 50_000_000,
+            "max_series": 2_000_000,
+            "rate_window": 300.0,
+            "currency": "USD",
+        },
+    ),
+    (
+        "every_key",
+        "audit: {window: 30m, series_limit: 10000000, max_series: 500000,"
+        " rate_window: 1m, currency: EUR}",
+        {
+            "window": 1800.0,
+            "series_limit": 10_000_000,
+            "max_series": 500_000,
+            "rate_window": 60.0,
+            "currency": "EUR",
+        },
+    ),
+]
 
 
-@pytest.mark.parametrize(("section", "expected"), [c[1:] for c in AUDIT_VALUES],
-                         ids=[c[0] for c in AUDIT_VALUES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("section", "expected"), [c[1:] for c in AUDIT_VALUES], ids=[c[0] for c in AUDIT_VALUES]
+)
 def test_audit_values(section: str, expected: dict[str, object]) -> None:
     audit = parse_config(f"{section}\nremote_write:\n  - url: http://x:1/w\n", env={}).audit
     assert {key: getattr(audit, key) for key in expected} == expected
 
 
 def test_audit_price_tiers_read_in_order() -> None:
-    text = ("audit:\n  price_tiers:\n    - {up_to_samples: 1000, per_million: 2}\n"
-            "    - {up_to_samples: 5000, per_million: 1.5}\n    - {per_million: 0}\n"
-            "remote_write:\n  - url: http://x:1/w\n")  # fmt: skip
+    text = (
+        "audit:\n  price_tiers:\n    - {up_to_samples: 1000, per_million: 2}\n"
+        "    - {up_to_samples: 5000, per_million: 1.5}\n    - {per_million: 0}\n"
+        "remote_write:\n  - url: http://x:1/w\n"
+    )
     tiers = parse_config(text, env={}).audit.price_tiers
     assert tiers == (
         PriceTier(per_million=2.0, up_to_samples=1000),
@@ -875,37 +936,68 @@ def test_audit_price_tiers_read_in_order() -> None:
 
 
 AUDIT_ERRORS = [
-    ("tiers_empty", "audit: {price_tiers: []}",
-     "audit.price_tiers: expected a non-empty list of tiers, got an empty list"),
+    (
+        "tiers_empty",
+        "audit: {price_tiers: []}",
+        "audit.price_tiers: expected a non-empty list of tiers, got an empty list",
+    ),
     ("tiers_not_list", "audit: {price_tiers: 0.09}", "audit.price_tiers: expected a non-empty"),
-    ("last_tier_bounded", "audit: {price_tiers: [{up_to_samples: 10, per_million: 1}]}",
-     "audit.price_tiers[0].up_to_samples: the last tier has no bound"),
-    ("middle_tier_unbounded", "audit: {price_tiers: [{per_million: 1}, {per_million: 2}]}",
-     "audit.price_tiers[0].up_to_samples: required on every tier but the last"),
-    ("tiers_not_ascending", "audit: {price_tiers: [{up_to_samples: 10, per_million: 1},"
-     " {up_to_samples: 10, per_million: 1}, {per_million: 1}]}",
-     "audit.price_tiers[1].up_to_samples: must be >= 11"),
-    ("negative_price", "audit: {price_tiers: [{per_million: -1}]}",
-     "audit.price_tiers[0].per_million: expected a finite price >= 0"),
-    ("price_string", "audit: {price_tiers: [{per_million: '0.09'}]}",
-     "audit.price_tiers[0].per_million: expected a finite price >= 0"),
-    ("tier_unknown_key", "audit: {price_tiers: [{price: 1}]}",
-     "audit.price_tiers[0].price: unknown key"),
-    ("infinite_price", "audit: {price_tiers: [{per_million: .inf}]}",
-     "audit.price_tiers[0].per_million: expected a finite price >= 0"),
-    ("nan_price", "audit: {price_tiers: [{per_million: .nan}]}",
-     "audit.price_tiers[0].per_million: expected a finite price >= 0"),
-    ("price_missing", "audit: {price_tiers: [{up_to_samples: 5, per_million: 1}, {}]}",
-     "audit.price_tiers[1].per_million: required"),
+    (
+        "last_tier_bounded",
+        "audit: {price_tiers: [{up_to_samples: 10, per_million: 1}]}",
+        "audit.price_tiers[0].up_to_samples: the last tier has no bound",
+    ),
+    (
+        "middle_tier_unbounded",
+        "audit: {price_tiers: [{per_million: 1}, {per_million: 2}]}",
+        "audit.price_tiers[0].up_to_samples: required on every tier but the last",
+    ),
+    (
+        "tiers_not_ascending",
+        "audit: {price_tiers: [{up_to_samples: 10, per_million: 1},"
+        " {up_to_samples: 10, per_million: 1}, {per_million: 1}]}",
+        "audit.price_tiers[1].up_to_samples: must be >= 11",
+    ),
+    (
+        "negative_price",
+        "audit: {price_tiers: [{per_million: -1}]}",
+        "audit.price_tiers[0].per_million: expected a finite price >= 0",
+    ),
+    (
+        "price_string",
+        "audit: {price_tiers: [{per_million: '0.09'}]}",
+        "audit.price_tiers[0].per_million: expected a finite price >= 0",
+    ),
+    (
+        "tier_unknown_key",
+        "audit: {price_tiers: [{price: 1}]}",
+        "audit.price_tiers[0].price: unknown key",
+    ),
+    (
+        "infinite_price",
+        "audit: {price_tiers: [{per_million: .inf}]}",
+        "audit.price_tiers[0].per_million: expected a finite price >= 0",
+    ),
+    (
+        "nan_price",
+        "audit: {price_tiers: [{per_million: .nan}]}",
+        "audit.price_tiers[0].per_million: expected a finite price >= 0",
+    ),
+    (
+        "price_missing",
+        "audit: {price_tiers: [{up_to_samples: 5, per_million: 1}, {}]}",
+        "audit.price_tiers[1].per_million: required",
+    ),
     ("window_zero", "audit: {window: 0s}", "audit.window: must be a positive duration"),
     ("limit_zero", "audit: {series_limit: 0}", "audit.series_limit: must be >= 1"),
     ("currency_empty", "audit: {currency: ' '}", "audit.currency: must not be empty"),
     ("unknown_key", "audit: {limit: 5}", "audit.limit: unknown key"),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize(("section", "message"), [c[1:] for c in AUDIT_ERRORS],
-                         ids=[c[0] for c in AUDIT_ERRORS])  # fmt: skip
+@pytest.mark.parametrize(
+    ("section", "message"), [c[1:] for c in AUDIT_ERRORS], ids=[c[0] for c in AUDIT_ERRORS]
+)
 def test_audit_errors(section: str, message: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(f"{section}\nremote_write:\n  - url: http://x:1/w\n", env={})
@@ -915,18 +1007,28 @@ def test_audit_errors(section: str, message: str) -> None:
 SHADOW_CASES = [
     # id, destination yaml, expected (name, url, shadow, audited) or an error message
     ("shadow_without_url", "{name: ws-audit, shadow: true}", ("ws-audit", "", True, True)),
-    ("shadow_with_url", "{url: 'http://ws:1/w', shadow: true}",
-     ("ws", "http://ws:1/w", True, True)),
-    ("audit_a_real_destination", "{url: 'http://ws:1/w', audit: true}",
-     ("ws", "http://ws:1/w", False, True)),
-    ("shadow_without_url_or_name", "{shadow: true}",
-     "remote_write[1].name: a shadow destination without url needs a name"),
+    (
+        "shadow_with_url",
+        "{url: 'http://ws:1/w', shadow: true}",
+        ("ws", "http://ws:1/w", True, True),
+    ),
+    (
+        "audit_a_real_destination",
+        "{url: 'http://ws:1/w', audit: true}",
+        ("ws", "http://ws:1/w", False, True),
+    ),
+    (
+        "shadow_without_url_or_name",
+        "{shadow: true}",
+        "remote_write[1].name: a shadow destination without url needs a name",
+    ),
     ("url_still_required_without_shadow", "{name: x}", "remote_write[1].url: is required"),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize(("dest", "expected"), [c[1:] for c in SHADOW_CASES],
-                         ids=[c[0] for c in SHADOW_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("dest", "expected"), [c[1:] for c in SHADOW_CASES], ids=[c[0] for c in SHADOW_CASES]
+)
 def test_shadow_destinations(dest: str, expected: tuple[object, ...] | str) -> None:
     text = f"remote_write:\n  - url: http://x:1/w\n  - {dest}\n"
     if isinstance(expected, str):
@@ -939,8 +1041,10 @@ def test_shadow_destinations(dest: str, expected: tuple[object, ...] | str) -> N
 
 
 def test_describe_config_shows_shadow_and_audit() -> None:
-    text = ("audit: {series_limit: 1000}\nremote_write:\n  - url: http://x:1/w\n    audit: true\n"
-            "  - {name: ws-audit, shadow: true}\n")  # fmt: skip
+    text = (
+        "audit: {series_limit: 1000}\nremote_write:\n  - url: http://x:1/w\n    audit: true\n"
+        "  - {name: ws-audit, shadow: true}\n"
+    )
     described = describe_config(parse_config(text, env={}))
     assert "audit: window=2h series_limit=1,000 " in described
     assert "  audit: yes: sent, and counted by the audit" in described
@@ -967,7 +1071,7 @@ def test_describe_rw2_sigv4_notes_and_regex_as_written() -> None:
     )
     assert "the managed workspace speaks remote write 1.0 only" in workspace
     assert "(send is not used with remote write 2.0" in workspace
-    assert "regex=\"gpu\\\\.utilization|it's\"" in workspace  # a quote inside: Python's repr
+    assert 'regex="gpu\\\\.utilization|it\'s"' in workspace  # a quote inside: Python's repr
     assert "replacement='a\\1'" in workspace  # backslashes as written
     assert "remote write 1.0 (protobuf_message: prometheus.WriteRequest)" in other
     assert "send is not used" not in other

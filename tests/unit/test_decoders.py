@@ -52,9 +52,10 @@ INLINE_CASES = [
 
 
 @pytest.mark.parametrize(
-    ("inline_body", "size", "inline"), [c[1:] for c in INLINE_CASES],
+    ("inline_body", "size", "inline"),
+    [c[1:] for c in INLINE_CASES],
     ids=[c[0] for c in INLINE_CASES],
-)  # fmt: skip
+)
 async def test_small_bodies_are_decoded_on_the_event_loop(
     inline_body: int, size: int, inline: bool
 ) -> None:
@@ -79,8 +80,9 @@ SLOW_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("spend", "to_lane"), [c[1:] for c in SLOW_CASES],
-                         ids=[c[0] for c in SLOW_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("spend", "to_lane"), [c[1:] for c in SLOW_CASES], ids=[c[0] for c in SLOW_CASES]
+)
 async def test_a_slow_inline_decode_sends_the_next_ones_to_a_lane(
     monkeypatch: pytest.MonkeyPatch, spend: Callable[[float], None], to_lane: bool
 ) -> None:

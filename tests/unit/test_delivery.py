@@ -187,8 +187,13 @@ def rig(
 # max_retry_duration_on_http_429 (429) seconds from the batch's first attempt.
 
 B10 = RetryPolicy(min_backoff=1.0, max_backoff=4.0, max_retry_duration=10.0)
-B10_429 = RetryPolicy(min_backoff=1.0, max_backoff=4.0, retry_on_http_429=True,
-                      max_retry_duration=1.0, max_retry_duration_on_http_429=10.0)  # fmt: skip
+B10_429 = RetryPolicy(
+    min_backoff=1.0,
+    max_backoff=4.0,
+    retry_on_http_429=True,
+    max_retry_duration=1.0,
+    max_retry_duration_on_http_429=10.0,
+)
 UNLIMITED = RetryPolicy(min_backoff=1.0, max_backoff=4.0, max_retry_duration=0.0)
 # With rand 0 attempts start at +0, 0.5, 1.5, 3.5, 5.5, 7.5, 9.5; the next would be 11.5 > 10.
 SEVEN = [0.0, 0.5, 1.5, 3.5, 5.5, 7.5, 9.5]
@@ -197,18 +202,46 @@ SEVEN = [0.0, 0.5, 1.5, 3.5, 5.5, 7.5, 9.5]
 #  retries by label)
 BUDGET_CASES = [
     ("5xx_budget_spent", B10, forever(503), SEVEN, 0, "retry_budget", {"503": 6}),
-    ("5xx_last_retry_starts_exactly_at_budget", replace(B10, max_retry_duration=9.5),
-     forever(503), SEVEN, 0, "retry_budget", {"503": 6}),
-    ("5xx_next_retry_just_past_budget", replace(B10, max_retry_duration=11.4), forever(503),
-     SEVEN, 0, "retry_budget", {"503": 6}),
+    (
+        "5xx_last_retry_starts_exactly_at_budget",
+        replace(B10, max_retry_duration=9.5),
+        forever(503),
+        SEVEN,
+        0,
+        "retry_budget",
+        {"503": 6},
+    ),
+    (
+        "5xx_next_retry_just_past_budget",
+        replace(B10, max_retry_duration=11.4),
+        forever(503),
+        SEVEN,
+        0,
+        "retry_budget",
+        {"503": 6},
+    ),
     ("network_budget_spent", B10, forever(None), SEVEN, 0, "retry_budget", {"network": 6}),
     ("429_uses_its_own_budget", B10_429, forever(429), SEVEN, 0, "retry_budget", {"429": 6}),
-    ("5xx_then_200_within_budget", B10, script(503, 500, 503), SEVEN[:4], 6, None,
-     {"503": 2, "500": 1}),
-    ("zero_is_unlimited", UNLIMITED, script(*[503] * 40),
-     [*SEVEN, *(11.5 + 2 * k for k in range(34))], 6, None, {"503": 40}),
+    (
+        "5xx_then_200_within_budget",
+        B10,
+        script(503, 500, 503),
+        SEVEN[:4],
+        6,
+        None,
+        {"503": 2, "500": 1},
+    ),
+    (
+        "zero_is_unlimited",
+        UNLIMITED,
+        script(*[503] * 40),
+        [*SEVEN, *(11.5 + 2 * k for k in range(34))],
+        6,
+        None,
+        {"503": 40},
+    ),
     ("429_not_retried_when_off", B10, forever(429), [0.0], 0, "4xx", {}),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(
@@ -246,7 +279,9 @@ async def test_budget_counts_from_the_batch_first_attempt_across_split_parts() -
     assert r.transport.started == [START + s for s in (0, 2, 4, 6, 8, 10, 10, 10)]
     assert r.transport.sent[5:] == [[0, 1, 2, 3], [0, 1], [2, 3]]
     assert [(s, ref.reason, ref.status) for s, _, ref in r.rejected.calls] == [
-        ([0, 1], "retry_budget", 503), ([2, 3], "retry_budget", 503)]  # fmt: skip
+        ([0, 1], "retry_budget", 503),
+        ([2, 3], "retry_budget", 503),
+    ]
     assert r.value("rwrouter_samples_dropped_total", reason="retry_budget") == 10
 
 
@@ -265,19 +300,34 @@ async def test_retry_after_counts_against_the_budget() -> None:
 AUTH_CASES = [
     ("sigv4_403_refresh_then_200", "sigv4", (403,), 2, 6, 1, None, {"credential_refresh": 1}),
     ("sigv4_401_refresh_then_200", "sigv4", (401,), 2, 6, 1, None, {"credential_refresh": 1}),
-    ("sigv4_403_twice_is_permanent", "sigv4", (403, 403), 2, 0, 1, 403,
-     {"credential_refresh": 1}),
-    ("sigv4_401_then_403_is_permanent", "sigv4", (401, 403), 2, 0, 1, 403,
-     {"credential_refresh": 1}),
-    ("sigv4_second_403_after_a_5xx_is_permanent", "sigv4", (403, 503, 403), 3, 0, 1, 403,
-     {"credential_refresh": 1, "503": 1}),
+    ("sigv4_403_twice_is_permanent", "sigv4", (403, 403), 2, 0, 1, 403, {"credential_refresh": 1}),
+    (
+        "sigv4_401_then_403_is_permanent",
+        "sigv4",
+        (401, 403),
+        2,
+        0,
+        1,
+        403,
+        {"credential_refresh": 1},
+    ),
+    (
+        "sigv4_second_403_after_a_5xx_is_permanent",
+        "sigv4",
+        (403, 503, 403),
+        3,
+        0,
+        1,
+        403,
+        {"credential_refresh": 1, "503": 1},
+    ),
     ("sigv4_5xx_does_not_refresh", "sigv4", (500,), 2, 6, 0, None, {"500": 1}),
     ("sigv4_404_does_not_refresh", "sigv4", (404,), 1, 0, 0, 404, {}),
     ("sigv4_refresh_failure_is_permanent", "sigv4_failing", (403,), 1, 0, 0, 403, {}),
     ("no_auth_401_permanent_at_once", "none", (401,), 1, 0, 0, 401, {}),
     ("basic_auth_403_permanent_at_once", "basic", (403,), 1, 0, 0, 403, {}),
     ("bearer_401_permanent_at_once", "bearer", (401,), 1, 0, 0, 401, {}),
-]  # fmt: skip
+]
 
 
 def make_auth(kind: str) -> tuple[Authenticator, CountingSource | None]:
@@ -334,9 +384,16 @@ async def test_auth_refusals(
         (429, "Rate exceeded", False),
         (500, "", False),
     ],
-    ids=["403_expired_token", "403_signature_mismatch", "403_clock_skew", "401", "400", "429",
-         "500"],
-)  # fmt: skip
+    ids=[
+        "403_expired_token",
+        "403_signature_mismatch",
+        "403_clock_skew",
+        "401",
+        "400",
+        "429",
+        "500",
+    ],
+)
 async def test_sigv4_refresh_after(status: int, body: str, refresh: bool) -> None:
     source = CountingSource()
     assert await SigV4(source).refresh_after(status=status, body_text=body) is refresh
@@ -357,7 +414,7 @@ SPLIT_CASES = [
     ("two_huge_items", [5000, 10, 10, 10, 10, 10, 10, 5000], 1000, [0, 7], 11),
     ("all_fit_once_halved", [300] * 8, 1000, [], 7),
     ("single_item_too_large", [5000], 1000, [0], 1),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(
@@ -383,7 +440,8 @@ async def test_413_split_down_to_one_item(
     for i in rejected:  # each oversized item went alone exactly once
         assert r.transport.sent.count([i]) == 1
     assert [(sent, refusal.status, refusal.reason) for sent, _, refusal in r.rejected.calls] == [
-        ([i], 413, "too_large") for i in rejected]  # fmt: skip
+        ([i], 413, "too_large") for i in rejected
+    ]
     assert r.value("rwrouter_samples_dropped_total", reason="too_large") == lost
     lines = [m for m in caplog.messages if "series larger than the destination accepts" in m]
     assert len(lines) == len(rejected)
@@ -418,16 +476,29 @@ def poison(*bad: int, status: int = 400) -> Callable[[bytes, int], Reply]:
 # (id, kind, reply, batch size, rejected parts, reason, delivered)
 HOOK_CASES = [
     ("400_one_poison_series", Kind.SAMPLES, poison(5), 8, [[5]], "4xx", 36 - 6),
-    ("422_two_poison_series", Kind.SAMPLES, poison(1, 6, status=422), 8, [[1], [6]], "4xx",
-     36 - 2 - 7),
-    ("409_whole_batch", Kind.SAMPLES, poison(0, 1, 2, 3, status=409), 4, [[0], [1], [2], [3]],
-     "4xx", 0),
+    (
+        "422_two_poison_series",
+        Kind.SAMPLES,
+        poison(1, 6, status=422),
+        8,
+        [[1], [6]],
+        "4xx",
+        36 - 2 - 7,
+    ),
+    (
+        "409_whole_batch",
+        Kind.SAMPLES,
+        poison(0, 1, 2, 3, status=409),
+        4,
+        [[0], [1], [2], [3]],
+        "4xx",
+        0,
+    ),
     ("400_metadata_entry", Kind.METADATA, poison(2), 4, [[2]], "4xx", 10 - 3),
-    ("404_not_split", Kind.SAMPLES, poison(3, status=404), 8, [[0, 1, 2, 3, 4, 5, 6, 7]], "4xx",
-     0),
+    ("404_not_split", Kind.SAMPLES, poison(3, status=404), 8, [[0, 1, 2, 3, 4, 5, 6, 7]], "4xx", 0),
     ("302_not_split", Kind.SAMPLES, forever(302), 2, [[0, 1]], "3xx", 0),
     ("nothing_refused", Kind.SAMPLES, forever(204), 8, [], "", 36),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(
@@ -448,8 +519,11 @@ async def test_on_rejected_receives_exactly_the_refused_items(
     assert await r.deliverer.deliver(batch, kind) == delivered
     assert [sent for sent, _, _ in r.rejected.calls] == parts
     assert all(k == kind and ref.reason == reason for _, k, ref in r.rejected.calls)
-    counter = "rwrouter_samples_dropped_total" if kind == Kind.SAMPLES else (
-        "rwrouter_metadata_dropped_total")  # fmt: skip
+    counter = (
+        "rwrouter_samples_dropped_total"
+        if kind == Kind.SAMPLES
+        else ("rwrouter_metadata_dropped_total")
+    )
     assert r.value(counter, reason=reason) == sum(i + 1 for p in parts for i in p)
 
 
@@ -489,10 +563,14 @@ async def test_a_failing_hook_is_logged_and_delivery_goes_on(
 
 LABEL_CASES = [
     ("exact_5xx_statuses", FAST, (500, 503, 502, 503), {"500": 1, "503": 2, "502": 1}),
-    ("network_and_429", RetryPolicy(min_backoff=1.0, retry_on_http_429=True), (None, 429, None),
-     {"network": 2, "429": 1}),
+    (
+        "network_and_429",
+        RetryPolicy(min_backoff=1.0, retry_on_http_429=True),
+        (None, 429, None),
+        {"network": 2, "429": 1},
+    ),
     ("no_retries_on_success", FAST, (), {}),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(

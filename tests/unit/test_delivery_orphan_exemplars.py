@@ -32,10 +32,11 @@ def prometheus3(sent: Sent) -> Reply:
     """Prometheus 3's RW 2.0 receiver: 400 for a request with an exemplar-only series (the
     rest committed, Written counts it), else 204 and exact counts."""
     request = decode_v2(sent.raw)
-    written = Written(sum(len(t.samples) for t in request.timeseries),
-                      sum(len(t.histograms) for t in request.timeseries),
-                      sum(len(t.exemplars) for t in request.timeseries
-                          if t.samples or t.histograms))  # fmt: skip
+    written = Written(
+        sum(len(t.samples) for t in request.timeseries),
+        sum(len(t.histograms) for t in request.timeseries),
+        sum(len(t.exemplars) for t in request.timeseries if t.samples or t.histograms),
+    )
     orphans = [t for t in request.timeseries if not (t.samples or t.histograms)]
     return (400 if orphans else 204), written.headers()
 
@@ -54,5 +55,6 @@ async def test_orphan_exemplars_cost_no_split_cascade(caplog: pytest.LogCaptureF
     assert len(r.transport.sent) == 1, f"{len(r.transport.sent)} requests for one batch"
     assert not any(record.levelno >= logging.ERROR for record in caplog.records)
     dropped = r.metrics.registry.get_sample_value(
-        "rwrouter_samples_dropped_total", {"destination": NAME, "reason": "orphan_exemplar"})
+        "rwrouter_samples_dropped_total", {"destination": NAME, "reason": "orphan_exemplar"}
+    )
     assert dropped == 50

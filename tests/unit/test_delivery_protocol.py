@@ -66,9 +66,11 @@ Reply = tuple[int, Mapping[str, str]]
 def rw2_ok(sent: Sent) -> Reply:
     """A Prometheus 3 receiver: 204 and exact Written counts."""
     request = decode_v2(sent.raw)
-    return 204, Written(sum(len(t.samples) for t in request.timeseries),
-                        sum(len(t.histograms) for t in request.timeseries),
-                        sum(len(t.exemplars) for t in request.timeseries)).headers()  # fmt: skip
+    return 204, Written(
+        sum(len(t.samples) for t in request.timeseries),
+        sum(len(t.histograms) for t in request.timeseries),
+        sum(len(t.exemplars) for t in request.timeseries),
+    ).headers()
 
 
 def rw1_only(status: int, headers: Mapping[str, str] | None = None) -> Callable[[Sent], Reply]:
@@ -91,8 +93,10 @@ class ProtocolTransport(FakeClient):
             labels = [dict(f.labels).get("i", "?") for f in series_of(decode_v2(raw))]
         else:
             request = remote_pb2.WriteRequest.FromString(raw)
-            labels = [next((lab.value for lab in ts.labels if lab.name == "i"), "?")
-                      for ts in request.timeseries]  # fmt: skip
+            labels = [
+                next((lab.value for lab in ts.labels if lab.name == "i"), "?")
+                for ts in request.timeseries
+            ]
         sent = Sent(message, dict(headers), body, raw, labels)
         self.sent.append(sent)
         status, answer_headers = self.reply(sent)
@@ -112,20 +116,33 @@ class Rig:
         return got or 0.0
 
 
-def rig(reply: Callable[[Sent], Reply], *, message: str = RW2_MESSAGE,
-        book: MetadataBook | None = None, auth: Authenticator | None = None) -> Rig:  # fmt: skip
+def rig(
+    reply: Callable[[Sent], Reply],
+    *,
+    message: str = RW2_MESSAGE,
+    book: MetadataBook | None = None,
+    auth: Authenticator | None = None,
+) -> Rig:
     clock = Clock()
     transport = ProtocolTransport(reply)
     metrics = Metrics()
     r = Rig(None, transport, metrics)  # type: ignore[arg-type]
     r.deliverer = Deliverer(
-        name=NAME, transport=transport, auth=auth or NoAuth(),
-        policy=RetryPolicy(min_backoff=1.0, max_backoff=4.0), metrics=metrics.send,
-        headers={"X-Team": "gpu"}, message=message, book=book, clock=clock,
-        wall_clock=lambda: 1_700_000_000.0, rand=lambda: 0.0, sleep=clock.sleep,
+        name=NAME,
+        transport=transport,
+        auth=auth or NoAuth(),
+        policy=RetryPolicy(min_backoff=1.0, max_backoff=4.0),
+        metrics=metrics.send,
+        headers={"X-Team": "gpu"},
+        message=message,
+        book=book,
+        clock=clock,
+        wall_clock=lambda: 1_700_000_000.0,
+        rand=lambda: 0.0,
+        sleep=clock.sleep,
         on_rejected=lambda items, _kind, refusal: r.rejected.append((items, refusal)),
         on_protocol=r.protocols.append,
-    )  # fmt: skip
+    )
     return r
 
 
@@ -141,9 +158,11 @@ ENCODING_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("message", "flagged", "start", "sent_as", "stripped"),
-                         [c[1:] for c in ENCODING_CASES],
-                         ids=[c[0] for c in ENCODING_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("message", "flagged", "start", "sent_as", "stripped"),
+    [c[1:] for c in ENCODING_CASES],
+    ids=[c[0] for c in ENCODING_CASES],
+)
 async def test_encoding_follows_the_protocol(
     message: str, flagged: bool, start: int, sent_as: str, stripped: int
 ) -> None:
@@ -153,8 +172,9 @@ async def test_encoding_follows_the_protocol(
     assert await r.deliverer.deliver(items, Kind.SAMPLES, start_timestamps=flagged) == 3
     (sent,) = r.transport.sent
     assert sent.message == sent_as
-    assert sent.headers["X-Prometheus-Remote-Write-Version"] == ("2.0.0" if sent_as == RW2_MESSAGE
-                                                                 else "0.1.0")  # fmt: skip
+    assert sent.headers["X-Prometheus-Remote-Write-Version"] == (
+        "2.0.0" if sent_as == RW2_MESSAGE else "0.1.0"
+    )
     assert sent.headers["X-Team"] == "gpu"
     if sent_as == RW2_MESSAGE:
         assert [f.samples for f in series_of(decode_v2(sent.raw))] == [f.samples for f in given]
@@ -184,9 +204,18 @@ async def test_stored_body_goes_out_byte_for_byte() -> None:
 
 async def test_rw2_series_carry_their_metadata() -> None:
     book = MetadataBook()
-    book.update([frame_metadata(types_pb2.MetricMetadata(
-        type=types_pb2.MetricMetadata.GAUGE, metric_family_name="up", help="Up.",
-        unit="").SerializeToString())])  # fmt: skip
+    book.update(
+        [
+            frame_metadata(
+                types_pb2.MetricMetadata(
+                    type=types_pb2.MetricMetadata.GAUGE,
+                    metric_family_name="up",
+                    help="Up.",
+                    unit="",
+                ).SerializeToString()
+            )
+        ]
+    )
     r = rig(rw2_ok, book=book)
     await r.deliverer.deliver(items_of([series(0)]), Kind.SAMPLES)
     assert [f.metadata for f in series_of(decode_v2(r.transport.sent[0].raw))] == [(2, "Up.", "")]
@@ -207,9 +236,17 @@ async def test_rw2_request_signed_as_sent() -> None:
     sent = r.transport.sent[0]
     headers = {k.lower(): [v] for k, v in sent.headers.items()}
     assert headers["content-type"] == [f"application/x-protobuf;proto={RW2_MESSAGE}"]
-    checked = verify(method="POST", raw_path="/workspaces/ws-1/api/v1/remote_write", raw_query="",
-                     headers=headers, body=sent.body, keys={"AKID0": Key("SECRET")},
-                     region="us-east-1", service="aps", now_s=time.time())  # fmt: skip
+    checked = verify(
+        method="POST",
+        raw_path="/workspaces/ws-1/api/v1/remote_write",
+        raw_query="",
+        headers=headers,
+        body=sent.body,
+        keys={"AKID0": Key("SECRET")},
+        region="us-east-1",
+        service="aps",
+        now_s=time.time(),
+    )
     assert isinstance(checked, Verified)
     assert {"content-type", "x-prometheus-remote-write-version"} <= set(checked.signed_headers)
 
@@ -224,8 +261,9 @@ FALLBACK_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("reply", "reason"), [c[1:] for c in FALLBACK_CASES],
-                         ids=[c[0] for c in FALLBACK_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("reply", "reason"), [c[1:] for c in FALLBACK_CASES], ids=[c[0] for c in FALLBACK_CASES]
+)
 async def test_fallback_resends_the_same_batch_as_rw1_at_once(
     reply: Callable[[Sent], Reply], reason: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -234,21 +272,26 @@ async def test_fallback_resends_the_same_batch_as_rw1_at_once(
         assert await r.deliverer.deliver(items_of([series(0), series(1)]), Kind.SAMPLES) == 2
         assert await r.deliverer.deliver(items_of([series(2)]), Kind.SAMPLES) == 1
     assert [(s.message, s.labels) for s in r.transport.sent] == [
-        (RW2_MESSAGE, ["0", "1"]), (RW1_MESSAGE, ["0", "1"]), (RW1_MESSAGE, ["2"])
-    ]  # fmt: skip
+        (RW2_MESSAGE, ["0", "1"]),
+        (RW1_MESSAGE, ["0", "1"]),
+        (RW1_MESSAGE, ["2"]),
+    ]
     assert r.deliverer.message == RW1_MESSAGE
     assert r.protocols == [RW1_MESSAGE]
     assert r.value("rwrouter_protocol_fallbacks_total", reason=reason) == 1
     assert r.value("rwrouter_samples_dropped_total", reason="4xx") == 0
     assert r.rejected == []
-    assert sum("sending remote write 1.0 from now on until a reload" in m
-               for m in caplog.messages) == 1  # fmt: skip
+    assert (
+        sum("sending remote write 1.0 from now on until a reload" in m for m in caplog.messages)
+        == 1
+    )
 
 
 async def test_concurrent_parts_fall_back_once() -> None:
     r = rig(rw1_only(415))
-    done = await asyncio.gather(*(r.deliverer.deliver(items_of([series(i)]), Kind.SAMPLES)
-                                  for i in range(4)))  # fmt: skip
+    done = await asyncio.gather(
+        *(r.deliverer.deliver(items_of([series(i)]), Kind.SAMPLES) for i in range(4))
+    )
     assert done == [1, 1, 1, 1]
     assert r.value("rwrouter_protocol_fallbacks_total", reason="415") == 1
     assert r.protocols == [RW1_MESSAGE]
@@ -292,9 +335,11 @@ WRITTEN_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("message", "headers", "delivered", "missing"),
-                         [c[1:] for c in WRITTEN_CASES],
-                         ids=[c[0] for c in WRITTEN_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("message", "headers", "delivered", "missing"),
+    [c[1:] for c in WRITTEN_CASES],
+    ids=[c[0] for c in WRITTEN_CASES],
+)
 async def test_written_headers_are_trusted(
     message: str, headers: dict[str, str], delivered: int, missing: int
 ) -> None:
@@ -335,13 +380,18 @@ async def test_a_refused_rw2_batch_is_split_and_each_half_encoded_again() -> Non
 
     r = rig(reply)
     assert await r.deliverer.deliver(items_of([series(i) for i in range(4)]), Kind.SAMPLES) == 3
-    assert [s.labels for s in r.transport.sent] == [["0", "1", "2", "3"], ["0", "1"], ["2", "3"],
-                                                    ["2"], ["3"]]  # fmt: skip
+    assert [s.labels for s in r.transport.sent] == [
+        ["0", "1", "2", "3"],
+        ["0", "1"],
+        ["2", "3"],
+        ["2"],
+        ["3"],
+    ]
     for sent in r.transport.sent:  # every part a complete RW 2.0 request of its own
         assert sent.message == RW2_MESSAGE
         request = decode_v2(sent.raw)
         assert request.symbols[0] == "" and len(set(request.symbols)) == len(request.symbols)
-    (items, refusal), = r.rejected
+    ((items, refusal),) = r.rejected
     assert items == items_of([series(2)]) and refusal.status == 400  # stored in the RW1 form
 
 
@@ -355,9 +405,11 @@ async def test_split_after_fallback_stays_rw1_and_strips() -> None:
     given = [series(0, 5), series(1, 5)]
     assert await r.deliverer.deliver(items_of(given), Kind.SAMPLES, start_timestamps=True) == 1
     assert [(s.message, s.labels) for s in r.transport.sent] == [
-        (RW2_MESSAGE, ["0", "1"]), (RW1_MESSAGE, ["0", "1"]), (RW1_MESSAGE, ["0"]),
+        (RW2_MESSAGE, ["0", "1"]),
+        (RW1_MESSAGE, ["0", "1"]),
+        (RW1_MESSAGE, ["0"]),
         (RW1_MESSAGE, ["1"]),
-    ]  # fmt: skip
+    ]
     assert all(b"\x18\x05" not in s.raw for s in r.transport.sent[1:])
     assert r.value("rwrouter_start_timestamps_dropped_total") == 1  # only the delivered one
 
@@ -369,8 +421,11 @@ SEND_FRAMES_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("message", "reply", "sent_as"), [c[1:] for c in SEND_FRAMES_CASES],
-                         ids=[c[0] for c in SEND_FRAMES_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("message", "reply", "sent_as"),
+    [c[1:] for c in SEND_FRAMES_CASES],
+    ids=[c[0] for c in SEND_FRAMES_CASES],
+)
 async def test_send_frames_for_replay(message: str, reply: Any, sent_as: list[str]) -> None:
     r = rig(reply, message=message)
     assert await r.deliverer.send_frames(frames([series(0, 9)]), 1) is None

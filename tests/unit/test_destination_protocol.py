@@ -49,23 +49,31 @@ def test_flags_follow_the_frames_of_a_record() -> None:
 
 
 def entry(family: str, help_text: str = "") -> bytes:
-    meta = types_pb2.MetricMetadata(type=types_pb2.MetricMetadata.GAUGE,
-                                    metric_family_name=family, help=help_text)  # fmt: skip
+    meta = types_pb2.MetricMetadata(
+        type=types_pb2.MetricMetadata.GAUGE, metric_family_name=family, help=help_text
+    )
     return frame_metadata(meta.SerializeToString())
 
 
 def destination(tmp_path: Path, *, message: str, send: bool = True) -> tuple[Destination, Metrics]:
-    config = parse_config(f"""
+    config = parse_config(
+        f"""
 remote_write:
   - name: d
     url: http://127.0.0.1:9/api/v1/write
     protobuf_message: {message}
     metadata_config: {{send: {str(send).lower()}}}
-""", env={}).remote_write[0]  # fmt: skip
+""",
+        env={},
+    ).remote_write[0]
     metrics = Metrics()
-    dest = make_destination(config, storage=StorageConfig(path=str(tmp_path)),
-                            transport=FakeClient(url=config.url), auth=NoAuth(),
-                            metrics=metrics)  # fmt: skip
+    dest = make_destination(
+        config,
+        storage=StorageConfig(path=str(tmp_path)),
+        transport=FakeClient(url=config.url),
+        auth=NoAuth(),
+        metrics=metrics,
+    )
     return dest, metrics
 
 
@@ -131,7 +139,8 @@ async def test_protocol_gauge(tmp_path: Path) -> None:
 
     def gauge(message: str) -> float | None:
         return metrics.registry.get_sample_value(
-            "rwrouter_destination_protocol", {"destination": "d", "protobuf_message": message})
+            "rwrouter_destination_protocol", {"destination": "d", "protobuf_message": message}
+        )
 
     assert (gauge(RW2_MESSAGE), gauge(RW1_MESSAGE)) == (1, 0)
     dest._deliverer._fall_back(FallbackReason.UNSUPPORTED)
@@ -141,5 +150,9 @@ async def test_protocol_gauge(tmp_path: Path) -> None:
     rw1, metrics1 = destination(tmp_path / "rw1", message=RW1_MESSAGE)
     rw1._started = True
     rw1._show_protocol()
-    assert metrics1.registry.get_sample_value("rwrouter_destination_protocol", {
-        "destination": "d", "protobuf_message": RW2_MESSAGE}) is None  # one series for RW 1.0
+    assert (
+        metrics1.registry.get_sample_value(
+            "rwrouter_destination_protocol", {"destination": "d", "protobuf_message": RW2_MESSAGE}
+        )
+        is None
+    )  # one series for RW 1.0

@@ -116,9 +116,15 @@ def opener(tmp_path: Path) -> Iterator[Opener]:
 def test_open_creates_an_empty_queue(opener: Opener, tmp_path: Path) -> None:
     q, recovery = opener()
     assert recovery == Recovery(
-        segments=1, unsent_records=0, unsent_bytes=0, torn_records=0, torn_bytes=0,
-        torn_samples=None, position_reset=False, resend_until=Position(0, 0),
-    )  # fmt: skip
+        segments=1,
+        unsent_records=0,
+        unsent_bytes=0,
+        torn_records=0,
+        torn_bytes=0,
+        torn_samples=None,
+        position_reset=False,
+        resend_until=Position(0, 0),
+    )
     assert [p.name for p in seg_files(tmp_path / "q")] == [f"{0:020d}{SUFFIX}"]
     assert (tmp_path / "q" / "position").exists()
     assert q.read(BIG) == []
@@ -288,8 +294,10 @@ def test_record_larger_than_a_segment_gets_its_own(opener: Opener, tmp_path: Pat
     put(q, [1], size=3 * SEG)
     put(q, [2])
     assert [p.stat().st_size for p in seg_files(tmp_path / "q")] == [
-        REC, len(record(1, size=3 * SEG)), REC,
-    ]  # fmt: skip
+        REC,
+        len(record(1, size=3 * SEG)),
+        REC,
+    ]
     assert ids(read_all(q)) == [0, 1, 2]
 
 
@@ -345,9 +353,14 @@ TORN_CASES = [
     ids=[c[0] for c in TORN_CASES],
 )
 def test_torn_tail_is_cut_at_open(
-    opener: Opener, tmp_path: Path, appended: int, damage: Callable[[Path], None],
-    left: int, torn_bytes: int, torn_samples: int | None,
-) -> None:  # fmt: skip
+    opener: Opener,
+    tmp_path: Path,
+    appended: int,
+    damage: Callable[[Path], None],
+    left: int,
+    torn_bytes: int,
+    torn_samples: int | None,
+) -> None:
     q, _ = opener()
     put(q, range(appended))
     q.close()
@@ -410,9 +423,12 @@ CORRUPT_CASES = [
     ids=[c[0] for c in CORRUPT_CASES],
 )
 def test_corrupt_record_is_skipped_and_comes_back_marked(
-    opener: Opener, tmp_path: Path, damage: Callable[[Path], None], expected: list[int],
+    opener: Opener,
+    tmp_path: Path,
+    damage: Callable[[Path], None],
+    expected: list[int],
     corrupt: int,
-) -> None:  # fmt: skip
+) -> None:
     q, _ = opener()
     put(q, range(10))
     q.close()
@@ -584,8 +600,11 @@ APPEND_ERROR_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("records", "blocking"), [c[1:] for c in APPEND_ERROR_CASES],
-                         ids=[c[0] for c in APPEND_ERROR_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("records", "blocking"),
+    [c[1:] for c in APPEND_ERROR_CASES],
+    ids=[c[0] for c in APPEND_ERROR_CASES],
+)
 def test_a_failed_append_releases_the_lock(
     opener: Opener, records: list[Any], blocking: bool
 ) -> None:
@@ -679,9 +698,14 @@ CORRUPT_RECLAIM_CASES = [
     ids=[c[0] for c in CORRUPT_RECLAIM_CASES],
 )
 def test_has_room_reclaims_a_sent_queue_with_a_corrupt_segment(
-    opener: Opener, tmp_path: Path, segment_bytes: int, appended: int, damaged: int,
-    restart: bool, expected: list[int],
-) -> None:  # fmt: skip
+    opener: Opener,
+    tmp_path: Path,
+    segment_bytes: int,
+    appended: int,
+    damaged: int,
+    restart: bool,
+    expected: list[int],
+) -> None:
     # The position never reaches the end of a segment whose rest was skipped as corrupt: once
     # everything readable is sent, the queue must still make room (no 503 forever).
     max_bytes = appended * REC
@@ -799,9 +823,13 @@ DROP_CASES = [
     ids=[c[0] for c in DROP_CASES],
 )
 def test_drop_oldest(
-    opener: Opener, tmp_path: Path, read: int, room: int, dropped: tuple[int, int],
+    opener: Opener,
+    tmp_path: Path,
+    read: int,
+    room: int,
+    dropped: tuple[int, int],
     next_id: int | None,
-) -> None:  # fmt: skip
+) -> None:
     q, _ = opener(max_bytes=12 * REC)
     put(q, range(10))  # segments of records 0-2, 3-5, 6-8, 9
     got = [read_blocking(q, 1)[0] for _ in range(read)]
@@ -811,9 +839,12 @@ def test_drop_oldest(
     assert len(lost) == records
     result = q.drop_oldest(room)
     assert result == Dropped(
-        segments=segments, records=records, samples=sum(i + 1 for i in lost),
-        nbytes=records * REC, last_segment=segments - 1,
-    )  # fmt: skip
+        segments=segments,
+        records=records,
+        samples=sum(i + 1 for i in lost),
+        nbytes=records * REC,
+        last_segment=segments - 1,
+    )
     assert q.size_bytes + room <= 12 * REC
     assert len(seg_files(tmp_path / "q")) == max(1, 4 - segments)
     rest = read_all(q)

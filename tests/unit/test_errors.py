@@ -50,9 +50,7 @@ TREE: list[tuple[type[BaseException], tuple[type[BaseException], ...], int | Non
 ]
 
 
-@pytest.mark.parametrize(
-    ("cls", "bases", "status"), TREE, ids=[cls.__name__ for cls, _, _ in TREE]
-)
+@pytest.mark.parametrize(("cls", "bases", "status"), TREE, ids=[cls.__name__ for cls, _, _ in TREE])
 def test_tree(
     cls: type[BaseException], bases: tuple[type[BaseException], ...], status: int | None
 ) -> None:
@@ -65,10 +63,12 @@ def test_tree(
 
 def test_the_table_has_every_class_of_the_module() -> None:
     defined = {
-        obj for obj in vars(errors).values()
-        if isinstance(obj, type) and issubclass(obj, BaseException) and
-        obj.__module__ == "rwrouter.errors"
-    }  # fmt: skip
+        obj
+        for obj in vars(errors).values()
+        if isinstance(obj, type)
+        and issubclass(obj, BaseException)
+        and obj.__module__ == "rwrouter.errors"
+    }
     assert defined == {cls for cls, _, _ in TREE}
 
 
@@ -79,11 +79,19 @@ def test_the_docstring_draws_every_class() -> None:
 
 @pytest.mark.parametrize(
     ("cls", "message"),
-    [(QueueInUseError, "queue directory q is in use"), (CaptureError, "not a capture file"),
-     (SeriesError, "unexpected '}' at 3"), (PrometheusNotFoundError, "no prometheus")],
-    ids=["queue_in_use_is_an_oserror", "capture_is_a_valueerror", "series_is_a_valueerror",
-         "prometheus_not_found_is_a_runtimeerror"],
-)  # fmt: skip
+    [
+        (QueueInUseError, "queue directory q is in use"),
+        (CaptureError, "not a capture file"),
+        (SeriesError, "unexpected '}' at 3"),
+        (PrometheusNotFoundError, "no prometheus"),
+    ],
+    ids=[
+        "queue_in_use_is_an_oserror",
+        "capture_is_a_valueerror",
+        "series_is_a_valueerror",
+        "prometheus_not_found_is_a_runtimeerror",
+    ],
+)
 def test_the_builtin_bases_still_catch(cls: type[RwrouterError], message: str) -> None:
     builtin = cls.__bases__[1]
     with pytest.raises(builtin, match=message):
@@ -94,8 +102,11 @@ def test_the_builtin_bases_still_catch(cls: type[RwrouterError], message: str) -
 
 def test_config_error_names_the_key_path() -> None:
     error = ConfigError("remote_write[1].url", "not a URL")
-    assert (str(error), error.path, error.reason) == ("remote_write[1].url: not a URL",
-                                                      "remote_write[1].url", "not a URL")
+    assert (str(error), error.path, error.reason) == (
+        "remote_write[1].url: not a URL",
+        "remote_write[1].url",
+        "not a URL",
+    )
     assert str(ConfigError("", "empty file")) == "empty file"
 
 
@@ -106,9 +117,10 @@ CONTROL_FLOW = {
     "server/app.py": {"ClientGone"},
 }
 BUILTIN_EXCEPTIONS = {
-    name for name, obj in vars(builtins).items()
+    name
+    for name, obj in vars(builtins).items()
     if isinstance(obj, type) and issubclass(obj, BaseException)
-}  # fmt: skip
+}
 
 
 def exception_classes(source: str) -> set[str]:
@@ -127,11 +139,15 @@ def exception_classes(source: str) -> set[str]:
 
 @pytest.mark.parametrize(
     ("source", "expected"),
-    [("class A(ValueError): pass", {"A"}), ("class B(errors.RwrouterError): pass", {"B"}),
-     ("class C(MyError): pass", {"C"}), ("class D(Base): pass", set()),
-     ("def f():\n    class E(Exception): pass", {"E"})],
+    [
+        ("class A(ValueError): pass", {"A"}),
+        ("class B(errors.RwrouterError): pass", {"B"}),
+        ("class C(MyError): pass", {"C"}),
+        ("class D(Base): pass", set()),
+        ("def f():\n    class E(Exception): pass", {"E"}),
+    ],
     ids=["builtin_base", "attribute_base", "error_named_base", "plain_class", "nested"],
-)  # fmt: skip
+)
 def test_exception_classes_finder(source: str, expected: set[str]) -> None:
     assert exception_classes(source) == expected
 

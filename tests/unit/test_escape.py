@@ -26,25 +26,57 @@ from rwrouter.wire import metadata_family, types_pb2
 # prometheus/common model/metric_test.go TestEscapeName: (name, input, underscores, dots, values)
 ESCAPE_NAME = [
     ("empty string", "", "", "", ""),
-    ("legacy valid name", "no:escaping_required", "no:escaping_required",
-     "no:escaping__required", "no:escaping_required"),
-    ("name with dots", "mysystem.prod.west.cpu.load", "mysystem_prod_west_cpu_load",
-     "mysystem_dot_prod_dot_west_dot_cpu_dot_load", "U__mysystem_2e_prod_2e_west_2e_cpu_2e_load"),
-    ("name with dots and underscore", "mysystem.prod.west.cpu.load_total",
-     "mysystem_prod_west_cpu_load_total", "mysystem_dot_prod_dot_west_dot_cpu_dot_load__total",
-     "U__mysystem_2e_prod_2e_west_2e_cpu_2e_load__total"),
-    ("name with dots and colon", "http.status:sum", "http_status:sum", "http_dot_status:sum",
-     "U__http_2e_status:sum"),
-    ("name with spaces and emoji", "label with 😱", "label_with__", "label__with____",
-     "U__label_20_with_20__1f631_"),
+    (
+        "legacy valid name",
+        "no:escaping_required",
+        "no:escaping_required",
+        "no:escaping__required",
+        "no:escaping_required",
+    ),
+    (
+        "name with dots",
+        "mysystem.prod.west.cpu.load",
+        "mysystem_prod_west_cpu_load",
+        "mysystem_dot_prod_dot_west_dot_cpu_dot_load",
+        "U__mysystem_2e_prod_2e_west_2e_cpu_2e_load",
+    ),
+    (
+        "name with dots and underscore",
+        "mysystem.prod.west.cpu.load_total",
+        "mysystem_prod_west_cpu_load_total",
+        "mysystem_dot_prod_dot_west_dot_cpu_dot_load__total",
+        "U__mysystem_2e_prod_2e_west_2e_cpu_2e_load__total",
+    ),
+    (
+        "name with dots and colon",
+        "http.status:sum",
+        "http_status:sum",
+        "http_dot_status:sum",
+        "U__http_2e_status:sum",
+    ),
+    (
+        "name with spaces and emoji",
+        "label with 😱",
+        "label_with__",
+        "label__with____",
+        "U__label_20_with_20__1f631_",
+    ),
     ("name with unicode characters > 0x100", "花火", "__", "____", "U___82b1__706b_"),
-    ("name with spaces and edge-case value", "label with \u0100", "label_with__",
-     "label__with____", "U__label_20_with_20__100_"),
-]  # fmt: skip
+    (
+        "name with spaces and edge-case value",
+        "label with \u0100",
+        "label_with__",
+        "label__with____",
+        "U__label_20_with_20__100_",
+    ),
+]
 
 
-@pytest.mark.parametrize(("name", "underscores", "dots", "values"),
-                         [c[1:] for c in ESCAPE_NAME], ids=[c[0] for c in ESCAPE_NAME])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "underscores", "dots", "values"),
+    [c[1:] for c in ESCAPE_NAME],
+    ids=[c[0] for c in ESCAPE_NAME],
+)
 def test_escape_name_is_prometheus_common(
     name: str, underscores: str, dots: str, values: str
 ) -> None:
@@ -62,23 +94,38 @@ def test_unknown_scheme_is_refused() -> None:
 # prometheus/common model/metric_test.go TestEscapeMetricFamily, as label sets (the family name
 # is the __name__ value): (name, scheme, labels, escaped)
 ESCAPE_FAMILY = [
-    ("simple, no escaping needed", VALUES,
-     (("__name__", "my_metric"), ("some_label", "labelvalue")),
-     (("__name__", "my_metric"), ("some_label", "labelvalue"))),
-    ("label name escaping needed", VALUES,
-     (("__name__", "my_metric"), ("some.label", "labelvalue")),
-     (("U__some_2e_label", "labelvalue"), ("__name__", "my_metric"))),
-    ("counter, escaping needed", VALUES,
-     (("__name__", "my.metric"), ("some?label", "label??value")),
-     (("U__some_3f_label", "label??value"), ("__name__", "U__my_2e_metric"))),
-    ("gauge, escaping needed", DOTS,
-     (("__name__", "unicode.and.dots.花火"), ("some_label", "label??value")),
-     (("__name__", "unicode_dot_and_dot_dots_dot_____"), ("some_label", "label??value"))),
-]  # fmt: skip
+    (
+        "simple, no escaping needed",
+        VALUES,
+        (("__name__", "my_metric"), ("some_label", "labelvalue")),
+        (("__name__", "my_metric"), ("some_label", "labelvalue")),
+    ),
+    (
+        "label name escaping needed",
+        VALUES,
+        (("__name__", "my_metric"), ("some.label", "labelvalue")),
+        (("U__some_2e_label", "labelvalue"), ("__name__", "my_metric")),
+    ),
+    (
+        "counter, escaping needed",
+        VALUES,
+        (("__name__", "my.metric"), ("some?label", "label??value")),
+        (("U__some_3f_label", "label??value"), ("__name__", "U__my_2e_metric")),
+    ),
+    (
+        "gauge, escaping needed",
+        DOTS,
+        (("__name__", "unicode.and.dots.花火"), ("some_label", "label??value")),
+        (("__name__", "unicode_dot_and_dot_dots_dot_____"), ("some_label", "label??value")),
+    ),
+]
 
 
-@pytest.mark.parametrize(("scheme", "labels", "escaped"), [c[1:] for c in ESCAPE_FAMILY],
-                         ids=[c[0] for c in ESCAPE_FAMILY])  # fmt: skip
+@pytest.mark.parametrize(
+    ("scheme", "labels", "escaped"),
+    [c[1:] for c in ESCAPE_FAMILY],
+    ids=[c[0] for c in ESCAPE_FAMILY],
+)
 def test_escape_labels_is_escape_metric_family(
     scheme: str, labels: tuple[tuple[str, str], ...], escaped: tuple[tuple[str, str], ...]
 ) -> None:
@@ -103,8 +150,9 @@ LABEL_NAMES = [
 ]
 
 
-@pytest.mark.parametrize(("scheme", "name", "escaped"), [c[1:] for c in LABEL_NAMES],
-                         ids=[c[0] for c in LABEL_NAMES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("scheme", "name", "escaped"), [c[1:] for c in LABEL_NAMES], ids=[c[0] for c in LABEL_NAMES]
+)
 def test_label_names_by_the_label_name_rule(scheme: str, name: str, escaped: str) -> None:
     assert escape_label_name(name, scheme) == escaped
     if scheme != ALLOW_UTF8:
@@ -120,8 +168,9 @@ METRIC_NAMES = [
 ]
 
 
-@pytest.mark.parametrize(("name", "escaped"), [c[1:] for c in METRIC_NAMES],
-                         ids=[c[0] for c in METRIC_NAMES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "escaped"), [c[1:] for c in METRIC_NAMES], ids=[c[0] for c in METRIC_NAMES]
+)
 def test_metric_names_keep_colons(name: str, escaped: str) -> None:
     assert escape_metric_name(name, UNDERSCORES) == escaped
     assert is_legacy_metric_name(escaped)
@@ -142,8 +191,9 @@ LEGACY = [
 ]
 
 
-@pytest.mark.parametrize(("text", "metric", "label"), [c[1:] for c in LEGACY],
-                         ids=[c[0] for c in LEGACY])  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "metric", "label"), [c[1:] for c in LEGACY], ids=[c[0] for c in LEGACY]
+)
 def test_legacy_rules(text: str, metric: bool, label: bool) -> None:
     assert is_legacy_metric_name(text) is metric
     assert is_legacy_label_name(text) is label
@@ -158,8 +208,7 @@ NEEDS = [
 ]
 
 
-@pytest.mark.parametrize(("labels", "needed"), [c[1:] for c in NEEDS],
-                         ids=[c[0] for c in NEEDS])  # fmt: skip
+@pytest.mark.parametrize(("labels", "needed"), [c[1:] for c in NEEDS], ids=[c[0] for c in NEEDS])
 def test_needs_escaping(labels: tuple[tuple[str, str], ...], needed: bool) -> None:
     assert needs_escaping(labels) is needed
     for scheme in SCHEMES[1:]:
@@ -168,30 +217,56 @@ def test_needs_escaping(labels: tuple[tuple[str, str], ...], needed: bool) -> No
 
 # (name, scheme, labels, escaped labels, dropped (name, kept name))
 LABEL_COLLISIONS = [
-    ("dot_and_underscore", UNDERSCORES,
-     (("__name__", "up"), ("a.b", "dot"), ("a_b", "underscore")),
-     (("__name__", "up"), ("a_b", "dot")), (("a_b", "a.b"),)),
-    ("three_ways_first_by_byte_order", UNDERSCORES,
-     (("__name__", "up"), ("a-b", "dash"), ("a.b", "dot"), ("a_b", "underscore")),
-     (("__name__", "up"), ("a_b", "dash")), (("a.b", "a-b"), ("a_b", "a-b"))),
-    ("metric_name_label_always_kept", UNDERSCORES,
-     (("__name._", "x"), ("__name__", "up")),
-     (("__name__", "up"),), (("__name._", "__name__"),)),
-    ("colon_and_underscore", UNDERSCORES,
-     (("__name__", "up"), ("a:b", "colon"), ("a_b", "underscore")),
-     (("__name__", "up"), ("a_b", "colon")), (("a_b", "a:b"),)),
-    ("no_collision_under_dots", DOTS,
-     (("__name__", "up"), ("a.b", "dot"), ("a_b", "underscore")),
-     (("__name__", "up"), ("a_b", "underscore"), ("a_dot_b", "dot")), ()),
-    ("dots_collision", DOTS,
-     (("__name__", "up"), ("a.b", "dot"), ("a_dot_b", "legacy")),
-     (("__name__", "up"), ("a_dot_b", "dot")), (("a_dot_b", "a.b"),)),
-]  # fmt: skip
+    (
+        "dot_and_underscore",
+        UNDERSCORES,
+        (("__name__", "up"), ("a.b", "dot"), ("a_b", "underscore")),
+        (("__name__", "up"), ("a_b", "dot")),
+        (("a_b", "a.b"),),
+    ),
+    (
+        "three_ways_first_by_byte_order",
+        UNDERSCORES,
+        (("__name__", "up"), ("a-b", "dash"), ("a.b", "dot"), ("a_b", "underscore")),
+        (("__name__", "up"), ("a_b", "dash")),
+        (("a.b", "a-b"), ("a_b", "a-b")),
+    ),
+    (
+        "metric_name_label_always_kept",
+        UNDERSCORES,
+        (("__name._", "x"), ("__name__", "up")),
+        (("__name__", "up"),),
+        (("__name._", "__name__"),),
+    ),
+    (
+        "colon_and_underscore",
+        UNDERSCORES,
+        (("__name__", "up"), ("a:b", "colon"), ("a_b", "underscore")),
+        (("__name__", "up"), ("a_b", "colon")),
+        (("a_b", "a:b"),),
+    ),
+    (
+        "no_collision_under_dots",
+        DOTS,
+        (("__name__", "up"), ("a.b", "dot"), ("a_b", "underscore")),
+        (("__name__", "up"), ("a_b", "underscore"), ("a_dot_b", "dot")),
+        (),
+    ),
+    (
+        "dots_collision",
+        DOTS,
+        (("__name__", "up"), ("a.b", "dot"), ("a_dot_b", "legacy")),
+        (("__name__", "up"), ("a_dot_b", "dot")),
+        (("a_dot_b", "a.b"),),
+    ),
+]
 
 
-@pytest.mark.parametrize(("scheme", "labels", "escaped", "dropped"),
-                         [c[1:] for c in LABEL_COLLISIONS],
-                         ids=[c[0] for c in LABEL_COLLISIONS])  # fmt: skip
+@pytest.mark.parametrize(
+    ("scheme", "labels", "escaped", "dropped"),
+    [c[1:] for c in LABEL_COLLISIONS],
+    ids=[c[0] for c in LABEL_COLLISIONS],
+)
 def test_label_collisions_keep_the_first_original_name(
     scheme: str,
     labels: tuple[tuple[str, str], ...],
@@ -205,17 +280,25 @@ def test_label_collisions_keep_the_first_original_name(
 
 
 def test_escaped_says_what_changed() -> None:
-    result = escape_labels((("__name__", "http.server.duration"), ("service.name", "a"),
-                            ("job", "x")), UNDERSCORES)  # fmt: skip
+    result = escape_labels(
+        (("__name__", "http.server.duration"), ("service.name", "a"), ("job", "x")), UNDERSCORES
+    )
     assert result.metric_name == ("http.server.duration", "http_server_duration")
     assert result.renamed == (("service.name", "service_name"),)
-    assert result.labels == (("__name__", "http_server_duration"), ("job", "x"),
-                             ("service_name", "a"))  # fmt: skip
+    assert result.labels == (
+        ("__name__", "http_server_duration"),
+        ("job", "x"),
+        ("service_name", "a"),
+    )
 
 
 def _metadata(family: str) -> bytes:
-    entry = types_pb2.MetricMetadata(type=types_pb2.MetricMetadata.COUNTER,
-                                     metric_family_name=family, help="Help.", unit="seconds")
+    entry = types_pb2.MetricMetadata(
+        type=types_pb2.MetricMetadata.COUNTER,
+        metric_family_name=family,
+        help="Help.",
+        unit="seconds",
+    )
     return bytes(entry.SerializeToString())
 
 
@@ -227,8 +310,9 @@ METADATA = [
 ]
 
 
-@pytest.mark.parametrize(("family", "scheme", "escaped"), [c[1:] for c in METADATA],
-                         ids=[c[0] for c in METADATA])  # fmt: skip
+@pytest.mark.parametrize(
+    ("family", "scheme", "escaped"), [c[1:] for c in METADATA], ids=[c[0] for c in METADATA]
+)
 def test_metadata_family_is_escaped_like_the_metric_name(
     family: str, scheme: str, escaped: str
 ) -> None:

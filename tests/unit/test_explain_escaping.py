@@ -22,8 +22,10 @@ def test_explain_shows_escaped_labels_and_collisions_between_series_explained() 
     ws, other = first.decisions
     assert ws.outcome == SENT and ws.labels == ESCAPED
     assert ws.before == OTEL and ws.escaping == UNDERSCORES
-    assert ws.escape_note == ("escaped (underscores): metric name http.server.duration -> "
-                              "http_server_duration; label service.name -> service_name")
+    assert ws.escape_note == (
+        "escaped (underscores): metric name http.server.duration -> "
+        "http_server_duration; label service.name -> service_name"
+    )
     assert other.labels == OTEL and other.escape_note == ""
     twin = explain(ESCAPED, (), r.routes, router=r)
     assert twin.decisions[0].outcome == DROPPED
@@ -37,5 +39,7 @@ def test_explain_shows_a_label_collision() -> None:
     labels = (("__name__", "up"), ("a.b", "dot"), ("a_b", "underscore"))
     [ws, _] = explain(labels, (), router().routes).decisions
     assert ws.labels == (("__name__", "up"), ("a_b", "dot"))
-    assert ws.escape_note == ("escaped (underscores): label a.b -> a_b; label a_b dropped "
-                              "(its escaped name is a.b's too; a.b sorts first)")
+    assert ws.escape_note == (
+        "escaped (underscores): label a.b -> a_b; label a_b dropped "
+        "(its escaped name is a.b's too; a.b sorts first)"
+    )

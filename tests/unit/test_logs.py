@@ -20,23 +20,32 @@ LEVELS = {"debug", "info", "warning", "error", "exception", "critical", "log"}
     [
         ({"destination": "B", "msg": "resharding"}, "destination=B msg=resharding"),
         ({"destination": "self hosted"}, 'destination="self hosted"'),
-        ({"msg": "a \"quoted\" word"}, 'msg="a \\"quoted\\" word"'),
+        ({"msg": 'a "quoted" word'}, 'msg="a \\"quoted\\" word"'),
         ({"body": "line1\nline2\r\t"}, 'body="line1\\nline2\\r\\t"'),
         ({"url": "https://h/p?apikey=x&y=1"}, 'url="https://h/p?apikey=x&y=1"'),
         ({"samples": 12, "ok": True, "none": None}, "samples=12 ok=True none=None"),
         ({"empty": ""}, 'empty=""'),
         ({"raw": b"\xff\x00"}, 'raw="\ufffd\x00"'),
     ],
-    ids=["bare", "space", "quotes", "newlines_tabs", "url_query", "numbers_bools_none",
-         "empty", "bytes"],
-)  # fmt: skip
+    ids=[
+        "bare",
+        "space",
+        "quotes",
+        "newlines_tabs",
+        "url_query",
+        "numbers_bools_none",
+        "empty",
+        "bytes",
+    ],
+)
 def test_kv_quotes_every_value(fields: dict[str, object], line: str) -> None:
     assert str(kv(**fields)) == line
 
 
 def test_a_record_is_one_line() -> None:
-    record = logging.LogRecord("rwrouter", logging.WARNING, __file__, 1,
-                               kv(destination="a\nb", msg="x"), None, None)  # fmt: skip
+    record = logging.LogRecord(
+        "rwrouter", logging.WARNING, __file__, 1, kv(destination="a\nb", msg="x"), None, None
+    )
     out = LogfmtFormatter().format(record)
     assert "\n" not in out
     assert out.endswith('logger=rwrouter destination="a\\nb" msg=x')

@@ -74,8 +74,9 @@ def test_lookup(name: str, family: str | None) -> None:
 
 def test_entry_parsed_as_type_help_unit() -> None:
     assert parse_entry(entry("x", MM.COUNTER, "Help é.", "bytes")) == (
-        b"x", (1, "Help é.".encode(), b"bytes")
-    )  # fmt: skip
+        b"x",
+        (1, "Help é.".encode(), b"bytes"),
+    )
     unknown_type = frame_metadata(b"\x08\x63\x12\x01x")  # type 99: not one RW 2.0 knows
     assert parse_entry(unknown_type) == (b"x", (0, b"", b""))
 
@@ -125,8 +126,11 @@ def test_bound_in_bytes() -> None:
     assert len(book) == 0 and book.nbytes == 0
 
 
-@pytest.mark.parametrize("framed", [b"", b"\x0a\x00", b"\x1a\x05\x08", frame_metadata(b"\x08\x01")],
-                         ids=["empty", "not_metadata", "cut", "no_family"])  # fmt: skip
+@pytest.mark.parametrize(
+    "framed",
+    [b"", b"\x0a\x00", b"\x1a\x05\x08", frame_metadata(b"\x08\x01")],
+    ids=["empty", "not_metadata", "cut", "no_family"],
+)
 def test_unusable_entries_are_skipped(framed: bytes) -> None:
     book = MetadataBook()
     assert book.update([framed, entry("ok")]) == 0
@@ -166,8 +170,13 @@ def test_doubled_suffix_only_after_the_exact_family(scheme: str) -> None:
     """A legacy name with a double underscore keeps its own family first (``x__total`` of the
     counter ``x_``, left as it is by every scheme), and a doubled suffix needs the type."""
     book = MetadataBook(escaping=EscapingScheme(scheme))
-    book.update([entry("x_", MM.COUNTER, "x_"), entry("x", MM.COUNTER, "x"),
-                 entry(escape_metric_name("g.y", scheme), MM.GAUGE, "gauge")])  # fmt: skip
+    book.update(
+        [
+            entry("x_", MM.COUNTER, "x_"),
+            entry("x", MM.COUNTER, "x"),
+            entry(escape_metric_name("g.y", scheme), MM.GAUGE, "gauge"),
+        ]
+    )
     assert book.resolve(b"x__total") == (MM.COUNTER, b"x_", b"")
     assert book.resolve(escape_metric_name("g.y_total", scheme).encode()) is None
 

@@ -20,7 +20,7 @@ CASES = [
     ("changed_entry_at_once", [(0, [A1]), (1, [A2])], [A1, A2]),
     ("duplicates_in_one_request_once", [(0, [A1, A1, B, A1])], [A1, B]),
     ("rw2_sender_every_request", [(t / 10, [A1, B]) for t in range(700)], [A1, B] * 3),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("name", "adds", "queued"), CASES, ids=[c[0] for c in CASES])
@@ -28,9 +28,14 @@ def test_identical_entries_once_per_resend_interval(
     name: str, adds: list[tuple[float, list[bytes]]], queued: list[bytes]
 ) -> None:
     now = [0.0]
-    queue = MetadataQueue(name="d", batch_size=500, max_bytes=1 << 20,
-                          metrics=Metrics(CollectorRegistry()).send, resend_after=30.0,
-                          clock=lambda: now[0])  # fmt: skip
+    queue = MetadataQueue(
+        name="d",
+        batch_size=500,
+        max_bytes=1 << 20,
+        metrics=Metrics(CollectorRegistry()).send,
+        resend_after=30.0,
+        clock=lambda: now[0],
+    )
     for at, entries in adds:
         now[0] = at
         queue.add(entries)
@@ -40,8 +45,13 @@ def test_identical_entries_once_per_resend_interval(
 
 def test_the_memory_of_queued_entries_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(metadata_module, "RECENT_LIMIT", 3)
-    queue = MetadataQueue(name="d", batch_size=500, max_bytes=1 << 20,
-                          metrics=Metrics(CollectorRegistry()).send, clock=lambda: 0.0)  # fmt: skip
+    queue = MetadataQueue(
+        name="d",
+        batch_size=500,
+        max_bytes=1 << 20,
+        metrics=Metrics(CollectorRegistry()).send,
+        clock=lambda: 0.0,
+    )
     entries = [bytes([0x1A, 1, n]) for n in range(5)]
     queue.add(entries[:3])
     queue.add(entries[3:4])  # the memory is full: forgotten, then this one remembered

@@ -30,26 +30,49 @@ def _reference(routed: Frames, max_frames: int) -> dict[str, int]:
 CASES = [
     # id, series (labels, samples), max_frames, expected samples per name
     ("name_first", [((("__name__", "m1"), ("a", "1")), 2)], 100, {"m1": 2}),
-    ("name_after_upper_case_labels", [((("Hostname", "n"), ("UUID", "u"), ("__name__", "DCGM_X")),
-                                       1)], 100, {"DCGM_X": 1}),
-    ("several_names", [((("__name__", "a"),), 1), ((("__name__", "b"), ("x", "1")), 3),
-                       ((("__name__", "a"), ("x", "2")), 1)], 100, {"a": 2, "b": 3}),
-    ("value_looks_like_a_name_label", [((("__name__", "real"), ("z", "\n\b__name__\x12")), 1)],
-     100, {"real": 1}),
-    ("only_the_first_frames", [((("__name__", "a"), ("i", str(i))), 1) for i in range(5)], 3,
-     {"a": 3}),
+    (
+        "name_after_upper_case_labels",
+        [((("Hostname", "n"), ("UUID", "u"), ("__name__", "DCGM_X")), 1)],
+        100,
+        {"DCGM_X": 1},
+    ),
+    (
+        "several_names",
+        [
+            ((("__name__", "a"),), 1),
+            ((("__name__", "b"), ("x", "1")), 3),
+            ((("__name__", "a"), ("x", "2")), 1),
+        ],
+        100,
+        {"a": 2, "b": 3},
+    ),
+    (
+        "value_looks_like_a_name_label",
+        [((("__name__", "real"), ("z", "\n\b__name__\x12")), 1)],
+        100,
+        {"real": 1},
+    ),
+    (
+        "only_the_first_frames",
+        [((("__name__", "a"), ("i", str(i))), 1) for i in range(5)],
+        3,
+        {"a": 3},
+    ),
     ("unicode_name", [((("__name__", "métrique.ü"),), 1)], 100, {"métrique.ü": 1}),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize(("series", "max_frames", "expected"), [c[1:] for c in CASES],
-                         ids=[c[0] for c in CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("series", "max_frames", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
 def test_metric_name_samples_matches_decoding_every_frame(
-    series: list[tuple[tuple[tuple[str, str], ...], int]], max_frames: int,
+    series: list[tuple[tuple[tuple[str, str], ...], int]],
+    max_frames: int,
     expected: dict[str, int],
-) -> None:  # fmt: skip
-    routed = _routed([Series(labels, tuple((1000 + i, 1.0) for i in range(n)))
-                      for labels, n in series])  # fmt: skip
+) -> None:
+    routed = _routed(
+        [Series(labels, tuple((1000 + i, 1.0) for i in range(n))) for labels, n in series]
+    )
     assert metric_name_samples(routed.body, routed.index, max_frames=max_frames) == expected
     assert expected == _reference(routed, max_frames)
 

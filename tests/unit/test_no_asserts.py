@@ -19,11 +19,15 @@ def asserts_in(source: str) -> list[int]:
 
 @pytest.mark.parametrize(
     ("source", "lines"),
-    [("x = 1\nassert x\n", [2]), ("def f(x):\n    if x:\n        assert x, 'why'\n", [3]),
-     ("class C:\n    def m(self):\n        assert self\n", [3]),
-     ("if x is None:\n    raise RuntimeError('x')\n", []), ("s = 'assert x'\n# assert y\n", [])],
+    [
+        ("x = 1\nassert x\n", [2]),
+        ("def f(x):\n    if x:\n        assert x, 'why'\n", [3]),
+        ("class C:\n    def m(self):\n        assert self\n", [3]),
+        ("if x is None:\n    raise RuntimeError('x')\n", []),
+        ("s = 'assert x'\n# assert y\n", []),
+    ],
     ids=["top_level", "in_a_function", "in_a_method", "explicit_check", "text_only"],
-)  # fmt: skip
+)
 def test_asserts_in(source: str, lines: list[int]) -> None:
     assert asserts_in(source) == lines
 

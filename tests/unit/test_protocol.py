@@ -17,19 +17,28 @@ NEGOTIATION = [
     ("rw1_named", "snappy", "application/x-protobuf;proto=prometheus.WriteRequest", RW1_MESSAGE),
     ("rw2", "snappy", V2, RW2_MESSAGE),
     ("rw2_spaced_quoted", "Snappy", f'application/x-protobuf; proto="{RW2_MESSAGE}"', RW2_MESSAGE),
-    ("rw2_other_params_first", None, "application/x-protobuf;charset=x;proto=" + RW2_MESSAGE,
-     RW2_MESSAGE),
+    (
+        "rw2_other_params_first",
+        None,
+        "application/x-protobuf;charset=x;proto=" + RW2_MESSAGE,
+        RW2_MESSAGE,
+    ),
     ("rw2_lower_case", None, V2.lower(), RW2_MESSAGE),
     ("empty_proto", None, "application/x-protobuf;proto=", RW1_MESSAGE),
-    ("unknown_proto", None, "application/x-protobuf;proto=io.prometheus.write.v3.Request",
-     "415 unsupported protobuf message 'io.prometheus.write.v3.Request'"),
+    (
+        "unknown_proto",
+        None,
+        "application/x-protobuf;proto=io.prometheus.write.v3.Request",
+        "415 unsupported protobuf message 'io.prometheus.write.v3.Request'",
+    ),
     ("json", None, "application/json", "415 unsupported Content-Type 'application/json'"),
     ("gzip", "gzip", "application/x-protobuf", "415 unsupported Content-Encoding 'gzip'"),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize(("name", "encoding", "content_type", "expected"), NEGOTIATION,
-                         ids=[c[0] for c in NEGOTIATION])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "encoding", "content_type", "expected"), NEGOTIATION, ids=[c[0] for c in NEGOTIATION]
+)
 def test_message_of(
     name: str, encoding: str | None, content_type: str | None, expected: str
 ) -> None:
@@ -59,25 +68,52 @@ def test_request_headers_per_message() -> None:
 WRITTEN = [
     # (name, headers, parsed)
     ("none", {}, None),
-    ("all", {"X-Prometheus-Remote-Write-Samples-Written": "5",
-             "X-Prometheus-Remote-Write-Histograms-Written": "2",
-             "X-Prometheus-Remote-Write-Exemplars-Written": "1"}, Written(5, 2, 1)),
+    (
+        "all",
+        {
+            "X-Prometheus-Remote-Write-Samples-Written": "5",
+            "X-Prometheus-Remote-Write-Histograms-Written": "2",
+            "X-Prometheus-Remote-Write-Exemplars-Written": "1",
+        },
+        Written(5, 2, 1),
+    ),
     ("lower_case_names", {"x-prometheus-remote-write-samples-written": "7"}, Written(7, 0, 0)),
-    ("one_missing_counts_zero", {"X-Prometheus-Remote-Write-Samples-Written": "3",
-                                 "X-Prometheus-Remote-Write-Exemplars-Written": "4"},
-     Written(3, 0, 4)),
-    ("garbage_counts_zero", {"X-Prometheus-Remote-Write-Samples-Written": "-1",
-                             "X-Prometheus-Remote-Write-Histograms-Written": "1e3"},
-     Written(0, 0, 0)),
+    (
+        "one_missing_counts_zero",
+        {
+            "X-Prometheus-Remote-Write-Samples-Written": "3",
+            "X-Prometheus-Remote-Write-Exemplars-Written": "4",
+        },
+        Written(3, 0, 4),
+    ),
+    (
+        "garbage_counts_zero",
+        {
+            "X-Prometheus-Remote-Write-Samples-Written": "-1",
+            "X-Prometheus-Remote-Write-Histograms-Written": "1e3",
+        },
+        Written(0, 0, 0),
+    ),
     # Prometheus ParseWriteResponseStats: "Empty means zero" and an empty value does not
     # confirm a 2.0 receiver (h.Get, whose value Go trims, is compared with "").
-    ("empty_values_are_absent", {"X-Prometheus-Remote-Write-Samples-Written": "",
-                                 "X-Prometheus-Remote-Write-Histograms-Written": " ",
-                                 "X-Prometheus-Remote-Write-Exemplars-Written": ""}, None),
-    ("one_empty_among_others", {"X-Prometheus-Remote-Write-Samples-Written": "",
-                                "X-Prometheus-Remote-Write-Histograms-Written": "3"},
-     Written(0, 3, 0)),
-]  # fmt: skip
+    (
+        "empty_values_are_absent",
+        {
+            "X-Prometheus-Remote-Write-Samples-Written": "",
+            "X-Prometheus-Remote-Write-Histograms-Written": " ",
+            "X-Prometheus-Remote-Write-Exemplars-Written": "",
+        },
+        None,
+    ),
+    (
+        "one_empty_among_others",
+        {
+            "X-Prometheus-Remote-Write-Samples-Written": "",
+            "X-Prometheus-Remote-Write-Histograms-Written": "3",
+        },
+        Written(0, 3, 0),
+    ),
+]
 
 
 @pytest.mark.parametrize(("name", "headers", "parsed"), WRITTEN, ids=[c[0] for c in WRITTEN])

@@ -16,15 +16,45 @@ from rwrouter.send.refusals import Kind, reason_of
 from rwrouter.send.retry import RetryReason
 
 PINNED: list[tuple[str, type[StrEnum], set[str]]] = [
-    ("drop_reasons", DropReason, {
-        "relabel", "invalid", "name_collision", "filtered", "queue_full", "too_large",
-        "drop_oldest", "corrupt", "retry_budget", "not_written", "orphan_exemplar", "book_full",
-        "0xx", "1xx", "3xx", "4xx", "5xx", "refused",
-    }),
-    ("refuse_reasons", RefuseReason, {
-        "decode", "bad_request", "slow_body", "too_large", "unsupported", "client_gone",
-        "queue_full", "busy", "storage",
-    }),
+    (
+        "drop_reasons",
+        DropReason,
+        {
+            "relabel",
+            "invalid",
+            "name_collision",
+            "filtered",
+            "queue_full",
+            "too_large",
+            "drop_oldest",
+            "corrupt",
+            "retry_budget",
+            "not_written",
+            "orphan_exemplar",
+            "book_full",
+            "0xx",
+            "1xx",
+            "3xx",
+            "4xx",
+            "5xx",
+            "refused",
+        },
+    ),
+    (
+        "refuse_reasons",
+        RefuseReason,
+        {
+            "decode",
+            "bad_request",
+            "slow_body",
+            "too_large",
+            "unsupported",
+            "client_gone",
+            "queue_full",
+            "busy",
+            "storage",
+        },
+    ),
     ("retry_reasons", RetryReason, {"network", "5xx", "429", "4xx", "credential_refresh"}),
     ("fallback_reasons", FallbackReason, {"415", "nothing_written"}),
     ("kinds", Kind, {"samples", "metadata"}),
@@ -32,7 +62,7 @@ PINNED: list[tuple[str, type[StrEnum], set[str]]] = [
     ("fsync", Fsync, {"always", "interval"}),
     ("escaping_schemes", EscapingScheme, {"allow-utf-8", "underscores", "dots", "values"}),
     ("validation_schemes", ValidationScheme, {"utf8", "legacy"}),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("enum", "values"), [c[1:] for c in PINNED], ids=[c[0] for c in PINNED])

@@ -42,10 +42,11 @@ def keys_of(n: int) -> list[bytes]:
 
 def share_of(sizes: list[int], *, limit: int, counts: list[int] | None = None) -> EncodedShare:
     counts = counts if counts is not None else [i + 1 for i in range(len(sizes))]
-    return encode_share(pack_frames(
-        frames_of(sizes), keys_of(len(sizes)), counts), received_ms=1_700_000_000_123,
+    return encode_share(
+        pack_frames(frames_of(sizes), keys_of(len(sizes)), counts),
+        received_ms=1_700_000_000_123,
         max_body_bytes=limit,
-    )  # fmt: skip
+    )
 
 
 def split(record: bytes) -> tuple[bytes, bytes]:
@@ -98,8 +99,9 @@ def test_record_layout_is_the_documented_one() -> None:
 @pytest.mark.parametrize("flags", [0, FLAG_START_TIMESTAMPS], ids=["no_flags", "start_ts"])
 def test_flags_are_kept_on_every_record(flags: int, lazy: bool) -> None:
     frames = [b"\x0a\x01a" * 5, b"\x0a\x01b" * 5]
-    share = encode_share(pack_frames(frames, [b"a", b"b"], [1, 1]), received_ms=1,
-                         max_body_bytes=15, flags=flags)  # fmt: skip
+    share = encode_share(
+        pack_frames(frames, [b"a", b"b"], [1, 1]), received_ms=1, max_body_bytes=15, flags=flags
+    )
     assert len(share.records) == 2  # one frame a record
     for record in share.records:
         _, rest = split(record)
@@ -316,8 +318,11 @@ def _refused_between(frames: list[bytes], limit: int, share: EncodedShare) -> li
 
 def test_a_record_read_without_decompressing_gives_the_same_content() -> None:
     frames = [b"frame-%d" % i for i in range(5)]
-    (record,) = encode_share(pack_frames(frames, [b"k%d" % i for i in range(5)], [1] * 5),
-                             received_ms=9, max_body_bytes=1 << 20).records  # fmt: skip
+    (record,) = encode_share(
+        pack_frames(frames, [b"k%d" % i for i in range(5)], [1] * 5),
+        received_ms=9,
+        max_body_bytes=1 << 20,
+    ).records
     _, rest = split(record)
     lazy, eager = decode_record(rest, decompress_body=False), decode_record(rest)
     assert lazy.decoded is None and eager.decoded == b"".join(frames)
@@ -327,8 +332,9 @@ def test_a_record_read_without_decompressing_gives_the_same_content() -> None:
 
 
 def test_a_lazy_read_still_checks_the_declared_size() -> None:
-    (record,) = encode_share(pack_frames([b"abc"], [b"k"], [1]), received_ms=0,
-                             max_body_bytes=100).records  # fmt: skip
+    (record,) = encode_share(
+        pack_frames([b"abc"], [b"k"], [1]), received_ms=0, max_body_bytes=100
+    ).records
     _, rest = split(record)
     meta = bytearray(rest)
     meta[24:28] = (4).to_bytes(4, "little")  # raw body length 4 instead of 3

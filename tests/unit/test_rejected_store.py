@@ -37,14 +37,21 @@ class Clock:
 
 def raw_batch(n: int, *, name: str = "up") -> bytes:
     """An uncompressed WriteRequest of ``n`` series with one sample each."""
-    series = [Series((("__name__", name), ("i", str(i))), ((1000 + i, float(i)),))
-              for i in range(n)]  # fmt: skip
+    series = [
+        Series((("__name__", name), ("i", str(i))), ((1000 + i, float(i)),)) for i in range(n)
+    ]
     return bytes(write_request(series).SerializeToString())
 
 
 def add(store: DeadLetterStore, raw: bytes, **overrides: Any) -> int:
-    fields: dict[str, Any] = {"kind": "samples", "status": 400, "reason": "4xx",
-                              "response": "out of bounds", "series": 1, "samples": 1}  # fmt: skip
+    fields: dict[str, Any] = {
+        "kind": "samples",
+        "status": 400,
+        "reason": "4xx",
+        "response": "out of bounds",
+        "series": 1,
+        "samples": 1,
+    }
     fields.update(overrides)
     return store.add(raw=raw, **fields)
 
@@ -56,28 +63,84 @@ def unpack(store: DeadLetterStore, entry: DeadLetter) -> bytes:
 # round trip ----------------------------------------------------------------------------------
 ROUND_TRIPS = [
     # id, add() arguments, expected DeadLetter fields (besides name, at_ms, body_bytes)
-    ("http_400", {"status": 400, "reason": "4xx", "response": "out of bounds", "series": 3,
-                  "samples": 3, "kind": "samples"}, None),
-    ("no_status_retry_budget", {"status": None, "reason": "retry_budget",
-                                "response": "ClientConnectorError: refused", "series": 2,
-                                "samples": 5, "kind": "samples"}, None),
-    ("metadata_batch", {"status": 422, "reason": "4xx", "response": "", "series": 0,
-                        "samples": 2, "kind": "metadata"}, None),
-    ("response_cut_to_4_kib", {"status": 413, "reason": "too_large", "response": "x" * 10_000,
-                               "series": 1, "samples": 1, "kind": "samples"},
-     {"response": "x" * RESPONSE_MAX_BYTES}),
-    ("response_cut_on_a_character_boundary", {"status": 400, "reason": "4xx",
-                                              "response": "é" * 3000, "series": 1,
-                                              "samples": 1, "kind": "samples"},
-     {"response": "é" * (RESPONSE_MAX_BYTES // 2)}),
-    ("response_with_newlines_and_quotes", {"status": 400, "reason": "4xx",
-                                           "response": 'line 1\n"line 2"\r\n\x00', "series": 1,
-                                           "samples": 1, "kind": "samples"}, None),
-]  # fmt: skip
+    (
+        "http_400",
+        {
+            "status": 400,
+            "reason": "4xx",
+            "response": "out of bounds",
+            "series": 3,
+            "samples": 3,
+            "kind": "samples",
+        },
+        None,
+    ),
+    (
+        "no_status_retry_budget",
+        {
+            "status": None,
+            "reason": "retry_budget",
+            "response": "ClientConnectorError: refused",
+            "series": 2,
+            "samples": 5,
+            "kind": "samples",
+        },
+        None,
+    ),
+    (
+        "metadata_batch",
+        {
+            "status": 422,
+            "reason": "4xx",
+            "response": "",
+            "series": 0,
+            "samples": 2,
+            "kind": "metadata",
+        },
+        None,
+    ),
+    (
+        "response_cut_to_4_kib",
+        {
+            "status": 413,
+            "reason": "too_large",
+            "response": "x" * 10_000,
+            "series": 1,
+            "samples": 1,
+            "kind": "samples",
+        },
+        {"response": "x" * RESPONSE_MAX_BYTES},
+    ),
+    (
+        "response_cut_on_a_character_boundary",
+        {
+            "status": 400,
+            "reason": "4xx",
+            "response": "é" * 3000,
+            "series": 1,
+            "samples": 1,
+            "kind": "samples",
+        },
+        {"response": "é" * (RESPONSE_MAX_BYTES // 2)},
+    ),
+    (
+        "response_with_newlines_and_quotes",
+        {
+            "status": 400,
+            "reason": "4xx",
+            "response": 'line 1\n"line 2"\r\n\x00',
+            "series": 1,
+            "samples": 1,
+            "kind": "samples",
+        },
+        None,
+    ),
+]
 
 
-@pytest.mark.parametrize(("fields", "changed"), [c[1:] for c in ROUND_TRIPS],
-                         ids=[c[0] for c in ROUND_TRIPS])  # fmt: skip
+@pytest.mark.parametrize(
+    ("fields", "changed"), [c[1:] for c in ROUND_TRIPS], ids=[c[0] for c in ROUND_TRIPS]
+)
 def test_round_trip(tmp_path: Path, fields: dict[str, Any], changed: dict[str, Any] | None) -> None:
     raw = raw_batch(3)
     store = DeadLetterStore(tmp_path / "d", max_bytes=1 << 20, wall_clock=Clock(T0 + 0.0125))
@@ -181,8 +244,9 @@ BOUNDS = [
 ]
 
 
-@pytest.mark.parametrize(("units", "adds", "removed", "kept"), [c[1:] for c in BOUNDS],
-                         ids=[c[0] for c in BOUNDS])  # fmt: skip
+@pytest.mark.parametrize(
+    ("units", "adds", "removed", "kept"), [c[1:] for c in BOUNDS], ids=[c[0] for c in BOUNDS]
+)
 def test_bound_removes_oldest(
     tmp_path: Path, units: int | None, adds: int, removed: list[int], kept: list[int]
 ) -> None:
@@ -313,8 +377,17 @@ def test_tmp_and_foreign_files_ignored(tmp_path: Path) -> None:
 def test_remove_refuses_names_outside_the_store(tmp_path: Path) -> None:
     store = DeadLetterStore(tmp_path / "d", max_bytes=1 << 20)
     (tmp_path / "victim").write_bytes(b"keep me")
-    forged = DeadLetter(name="../victim", at_ms=0, status=None, reason="", response="",
-                           series=0, samples=0, kind="samples", body_bytes=0)  # fmt: skip
+    forged = DeadLetter(
+        name="../victim",
+        at_ms=0,
+        status=None,
+        reason="",
+        response="",
+        series=0,
+        samples=0,
+        kind="samples",
+        body_bytes=0,
+    )
     with pytest.raises(ValueError, match="not a dead-letter entry name"):
         store.remove(forged)
     assert (tmp_path / "victim").exists()
@@ -336,8 +409,9 @@ DIR_NAMES = [
 ]
 
 
-@pytest.mark.parametrize(("name", "expected"), [c[1:] for c in DIR_NAMES],
-                         ids=[c[0] for c in DIR_NAMES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "expected"), [c[1:] for c in DIR_NAMES], ids=[c[0] for c in DIR_NAMES]
+)
 def test_rejected_dir_is_safe_and_unambiguous(tmp_path: Path, name: str, expected: str) -> None:
     path = dead_letter_dir(str(tmp_path), name)
     assert path == tmp_path / "rejected" / expected

@@ -57,8 +57,10 @@ VALUES = st.sampled_from(["", "1", "2", "x"])
 
 
 @settings(max_examples=400, deadline=None)
-@given(base=st.dictionaries(NAMES, VALUES.filter(bool), max_size=5),
-       operations=st.lists(st.tuples(NAMES, VALUES), max_size=12))  # fmt: skip
+@given(
+    base=st.dictionaries(NAMES, VALUES.filter(bool), max_size=5),
+    operations=st.lists(st.tuples(NAMES, VALUES), max_size=12),
+)
 def test_label_builder_is_prometheus_builder(
     base: dict[str, str], operations: list[tuple[str, str]]
 ) -> None:

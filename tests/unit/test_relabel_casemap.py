@@ -29,8 +29,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("function", "value", "expected"), [c[1:] for c in CASES],
-                         ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("function", "value", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
 def test_case_mapping(function: object, value: str, expected: str) -> None:
     assert callable(function)
     assert function(value) == expected

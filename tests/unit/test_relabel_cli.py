@@ -25,26 +25,33 @@ GPU = '{__name__="DCGM_FI_DEV_GPU_UTIL",gpu="0"}'
 # --series ---------------------------------------------------------------------------------------
 PARSE_CASES = [
     ("braces", '{__name__="m",gpu="0"}', {"__name__": "m", "gpu": "0"}),
-    ("braces_spaces_trailing_comma", ' { gpu = "0" , __name__="m", } ',
-     {"__name__": "m", "gpu": "0"}),
-    ("promql", 'DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="n1"}',
-     {"__name__": "DCGM_FI_DEV_GPU_UTIL", "gpu": "0", "Hostname": "n1"}),
+    (
+        "braces_spaces_trailing_comma",
+        ' { gpu = "0" , __name__="m", } ',
+        {"__name__": "m", "gpu": "0"},
+    ),
+    (
+        "promql",
+        'DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="n1"}',
+        {"__name__": "DCGM_FI_DEV_GPU_UTIL", "gpu": "0", "Hostname": "n1"},
+    ),
     ("promql_empty_braces", "up{}", {"__name__": "up"}),
     ("bare_name", "node_load1", {"__name__": "node_load1"}),
     ("bare_name_colons", "job:rate5m:sum", {"__name__": "job:rate5m:sum"}),
     ("no_name", '{gpu="0"}', {"gpu": "0"}),
     ("escapes_text_format", r'm{a="q\"b\\s\nn"}', {"__name__": "m", "a": 'q"b\\s\nn'}),
     ("escapes_go", r'm{a="\t\x41\101\u00e9\U0001F600"}', {"__name__": "m", "a": "\tAAé😀"}),
-    ("single_quotes", r"m{a='it\'s \"x\"'}", {"__name__": "m", "a": "it's \"x\""}),
+    ("single_quotes", r"m{a='it\'s \"x\"'}", {"__name__": "m", "a": 'it\'s "x"'}),
     ("backquotes_raw", r"m{a=`\n\"`}", {"__name__": "m", "a": r"\n\""}),
     ("utf8_value", 'm{a="Grüße ✓"}', {"__name__": "m", "a": "Grüße ✓"}),
     ("quoted_name_and_label", '{"my.metric", "a.b"="1"}', {"__name__": "my.metric", "a.b": "1"}),
     ("empty_value_is_absent", 'm{a="",b="1"}', {"__name__": "m", "b": "1"}),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize(("text", "expected"), [c[1:] for c in PARSE_CASES],
-                         ids=[c[0] for c in PARSE_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "expected"), [c[1:] for c in PARSE_CASES], ids=[c[0] for c in PARSE_CASES]
+)
 def test_parse_series(text: str, expected: dict[str, str]) -> None:
     assert parse_series(text) == tuple(sorted(expected.items()))
 
@@ -69,11 +76,12 @@ ERROR_CASES = [
     ("non_ascii_byte_escape", r'm{a="\xff"}', r"byte over 0x7f"),
     ("trailing_garbage", 'm{a="1"} 12', "unexpected '1' at position 10"),
     ("space_in_name", "node load", "unexpected 'l'"),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize(("text", "message"), [c[1:] for c in ERROR_CASES],
-                         ids=[c[0] for c in ERROR_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "message"), [c[1:] for c in ERROR_CASES], ids=[c[0] for c in ERROR_CASES]
+)
 def test_parse_series_errors(text: str, message: str) -> None:
     with pytest.raises(SeriesError) as info:
         parse_series(text)
@@ -86,11 +94,12 @@ FORMAT_CASES = [
     ("no_name", {"a": "1"}, '{a="1"}'),
     ("escaped", {"__name__": "m", "a": 'q"\\\n'}, 'm{a="q\\"\\\\\\n"}'),
     ("odd_name", {"__name__": "my.metric", "a.b": "1"}, '{__name__="my.metric", "a.b"="1"}'),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize(("labels", "text"), [c[1:] for c in FORMAT_CASES],
-                         ids=[c[0] for c in FORMAT_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("labels", "text"), [c[1:] for c in FORMAT_CASES], ids=[c[0] for c in FORMAT_CASES]
+)
 def test_format_labels_round_trips(labels: dict[str, str], text: str) -> None:
     assert format_labels(tuple(sorted(labels.items()))) == text
     assert parse_series(text) == tuple(sorted(labels.items()))
@@ -104,29 +113,66 @@ def _routes(spec: list[tuple[str, list[dict[str, Any]], bool]]) -> list[Route]:
 KEEP_DCGM = [{"source_labels": ["__name__"], "regex": "DCGM_.*", "action": "keep"}]
 DROP_NAME = [{"regex": "__name__", "action": "labeldrop"}]
 EXPLAIN_CASES = [
-    ("primary_keeps_fallback_not_sent", [], [("ws", KEEP_DCGM, False), ("fb", [], True)],
-     {"__name__": "DCGM_X"}, [("ws", SENT, None), ("fb", NOT_SENT, None)]),
-    ("primary_drops_fallback_sends", [], [("ws", KEEP_DCGM, False), ("fb", [], True)],
-     {"__name__": "node_load1"}, [("ws", DROPPED, ("destination", 0)), ("fb", SENT, None)]),
-    ("invalid_counts_as_not_kept", [], [("ws", DROP_NAME, False), ("fb", [], True)],
-     {"__name__": "m", "a": "1"}, [("ws", INVALID_OUTCOME, None), ("fb", SENT, None)]),
-    ("no_labels_left", [], [("ws", [{"action": "labeldrop"}], False)],
-     {"__name__": "m"}, [("ws", DROPPED, None)]),
-    ("global_drop_everywhere",
-     [{"source_labels": ["a"], "target_label": "b"}, {"action": "drop", "source_labels": ["a"],
-                                                      "regex": "x"}],
-     [("ws", [], False), ("fb", [], True)], {"__name__": "m", "a": "x"},
-     [("ws", DROPPED, ("global", 1)), ("fb", DROPPED, ("global", 1))]),
-    ("input_without_name_invalid", [], [("ws", [], False), ("fb", [], True)],
-     {"a": "1"}, [("ws", INVALID_OUTCOME, None), ("fb", INVALID_OUTCOME, None)]),
-    ("copy_to_both", [], [("a", [], False), ("b", KEEP_DCGM, False)],
-     {"__name__": "DCGM_X"}, [("a", SENT, None), ("b", SENT, None)]),
-]  # fmt: skip
+    (
+        "primary_keeps_fallback_not_sent",
+        [],
+        [("ws", KEEP_DCGM, False), ("fb", [], True)],
+        {"__name__": "DCGM_X"},
+        [("ws", SENT, None), ("fb", NOT_SENT, None)],
+    ),
+    (
+        "primary_drops_fallback_sends",
+        [],
+        [("ws", KEEP_DCGM, False), ("fb", [], True)],
+        {"__name__": "node_load1"},
+        [("ws", DROPPED, ("destination", 0)), ("fb", SENT, None)],
+    ),
+    (
+        "invalid_counts_as_not_kept",
+        [],
+        [("ws", DROP_NAME, False), ("fb", [], True)],
+        {"__name__": "m", "a": "1"},
+        [("ws", INVALID_OUTCOME, None), ("fb", SENT, None)],
+    ),
+    (
+        "no_labels_left",
+        [],
+        [("ws", [{"action": "labeldrop"}], False)],
+        {"__name__": "m"},
+        [("ws", DROPPED, None)],
+    ),
+    (
+        "global_drop_everywhere",
+        [
+            {"source_labels": ["a"], "target_label": "b"},
+            {"action": "drop", "source_labels": ["a"], "regex": "x"},
+        ],
+        [("ws", [], False), ("fb", [], True)],
+        {"__name__": "m", "a": "x"},
+        [("ws", DROPPED, ("global", 1)), ("fb", DROPPED, ("global", 1))],
+    ),
+    (
+        "input_without_name_invalid",
+        [],
+        [("ws", [], False), ("fb", [], True)],
+        {"a": "1"},
+        [("ws", INVALID_OUTCOME, None), ("fb", INVALID_OUTCOME, None)],
+    ),
+    (
+        "copy_to_both",
+        [],
+        [("a", [], False), ("b", KEEP_DCGM, False)],
+        {"__name__": "DCGM_X"},
+        [("a", SENT, None), ("b", SENT, None)],
+    ),
+]
 
 
-@pytest.mark.parametrize(("global_rules", "routes", "labels", "expected"),
-                         [c[1:] for c in EXPLAIN_CASES],
-                         ids=[c[0] for c in EXPLAIN_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("global_rules", "routes", "labels", "expected"),
+    [c[1:] for c in EXPLAIN_CASES],
+    ids=[c[0] for c in EXPLAIN_CASES],
+)
 def test_explain_outcomes_are_the_routers(
     global_rules: list[dict[str, Any]],
     routes: list[tuple[str, list[dict[str, Any]], bool]],
@@ -164,29 +210,59 @@ def _outcomes(entry: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 SHIPPED_CASES = [
-    ("main_gpu_to_workspace", MAIN_CONFIG, GPU,
-     [("workspace", "sent"), ("self-hosted", "not sent")]),
-    ("main_gpu_promql_form", MAIN_CONFIG, 'DCGM_FI_DEV_GPU_UTIL{gpu="0"}',
-     [("workspace", "sent"), ("self-hosted", "not sent")]),
-    ("main_node_exporter_to_fallback", MAIN_CONFIG, 'node_cpu_seconds_total{cpu="0"}',
-     [("workspace", "dropped"), ("self-hosted", "sent")]),
+    (
+        "main_gpu_to_workspace",
+        MAIN_CONFIG,
+        GPU,
+        [("workspace", "sent"), ("self-hosted", "not sent")],
+    ),
+    (
+        "main_gpu_promql_form",
+        MAIN_CONFIG,
+        'DCGM_FI_DEV_GPU_UTIL{gpu="0"}',
+        [("workspace", "sent"), ("self-hosted", "not sent")],
+    ),
+    (
+        "main_node_exporter_to_fallback",
+        MAIN_CONFIG,
+        'node_cpu_seconds_total{cpu="0"}',
+        [("workspace", "dropped"), ("self-hosted", "sent")],
+    ),
     ("main_bare_name", MAIN_CONFIG, "up", [("workspace", "dropped"), ("self-hosted", "sent")]),
-    ("copy_to_both", str(EXAMPLES / "copy-to-both.yaml"), "up",
-     [("workspace", "sent"), ("self-hosted", "sent")]),
-    ("teams_a", str(EXAMPLES / "two-workspaces-by-team.yaml"), 'up{team="a"}',
-     [("team-a", "sent"), ("team-b", "dropped"), ("self-hosted", "not sent")]),
-    ("teams_none", str(EXAMPLES / "two-workspaces-by-team.yaml"), "up",
-     [("team-a", "dropped"), ("team-b", "dropped"), ("self-hosted", "sent")]),
+    (
+        "copy_to_both",
+        str(EXAMPLES / "copy-to-both.yaml"),
+        "up",
+        [("workspace", "sent"), ("self-hosted", "sent")],
+    ),
+    (
+        "teams_a",
+        str(EXAMPLES / "two-workspaces-by-team.yaml"),
+        'up{team="a"}',
+        [("team-a", "sent"), ("team-b", "dropped"), ("self-hosted", "not sent")],
+    ),
+    (
+        "teams_none",
+        str(EXAMPLES / "two-workspaces-by-team.yaml"),
+        "up",
+        [("team-a", "dropped"), ("team-b", "dropped"), ("self-hosted", "sent")],
+    ),
     ("sidecar", str(EXAMPLES / "sidecar-irsa.yaml"), "up", [("workspace", "sent")]),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize(("config", "series", "expected"), [c[1:] for c in SHIPPED_CASES],
-                         ids=[c[0] for c in SHIPPED_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("config", "series", "expected"),
+    [c[1:] for c in SHIPPED_CASES],
+    ids=[c[0] for c in SHIPPED_CASES],
+)
 def test_shipped_configs(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-    config: str, series: str, expected: list[tuple[str, str]],
-) -> None:  # fmt: skip
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    config: str,
+    series: str,
+    expected: list[tuple[str, str]],
+) -> None:
     for name in ("AWS_REGION", "AMP_WORKSPACE_ID", "TEAM_A_WORKSPACE_ID", "TEAM_B_WORKSPACE_ID"):
         monkeypatch.delenv(name, raising=False)  # not needed to trace
     [entry] = _json(capsys, config, series)
@@ -194,8 +270,15 @@ def test_shipped_configs(
 
 
 def test_text_output_gpu_and_node_exporter(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = _run(capsys, "--config", MAIN_CONFIG, "--series", GPU,
-                        "--series", 'node_cpu_seconds_total{cpu="0"}')  # fmt: skip
+    code, out, _ = _run(
+        capsys,
+        "--config",
+        MAIN_CONFIG,
+        "--series",
+        GPU,
+        "--series",
+        'node_cpu_seconds_total{cpu="0"}',
+    )
     assert code == 0
     gpu, node = out.split("\n\n")
     assert gpu.splitlines()[0] == 'series DCGM_FI_DEV_GPU_UTIL{gpu="0"}'
@@ -203,8 +286,9 @@ def test_text_output_gpu_and_node_exporter(capsys: pytest.CaptureFixture[str]) -
     assert "    [0] action=keep source_labels=[__name__] regex='DCGM_FI_DEV_GPU_UTIL|" in gpu
     assert "        => kept" in gpu
     assert "  destination self-hosted (fallback): not sent: kept by workspace" in gpu
-    assert "  destination workspace: dropped by rule [0] (not sent, counted as reason relabel)" \
-        in node
+    assert (
+        "  destination workspace: dropped by rule [0] (not sent, counted as reason relabel)" in node
+    )
     assert "        => dropped here" in node
     assert '  destination self-hosted (fallback): sent node_cpu_seconds_total{cpu="0"}' in node
 
@@ -213,8 +297,9 @@ def test_drop_high_cardinality_example_shows_global_and_labeldrop_steps(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     series = 'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1",__tmp_a="x"}'
-    code, out, _ = _run(capsys, "--config", str(EXAMPLES / "drop-high-cardinality-labels.yaml"),
-                        "--series", series)  # fmt: skip
+    code, out, _ = _run(
+        capsys, "--config", str(EXAMPLES / "drop-high-cardinality-labels.yaml"), "--series", series
+    )
     assert code == 0
     assert out.splitlines()[1:5] == [
         "  global relabel_configs:",
@@ -276,8 +361,13 @@ def test_steps_replace_labelmap_hashmod_labeldrop(
     assert changes[5] == (5, "lowercase", {**nothing, "changed": {"Hostname": ["NODE", "node"]}})
     shard = changes[3][2]["added"]["shard"]
     assert shaped["outcome"] == "sent"
-    assert shaped["labels"] == {"Hostname": "node", "__name__": "m", "device": "gpu3",
-                                "pod": "p1", "shard": shard}  # fmt: skip
+    assert shaped["labels"] == {
+        "Hostname": "node",
+        "__name__": "m",
+        "device": "gpu3",
+        "pod": "p1",
+        "shard": shard,
+    }
     assert shaped["labels"] == shaped["steps"][-1]["labels"]
     # nameless: the router refuses a label set without __name__ (counted "invalid").
     assert nameless["outcome"] == "invalid" and nameless["reason"] == "invalid"
@@ -294,14 +384,27 @@ def test_drop_rule_json_shape(capsys: pytest.CaptureFixture[str], steps_config: 
     assert entry["global"] == {"steps": [], "labels": {"__name__": "debug_x", "a": "1"}}
     shaped, nameless, rest = entry["destinations"]
     assert shaped == {
-        "name": "shaped", "fallback": False, "shadow": False, "outcome": "dropped", "labels": None,
-        "dropped_by": {"scope": "destination", "index": 0}, "reason": "relabel",
-        "detail": "dropped by rule [0]", "escaping": "allow-utf-8", "escaped": None,
-        "steps": [{"index": 0, "action": "drop",
-                   "rule": "action=drop source_labels=[__name__] regex='debug_.*'",
-                   "kept": False, "labels": None,
-                   "changes": {"added": {}, "removed": {}, "changed": {}}}],
-    }  # fmt: skip
+        "name": "shaped",
+        "fallback": False,
+        "shadow": False,
+        "outcome": "dropped",
+        "labels": None,
+        "dropped_by": {"scope": "destination", "index": 0},
+        "reason": "relabel",
+        "detail": "dropped by rule [0]",
+        "escaping": "allow-utf-8",
+        "escaped": None,
+        "steps": [
+            {
+                "index": 0,
+                "action": "drop",
+                "rule": "action=drop source_labels=[__name__] regex='debug_.*'",
+                "kept": False,
+                "labels": None,
+                "changes": {"added": {}, "removed": {}, "changed": {}},
+            }
+        ],
+    }
     assert nameless["outcome"] == "invalid"
     assert (rest["fallback"], rest["outcome"], rest["labels"]) == (True, "sent", entry["labels"])
 
@@ -309,24 +412,30 @@ def test_drop_rule_json_shape(capsys: pytest.CaptureFixture[str], steps_config: 
 def test_text_invalid_outcome(capsys: pytest.CaptureFixture[str], steps_config: str) -> None:
     code, out, _ = _run(capsys, "--config", steps_config, "--series", 'debug_x{a="1"}')
     assert code == 0
-    assert ('  destination nameless: invalid: no __name__ label after relabeling: {a="1"} '
-            "(not sent, counted as reason invalid)") in out  # fmt: skip
-    assert '  destination rest (fallback): sent debug_x{a="1"}\n    (no write_relabel_configs)' \
-        in out
+    assert (
+        '  destination nameless: invalid: no __name__ label after relabeling: {a="1"} '
+        "(not sent, counted as reason invalid)"
+    ) in out
+    assert (
+        '  destination rest (fallback): sent debug_x{a="1"}\n    (no write_relabel_configs)' in out
+    )
     code, out, _ = _run(capsys, "--config", steps_config, "--series", "debug_x")
-    assert "  destination nameless: no labels left after relabeling (not sent, counted as " \
+    assert (
+        "  destination nameless: no labels left after relabeling (not sent, counted as "
         "reason relabel)" in out
+    )
 
 
 EXIT_2_CASES = [
     ("bad_series", [MAIN_CONFIG, 'm{a!="1"}'], "rwrouter: invalid --series 'm{a!=\"1\"}': "),
     ("missing_config", ["/nonexistent.yaml", "up"], "rwrouter: configuration error: "),
     ("bad_config", ["@bad", "up"], "rwrouter: configuration error: remote_write"),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize(("args", "message"), [c[1:] for c in EXIT_2_CASES],
-                         ids=[c[0] for c in EXIT_2_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("args", "message"), [c[1:] for c in EXIT_2_CASES], ids=[c[0] for c in EXIT_2_CASES]
+)
 def test_exit_2(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, args: list[str], message: str
 ) -> None:
@@ -365,8 +474,10 @@ def test_a_shadow_destination_is_counted_and_never_keeps_for_the_fallback(
     path.write_text(SHADOW_CONFIG)
     code, out, _ = _run(capsys, "--config", str(path), "--series", 'DCGM_FI_DEV_FB_USED{gpu="0"}')
     assert code == 0
-    assert ('  destination all-dcgm (shadow): counted by the audit as '
-            'DCGM_FI_DEV_FB_USED{gpu="0"} (never sent)') in out  # fmt: skip
+    assert (
+        "  destination all-dcgm (shadow): counted by the audit as "
+        'DCGM_FI_DEV_FB_USED{gpu="0"} (never sent)'
+    ) in out
     assert '  destination self (fallback): sent DCGM_FI_DEV_FB_USED{gpu="0"}' in out
     code, out, _ = _run(capsys, "--config", str(path), "--series", 'node_load1{cpu="0"}')
     assert "  destination all-dcgm (shadow): dropped by rule [0] (not counted by the audit)" in out

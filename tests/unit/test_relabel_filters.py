@@ -14,13 +14,20 @@ from rwrouter.relabel import rules as rules_module
 
 FILTER_RULES = [
     ("keep_name", [{"action": "keep", "source_labels": ["__name__"], "regex": "DCGM_.*|up"}]),
-    ("drop_two_labels", [{"action": "drop", "source_labels": ["job", "gpu"],
-                          "regex": "dcgm;[0-3]"}]),
+    (
+        "drop_two_labels",
+        [{"action": "drop", "source_labels": ["job", "gpu"], "regex": "dcgm;[0-3]"}],
+    ),
     ("keepequal", [{"action": "keepequal", "source_labels": ["a"], "target_label": "b"}]),
     ("dropequal", [{"action": "dropequal", "source_labels": ["a"], "target_label": "b"}]),
-    ("keep_then_drop", [{"action": "keep", "source_labels": ["__name__"], "regex": ".+"},
-                        {"action": "drop", "source_labels": ["pod"], "regex": "p.*"}]),
-]  # fmt: skip
+    (
+        "keep_then_drop",
+        [
+            {"action": "keep", "source_labels": ["__name__"], "regex": ".+"},
+            {"action": "drop", "source_labels": ["pod"], "regex": "p.*"},
+        ],
+    ),
+]
 
 labels_strategy = st.dictionaries(
     st.sampled_from(["__name__", "job", "gpu", "a", "b", "pod"]),

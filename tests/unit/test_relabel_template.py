@@ -44,8 +44,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("template", "expected"), [c[1:] for c in CASES],
-                         ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("template", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
 def test_expand(template: str, expected: str) -> None:
     pattern = re2.compile(f"^(?s:{REGEX})$")
     match = pattern.search(VALUE)

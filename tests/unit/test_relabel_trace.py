@@ -36,25 +36,37 @@ def test_engine_cases_cover_all_actions() -> None:
 
 
 STEP_CASES = [
-    ("keep_then_labeldrop", [{"action": "keep", "source_labels": ["__name__"], "regex": "m"},
-                             {"action": "labeldrop", "regex": "a"}],
-     {"__name__": "m", "a": "1", "b": "2"},
-     [(0, {"__name__": "m", "a": "1", "b": "2"}, True), (1, {"__name__": "m", "b": "2"}, True)]),
-    ("drop_stops_at_the_rule", [{"target_label": "x", "replacement": "y"},
-                                {"action": "drop", "source_labels": ["x"], "regex": "y"},
-                                {"target_label": "z", "replacement": "w"}],
-     {"__name__": "m"},
-     [(0, {"__name__": "m", "x": "y"}, True), (1, {"__name__": "m", "x": "y"}, False)]),
+    (
+        "keep_then_labeldrop",
+        [
+            {"action": "keep", "source_labels": ["__name__"], "regex": "m"},
+            {"action": "labeldrop", "regex": "a"},
+        ],
+        {"__name__": "m", "a": "1", "b": "2"},
+        [(0, {"__name__": "m", "a": "1", "b": "2"}, True), (1, {"__name__": "m", "b": "2"}, True)],
+    ),
+    (
+        "drop_stops_at_the_rule",
+        [
+            {"target_label": "x", "replacement": "y"},
+            {"action": "drop", "source_labels": ["x"], "regex": "y"},
+            {"target_label": "z", "replacement": "w"},
+        ],
+        {"__name__": "m"},
+        [(0, {"__name__": "m", "x": "y"}, True), (1, {"__name__": "m", "x": "y"}, False)],
+    ),
     ("no_rules_no_steps", [], {"__name__": "m"}, []),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize(("rules", "labels", "expected"), [c[1:] for c in STEP_CASES],
-                         ids=[c[0] for c in STEP_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("rules", "labels", "expected"), [c[1:] for c in STEP_CASES], ids=[c[0] for c in STEP_CASES]
+)
 def test_trace_steps(
-    rules: list[dict[str, Any]], labels: dict[str, str],
+    rules: list[dict[str, Any]],
+    labels: dict[str, str],
     expected: list[tuple[int, dict[str, str], bool]],
-) -> None:  # fmt: skip
+) -> None:
     compiled = parse_relabel_configs(rules, "rules")
     steps = trace(compiled, labels)
     assert [(s.index, dict(s.labels), s.kept) for s in steps] == expected
@@ -63,21 +75,29 @@ def test_trace_steps(
 
 
 # A pool of rules across the 11 actions; hypothesis chains them on random label sets.
-POOL = parse_relabel_configs([
-    {"source_labels": ["a"], "regex": "(.)(.*)", "target_label": "b", "replacement": "$2$1"},
-    {"source_labels": ["a", "b"], "target_label": "${1}", "regex": "([a-z]+);.*"},
-    {"target_label": "c", "replacement": ""},
-    {"action": "keep", "source_labels": ["a"], "regex": ".*x.*|"},
-    {"action": "drop", "source_labels": ["b"], "regex": "y.*"},
-    {"action": "keepequal", "source_labels": ["a"], "target_label": "c"},
-    {"action": "dropequal", "source_labels": ["a"], "target_label": "b"},
-    {"action": "hashmod", "source_labels": ["__name__", "a"], "modulus": 7, "target_label": "h"},
-    {"action": "labelmap", "regex": "([ab])", "replacement": "m_$1"},
-    {"action": "labeldrop", "regex": "m_.*|h"},
-    {"action": "labelkeep", "regex": "__name__|a|b|c|h"},
-    {"action": "lowercase", "source_labels": ["a"], "target_label": "a"},
-    {"action": "uppercase", "source_labels": ["b"], "target_label": "c"},
-], "pool")  # fmt: skip
+POOL = parse_relabel_configs(
+    [
+        {"source_labels": ["a"], "regex": "(.)(.*)", "target_label": "b", "replacement": "$2$1"},
+        {"source_labels": ["a", "b"], "target_label": "${1}", "regex": "([a-z]+);.*"},
+        {"target_label": "c", "replacement": ""},
+        {"action": "keep", "source_labels": ["a"], "regex": ".*x.*|"},
+        {"action": "drop", "source_labels": ["b"], "regex": "y.*"},
+        {"action": "keepequal", "source_labels": ["a"], "target_label": "c"},
+        {"action": "dropequal", "source_labels": ["a"], "target_label": "b"},
+        {
+            "action": "hashmod",
+            "source_labels": ["__name__", "a"],
+            "modulus": 7,
+            "target_label": "h",
+        },
+        {"action": "labelmap", "regex": "([ab])", "replacement": "m_$1"},
+        {"action": "labeldrop", "regex": "m_.*|h"},
+        {"action": "labelkeep", "regex": "__name__|a|b|c|h"},
+        {"action": "lowercase", "source_labels": ["a"], "target_label": "a"},
+        {"action": "uppercase", "source_labels": ["b"], "target_label": "c"},
+    ],
+    "pool",
+)
 
 _names = st.sampled_from(["__name__", "a", "b", "c", "m_a", "h"])
 _values = st.text(alphabet="xyzXY;é\n", max_size=4)

@@ -41,8 +41,7 @@ DECISIONS = [
     ("503_retry_after_2", POLICY, 503, 0, "2", True, 2.0, 2.0, SERVER_ERROR),
     ("599", POLICY, 599, 0, None, True, 0.015, 0.03, SERVER_ERROR),
     ("429_not_retried_by_default", POLICY, 429, 0, None, False, 0.0, 0.0, TOO_MANY_REQUESTS),
-    ("429_retry_after_ignored_when_off", POLICY, 429, 0, "1", False, 0.0, 0.0,
-     TOO_MANY_REQUESTS),
+    ("429_retry_after_ignored_when_off", POLICY, 429, 0, "1", False, 0.0, 0.0, TOO_MANY_REQUESTS),
     ("429_retried_when_on", POLICY_429, 429, 0, None, True, 0.015, 0.03, TOO_MANY_REQUESTS),
     ("429_retry_after_when_on", POLICY_429, 429, 2, "3", True, 3.0, 3.0, TOO_MANY_REQUESTS),
     ("400", POLICY, 400, 0, None, False, 0.0, 0.0, CLIENT_ERROR),
@@ -55,16 +54,23 @@ DECISIONS = [
     ("retry_after_capped", POLICY, 503, 0, "3600", True, 5.0, 5.0, SERVER_ERROR),
     ("retry_after_zero", POLICY, 503, 0, "0", True, 0.0, 0.0, SERVER_ERROR),
     ("retry_after_http_date", POLICY, 503, 0, http_date(NOW + 3), True, 3.0, 3.0, SERVER_ERROR),
-    ("retry_after_past_date", POLICY, 503, 0, http_date(NOW - 60), True, 0.0, 0.0,
-     SERVER_ERROR),
-    ("retry_after_far_date_capped", POLICY, 503, 0, http_date(NOW + 86400), True, 5.0, 5.0,
-     SERVER_ERROR),
+    ("retry_after_past_date", POLICY, 503, 0, http_date(NOW - 60), True, 0.0, 0.0, SERVER_ERROR),
+    (
+        "retry_after_far_date_capped",
+        POLICY,
+        503,
+        0,
+        http_date(NOW + 86400),
+        True,
+        5.0,
+        5.0,
+        SERVER_ERROR,
+    ),
     ("retry_after_garbage_falls_back", POLICY, 503, 2, "soon", True, 0.06, 0.12, SERVER_ERROR),
     ("retry_after_negative_falls_back", POLICY, 500, 0, "-5", True, 0.015, 0.03, SERVER_ERROR),
-    ("retry_after_fraction_falls_back", POLICY, 500, 0, "1.5", True, 0.015, 0.03,
-     SERVER_ERROR),
+    ("retry_after_fraction_falls_back", POLICY, 500, 0, "1.5", True, 0.015, 0.03, SERVER_ERROR),
     ("retry_after_empty_falls_back", POLICY, 500, 0, "", True, 0.015, 0.03, SERVER_ERROR),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(
@@ -113,11 +119,24 @@ def test_decide(
         ("Tue, 14 Nov 2023 25:13:30 GMT", None),
     ],
     ids=[
-        "missing", "empty", "seconds", "seconds_with_spaces", "seconds_large", "http_date",
-        "imf_fixdate_literal", "rfc850_date", "past_date", "epoch", "garbage", "exponent",
-        "hex", "negative", "year_out_of_range", "hour_out_of_range",
+        "missing",
+        "empty",
+        "seconds",
+        "seconds_with_spaces",
+        "seconds_large",
+        "http_date",
+        "imf_fixdate_literal",
+        "rfc850_date",
+        "past_date",
+        "epoch",
+        "garbage",
+        "exponent",
+        "hex",
+        "negative",
+        "year_out_of_range",
+        "hour_out_of_range",
     ],
-)  # fmt: skip
+)
 def test_parse_retry_after(value: str | None, expected: float | None) -> None:
     got = parse_retry_after(value, now=NOW)
     if expected is None:
@@ -158,11 +177,21 @@ def test_retry_after_asctime_date() -> None:
         (10**18, 0.999, 5.0 * 0.9995),
     ],
     ids=[
-        "first_rand0", "first_rand_max", "second", "third", "fifth", "fifth_rand_max",
-        "eighth_below_cap", "ninth_capped", "ninth_capped_rand_max", "attempt_62", "attempt_63",
-        "attempt_10k", "attempt_1e18",
+        "first_rand0",
+        "first_rand_max",
+        "second",
+        "third",
+        "fifth",
+        "fifth_rand_max",
+        "eighth_below_cap",
+        "ninth_capped",
+        "ninth_capped_rand_max",
+        "attempt_62",
+        "attempt_63",
+        "attempt_10k",
+        "attempt_1e18",
     ],
-)  # fmt: skip
+)
 def test_backoff(attempt: int, rand: float, expected: float) -> None:
     got = POLICY.backoff(attempt, rand=rand)
     assert got == pytest.approx(expected)
@@ -193,45 +222,94 @@ def test_decide_huge_attempt_does_not_overflow() -> None:
 # attempt: a retry that would start after the budget is not made.
 
 BUDGET_60 = RetryPolicy(min_backoff=1.0, max_backoff=8.0, max_retry_duration=60.0)
-BUDGET_429 = RetryPolicy(min_backoff=1.0, max_backoff=8.0, retry_on_http_429=True,
-                         max_retry_duration=10.0, max_retry_duration_on_http_429=100.0)  # fmt: skip
-UNBOUNDED = RetryPolicy(min_backoff=1.0, max_backoff=8.0, retry_on_http_429=True,
-                        max_retry_duration=0.0, max_retry_duration_on_http_429=0.0)  # fmt: skip
+BUDGET_429 = RetryPolicy(
+    min_backoff=1.0,
+    max_backoff=8.0,
+    retry_on_http_429=True,
+    max_retry_duration=10.0,
+    max_retry_duration_on_http_429=100.0,
+)
+UNBOUNDED = RetryPolicy(
+    min_backoff=1.0,
+    max_backoff=8.0,
+    retry_on_http_429=True,
+    max_retry_duration=0.0,
+    max_retry_duration_on_http_429=0.0,
+)
 
 # (id, policy, status, attempt, retry_after, elapsed, retry, delay, reason); rand is 0, so the
 # backoff of attempt n is min(8, 2**n) / 2.
 BUDGETS = [
     ("5xx_within_budget", BUDGET_60, 503, 0, None, 10.0, True, 0.5, SERVER_ERROR),
-    ("5xx_retry_ends_exactly_at_budget", BUDGET_60, 500, 3, None, 56.0, True, 4.0,
-     SERVER_ERROR),
-    ("5xx_retry_would_start_after_budget", BUDGET_60, 500, 3, None, 56.5, False, 0.0,
-     RETRY_BUDGET),
+    ("5xx_retry_ends_exactly_at_budget", BUDGET_60, 500, 3, None, 56.0, True, 4.0, SERVER_ERROR),
+    ("5xx_retry_would_start_after_budget", BUDGET_60, 500, 3, None, 56.5, False, 0.0, RETRY_BUDGET),
     ("5xx_budget_already_spent", BUDGET_60, 502, 9, None, 61.0, False, 0.0, RETRY_BUDGET),
     ("network_within_budget", BUDGET_60, None, 1, None, 58.0, True, 1.0, NETWORK),
     ("network_budget_exhausted", BUDGET_60, None, 1, None, 59.5, False, 0.0, RETRY_BUDGET),
-    ("retry_after_counts_against_budget", BUDGET_60, 503, 0, "5", 56.0, False, 0.0,
-     RETRY_BUDGET),
-    ("retry_after_capped_before_budget_check", BUDGET_60, 503, 0, "3600", 50.0, True, 8.0,
-     SERVER_ERROR),
-    ("4xx_is_client_error_even_over_budget", BUDGET_60, 400, 0, None, 100.0, False, 0.0,
-     CLIENT_ERROR),
+    ("retry_after_counts_against_budget", BUDGET_60, 503, 0, "5", 56.0, False, 0.0, RETRY_BUDGET),
+    (
+        "retry_after_capped_before_budget_check",
+        BUDGET_60,
+        503,
+        0,
+        "3600",
+        50.0,
+        True,
+        8.0,
+        SERVER_ERROR,
+    ),
+    (
+        "4xx_is_client_error_even_over_budget",
+        BUDGET_60,
+        400,
+        0,
+        None,
+        100.0,
+        False,
+        0.0,
+        CLIENT_ERROR,
+    ),
     ("zero_is_unlimited_for_5xx", UNBOUNDED, 503, 3, None, 1e9, True, 4.0, SERVER_ERROR),
     ("zero_is_unlimited_for_network", UNBOUNDED, None, 0, None, 1e9, True, 0.5, NETWORK),
     ("zero_is_unlimited_for_429", UNBOUNDED, 429, 0, None, 1e9, True, 0.5, TOO_MANY_REQUESTS),
-    ("429_has_its_own_longer_budget", BUDGET_429, 429, 4, None, 50.0, True, 4.0,
-     TOO_MANY_REQUESTS),
+    ("429_has_its_own_longer_budget", BUDGET_429, 429, 4, None, 50.0, True, 4.0, TOO_MANY_REQUESTS),
     ("429_budget_exhausted", BUDGET_429, 429, 4, None, 96.5, False, 0.0, RETRY_BUDGET),
-    ("429_retry_after_over_its_budget", BUDGET_429, 429, 0, "8", 93.0, False, 0.0,
-     RETRY_BUDGET),
-    ("5xx_keeps_its_shorter_budget", BUDGET_429, 503, 0, None, 50.0, False, 0.0,
-     RETRY_BUDGET),
-    ("429_not_retried_when_off_whatever_the_budget", BUDGET_60, 429, 0, None, 0.0, False, 0.0,
-     TOO_MANY_REQUESTS),
-    ("default_429_budget_is_an_hour", RetryPolicy(retry_on_http_429=True), 429, 0, "5",
-     3596.0, False, 0.0, RETRY_BUDGET),
-    ("default_5xx_budget_is_unlimited", RetryPolicy(), 500, 0, None, 86400.0 * 365, True,
-     0.015, SERVER_ERROR),
-]  # fmt: skip
+    ("429_retry_after_over_its_budget", BUDGET_429, 429, 0, "8", 93.0, False, 0.0, RETRY_BUDGET),
+    ("5xx_keeps_its_shorter_budget", BUDGET_429, 503, 0, None, 50.0, False, 0.0, RETRY_BUDGET),
+    (
+        "429_not_retried_when_off_whatever_the_budget",
+        BUDGET_60,
+        429,
+        0,
+        None,
+        0.0,
+        False,
+        0.0,
+        TOO_MANY_REQUESTS,
+    ),
+    (
+        "default_429_budget_is_an_hour",
+        RetryPolicy(retry_on_http_429=True),
+        429,
+        0,
+        "5",
+        3596.0,
+        False,
+        0.0,
+        RETRY_BUDGET,
+    ),
+    (
+        "default_5xx_budget_is_unlimited",
+        RetryPolicy(),
+        500,
+        0,
+        None,
+        86400.0 * 365,
+        True,
+        0.015,
+        SERVER_ERROR,
+    ),
+]
 
 
 @pytest.mark.parametrize(
@@ -262,7 +340,9 @@ def test_policy_defaults_match_the_config_defaults() -> None:
     policy = RetryPolicy()
     assert (policy.max_retry_duration, policy.max_retry_duration_on_http_429) == (0.0, 3600.0)
     assert (policy.max_retry_duration, policy.max_retry_duration_on_http_429) == (
-        q.max_retry_duration, q.max_retry_duration_on_http_429)  # fmt: skip
+        q.max_retry_duration,
+        q.max_retry_duration_on_http_429,
+    )
 
 
 @pytest.mark.parametrize(

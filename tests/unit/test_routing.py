@@ -84,12 +84,17 @@ def test_one_destinations_rules_never_leak_into_another() -> None:
     router = Router(
         global_rules=(),
         routes=[
-            route("a", [{"target_label": "job", "replacement": "rewritten"},
-                        {"action": "labeldrop", "regex": "gpu"}]),
+            route(
+                "a",
+                [
+                    {"target_label": "job", "replacement": "rewritten"},
+                    {"action": "labeldrop", "regex": "gpu"},
+                ],
+            ),
             route("b"),
             route("c", [{"target_label": "extra", "replacement": "c"}]),
         ],
-    )  # fmt: skip
+    )
     for _ in range(2):  # the cached outcome too
         out = router.route(request([GPU]))
         assert sent(out, 0) == [{"__name__": "DCGM_FI_DEV_GPU_UTIL", "job": "rewritten"}]
@@ -118,8 +123,11 @@ FALLBACK_CASES: list[tuple[str, list[Route], list[list[dict[str, str]]]]] = [
     ),
     (
         "two_fallbacks",
-        [route("gpu", KEEP_GPU), route("f1", fallback=True),
-         route("f2", [{"target_label": "via", "replacement": "f2"}], fallback=True)],
+        [
+            route("gpu", KEEP_GPU),
+            route("f1", fallback=True),
+            route("f2", [{"target_label": "via", "replacement": "f2"}], fallback=True),
+        ],
         [[GPU], [NODE, APP], [{**NODE, "via": "f2"}, {**APP, "via": "f2"}]],
     ),
     (
@@ -129,9 +137,14 @@ FALLBACK_CASES: list[tuple[str, list[Route], list[list[dict[str, str]]]]] = [
     ),
     (
         "fallback_applies_its_own_rules",
-        [route("gpu", KEEP_GPU),
-         route("rest", [{"action": "drop", "source_labels": ["job"], "regex": "api"}],
-               fallback=True)],
+        [
+            route("gpu", KEEP_GPU),
+            route(
+                "rest",
+                [{"action": "drop", "source_labels": ["job"], "regex": "api"}],
+                fallback=True,
+            ),
+        ],
         [[GPU], [NODE]],
     ),
     (
@@ -146,11 +159,14 @@ FALLBACK_CASES: list[tuple[str, list[Route], list[list[dict[str, str]]]]] = [
     ),
     (
         "shadow_fallback_gets_what_the_fallback_gets",
-        [route("gpu", KEEP_GPU), route("rest", fallback=True),
-         route("audit-rest", fallback=True, shadow=True)],
+        [
+            route("gpu", KEEP_GPU),
+            route("rest", fallback=True),
+            route("audit-rest", fallback=True, shadow=True),
+        ],
         [[GPU], [NODE, APP], [NODE, APP]],
     ),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(
@@ -167,8 +183,12 @@ def test_fallback_gets_exactly_what_no_primary_kept(
     assert [s.samples for s in out.shares] == [len(e) for e in expected]
     # Not receiving a series because a primary kept it is not a drop for a fallback.
     # (The primaries in these cases do not rewrite labels, so what they sent is what they kept.)
-    kept = {frozenset(d.items()) for r, e in zip(routes, expected, strict=True)
-            if not r.fallback and not r.shadow for d in e}  # fmt: skip
+    kept = {
+        frozenset(d.items())
+        for r, e in zip(routes, expected, strict=True)
+        if not r.fallback and not r.shadow
+        for d in e
+    }
     for i, r in enumerate(routes):
         if r.fallback:
             drops = sum(n for (j, _), n in out.dropped.items() if j == i)
@@ -176,8 +196,10 @@ def test_fallback_gets_exactly_what_no_primary_kept(
 
 
 def test_fallback_receives_a_series_a_primary_left_invalid() -> None:
-    routes = [route("a", [{"action": "labeldrop", "regex": "__name__"}]),
-              route("rest", fallback=True)]  # fmt: skip
+    routes = [
+        route("a", [{"action": "labeldrop", "regex": "__name__"}]),
+        route("rest", fallback=True),
+    ]
     out = Router(global_rules=(), routes=routes).route(request([NODE]))
     assert sent(out, 0) == []
     assert sent(out, 1) == [NODE]
@@ -195,11 +217,21 @@ def test_primary_drop_counted_fallback_not() -> None:
 
 
 def test_global_rules_run_first() -> None:
-    global_rules = rules([{"target_label": "cluster", "replacement": "c1"},
-                          {"source_labels": ["job"], "target_label": "job",
-                           "regex": "dcgm", "replacement": "gpu"}])  # fmt: skip
-    routes = [route("gpu", [{"action": "keep", "source_labels": ["job"], "regex": "gpu"}]),
-              route("rest", fallback=True)]  # fmt: skip
+    global_rules = rules(
+        [
+            {"target_label": "cluster", "replacement": "c1"},
+            {
+                "source_labels": ["job"],
+                "target_label": "job",
+                "regex": "dcgm",
+                "replacement": "gpu",
+            },
+        ]
+    )
+    routes = [
+        route("gpu", [{"action": "keep", "source_labels": ["job"], "regex": "gpu"}]),
+        route("rest", fallback=True),
+    ]
     out = Router(global_rules=global_rules, routes=routes).route(request([GPU, NODE]))
     assert sent(out, 0) == [{**GPU, "job": "gpu", "cluster": "c1"}]
     assert sent(out, 1) == [{**NODE, "cluster": "c1"}]
@@ -216,18 +248,23 @@ def test_global_rules_run_first() -> None:
 )
 def test_global_drop_drops_for_all_destinations(global_raw: list[dict[str, Any]]) -> None:
     routes = [route("a"), route("b", KEEP_NODE), route("rest", fallback=True)]
-    out = Router(global_rules=rules(global_raw), routes=routes).route(
-        request([(NODE, 3, 1, 0)])
-    )
+    out = Router(global_rules=rules(global_raw), routes=routes).route(request([(NODE, 3, 1, 0)]))
     assert out.shares[0].frames == out.shares[1].frames == out.shares[2].frames == []
     assert out.dropped == {(i, DropReason.RELABEL): 4 for i in range(3)}
     assert out.samples_in == 4 and out.series_in == 1
 
 
 def test_series_without_name_is_invalid_others_routed() -> None:
-    routes = [route("a", [{"action": "keep", "source_labels": ["job"], "regex": "node"},
-                          {"action": "labeldrop", "regex": "__name__"}]),
-              route("b")]  # fmt: skip
+    routes = [
+        route(
+            "a",
+            [
+                {"action": "keep", "source_labels": ["job"], "regex": "node"},
+                {"action": "labeldrop", "regex": "__name__"},
+            ],
+        ),
+        route("b"),
+    ]
     # Only NODE loses __name__ in "a" (GPU and APP are dropped by its keep rule).
     out = Router(global_rules=(), routes=routes).route(request([GPU, NODE, APP]))
     assert sent(out, 0) == []
@@ -310,7 +347,7 @@ CACHE_SIZE_CASES = [
     ("recent_kept_over_older", 10, [(0, 3), (3, 3)], 6, 3),
     ("one_request_over_the_size_is_not_kept", 10, [(0, 25)], 0, 0),
     ("size_one", 1, [(0, 1), (1, 1)], 1, 1),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(
@@ -347,7 +384,7 @@ CACHE_AGE_CASES = [
     ("under_half_max_age", 299.0, True),
     ("over_half_still_in_old", 301.0, True),
     ("over_max_age_forgotten", 601.0, False),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(
@@ -438,8 +475,10 @@ def test_metadata_fallback_and_global_drop() -> None:
 
 def test_metadata_only_label_is_name() -> None:
     # A rule matching another label never matches metadata: {__name__: family} only.
-    routes = [route("a", [{"action": "keep", "source_labels": ["job"], "regex": "api"}]),
-              route("rest", fallback=True)]  # fmt: skip
+    routes = [
+        route("a", [{"action": "keep", "source_labels": ["job"], "regex": "api"}]),
+        route("rest", fallback=True),
+    ]
     out = Router(global_rules=(), routes=routes).route(request(metadata=["http_requests_total"]))
     assert sent_metadata(out, 0) == []
     assert sent_metadata(out, 1) == ["http_requests_total"]
@@ -513,8 +552,10 @@ def test_series_without_samples_is_not_forwarded() -> None:
     ids=[n for n, _, _ in SAMPLE_COUNT_CASES],
 )
 def test_sample_counts(shape: tuple[int, int, int], expected: int) -> None:
-    routes = [route("a"), route("b", [{"action": "drop", "source_labels": ["job"],
-                                       "regex": "node"}])]  # fmt: skip
+    routes = [
+        route("a"),
+        route("b", [{"action": "drop", "source_labels": ["job"], "regex": "node"}]),
+    ]
     out = Router(global_rules=(), routes=routes).route(request([(NODE, *shape), (GPU, 1, 0, 0)]))
     assert out.shares[0].counts == [expected, 1]
     assert out.shares[0].samples == expected + 1

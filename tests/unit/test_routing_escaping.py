@@ -48,17 +48,19 @@ def sent_metadata(out: RoutedRequest, index: int) -> list[str]:
 
 def router(scheme: str = UNDERSCORES, *routes: Route, **cache: Any) -> Router:
     """Destination ``ws`` (``scheme``), ``self`` (allow-utf-8), then ``routes``."""
-    return Router(global_rules=(), routes=[Route("ws", escaping=EscapingScheme(scheme)), Route("self"), *routes],
-                  **cache)  # fmt: skip
+    return Router(
+        global_rules=(),
+        routes=[Route("ws", escaping=EscapingScheme(scheme)), Route("self"), *routes],
+        **cache,
+    )
 
 
 OTEL = {"__name__": "http.server.duration", "service.name": "api", "job": "x"}
 ESCAPED = {
     UNDERSCORES: {"__name__": "http_server_duration", "service_name": "api", "job": "x"},
     DOTS: {"__name__": "http_dot_server_dot_duration", "service_dot_name": "api", "job": "x"},
-    VALUES: {"__name__": "U__http_2e_server_2e_duration", "U__service_2e_name": "api",
-             "job": "x"},
-}  # fmt: skip
+    VALUES: {"__name__": "U__http_2e_server_2e_duration", "U__service_2e_name": "api", "job": "x"},
+}
 
 
 @pytest.mark.parametrize("scheme", [UNDERSCORES, DOTS, VALUES])
@@ -79,19 +81,27 @@ def test_legacy_names_are_never_changed() -> None:
 
 ESCAPE_AFTER_RULES = [
     # (name, ws rules, expected at ws): rules see the names before escaping
-    ("labeldrop_of_the_utf8_name", [{"action": "labeldrop", "regex": "service\\.name"}],
-     {"__name__": "http_server_duration", "job": "x"}),
-    ("keep_on_the_utf8_metric_name",
-     [{"action": "keep", "source_labels": ["__name__"], "regex": "http\\.server\\..*"}],
-     ESCAPED[UNDERSCORES]),
-    ("replace_copies_the_unescaped_value",
-     [{"source_labels": ["__name__"], "target_label": "orig"}],
-     {**ESCAPED[UNDERSCORES], "orig": "http.server.duration"}),
-]  # fmt: skip
+    (
+        "labeldrop_of_the_utf8_name",
+        [{"action": "labeldrop", "regex": "service\\.name"}],
+        {"__name__": "http_server_duration", "job": "x"},
+    ),
+    (
+        "keep_on_the_utf8_metric_name",
+        [{"action": "keep", "source_labels": ["__name__"], "regex": "http\\.server\\..*"}],
+        ESCAPED[UNDERSCORES],
+    ),
+    (
+        "replace_copies_the_unescaped_value",
+        [{"source_labels": ["__name__"], "target_label": "orig"}],
+        {**ESCAPED[UNDERSCORES], "orig": "http.server.duration"},
+    ),
+]
 
 
-@pytest.mark.parametrize(("raw", "expected"), [c[1:] for c in ESCAPE_AFTER_RULES],
-                         ids=[c[0] for c in ESCAPE_AFTER_RULES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("raw", "expected"), [c[1:] for c in ESCAPE_AFTER_RULES], ids=[c[0] for c in ESCAPE_AFTER_RULES]
+)
 def test_escaping_applies_to_the_output_of_write_relabel_configs(
     raw: list[dict[str, Any]], expected: dict[str, str]
 ) -> None:
@@ -133,8 +143,11 @@ SERIES_COLLISIONS = [
 ]
 
 
-@pytest.mark.parametrize(("requests", "winner", "loser"), [c[1:] for c in SERIES_COLLISIONS],
-                         ids=[c[0] for c in SERIES_COLLISIONS])  # fmt: skip
+@pytest.mark.parametrize(
+    ("requests", "winner", "loser"),
+    [c[1:] for c in SERIES_COLLISIONS],
+    ids=[c[0] for c in SERIES_COLLISIONS],
+)
 def test_series_collision_keeps_the_first_seen(
     requests: list[list[Labels]], winner: Labels, loser: Labels
 ) -> None:
@@ -232,8 +245,9 @@ def _claims(max_claims: int, alive: set[bytes]) -> Claims:
 
 def _claim(claims: Claims, n: int) -> bool:
     escaped, original, key = b"e%d" % n, b"o%d" % n, b"k%d" % n
-    return claims.check(route=0, escaped=escaped, original=original, key=key,
-                        twin=lambda route, labels: False).kept  # fmt: skip
+    return claims.check(
+        route=0, escaped=escaped, original=original, key=key, twin=lambda route, labels: False
+    ).kept
 
 
 def test_claims_past_the_bound_forget_inactive_series_first_then_the_oldest() -> None:
@@ -243,8 +257,13 @@ def test_claims_past_the_bound_forget_inactive_series_first_then_the_oldest() ->
     assert len(claims) == 3
 
     def other(escaped: bytes) -> bool:
-        return claims.check(route=0, escaped=escaped, original=b"o-other", key=b"k-other",
-                            twin=lambda route, labels: False).kept  # fmt: skip
+        return claims.check(
+            route=0,
+            escaped=escaped,
+            original=b"o-other",
+            key=b"k-other",
+            twin=lambda route, labels: False,
+        ).kept
 
     assert not other(b"e2") and not other(b"e4")  # still held by active series
     assert other(b"e0")  # forgotten: a collision with it is not detected
@@ -254,8 +273,13 @@ def test_a_claim_of_an_inactive_series_is_taken_over() -> None:
     alive: set[bytes] = {b"k0"}
     claims = _claims(10, alive)
     assert _claim(claims, 0)
-    other = {"route": 0, "escaped": b"e0", "original": b"o-other", "key": b"k-other",
-             "twin": lambda route, labels: False}  # fmt: skip
+    other = {
+        "route": 0,
+        "escaped": b"e0",
+        "original": b"o-other",
+        "key": b"k-other",
+        "twin": lambda route, labels: False,
+    }
     assert not claims.check(**other).kept  # type: ignore[arg-type]
     assert claims.losers == 1
     alive.clear()
@@ -266,8 +290,13 @@ def test_collision_log_logs_each_distinct_collision_once_at_most_ten_a_minute() 
     log = CollisionLog()
 
     def add(key: int, now: float) -> None:
-        log.add(destination="ws", kind="series", key=key, now=now,
-                describe=lambda: Collision("ws", "series", str(key), "k", "d"))  # fmt: skip
+        log.add(
+            destination="ws",
+            kind="series",
+            key=key,
+            now=now,
+            describe=lambda: Collision("ws", "series", str(key), "k", "d"),
+        )
 
     for key in range(REPORTS_PER_MINUTE + 2):
         add(key, 0.0)

@@ -96,100 +96,238 @@ META_UP = ld(3, vi(1, 1) + ld(2, b"up") + ld(4, b"help") + ld(5, b"s"))  # RW1 M
 
 # (id, RW 2.0 request, RW1 form, (samples, histograms, exemplars), start timestamps)
 CONVERSIONS = [
-    ("one_sample", SYMS + series(refs(1, 2, 3, 4), ld(2, SAMPLE)),
-     rw1_series(UP, ld(2, SAMPLE)), (1, 0, 0), False),
-    ("labels_keep_the_sender_order", SYMS + series(refs(3, 4, 1, 2), ld(2, SAMPLE)),
-     rw1_series(label(b"job", b"a"), label(b"__name__", b"up"), ld(2, SAMPLE)), (1, 0, 0),
-     False),
-    ("unpacked_refs", SYMS + series(vi(1, 1), vi(1, 2), vi(1, 3), vi(1, 4), ld(2, SAMPLE)),
-     rw1_series(UP, ld(2, SAMPLE)), (1, 0, 0), False),
-    ("refs_over_two_fields_and_after_samples",
-     SYMS + series(refs(1, 2), ld(2, SAMPLE), vi(1, 3), refs(4)),
-     rw1_series(UP, ld(2, SAMPLE)), (1, 0, 0), False),
-    ("symbols_after_the_series", series(refs(1, 2, 3, 4), ld(2, SAMPLE)) + SYMS,
-     rw1_series(UP, ld(2, SAMPLE)), (1, 0, 0), False),
-    ("symbols_between_series",
-     symbols("", "__name__") + series(refs(1, 2), ld(2, SAMPLE)) + symbols("up")
-     + series(refs(1, 2), ld(2, SAMPLE), ld(2, SAMPLE)),
-     rw1_series(label(b"__name__", b"up"), ld(2, SAMPLE))
-     + rw1_series(label(b"__name__", b"up"), ld(2, SAMPLE), ld(2, SAMPLE)), (3, 0, 0), False),
-    ("empty_value_kept_for_the_rw1_path_to_drop", SYMS + series(refs(1, 2, 3, 0), ld(2, SAMPLE)),
-     rw1_series(label(b"__name__", b"up"), label(b"job", b""), ld(2, SAMPLE)), (1, 0, 0), False),
-    ("sample_start_timestamp_stays_inside", SYMS + series(refs(1, 2), ld(2, SAMPLE_ST)),
-     rw1_series(label(b"__name__", b"up"), ld(2, SAMPLE_ST)), (1, 0, 0), True),
-    ("zero_start_timestamp_is_unset", SYMS + series(refs(1, 2), ld(2, SAMPLE + vi(3, 0))),
-     rw1_series(label(b"__name__", b"up"), ld(2, SAMPLE + vi(3, 0))), (1, 0, 0), False),
-    ("histogram_moves_to_field_4", SYMS + series(refs(1, 2), ld(3, HIST)),
-     rw1_series(label(b"__name__", b"up"), ld(4, HIST)), (0, 1, 0), False),
-    ("histogram_start_timestamp_stays_as_17",
-     SYMS + series(refs(1, 2), ld(3, HIST + vi(17, 900))),
-     rw1_series(label(b"__name__", b"up"), ld(4, HIST + vi(17, 900))), (0, 1, 0), True),
-    ("float_histogram", SYMS + series(refs(1, 2), ld(3, f64(2, 3.0) + ld(13, f64(1, 1.0)[1:]))),
-     rw1_series(label(b"__name__", b"up"), ld(4, f64(2, 3.0) + ld(13, f64(1, 1.0)[1:]))),
-     (0, 1, 0), False),
-    ("exemplar_rebuilt_with_labels",
-     SYMS + series(refs(1, 2), ld(2, SAMPLE), ld(4, refs(5, 6) + f64(2, 0.5) + vi(3, 999))),
-     rw1_series(label(b"__name__", b"up"), ld(2, SAMPLE),
-                ld(3, label(b"trace_id", b"t1") + f64(2, 0.5) + vi(3, 999))), (1, 0, 1), False),
-    ("exemplar_unpacked_refs_and_unknown_field",
-     SYMS + series(refs(1, 2), ld(4, vi(3, 7) + vi(1, 5) + vi(9, 1) + vi(1, 6))),
-     rw1_series(label(b"__name__", b"up"), ld(3, label(b"trace_id", b"t1") + vi(3, 7))),
-     (0, 0, 1), False),
-    ("fields_in_rw1_order", SYMS + series(ld(3, HIST), ld(4, refs()), ld(2, SAMPLE), refs(1, 2)),
-     rw1_series(label(b"__name__", b"up"), ld(2, SAMPLE), ld(3, b""), ld(4, HIST)), (1, 1, 1),
-     False),
-    ("metadata_to_a_request_entry",
-     SYMS + series(refs(1, 2, 3, 4), ld(2, SAMPLE), ld(5, vi(1, 1) + vi(3, 7) + vi(4, 8))),
-     rw1_series(UP, ld(2, SAMPLE)) + META_UP, (1, 0, 0), False),
-    ("metadata_once_per_family_and_content",
-     SYMS + series(refs(1, 2, 3, 4), ld(2, SAMPLE), ld(5, vi(1, 1) + vi(3, 7) + vi(4, 8)))
-     + series(refs(1, 2, 3, 6), ld(2, SAMPLE), ld(5, vi(1, 1) + vi(3, 7) + vi(4, 8)))
-     + series(refs(1, 2), ld(2, SAMPLE), ld(5, vi(1, 2))),
-     rw1_series(UP, ld(2, SAMPLE)) + rw1_series(label(b"__name__", b"up"),
-                                                label(b"job", b"t1"), ld(2, SAMPLE))
-     + rw1_series(label(b"__name__", b"up"), ld(2, SAMPLE)) + META_UP
-     + ld(3, vi(1, 2) + ld(2, b"up")), (3, 0, 0), False),
-    ("metadata_merged_over_two_fields",
-     SYMS + series(refs(1, 2, 3, 4), ld(5, vi(1, 2) + vi(3, 7)), ld(2, SAMPLE),
-                   ld(5, vi(1, 1) + vi(4, 8))),
-     rw1_series(UP, ld(2, SAMPLE)) + META_UP, (1, 0, 0), False),
-    ("empty_metadata_is_none", SYMS + series(refs(1, 2), ld(2, SAMPLE), ld(5, b"")),
-     rw1_series(label(b"__name__", b"up"), ld(2, SAMPLE)), (1, 0, 0), False),
-    ("metadata_refs_to_empty_strings_is_none",
-     symbols("", "__name__", "up", "") + series(refs(1, 2), ld(2, SAMPLE), ld(5, vi(3, 3))),
-     rw1_series(label(b"__name__", b"up"), ld(2, SAMPLE)), (1, 0, 0), False),
-    ("no_metadata_without_a_metric_name", SYMS + series(refs(3, 4), ld(2, SAMPLE),
-                                                        ld(5, vi(1, 1))),
-     rw1_series(label(b"job", b"a"), ld(2, SAMPLE)), (1, 0, 0), False),
-    ("help_only_metadata", SYMS + series(refs(1, 2), ld(5, vi(3, 7)), ld(2, SAMPLE)),
-     rw1_series(label(b"__name__", b"up"), ld(2, SAMPLE)) + ld(3, ld(2, b"up") + ld(4, b"help")),
-     (1, 0, 0), False),
-    ("unknown_metric_type_is_unknown", SYMS + series(refs(1, 2), ld(2, SAMPLE),
-                                                     ld(5, vi(1, 42) + vi(4, 8))),
-     rw1_series(label(b"__name__", b"up"), ld(2, SAMPLE)) + ld(3, ld(2, b"up") + ld(5, b"s")),
-     (1, 0, 0), False),
-    ("rc3_created_timestamp_dropped", SYMS + series(refs(1, 2), ld(2, SAMPLE), vi(6, 900)),
-     rw1_series(label(b"__name__", b"up"), ld(2, SAMPLE)), (1, 0, 0), False),
-    ("unknown_series_fields_dropped", SYMS + series(refs(1, 2), ld(9, b"xyz"), f64(7, 1.0),
-                                                    ld(2, SAMPLE)),
-     rw1_series(label(b"__name__", b"up"), ld(2, SAMPLE)), (1, 0, 0), False),
-    ("reserved_and_unknown_request_fields_skipped",
-     vi(1, 5) + ld(2, b"x") + SYMS + ld(3, b"y") + series(refs(1, 2), ld(2, SAMPLE)) + vi(20, 1),
-     rw1_series(label(b"__name__", b"up"), ld(2, SAMPLE)), (1, 0, 0), False),
-    ("series_without_labels", SYMS + series(ld(2, SAMPLE)), rw1_series(ld(2, SAMPLE)),
-     (1, 0, 0), False),
-    ("series_without_samples", SYMS + series(refs(1, 2)), rw1_series(label(b"__name__", b"up")),
-     (0, 0, 0), False),
+    (
+        "one_sample",
+        SYMS + series(refs(1, 2, 3, 4), ld(2, SAMPLE)),
+        rw1_series(UP, ld(2, SAMPLE)),
+        (1, 0, 0),
+        False,
+    ),
+    (
+        "labels_keep_the_sender_order",
+        SYMS + series(refs(3, 4, 1, 2), ld(2, SAMPLE)),
+        rw1_series(label(b"job", b"a"), label(b"__name__", b"up"), ld(2, SAMPLE)),
+        (1, 0, 0),
+        False,
+    ),
+    (
+        "unpacked_refs",
+        SYMS + series(vi(1, 1), vi(1, 2), vi(1, 3), vi(1, 4), ld(2, SAMPLE)),
+        rw1_series(UP, ld(2, SAMPLE)),
+        (1, 0, 0),
+        False,
+    ),
+    (
+        "refs_over_two_fields_and_after_samples",
+        SYMS + series(refs(1, 2), ld(2, SAMPLE), vi(1, 3), refs(4)),
+        rw1_series(UP, ld(2, SAMPLE)),
+        (1, 0, 0),
+        False,
+    ),
+    (
+        "symbols_after_the_series",
+        series(refs(1, 2, 3, 4), ld(2, SAMPLE)) + SYMS,
+        rw1_series(UP, ld(2, SAMPLE)),
+        (1, 0, 0),
+        False,
+    ),
+    (
+        "symbols_between_series",
+        symbols("", "__name__")
+        + series(refs(1, 2), ld(2, SAMPLE))
+        + symbols("up")
+        + series(refs(1, 2), ld(2, SAMPLE), ld(2, SAMPLE)),
+        rw1_series(label(b"__name__", b"up"), ld(2, SAMPLE))
+        + rw1_series(label(b"__name__", b"up"), ld(2, SAMPLE), ld(2, SAMPLE)),
+        (3, 0, 0),
+        False,
+    ),
+    (
+        "empty_value_kept_for_the_rw1_path_to_drop",
+        SYMS + series(refs(1, 2, 3, 0), ld(2, SAMPLE)),
+        rw1_series(label(b"__name__", b"up"), label(b"job", b""), ld(2, SAMPLE)),
+        (1, 0, 0),
+        False,
+    ),
+    (
+        "sample_start_timestamp_stays_inside",
+        SYMS + series(refs(1, 2), ld(2, SAMPLE_ST)),
+        rw1_series(label(b"__name__", b"up"), ld(2, SAMPLE_ST)),
+        (1, 0, 0),
+        True,
+    ),
+    (
+        "zero_start_timestamp_is_unset",
+        SYMS + series(refs(1, 2), ld(2, SAMPLE + vi(3, 0))),
+        rw1_series(label(b"__name__", b"up"), ld(2, SAMPLE + vi(3, 0))),
+        (1, 0, 0),
+        False,
+    ),
+    (
+        "histogram_moves_to_field_4",
+        SYMS + series(refs(1, 2), ld(3, HIST)),
+        rw1_series(label(b"__name__", b"up"), ld(4, HIST)),
+        (0, 1, 0),
+        False,
+    ),
+    (
+        "histogram_start_timestamp_stays_as_17",
+        SYMS + series(refs(1, 2), ld(3, HIST + vi(17, 900))),
+        rw1_series(label(b"__name__", b"up"), ld(4, HIST + vi(17, 900))),
+        (0, 1, 0),
+        True,
+    ),
+    (
+        "float_histogram",
+        SYMS + series(refs(1, 2), ld(3, f64(2, 3.0) + ld(13, f64(1, 1.0)[1:]))),
+        rw1_series(label(b"__name__", b"up"), ld(4, f64(2, 3.0) + ld(13, f64(1, 1.0)[1:]))),
+        (0, 1, 0),
+        False,
+    ),
+    (
+        "exemplar_rebuilt_with_labels",
+        SYMS + series(refs(1, 2), ld(2, SAMPLE), ld(4, refs(5, 6) + f64(2, 0.5) + vi(3, 999))),
+        rw1_series(
+            label(b"__name__", b"up"),
+            ld(2, SAMPLE),
+            ld(3, label(b"trace_id", b"t1") + f64(2, 0.5) + vi(3, 999)),
+        ),
+        (1, 0, 1),
+        False,
+    ),
+    (
+        "exemplar_unpacked_refs_and_unknown_field",
+        SYMS + series(refs(1, 2), ld(4, vi(3, 7) + vi(1, 5) + vi(9, 1) + vi(1, 6))),
+        rw1_series(label(b"__name__", b"up"), ld(3, label(b"trace_id", b"t1") + vi(3, 7))),
+        (0, 0, 1),
+        False,
+    ),
+    (
+        "fields_in_rw1_order",
+        SYMS + series(ld(3, HIST), ld(4, refs()), ld(2, SAMPLE), refs(1, 2)),
+        rw1_series(label(b"__name__", b"up"), ld(2, SAMPLE), ld(3, b""), ld(4, HIST)),
+        (1, 1, 1),
+        False,
+    ),
+    (
+        "metadata_to_a_request_entry",
+        SYMS + series(refs(1, 2, 3, 4), ld(2, SAMPLE), ld(5, vi(1, 1) + vi(3, 7) + vi(4, 8))),
+        rw1_series(UP, ld(2, SAMPLE)) + META_UP,
+        (1, 0, 0),
+        False,
+    ),
+    (
+        "metadata_once_per_family_and_content",
+        SYMS
+        + series(refs(1, 2, 3, 4), ld(2, SAMPLE), ld(5, vi(1, 1) + vi(3, 7) + vi(4, 8)))
+        + series(refs(1, 2, 3, 6), ld(2, SAMPLE), ld(5, vi(1, 1) + vi(3, 7) + vi(4, 8)))
+        + series(refs(1, 2), ld(2, SAMPLE), ld(5, vi(1, 2))),
+        rw1_series(UP, ld(2, SAMPLE))
+        + rw1_series(label(b"__name__", b"up"), label(b"job", b"t1"), ld(2, SAMPLE))
+        + rw1_series(label(b"__name__", b"up"), ld(2, SAMPLE))
+        + META_UP
+        + ld(3, vi(1, 2) + ld(2, b"up")),
+        (3, 0, 0),
+        False,
+    ),
+    (
+        "metadata_merged_over_two_fields",
+        SYMS
+        + series(
+            refs(1, 2, 3, 4), ld(5, vi(1, 2) + vi(3, 7)), ld(2, SAMPLE), ld(5, vi(1, 1) + vi(4, 8))
+        ),
+        rw1_series(UP, ld(2, SAMPLE)) + META_UP,
+        (1, 0, 0),
+        False,
+    ),
+    (
+        "empty_metadata_is_none",
+        SYMS + series(refs(1, 2), ld(2, SAMPLE), ld(5, b"")),
+        rw1_series(label(b"__name__", b"up"), ld(2, SAMPLE)),
+        (1, 0, 0),
+        False,
+    ),
+    (
+        "metadata_refs_to_empty_strings_is_none",
+        symbols("", "__name__", "up", "") + series(refs(1, 2), ld(2, SAMPLE), ld(5, vi(3, 3))),
+        rw1_series(label(b"__name__", b"up"), ld(2, SAMPLE)),
+        (1, 0, 0),
+        False,
+    ),
+    (
+        "no_metadata_without_a_metric_name",
+        SYMS + series(refs(3, 4), ld(2, SAMPLE), ld(5, vi(1, 1))),
+        rw1_series(label(b"job", b"a"), ld(2, SAMPLE)),
+        (1, 0, 0),
+        False,
+    ),
+    (
+        "help_only_metadata",
+        SYMS + series(refs(1, 2), ld(5, vi(3, 7)), ld(2, SAMPLE)),
+        rw1_series(label(b"__name__", b"up"), ld(2, SAMPLE)) + ld(3, ld(2, b"up") + ld(4, b"help")),
+        (1, 0, 0),
+        False,
+    ),
+    (
+        "unknown_metric_type_is_unknown",
+        SYMS + series(refs(1, 2), ld(2, SAMPLE), ld(5, vi(1, 42) + vi(4, 8))),
+        rw1_series(label(b"__name__", b"up"), ld(2, SAMPLE)) + ld(3, ld(2, b"up") + ld(5, b"s")),
+        (1, 0, 0),
+        False,
+    ),
+    (
+        "rc3_created_timestamp_dropped",
+        SYMS + series(refs(1, 2), ld(2, SAMPLE), vi(6, 900)),
+        rw1_series(label(b"__name__", b"up"), ld(2, SAMPLE)),
+        (1, 0, 0),
+        False,
+    ),
+    (
+        "unknown_series_fields_dropped",
+        SYMS + series(refs(1, 2), ld(9, b"xyz"), f64(7, 1.0), ld(2, SAMPLE)),
+        rw1_series(label(b"__name__", b"up"), ld(2, SAMPLE)),
+        (1, 0, 0),
+        False,
+    ),
+    (
+        "reserved_and_unknown_request_fields_skipped",
+        vi(1, 5) + ld(2, b"x") + SYMS + ld(3, b"y") + series(refs(1, 2), ld(2, SAMPLE)) + vi(20, 1),
+        rw1_series(label(b"__name__", b"up"), ld(2, SAMPLE)),
+        (1, 0, 0),
+        False,
+    ),
+    (
+        "series_without_labels",
+        SYMS + series(ld(2, SAMPLE)),
+        rw1_series(ld(2, SAMPLE)),
+        (1, 0, 0),
+        False,
+    ),
+    (
+        "series_without_samples",
+        SYMS + series(refs(1, 2)),
+        rw1_series(label(b"__name__", b"up")),
+        (0, 0, 0),
+        False,
+    ),
     ("empty_request", b"", b"", (0, 0, 0), False),
     ("symbols_only", SYMS, b"", (0, 0, 0), False),
-    ("empty_symbols_table_and_no_refs", series(ld(2, SAMPLE)), rw1_series(ld(2, SAMPLE)),
-     (1, 0, 0), False),
-]  # fmt: skip
+    (
+        "empty_symbols_table_and_no_refs",
+        series(ld(2, SAMPLE)),
+        rw1_series(ld(2, SAMPLE)),
+        (1, 0, 0),
+        False,
+    ),
+]
 
 
 @pytest.mark.parametrize("convert", PATHS)
-@pytest.mark.parametrize(("data", "rw1", "counts", "starts"), [c[1:] for c in CONVERSIONS],
-                         ids=[c[0] for c in CONVERSIONS])  # fmt: skip
+@pytest.mark.parametrize(
+    ("data", "rw1", "counts", "starts"),
+    [c[1:] for c in CONVERSIONS],
+    ids=[c[0] for c in CONVERSIONS],
+)
 def test_conversion(
     convert: Callable[[bytes], Converted],
     data: bytes,
@@ -214,8 +352,9 @@ def _no_reference(data: bytes, *, max_bytes: int | None = None) -> Converted:
 
 
 @needs_accelerator
-@pytest.mark.parametrize(("data", "rw1"), [c[1:3] for c in CONVERSIONS],
-                         ids=[c[0] for c in CONVERSIONS])  # fmt: skip
+@pytest.mark.parametrize(
+    ("data", "rw1"), [c[1:3] for c in CONVERSIONS], ids=[c[0] for c in CONVERSIONS]
+)
 def test_compiled_path_converts_these_itself(
     data: bytes, rw1: bytes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -245,8 +384,9 @@ FAMILIES = [
 
 
 @pytest.mark.parametrize("convert", PATHS)
-@pytest.mark.parametrize(("name", "metric_type", "family"), [f[1:] for f in FAMILIES],
-                         ids=[f[0] for f in FAMILIES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "metric_type", "family"), [f[1:] for f in FAMILIES], ids=[f[0] for f in FAMILIES]
+)
 def test_metadata_family(
     convert: Callable[[bytes], Converted], name: str, metric_type: int, family: str
 ) -> None:
@@ -263,54 +403,108 @@ def test_metadata_family(
 HUGE = encode_varint(1 << 40)
 # (id, RW 2.0 request, fragment of the reason)
 REFUSED = [
-    ("symbols_0_not_empty", symbols("x", "__name__") + series(refs(1, 0)),
-     "symbols[0] must be the empty string"),
-    ("label_ref_outside_the_table", SYMS + series(refs(1, 2)) + series(refs(1, 9), ld(2, SAMPLE)),
-     "timeseries[1]: label ref 9 is outside the symbols table (size 9)"),
+    (
+        "symbols_0_not_empty",
+        symbols("x", "__name__") + series(refs(1, 0)),
+        "symbols[0] must be the empty string",
+    ),
+    (
+        "label_ref_outside_the_table",
+        SYMS + series(refs(1, 2)) + series(refs(1, 9), ld(2, SAMPLE)),
+        "timeseries[1]: label ref 9 is outside the symbols table (size 9)",
+    ),
     ("huge_label_ref", SYMS + series(ld(1, b"\x01" + HUGE)), "outside the symbols table"),
     ("label_ref_in_an_empty_table", series(refs(0, 0)), "outside the symbols table (size 0)"),
-    ("odd_refs", SYMS + series(refs(1, 2, 3), ld(2, SAMPLE)),
-     "timeseries[0]: odd number of labels_refs (3)"),
-    ("odd_exemplar_refs", SYMS + series(refs(1, 2), ld(4, refs(5))),
-     "timeseries[0]: exemplars[0]: odd number of labels_refs (1)"),
-    ("exemplar_ref_outside", SYMS + series(refs(1, 2), ld(4, refs(5, 6)), ld(4, refs(5, 60))),
-     "timeseries[0]: exemplars[1]: label ref 60 is outside"),
-    ("help_ref_outside", SYMS + series(refs(1, 2), ld(5, vi(3, 99))),
-     "timeseries[0]: metadata help_ref 99 is outside the symbols table"),
-    ("unit_ref_outside", SYMS + series(refs(1, 2), ld(5, vi(4, 10))),
-     "metadata unit_ref 10 is outside"),
+    (
+        "odd_refs",
+        SYMS + series(refs(1, 2, 3), ld(2, SAMPLE)),
+        "timeseries[0]: odd number of labels_refs (3)",
+    ),
+    (
+        "odd_exemplar_refs",
+        SYMS + series(refs(1, 2), ld(4, refs(5))),
+        "timeseries[0]: exemplars[0]: odd number of labels_refs (1)",
+    ),
+    (
+        "exemplar_ref_outside",
+        SYMS + series(refs(1, 2), ld(4, refs(5, 6)), ld(4, refs(5, 60))),
+        "timeseries[0]: exemplars[1]: label ref 60 is outside",
+    ),
+    (
+        "help_ref_outside",
+        SYMS + series(refs(1, 2), ld(5, vi(3, 99))),
+        "timeseries[0]: metadata help_ref 99 is outside the symbols table",
+    ),
+    (
+        "unit_ref_outside",
+        SYMS + series(refs(1, 2), ld(5, vi(4, 10))),
+        "metadata unit_ref 10 is outside",
+    ),
     ("symbols_not_a_string", vi(4, 1) + SYMS, "field 4 (symbols) has wire type 0"),
     ("timeseries_not_a_message", SYMS + vi(5, 1), "field 5 (timeseries) has wire type 0"),
     ("refs_of_wire_type_i64", SYMS + series(f64(1, 1.0)), "labels_refs has wire type 1"),
     ("truncated_packed_refs", SYMS + series(ld(1, b"\x01\x82")), "truncated or overlong varint"),
-    ("samples_not_a_message", SYMS + series(refs(1, 2), vi(2, 1)),
-     "series field 2 has wire type 0"),
-    ("histograms_not_a_message", SYMS + series(refs(1, 2), f64(3, 1.0)),
-     "series field 3 has wire type 1"),
-    ("metadata_not_a_message", SYMS + series(refs(1, 2), vi(5, 1)),
-     "series field 5 has wire type 0"),
-    ("sample_value_varint", SYMS + series(refs(1, 2), ld(2, vi(1, 1))),
-     "field 1 of sample has wire type 0"),
-    ("sample_start_timestamp_double", SYMS + series(refs(1, 2), ld(2, SAMPLE + f64(3, 1.0))),
-     "field 3 of sample has wire type 1"),
-    ("histogram_start_timestamp_string", SYMS + series(refs(1, 2), ld(3, HIST + ld(17, b"1"))),
-     "histogram field 17 has wire type 2"),
-    ("histogram_bad_span", SYMS + series(refs(1, 2), ld(3, ld(8, f64(1, 1.0)))),
-     "histogram bucket span"),
-    ("histogram_cut_doubles", SYMS + series(refs(1, 2), ld(3, ld(10, b"\x00" * 7))),
-     "packed doubles"),
-    ("exemplar_value_varint", SYMS + series(refs(1, 2), ld(4, vi(2, 1))),
-     "exemplar field 2 has wire type 0"),
-    ("exemplar_timestamp_double", SYMS + series(refs(1, 2), ld(4, f64(3, 1.0))),
-     "exemplar field 3 has wire type 1"),
-    ("metadata_type_double", SYMS + series(refs(1, 2), ld(5, f64(1, 1.0))),
-     "metadata field 1 has wire type 1"),
+    (
+        "samples_not_a_message",
+        SYMS + series(refs(1, 2), vi(2, 1)),
+        "series field 2 has wire type 0",
+    ),
+    (
+        "histograms_not_a_message",
+        SYMS + series(refs(1, 2), f64(3, 1.0)),
+        "series field 3 has wire type 1",
+    ),
+    (
+        "metadata_not_a_message",
+        SYMS + series(refs(1, 2), vi(5, 1)),
+        "series field 5 has wire type 0",
+    ),
+    (
+        "sample_value_varint",
+        SYMS + series(refs(1, 2), ld(2, vi(1, 1))),
+        "field 1 of sample has wire type 0",
+    ),
+    (
+        "sample_start_timestamp_double",
+        SYMS + series(refs(1, 2), ld(2, SAMPLE + f64(3, 1.0))),
+        "field 3 of sample has wire type 1",
+    ),
+    (
+        "histogram_start_timestamp_string",
+        SYMS + series(refs(1, 2), ld(3, HIST + ld(17, b"1"))),
+        "histogram field 17 has wire type 2",
+    ),
+    (
+        "histogram_bad_span",
+        SYMS + series(refs(1, 2), ld(3, ld(8, f64(1, 1.0)))),
+        "histogram bucket span",
+    ),
+    (
+        "histogram_cut_doubles",
+        SYMS + series(refs(1, 2), ld(3, ld(10, b"\x00" * 7))),
+        "packed doubles",
+    ),
+    (
+        "exemplar_value_varint",
+        SYMS + series(refs(1, 2), ld(4, vi(2, 1))),
+        "exemplar field 2 has wire type 0",
+    ),
+    (
+        "exemplar_timestamp_double",
+        SYMS + series(refs(1, 2), ld(4, f64(3, 1.0))),
+        "exemplar field 3 has wire type 1",
+    ),
+    (
+        "metadata_type_double",
+        SYMS + series(refs(1, 2), ld(5, f64(1, 1.0))),
+        "metadata field 1 has wire type 1",
+    ),
     ("series_runs_past_its_end", SYMS + ld(5, b"\x12\x20" + SAMPLE), "runs past the end of series"),
     ("request_runs_past_its_end", SYMS + b"\x2a\x40\x0a", "runs past the end of RW 2.0 Request"),
     ("group_wire_type", SYMS + b"\x2b", "wire type 3"),
     ("field_number_zero", b"\x02\x00", "field number 0"),
     ("overlong_varint", b"\x2a" + b"\xff" * 11, "truncated or overlong varint"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("convert", PATHS)
@@ -349,11 +543,16 @@ def test_max_bytes_bounds_the_rw1_form_exactly(
 
 BOMBS = [
     ("labels", symbols("", "__name__", "x" * 1_000_000) + series(refs(*[1, 2] * 2000))),
-    ("exemplar_labels", symbols("", "x" * 1_000_000)
-     + series(*[ld(4, refs(*[1, 1] * 100)) for _ in range(100)])),
-    ("metadata", symbols("", "__name__", "h" * 1_000_000, *[f"m{i}" for i in range(200)])
-     + b"".join(series(refs(1, 3 + i), ld(5, vi(3, 2))) for i in range(200))),
-]  # fmt: skip
+    (
+        "exemplar_labels",
+        symbols("", "x" * 1_000_000) + series(*[ld(4, refs(*[1, 1] * 100)) for _ in range(100)]),
+    ),
+    (
+        "metadata",
+        symbols("", "__name__", "h" * 1_000_000, *[f"m{i}" for i in range(200)])
+        + b"".join(series(refs(1, 3 + i), ld(5, vi(3, 2))) for i in range(200)),
+    ),
+]
 
 
 @pytest.mark.parametrize("convert", PATHS)
@@ -451,9 +650,14 @@ def rw1_request(labels: dict[str, str], *, exemplar: bool, histogram: bool) -> b
         ex = ts.exemplars.add(value=1.0, timestamp=5)
         ex.labels.add(name="trace_id", value="abc")
     if histogram:
-        ts.histograms.add(count_int=4, sum=2.0, schema=1, timestamp=9,
-                          positive_spans=[types_pb2.BucketSpan(offset=-1, length=2)],
-                          positive_deltas=[2, -1])  # fmt: skip
+        ts.histograms.add(
+            count_int=4,
+            sum=2.0,
+            schema=1,
+            timestamp=9,
+            positive_spans=[types_pb2.BucketSpan(offset=-1, length=2)],
+            positive_deltas=[2, -1],
+        )
     return bytes(request.SerializeToString())
 
 
@@ -498,16 +702,25 @@ def test_rw1_and_rw2_route_to_the_same_cache_entries_and_bytes() -> None:
 
 CHECKS = [
     ("sample_start_timestamp", check_sample, SAMPLE_ST, None),
-    ("sample_start_timestamp_i32", check_sample, SAMPLE + b"\x1d\x00\x00\x00\x00",
-     "field 3 of sample has wire type 5"),
+    (
+        "sample_start_timestamp_i32",
+        check_sample,
+        SAMPLE + b"\x1d\x00\x00\x00\x00",
+        "field 3 of sample has wire type 5",
+    ),
     ("histogram_start_timestamp", check_histogram, HIST + vi(17, 1), None),
-    ("histogram_start_timestamp_i64", check_histogram, HIST + f64(17, 1.0),
-     "histogram field 17 has wire type 1"),
-]  # fmt: skip
+    (
+        "histogram_start_timestamp_i64",
+        check_histogram,
+        HIST + f64(17, 1.0),
+        "histogram field 17 has wire type 1",
+    ),
+]
 
 
-@pytest.mark.parametrize(("check", "payload", "error"), [c[1:] for c in CHECKS],
-                         ids=[c[0] for c in CHECKS])  # fmt: skip
+@pytest.mark.parametrize(
+    ("check", "payload", "error"), [c[1:] for c in CHECKS], ids=[c[0] for c in CHECKS]
+)
 def test_start_timestamps_are_checked_as_varints(
     check: Callable[[bytes, int, int], None], payload: bytes, error: str | None
 ) -> None:
@@ -521,11 +734,19 @@ def test_start_timestamps_are_checked_as_varints(
 def test_generated_module_is_the_rw2_schema() -> None:
     """The committed write_v2_pb2 (tests and tools only) has the spec's field numbers."""
     fields = {f.name: f.number for f in write_v2_pb2.TimeSeries.DESCRIPTOR.fields}
-    assert fields == {"labels_refs": 1, "samples": 2, "histograms": 3, "exemplars": 4,
-                      "metadata": 5}  # fmt: skip
+    assert fields == {
+        "labels_refs": 1,
+        "samples": 2,
+        "histograms": 3,
+        "exemplars": 4,
+        "metadata": 5,
+    }
     request = {f.name: f.number for f in write_v2_pb2.Request.DESCRIPTOR.fields}
     assert request == {"symbols": 4, "timeseries": 5}
     assert write_v2_pb2.Sample.DESCRIPTOR.fields_by_name["start_timestamp"].number == 3
     assert write_v2_pb2.Histogram.DESCRIPTOR.fields_by_name["start_timestamp"].number == 17
     assert {f.name: f.number for f in write_v2_pb2.Metadata.DESCRIPTOR.fields} == {
-        "type": 1, "help_ref": 3, "unit_ref": 4}  # fmt: skip
+        "type": 1,
+        "help_ref": 3,
+        "unit_ref": 4,
+    }

@@ -47,9 +47,14 @@ def stale_sample(ts: int = 2_000) -> bytes:
 
 
 def histogram(*, start: int = 0, floats: bool = False) -> bytes:
-    h = write_v2_pb2.Histogram(sum=2.5, schema=3, zero_threshold=1e-128, timestamp=3_000,
-                               start_timestamp=start,
-                               reset_hint=write_v2_pb2.Histogram.RESET_HINT_NO)  # fmt: skip
+    h = write_v2_pb2.Histogram(
+        sum=2.5,
+        schema=3,
+        zero_threshold=1e-128,
+        timestamp=3_000,
+        start_timestamp=start,
+        reset_hint=write_v2_pb2.Histogram.RESET_HINT_NO,
+    )
     if floats:
         h.count_float = 4.0
         h.zero_count_float = 1.0
@@ -71,68 +76,134 @@ BOOK = {"up": COUNTER, "rpc_seconds_bucket": (3, "RPC latency.", "seconds")}
 
 # (id, input frames, expected series)
 CASES: list[tuple[str, list[Frame], list[Frame]]] = [
-    ("sample_copied_metadata_found", [Frame(UP, (sample(),))],
-     [Frame(UP, (sample(),), metadata=COUNTER)]),
-    ("no_metadata_empty_message", [Frame((("__name__", "x"),), (sample(),))],
-     [Frame((("__name__", "x"),), (sample(),))]),
-    ("no_metric_name_empty_metadata", [Frame((("a", "b"),), (sample(),))],
-     [Frame((("a", "b"),), (sample(),))]),
-    ("staleness_marker_kept", [Frame(UP, (stale_sample(),))],
-     [Frame(UP, (stale_sample(),), metadata=COUNTER)]),
-    ("start_timestamp_kept", [Frame(UP, (sample(start=500),))],
-     [Frame(UP, (sample(start=500),), metadata=COUNTER)]),
-    ("several_samples_in_order", [Frame(UP, (sample(1.0, 1), sample(2.0, 2)))],
-     [Frame(UP, (sample(1.0, 1), sample(2.0, 2)), metadata=COUNTER)]),
-    ("int_histogram_tag_moved", [Frame(BUCKET, histograms=(histogram(start=7),))],
-     [Frame(BUCKET, histograms=(histogram(start=7),), metadata=BOOK["rpc_seconds_bucket"])]),
-    ("float_histogram", [Frame(BUCKET, histograms=(histogram(floats=True),))],
-     [Frame(BUCKET, histograms=(histogram(floats=True),),
-            metadata=BOOK["rpc_seconds_bucket"])]),
-    ("exemplar_labels_as_refs", [Frame(UP, (sample(),), exemplars=(exemplar(),))],
-     [Frame(UP, (sample(),), exemplars=(exemplar(),), metadata=COUNTER)]),
-    ("exemplar_without_labels", [Frame(UP, (sample(),), exemplars=(Exemplar((), bytes(8), 5),))],
-     [Frame(UP, (sample(),), exemplars=(Exemplar((), bytes(8), 5),), metadata=COUNTER)]),
-    ("samples_and_histograms_split_in_two",
-     [Frame(UP, (sample(),), (histogram(),), (exemplar(),))],
-     [Frame(UP, (sample(),), exemplars=(exemplar(),), metadata=COUNTER),
-      Frame(UP, histograms=(histogram(),), metadata=COUNTER)]),
-    ("exemplar_only_joins_earlier_series",
-     [Frame(UP, (sample(),)), Frame(BUCKET, (sample(),)), Frame(UP, exemplars=(exemplar(),))],
-     [Frame(UP, (sample(),), exemplars=(exemplar(),), metadata=COUNTER),
-      Frame(BUCKET, (sample(),), metadata=BOOK["rpc_seconds_bucket"])]),
-    ("exemplar_only_joins_later_series",
-     [Frame(UP, exemplars=(exemplar("a"),)), Frame(UP, (sample(),), exemplars=(exemplar("b"),))],
-     [Frame(UP, (sample(),), exemplars=(exemplar("b"), exemplar("a")), metadata=COUNTER)]),
-    ("exemplar_only_joins_first_of_two",
-     [Frame(UP, (sample(1.0, 1),)), Frame(UP, (sample(2.0, 2),)),
-      Frame(UP, exemplars=(exemplar(),))],
-     [Frame(UP, (sample(1.0, 1),), exemplars=(exemplar(),), metadata=COUNTER),
-      Frame(UP, (sample(2.0, 2),), metadata=COUNTER)]),
-    ("exemplar_only_joins_histogram_series",
-     [Frame(BUCKET, histograms=(histogram(),)), Frame(BUCKET, exemplars=(exemplar(),))],
-     [Frame(BUCKET, histograms=(histogram(),), exemplars=(exemplar(),),
-            metadata=BOOK["rpc_seconds_bucket"])]),
+    (
+        "sample_copied_metadata_found",
+        [Frame(UP, (sample(),))],
+        [Frame(UP, (sample(),), metadata=COUNTER)],
+    ),
+    (
+        "no_metadata_empty_message",
+        [Frame((("__name__", "x"),), (sample(),))],
+        [Frame((("__name__", "x"),), (sample(),))],
+    ),
+    (
+        "no_metric_name_empty_metadata",
+        [Frame((("a", "b"),), (sample(),))],
+        [Frame((("a", "b"),), (sample(),))],
+    ),
+    (
+        "staleness_marker_kept",
+        [Frame(UP, (stale_sample(),))],
+        [Frame(UP, (stale_sample(),), metadata=COUNTER)],
+    ),
+    (
+        "start_timestamp_kept",
+        [Frame(UP, (sample(start=500),))],
+        [Frame(UP, (sample(start=500),), metadata=COUNTER)],
+    ),
+    (
+        "several_samples_in_order",
+        [Frame(UP, (sample(1.0, 1), sample(2.0, 2)))],
+        [Frame(UP, (sample(1.0, 1), sample(2.0, 2)), metadata=COUNTER)],
+    ),
+    (
+        "int_histogram_tag_moved",
+        [Frame(BUCKET, histograms=(histogram(start=7),))],
+        [Frame(BUCKET, histograms=(histogram(start=7),), metadata=BOOK["rpc_seconds_bucket"])],
+    ),
+    (
+        "float_histogram",
+        [Frame(BUCKET, histograms=(histogram(floats=True),))],
+        [Frame(BUCKET, histograms=(histogram(floats=True),), metadata=BOOK["rpc_seconds_bucket"])],
+    ),
+    (
+        "exemplar_labels_as_refs",
+        [Frame(UP, (sample(),), exemplars=(exemplar(),))],
+        [Frame(UP, (sample(),), exemplars=(exemplar(),), metadata=COUNTER)],
+    ),
+    (
+        "exemplar_without_labels",
+        [Frame(UP, (sample(),), exemplars=(Exemplar((), bytes(8), 5),))],
+        [Frame(UP, (sample(),), exemplars=(Exemplar((), bytes(8), 5),), metadata=COUNTER)],
+    ),
+    (
+        "samples_and_histograms_split_in_two",
+        [Frame(UP, (sample(),), (histogram(),), (exemplar(),))],
+        [
+            Frame(UP, (sample(),), exemplars=(exemplar(),), metadata=COUNTER),
+            Frame(UP, histograms=(histogram(),), metadata=COUNTER),
+        ],
+    ),
+    (
+        "exemplar_only_joins_earlier_series",
+        [Frame(UP, (sample(),)), Frame(BUCKET, (sample(),)), Frame(UP, exemplars=(exemplar(),))],
+        [
+            Frame(UP, (sample(),), exemplars=(exemplar(),), metadata=COUNTER),
+            Frame(BUCKET, (sample(),), metadata=BOOK["rpc_seconds_bucket"]),
+        ],
+    ),
+    (
+        "exemplar_only_joins_later_series",
+        [Frame(UP, exemplars=(exemplar("a"),)), Frame(UP, (sample(),), exemplars=(exemplar("b"),))],
+        [Frame(UP, (sample(),), exemplars=(exemplar("b"), exemplar("a")), metadata=COUNTER)],
+    ),
+    (
+        "exemplar_only_joins_first_of_two",
+        [
+            Frame(UP, (sample(1.0, 1),)),
+            Frame(UP, (sample(2.0, 2),)),
+            Frame(UP, exemplars=(exemplar(),)),
+        ],
+        [
+            Frame(UP, (sample(1.0, 1),), exemplars=(exemplar(),), metadata=COUNTER),
+            Frame(UP, (sample(2.0, 2),), metadata=COUNTER),
+        ],
+    ),
+    (
+        "exemplar_only_joins_histogram_series",
+        [Frame(BUCKET, histograms=(histogram(),)), Frame(BUCKET, exemplars=(exemplar(),))],
+        [
+            Frame(
+                BUCKET,
+                histograms=(histogram(),),
+                exemplars=(exemplar(),),
+                metadata=BOOK["rpc_seconds_bucket"],
+            )
+        ],
+    ),
     # an exemplar-only series with no series of its labels in the request (an orphan) is left
     # out: a Prometheus 3 receiver refuses it (the orphan counts: test_encoding)
     ("exemplar_only_orphan_left_out", [Frame(UP, exemplars=(exemplar(),))], []),
-    ("exemplar_only_other_labels_left_out",
-     [Frame(UP, (sample(),)), Frame((("__name__", "up"),), exemplars=(exemplar(),))],
-     [Frame(UP, (sample(),), metadata=COUNTER)]),
-    ("label_order_kept", [Frame((("job", "node"), ("__name__", "up")), (sample(),))],
-     [Frame((("job", "node"), ("__name__", "up")), (sample(),), metadata=COUNTER)]),
-    ("unknown_series_fields_dropped", [Frame(UP, (sample(),), extra=b"\x28\x01\x3a\x01x")],
-     [Frame(UP, (sample(),), metadata=COUNTER)]),
-    ("utf8_names", [Frame((("__name__", "http.server.duration"), ("service.name", "é")),
-                          (sample(),))],
-     [Frame((("__name__", "http.server.duration"), ("service.name", "é")), (sample(),))]),
+    (
+        "exemplar_only_other_labels_left_out",
+        [Frame(UP, (sample(),)), Frame((("__name__", "up"),), exemplars=(exemplar(),))],
+        [Frame(UP, (sample(),), metadata=COUNTER)],
+    ),
+    (
+        "label_order_kept",
+        [Frame((("job", "node"), ("__name__", "up")), (sample(),))],
+        [Frame((("job", "node"), ("__name__", "up")), (sample(),), metadata=COUNTER)],
+    ),
+    (
+        "unknown_series_fields_dropped",
+        [Frame(UP, (sample(),), extra=b"\x28\x01\x3a\x01x")],
+        [Frame(UP, (sample(),), metadata=COUNTER)],
+    ),
+    (
+        "utf8_names",
+        [Frame((("__name__", "http.server.duration"), ("service.name", "é")), (sample(),))],
+        [Frame((("__name__", "http.server.duration"), ("service.name", "é")), (sample(),))],
+    ),
     ("empty_body", [], []),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize(("given_frames", "expected"), [c[1:] for c in CASES],
-                         ids=[c[0] for c in CASES])  # fmt: skip
-@pytest.mark.parametrize("encode", [encode_request_py, rw2_out.encode_request],
-                         ids=["pure", "used"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("given_frames", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+@pytest.mark.parametrize(
+    "encode", [encode_request_py, rw2_out.encode_request], ids=["pure", "used"]
+)
 def test_encoding(given_frames: list[Frame], expected: list[Frame], encode: Any) -> None:
     memo, resolve = resolver(BOOK)
     encoded = encode(frames(given_frames), memo, resolve)
@@ -140,21 +211,26 @@ def test_encoding(given_frames: list[Frame], expected: list[Frame], encode: Any)
     assert series_of(request) == expected
     assert len(set(request.symbols)) == len(request.symbols)  # each string once
     counts = (encoded.samples, encoded.histograms, encoded.exemplars)
-    assert counts == (sum(len(f.samples) for f in expected),
-                      sum(len(f.histograms) for f in expected),
-                      sum(len(f.exemplars) for f in expected))  # fmt: skip
-    assert encoded.orphan_exemplars == (sum(len(f.exemplars) for f in given_frames)
-                                        - encoded.exemplars)  # fmt: skip
+    assert counts == (
+        sum(len(f.samples) for f in expected),
+        sum(len(f.histograms) for f in expected),
+        sum(len(f.exemplars) for f in expected),
+    )
+    assert encoded.orphan_exemplars == (
+        sum(len(f.exemplars) for f in given_frames) - encoded.exemplars
+    )
 
 
 def test_bytes_as_prometheus_writes_them() -> None:
     """gogo order: symbols (22) first, then per series labels_refs (0a, packed), samples (12),
     exemplars (22), metadata (2a) always present; ``""`` is symbol 0 and written."""
-    body = frame_bytes(Frame((("__name__", "a"),), (sample(1.0, 1),),
-                             exemplars=(Exemplar((), bytes(8), 2),)))  # fmt: skip
+    body = frame_bytes(
+        Frame((("__name__", "a"),), (sample(1.0, 1),), exemplars=(Exemplar((), bytes(8), 2),))
+    )
     encoded = encode_request_py(body, {}, lambda _name: None)
-    series = (b"\x0a\x02\x01\x02" + field_bytes(2, sample(1.0, 1)) + b"\x22\x02\x18\x02"
-              + b"\x2a\x00")  # fmt: skip
+    series = (
+        b"\x0a\x02\x01\x02" + field_bytes(2, sample(1.0, 1)) + b"\x22\x02\x18\x02" + b"\x2a\x00"
+    )
     expected = b"\x22\x00" + b"\x22\x08__name__" + b"\x22\x01a" + field_bytes(5, series)
     assert encoded.request == expected
     assert rw2_out.encode_request(body, {}, lambda _name: None).request == expected
@@ -169,8 +245,18 @@ def test_symbols_in_first_use_order() -> None:
     memo, resolve = resolver({"m": (2, "help of m", "bytes")})
     for encode in (encode_request_py, rw2_out.encode_request):
         request = decode_v2(encode(frames(given_frames), memo, resolve).request)
-        assert list(request.symbols) == ["", "b", "1", "__name__", "m", "trace_id", "t",
-                                         "help of m", "bytes", "2"]  # fmt: skip
+        assert list(request.symbols) == [
+            "",
+            "b",
+            "1",
+            "__name__",
+            "m",
+            "trace_id",
+            "t",
+            "help of m",
+            "bytes",
+            "2",
+        ]
         assert [list(ts.labels_refs) for ts in request.timeseries] == [[1, 2, 3, 4], [3, 4, 1, 9]]
 
 
@@ -182,8 +268,13 @@ def test_memo_is_asked_before_resolve() -> None:
         return (2, b"from resolve", b"")
 
     memo: dict[bytes, Any] = {b"up": (1, b"from memo", b""), b"none": None}
-    body = frames([Frame(UP, (sample(),)), Frame((("__name__", "none"),), (sample(),)),
-                   Frame((("__name__", "other"),), (sample(),))])  # fmt: skip
+    body = frames(
+        [
+            Frame(UP, (sample(),)),
+            Frame((("__name__", "none"),), (sample(),)),
+            Frame((("__name__", "other"),), (sample(),)),
+        ]
+    )
     for encode in (encode_request_py, rw2_out.encode_request):
         calls.clear()
         got = [f.metadata for f in series_of(decode_v2(encode(body, memo, resolve).request))]
@@ -216,19 +307,28 @@ label_sets = st.dictionaries(names, names, min_size=1, max_size=4).map(
 )
 v2_samples = st.builds(
     write_v2_pb2.Sample,
-    value=st.floats(allow_nan=False), timestamp=st.integers(-(2**40), 2**40),
+    value=st.floats(allow_nan=False),
+    timestamp=st.integers(-(2**40), 2**40),
     start_timestamp=st.integers(0, 2**40),
-)  # fmt: skip
+)
 v2_histograms = st.builds(
     write_v2_pb2.Histogram,
-    count_int=st.integers(0, 2**40), sum=st.floats(allow_nan=False), schema=st.integers(-4, 8),
-    timestamp=st.integers(0, 2**40), start_timestamp=st.integers(0, 2**40),
-)  # fmt: skip
-v2_exemplars = st.tuples(st.dictionaries(names, names, max_size=2), st.floats(allow_nan=False),
-                         st.integers(0, 2**40))  # fmt: skip
-v2_series = st.tuples(label_sets, st.booleans(), st.lists(v2_samples, min_size=1, max_size=3),
-                      st.lists(v2_histograms, min_size=1, max_size=2),
-                      st.lists(v2_exemplars, max_size=2))  # fmt: skip
+    count_int=st.integers(0, 2**40),
+    sum=st.floats(allow_nan=False),
+    schema=st.integers(-4, 8),
+    timestamp=st.integers(0, 2**40),
+    start_timestamp=st.integers(0, 2**40),
+)
+v2_exemplars = st.tuples(
+    st.dictionaries(names, names, max_size=2), st.floats(allow_nan=False), st.integers(0, 2**40)
+)
+v2_series = st.tuples(
+    label_sets,
+    st.booleans(),
+    st.lists(v2_samples, min_size=1, max_size=3),
+    st.lists(v2_histograms, min_size=1, max_size=2),
+    st.lists(v2_exemplars, max_size=2),
+)
 metadata_types = st.tuples(st.integers(0, 7), st.text(max_size=8), st.text(max_size=4))
 
 
@@ -286,8 +386,10 @@ def to_rw1_frames(request: write_v2_pb2.Request) -> bytes:
 
 
 @settings(max_examples=150, deadline=None)
-@given(series=st.lists(v2_series, max_size=6),
-       book=st.dictionaries(st.sampled_from(["m", "a", "up"]), metadata_types))  # fmt: skip
+@given(
+    series=st.lists(v2_series, max_size=6),
+    book=st.dictionaries(st.sampled_from(["m", "a", "up"]), metadata_types),
+)
 def test_rw2_to_rw1_to_rw2_gives_the_same_data(
     series: list[Any], book: dict[str, MetaText]
 ) -> None:
@@ -328,28 +430,40 @@ STRIP_CASES = [
     ("none", [Frame(UP, (sample(),), (histogram(),))], 0),
     ("sample", [Frame(UP, (sample(start=5), sample(start=0), sample(start=6)))], 2),
     ("histogram", [Frame(BUCKET, histograms=(histogram(start=9), histogram()))], 1),
-    ("several_frames", [Frame(UP, (sample(start=1),)), Frame(BUCKET, (sample(),)),
-                        Frame(BUCKET, (sample(start=300),), (histogram(start=2),),
-                              (exemplar(),))], 3),
-]  # fmt: skip
+    (
+        "several_frames",
+        [
+            Frame(UP, (sample(start=1),)),
+            Frame(BUCKET, (sample(),)),
+            Frame(BUCKET, (sample(start=300),), (histogram(start=2),), (exemplar(),)),
+        ],
+        3,
+    ),
+]
 
 
 def rw1_clean(frame: Frame) -> Frame:
     """What an RW 1.0 receiver may get: the same data without start timestamps."""
+
     def without(blob: bytes, cls: Any) -> bytes:
         message = cls.FromString(blob)
         message.start_timestamp = 0
         return bytes(message.SerializeToString())
 
-    return Frame(frame.labels, tuple(without(s, write_v2_pb2.Sample) for s in frame.samples),
-                 tuple(without(h, write_v2_pb2.Histogram) for h in frame.histograms),
-                 frame.exemplars)  # fmt: skip
+    return Frame(
+        frame.labels,
+        tuple(without(s, write_v2_pb2.Sample) for s in frame.samples),
+        tuple(without(h, write_v2_pb2.Histogram) for h in frame.histograms),
+        frame.exemplars,
+    )
 
 
-@pytest.mark.parametrize(("given_frames", "removed"), [c[1:] for c in STRIP_CASES],
-                         ids=[c[0] for c in STRIP_CASES])  # fmt: skip
-@pytest.mark.parametrize("strip", [strip_start_timestamps_py, rw2_out.strip_start_timestamps],
-                         ids=["pure", "used"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("given_frames", "removed"), [c[1:] for c in STRIP_CASES], ids=[c[0] for c in STRIP_CASES]
+)
+@pytest.mark.parametrize(
+    "strip", [strip_start_timestamps_py, rw2_out.strip_start_timestamps], ids=["pure", "used"]
+)
 def test_strip_start_timestamps(given_frames: list[Frame], removed: int, strip: Any) -> None:
     body = frames(given_frames)
     out, count = strip(body)
@@ -368,8 +482,13 @@ def test_strip_keeps_other_fields_and_top_level_bytes() -> None:
     for strip in (strip_start_timestamps_py, rw2_out.strip_start_timestamps):
         out, count = strip(body)
         assert count == 1
-        assert out == field_bytes(1, field_bytes(1, b"\x0a\x01a") + b"\x12\x09\x09" + bytes(8)
-                                  + b"\x28\x05") + b"\x1a\x02\x08\x01"  # fmt: skip
+        assert (
+            out
+            == field_bytes(
+                1, field_bytes(1, b"\x0a\x01a") + b"\x12\x09\x09" + bytes(8) + b"\x28\x05"
+            )
+            + b"\x1a\x02\x08\x01"
+        )
 
 
 def test_strip_malformed_raises_decode_error() -> None:

@@ -63,17 +63,22 @@ text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size
 metric = st.sampled_from(["up", "up_total", "h_bucket", "x", ""])
 labels = st.lists(st.tuples(st.sampled_from(["__name__", "a", "b", "job", ""]), text), max_size=4)
 int64 = st.integers(-(2**63), 2**63 - 1)
-samples = st.builds(write_v2_pb2.Sample, value=st.floats(), timestamp=int64,
-                    start_timestamp=int64).map(
-    lambda s: s.SerializeToString()
-)  # fmt: skip
-histograms = st.builds(write_v2_pb2.Histogram, count_int=st.integers(0, 2**64 - 1),
-                       zero_count_float=st.floats(), timestamp=st.integers(0, 2**40),
-                       start_timestamp=st.integers(-(2**63), 2**63 - 1)).map(
-    lambda h: h.SerializeToString()
-)  # fmt: skip
-exemplars = st.builds(Exemplar, st.lists(st.tuples(text, text), max_size=2).map(tuple),
-                      st.binary(min_size=8, max_size=8), st.integers(0, 2**62))  # fmt: skip
+samples = st.builds(
+    write_v2_pb2.Sample, value=st.floats(), timestamp=int64, start_timestamp=int64
+).map(lambda s: s.SerializeToString())
+histograms = st.builds(
+    write_v2_pb2.Histogram,
+    count_int=st.integers(0, 2**64 - 1),
+    zero_count_float=st.floats(),
+    timestamp=st.integers(0, 2**40),
+    start_timestamp=st.integers(-(2**63), 2**63 - 1),
+).map(lambda h: h.SerializeToString())
+exemplars = st.builds(
+    Exemplar,
+    st.lists(st.tuples(text, text), max_size=2).map(tuple),
+    st.binary(min_size=8, max_size=8),
+    st.integers(0, 2**62),
+)
 frame = st.builds(
     Frame,
     st.tuples(metric, labels).map(lambda t: (("__name__", t[0]), *t[1]) if t[0] else tuple(t[1])),
@@ -82,8 +87,9 @@ frame = st.builds(
     st.lists(exemplars, max_size=2).map(tuple),
     extra=st.sampled_from([b"", b"\x28\x01", b"\x31" + bytes(8), b"\x3a\x00", b"\x0a\x00"]),
 )
-metas = st.one_of(st.none(), st.tuples(st.integers(0, 2**64 - 1), st.binary(max_size=6),
-                                       st.binary(max_size=3)))  # fmt: skip
+metas = st.one_of(
+    st.none(), st.tuples(st.integers(0, 2**64 - 1), st.binary(max_size=6), st.binary(max_size=3))
+)
 books = st.dictionaries(st.sampled_from([b"up", b"up_total", b"h_bucket", b"x"]), metas)
 memo_names = st.frozensets(st.sampled_from([b"up", b"h_bucket", b"x"]))
 
@@ -111,12 +117,18 @@ def test_benchmark_workload_encodes_identically() -> None:
 
 @needs_accelerator
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(series=st.lists(frame, max_size=8), book=books, memo=memo_names,
-       echoes=st.lists(st.tuples(st.integers(0, 7), st.integers(0, 8), exemplars), max_size=4))
+@given(
+    series=st.lists(frame, max_size=8),
+    book=books,
+    memo=memo_names,
+    echoes=st.lists(st.tuples(st.integers(0, 7), st.integers(0, 8), exemplars), max_size=4),
+)
 def test_random_frames_encode_and_strip_identically(
-    series: list[Frame], book: dict[bytes, Meta], memo: frozenset[bytes],
+    series: list[Frame],
+    book: dict[bytes, Meta],
+    memo: frozenset[bytes],
     echoes: list[tuple[int, int, Exemplar]],
-) -> None:  # fmt: skip
+) -> None:
     """Random frames, and exemplar-only frames with the labels of some of them (adopted)."""
     for source, at, ex in echoes:
         if series:
@@ -131,9 +143,16 @@ def test_random_frames_encode_and_strip_identically(
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     series=st.lists(frame, min_size=1, max_size=4),
-    mutations=st.lists(st.tuples(st.sampled_from(["flip", "cut", "insert", "delete"]),
-                       st.integers(0, 10_000), st.integers(0, 255)), min_size=1, max_size=3),
-)  # fmt: skip
+    mutations=st.lists(
+        st.tuples(
+            st.sampled_from(["flip", "cut", "insert", "delete"]),
+            st.integers(0, 10_000),
+            st.integers(0, 255),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+)
 def test_mutated_bodies_give_the_same_result_or_error(
     series: list[Frame], mutations: list[tuple[str, int, int]]
 ) -> None:
@@ -159,10 +178,18 @@ ODD = [
     ("non_minimal_frame_tag", b"\x8a\x00\x02\x0a\x00"),
     ("label_with_unknown_fields", field_bytes(1, field_bytes(1, b"\x0a\x01a\x18\x05\x12\x01b"))),
     ("label_name_twice", field_bytes(1, field_bytes(1, b"\x0a\x01a\x0a\x01c\x12\x01b"))),
-    ("name_label_twice", field_bytes(1, field_bytes(1, b"\x0a\x08__name__\x12\x02up")
-                                     + field_bytes(1, b"\x0a\x08__name__\x12\x01x"))),
-    ("exemplar_fields_reordered", field_bytes(1, field_bytes(3, b"\x18\x05\x11" + bytes(8)
-                                                             + b"\x0a\x00"))),
+    (
+        "name_label_twice",
+        field_bytes(
+            1,
+            field_bytes(1, b"\x0a\x08__name__\x12\x02up")
+            + field_bytes(1, b"\x0a\x08__name__\x12\x01x"),
+        ),
+    ),
+    (
+        "exemplar_fields_reordered",
+        field_bytes(1, field_bytes(3, b"\x18\x05\x11" + bytes(8) + b"\x0a\x00")),
+    ),
     ("huge_varint_value_in_sample", field_bytes(1, b"\x12\x0b\x10" + b"\xff" * 9 + b"\x7f")),
     ("group_in_series", field_bytes(1, b"\x0b\x0c")),
     ("label_wire_type_0", field_bytes(1, b"\x08\x01")),
@@ -216,11 +243,15 @@ def test_other_argument_types_go_to_the_reference() -> None:
     scan = _scan
     none: Any = lambda _n: None  # noqa: E731
     for other in (bytearray(body), memoryview(body)):
-        encoded = [outcome(lambda f=f, o=other: tuple(f(o, {}, none)))  # type: ignore[misc]
-                   for f in (scan.encode_v2, encode_request_py)]  # fmt: skip
+        encoded = [
+            outcome(lambda f=f, o=other: tuple(f(o, {}, none)))  # type: ignore[misc]
+            for f in (scan.encode_v2, encode_request_py)
+        ]
         assert encoded[0] == encoded[1]
-        stripped = [outcome(lambda f=f, o=other: f(o))  # type: ignore[misc]
-                    for f in (scan.strip_start_timestamps, strip_start_timestamps_py)]  # fmt: skip
+        stripped = [
+            outcome(lambda f=f, o=other: f(o))  # type: ignore[misc]
+            for f in (scan.strip_start_timestamps, strip_start_timestamps_py)
+        ]
         assert stripped[0] == stripped[1]
     assert scan.encode_v2(body, [], none) == encode_request_py(body, [], none)  # type: ignore[arg-type]
 
@@ -228,8 +259,14 @@ def test_other_argument_types_go_to_the_reference() -> None:
 def test_pure_path_selected_by_environment() -> None:
     code = "from rwrouter.wire.rw2_out import ACCELERATED; print(ACCELERATED)"
     env = {**os.environ, "RWROUTER_NO_EXTENSIONS": "1"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True, timeout=60)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     assert out.stdout.strip() == "False"
 
 

@@ -78,16 +78,30 @@ def test_benchmark_workload_as_rw2(with_metadata: bool) -> None:
         if not with_metadata:
             assert got[0] == data
             continue
-        names = {lab.value for ts in parsed.timeseries for lab in ts.labels
-                 if lab.name == "__name__"}  # fmt: skip
+        names = {
+            lab.value for ts in parsed.timeseries for lab in ts.labels if lab.name == "__name__"
+        }
         expected = sorted(n for n in WORKLOAD_METADATA if n in names)
         assert sorted(m.metric_family_name for m in converted.metadata) == expected
 
 
 # -- random requests of every shape -------------------------------------------------------------
 
-TEXTS = ["", "__name__", "up", "rpc_seconds_bucket", "job", "a", "le", "+Inf", "trace_id",
-         "Help text.", "seconds", "http.server.duration", "ü"]  # fmt: skip
+TEXTS = [
+    "",
+    "__name__",
+    "up",
+    "rpc_seconds_bucket",
+    "job",
+    "a",
+    "le",
+    "+Inf",
+    "trace_id",
+    "Help text.",
+    "seconds",
+    "http.server.duration",
+    "ü",
+]
 
 
 def ld(field: int, payload: bytes) -> bytes:
@@ -104,8 +118,10 @@ def refs_fields(refs: list[int], how: str) -> list[bytes]:
     if how == "unpacked":
         return [vi(1, r) for r in refs]
     half = len(refs) // 2
-    return [ld(1, b"".join(encode_varint(r) for r in refs[:half])),
-            *(vi(1, r) for r in refs[half:])]  # fmt: skip
+    return [
+        ld(1, b"".join(encode_varint(r) for r in refs[:half])),
+        *(vi(1, r) for r in refs[half:]),
+    ]
 
 
 def _mostly(good: st.SearchStrategy[Any], bad: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
@@ -113,38 +129,46 @@ def _mostly(good: st.SearchStrategy[Any], bad: st.SearchStrategy[Any]) -> st.Sea
     return st.integers(0, 9).flatmap(lambda k: good if k else bad)
 
 
-_pairs = st.lists(st.tuples(st.integers(0, len(TEXTS) - 1), st.integers(0, len(TEXTS) - 1)),
-                  max_size=4).map(lambda pairs: [r for pair in pairs for r in pair])  # fmt: skip
+_pairs = st.lists(
+    st.tuples(st.integers(0, len(TEXTS) - 1), st.integers(0, len(TEXTS) - 1)), max_size=4
+).map(lambda pairs: [r for pair in pairs for r in pair])
 refs_strategy = _mostly(_pairs, st.lists(st.integers(0, len(TEXTS) + 1), max_size=7))
 _ref = _mostly(st.integers(0, len(TEXTS) - 1), st.integers(0, 2**33))
 encodings = st.sampled_from(["packed", "unpacked", "split"])
 histograms = st.builds(
     write_v2_pb2.Histogram,
-    count_int=st.integers(0, 2**64 - 1), sum=st.floats(allow_nan=False),
-    schema=st.integers(-4, 8), timestamp=st.integers(-(2**63), 2**63 - 1),
+    count_int=st.integers(0, 2**64 - 1),
+    sum=st.floats(allow_nan=False),
+    schema=st.integers(-4, 8),
+    timestamp=st.integers(-(2**63), 2**63 - 1),
     positive_deltas=st.lists(st.integers(-(2**63), 2**63 - 1), max_size=3),
-    positive_spans=st.lists(st.builds(write_v2_pb2.BucketSpan, offset=st.integers(-5, 5),
-                                      length=st.integers(0, 4)), max_size=2),
+    positive_spans=st.lists(
+        st.builds(write_v2_pb2.BucketSpan, offset=st.integers(-5, 5), length=st.integers(0, 4)),
+        max_size=2,
+    ),
     custom_values=st.lists(st.floats(allow_nan=False), max_size=2),
     start_timestamp=st.integers(-(2**63), 2**63 - 1),
-)  # fmt: skip
+)
 samples = st.builds(
-    write_v2_pb2.Sample, value=st.floats(), timestamp=st.integers(-(2**63), 2**63 - 1),
+    write_v2_pb2.Sample,
+    value=st.floats(),
+    timestamp=st.integers(-(2**63), 2**63 - 1),
     start_timestamp=st.one_of(st.just(0), st.integers(-(2**63), 2**63 - 1)),
-)  # fmt: skip
+)
 series_strategy = st.fixed_dictionaries(
     {
         "refs": refs_strategy,
         "how": encodings,
         "samples": st.lists(samples, max_size=3),
         "histograms": st.lists(histograms, max_size=2),
-        "exemplars": st.lists(st.tuples(refs_strategy, encodings, st.floats(),
-                                        st.integers(0, 2**63 - 1)), max_size=2),
+        "exemplars": st.lists(
+            st.tuples(refs_strategy, encodings, st.floats(), st.integers(0, 2**63 - 1)), max_size=2
+        ),
         "metadata": st.one_of(st.none(), st.tuples(st.integers(0, 9), _ref, _ref)),
         "unknown": st.booleans(),
         "shuffle": st.randoms(use_true_random=False),
     }
-)  # fmt: skip
+)
 
 
 def build(table: list[str], series: list[dict[str, Any]], symbols_at: int) -> bytes:
@@ -171,8 +195,12 @@ tables = _mostly(st.just(TEXTS), st.lists(st.sampled_from(TEXTS), max_size=10))
 
 
 @settings(max_examples=400, deadline=None)
-@given(table=tables, series=st.lists(series_strategy, max_size=6), symbols_at=st.integers(0, 6),
-       limit=st.one_of(st.none(), st.floats(0, 1.5)))  # fmt: skip
+@given(
+    table=tables,
+    series=st.lists(series_strategy, max_size=6),
+    symbols_at=st.integers(0, 6),
+    limit=st.one_of(st.none(), st.floats(0, 1.5)),
+)
 def test_random_requests_convert_identically(
     table: list[str], series: list[dict[str, Any]], symbols_at: int, limit: float | None
 ) -> None:
@@ -205,9 +233,16 @@ def route(scan: Callable[..., Scan], data: bytes) -> Any:
 )
 @given(
     series=st.lists(series_strategy, min_size=1, max_size=3),
-    mutations=st.lists(st.tuples(st.sampled_from(["flip", "cut", "insert", "delete"]),
-                       st.integers(0, 10_000), st.integers(0, 255)), min_size=1, max_size=3),
-)  # fmt: skip
+    mutations=st.lists(
+        st.tuples(
+            st.sampled_from(["flip", "cut", "insert", "delete"]),
+            st.integers(0, 10_000),
+            st.integers(0, 255),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+)
 def test_mutated_bodies_give_the_same_result_or_error(
     series: list[dict[str, Any]], mutations: list[tuple[str, int, int]]
 ) -> None:

@@ -65,12 +65,14 @@ def test_signature_compiled_equals_pure_and_refuses_non_legacy_names(
 
 ESCAPING_ROUTES = [
     Route("ws", parse_relabel_configs(KEEP_CRITICAL, "t"), escaping=UNDERSCORES),
-    Route("ws2", parse_relabel_configs(
-        [{"action": "drop", "source_labels": ["job"], "regex": "dcgm"}], "t"),
-        escaping=UNDERSCORES),
+    Route(
+        "ws2",
+        parse_relabel_configs([{"action": "drop", "source_labels": ["job"], "regex": "dcgm"}], "t"),
+        escaping=UNDERSCORES,
+    ),
     Route("self"),
     Route("rest", fallback=True),
-]  # fmt: skip
+]
 
 series_strategy = st.fixed_dictionaries(
     {
@@ -93,8 +95,7 @@ def _pair() -> tuple[Router, Router]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(requests=st.lists(st.lists(series_strategy, min_size=1, max_size=6), min_size=1,
-                         max_size=3))  # fmt: skip
+@given(requests=st.lists(st.lists(series_strategy, min_size=1, max_size=6), min_size=1, max_size=3))
 def test_shortcut_with_escaping_gives_the_full_paths_entries(
     requests: list[list[dict[str, Any]]],
 ) -> None:
@@ -130,9 +131,14 @@ class _InOrder(random.Random):
 
 
 def _series(labels: tuple[tuple[str, str], ...]) -> dict[str, Any]:
-    return {"name": dict(labels)["__name__"], "labels": dict(labels[1:]),
-            "shuffle": _InOrder(), "samples": [(1.0, 1000)], "exemplars": 0,
-            "histograms": 0}  # fmt: skip
+    return {
+        "name": dict(labels)["__name__"],
+        "labels": dict(labels[1:]),
+        "shuffle": _InOrder(),
+        "samples": [(1.0, 1000)],
+        "exemplars": 0,
+        "histograms": 0,
+    }
 
 
 @needs_accelerator

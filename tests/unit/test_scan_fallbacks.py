@@ -35,8 +35,11 @@ def frame(payload: bytes) -> bytes:
     return b"\x0a" + bytes([len(payload)]) + payload
 
 
-XFAIL = pytest.mark.xfail(strict=True, reason="the compiled loop calls codec.split_series for "
-                          "each series of this shape (see the module docstring)")  # fmt: skip
+XFAIL = pytest.mark.xfail(
+    strict=True,
+    reason="the compiled loop calls codec.split_series for "
+    "each series of this shape (see the module docstring)",
+)
 # (id, a TimeSeries payload)
 SHAPES = [
     pytest.param(LABEL + SAMPLE, id="plain_samples"),

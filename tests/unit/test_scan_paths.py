@@ -44,10 +44,13 @@ def compiled(*args: Any) -> Scan:
     return Scan._make(_scan.scan_request(*args))
 
 
-KEEP_CRITICAL = [{
-    "source_labels": ["__name__"], "action": "keep",
-    "regex": "DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_MEM_COPY_UTIL|DCGM_FI_PROF_.*",
-}]  # fmt: skip
+KEEP_CRITICAL = [
+    {
+        "source_labels": ["__name__"],
+        "action": "keep",
+        "regex": "DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_MEM_COPY_UTIL|DCGM_FI_PROF_.*",  # noqa: E501
+    }
+]
 
 
 def make_routes() -> list[Route]:
@@ -122,8 +125,13 @@ def content(routed: RoutedRequest) -> list[list[types_pb2.TimeSeries]]:
 
 # -- inputs -----------------------------------------------------------------------------------
 
-DCGM_FIELDS = ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_SM_CLOCK",
-               "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_DEV_POWER_USAGE"]  # fmt: skip
+DCGM_FIELDS = [
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_SM_CLOCK",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    "DCGM_FI_DEV_POWER_USAGE",
+]
 
 
 def fleet_request(nodes: int, seed: int) -> bytes:
@@ -133,9 +141,14 @@ def fleet_request(nodes: int, seed: int) -> bytes:
     for node in range(nodes):
         for gpu in range(8):
             for name in DCGM_FIELDS:
-                labels = {"__name__": name, "Hostname": f"ip-10-0-0-{node}",
-                          "UUID": f"GPU-{node}-{gpu}", "gpu": str(gpu),
-                          "job": "dcgm-exporter", "pod": f"dcgm-{node}"}  # fmt: skip
+                labels = {
+                    "__name__": name,
+                    "Hostname": f"ip-10-0-0-{node}",
+                    "UUID": f"GPU-{node}-{gpu}",
+                    "gpu": str(gpu),
+                    "job": "dcgm-exporter",
+                    "pod": f"dcgm-{node}",
+                }
                 ts = request.timeseries.add()
                 for key in sorted(labels):
                     ts.labels.add(name=key, value=labels[key])
@@ -241,9 +254,16 @@ def test_random_series_route_identically(
 )
 @given(
     series=st.lists(series_strategy, min_size=1, max_size=4),
-    mutations=st.lists(st.tuples(st.sampled_from(["flip", "cut", "insert", "delete"]),
-                       st.integers(0, 10_000), st.integers(0, 255)), min_size=1, max_size=3),
-)  # fmt: skip
+    mutations=st.lists(
+        st.tuples(
+            st.sampled_from(["flip", "cut", "insert", "delete"]),
+            st.integers(0, 10_000),
+            st.integers(0, 255),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+)
 def test_malformed_bodies_give_the_same_errors(
     series: list[dict[str, Any]],
     mutations: list[tuple[str, int, int]],
@@ -291,8 +311,14 @@ def test_known_malformed_bodies_same_error(data: bytes, monkeypatch: pytest.Monk
 def test_pure_path_selected_by_environment() -> None:
     code = "from rwrouter.wire.accelerator import ACCELERATED; print(ACCELERATED)"
     env = {**os.environ, "RWROUTER_NO_EXTENSIONS": "1"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True, timeout=60)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     assert out.stdout.strip() == "False"
 
 
@@ -316,8 +342,10 @@ label_sets = st.lists(st.tuples(label_text, label_text), max_size=6)
 
 @needs_accelerator
 @settings(max_examples=400, deadline=None)
-@given(labels=label_sets, mutations=st.lists(st.tuples(st.integers(0, 500), st.integers(0, 255)),
-                                             max_size=2))  # fmt: skip
+@given(
+    labels=label_sets,
+    mutations=st.lists(st.tuples(st.integers(0, 500), st.integers(0, 255)), max_size=2),
+)
 def test_label_codec_compiled_equals_pure(
     labels: list[tuple[str, str]], mutations: list[tuple[int, int]]
 ) -> None:
@@ -362,9 +390,15 @@ def test_entry_round_trips(key: bytes, raw_items: list[Any]) -> None:
     assert unpack_entry(key, entry) == items
     same = sum(1 for item in items if isinstance(item, tuple) and item[0] == key)
     assert len(entry) == sum(
-        1 if item is None else 2 if isinstance(item, int) else 5 if item[0] == key
-        else 9 + len(item[0]) for item in items
-    )  # fmt: skip
+        1
+        if item is None
+        else 2
+        if isinstance(item, int)
+        else 5
+        if item[0] == key
+        else 9 + len(item[0])
+        for item in items
+    )
     assert same >= raw_items.count("same")
 
 
@@ -377,11 +411,14 @@ WANTED = (b"__name__", b"gpu", b"job")
 @needs_accelerator
 @settings(max_examples=400, deadline=None)
 @given(
-    labels=st.dictionaries(st.sampled_from(["__name__", "Hostname", "gpu", "job", "a", "zz", ""]),
-                           st.one_of(ascii_text, label_text), max_size=5),
+    labels=st.dictionaries(
+        st.sampled_from(["__name__", "Hostname", "gpu", "job", "a", "zz", ""]),
+        st.one_of(ascii_text, label_text),
+        max_size=5,
+    ),
     shuffle=st.randoms(use_true_random=False),
     mutation=st.one_of(st.none(), st.tuples(st.integers(0, 300), st.integers(0, 255))),
-)  # fmt: skip
+)
 def test_signature_compiled_equals_pure_and_means_canonical(
     labels: dict[str, str], shuffle: random.Random, mutation: tuple[int, int] | None
 ) -> None:
@@ -405,12 +442,20 @@ def test_signature_compiled_equals_pure_and_means_canonical(
 
 FILTER_ROUTES = [
     Route("a", parse_relabel_configs(KEEP_CRITICAL, "t")),
-    Route("b", parse_relabel_configs(
-        [{"action": "drop", "source_labels": ["job", "gpu"], "regex": "dcgm;[0-3]"}], "t")),
-    Route("c", parse_relabel_configs(
-        [{"action": "keepequal", "source_labels": ["gpu"], "target_label": "device"}], "t")),
+    Route(
+        "b",
+        parse_relabel_configs(
+            [{"action": "drop", "source_labels": ["job", "gpu"], "regex": "dcgm;[0-3]"}], "t"
+        ),
+    ),
+    Route(
+        "c",
+        parse_relabel_configs(
+            [{"action": "keepequal", "source_labels": ["gpu"], "target_label": "device"}], "t"
+        ),
+    ),
     Route("rest", fallback=True),
-]  # fmt: skip
+]
 
 
 @settings(max_examples=300, deadline=None)
@@ -460,8 +505,11 @@ TEMPLATE_ORDER_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("labels_seen",), [c[1:] for c in TEMPLATE_ORDER_CASES],
-                         ids=[c[0] for c in TEMPLATE_ORDER_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("labels_seen",),
+    [c[1:] for c in TEMPLATE_ORDER_CASES],
+    ids=[c[0] for c in TEMPLATE_ORDER_CASES],
+)
 def test_template_shortcut_keeps_empty_and_nameless_sets_apart(
     labels_seen: list[tuple[tuple[str, str], ...]],
 ) -> None:
@@ -498,21 +546,40 @@ def alternate_drops(ndest: int, first: int) -> bytes:
 SCAN_REGRESSIONS: list[tuple[str, bytes, int, dict[bytes, bytes], dict[bytes, bytes]]] = [
     # an unknown top-level field whose varint value is over 64 bits (10 bytes: the reference
     # accepts it) after a series answered by the old generation: the promotion was not counted
-    ("overlong_varint_in_unknown_field_after_promotion",
-     frame(UP + ONE_SAMPLE) + b"\x10" + b"\xff" * 9 + b"\x7f", 1, {}, {UP: b"\x01\0\0\0\0"}),
-    ("overlong_varint_after_a_missed_series",
-     frame(X + ONE_SAMPLE) + b"\x78" + b"\xff" * 9 + b"\x02", 2, {}, {}),
+    (
+        "overlong_varint_in_unknown_field_after_promotion",
+        frame(UP + ONE_SAMPLE) + b"\x10" + b"\xff" * 9 + b"\x7f",
+        1,
+        {},
+        {UP: b"\x01\0\0\0\0"},
+    ),
+    (
+        "overlong_varint_after_a_missed_series",
+        frame(X + ONE_SAMPLE) + b"\x78" + b"\xff" * 9 + b"\x02",
+        2,
+        {},
+        {},
+    ),
     # more than 64 (destination, reason) kinds of dropped samples in one request: the
     # promotion and the miss were counted again by a second scan
-    ("eighty_drop_kinds", frame(UP + ONE_SAMPLE) + frame(X + ONE_SAMPLE), 40, {},
-     {UP: alternate_drops(40, 0)}),
+    (
+        "eighty_drop_kinds",
+        frame(UP + ONE_SAMPLE) + frame(X + ONE_SAMPLE),
+        40,
+        {},
+        {UP: alternate_drops(40, 0)},
+    ),
     # series with nothing after their labels (the compiled loop takes them itself): looked
     # up, counted as received, never sent; an empty one is the empty label set
-    ("labels_only_and_empty_series", frame(UP) + frame(b"") + frame(X + ONE_SAMPLE)
-     + frame(UP) + frame(b"") + frame(X), 2, {}, {X: b"\x01\0\0\0\0\x00"}),
-    ("labels_only_key_goes_to_miss", frame(UP) + frame(label(b"\x0a\x01\xff\x12\x01a")),
-     1, {}, {}),
-]  # fmt: skip
+    (
+        "labels_only_and_empty_series",
+        frame(UP) + frame(b"") + frame(X + ONE_SAMPLE) + frame(UP) + frame(b"") + frame(X),
+        2,
+        {},
+        {X: b"\x01\0\0\0\0\x00"},
+    ),
+    ("labels_only_key_goes_to_miss", frame(UP) + frame(label(b"\x0a\x01\xff\x12\x01a")), 1, {}, {}),
+]
 
 
 @needs_accelerator
@@ -565,8 +632,12 @@ def test_decode_regressions_compiled_equals_pure(raw: bytes) -> None:
 # (name, shards): split_shards with a shard count whose per-shard arrays cannot be allocated
 # raises MemoryError (as the reference does, eventually) instead of overflowing the size of
 # its allocation or taking the hash modulo a truncated (zero) count: a crash.
-HUGE_SHARDS = [("two_to_the_62", 2**62), ("two_to_the_62_plus_1", 2**62 + 1),
-               ("two_to_the_32", 2**32), ("ssize_max", 2**63 - 1)]  # fmt: skip
+HUGE_SHARDS = [
+    ("two_to_the_62", 2**62),
+    ("two_to_the_62_plus_1", 2**62 + 1),
+    ("two_to_the_32", 2**32),
+    ("ssize_max", 2**63 - 1),
+]
 
 
 @needs_accelerator
@@ -617,14 +688,22 @@ QUEUE_REGRESSIONS: list[tuple[str, str, str, tuple[Any, ...]]] = [
     ("index_totals_bytearray", "index_totals", "index_totals_py", (bytearray(INDEX_2),)),
     ("index_totals_memoryview", "index_totals", "index_totals_py", (memoryview(INDEX_2),)),
     ("index_totals_str", "index_totals", "index_totals_py", ("abc",)),
-    ("split_shards_bytearray_body", "split_shards", "split_shards_py",
-     (bytearray(b"ab"), INDEX_2, 2)),
-    ("split_shards_bytearray_index", "split_shards", "split_shards_py",
-     (b"ab", bytearray(INDEX_2), 2)),
+    (
+        "split_shards_bytearray_body",
+        "split_shards",
+        "split_shards_py",
+        (bytearray(b"ab"), INDEX_2, 2),
+    ),
+    (
+        "split_shards_bytearray_index",
+        "split_shards",
+        "split_shards_py",
+        (b"ab", bytearray(INDEX_2), 2),
+    ),
     ("split_shards_bool_shards", "split_shards", "split_shards_py", (b"ab", INDEX_2, True)),
     ("split_shards_float_shards", "split_shards", "split_shards_py", (b"ab", INDEX_2, 2.0)),
     ("split_shards_two_arguments", "split_shards", "split_shards_py", (b"ab", INDEX_2)),
-]  # fmt: skip
+]
 
 
 @needs_accelerator
@@ -648,11 +727,14 @@ def test_queue_regressions_compiled_equals_pure(
 @settings(max_examples=200, deadline=None)
 @given(
     ops=st.lists(
-        st.tuples(st.sampled_from(["set", "get", "in", "clear"]),
-                  st.binary(max_size=12), st.binary(max_size=6)),
+        st.tuples(
+            st.sampled_from(["set", "get", "in", "clear"]),
+            st.binary(max_size=12),
+            st.binary(max_size=6),
+        ),
         max_size=300,
     )
-)  # fmt: skip
+)
 def test_label_cache_behaves_like_a_dict(ops: list[tuple[str, bytes, bytes]]) -> None:
     assert _scan is not None
     cache, model = _scan.LabelCache(), {}
@@ -702,8 +784,9 @@ def _label_cache_insert(cache: Any) -> None:
 
 
 @needs_accelerator
-@pytest.mark.parametrize("operation", [_label_cache_clear, _label_cache_insert],
-                         ids=["clear", "insert_that_resizes"])  # fmt: skip
+@pytest.mark.parametrize(
+    "operation", [_label_cache_clear, _label_cache_insert], ids=["clear", "insert_that_resizes"]
+)
 def test_label_cache_without_memory_stays_as_it_was(operation: Callable[[Any], None]) -> None:
     """An operation that allocates a new slot array (clear, an insert that resizes) and cannot
     raises MemoryError and leaves the cache whole (its entries, and usable after), never

@@ -104,24 +104,38 @@ class _Refreshes(CredentialsSource):
 # The refresh rule reads the status only: any 401/403 refreshes (and the request is sent once
 # more), whatever the body says; nothing else does, whatever the body says.
 REFRESH_CASES = [
-    ("expired token", 403, '{"message":"The security token included in the request is expired"}',
-     True),
-    ("invalid token", 403,
-     '{"message":"The security token included in the request is invalid."}', True),
+    (
+        "expired token",
+        403,
+        '{"message":"The security token included in the request is expired"}',
+        True,
+    ),
+    (
+        "invalid token",
+        403,
+        '{"message":"The security token included in the request is invalid."}',
+        True,
+    ),
     ("expired token exception type", 403, '{"__type":"ExpiredTokenException"}', True),
     ("sts wording", 403, "<Error><Message>The provided token has expired.</Message></Error>", True),
-    ("clock skew", 403,
-     '{"message":"Signature expired: 20240101T000000Z is now earlier than 20240101T000500Z"}',
-     True),
-    ("signature mismatch", 403, '{"message":"The request signature we calculated does not match"}',
-     True),
+    (
+        "clock skew",
+        403,
+        '{"message":"Signature expired: 20240101T000000Z is now earlier than 20240101T000500Z"}',
+        True,
+    ),
+    (
+        "signature mismatch",
+        403,
+        '{"message":"The request signature we calculated does not match"}',
+        True,
+    ),
     ("missing token", 403, '{"message":"Missing Authentication Token"}', True),
     ("401 without a body", 401, "", True),
-    ("token words on a 400", 400, "The security token included in the request is expired",
-     False),
+    ("token words on a 400", 400, "The security token included in the request is expired", False),
     ("rate limit", 429, "ingestion rate limit (170000) exceeded", False),
     ("server error", 503, "", False),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
-"""The code stays lint-clean (ruff) and strictly typed (mypy --strict: the package, the tests,
-the benchmark and scripts/build-peers), checked on every run."""
+"""The code stays lint-clean and formatted (ruff check, ruff format) and strictly typed
+(mypy --strict: the package, the tests, the benchmark and scripts/build-peers), checked on
+every run."""
 
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 CHECKS = [
     ("ruff", ["ruff", "check", "--no-cache", "src", "tests", "bench", "scripts/build-peers"]),
+    (
+        "ruff_format",
+        ["ruff", "format", "--check", "--no-cache", "src", "tests", "bench", "scripts/build-peers"],
+    ),
     ("mypy_strict", ["mypy"]),  # settings in pyproject.toml: strict, the files below
 ]
 MYPY_FILES = ["src/rwrouter", "tests", "bench", "scripts/build-peers"]

@@ -24,21 +24,39 @@ def _worker(sent: float, disk: float, age: float, expiry: float | None, drops: f
 
 CASES = [
     # id, workers' (sent, disk bytes, oldest age, credential expiry, drops), expected figures
-    ("one_process", [(5, 100, 3.0, 2000.0, 1)],
-     {"sent_samples_total": 5.0, "queue_disk_bytes": 100.0, "oldest_unsent_age_seconds": 3.0,
-      "credentials_expiry_timestamp_seconds": 2000.0, "dropped_samples_total": {"queue_full": 1.0},
-      "retries_total": {"503": 1.0}}),
-    ("two_workers_sum_max_min", [(5, 100, 3.0, 2000.0, 1), (7, 50, 9.0, 1000.0, 2)],
-     {"sent_samples_total": 12.0, "queue_disk_bytes": 150.0, "oldest_unsent_age_seconds": 9.0,
-      "credentials_expiry_timestamp_seconds": 1000.0,
-      "dropped_samples_total": {"queue_full": 3.0}, "retries_total": {"503": 2.0}}),
-    ("no_credential_expiry", [(0, 0, 0.0, None, 0)],
-     {"sent_samples_total": 0.0, "credentials_expiry_timestamp_seconds": None}),
-]  # fmt: skip
+    (
+        "one_process",
+        [(5, 100, 3.0, 2000.0, 1)],
+        {
+            "sent_samples_total": 5.0,
+            "queue_disk_bytes": 100.0,
+            "oldest_unsent_age_seconds": 3.0,
+            "credentials_expiry_timestamp_seconds": 2000.0,
+            "dropped_samples_total": {"queue_full": 1.0},
+            "retries_total": {"503": 1.0},
+        },
+    ),
+    (
+        "two_workers_sum_max_min",
+        [(5, 100, 3.0, 2000.0, 1), (7, 50, 9.0, 1000.0, 2)],
+        {
+            "sent_samples_total": 12.0,
+            "queue_disk_bytes": 150.0,
+            "oldest_unsent_age_seconds": 9.0,
+            "credentials_expiry_timestamp_seconds": 1000.0,
+            "dropped_samples_total": {"queue_full": 3.0},
+            "retries_total": {"503": 2.0},
+        },
+    ),
+    (
+        "no_credential_expiry",
+        [(0, 0, 0.0, None, 0)],
+        {"sent_samples_total": 0.0, "credentials_expiry_timestamp_seconds": None},
+    ),
+]
 
 
-@pytest.mark.parametrize(("workers", "expected"), [c[1:] for c in CASES],
-                         ids=[c[0] for c in CASES])  # fmt: skip
+@pytest.mark.parametrize(("workers", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_status_snapshot_combines_workers(
     workers: list[tuple[float, float, float, float | None, float]], expected: dict[str, object]
 ) -> None:
@@ -46,8 +64,9 @@ def test_status_snapshot_combines_workers(
     if len(texts) == 1:
         text = texts[0]
     else:
-        text = merge_expositions({str(i): t for i, t in enumerate(texts)},
-                                 workers=len(texts)).decode()  # fmt: skip
+        text = merge_expositions(
+            {str(i): t for i, t in enumerate(texts)}, workers=len(texts)
+        ).decode()
     snapshot = status_snapshot(text)
     assert snapshot["workers"] == len(workers)
     destinations = snapshot["destinations"]
@@ -68,8 +87,9 @@ def test_status_snapshot_treats_nan_as_absent_so_the_json_is_valid() -> None:
     busy, idle = Metrics(), Metrics()
     busy.cache.hit_ratio.set(0.5)
     idle.cache.hit_ratio.set(float("nan"))
-    text = merge_expositions({"0": busy.exposition()[0].decode(),
-                              "1": idle.exposition()[0].decode()}, workers=2).decode()  # fmt: skip
+    text = merge_expositions(
+        {"0": busy.exposition()[0].decode(), "1": idle.exposition()[0].decode()}, workers=2
+    ).decode()
     snapshot = status_snapshot(text)
     assert snapshot["relabel_cache_hit_ratio"] == 0.5
     json.dumps(snapshot, allow_nan=False)  # raises on NaN
@@ -81,8 +101,9 @@ def test_status_snapshot_top_names_are_the_mean_share_over_workers() -> None:
     one, two = Metrics(), Metrics()
     one.audit.name_shares.source = lambda: {"ws": [("a", 0.75), ("b", 0.25)]}
     two.audit.name_shares.source = lambda: {"ws": [("a", 0.25), ("c", 0.75)]}
-    text = merge_expositions({"0": one.exposition()[0].decode(),
-                              "1": two.exposition()[0].decode()}, workers=2).decode()  # fmt: skip
+    text = merge_expositions(
+        {"0": one.exposition()[0].decode(), "1": two.exposition()[0].decode()}, workers=2
+    ).decode()
     destinations = status_snapshot(text)["destinations"]
     assert isinstance(destinations, dict)
     assert destinations["ws"]["top_names"] == [("a", 0.5), ("c", 0.375), ("b", 0.125)]

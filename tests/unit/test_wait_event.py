@@ -82,8 +82,9 @@ async def test_the_stop_sequence_cancels_the_waiter(make_waiter: Callable[[], Wa
 
 
 @WAITERS
-@pytest.mark.parametrize(("set_it", "seconds"), [(True, 10.0), (False, 0.05)],
-                         ids=["event_set", "time_up"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("set_it", "seconds"), [(True, 10.0), (False, 0.05)], ids=["event_set", "time_up"]
+)
 async def test_the_wait_ends_when_set_or_when_the_time_is_up(
     make_waiter: Callable[[], Waiter], set_it: bool, seconds: float
 ) -> None:

@@ -254,17 +254,28 @@ def _request_histogram() -> remote_pb2.WriteRequest:
     ts.labels.add(name="__name__", value="latency_seconds")
     ts.labels.add(name="job", value="api")
     h = ts.histograms.add(
-        count_int=12, sum=3.5, schema=-2, zero_threshold=1e-128, zero_count_int=1,
-        negative_deltas=[1, -1], positive_deltas=[2, 3, -4], reset_hint=types_pb2.Histogram.NO,
+        count_int=12,
+        sum=3.5,
+        schema=-2,
+        zero_threshold=1e-128,
+        zero_count_int=1,
+        negative_deltas=[1, -1],
+        positive_deltas=[2, 3, -4],
+        reset_hint=types_pb2.Histogram.NO,
         timestamp=1_700_000_000_000,
-    )  # fmt: skip
+    )
     h.negative_spans.add(offset=-3, length=2)
     h.positive_spans.add(offset=0, length=2)
     h.positive_spans.add(offset=5, length=1)
     fh = ts.histograms.add(
-        count_float=2.5, sum=1.0, schema=0, zero_count_float=0.5, positive_counts=[1.0, 1.0],
-        custom_values=[0.1, 1.0], timestamp=1_700_000_001_000,
-    )  # fmt: skip
+        count_float=2.5,
+        sum=1.0,
+        schema=0,
+        zero_count_float=0.5,
+        positive_counts=[1.0, 1.0],
+        custom_values=[0.1, 1.0],
+        timestamp=1_700_000_001_000,
+    )
     fh.positive_spans.add(offset=0, length=2)
     return req
 
@@ -272,9 +283,11 @@ def _request_histogram() -> remote_pb2.WriteRequest:
 def _request_metadata_only() -> remote_pb2.WriteRequest:
     req = remote_pb2.WriteRequest()
     req.metadata.add(
-        type=types_pb2.MetricMetadata.COUNTER, metric_family_name="http_requests_total",
-        help="Requests. ✓", unit="requests",
-    )  # fmt: skip
+        type=types_pb2.MetricMetadata.COUNTER,
+        metric_family_name="http_requests_total",
+        help="Requests. ✓",
+        unit="requests",
+    )
     req.metadata.add(type=types_pb2.MetricMetadata.GAUGE, metric_family_name="up")
     return req
 
@@ -297,9 +310,7 @@ def _request_mixed() -> remote_pb2.WriteRequest:
     ],
     ids=["samples_and_exemplars", "native_histograms", "metadata_only", "mixed", "empty"],
 )
-def test_round_trip_matches_protobuf(
-    build: object, counts: list[tuple[int, int, int]]
-) -> None:
+def test_round_trip_matches_protobuf(build: object, counts: list[tuple[int, int, int]]) -> None:
     assert callable(build)
     request = build()
     data = request.SerializeToString()
@@ -319,8 +330,9 @@ def test_metadata_family_and_payload() -> None:
 
 
 def test_labels_sent_unsorted_are_sorted_on_output() -> None:
-    data = series_bytes(label("zone", "b"), label("__name__", "m"), label("a", "1"),
-                        sample(bits_of(1.0), 7))  # fmt: skip
+    data = series_bytes(
+        label("zone", "b"), label("__name__", "m"), label("a", "1"), sample(bits_of(1.0), 7)
+    )
     (raw,) = parse_write_request(data).series
     assert decode_labels(raw.labels) == (("__name__", "m"), ("a", "1"), ("zone", "b"))
     out = parse_pb(reframe(data))
@@ -331,8 +343,9 @@ def test_labels_sent_unsorted_are_sorted_on_output() -> None:
 def test_labels_interleaved_after_samples() -> None:
     s1, s2 = sample(bits_of(1.0), 1), sample(bits_of(2.0), 2)
     unknown = tag(9, 0) + encode_varint(42)
-    data = series_bytes(label("job", "a"), s1, label("__name__", "m"), unknown, s2,
-                        label("instance", "h"))  # fmt: skip
+    data = series_bytes(
+        label("job", "a"), s1, label("__name__", "m"), unknown, s2, label("instance", "h")
+    )
     (raw,) = parse_write_request(data).series
     assert raw.labels == label("job", "a") + label("__name__", "m") + label("instance", "h")
     assert raw.rest == s1 + unknown + s2
@@ -355,9 +368,10 @@ def test_label_with_multibyte_length_and_fast_path() -> None:
 def test_empty_label_values_are_dropped() -> None:
     raw = label("__name__", "m") + label("env", "") + label("job", "a")
     assert decode_labels(raw) == (("__name__", "m"), ("job", "a"))
-    assert parse_pb(frame_series(encode_labels(decode_labels(raw)), b"")).timeseries[0].labels[
-        1
-    ].name == "job"
+    assert (
+        parse_pb(frame_series(encode_labels(decode_labels(raw)), b"")).timeseries[0].labels[1].name
+        == "job"
+    )
 
 
 def test_label_fields_missing_mean_empty() -> None:
@@ -384,12 +398,20 @@ def test_label_fields_missing_mean_empty() -> None:
         (ld(1, ld(1, b"abc")[:-1]), "past the end"),
     ],
     ids=[
-        "duplicate_name", "duplicate_name_not_adjacent", "duplicate_name_one_empty",
-        "empty_name", "empty_name_and_value", "invalid_utf8_value", "invalid_utf8_name",
-        "utf8_surrogate", "utf8_overlong", "name_wrong_wire_type", "value_wrong_wire_type",
+        "duplicate_name",
+        "duplicate_name_not_adjacent",
+        "duplicate_name_one_empty",
+        "empty_name",
+        "empty_name_and_value",
+        "invalid_utf8_value",
+        "invalid_utf8_name",
+        "utf8_surrogate",
+        "utf8_overlong",
+        "name_wrong_wire_type",
+        "value_wrong_wire_type",
         "label_truncated",
     ],
-)  # fmt: skip
+)
 def test_decode_labels_refuses(raw: bytes, match: str) -> None:
     with pytest.raises(DecodeError, match=match) as info:
         decode_labels(raw)
@@ -438,11 +460,15 @@ MALFORMED: list[tuple[str, bytes]] = [
     ("sample_timestamp_wire_type_i64", series_bytes(ld(2, tag(2, 1) + b"\x00" * 8))),
     ("sample_field_number_0", series_bytes(ld(2, b"\x00\x00"))),
     ("sample_timestamp_tag_without_varint", series_bytes(label("a", "b"), ld(2, b"\x10"))),
-    ("sample_timestamp_varint_unterminated",
-     series_bytes(label("a", "b"), ld(2, b"\x09" + b"\x00" * 8 + b"\x10\x80\x80"))),
+    (
+        "sample_timestamp_varint_unterminated",
+        series_bytes(label("a", "b"), ld(2, b"\x09" + b"\x00" * 8 + b"\x10\x80\x80")),
+    ),
     ("sample_value_cut", series_bytes(label("a", "b"), ld(2, b"\x09\x00\x00"))),
-    ("sample_timestamp_varint_11_bytes",
-     series_bytes(label("a", "b"), ld(2, b"\x10" + b"\xff" * 10 + b"\x01"))),
+    (
+        "sample_timestamp_varint_11_bytes",
+        series_bytes(label("a", "b"), ld(2, b"\x10" + b"\xff" * 10 + b"\x01")),
+    ),
     ("exemplar_label_invalid_utf8", series_bytes(ld(3, ld(1, ld(2, b"\xff"))))),
     ("exemplar_label_wire_type", series_bytes(ld(3, ld(1, b"\x08\x01")))),
     ("exemplar_value_wire_type_varint", series_bytes(ld(3, b"\x10\x01"))),
@@ -479,10 +505,15 @@ def test_malformed_requests_are_refused(data: bytes) -> None:
 
 @pytest.mark.parametrize(
     "unknown",
-    [tag(5, 0) + encode_varint(300), ld(6, b"opaque\xff"), tag(7, 1) + b"\x01" * 8,
-     tag(8, 5) + b"\x02" * 4, tag(1000, 0) + b"\x00"],
+    [
+        tag(5, 0) + encode_varint(300),
+        ld(6, b"opaque\xff"),
+        tag(7, 1) + b"\x01" * 8,
+        tag(8, 5) + b"\x02" * 4,
+        tag(1000, 0) + b"\x00",
+    ],
     ids=["varint", "len_not_utf8", "i64", "i32", "large_field_number"],
-)  # fmt: skip
+)
 def test_unknown_series_fields_are_kept_in_rest(unknown: bytes) -> None:
     s = sample(bits_of(3.0), 10)
     data = series_bytes(label("__name__", "m"), s, unknown)
@@ -496,10 +527,15 @@ def test_unknown_series_fields_are_kept_in_rest(unknown: bytes) -> None:
 
 @pytest.mark.parametrize(
     "unknown",
-    [ld(2, b"reserved field 2"), tag(4, 0) + b"\x07", tag(15, 1) + b"\x00" * 8,
-     tag(16, 5) + b"\x00" * 4, ld(99, b"\xff\xfe")],
+    [
+        ld(2, b"reserved field 2"),
+        tag(4, 0) + b"\x07",
+        tag(15, 1) + b"\x00" * 8,
+        tag(16, 5) + b"\x00" * 4,
+        ld(99, b"\xff\xfe"),
+    ],
     ids=["reserved_2", "varint_4", "i64_15", "i32_16", "len_99_not_utf8"],
-)  # fmt: skip
+)
 def test_unknown_top_level_fields_are_skipped(unknown: bytes) -> None:
     s = series_bytes(label("__name__", "m"), sample(0, 1))
     m = ld(3, ld(2, b"m"))
@@ -510,11 +546,27 @@ def test_unknown_top_level_fields_are_skipped(unknown: bytes) -> None:
 
 @pytest.mark.parametrize(
     "bits",
-    [STALE_BITS, PROM_NAN_BITS, 0x7FF8000000000000, 0xFFF8000000000000, 0x7FF0000000000000,
-     0x8000000000000000, 0x0000000000000001, 0xFFFFFFFFFFFFFFFF],
-    ids=["staleness_marker", "prometheus_nan", "quiet_nan", "negative_nan", "inf", "minus_zero",
-         "denormal", "all_ones_nan"],
-)  # fmt: skip
+    [
+        STALE_BITS,
+        PROM_NAN_BITS,
+        0x7FF8000000000000,
+        0xFFF8000000000000,
+        0x7FF0000000000000,
+        0x8000000000000000,
+        0x0000000000000001,
+        0xFFFFFFFFFFFFFFFF,
+    ],
+    ids=[
+        "staleness_marker",
+        "prometheus_nan",
+        "quiet_nan",
+        "negative_nan",
+        "inf",
+        "minus_zero",
+        "denormal",
+        "all_ones_nan",
+    ],
+)
 def test_sample_bits_survive(bits: int) -> None:
     s = sample(bits, 1_700_000_000_000)
     data = series_bytes(label("__name__", "m"), s)
@@ -582,9 +634,7 @@ def test_strip_fields(fields: frozenset[int], expected: str) -> None:
 # ---------------------------------------------------------------------------------------------
 # Property: decode -> re-encode -> frame is what protobuf sees, samples bit for bit
 
-_names = st.text(
-    alphabet=st.characters(exclude_categories=["Cs"]), min_size=1, max_size=12
-)
+_names = st.text(alphabet=st.characters(exclude_categories=["Cs"]), min_size=1, max_size=12)
 _values = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=12)
 _label_sets = st.dictionaries(_names, _values, max_size=8).flatmap(
     lambda d: st.permutations(list(d.items()))
@@ -629,11 +679,18 @@ def _sample_field(sample: tuple[int, int]) -> bytes:
 
 
 @settings(max_examples=500, deadline=None)
-@given(rest=st.lists(st.one_of(
-    st.binary(max_size=14).map(lambda b: ld(2, b)),       # a sample field, any payload
-    st.binary(max_size=3),                                 # garbage
-    st.tuples(st.integers(0, 2**64 - 1), st.integers(-(2**63), 2**63 - 1)).map(_sample_field),
-), max_size=4).map(b"".join))  # fmt: skip
+@given(
+    rest=st.lists(
+        st.one_of(
+            st.binary(max_size=14).map(lambda b: ld(2, b)),  # a sample field, any payload
+            st.binary(max_size=3),  # garbage
+            st.tuples(st.integers(0, 2**64 - 1), st.integers(-(2**63), 2**63 - 1)).map(
+                _sample_field
+            ),
+        ),
+        max_size=4,
+    ).map(b"".join)
+)
 def test_property_sample_fast_path_agrees_with_the_general_walk(rest: bytes) -> None:
     """Whatever the fast path accepts, the general walk accepts with the same count."""
     data = label("__name__", "m") + rest
@@ -644,8 +701,13 @@ def test_property_sample_fast_path_agrees_with_the_general_walk(rest: bytes) -> 
 
 
 @settings(max_examples=200, deadline=None)
-@given(samples=st.lists(st.tuples(st.floats(allow_nan=False), st.integers(-(2**63), 2**63 - 1)),
-                        min_size=1, max_size=4))  # fmt: skip
+@given(
+    samples=st.lists(
+        st.tuples(st.floats(allow_nan=False), st.integers(-(2**63), 2**63 - 1)),
+        min_size=1,
+        max_size=4,
+    )
+)
 def test_property_protobuf_encoded_samples_take_the_fast_path(
     samples: list[tuple[float, int]],
 ) -> None:

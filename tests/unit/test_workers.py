@@ -73,14 +73,25 @@ def _values(body: bytes, name: str) -> dict[tuple[tuple[str, str], ...], float]:
 
 
 MERGE_CASES = [
-    ("both_answer", {"0": _exposition(3), "1": _exposition(5)},
-     {(("code", "204"), ("worker", "0")): 3.0, (("code", "204"), ("worker", "1")): 5.0},
-     {"0": 1.0, "1": 1.0}),
-    ("one_absent", {"0": _exposition(3), "1": None},
-     {(("code", "204"), ("worker", "0")): 3.0}, {"0": 1.0, "1": 0.0}),
-    ("one_unparsable", {"0": "garbage{{{ 1\n", "1": _exposition(5)},
-     {(("code", "204"), ("worker", "1")): 5.0}, {"0": 0.0, "1": 1.0}),
-]  # fmt: skip
+    (
+        "both_answer",
+        {"0": _exposition(3), "1": _exposition(5)},
+        {(("code", "204"), ("worker", "0")): 3.0, (("code", "204"), ("worker", "1")): 5.0},
+        {"0": 1.0, "1": 1.0},
+    ),
+    (
+        "one_absent",
+        {"0": _exposition(3), "1": None},
+        {(("code", "204"), ("worker", "0")): 3.0},
+        {"0": 1.0, "1": 0.0},
+    ),
+    (
+        "one_unparsable",
+        {"0": "garbage{{{ 1\n", "1": _exposition(5)},
+        {(("code", "204"), ("worker", "1")): 5.0},
+        {"0": 0.0, "1": 1.0},
+    ),
+]
 
 
 @pytest.mark.parametrize(
@@ -105,8 +116,9 @@ def test_merged_histograms_keep_their_buckets_per_worker() -> None:
     assert buckets[(("le", "0.5"), ("worker", "0"))] == 1.0
     assert buckets[(("le", "0.5"), ("worker", "1"))] == 0.0
     assert _values(body, "rwrouter_receive_duration_seconds_count") == {
-        (("worker", "0"),): 1.0, (("worker", "1"),): 1.0,
-    }  # fmt: skip
+        (("worker", "0"),): 1.0,
+        (("worker", "1"),): 1.0,
+    }
 
 
 def _queue(
@@ -126,7 +138,7 @@ ORPHAN_CASES = [
     ("unsent_data", 2, {0: 100, 1: 50}, (0, 40), 2, 110),
     ("all_sent", 2, {3: 100}, (3, 100), 2, None),
     ("shrunk_to_one", 1, {0: 10}, (0, 0), 1, 10),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(

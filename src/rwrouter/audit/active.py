@@ -119,8 +119,9 @@ class Counts:
             if self.active[nid] or rate:
                 if name in names:  # two raw names shown alike (not valid UTF-8)
                     old = names[name]
-                    names[name] = NameCount(old.active_series + self.active[nid],
-                                            old.samples_per_second + rate)  # fmt: skip
+                    names[name] = NameCount(
+                        old.active_series + self.active[nid], old.samples_per_second + rate
+                    )
                 else:
                     names[name] = NameCount(self.active[nid], rate)
         return Snapshot(names, self.observed, self.capped)
@@ -222,8 +223,15 @@ class ActiveSeries:
             start, base = self._first, list(self._after_first) if base is not None else None
         seconds = max(now - start, min(self._bucket_seconds, MIN_RATE_SECONDS))
         observed = 0.0 if self._first is None else max(0.0, now - self._first)
-        return Counts(list(self._names), list(self._active), list(self._counted), base, seconds,
-                      observed, now < self._capped_until)  # fmt: skip
+        return Counts(
+            list(self._names),
+            list(self._active),
+            list(self._counted),
+            base,
+            seconds,
+            observed,
+            now < self._capped_until,
+        )
 
     def snapshot(self, now: float, *, keys: bool = False) -> Snapshot:
         """The counts at ``now``; ``keys``: with each name's series hashes (for
@@ -300,8 +308,12 @@ class ActiveSeries:
         base = self._marks[0][1] if self._marks else self._counted
         free = set(self._free)
         for nid, name in enumerate(self._names):
-            if (name is None or self._active[nid] or nid in free
-                    or self._counted[nid] > (base[nid] if nid < len(base) else 0)):  # fmt: skip
+            if (
+                name is None
+                or self._active[nid]
+                or nid in free
+                or self._counted[nid] > (base[nid] if nid < len(base) else 0)
+            ):
                 continue
             raw = self._raw[nid]
             if raw is not None:
@@ -312,8 +324,9 @@ class ActiveSeries:
             self._free.append(nid)
 
 
-def with_keys(snap: Snapshot, names: list[str | None],
-              generations: list[dict[int, int]]) -> Snapshot:  # fmt: skip
+def with_keys(
+    snap: Snapshot, names: list[str | None], generations: list[dict[int, int]]
+) -> Snapshot:
     """``snap`` with each name's series hashes (sorted u32) from :meth:`ActiveSeries.copy_keys`
     taken at the same time."""
     hashes: list[array.array[int]] = [array.array("I") for _ in names]
@@ -325,9 +338,10 @@ def with_keys(snap: Snapshot, names: list[str | None],
         if name is not None:
             by_name.setdefault(name, array.array("I")).extend(hashes[nid])
     by_name = {name: array.array("I", sorted(keys)) for name, keys in by_name.items()}
-    counts = {name: NameCount(c.active_series, c.samples_per_second,
-                              by_name.get(name, array.array("I")))
-              for name, c in snap.names.items()}  # fmt: skip
+    counts = {
+        name: NameCount(c.active_series, c.samples_per_second, by_name.get(name, array.array("I")))
+        for name, c in snap.names.items()
+    }
     return Snapshot(counts, snap.observed, snap.capped)
 
 

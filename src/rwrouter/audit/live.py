@@ -56,25 +56,35 @@ class Audit:
         audited = [d for d in config.remote_write if d.audited]
         with self._lock:
             same = (_counting(config.audit), config.relabel_configs) == (
-                _counting(self.settings), self._global)  # fmt: skip
+                _counting(self.settings),
+                self._global,
+            )
             self._global = config.relabel_configs
-            old = {d.name: self._counts[d.name] for d in audited
-                   if same and self._entries.get(d.name) == d}  # fmt: skip
+            old = {
+                d.name: self._counts[d.name]
+                for d in audited
+                if same and self._entries.get(d.name) == d
+            }
             self.settings = config.audit
             self.audited = {d.name: d.shadow for d in audited}
             self._entries = {d.name: d for d in audited}
-            restarted = [d.name for d in audited
-                         if d.name not in old and d.name in self._counts]  # fmt: skip
-            self._counts = {d.name: old[d.name] if d.name in old else self._new(config.audit, now)
-                            for d in audited}  # fmt: skip
+            restarted = [d.name for d in audited if d.name not in old and d.name in self._counts]
+            self._counts = {
+                d.name: old[d.name] if d.name in old else self._new(config.audit, now)
+                for d in audited
+            }
         if restarted:
             why = "audit counts start afresh (rules or counting settings changed)"
             log.info(kv(destinations=",".join(restarted), msg=why))
 
     @staticmethod
     def _new(settings: AuditConfig, now: float) -> ActiveSeries:
-        return ActiveSeries(window=settings.window, max_series=settings.max_series,
-                            rate_window=settings.rate_window, now=now)  # fmt: skip
+        return ActiveSeries(
+            window=settings.window,
+            max_series=settings.max_series,
+            rate_window=settings.rate_window,
+            now=now,
+        )
 
     @property
     def names(self) -> list[str]:
@@ -95,25 +105,41 @@ class Audit:
         series' hashes, built outside the lock from a quick copy (counting goes on)."""
         with self._lock:  # quick copies only: counting waits for this lock
             states = {name: counts.counts(now) for name, counts in self._counts.items()}
-            copies = {name: counts.copy_keys(now) for name, counts in self._counts.items()} \
-                if keys else {}  # fmt: skip
+            copies = (
+                {name: counts.copy_keys(now) for name, counts in self._counts.items()}
+                if keys
+                else {}
+            )
         snaps = {name: state.snapshot() for name, state in states.items()}
-        return {name: with_keys(snap, *copies[name]) if keys else snap
-                for name, snap in snaps.items()}  # fmt: skip
+        return {
+            name: with_keys(snap, *copies[name]) if keys else snap for name, snap in snaps.items()
+        }
 
     def report(self, now: float, *, top: int | None) -> dict[str, Any]:
         """:func:`rwrouter.audit.build_report` of this process's counts."""
         return build_report(self.snapshots(now), audit=self.settings, shadow=self.audited, top=top)
 
-    def merged_report(self, parts: Sequence[Mapping[str, Snapshot]], *, top: int | None,
-                      workers: int, expected: int) -> dict[str, Any]:  # fmt: skip
+    def merged_report(
+        self,
+        parts: Sequence[Mapping[str, Snapshot]],
+        *,
+        top: int | None,
+        workers: int,
+        expected: int,
+    ) -> dict[str, Any]:
         """The report of several workers' snapshots (taken with keys; ``workers`` of
         ``expected`` answered): each destination's series counted once however many workers
         saw it."""
         names = [n for n in self.audited if any(n in part for part in parts)]
         merged = {name: merge(part[name] for part in parts if name in part) for name in names}
-        return build_report(merged, audit=self.settings, shadow=self.audited, top=top,
-                            workers=workers, workers_expected=expected)  # fmt: skip
+        return build_report(
+            merged,
+            audit=self.settings,
+            shadow=self.audited,
+            top=top,
+            workers=workers,
+            workers_expected=expected,
+        )
 
     def totals(self, now: float) -> tuple[dict[str, tuple[int, int]], int]:
         """Per audited destination (its active series at ``now``, samples counted since the
@@ -132,12 +158,20 @@ def snapshots_to_json(snapshots: Mapping[str, Snapshot]) -> dict[str, Any]:
     """Snapshots taken with keys as JSON (a worker's answer to its peers): keys as base64 of
     little-endian u32."""
     return {
-        name: {"observed": snap.observed, "capped": snap.capped,
-               "names": {metric: [c.active_series, c.samples_per_second,
-                                  base64.b64encode(_le(c.keys)).decode()]
-                         for metric, c in snap.names.items()}}
+        name: {
+            "observed": snap.observed,
+            "capped": snap.capped,
+            "names": {
+                metric: [
+                    c.active_series,
+                    c.samples_per_second,
+                    base64.b64encode(_le(c.keys)).decode(),
+                ]
+                for metric, c in snap.names.items()
+            },
+        }
         for name, snap in snapshots.items()
-    }  # fmt: skip
+    }
 
 
 def snapshots_from_json(data: Mapping[str, Any]) -> dict[str, Snapshot]:

@@ -30,9 +30,10 @@ def rank(metrics: Sequence[Mapping[str, Any]], by: str = "series") -> list[Mappi
     if by not in SORT_KEYS:
         raise ValueError(f"sort by one of {', '.join(SORT_KEYS)}, not {by!r}")
     first, second = (
-        ("active_series", "samples_per_second") if by == "series"
+        ("active_series", "samples_per_second")
+        if by == "series"
         else ("samples_per_second", "active_series")
-    )  # fmt: skip
+    )
     return sorted(metrics, key=lambda m: (-m[first], -m[second], m["name"]))
 
 
@@ -94,13 +95,18 @@ def _destination(
     rate = snap.samples_per_second
     samples = monthly_samples(rate)
     cost = monthly_cost(samples, audit.price_tiers)
-    metrics = rank([
-        {"name": metric, "active_series": count.active_series,
-         "samples_per_second": _finite(count.samples_per_second),
-         "monthly_samples": _finite(monthly_samples(count.samples_per_second)),
-         "monthly_cost": _finite(cost * count.samples_per_second / rate if rate else 0.0)}
-        for metric, count in snap.names.items()
-    ])  # fmt: skip
+    metrics = rank(
+        [
+            {
+                "name": metric,
+                "active_series": count.active_series,
+                "samples_per_second": _finite(count.samples_per_second),
+                "monthly_samples": _finite(monthly_samples(count.samples_per_second)),
+                "monthly_cost": _finite(cost * count.samples_per_second / rate if rate else 0.0),
+            }
+            for metric, count in snap.names.items()
+        ]
+    )
     return {
         "name": name,
         "shadow": shadow,
@@ -114,7 +120,7 @@ def _destination(
         "monthly_cost": _finite(cost),
         "metric_names": len(metrics),
         "metrics": metrics if top is None else metrics[:top],
-    }  # fmt: skip
+    }
 
 
 def _finite(value: float) -> float:
@@ -133,15 +139,19 @@ def format_table(report: Mapping[str, Any], *, sort: str = "series", top: int = 
     elif workers > 1:
         lines += [f"counted over {workers} workers (a series seen by several counts once)", ""]
     if not report["destinations"]:
-        lines.append("no audited destination: set `shadow: true` or `audit: true` on a "
-                     "remote_write entry")  # fmt: skip
+        lines.append(
+            "no audited destination: set `shadow: true` or `audit: true` on a remote_write entry"
+        )
     for dest in report["destinations"]:
         role = " (shadow: counted, not sent)" if dest["shadow"] else ""
         seen = _duration(dest["observed_seconds"])
         window = _duration(report["window_seconds"])
-        state = (f"observed {seen} (a whole {window} window)" if dest["complete"]
-                 else f"observed {seen} of the {window} window: series that come less often"
-                      " may be missing")  # fmt: skip
+        state = (
+            f"observed {seen} (a whole {window} window)"
+            if dest["complete"]
+            else f"observed {seen} of the {window} window: series that come less often"
+            " may be missing"
+        )
         bound = "at least " if dest["capped"] else ""
         lines += [
             f"destination {dest['name']}{role}: {state}",
@@ -157,12 +167,16 @@ def format_table(report: Mapping[str, Any], *, sort: str = "series", top: int = 
         shown = metrics if top == 0 else metrics[:top]
         names = [_printable(m["name"]) for m in shown]
         width = max([len("METRIC NAME"), *(len(name) for name in names)])
-        lines.append(f"  {'METRIC NAME':<{width}}  {'ACTIVE SERIES':>13}  {'SAMPLES/S':>12}"
-                     f"  {currency + '/MONTH':>12}")  # fmt: skip
+        lines.append(
+            f"  {'METRIC NAME':<{width}}  {'ACTIVE SERIES':>13}  {'SAMPLES/S':>12}"
+            f"  {currency + '/MONTH':>12}"
+        )
         for m, name in zip(shown, names, strict=True):
             series, cost = m["active_series"], m["monthly_cost"]
-            lines.append(f"  {name:<{width}}  {series:>13,}"
-                         f"  {m['samples_per_second']:>12,.1f}  {cost:>12,.2f}")  # fmt: skip
+            lines.append(
+                f"  {name:<{width}}  {series:>13,}"
+                f"  {m['samples_per_second']:>12,.1f}  {cost:>12,.2f}"
+            )
         hidden = dest["metric_names"] - len(shown)
         if hidden > 0:
             lines.append(f"  ... and {hidden:,} more metric names")

@@ -25,6 +25,7 @@ from rwrouter.protocol import NEVER_SIGNED, RW1_MESSAGE, RW2_MESSAGE, request_he
 
 _DEFAULT_PORTS: Mapping[str, int] = {"http": 80, "https": 443}
 
+
 def headers_to_sign(
     *,
     configured: Mapping[str, str],

@@ -136,29 +136,44 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rwrouter", description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=f"rwrouter {__version__}")
-    parser.add_argument("--log-level", default="info",
-                        choices=["debug", "info", "warning", "error"])  # fmt: skip
+    parser.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+    )
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run", help="run the router (needs --config FILE)")
     run.add_argument("--config", metavar="FILE", help="YAML configuration file (required)")
-    run.add_argument("--workers", type=_workers, default=1, metavar="N",
-                     help="router processes sharing the listen port (SO_REUSEPORT), each with "
-                          "its own queues; default 1")  # fmt: skip
+    run.add_argument(
+        "--workers",
+        type=_workers,
+        default=1,
+        metavar="N",
+        help="router processes sharing the listen port (SO_REUSEPORT), each with "
+        "its own queues; default 1",
+    )
     run.add_argument("--worker", help=argparse.SUPPRESS)  # set by the supervisor of --workers
     run.set_defaults(func=cmd_run)
     check = sub.add_parser("check-config", help="validate a configuration and describe it")
     check.add_argument("file")
     check.set_defaults(func=cmd_check_config)
-    demo = sub.add_parser("demo", help="run the local demo pipeline (needs Debian's "
-                          "prometheus, or --prometheus)")  # fmt: skip
+    demo = sub.add_parser(
+        "demo", help="run the local demo pipeline (needs Debian's prometheus, or --prometheus)"
+    )
     demo.add_argument("--nodes", type=int, default=2, help="simulated GPU nodes (8 GPUs each)")
-    demo.add_argument("--duration", type=float, default=None,
-                      help="stop after this many seconds (default: run until Ctrl-C)")
+    demo.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        help="stop after this many seconds (default: run until Ctrl-C)",
+    )
     demo.add_argument("--workdir", default=None, help="where to keep the demo's data")
-    demo.add_argument("--prometheus", default=None, metavar="PATH",
-                      help="the Prometheus binary to run (default: Debian's); a Prometheus "
-                           ">= 3.8 sends remote write 2.0 and the self-hosted store gets 2.0 "
-                           "(scripts/build-peers builds 3.16)")  # fmt: skip
+    demo.add_argument(
+        "--prometheus",
+        default=None,
+        metavar="PATH",
+        help="the Prometheus binary to run (default: Debian's); a Prometheus "
+        ">= 3.8 sends remote write 2.0 and the self-hosted store gets 2.0 "
+        "(scripts/build-peers builds 3.16)",
+    )
     demo.set_defaults(func=cmd_demo)
     register_rejected(sub)  # rwrouter rejected list|replay (rwrouter.cli.rejected)
     register_relabel(sub)  # rwrouter relabel --config FILE --series S (rwrouter.cli.relabel)

@@ -42,18 +42,33 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "`audit: true`): metric names ranked by active series and samples/s, active series "
         "against the workspace limit, projected monthly ingestion cost.",
     )
-    audit.add_argument("--url", help=f"the running router (default: the listen address of "
-                                     f"--config, else {DEFAULT_URL})")  # fmt: skip
-    audit.add_argument("--config", help="rwrouter's configuration (its listen address; with "
-                                        "--capture: the rules to apply)")  # fmt: skip
-    audit.add_argument("--capture", metavar="FILE",
-                       help="count the requests of this capture file (rwrouter capture) under "
-                            "--config's rules, offline, every destination")  # fmt: skip
+    audit.add_argument(
+        "--url",
+        help=f"the running router (default: the listen address of --config, else {DEFAULT_URL})",
+    )
+    audit.add_argument(
+        "--config",
+        help="rwrouter's configuration (its listen address; with --capture: the rules to apply)",
+    )
+    audit.add_argument(
+        "--capture",
+        metavar="FILE",
+        help="count the requests of this capture file (rwrouter capture) under "
+        "--config's rules, offline, every destination",
+    )
     audit.add_argument("--json", action="store_true", help="print the JSON report")
-    audit.add_argument("--top", type=_whole_number, default=20,
-                       help="metric names per destination (default 20; 0: all)")  # fmt: skip
-    audit.add_argument("--sort", choices=SORT_KEYS, default="series",
-                       help="rank names by active series (default) or samples/s")  # fmt: skip
+    audit.add_argument(
+        "--top",
+        type=_whole_number,
+        default=20,
+        help="metric names per destination (default 20; 0: all)",
+    )
+    audit.add_argument(
+        "--sort",
+        choices=SORT_KEYS,
+        default="series",
+        help="rank names by active series (default) or samples/s",
+    )
     audit.set_defaults(func=cmd_audit)
     capture = sub.add_parser(
         "capture",
@@ -63,14 +78,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "`rwrouter audit --config FILE --capture FILE`.",
     )
     capture.add_argument("--output", required=True, help="the capture file (appended to)")
-    capture.add_argument("--listen", default="127.0.0.1:9251",
-                         help="host:port to receive on (default 127.0.0.1:9251); "
-                              "POST /api/v1/write")  # fmt: skip
-    capture.add_argument("--duration", type=_duration, default=None,
-                         help="stop after this long (e.g. 1h; default: a signal)")  # fmt: skip
-    capture.add_argument("--max-bytes", type=_size, default=1 << 30,
-                         help="stop recording (still answering 204) at this file size "
-                              "(default 1GiB)")  # fmt: skip
+    capture.add_argument(
+        "--listen",
+        default="127.0.0.1:9251",
+        help="host:port to receive on (default 127.0.0.1:9251); POST /api/v1/write",
+    )
+    capture.add_argument(
+        "--duration",
+        type=_duration,
+        default=None,
+        help="stop after this long (e.g. 1h; default: a signal)",
+    )
+    capture.add_argument(
+        "--max-bytes",
+        type=_size,
+        default=1 << 30,
+        help="stop recording (still answering 204) at this file size (default 1GiB)",
+    )
     capture.set_defaults(func=cmd_capture)
 
 
@@ -172,8 +196,10 @@ def _audit_capture(args: argparse.Namespace) -> int:
     if reader.corrupt:
         notes.append(f"{reader.corrupt:,} records failed their checksum, skipped")
     if reader.torn:
-        notes.append("read up to an incomplete or unreadable record (a capture still being "
-                     "written, or a damaged file)")
+        notes.append(
+            "read up to an incomplete or unreadable record (a capture still being "
+            "written, or a damaged file)"
+        )
     print(f"rwrouter audit: {args.capture}: {'; '.join(notes)}", file=sys.stderr)
     _print(result.report, args)
     return 0
@@ -188,17 +214,29 @@ def cmd_capture(args: argparse.Namespace) -> int:
     from rwrouter.server.capture import run_capture
 
     def listening(url: str) -> None:
-        print(f"rwrouter capture: receiving on {url}/api/v1/write, recording to {args.output}",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"rwrouter capture: receiving on {url}/api/v1/write, recording to {args.output}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     try:
-        summary = asyncio.run(run_capture(Path(args.output), listen_address=args.listen,
-                                          duration=args.duration, max_bytes=args.max_bytes,
-                                          on_listening=listening))  # fmt: skip
+        summary = asyncio.run(
+            run_capture(
+                Path(args.output),
+                listen_address=args.listen,
+                duration=args.duration,
+                max_bytes=args.max_bytes,
+                on_listening=listening,
+            )
+        )
     except CaptureError as exc:
         print(f"rwrouter capture: {exc}", file=sys.stderr)
         return 1
-    print(f"rwrouter capture: {summary.requests:,} requests recorded ({summary.bytes:,} bytes) "
-          f"to {args.output}; {summary.refused:,} refused, {summary.discarded:,} not recorded "
-          "(file full)", file=sys.stderr)  # fmt: skip
+    print(
+        f"rwrouter capture: {summary.requests:,} requests recorded ({summary.bytes:,} bytes) "
+        f"to {args.output}; {summary.refused:,} refused, {summary.discarded:,} not recorded "
+        "(file full)",
+        file=sys.stderr,
+    )
     return 0

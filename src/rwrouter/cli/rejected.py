@@ -80,21 +80,29 @@ def _as_text(listed: list[tuple[str, DeadLetterStore, list[DeadLetter]]]) -> str
         if not entries:
             lines.append(f"destination {name}: no rejected batches ({store.directory})")
             continue
-        lines.append(f"destination {name}: {len(entries)} rejected batches, "
-                     f"{store.size_bytes} bytes on disk ({store.directory})")  # fmt: skip
-        lines.append(f"  {'TIME (UTC)':<23}  {'KIND':<8}  {'STATUS':>6}  {'REASON':<12}  "
-                     f"{'SERIES':>7}  {'SAMPLES':>8}  {'BYTES':>9}  RESPONSE")  # fmt: skip
+        lines.append(
+            f"destination {name}: {len(entries)} rejected batches, "
+            f"{store.size_bytes} bytes on disk ({store.directory})"
+        )
+        lines.append(
+            f"  {'TIME (UTC)':<23}  {'KIND':<8}  {'STATUS':>6}  {'REASON':<12}  "
+            f"{'SERIES':>7}  {'SAMPLES':>8}  {'BYTES':>9}  RESPONSE"
+        )
         for e in entries:
             status = _status(e.status)
-            lines.append(f"  {_utc(e.at_ms):<23}  {e.kind:<8}  {status:>6}  {e.reason:<12}  "
-                         f"{e.series:>7}  {e.samples:>8}  {e.body_bytes:>9}  "
-                         f"{_first_line(e.response)}")  # fmt: skip
+            lines.append(
+                f"  {_utc(e.at_ms):<23}  {e.kind:<8}  {status:>6}  {e.reason:<12}  "
+                f"{e.series:>7}  {e.samples:>8}  {e.body_bytes:>9}  "
+                f"{_first_line(e.response)}"
+            )
     total = _totals([e for _, _, entries in listed for e in entries])
     if not total["entries"]:
         lines.append("no rejected batches")
     else:
-        lines.append(f"total: {total['entries']} batches, {total['series']} series, "
-                     f"{total['samples']} samples, {total['body_bytes']} bytes")  # fmt: skip
+        lines.append(
+            f"total: {total['entries']} batches, {total['series']} series, "
+            f"{total['samples']} samples, {total['body_bytes']} bytes"
+        )
     return "\n".join(lines)
 
 
@@ -211,9 +219,12 @@ async def _replay(
         name=dest.name,
         transport=transport_for(dest),
         auth=await authenticator_for(dest, path=f"remote_write[{index}]"),
-        policy=RetryPolicy(min_backoff=q.min_backoff, max_backoff=q.max_backoff,
-                           retry_on_http_429=q.retry_on_http_429,
-                           max_retries=REPLAY_RETRIES),
+        policy=RetryPolicy(
+            min_backoff=q.min_backoff,
+            max_backoff=q.max_backoff,
+            retry_on_http_429=q.retry_on_http_429,
+            max_retries=REPLAY_RETRIES,
+        ),
         headers=dict(dest.headers),
         message=dest.protobuf_message,
         metrics=Metrics().send,
@@ -271,9 +282,11 @@ async def _replay_one(
 
 
 def _summary(name: str, store: DeadLetterStore, entries: list[DeadLetter], tally: _Tally) -> None:
-    print(f"replay to {name}: delivered {tally.delivered} of {len(entries)} batches "
-          f"({tally.series} series, {tally.samples} samples, {tally.metadata} metadata); "
-          f"still in the store: {tally.kept + tally.not_attempted}")  # fmt: skip
+    print(
+        f"replay to {name}: delivered {tally.delivered} of {len(entries)} batches "
+        f"({tally.series} series, {tally.samples} samples, {tally.metadata} metadata); "
+        f"still in the store: {tally.kept + tally.not_attempted}"
+    )
     if tally.not_attempted:
         print(f"destination unreachable: {tally.not_attempted} batches not attempted (kept)")
     if tally.gone:
@@ -291,13 +304,19 @@ def _select(config: Config, name: str | None) -> list[tuple[int, DestinationConf
     sending = [(i, d) for i, d in enumerate(config.remote_write) if not d.shadow]  # shadows
     chosen = [(i, d) for i, d in sending if name in (None, d.name)]  # send nothing: no store
     if not chosen and any(d.shadow and d.name == name for d in config.remote_write):
-        print(f"rwrouter: destination {name!r} is a shadow destination: it sends nothing, so it "
-              "has no dead-letter store", file=sys.stderr)  # fmt: skip
+        print(
+            f"rwrouter: destination {name!r} is a shadow destination: it sends nothing, so it "
+            "has no dead-letter store",
+            file=sys.stderr,
+        )
         return None
     if not chosen:
         known = ", ".join(d.name for _, d in sending)
-        print(f"rwrouter: unknown destination {name!r} (the configuration {config.source} "
-              f"has: {known})", file=sys.stderr)  # fmt: skip
+        print(
+            f"rwrouter: unknown destination {name!r} (the configuration {config.source} "
+            f"has: {known})",
+            file=sys.stderr,
+        )
     return chosen or None
 
 

@@ -58,10 +58,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``relabel`` command to the ``rwrouter`` subcommands."""
     cmd = sub.add_parser("relabel", help="show where series go and which relabel rule decided")
     cmd.add_argument("--config", required=True, help="the YAML configuration of rwrouter run")
-    cmd.add_argument("--series", action="append", required=True, metavar="SERIES",
-                     help='a label set: \'{__name__="m",gpu="0"}\', \'m{gpu="0"}\', \'m\' or, '
-                          'with UTF-8 names, \'{"my.metric", "service.name"="api"}\'; '
-                          "repeat for several")  # fmt: skip
+    cmd.add_argument(
+        "--series",
+        action="append",
+        required=True,
+        metavar="SERIES",
+        help="a label set: '{__name__=\"m\",gpu=\"0\"}', 'm{gpu=\"0\"}', 'm' or, "
+        'with UTF-8 names, \'{"my.metric", "service.name"="api"}\'; '
+        "repeat for several",
+    )
     cmd.add_argument("--json", action="store_true", help="print JSON instead of text")
     cmd.set_defaults(func=cmd_relabel)
 
@@ -83,11 +88,16 @@ def cmd_relabel(args: argparse.Namespace) -> int:
     config = _load(args.config, env)
     if env.unset:
         names = ", ".join(sorted(env.unset))
-        print(f"rwrouter: note: unset environment variables taken as {UNSET!r}: {names} "
-              "(URLs and credentials are not used here)", file=sys.stderr)  # fmt: skip
+        print(
+            f"rwrouter: note: unset environment variables taken as {UNSET!r}: {names} "
+            "(URLs and credentials are not used here)",
+            file=sys.stderr,
+        )
     router = build_router(config)  # the routes rwrouter run builds
-    results = [(text, explain(labels, router.global_rules, router.routes, router=router))
-               for text, labels in parsed]  # fmt: skip
+    results = [
+        (text, explain(labels, router.global_rules, router.routes, router=router))
+        for text, labels in parsed
+    ]
     if args.json:
         print(json.dumps({"series": [_as_json(text, e) for text, e in results]}, indent=2))
     else:
@@ -130,8 +140,7 @@ def _load(path: str, env: Mapping[str, str]) -> Config:
             text = file.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError("", f"cannot read config file {path!r}: {exc}") from None
-    return parse_config(text, env=env, source=path,
-                        base_dir=os.path.dirname(os.path.abspath(path)))  # fmt: skip
+    return parse_config(text, env=env, source=path, base_dir=os.path.dirname(os.path.abspath(path)))
 
 
 def _changes(before: Labels, after: Labels) -> dict[str, Any]:
@@ -147,8 +156,10 @@ def _change_text(before: Labels, after: Labels) -> str:
     diff = _changes(before, after)
     parts = [f"+{format_name(k)}={quote_value(v)}" for k, v in diff["added"].items()]
     parts += [f"-{format_name(k)}={quote_value(v)}" for k, v in diff["removed"].items()]
-    parts += [f"{format_name(k)}: {quote_value(a)} -> {quote_value(b)}"
-              for k, (a, b) in diff["changed"].items()]  # fmt: skip
+    parts += [
+        f"{format_name(k)}: {quote_value(a)} -> {quote_value(b)}"
+        for k, (a, b) in diff["changed"].items()
+    ]
     return ", ".join(parts) if parts else "no change"
 
 
@@ -223,14 +234,16 @@ def _steps_json(steps: tuple[Step, ...], start: Labels) -> list[dict[str, Any]]:
 
     out, before = [], start
     for step in steps:
-        out.append({
-            "index": step.index,
-            "action": step.rule.action.value,
-            "rule": describe_rule(step.rule),
-            "kept": step.kept,
-            "labels": dict(step.labels) if step.kept else None,
-            "changes": _changes(before, step.labels),
-        })  # fmt: skip
+        out.append(
+            {
+                "index": step.index,
+                "action": step.rule.action.value,
+                "rule": describe_rule(step.rule),
+                "kept": step.kept,
+                "labels": dict(step.labels) if step.kept else None,
+                "changes": _changes(before, step.labels),
+            }
+        )
         before = step.labels
     return out
 
@@ -251,12 +264,15 @@ def _as_json(text: str, e: Explanation) -> dict[str, Any]:
                 "shadow": d.shadow,
                 "outcome": d.outcome,
                 "labels": _labels_json(d.labels),
-                "dropped_by": None if d.dropped_by is None
+                "dropped_by": None
+                if d.dropped_by is None
                 else {"scope": d.dropped_by[0], "index": d.dropped_by[1]},
                 "reason": d.reason,
                 "detail": d.detail,
                 "escaping": d.escaping,
-                "escaped": None if d.escaped is None else {
+                "escaped": None
+                if d.escaped is None
+                else {
                     "before": _labels_json(d.before),
                     "metric_name": d.escaped.metric_name and list(d.escaped.metric_name),
                     "renamed": dict(d.escaped.renamed),
@@ -266,4 +282,4 @@ def _as_json(text: str, e: Explanation) -> dict[str, Any]:
             }
             for d in _ordered(e.decisions)
         ],
-    }  # fmt: skip
+    }

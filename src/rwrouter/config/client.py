@@ -65,8 +65,11 @@ def secret_string(f: Fields, key: str, ctx: Context, *, file_key: str | None = N
     value = env_string(f, key, ctx)
     if value == PLACEHOLDER:
         where = f", ${{VAR}} or {file_key}" if file_key else " or ${VAR}"
-        raise ConfigError(f.at(key), "is <secret>, the placeholder Prometheus shows for a hidden "
-                          f"secret (/api/v1/status/config): put the real value{where}")  # fmt: skip
+        raise ConfigError(
+            f.at(key),
+            "is <secret>, the placeholder Prometheus shows for a hidden "
+            f"secret (/api/v1/status/config): put the real value{where}",
+        )
     return value
 
 

@@ -58,9 +58,11 @@ def _audit(audit: AuditConfig) -> str:
         f"{t.per_million:g}/M" + (f" up to {t.up_to_samples:,}" if t.up_to_samples else " beyond")
         for t in audit.price_tiers
     )
-    return (f"window={format_duration(audit.window)} series_limit={audit.series_limit:,}"
-            f" max_series={audit.max_series:,} rate_window={format_duration(audit.rate_window)}"
-            f" price_tiers={audit.currency} [{tiers}] a month")  # fmt: skip
+    return (
+        f"window={format_duration(audit.window)} series_limit={audit.series_limit:,}"
+        f" max_series={audit.max_series:,} rate_window={format_duration(audit.rate_window)}"
+        f" price_tiers={audit.currency} [{tiers}] a month"
+    )
 
 
 def _destination(dest: DestinationConfig) -> list[str]:
@@ -103,9 +105,12 @@ def _destination(dest: DestinationConfig) -> list[str]:
         *_queue(dest.queue_config),
         f"  metadata_config: send={_flag(meta.send)}"
         f" send_interval={format_duration(meta.send_interval)}"
-        f" max_samples_per_send={meta.max_samples_per_send}" + (
+        f" max_samples_per_send={meta.max_samples_per_send}"
+        + (
             " (send is not used with remote write 2.0: metadata goes inside each series)"
-            if dest.protobuf_message != "prometheus.WriteRequest" else ""),
+            if dest.protobuf_message != "prometheus.WriteRequest"
+            else ""
+        ),
         f"  send_exemplars={_flag(dest.send_exemplars)}"
         f" send_native_histograms={_flag(dest.send_native_histograms)}",
         "  write_relabel_configs:",
@@ -133,11 +138,15 @@ def _tls(tls: TLSConfig) -> str:
 def _protocol(dest: DestinationConfig) -> str:
     if dest.protobuf_message == "prometheus.WriteRequest":
         return "remote write 1.0 (protobuf_message: prometheus.WriteRequest)"
-    text = (f"remote write 2.0 (protobuf_message: {dest.protobuf_message}; remote write 1.0 "
-            "from the first 415, or 2xx that wrote nothing, until a reload)")  # fmt: skip
+    text = (
+        f"remote write 2.0 (protobuf_message: {dest.protobuf_message}; remote write 1.0 "
+        "from the first 415, or 2xx that wrote nothing, until a reload)"
+    )
     if dest.sigv4 is not None:
-        text += ("; note: the managed workspace speaks remote write 1.0 only (it answers 415 "
-                 "to 2.0), so this destination would fall back at its first request")  # fmt: skip
+        text += (
+            "; note: the managed workspace speaks remote write 1.0 only (it answers 415 "
+            "to 2.0), so this destination would fall back at its first request"
+        )
     return text
 
 
@@ -146,8 +155,11 @@ def _escaping(dest: DestinationConfig) -> str:
     if scheme == EscapingScheme.ALLOW_UTF8:
         return "allow-utf-8 (UTF-8 metric and label names are sent as they are)"
     default = dest.sigv4 is not None and scheme == EscapingScheme.UNDERSCORES
-    why = ("the default for a sigv4 destination: the managed workspace refuses UTF-8 names"
-           if default else "set in the file")
+    why = (
+        "the default for a sigv4 destination: the managed workspace refuses UTF-8 names"
+        if default
+        else "set in the file"
+    )
     return f"{scheme} (names outside the legacy character set are escaped; {why})"
 
 

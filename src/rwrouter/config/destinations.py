@@ -46,6 +46,8 @@ _DEST_UNSUPPORTED = dict.fromkeys(
     ),
     NOT_SUPPORTED,
 )
+
+
 def choice(f: Fields, key: str, default: str, choices: Sequence[str]) -> str:
     """``key``'s value, one of ``choices`` (``default`` when absent). Raises ConfigError
     listing them otherwise."""
@@ -130,8 +132,11 @@ def _destination(f: Fields, ctx: Context, scheme: str) -> DestinationConfig:
     if shadow and not f.has("url") and not name:
         raise ConfigError(f.at("name"), "a shadow destination without url needs a name")
     # url before auth: errors come in the order a reader meets the keys.
-    url = "" if shadow and not f.has("url") else http_url(env_string(f, "url", ctx), f.at("url"),
-                                                            userinfo=False)  # fmt: skip
+    url = (
+        ""
+        if shadow and not f.has("url")
+        else http_url(env_string(f, "url", ctx), f.at("url"), userinfo=False)
+    )
     auth_section = auth(f, ctx)
     proxy = env_string(f, "proxy_url", ctx)
     return DestinationConfig(
@@ -166,13 +171,15 @@ def _destination(f: Fields, ctx: Context, scheme: str) -> DestinationConfig:
         protobuf_message=choice(f, "protobuf_message", default.protobuf_message, MESSAGES),
         # The managed workspace refuses UTF-8 names (400): a sigv4 destination escapes them.
         metric_name_escaping_scheme=enum_choice(
-            f, "metric_name_escaping_scheme",
-            EscapingScheme.UNDERSCORES if "sigv4" in auth_section
+            f,
+            "metric_name_escaping_scheme",
+            EscapingScheme.UNDERSCORES
+            if "sigv4" in auth_section
             else default.metric_name_escaping_scheme,
             EscapingScheme,
         ),
         **auth_section,
-    )  # fmt: skip
+    )
 
 
 def _queue(f: Fields, *, sigv4: bool) -> QueueConfig:

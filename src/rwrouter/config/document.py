@@ -36,8 +36,9 @@ def _check_utf8(text: str, path: str) -> None:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:
             bad = text[exc.start]
-            raise ConfigError(path, f"invalid UTF-8: a lone surrogate \\u{ord(bad):04x} "
-                              "(from a YAML escape)") from None  # fmt: skip
+            raise ConfigError(
+                path, f"invalid UTF-8: a lone surrogate \\u{ord(bad):04x} (from a YAML escape)"
+            ) from None
 
 
 def _check_duplicate_keys(node: yaml.Node, path: str, seen: set[int]) -> None:

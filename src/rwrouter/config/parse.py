@@ -93,15 +93,24 @@ def parse_config(
     top = Fields(
         load_yaml(text, source),
         "",
-        known=("global", "server", "storage", "relabel_cache", "audit", "relabel_configs",
-               "remote_write"),
+        known=(
+            "global",
+            "server",
+            "storage",
+            "relabel_cache",
+            "audit",
+            "relabel_configs",
+            "remote_write",
+        ),
         unsupported=_TOP_UNSUPPORTED,
-    )  # fmt: skip
+    )
     ctx = Context(env=env, base_dir=base_dir)
     global_fields = Fields(
-        top.raw("global"), "global", known=field_names(GlobalConfig),
+        top.raw("global"),
+        "global",
+        known=field_names(GlobalConfig),
         unsupported=_GLOBAL_UNSUPPORTED,
-    )  # fmt: skip
+    )
     global_ = _global(global_fields)
     scheme = global_.metric_name_validation_scheme
     return Config(
@@ -124,8 +133,9 @@ def _global(f: Fields) -> GlobalConfig:
     # Empty is Prometheus's "unset": the default (utf8), as when the key is absent.
     scheme = f.string(key, d.metric_name_validation_scheme) or d.metric_name_validation_scheme
     if scheme not in tuple(ValidationScheme):
-        raise ConfigError(f.at(key), f"expected one of {', '.join(ValidationScheme)}, "
-                          f"got {scheme!r}")  # fmt: skip
+        raise ConfigError(
+            f.at(key), f"expected one of {', '.join(ValidationScheme)}, got {scheme!r}"
+        )
     return GlobalConfig(metric_name_validation_scheme=ValidationScheme(scheme))
 
 
@@ -176,9 +186,10 @@ def _audit(f: Fields) -> AuditConfig:
         max_series=f.integer("max_series", d.max_series, minimum=1),
         rate_window=f.duration("rate_window", d.rate_window),
         price_tiers=_price_tiers(f.raw("price_tiers"), f.at("price_tiers"))
-        if f.has("price_tiers") else d.price_tiers,
+        if f.has("price_tiers")
+        else d.price_tiers,
         currency=currency,
-    )  # fmt: skip
+    )
 
 
 def _price_tiers(raw: object, path: str) -> tuple[PriceTier, ...]:
@@ -192,14 +203,21 @@ def _price_tiers(raw: object, path: str) -> tuple[PriceTier, ...]:
         price = f.raw("per_million")
         if price is None:
             raise ConfigError(f.at("per_million"), "required (price per million samples)")
-        if (isinstance(price, bool) or not isinstance(price, int | float)
-                or not 0 <= price < math.inf):  # fmt: skip
+        if (
+            isinstance(price, bool)
+            or not isinstance(price, int | float)
+            or not 0 <= price < math.inf
+        ):
             why = f"expected a finite price >= 0 per million samples, got {price!r}"
             raise ConfigError(f.at("per_million"), why)
         last = i == len(raw) - 1
         if last == f.has("up_to_samples"):
-            raise ConfigError(f.at("up_to_samples"), "the last tier has no bound (omit it)" if last
-                              else "required on every tier but the last")  # fmt: skip
+            raise ConfigError(
+                f.at("up_to_samples"),
+                "the last tier has no bound (omit it)"
+                if last
+                else "required on every tier but the last",
+            )
         up_to = None if last else f.integer("up_to_samples", 0, minimum=bound + 1)
         bound = up_to or bound
         tiers.append(PriceTier(per_million=float(price), up_to_samples=up_to))
@@ -217,5 +235,3 @@ def parse_listen_address(value: str | None, path: str) -> str:
     if not sep or not valid_host or not port.isdigit() or int(port) > 65535:
         raise ConfigError(path, f"expected host:port (e.g. 0.0.0.0:9250, [::]:9250), got {value!r}")
     return text
-
-

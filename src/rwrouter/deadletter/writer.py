@@ -49,9 +49,15 @@ class DeadLetters:
     async def _write(self, raw: bytes, series: int, samples: int, refusal: Refusal) -> None:
         try:  # the store logs the entries it removes to stay within its bound
             await asyncio.to_thread(
-                self.store.add, raw=raw, kind=Kind.SAMPLES, status=refusal.status,
-                reason=refusal.reason, response=refusal.text, series=series, samples=samples,
-            )  # fmt: skip
+                self.store.add,
+                raw=raw,
+                kind=Kind.SAMPLES,
+                status=refusal.status,
+                reason=refusal.reason,
+                response=refusal.text,
+                series=series,
+                samples=samples,
+            )
         except OSError as exc:
             log.error(
                 kv(

@@ -17,8 +17,11 @@ SCRAPE_JOB = "gpu-node"
 #: The demo's shadow destination: every DCGM family, counted by the audit, never sent.
 SHADOW_DESTINATION = "workspace-all-dcgm"
 #: ``job`` set per exporter kind by metric relabeling (workload.md's jobs), by name prefix.
-JOB_BY_PREFIX = (("DCGM_.*", "dcgm-exporter"), ("node_.*", "node-exporter"),
-                 ("container_.*", "kubelet"))  # fmt: skip
+JOB_BY_PREFIX = (
+    ("DCGM_.*", "dcgm-exporter"),
+    ("node_.*", "node-exporter"),
+    ("container_.*", "kubelet"),
+)
 
 
 def _duration(seconds: float) -> str:
@@ -31,17 +34,19 @@ RW2_MESSAGE = "io.prometheus.write.v2.Request"  # remote write 2.0 (rwrouter.pro
 
 
 def sender_config(
-    *, targets: Sequence[str], scrape_interval_s: float, router_url: str,
+    *,
+    targets: Sequence[str],
+    scrape_interval_s: float,
+    router_url: str,
     remote_write_2: bool = False,
-) -> str:  # fmt: skip
+) -> str:
     """The sender: scrapes every exporter node, remote-writes everything to rwrouter, in
     remote write 2.0 with ``remote_write_2`` (a Prometheus >= 3.8). (``cluster`` comes from
     the exporters' own labels.)"""
     relabel = [
-        {"source_labels": ["__name__"], "regex": regex, "target_label": "job",
-         "replacement": job}
+        {"source_labels": ["__name__"], "regex": regex, "target_label": "job", "replacement": job}
         for regex, job in JOB_BY_PREFIX
-    ]  # fmt: skip
+    ]
     deadline = min(2.0, scrape_interval_s)
     config = {
         "global": {

@@ -114,10 +114,11 @@ class ExporterFleet:
     ) -> None:
         start_s = clock()
         self.nodes = [
-            ExporterNode(node_model(seed=seed, index=i, cluster=cluster), start_s=start_s,
-                         clock=clock)
+            ExporterNode(
+                node_model(seed=seed, index=i, cluster=cluster), start_s=start_s, clock=clock
+            )
             for i in range(nodes)
-        ]  # fmt: skip
+        ]
 
     @property
     def targets(self) -> list[str]:

@@ -26,8 +26,11 @@ DCGM_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C)."),
     ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
     ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
-    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter",
-     "Total energy consumption since boot (in mJ)."),
+    (
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "counter",
+        "Total energy consumption since boot (in mJ).",
+    ),
     ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries."),
     ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
     ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %)."),
@@ -36,26 +39,50 @@ DCGM_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
     ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),
     ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
-    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter",
-     "Total number of NVLink bandwidth counters for all lanes."),
+    (
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        "counter",
+        "Total number of NVLink bandwidth counters for all lanes.",
+    ),
     ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "gauge", "vGPU License status"),
-    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter",
-     "Number of remapped rows for uncorrectable errors"),
-    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter",
-     "Number of remapped rows for correctable errors"),
+    (
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "counter",
+        "Number of remapped rows for uncorrectable errors",
+    ),
+    (
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "counter",
+        "Number of remapped rows for correctable errors",
+    ),
     ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed"),
-    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge",
-     "Ratio of time the graphics engine is active (in %)."),
-    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge",
-     "Ratio of cycles the tensor (HMMA) pipe is active (in %)."),
-    ("DCGM_FI_PROF_DRAM_ACTIVE", "gauge",
-     "Ratio of cycles the device memory interface is active sending or receiving data (in %)."),
-    ("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge",
-     "The rate of data transmitted over the PCIe bus, in bytes per second."),
-    ("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge",
-     "The rate of data received over the PCIe bus, in bytes per second."),
+    (
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "gauge",
+        "Ratio of time the graphics engine is active (in %).",
+    ),
+    (
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "gauge",
+        "Ratio of cycles the tensor (HMMA) pipe is active (in %).",
+    ),
+    (
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "gauge",
+        "Ratio of cycles the device memory interface is active sending or receiving data (in %).",
+    ),
+    (
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "gauge",
+        "The rate of data transmitted over the PCIe bus, in bytes per second.",
+    ),
+    (
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+        "gauge",
+        "The rate of data received over the PCIe bus, in bytes per second.",
+    ),
     ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge", "Current clock throttle reasons."),
-)  # fmt: skip
+)
 
 GPUS_PER_NODE = 8
 CPUS_PER_NODE = 48
@@ -143,29 +170,69 @@ def node_model(*, seed: int, index: int, cluster: str = "demo-gpu-cluster") -> N
         for _ in range(GPUS_PER_NODE)
     )
     suffix = f"{rng.getrandbits(20):05x}"
-    trainer = Pod(NAMESPACE, f"llm-pretrain-worker-{index}", "trainer",
-                  "nvcr.io/nvidia/pytorch:24.03-py3", 22.0, 600e9)  # fmt: skip
+    trainer = Pod(
+        NAMESPACE,
+        f"llm-pretrain-worker-{index}",
+        "trainer",
+        "nvcr.io/nvidia/pytorch:24.03-py3",
+        22.0,
+        600e9,
+    )
     system = [
-        Pod("kube-system", f"aws-node-{suffix[:5]}", "aws-node", "amazon-k8s-cni:v1.18.1",
-            0.05, 60e6),
-        Pod("kube-system", f"kube-proxy-{suffix[1:]}", "kube-proxy", "kube-proxy:v1.29.3",
-            0.02, 40e6),
-        Pod("kube-system", f"efa-device-plugin-{suffix[:4]}", "efa-device-plugin",
-            "aws-efa-k8s-device-plugin:v0.4.4", 0.01, 20e6),
-        Pod("kube-system", f"nvidia-device-plugin-{suffix[2:]}", "nvidia-device-plugin-ctr",
-            "k8s-device-plugin:v0.15.0", 0.01, 30e6),
-        Pod("gpu-operator", f"nvidia-dcgm-exporter-{suffix[:5]}", "nvidia-dcgm-exporter",
-            "dcgm-exporter:3.3.5-3.4.1-ubuntu22.04", 0.3, 400e6),
-        Pod("monitoring", f"node-exporter-{suffix[1:]}", "node-exporter",
-            "node-exporter:v1.8.0", 0.05, 30e6),
-        Pod("logging", f"fluent-bit-{suffix[:5]}", "fluent-bit", "fluent-bit:3.0.4",
-            0.1, 80e6),
-    ]  # fmt: skip
+        Pod(
+            "kube-system",
+            f"aws-node-{suffix[:5]}",
+            "aws-node",
+            "amazon-k8s-cni:v1.18.1",
+            0.05,
+            60e6,
+        ),
+        Pod(
+            "kube-system",
+            f"kube-proxy-{suffix[1:]}",
+            "kube-proxy",
+            "kube-proxy:v1.29.3",
+            0.02,
+            40e6,
+        ),
+        Pod(
+            "kube-system",
+            f"efa-device-plugin-{suffix[:4]}",
+            "efa-device-plugin",
+            "aws-efa-k8s-device-plugin:v0.4.4",
+            0.01,
+            20e6,
+        ),
+        Pod(
+            "kube-system",
+            f"nvidia-device-plugin-{suffix[2:]}",
+            "nvidia-device-plugin-ctr",
+            "k8s-device-plugin:v0.15.0",
+            0.01,
+            30e6,
+        ),
+        Pod(
+            "gpu-operator",
+            f"nvidia-dcgm-exporter-{suffix[:5]}",
+            "nvidia-dcgm-exporter",
+            "dcgm-exporter:3.3.5-3.4.1-ubuntu22.04",
+            0.3,
+            400e6,
+        ),
+        Pod(
+            "monitoring",
+            f"node-exporter-{suffix[1:]}",
+            "node-exporter",
+            "node-exporter:v1.8.0",
+            0.05,
+            30e6,
+        ),
+        Pod("logging", f"fluent-bit-{suffix[:5]}", "fluent-bit", "fluent-bit:3.0.4", 0.1, 80e6),
+    ]
     helpers = [
-        Pod(NAMESPACE, f"data-loader-{index}-{k}", "loader", "ml/data-loader:2.3.1",
-            2.0 + k, 8e9)
+        Pod(NAMESPACE, f"data-loader-{index}-{k}", "loader", "ml/data-loader:2.3.1", 2.0 + k, 8e9)
         for k in range(4)
-    ]  # fmt: skip
+    ]
     return NodeModel(
         index=index,
         cluster=cluster,
@@ -194,11 +261,17 @@ def dcgm_families(node: NodeModel, t: float) -> list[Family]:
     samples: dict[str, list[tuple[dict[str, str], float]]] = {f[0]: [] for f in DCGM_FIELDS}
     for gpu, wave in enumerate(node.gpu_load):
         labels = {
-            "cluster": node.cluster, "gpu": str(gpu), "UUID": node.gpu_uuids[gpu],
-            "device": f"nvidia{gpu}", "modelName": MODEL_NAME, "Hostname": node.hostname,
-            "DCGM_FI_DRIVER_VERSION": DRIVER_VERSION, "container": node.trainer.container,
-            "namespace": node.trainer.namespace, "pod": node.trainer.pod,
-        }  # fmt: skip
+            "cluster": node.cluster,
+            "gpu": str(gpu),
+            "UUID": node.gpu_uuids[gpu],
+            "device": f"nvidia{gpu}",
+            "modelName": MODEL_NAME,
+            "Hostname": node.hostname,
+            "DCGM_FI_DRIVER_VERSION": DRIVER_VERSION,
+            "container": node.trainer.container,
+            "namespace": node.trainer.namespace,
+            "pod": node.trainer.pod,
+        }
         for name, value in _gpu_values(wave, gpu, t).items():
             samples[name].append((labels, float(round(value, 3))))
     return [(name, kind, doc, samples[name]) for name, kind, doc in DCGM_FIELDS]
@@ -215,8 +288,8 @@ def _gpu_values(wave: Wave, gpu: int, t: float) -> dict[str, float]:
         "DCGM_FI_DEV_GPU_TEMP": round(34 + 36 * load + _ripple(t, gpu, 3)),
         "DCGM_FI_DEV_POWER_USAGE": power,
         # mJ since boot: 1 day of idle power before the demo, then the integral of the power.
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": 1000 * (90 * 86_400 + 90 * t
-                                                        + 600 * wave.integral(t)),
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": 1000
+        * (90 * 86_400 + 90 * t + 600 * wave.integral(t)),
         "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": float((gpu == 3) * int(t // 600)),
         "DCGM_FI_DEV_GPU_UTIL": round(100 * load),
         "DCGM_FI_DEV_MEM_COPY_UTIL": round(25 + 40 * load + 3 * _ripple(t, gpu, 4)),
@@ -236,7 +309,7 @@ def _gpu_values(wave: Wave, gpu: int, t: float) -> dict[str, float]:
         "DCGM_FI_PROF_PCIE_TX_BYTES": round(1.5e9 * load * (1 + 0.1 * _ripple(t, gpu, 7))),
         "DCGM_FI_PROF_PCIE_RX_BYTES": round(2.5e9 * load * (1 + 0.1 * _ripple(t, gpu, 8))),
         "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": 4.0 if power > 640 else 0.0,  # 4: SW power cap
-    }  # fmt: skip
+    }
 
 
 _NET_RATES = {"eth": 4e7, "efa": 9e9, "lo": 2e6}  # bytes per second at full load
@@ -249,8 +322,15 @@ def node_families(node: NodeModel, t: float) -> list[Family]:
     cpu: list[tuple[dict[str, str], float]] = []
     for index, share in enumerate(node.cpu_share):
         busy = share * load.integral(t) / load.mean  # seconds busy since start, grows
-        spent = {"user": 0.8 * busy, "system": 0.15 * busy, "softirq": 0.02 * busy,
-                 "irq": 0.01 * busy, "iowait": 0.005 * t, "nice": 0.0, "steal": 0.0}  # fmt: skip
+        spent = {
+            "user": 0.8 * busy,
+            "system": 0.15 * busy,
+            "softirq": 0.02 * busy,
+            "irq": 0.01 * busy,
+            "iowait": 0.005 * t,
+            "nice": 0.0,
+            "steal": 0.0,
+        }
         spent["idle"] = max(0.0, t - sum(spent.values()))
         for mode in CPU_MODES:
             uptime_part = 3600 * (0.9 if mode == "idle" else 0.1 / 7)
@@ -266,9 +346,13 @@ def node_families(node: NodeModel, t: float) -> list[Family]:
 
 def _network(node: NodeModel, t: float, base: dict[str, str]) -> list[Family]:
     names = (
-        ("receive_bytes", 1.0), ("transmit_bytes", 0.9), ("receive_packets", 1 / 8000),
-        ("transmit_packets", 1 / 8000), ("receive_errs", 0.0), ("transmit_errs", 0.0),
-    )  # fmt: skip
+        ("receive_bytes", 1.0),
+        ("transmit_bytes", 0.9),
+        ("receive_packets", 1 / 8000),
+        ("transmit_packets", 1 / 8000),
+        ("receive_errs", 0.0),
+        ("transmit_errs", 0.0),
+    )
     families: list[Family] = []
     for suffix, factor in names:
         samples = []
@@ -292,10 +376,14 @@ def _filesystem(node: NodeModel, t: float, base: dict[str, str]) -> list[Family]
         avail.append((labels, float(round(max(0.0, total * 0.95 - used)))))
     return [
         ("node_filesystem_size_bytes", "gauge", "Filesystem size in bytes.", size),
-        ("node_filesystem_avail_bytes", "gauge",
-         "Filesystem space available to non-root users in bytes.", avail),
+        (
+            "node_filesystem_avail_bytes",
+            "gauge",
+            "Filesystem space available to non-root users in bytes.",
+            avail,
+        ),
         ("node_filesystem_free_bytes", "gauge", "Filesystem free space in bytes.", free),
-    ]  # fmt: skip
+    ]
 
 
 def _memory(node: NodeModel, t: float, base: dict[str, str]) -> list[Family]:
@@ -305,17 +393,18 @@ def _memory(node: NodeModel, t: float, base: dict[str, str]) -> list[Family]:
     load1 = 48 * level + 2 * _ripple(t, node.index, 9)
     gauges = (
         ("node_memory_MemTotal_bytes", "Memory information field MemTotal_bytes.", total),
-        ("node_memory_MemAvailable_bytes", "Memory information field MemAvailable_bytes.",
-         available),
-        ("node_memory_MemFree_bytes", "Memory information field MemFree_bytes.",
-         available * 0.4),
-        ("node_memory_Cached_bytes", "Memory information field Cached_bytes.",
-         available * 0.55),
+        (
+            "node_memory_MemAvailable_bytes",
+            "Memory information field MemAvailable_bytes.",
+            available,
+        ),
+        ("node_memory_MemFree_bytes", "Memory information field MemFree_bytes.", available * 0.4),
+        ("node_memory_Cached_bytes", "Memory information field Cached_bytes.", available * 0.55),
         ("node_memory_Buffers_bytes", "Memory information field Buffers_bytes.", 2.1e9),
         ("node_load1", "1m load average.", load1),
         ("node_load5", "5m load average.", 48 * level),
         ("node_load15", "15m load average.", 48 * node.node_load.mean),
-    )  # fmt: skip
+    )
     return [(name, "gauge", doc, [(base, round(value, 2))]) for name, doc, value in gauges]
 
 
@@ -325,8 +414,14 @@ def kubelet_families(node: NodeModel, t: float) -> list[Family]:
     level = node.node_load.at(t) / node.node_load.mean
     busy = node.node_load.integral(t) / node.node_load.mean
     for pod in node.pods:
-        labels = {"cluster": node.cluster, "node": node.hostname, "namespace": pod.namespace,
-                  "pod": pod.pod, "container": pod.container, "image": pod.image}  # fmt: skip
+        labels = {
+            "cluster": node.cluster,
+            "node": node.hostname,
+            "namespace": pod.namespace,
+            "pod": pod.pod,
+            "container": pod.container,
+            "image": pod.image,
+        }
         net = 1e9 if pod is node.trainer else 1e5 * pod.cpu_cores
         values = {
             "container_cpu_usage_seconds_total": pod.cpu_cores * (3600 + busy),
@@ -345,9 +440,7 @@ _CADVISOR = (
     ("container_cpu_usage_seconds_total", "counter", "Cumulative cpu time consumed in seconds."),
     ("container_memory_working_set_bytes", "gauge", "Current working set in bytes."),
     ("container_memory_rss", "gauge", "Size of RSS in bytes."),
-    ("container_network_receive_bytes_total", "counter",
-     "Cumulative count of bytes received."),
-    ("container_network_transmit_bytes_total", "counter",
-     "Cumulative count of bytes transmitted."),
+    ("container_network_receive_bytes_total", "counter", "Cumulative count of bytes received."),
+    ("container_network_transmit_bytes_total", "counter", "Cumulative count of bytes transmitted."),
     ("container_fs_usage_bytes", "gauge", "Number of bytes that are consumed by the container."),
-)  # fmt: skip
+)

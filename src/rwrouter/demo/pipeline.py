@@ -73,10 +73,16 @@ class DemoPipeline:
     """
 
     def __init__(
-        self, *, workdir: Path, nodes: int = 2, scrape_interval_s: float = 5.0, seed: int = 1,
-        ready_timeout_s: float = 30.0, prometheus: str | None = None,
+        self,
+        *,
+        workdir: Path,
+        nodes: int = 2,
+        scrape_interval_s: float = 5.0,
+        seed: int = 1,
+        ready_timeout_s: float = 30.0,
+        prometheus: str | None = None,
         remote_write_2: bool = False,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.prometheus = prometheus
         self.remote_write_2 = remote_write_2
         self.workdir = Path(workdir)
@@ -107,28 +113,44 @@ class DemoPipeline:
         self.fleet.start()
         self.workspace = run_in_thread(self.double)
         self.self_hosted = PrometheusProcess.start(
-            self_hosted_config(), workdir=self.workdir / "self-hosted",
-            ready_timeout=self.ready_timeout_s, new_session=True, binary=self.prometheus,
-        )  # fmt: skip
+            self_hosted_config(),
+            workdir=self.workdir / "self-hosted",
+            ready_timeout=self.ready_timeout_s,
+            new_session=True,
+            binary=self.prometheus,
+        )
         port = free_port()
         config_path = self.workdir / "rwrouter.yaml"
-        config_path.write_text(router_config(
-            listen_port=port, workspace_url=self.double.url(WORKSPACE_ID), region=REGION,
-            access_key=ACCESS_KEY, secret_key=SECRET_KEY, self_hosted_url=self.self_hosted.url,
-            batch_send_deadline_s=min(2.0, self.scrape_interval_s),
-            remote_write_2=self.remote_write_2,
-        ))  # fmt: skip
+        config_path.write_text(
+            router_config(
+                listen_port=port,
+                workspace_url=self.double.url(WORKSPACE_ID),
+                region=REGION,
+                access_key=ACCESS_KEY,
+                secret_key=SECRET_KEY,
+                self_hosted_url=self.self_hosted.url,
+                batch_send_deadline_s=min(2.0, self.scrape_interval_s),
+                remote_write_2=self.remote_write_2,
+            )
+        )
         self.router = RouterProcess(
             config_path=config_path, port=port, log_path=self.workdir / "rwrouter.log"
         )
         self.router.wait_ready(timeout_s=self.ready_timeout_s)
         features = ("--enable-feature=metadata-wal-records",) if self.remote_write_2 else ()
         self.sender = PrometheusProcess.start(
-            sender_config(targets=self.fleet.targets, scrape_interval_s=self.scrape_interval_s,
-                          router_url=self.router.url, remote_write_2=self.remote_write_2),
-            workdir=self.workdir / "sender", ready_timeout=self.ready_timeout_s,
-            new_session=True, binary=self.prometheus, extra_args=features,
-        )  # fmt: skip
+            sender_config(
+                targets=self.fleet.targets,
+                scrape_interval_s=self.scrape_interval_s,
+                router_url=self.router.url,
+                remote_write_2=self.remote_write_2,
+            ),
+            workdir=self.workdir / "sender",
+            ready_timeout=self.ready_timeout_s,
+            new_session=True,
+            binary=self.prometheus,
+            extra_args=features,
+        )
 
     def stop(self, *, timeout_s: float = 10.0) -> None:
         """Stop the sender first (no new data), then rwrouter (drains), the stores and the
@@ -195,10 +217,11 @@ class DemoPipeline:
             rejections=dict(self.double.rejections),
             self_hosted_by_name=by_name,
             self_hosted_error=error,
-            router=router_counters(f"{self.router.url}/metrics") if self.router else
-            router_counters("http://127.0.0.1:1/metrics"),
+            router=router_counters(f"{self.router.url}/metrics")
+            if self.router
+            else router_counters("http://127.0.0.1:1/metrics"),
             urls=self.urls,
-        )  # fmt: skip
+        )
 
 
 def ensure_prometheus() -> bool:
@@ -209,8 +232,11 @@ def ensure_prometheus() -> bool:
     except PrometheusNotFoundError:
         pass
     if os.geteuid() != 0:
-        print(f"rwrouter demo: the 'prometheus' binary is missing; install it with:\n"
-              f"  sudo sh -c '{INSTALL_HINT}'", file=sys.stderr)  # fmt: skip
+        print(
+            f"rwrouter demo: the 'prometheus' binary is missing; install it with:\n"
+            f"  sudo sh -c '{INSTALL_HINT}'",
+            file=sys.stderr,
+        )
         return False
     print(f"rwrouter demo: 'prometheus' is missing; running: {INSTALL_HINT}", flush=True)
     for command in (["apt-get", "update"], ["apt-get", "install", "-y", "prometheus"]):
@@ -225,8 +251,9 @@ def prometheus_version(binary: str) -> tuple[int, int] | None:
     """(major, minor) of what ``binary --version`` prints first (``prometheus, version
     3.16.0 ...``); None when it prints no such version or does not run."""
     try:
-        done = subprocess.run([binary, "--version"], capture_output=True, text=True,
-                              timeout=30, check=False)  # fmt: skip
+        done = subprocess.run(
+            [binary, "--version"], capture_output=True, text=True, timeout=30, check=False
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     match = re.search(r"version (\d+)\.(\d+)\.", done.stdout or done.stderr)
@@ -234,9 +261,11 @@ def prometheus_version(binary: str) -> tuple[int, int] | None:
 
 
 def run_demo(
-    nodes: int = 2, duration: float | None = None, workdir: str | Path | None = None,
+    nodes: int = 2,
+    duration: float | None = None,
+    workdir: str | Path | None = None,
     prometheus: str | None = None,
-) -> int:  # fmt: skip
+) -> int:
     """``rwrouter demo``: run the pipeline until Ctrl-C, SIGTERM or ``duration`` seconds.
     ``prometheus``: the binary to run instead of Debian's; a Prometheus >= 3.8 makes the
     sender and the self-hosted store speak remote write 2.0.
@@ -249,8 +278,10 @@ def run_demo(
     if prometheus is not None:
         version = prometheus_version(prometheus)
         if version is None:
-            print(f"rwrouter demo: {prometheus} --version prints no Prometheus version",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"rwrouter demo: {prometheus} --version prints no Prometheus version",
+                file=sys.stderr,
+            )
             return 2
     elif not ensure_prometheus():
         return 2
@@ -261,10 +292,14 @@ def run_demo(
     print(f"rwrouter demo: {nodes} GPU node(s), work dir {path}{note}", flush=True)
     if version is not None:
         protocol = "remote write 2.0" if rw2 else "remote write 1.0"
-        print(f"rwrouter demo: Prometheus {version[0]}.{version[1]} ({prometheus}): the sender "
-              f"and the self-hosted store speak {protocol}", flush=True)  # fmt: skip
-    pipeline = DemoPipeline(workdir=path, nodes=nodes, scrape_interval_s=5.0,
-                            prometheus=prometheus, remote_write_2=rw2)  # fmt: skip
+        print(
+            f"rwrouter demo: Prometheus {version[0]}.{version[1]} ({prometheus}): the sender "
+            f"and the self-hosted store speak {protocol}",
+            flush=True,
+        )
+    pipeline = DemoPipeline(
+        workdir=path, nodes=nodes, scrape_interval_s=5.0, prometheus=prometheus, remote_write_2=rw2
+    )
     stop = threading.Event()
     restore = _on_signals(stop)
     code = 1

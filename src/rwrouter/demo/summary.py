@@ -93,8 +93,13 @@ def router_counters(metrics_url: str, *, timeout_s: float = 3.0) -> RouterCounte
                 protocols[labels["protocol"]] = sample.value
             elif sample.name == "rwrouter_destination_protocol" and sample.value == 1:
                 in_use[labels["destination"]] = labels["protobuf_message"]
-    return RouterCounters(received=received, sent=sent, dropped=dropped,
-                          requests_by_protocol=protocols, protocol_in_use=in_use)  # fmt: skip
+    return RouterCounters(
+        received=received,
+        sent=sent,
+        dropped=dropped,
+        requests_by_protocol=protocols,
+        protocol_in_use=in_use,
+    )
 
 
 def format_summary(summary: Summary, *, top: int = 10) -> str:
@@ -145,8 +150,9 @@ def _router_line(router: RouterCounters) -> str:
     line = f"rwrouter: received {router.received:,.0f} samples; sent {sent}"
     line += f"; kept out by rules {kept_out}" if kept_out else ""
     line += f"; not delivered: {lost or 'none'}"
-    received = ", ".join(f"{v}: {n:,.0f}" for v, n in sorted(router.requests_by_protocol.items())
-                         if n)  # fmt: skip
+    received = ", ".join(
+        f"{v}: {n:,.0f}" for v, n in sorted(router.requests_by_protocol.items()) if n
+    )
     in_use = sorted(router.protocol_in_use.items())
     out = ", ".join(f"{d}: {_VERSIONS.get(m, m)}" for d, m in in_use)
     if received or out:
@@ -155,5 +161,7 @@ def _router_line(router: RouterCounters) -> str:
     return line
 
 
-_VERSIONS = {"prometheus.WriteRequest": "remote write 1.0",
-             "io.prometheus.write.v2.Request": "remote write 2.0"}  # fmt: skip
+_VERSIONS = {
+    "prometheus.WriteRequest": "remote write 1.0",
+    "io.prometheus.write.v2.Request": "remote write 2.0",
+}

@@ -158,8 +158,13 @@ class PrometheusProcess:
 
     def wait_ready(self, *, timeout: float = 30.0) -> None:
         """Poll ``/-/ready`` until 200; ``RuntimeError`` (with the log tail) on exit or timeout."""
-        wait_ready(self.url, self.process, name="prometheus", timeout=timeout,
-                   log=lambda: self.log_text()[-4000:])  # fmt: skip
+        wait_ready(
+            self.url,
+            self.process,
+            name="prometheus",
+            timeout=timeout,
+            log=lambda: self.log_text()[-4000:],
+        )
 
     def _request(
         self,

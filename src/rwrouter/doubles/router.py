@@ -69,9 +69,12 @@ class RouterProcess:
         command = [sys.executable, "-m", "rwrouter", "run", "--config", str(self.config_path)]
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [*command, *self.args], stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, cwd=self.config_path.parent,
-            )  # fmt: skip
+                [*command, *self.args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=self.config_path.parent,
+            )
 
     def _log_tail(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:]

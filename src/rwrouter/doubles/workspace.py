@@ -312,10 +312,13 @@ class WorkspaceDouble:
             )
             return Rejection(10, 413, "too_large", message, "ValidationException")
         if is_rw2(content_type):
-            message = (f"unsupported Content-Type {content_type!r}: the workspace accepts remote "
-                       "write 1.0 (prometheus.WriteRequest) only")  # fmt: skip
-            return Rejection(11, 415, "unsupported_media_type", message,
-                             "UnsupportedMediaTypeException")  # fmt: skip
+            message = (
+                f"unsupported Content-Type {content_type!r}: the workspace accepts remote "
+                "write 1.0 (prometheus.WriteRequest) only"
+            )
+            return Rejection(
+                11, 415, "unsupported_media_type", message, "UnsupportedMediaTypeException"
+            )
         decoded = decode_request(body)
         if isinstance(decoded, str):
             return Rejection(11, 400, "bad_body", decoded, "ValidationException")

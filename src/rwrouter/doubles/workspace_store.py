@@ -274,8 +274,17 @@ def validate_labels(labels: Labels, limits: Limits) -> tuple[str, str] | None:
     return None
 
 
-_GO_SHORT = {0x07: "\\a", 0x08: "\\b", 0x0C: "\\f", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t",
-             0x0B: "\\v", 0x5C: "\\\\", 0x22: '\\"'}
+_GO_SHORT = {
+    0x07: "\\a",
+    0x08: "\\b",
+    0x0C: "\\f",
+    0x0A: "\\n",
+    0x0D: "\\r",
+    0x09: "\\t",
+    0x0B: "\\v",
+    0x5C: "\\\\",
+    0x22: '\\"',
+}
 
 
 def go_quote(text: str, limit: int = 200) -> str:

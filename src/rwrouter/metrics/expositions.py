@@ -33,8 +33,9 @@ def merge_expositions(parts: Mapping[str, str | None], *, workers: int) -> bytes
             merged = families.setdefault(
                 family.name, Metric(family.name, family.documentation, family.type, family.unit)
             )
-            merged.samples += [s._replace(labels={**s.labels, "worker": worker})
-                               for s in family.samples]  # fmt: skip
+            merged.samples += [
+                s._replace(labels={**s.labels, "worker": worker}) for s in family.samples
+            ]
     count = GaugeMetricFamily("rwrouter_workers", "Worker processes configured (--workers).")
     count.add_metric([], float(workers))
     registry = CollectorRegistry(auto_describe=False)
@@ -75,11 +76,15 @@ _STATUS_FIELDS: dict[str, tuple[str, str]] = {
     "shards": ("rwrouter_shards", "sum"),
     "rejected_store_bytes": ("rwrouter_rejected_store_bytes", "sum"),
     "credentials_expiry_timestamp_seconds": (
-        "rwrouter_credentials_expiry_timestamp_seconds", "min"
+        "rwrouter_credentials_expiry_timestamp_seconds",
+        "min",
     ),
 }
-_COMBINE: dict[str, Callable[[float, float], float]] = {"sum": float.__add__, "max": max,
-                                                     "min": min}  # fmt: skip
+_COMBINE: dict[str, Callable[[float, float], float]] = {
+    "sum": float.__add__,
+    "max": max,
+    "min": min,
+}
 _STATUS_BY_REASON = {
     "dropped_samples_total": "rwrouter_samples_dropped_total",
     "retries_total": "rwrouter_retries_total",

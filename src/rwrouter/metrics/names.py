@@ -26,8 +26,9 @@ class MetricNameShares:
     and look; ``weight``: of the newest look in the mean; ``keep``: names kept per destination
     (the largest). Safe to call from the decode threads and the event loop."""
 
-    def __init__(self, *, interval: float = 1.0, max_frames: int = 5000, weight: float = 0.2,
-                 keep: int = 50) -> None:  # fmt: skip
+    def __init__(
+        self, *, interval: float = 1.0, max_frames: int = 5000, weight: float = 0.2, keep: int = 50
+    ) -> None:
         self.interval, self.max_frames, self.weight, self.keep = interval, max_frames, weight, keep
         self._next = 0.0
         self._lock = threading.Lock()
@@ -46,17 +47,20 @@ class MetricNameShares:
 
     def observe(self, destinations: Sequence[str], routed: Sequence[RoutedSeries]) -> None:
         """Fold one request in: ``routed[i]`` is what destination ``destinations[i]`` got."""
-        looks = [(name, metric_name_samples(series.body, series.index,
-                                            max_frames=self.max_frames))
-                 for name, series in zip(destinations, routed, strict=True)]  # fmt: skip
+        looks = [
+            (name, metric_name_samples(series.body, series.index, max_frames=self.max_frames))
+            for name, series in zip(destinations, routed, strict=True)
+        ]
         with self._lock:
             for name, counts in looks:
                 total = sum(counts.values())
                 if not total:
                     continue
                 old = self._shares.get(name, {})
-                mixed = {m: (1 - self.weight) * old.get(m, 0.0) + self.weight * n / total
-                         for m, n in counts.items()}  # fmt: skip
+                mixed = {
+                    m: (1 - self.weight) * old.get(m, 0.0) + self.weight * n / total
+                    for m, n in counts.items()
+                }
                 for m, share in old.items():
                     mixed.setdefault(m, (1 - self.weight) * share)
                 whole = sum(mixed.values())  # the first look counts whole; shares sum to 1
@@ -66,8 +70,10 @@ class MetricNameShares:
     def top(self, limit: int = 10) -> dict[str, list[tuple[str, float]]]:
         """Per destination, its ``limit`` largest (metric name, share), largest first."""
         with self._lock:
-            return {dest: sorted(shares.items(), key=lambda item: -item[1])[:limit]
-                    for dest, shares in self._shares.items()}  # fmt: skip
+            return {
+                dest: sorted(shares.items(), key=lambda item: -item[1])[:limit]
+                for dest, shares in self._shares.items()
+            }
 
     def forget(self, keep: Sequence[str]) -> None:
         """Drop the destinations not in ``keep`` (after a reload)."""

@@ -66,32 +66,63 @@ def make_destination(
         dead_letter_dir(storage.path, name), max_bytes=storage.rejected_max_bytes
     )
     dead_letters = DeadLetters(name=name, store=store, metrics=metrics.deadletter)
-    book = (MetadataBook(escaping=config.metric_name_escaping_scheme)
-            if config.protobuf_message == RW2_MESSAGE else None)  # fmt: skip
+    book = (
+        MetadataBook(escaping=config.metric_name_escaping_scheme)
+        if config.protobuf_message == RW2_MESSAGE
+        else None
+    )
     policy = RetryPolicy(
-        min_backoff=q_.min_backoff, max_backoff=q_.max_backoff,
-        retry_on_http_429=q_.retry_on_http_429, max_retry_duration=q_.max_retry_duration,
+        min_backoff=q_.min_backoff,
+        max_backoff=q_.max_backoff,
+        retry_on_http_429=q_.retry_on_http_429,
+        max_retry_duration=q_.max_retry_duration,
         max_retry_duration_on_http_429=q_.max_retry_duration_on_http_429,
-    )  # fmt: skip
+    )
     deliverer = Deliverer(
-        name=name, transport=transport, auth=auth, policy=policy, headers=dict(config.headers),
-        message=config.protobuf_message, book=book, metrics=metrics.send, clock=clock,
-        wall_clock=wall_clock, rand=rand, sleep=sleep, on_rejected=dead_letters,
-    )  # fmt: skip
+        name=name,
+        transport=transport,
+        auth=auth,
+        policy=policy,
+        headers=dict(config.headers),
+        message=config.protobuf_message,
+        book=book,
+        metrics=metrics.send,
+        clock=clock,
+        wall_clock=wall_clock,
+        rand=rand,
+        sleep=sleep,
+        on_rejected=dead_letters,
+    )
     reader = QueueReader(
-        name=name, queue=DiskQueue(queue_dir(storage.path, name), max_bytes=q_.max_disk_bytes),
-        queue_config=q_, deliverer=deliverer, dead_letters=dead_letters, metrics=metrics.send,
-        queue_metrics=metrics.queue, clock=clock, stopping=Stopping(),
+        name=name,
+        queue=DiskQueue(queue_dir(storage.path, name), max_bytes=q_.max_disk_bytes),
+        queue_config=q_,
+        deliverer=deliverer,
+        dead_letters=dead_letters,
+        metrics=metrics.send,
+        queue_metrics=metrics.queue,
+        clock=clock,
+        stopping=Stopping(),
         reshard_interval=reshard_interval,
-    )  # fmt: skip
+    )
     metadata = MetadataQueue(
-        name=name, batch_size=config.metadata_config.max_samples_per_send,
-        max_bytes=q_.max_memory_bytes, metrics=metrics.send,
+        name=name,
+        batch_size=config.metadata_config.max_samples_per_send,
+        max_bytes=q_.max_memory_bytes,
+        metrics=metrics.send,
         resend_after=config.metadata_config.send_interval / 2,
-    )  # fmt: skip
-    return Destination(config=config, storage=storage, reader=reader, deliverer=deliverer,
-                       dead_letters=dead_letters, metadata=metadata, metrics=metrics,
-                       clock=clock, wall_clock=wall_clock)  # fmt: skip
+    )
+    return Destination(
+        config=config,
+        storage=storage,
+        reader=reader,
+        deliverer=deliverer,
+        dead_letters=dead_letters,
+        metadata=metadata,
+        metrics=metrics,
+        clock=clock,
+        wall_clock=wall_clock,
+    )
 
 
 async def build_destination(

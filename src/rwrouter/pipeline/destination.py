@@ -191,7 +191,9 @@ class Destination:
         dropped = self.queue.drop_oldest(nbytes)
         self._reader.drop(dropped)  # waiting frames of those records go too, counted
         if dropped.samples:
-            self._send_metrics.dropped_samples.labels(self.name, DropReason.DROP_OLDEST).inc(dropped.samples)
+            self._send_metrics.dropped_samples.labels(self.name, DropReason.DROP_OLDEST).inc(
+                dropped.samples
+            )
         if dropped.segments:
             log.warning(
                 kv(
@@ -220,8 +222,9 @@ class Destination:
             raise StorageError(f"destination {self.name} is stopped")
         # A write to the page cache is quicker than a hand-off to a thread: done here when the
         # queue is free, else (a read holds it) in a thread.
-        ticket = self.queue.append(share.records, share.samples, reserved=share.nbytes,
-                                   blocking=False)  # fmt: skip
+        ticket = self.queue.append(
+            share.records, share.samples, reserved=share.nbytes, blocking=False
+        )
         if ticket is None:
             ticket = await asyncio.to_thread(
                 self.queue.append, share.records, share.samples, reserved=share.nbytes
@@ -250,7 +253,9 @@ class Destination:
         if self.book is not None:
             evicted = self.book.update(metadata)
             if evicted:
-                self._send_metrics.dropped_metadata.labels(self.name, DropReason.BOOK_FULL).inc(evicted)
+                self._send_metrics.dropped_metadata.labels(self.name, DropReason.BOOK_FULL).inc(
+                    evicted
+                )
             if self.protocol != RW1_MESSAGE:
                 return
         if self.config.metadata_config.send:

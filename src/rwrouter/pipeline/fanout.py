@@ -146,9 +146,7 @@ class FanOut:
         finally:
             self._open.set()
 
-    def decode(
-        self, body: bytes, *, max_decoded_bytes: int, message: str = RW1_MESSAGE
-    ) -> Decoded:
+    def decode(self, body: bytes, *, max_decoded_bytes: int, message: str = RW1_MESSAGE) -> Decoded:
         """Decompress, parse and route one request body carrying ``message``
         (:data:`~rwrouter.protocol.RW1_MESSAGE` or :data:`~rwrouter.protocol.RW2_MESSAGE`: an
         RW 2.0 request is converted to the RW1 form first, :mod:`rwrouter.wire.rw2_in`), and
@@ -215,10 +213,12 @@ class FanOut:
         m = self._send_metrics
         counts = (routed.series_in, routed.samples_in, routed.metadata_in)
         full = tuple(
-            dest.name for dest, share in pairs
-            if share.nbytes and dest.on_full == OnFull.BACKPRESSURE
+            dest.name
+            for dest, share in pairs
+            if share.nbytes
+            and dest.on_full == OnFull.BACKPRESSURE
             and not dest.has_room(share.nbytes)
-        )  # fmt: skip
+        )
         if full:
             for dest, share in pairs:
                 if dest.name in full:

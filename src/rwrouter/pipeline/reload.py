@@ -60,9 +60,10 @@ async def reconfigure(
     """
     summary = ReloadSummary()
     summary.restart_needed = [
-        section for section in ("server", "storage")
+        section
+        for section in ("server", "storage")
         if getattr(running, section) != getattr(new, section)
-    ]  # fmt: skip
+    ]
     wanted, built = await _plan(fanout, running, new, summary, metrics=metrics)
     keep = {id(dest) for dest in wanted if dest is not None}
     retired = [dest for dest in fanout.destinations if id(dest) not in keep]
@@ -126,8 +127,9 @@ async def _plan(
             wanted.append(old)
             summary.kept.append(config.name)
             continue
-        built[len(wanted)] = await build_destination(config, i, storage=running.storage,
-                                                     metrics=metrics)  # fmt: skip
+        built[len(wanted)] = await build_destination(
+            config, i, storage=running.storage, metrics=metrics
+        )
         wanted.append(None)
         (summary.replaced if old is not None else summary.added).append(config.name)
     return wanted, built

@@ -237,9 +237,13 @@ class DiskQueue:
             self._reserved -= nbytes
 
     def append(
-        self, records: Sequence[bytes], samples: Sequence[int], *, reserved: int,
+        self,
+        records: Sequence[bytes],
+        samples: Sequence[int],
+        *,
+        reserved: int,
         blocking: bool = True,
-    ) -> int | None:  # fmt: skip
+    ) -> int | None:
         """Append complete records (with their sample counts) in order, in one write to one
         segment (a new one starts first when they would pass ``segment_bytes``); returns the
         append's ticket for :meth:`sync`. The data is in the OS page cache when this returns:

@@ -99,22 +99,25 @@ def encode_share(
     entries = list(INDEX.iter_unpack(index))
     for i, (n, count, _) in enumerate(entries):
         if n > max_body_bytes:
-            _emit_range(out, body, index, entries, start, i, first_at, size, samples, received_ms,
-                        flags)  # fmt: skip
+            _emit_range(
+                out, body, index, entries, start, i, first_at, size, samples, received_ms, flags
+            )
             out.too_large += count
             out.too_large_series += 1
             start, size, samples, first_at = i + 1, 0, 0, pos + n
             pos += n
             continue
         if size + n > max_body_bytes:
-            _emit_range(out, body, index, entries, start, i, first_at, size, samples, received_ms,
-                        flags)  # fmt: skip
+            _emit_range(
+                out, body, index, entries, start, i, first_at, size, samples, received_ms, flags
+            )
             start, size, samples, first_at = i, 0, 0, pos
         size += n
         samples += count
         pos += n
-    _emit_range(out, body, index, entries, start, len(entries), first_at, size, samples,
-                received_ms, flags)  # fmt: skip
+    _emit_range(
+        out, body, index, entries, start, len(entries), first_at, size, samples, received_ms, flags
+    )
     return out
 
 
@@ -133,8 +136,15 @@ def _emit_range(
 ) -> None:
     if start < end:
         raw = body[offset : offset + size]
-        _emit(out, raw, index[start * INDEX.size : end * INDEX.size], end - start, samples,
-              received_ms, flags)  # fmt: skip
+        _emit(
+            out,
+            raw,
+            index[start * INDEX.size : end * INDEX.size],
+            end - start,
+            samples,
+            received_ms,
+            flags,
+        )
 
 
 def _emit(
@@ -225,13 +235,22 @@ def decode_record(rest: bytes, *, decompress_body: bool = True) -> Record:
     if not decompress_body:
         if declared_size(compressed) != raw_len:
             raise DecodeError("queue record body length does not match its header")
-        return Record(None, index, samples, series, received_ms=received_ms,
-                      compressed=compressed, nbytes=raw_len, flags=flags)  # fmt: skip
+        return Record(
+            None,
+            index,
+            samples,
+            series,
+            received_ms=received_ms,
+            compressed=compressed,
+            nbytes=raw_len,
+            flags=flags,
+        )
     try:
         raw = decompress(compressed, max_decoded_bytes=raw_len)
     except TooLargeError:  # a RequestError, not a DecodeError: callers catch DecodeError
         raise DecodeError("queue record body is longer than its header says") from None
     if len(raw) != raw_len:
         raise DecodeError("queue record body length does not match its header")
-    return Record(raw, index, samples, series, received_ms=received_ms, compressed=compressed,
-                  flags=flags)  # fmt: skip
+    return Record(
+        raw, index, samples, series, received_ms=received_ms, compressed=compressed, flags=flags
+    )

@@ -200,9 +200,12 @@ def _string(value: object, path: str) -> str:
         return ""
     if isinstance(value, str):
         if not is_valid_utf8(value):
-            raise ConfigError(path, f"{go_quote(value)} is not valid UTF-8 (a surrogate escape; "
-                              "Prometheus's YAML parser refuses it: found invalid Unicode "
-                              "character escape code)")  # fmt: skip
+            raise ConfigError(
+                path,
+                f"{go_quote(value)} is not valid UTF-8 (a surrogate escape; "
+                "Prometheus's YAML parser refuses it: found invalid Unicode "
+                "character escape code)",
+            )
         return value
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)

@@ -30,8 +30,18 @@ __all__ = ["Labels", "SeriesError", "format_labels", "format_name", "parse_serie
 _METRIC = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _SPACE = re.compile(r"\s*")
-_SIMPLE_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v",
-                   "\\": "\\", "'": "'", '"': '"'}  # fmt: skip
+_SIMPLE_ESCAPES = {
+    "a": "\a",
+    "b": "\b",
+    "f": "\f",
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+    "v": "\v",
+    "\\": "\\",
+    "'": "'",
+    '"': '"',
+}
 _HEX_ESCAPES = {"x": 2, "u": 4, "U": 8}
 
 
@@ -104,8 +114,10 @@ class _Reader:
         if (char == "x" or base == 8) and value > 127:
             # Go: \xHH and \ooo are bytes; alone they must be ASCII to stay valid UTF-8.
             self.pos -= 1
-            raise self.fail(f"escape \\{char if base == 16 else ''}{code} is a byte over 0x7f, "
-                            "not valid UTF-8 on its own (write the character itself)")
+            raise self.fail(
+                f"escape \\{char if base == 16 else ''}{code} is a byte over 0x7f, "
+                "not valid UTF-8 on its own (write the character itself)"
+            )
         result = chr(value)
         self.pos += digits
         return result
@@ -129,8 +141,9 @@ def parse_series(text: str) -> Labels:
     if name is not None:
         add("__name__", name)
     elif reader.peek() in ('"', "'", "`"):
-        raise reader.fail("a quoted metric name goes inside the braces, "
-                          '{"my.metric", label="value"}:')  # fmt: skip
+        raise reader.fail(
+            'a quoted metric name goes inside the braces, {"my.metric", label="value"}:'
+        )
     reader.skip_space()
     if reader.peek() == "{":
         reader.pos += 1
@@ -187,10 +200,12 @@ def _with_hint(reader: _Reader, what: str) -> SeriesError:
     quoted (UTF-8) name may hold (``gpu.utilization`` unquoted)."""
     error = reader.fail(what)
     char = reader.peek()
-    if not char or char.isspace() or char.isalnum() or char in '_:{}=,!~"\'`':
+    if not char or char.isspace() or char.isalnum() or char in "_:{}=,!~\"'`":
         return error
-    return SeriesError(f"{error} (a name with {char!r} in it is quoted, as Prometheus 3 "
-                       'writes it: {"gpu.utilization", "service.name"="x"})')  # fmt: skip
+    return SeriesError(
+        f"{error} (a name with {char!r} in it is quoted, as Prometheus 3 "
+        'writes it: {"gpu.utilization", "service.name"="x"})'
+    )
 
 
 def quote_value(value: str) -> str:

@@ -85,8 +85,9 @@ class Claims:
         """Claims held, over all destinations."""
         return self._count
 
-    def check(self, *, route: int, escaped: bytes, original: bytes | None, key: bytes,
-              twin: Twin) -> Verdict:  # fmt: skip
+    def check(
+        self, *, route: int, escaped: bytes, original: bytes | None, key: bytes, twin: Twin
+    ) -> Verdict:
         """Whether the series with cache key ``key`` keeps its ``escaped`` output labels at
         destination ``route``; ``original``: its output labels before escaping, None when
         escaping changed nothing."""
@@ -111,8 +112,9 @@ class Claims:
         self._record(route, name, ident, key)  # the claimant is gone: take the name over
         return Verdict(True, None, True)
 
-    def _lost(self, route: int, name: int, key: bytes, claimant: bytes, *,
-              recorded: bool) -> Verdict:  # fmt: skip
+    def _lost(
+        self, route: int, name: int, key: bytes, claimant: bytes, *, recorded: bool
+    ) -> Verdict:
         lost = self._losers.get(key)
         if lost is None and len(self._losers) < MAX_LOSERS:
             lost = self._losers[key] = set()
@@ -187,8 +189,15 @@ class CollisionLog:
         self._reported: set[Hashable] = set()
         self._window = (float("-inf"), 0)  # start, reports in it
 
-    def add(self, *, destination: str, kind: str, key: Hashable, now: float,
-            describe: Callable[[], Collision]) -> None:  # fmt: skip
+    def add(
+        self,
+        *,
+        destination: str,
+        kind: str,
+        key: Hashable,
+        now: float,
+        describe: Callable[[], Collision],
+    ) -> None:
         """Count one collision of ``kind``; ``key`` tells distinct ones apart and
         ``describe()`` makes the report when it is to be logged."""
         self.counts[(destination, kind)] = self.counts.get((destination, kind), 0) + 1

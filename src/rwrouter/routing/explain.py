@@ -74,8 +74,10 @@ class Decision:
             old, new = self.escaped.metric_name
             parts.append(f"metric name {old} -> {new}")
         parts += [f"label {old} -> {new}" for old, new in self.escaped.renamed]
-        parts += [f"label {old} dropped (its escaped name is {kept}'s too; {kept} sorts first)"
-                  for old, kept in self.escaped.dropped]  # fmt: skip
+        parts += [
+            f"label {old} dropped (its escaped name is {kept}'s too; {kept} sorts first)"
+            for old, kept in self.escaped.dropped
+        ]
         return f"escaped ({self.escaping}): " + "; ".join(parts)
 
 
@@ -114,29 +116,56 @@ def explain(
         after = last.labels if last.kept else None
         global_drop = None if last.kept else last.index
     lost = (DropReason.RELABEL, DropReason.INVALID, None)
-    primaries = [r.name for r, res in zip(routes, outcomes, strict=True)
-                 if not r.fallback and not r.shadow and res not in lost]  # fmt: skip
+    primaries = [
+        r.name
+        for r, res in zip(routes, outcomes, strict=True)
+        if not r.fallback and not r.shadow and res not in lost
+    ]
     decisions = []
     for route, res in zip(routes, outcomes, strict=True):
         if after is None:
             _agree(res == DropReason.RELABEL, route, res)
-            decisions.append(Decision(route.name, route.fallback, DROPPED, None, (),
-                                      ("global", global_drop or 0), DropReason.RELABEL,
-                                      f"dropped by global rule [{global_drop}]"))  # fmt: skip
+            decisions.append(
+                Decision(
+                    route.name,
+                    route.fallback,
+                    DROPPED,
+                    None,
+                    (),
+                    ("global", global_drop or 0),
+                    DropReason.RELABEL,
+                    f"dropped by global rule [{global_drop}]",
+                )
+            )
             continue
         if not after:
             _agree(res == DropReason.RELABEL, route, res)
             detail = "no labels left after the global rules"
-            decisions.append(Decision(route.name, route.fallback, DROPPED, None, (), None,
-                                      DropReason.RELABEL, detail))  # fmt: skip
+            decisions.append(
+                Decision(
+                    route.name, route.fallback, DROPPED, None, (), None, DropReason.RELABEL, detail
+                )
+            )
             continue
         if res is None:
-            decisions.append(Decision(route.name, True, NOT_SENT, None, (), None, None,
-                                      f"kept by {', '.join(primaries)}"))  # fmt: skip
+            decisions.append(
+                Decision(
+                    route.name,
+                    True,
+                    NOT_SENT,
+                    None,
+                    (),
+                    None,
+                    None,
+                    f"kept by {', '.join(primaries)}",
+                )
+            )
             continue
         decisions.append(_decision(route, after, res))
-    decisions = [dataclasses.replace(d, shadow=r.shadow) if r.shadow else d
-                 for d, r in zip(decisions, routes, strict=True)]  # fmt: skip
+    decisions = [
+        dataclasses.replace(d, shadow=r.shadow) if r.shadow else d
+        for d, r in zip(decisions, routes, strict=True)
+    ]
     return Explanation(start, global_steps, after, tuple(decisions))
 
 
@@ -153,8 +182,16 @@ def _decision(route: Route, labels: LabelTuple, res: bytes | DropReason) -> Deci
     if steps and not steps[-1].kept:
         _agree(res == DropReason.RELABEL, route, res)
         index = steps[-1].index
-        return Decision(route.name, route.fallback, DROPPED, None, steps, ("destination", index),
-                        DropReason.RELABEL, f"dropped by rule [{index}]")  # fmt: skip
+        return Decision(
+            route.name,
+            route.fallback,
+            DROPPED,
+            None,
+            steps,
+            ("destination", index),
+            DropReason.RELABEL,
+            f"dropped by rule [{index}]",
+        )
     if isinstance(res, bytes) or res == DropReason.NAME_COLLISION:
         escaped = escape_labels(final, route.escaping)
         change = escaped if escaped.changed else None
@@ -163,16 +200,44 @@ def _decision(route: Route, labels: LabelTuple, res: bytes | DropReason) -> Deci
             outcome, reason, why = SENT, None, "sent"
         else:
             outcome, reason = DROPPED, DropReason.NAME_COLLISION
-            why = (f"dropped: escaped, it is {format_labels(escaped.labels)}, the series of"
-                   " another one seen first (name collision)")  # fmt: skip
-        return Decision(route.name, route.fallback, outcome, escaped.labels, steps, None, reason,
-                        why, escaping=route.escaping, escaped=change,
-                        before=final if change else None)  # fmt: skip
+            why = (
+                f"dropped: escaped, it is {format_labels(escaped.labels)}, the series of"
+                " another one seen first (name collision)"
+            )
+        return Decision(
+            route.name,
+            route.fallback,
+            outcome,
+            escaped.labels,
+            steps,
+            None,
+            reason,
+            why,
+            escaping=route.escaping,
+            escaped=change,
+            before=final if change else None,
+        )
     if res == DropReason.INVALID:
         names = [name for name, _ in final]
         why = "no __name__ label" if "__name__" not in names else "an empty label name"
-        return Decision(route.name, route.fallback, INVALID_OUTCOME, final, steps, None,
-                        DropReason.INVALID, f"invalid: {why} after relabeling")  # fmt: skip
+        return Decision(
+            route.name,
+            route.fallback,
+            INVALID_OUTCOME,
+            final,
+            steps,
+            None,
+            DropReason.INVALID,
+            f"invalid: {why} after relabeling",
+        )
     _agree(res == DropReason.RELABEL and not final, route, res, final)
-    return Decision(route.name, route.fallback, DROPPED, None, steps, None, DropReason.RELABEL,
-                    "no labels left after relabeling")  # fmt: skip
+    return Decision(
+        route.name,
+        route.fallback,
+        DROPPED,
+        None,
+        steps,
+        None,
+        DropReason.RELABEL,
+        "no labels left after relabeling",
+    )

@@ -119,8 +119,12 @@ class RuleCopies:
         self._mapping: dict[str, str] | None = None
         self._finished: dict[str, Result] = {}
 
-    def __call__(self, rules: tuple[RelabelConfig, ...], filter_only: bool,
-                 escaping: EscapingScheme = ALLOW_UTF8) -> Result:  # fmt: skip
+    def __call__(
+        self,
+        rules: tuple[RelabelConfig, ...],
+        filter_only: bool,
+        escaping: EscapingScheme = ALLOW_UTF8,
+    ) -> Result:
         if filter_only:
             if rules:
                 if self._mapping is None:
@@ -137,9 +141,7 @@ class RuleCopies:
         return finish(result, escaping)
 
 
-def finish(
-    labels: tuple[tuple[str, str], ...], escaping: EscapingScheme = ALLOW_UTF8
-) -> Result:
+def finish(labels: tuple[tuple[str, str], ...], escaping: EscapingScheme = ALLOW_UTF8) -> Result:
     """The output labels of a destination (sorted by name) encoded, escaped by ``escaping``;
     ``relabel`` when none is left, ``invalid`` without ``__name__`` or with an empty name
     (judged before escaping, which never empties a name)."""

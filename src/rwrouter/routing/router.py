@@ -79,8 +79,9 @@ class Router(Generations):
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         cache_max_age: float = DEFAULT_CACHE_MAX_AGE,
     ) -> None:
-        super().__init__(cache_size=cache_size, cache_bytes=cache_bytes,
-                         cache_max_age=cache_max_age)  # fmt: skip
+        super().__init__(
+            cache_size=cache_size, cache_bytes=cache_bytes, cache_max_age=cache_max_age
+        )
         self.global_rules = tuple(global_rules)
         self.routes = tuple(routes)
         # Per route: does it filter out exemplars or native histograms?
@@ -97,8 +98,11 @@ class Router(Generations):
         if unknown := [s for s in self._escaping if s not in SCHEMES]:
             raise ValueError(f"unknown metric_name_escaping_scheme {unknown[0]!r}")
         escaping = sum(s != ALLOW_UTF8 for s in self._escaping)
-        self._claims = Claims(routes=len(self.routes), max_claims=cache_size * escaping,
-                              alive=self._cached) if escaping else None  # fmt: skip
+        self._claims = (
+            Claims(routes=len(self.routes), max_claims=cache_size * escaping, alive=self._cached)
+            if escaping
+            else None
+        )
         self._no_template: set[tuple[bytes | None, ...]] = set()
         self._metadata_outcomes: dict[bytes, tuple[bytes | None, ...]] = {}
         self._collisions = CollisionLog()
@@ -145,8 +149,7 @@ class Router(Generations):
         parts = self._templates.get(values)
         if parts is None:
             slots = unpack_entry(raw_labels, self._route_raw(raw_labels))
-            if any((isinstance(v, tuple) and v[0] != raw_labels) or v == _COLLIDED
-                   for v in slots):  # fmt: skip
+            if any((isinstance(v, tuple) and v[0] != raw_labels) or v == _COLLIDED for v in slots):
                 return None  # (cannot happen with filter-only rules on a legacy canonical set)
             parts = template_parts(slots)
             if len(self._templates) >= MAX_TEMPLATES:
@@ -159,8 +162,11 @@ class Router(Generations):
         memory, encode the results."""
         slots: list[Slot] = []
         for i, res in enumerate(self._results(decode_labels(raw_labels))):
-            if isinstance(res, Renamed) or (isinstance(res, bytes) and self._claims is not None
-                                            and self._escaping[i] != ALLOW_UTF8):  # fmt: skip
+            if isinstance(res, Renamed) or (
+                isinstance(res, bytes)
+                and self._claims is not None
+                and self._escaping[i] != ALLOW_UTF8
+            ):
                 res = self._collide(i, res, raw_labels)
             if isinstance(res, bytes):
                 slots.append((res, shard_hash(res)))
@@ -191,8 +197,9 @@ class Router(Generations):
             kept_by_primary = kept_by_primary or (not isinstance(res, str) and not route.shadow)
             results.append(res)
         if not kept_by_primary:
-            for i, (route, filter_only) in enumerate(zip(self.routes, self._filter_only,
-                                                         strict=True)):  # fmt: skip
+            for i, (route, filter_only) in enumerate(
+                zip(self.routes, self._filter_only, strict=True)
+            ):
                 if route.fallback:
                     results[i] = apply(route.rules, filter_only, route.escaping)
         return results
@@ -203,8 +210,10 @@ class Router(Generations):
         relabel debugger routes several series through one router."""
         raw = encode_labels(labels)
         entry = self._young.get(raw) or self._old.get(raw) or self._miss(raw)
-        return tuple(slot if slot is None else REASONS[slot] if isinstance(slot, int)
-                     else slot[0] for slot in unpack_entry(raw, entry))  # fmt: skip
+        return tuple(
+            slot if slot is None else REASONS[slot] if isinstance(slot, int) else slot[0]
+            for slot in unpack_entry(raw, entry)
+        )
 
     # -- collisions ------------------------------------------------------------------------
 
@@ -220,10 +229,16 @@ class Router(Generations):
             sent = format_labels(res.detail.labels)
             for dropped, kept in () if route.shadow else res.detail.dropped:
                 report = Collision(route.name, LABEL, sent, kept, dropped)
-                log.add(destination=route.name, kind=LABEL, key=(i, dropped, kept),
-                        now=self._now, describe=functools.partial(_same, report))  # fmt: skip
-        verdict = self._claims.check(route=i, escaped=escaped, original=original, key=key,
-                                     twin=self._twin)  # fmt: skip
+                log.add(
+                    destination=route.name,
+                    kind=LABEL,
+                    key=(i, dropped, kept),
+                    now=self._now,
+                    describe=functools.partial(_same, report),
+                )
+        verdict = self._claims.check(
+            route=i, escaped=escaped, original=original, key=key, twin=self._twin
+        )
         if verdict.recorded:
             self._taint(escaped)
         if verdict.kept:
@@ -231,19 +246,30 @@ class Router(Generations):
         if not route.shadow:
             claimant = verdict.claimant
             describe = functools.partial(self._describe, i, escaped, original or escaped, claimant)
-            log.add(destination=route.name, kind=SERIES, key=(i, escaped, original),
-                    now=self._now, describe=describe)  # fmt: skip
+            log.add(
+                destination=route.name,
+                kind=SERIES,
+                key=(i, escaped, original),
+                now=self._now,
+                describe=describe,
+            )
         return DropReason.NAME_COLLISION
 
-    def _describe(self, i: int, escaped: bytes, dropped: bytes, claimant: bytes | None
-                  ) -> Collision:  # fmt: skip
+    def _describe(
+        self, i: int, escaped: bytes, dropped: bytes, claimant: bytes | None
+    ) -> Collision:
         """The report of a series collision at route ``i`` (the kept series routed again)."""
         kept = "(unknown)"
         res = self._results(decode_labels(claimant))[i] if claimant is not None else None
         if isinstance(res, Renamed | bytes):
             kept = format_labels(decode_labels(res.original if isinstance(res, Renamed) else res))
-        return Collision(self.routes[i].name, SERIES, format_labels(decode_labels(escaped)),
-                         kept, format_labels(decode_labels(dropped)))  # fmt: skip
+        return Collision(
+            self.routes[i].name,
+            SERIES,
+            format_labels(decode_labels(escaped)),
+            kept,
+            format_labels(decode_labels(dropped)),
+        )
 
     def _twin(self, i: int, labels: bytes) -> bool:
         """Whether ``labels`` are a cached key that route ``i`` sends unchanged."""
@@ -282,9 +308,18 @@ class Router(Generations):
         self._now = now
         self.maintain(now)
         templates = self._templates if self._signature_names else None
-        scan = scan_request(data, self._young, self._old, self._miss, self._filters, self._filter,
-                            REASONS, templates, self._signature_names or (),
-                            self._claims is not None)  # fmt: skip
+        scan = scan_request(
+            data,
+            self._young,
+            self._old,
+            self._miss,
+            self._filters,
+            self._filter,
+            REASONS,
+            templates,
+            self._signature_names or (),
+            self._claims is not None,
+        )
         self.hits += scan.hits
         self.misses += scan.misses
         self._young_bytes += scan.miss_bytes
@@ -325,9 +360,10 @@ class Router(Generations):
         if family:
             framed = tuple(
                 frame_metadata(escape_metadata(payload, family, self._escaping[i]))
-                if isinstance(res, bytes) else None
+                if isinstance(res, bytes)
+                else None
                 for i, res in enumerate(self.route_labels((("__name__", family),)))
-            )  # fmt: skip
+            )
         if len(self._metadata_outcomes) >= MAX_METADATA_OUTCOMES:
             self._metadata_outcomes.clear()
         self._metadata_outcomes[payload] = framed

@@ -96,10 +96,17 @@ class Chunk(Frames):
         if frames == self.series:
             return self, None
         cut = frames * INDEX.size
-        head = Chunk(self.body[:size], self.index[:cut], taken, frames, self.owner,
-                     flags=self.flags)  # fmt: skip
-        rest = Chunk(self.body[size:], self.index[cut:], self.samples - taken,
-                     self.series - frames, self.owner, flags=self.flags)  # fmt: skip
+        head = Chunk(
+            self.body[:size], self.index[:cut], taken, frames, self.owner, flags=self.flags
+        )
+        rest = Chunk(
+            self.body[size:],
+            self.index[cut:],
+            self.samples - taken,
+            self.series - frames,
+            self.owner,
+            flags=self.flags,
+        )
         return head, rest
 
 

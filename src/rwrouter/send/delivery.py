@@ -149,17 +149,22 @@ class Deliverer:
         return self.message == RW1_MESSAGE and not start_timestamps
 
     async def deliver(
-        self, items: list[Item], kind: Kind, *, resent: bool = False,
+        self,
+        items: list[Item],
+        kind: Kind,
+        *,
+        resent: bool = False,
         start_timestamps: bool = False,
-    ) -> int:  # fmt: skip
+    ) -> int:
         """Deliver a batch of ``kind``; returns how many of its
         samples (metadata entries) were delivered. Refused parts are counted, logged and handed
         to ``on_rejected``. ``resent``: the batch may have been delivered before a crash (see
         the module docstring); it may be split down to single series. ``start_timestamps``:
         some of its frames may carry start timestamps (stripped for RW 1.0)."""
         splits = 2 * len(items) if resent else SPLIT_BUDGET
-        delivery = _Delivery(started=self._clock(), splits=splits, resent=resent,
-                             start_timestamps=start_timestamps)  # fmt: skip
+        delivery = _Delivery(
+            started=self._clock(), splits=splits, resent=resent, start_timestamps=start_timestamps
+        )
         return await self._deliver_part(items, kind, delivery)
 
     async def deliver_raw(
@@ -178,8 +183,12 @@ class Deliverer:
         the (frame, samples) items only when the batch is refused and must be split. With
         ``compressed`` (the batch already snappy-compressed, only when :meth:`sends_stored`),
         that is sent as RW 1.0 and ``raw`` is not used."""
-        delivery = _Delivery(started=self._clock(), splits=SPLIT_BUDGET, resent=resent,
-                             start_timestamps=start_timestamps)  # fmt: skip
+        delivery = _Delivery(
+            started=self._clock(),
+            splits=SPLIT_BUDGET,
+            resent=resent,
+            start_timestamps=start_timestamps,
+        )
         if compressed is not None:
             stored = Request(compressed, RW1_MESSAGE)
             result = await self._send_request(stored, count, kind, delivery)
@@ -235,8 +244,9 @@ class Deliverer:
         go again at once as RW 1.0, and the destination falls back to it."""
         message = self.message if kind == Kind.SAMPLES else RW1_MESSAGE
         while True:
-            request = encode_part(raw, message=message, start_timestamps=delivery.start_timestamps,
-                                  book=self.book)  # fmt: skip
+            request = encode_part(
+                raw, message=message, start_timestamps=delivery.start_timestamps, book=self.book
+            )
             result = await self._send_request(request, count, kind, delivery)
             if not isinstance(result, NotRW2):
                 return result
@@ -309,8 +319,9 @@ class Deliverer:
             )
         )
 
-    async def send_body(self, body: bytes, kind: Kind, *, started: float | None = None,
-                        message: str = RW1_MESSAGE) -> Refusal | None:  # fmt: skip
+    async def send_body(
+        self, body: bytes, kind: Kind, *, started: float | None = None, message: str = RW1_MESSAGE
+    ) -> Refusal | None:
         """Send one snappy-compressed write request body of ``kind``
         in ``message`` with retries, a credential refresh on 401/403, and the retry budget
         counted from ``started`` (clock seconds; default now). None when delivered (2xx), else
@@ -347,9 +358,13 @@ class Deliverer:
                     continue
             retry_after = answer.headers.get("Retry-After") if isinstance(answer, Answer) else None
             decision = self.policy.decide(
-                status, attempt=attempt, retry_after=retry_after, now=self._wall(),
-                rand=self._rand(), elapsed=self._clock() - started,
-            )  # fmt: skip
+                status,
+                attempt=attempt,
+                retry_after=retry_after,
+                now=self._wall(),
+                rand=self._rand(),
+                elapsed=self._clock() - started,
+            )
             if not decision.retry:
                 budget = decision.reason is DropReason.RETRY_BUDGET
                 final = DropReason.RETRY_BUDGET if budget else reason_of(status)

@@ -36,7 +36,6 @@ __all__ = [
 ]
 
 
-
 class FallbackReason(StrEnum):
     """Why an RW 2.0 destination is sent RW 1.0 from now on: the ``reason`` label of
     ``rwrouter_protocol_fallbacks_total`` (:func:`not_rw2`)."""
@@ -52,8 +51,10 @@ FALLBACK_MESSAGES = {
     "writing anything (no X-Prometheus-Remote-Write-*-Written counts: a remote write 1.0 "
     "receiver): sending remote write 1.0 from now on until a reload",
 }
-NOT_WRITTEN_MESSAGE = ("answered 2xx but its X-Prometheus-Remote-Write-*-Written headers count "
-                       "less than was sent: counted as dropped")  # fmt: skip
+NOT_WRITTEN_MESSAGE = (
+    "answered 2xx but its X-Prometheus-Remote-Write-*-Written headers count "
+    "less than was sent: counted as dropped"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +95,9 @@ def encode_part(
         memo, resolve = (book.memo, book.resolve) if book is not None else ({}, _unknown)
         encoded = encode_request(raw, memo, resolve)
         carried = Written(encoded.samples, encoded.histograms, encoded.exemplars)
-        return Request(compress(encoded.request), message, carried,
-                       orphans=encoded.orphan_exemplars)  # fmt: skip
+        return Request(
+            compress(encoded.request), message, carried, orphans=encoded.orphan_exemplars
+        )
     removed = 0
     if start_timestamps:
         raw, removed = strip_start_timestamps(raw)

@@ -90,8 +90,13 @@ class MetadataBook:
     looks up are escaped by it).
     """
 
-    def __init__(self, *, max_entries: int = BOOK_ENTRIES, max_bytes: int = BOOK_BYTES,
-                 escaping: EscapingScheme = ALLOW_UTF8) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        max_entries: int = BOOK_ENTRIES,
+        max_bytes: int = BOOK_BYTES,
+        escaping: EscapingScheme = ALLOW_UTF8,
+    ) -> None:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self._doubled = escaping in (DOTS, VALUES)  # escaped names have their "_" doubled

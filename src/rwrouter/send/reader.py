@@ -50,9 +50,14 @@ class _Tracked(Owner):
     __slots__ = ("end", "received_ms")
 
     def __init__(
-        self, end: Position, received_ms: int, *, series: int = 0, samples: int = 0,
+        self,
+        end: Position,
+        received_ms: int,
+        *,
+        series: int = 0,
+        samples: int = 0,
         recovered: bool = False,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__(recovered=recovered, series=series, samples=samples)
         self.end, self.received_ms = end, received_ms
 
@@ -89,11 +94,18 @@ class QueueReader:
         self.capacity_bytes = queue_config.max_memory_bytes
         self._metrics, self._queue_metrics, self.stopping = metrics, queue_metrics, stopping
         self.shards = Shards(
-            name=name, queue_config=queue_config, deliverer=deliverer,
-            dead_letters=dead_letters, metrics=metrics, queue_metrics=queue_metrics, clock=clock,
-            stopping=stopping, on_done=self._sent, backlog=self.backlog,
+            name=name,
+            queue_config=queue_config,
+            deliverer=deliverer,
+            dead_letters=dead_letters,
+            metrics=metrics,
+            queue_metrics=queue_metrics,
+            clock=clock,
+            stopping=stopping,
+            on_done=self._sent,
+            backlog=self.backlog,
             reshard_interval=reshard_interval,
-        )  # fmt: skip
+        )
         self._records: deque[_Tracked] = deque()  # read and not yet done, in queue order
         self._wake = asyncio.Event()
         self._resend_until = Position(0, 0)  # records up to here may have gone out before
@@ -246,8 +258,13 @@ class QueueReader:
             self._records.append(_Tracked(end, 0))
             self._advance()
             return
-        tracked = _Tracked(end, record.received_ms, series=record.series,
-                           samples=record.samples, recovered=end <= self._resend_until)  # fmt: skip
+        tracked = _Tracked(
+            end,
+            record.received_ms,
+            series=record.series,
+            samples=record.samples,
+            recovered=end <= self._resend_until,
+        )
         self._records.append(tracked)
         self.shards.add(record, tracked)
         self.pending += record.samples

@@ -146,9 +146,16 @@ class Shards:
         now = self._clock()
         buffers, wake = self.buffers, self._wake
         max_samples = self._q.max_samples_per_send
-        whole = Chunk(record.decoded, record.index, record.samples, record.series, owner,
-                      compressed=record.compressed, nbytes=record.nbytes,
-                      flags=record.flags)  # fmt: skip
+        whole = Chunk(
+            record.decoded,
+            record.index,
+            record.samples,
+            record.series,
+            owner,
+            compressed=record.compressed,
+            nbytes=record.nbytes,
+            flags=record.flags,
+        )
         try:
             parts = chunks_by_shard(whole, len(buffers))  # decompresses it with several shards
         except DecodeError as exc:
@@ -218,8 +225,12 @@ class Shards:
                 continue
             now = self._clock()
             deadline = 0.0 if stopping.closing else q_.batch_send_deadline
-            if not buf.ready(max_samples=q_.max_samples_per_send, max_bytes=q_.max_request_bytes,
-                             deadline=deadline, now=now):  # fmt: skip
+            if not buf.ready(
+                max_samples=q_.max_samples_per_send,
+                max_bytes=q_.max_request_bytes,
+                deadline=deadline,
+                now=now,
+            ):
                 wake.clear()
                 if buf.first_at is None:
                     raise InvariantError("a buffer holding chunks knows when the first came")
@@ -244,10 +255,13 @@ class Shards:
             stored = self._deliverer.sends_stored(start_timestamps=flagged)
             compressed = batch.compressed if stored else None
             delivered = await self._deliverer.deliver_raw(
-                batch.raw if compressed is None else b"", batch.samples, lambda: batch.items,
-                compressed=compressed, resent=batch.chunks[0].owner.recovered,
+                batch.raw if compressed is None else b"",
+                batch.samples,
+                lambda: batch.items,
+                compressed=compressed,
+                resent=batch.chunks[0].owner.recovered,
                 start_timestamps=flagged,
-            )  # fmt: skip
+            )
         except DecodeError as exc:  # a stored body that does not decompress: done, counted
             if len(batch.chunks) == 1:
                 self._corrupt(batch.chunks, exc, sent=False)
@@ -338,11 +352,15 @@ class Shards:
             if failures or stopping.closing or self.failed:
                 continue  # more senders do not help a failing destination
             wanted = desired_shards(
-                current=len(self.buffers), min_shards=q_.min_shards, max_shards=q_.max_shards,
-                samples_in=stats.samples_in, samples_out=stats.samples_out,
-                send_seconds=stats.send_seconds, pending=self._backlog(),
+                current=len(self.buffers),
+                min_shards=q_.min_shards,
+                max_shards=q_.max_shards,
+                samples_in=stats.samples_in,
+                samples_out=stats.samples_out,
+                send_seconds=stats.send_seconds,
+                pending=self._backlog(),
                 interval=self._reshard_interval,
-            )  # fmt: skip
+            )
             if wanted != len(self.buffers):
                 await self.reshard(wanted)
 

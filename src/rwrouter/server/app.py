@@ -154,17 +154,22 @@ async def handle_write(request: web.Request) -> web.Response:
         return _unavailable(request, RefuseReason.STORAGE, str(exc), message)
     except ClientGone:
         metrics.refused.labels(RefuseReason.CLIENT_GONE).inc()
-        return web.Response(status=400, text="connection closed before the answer\n",
-                            headers=written_headers(message))  # fmt: skip
+        return web.Response(
+            status=400,
+            text="connection closed before the answer\n",
+            headers=written_headers(message),
+        )
     except Busy as exc:
-        return _unavailable(request, RefuseReason.BUSY, f"too many {exc} requests being decoded",
-                            message)  # fmt: skip
+        return _unavailable(
+            request, RefuseReason.BUSY, f"too many {exc} requests being decoded", message
+        )
     except RequestError as exc:
         metrics.requests.labels(str(exc.status)).inc()
         metrics.refused.labels(_REASONS.get(exc.status, RefuseReason.BAD_REQUEST)).inc()
         log.info(kv(remote=request.remote, status=exc.status, reason=exc))
-        response = web.Response(status=exc.status, text=f"{exc}\n",
-                                headers=written_headers(message))  # fmt: skip
+        response = web.Response(
+            status=exc.status, text=f"{exc}\n", headers=written_headers(message)
+        )
         if body is None:  # the body was not read: do not reuse the connection for the next one
             response.force_close()
         return response
@@ -219,8 +224,11 @@ async def handle_ready(request: web.Request) -> web.Response:
         return web.Response(status=503, text="rwrouter is not ready.\n")
     failed = request.app[FANOUT].failed
     if failed:
-        return web.Response(status=503, text=f"rwrouter is not ready: destination "
-                            f"{','.join(failed)} stopped sending on a bug (see the log).\n")
+        return web.Response(
+            status=503,
+            text=f"rwrouter is not ready: destination "
+            f"{','.join(failed)} stopped sending on a bug (see the log).\n",
+        )
     return web.Response(text="rwrouter is ready.\n")
 
 
@@ -252,8 +260,11 @@ async def handle_status(request: web.Request) -> web.Response:
     with ``--workers``)."""
     body, _ = await request.app[EXPOSE]()
     snapshot = status_snapshot(body.decode())
-    return web.json_response(snapshot, headers={"Cache-Control": "no-store"},
-                             dumps=functools.partial(json.dumps, allow_nan=False))  # fmt: skip
+    return web.json_response(
+        snapshot,
+        headers={"Cache-Control": "no-store"},
+        dumps=functools.partial(json.dumps, allow_nan=False),
+    )
 
 
 async def handle_audit(request: web.Request) -> web.Response:
@@ -268,8 +279,11 @@ async def handle_audit(request: web.Request) -> web.Response:
         return web.Response(status=400, text=f"{why}\n")
     top = int(raw) or None
     report = await request.app[AUDIT](top)
-    return web.json_response(report, headers={"Cache-Control": "no-store"},
-                             dumps=functools.partial(json.dumps, allow_nan=False))  # fmt: skip
+    return web.json_response(
+        report,
+        headers={"Cache-Control": "no-store"},
+        dumps=functools.partial(json.dumps, allow_nan=False),
+    )
 
 
 async def handle_index(request: web.Request) -> web.Response:
@@ -277,11 +291,16 @@ async def handle_index(request: web.Request) -> web.Response:
     list of the endpoints and destinations."""
     if "text/html" in request.headers.get("Accept", ""):
         return web.Response(text=status_page(), content_type="text/html")
-    lines = ["rwrouter", "", "POST /api/v1/write (also /api/v1/push): remote write 1.0 and 2.0",
-             ""]
-    lines += ["GET /metrics", "GET /-/status (JSON; / in a browser: the status page)",
-              "GET /-/audit (JSON: active series and cost of the audited destinations)",
-              "GET /-/healthy", "GET /-/ready", "POST /-/reload", ""]
+    lines = ["rwrouter", "", "POST /api/v1/write (also /api/v1/push): remote write 1.0 and 2.0", ""]
+    lines += [
+        "GET /metrics",
+        "GET /-/status (JSON; / in a browser: the status page)",
+        "GET /-/audit (JSON: active series and cost of the audited destinations)",
+        "GET /-/healthy",
+        "GET /-/ready",
+        "POST /-/reload",
+        "",
+    ]
     lines += ["destinations:"]
     for dest in request.app[FANOUT].destinations:
         disk, cap = dest.queue.size_bytes, dest.config.queue_config.max_disk_bytes

@@ -127,14 +127,16 @@ def capture_app(writer: CaptureWriter, settings: ServerConfig) -> web.Applicatio
         message = named_message(headers.get("Content-Type"))
         try:
             message = message_of(headers.get("Content-Encoding"), headers.get("Content-Type"))
-            body = await read_body(request, limit=settings.max_request_bytes,
-                                   timeout=settings.read_timeout)  # fmt: skip
+            body = await read_body(
+                request, limit=settings.max_request_bytes, timeout=settings.read_timeout
+            )
             body, written = recorded_body(body, message, settings.max_decoded_bytes)
         except RequestError as exc:
             writer.summary.refused += 1
             log.info(kv(remote=request.remote, status=exc.status, reason=exc))
-            return web.Response(status=exc.status, text=f"{exc}\n",
-                                headers=written_headers(message))  # fmt: skip
+            return web.Response(
+                status=exc.status, text=f"{exc}\n", headers=written_headers(message)
+            )
         writer.write(body, int(time.time() * 1000))
         return web.Response(status=204, headers=written_headers(message, written))
 
@@ -159,17 +161,22 @@ def recorded_body(
 
 
 async def run_capture(
-    output: Path, *, listen_address: str, duration: float | None, max_bytes: int,
+    output: Path,
+    *,
+    listen_address: str,
+    duration: float | None,
+    max_bytes: int,
     on_listening: Callable[[str], None] | None = None,
-) -> CaptureSummary:  # fmt: skip
+) -> CaptureSummary:
     """Serve until ``duration`` seconds passed (None: until SIGTERM/SIGINT), then close the
     file. ``on_listening`` gets the base URL once listening. Raises OSError (address in use,
     file not writable), CaptureError (an existing file that is not a capture), ConfigError (a
     listen address that is not host:port)."""
     settings = ServerConfig(listen_address=parse_listen_address(listen_address, "--listen"))
     writer = CaptureWriter(output, max_bytes=max_bytes)
-    runner = web.AppRunner(capture_app(writer, settings), access_log=None,
-                           handle_signals=False, auto_decompress=False)  # fmt: skip
+    runner = web.AppRunner(
+        capture_app(writer, settings), access_log=None, handle_signals=False, auto_decompress=False
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     try:
@@ -201,4 +208,3 @@ async def run_capture(
         await runner.cleanup()
         writer.close()
     return writer.summary
-

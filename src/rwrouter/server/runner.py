@@ -76,13 +76,17 @@ class RouterServer:
         self._app = make_app(fanout=self.fanout, metrics=self.metrics, settings=settings)
         self._app[RELOAD] = self.reload
         if self.worker is not None:
-            board = Board(board_path(self.worker.runtime_dir), index=self.worker.index,
-                          count=self.worker.count)  # fmt: skip
+            board = Board(
+                board_path(self.worker.runtime_dir),
+                index=self.worker.index,
+                count=self.worker.count,
+            )
             self._balancer = Balancer(board)
             self._app[BALANCE] = self._balancer.end_connection
             self.metrics.process.watch_write_connections(self._balancer.count)
-            self._peers = Peers(self.worker, metrics=self.metrics, reload=self.reload,
-                                audit=self.fanout.audit)  # fmt: skip
+            self._peers = Peers(
+                self.worker, metrics=self.metrics, reload=self.reload, audit=self.fanout.audit
+            )
             self._app[EXPOSE], self._app[RELOAD] = self._peers.exposition, self._peers.reload_all
             self._app[AUDIT] = self._peers.audit_report
         # auto_decompress=False: aiohttp would otherwise decode gzip/deflate/br/zstd request
@@ -95,8 +99,13 @@ class RouterServer:
             shutdown_timeout=REQUEST_GRACE,
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, settings.listen_host or None, settings.listen_port,
-                           reuse_address=True, reuse_port=self.worker is not None)  # fmt: skip
+        site = web.TCPSite(
+            self._runner,
+            settings.listen_host or None,
+            settings.listen_port,
+            reuse_address=True,
+            reuse_port=self.worker is not None,
+        )
         await site.start()
         if self._peers is not None:
             await self._peers.start()

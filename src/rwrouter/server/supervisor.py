@@ -90,8 +90,7 @@ async def supervise(config_path: str, config: Config, *, workers: int, log_level
         log.warning(
             kv(
                 msg=(
-                    f"no worker of {workers} reads this queue: start with more --workers to send "
-                    "it"
+                    f"no worker of {workers} reads this queue: start with more --workers to send it"
                 ),
                 queue=directory,
                 bytes=unsent,
@@ -101,9 +100,13 @@ async def supervise(config_path: str, config: Config, *, workers: int, log_level
     try:
         create_board(board_path(runtime_dir), count=workers)
         supervisor = Supervisor(
-            config_path=config_path, count=workers, port=port, runtime_dir=runtime_dir,
-            log_level=log_level, stop_grace=config.server.shutdown_timeout + REQUEST_GRACE,
-        )  # fmt: skip
+            config_path=config_path,
+            count=workers,
+            port=port,
+            runtime_dir=runtime_dir,
+            log_level=log_level,
+            stop_grace=config.server.shutdown_timeout + REQUEST_GRACE,
+        )
         return await supervisor.run()
     finally:
         shutil.rmtree(runtime_dir, ignore_errors=True)
@@ -112,8 +115,16 @@ async def supervise(config_path: str, config: Config, *, workers: int, log_level
 class Supervisor:
     """Starts, watches, signals and restarts the worker processes (see the module docstring)."""
 
-    def __init__(self, *, config_path: str, count: int, port: int, runtime_dir: str,
-                 log_level: str, stop_grace: float) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        config_path: str,
+        count: int,
+        port: int,
+        runtime_dir: str,
+        log_level: str,
+        stop_grace: float,
+    ) -> None:
         self.config_path, self.count, self.port = config_path, count, port
         self.runtime_dir, self.log_level = runtime_dir, log_level
         self.stop_grace = stop_grace  # seconds a worker gets to stop after SIGTERM
@@ -177,15 +188,29 @@ class Supervisor:
     async def _start(self, index: int) -> bool:
         """Start worker ``index``; True once it listens, False if it exited before."""
         ready_read, ready_write = os.pipe()
-        spec = WorkerSpec(index=index, count=self.count, port=self.port,
-                          runtime_dir=self.runtime_dir, ready_fd=ready_write,
-                          lifeline_fd=self._lifeline_read)  # fmt: skip
+        spec = WorkerSpec(
+            index=index,
+            count=self.count,
+            port=self.port,
+            runtime_dir=self.runtime_dir,
+            ready_fd=ready_write,
+            lifeline_fd=self._lifeline_read,
+        )
         try:
             self.procs[index] = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "rwrouter", "--log-level", self.log_level, "run",
-                "--config", self.config_path, "--worker", spec.to_arg(),
-                pass_fds=(ready_write, self._lifeline_read), stdin=asyncio.subprocess.DEVNULL,
-            )  # fmt: skip
+                sys.executable,
+                "-m",
+                "rwrouter",
+                "--log-level",
+                self.log_level,
+                "run",
+                "--config",
+                self.config_path,
+                "--worker",
+                spec.to_arg(),
+                pass_fds=(ready_write, self._lifeline_read),
+                stdin=asyncio.subprocess.DEVNULL,
+            )
         finally:
             os.close(ready_write)
         if self.stopping.is_set():

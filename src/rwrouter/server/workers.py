@@ -134,8 +134,7 @@ Reload = Callable[[], Awaitable[str]]
 class Peers:
     """This worker's private socket and its view of the other workers."""
 
-    def __init__(self, spec: WorkerSpec, *, metrics: Metrics, reload: Reload,
-                 audit: Audit) -> None:  # fmt: skip
+    def __init__(self, spec: WorkerSpec, *, metrics: Metrics, reload: Reload, audit: Audit) -> None:
         self.spec = spec
         self.metrics = metrics
         self.audit = audit
@@ -151,8 +150,9 @@ class Peers:
         app.router.add_get("/metrics", self._handle_metrics)
         app.router.add_get("/-/audit/keys", self._handle_audit_keys)
         app.router.add_post("/-/reload", self._handle_reload)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                                     shutdown_timeout=1.0)  # fmt: skip
+        self._runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, shutdown_timeout=1.0
+        )
         await self._runner.setup()
         path = socket_path(self.spec.runtime_dir, self.spec.index)
         await web.UnixSite(self._runner, str(path)).start()
@@ -193,8 +193,10 @@ class Peers:
         report = cached[1]
         if top is None:
             return report
-        return {**report, "destinations": [{**d, "metrics": d["metrics"][:top]}
-                                           for d in report["destinations"]]}  # fmt: skip
+        return {
+            **report,
+            "destinations": [{**d, "metrics": d["metrics"][:top]} for d in report["destinations"]],
+        }
 
     async def _merged_report(self) -> dict[str, Any]:
         own = await asyncio.to_thread(self._audit_keys)
@@ -208,8 +210,9 @@ class Peers:
                 parts.append(snapshots_from_json(json.loads(text)))
             except (ValueError, KeyError, TypeError) as exc:
                 log.warning(kv(msg="bad audit answer", worker=i, error=exc))
-        return await asyncio.to_thread(self.audit.merged_report, parts, top=None,
-                                       workers=len(parts), expected=self.spec.count)  # fmt: skip
+        return await asyncio.to_thread(
+            self.audit.merged_report, parts, top=None, workers=len(parts), expected=self.spec.count
+        )
 
     def _audit_keys(self) -> dict[str, Snapshot]:
         return self.audit.snapshots(time.monotonic(), keys=True)

@@ -34,6 +34,7 @@ from rwrouter.wire.walk import LEN, encode_varint, fields, read_varint
 
 SNAPPY_FRAMED_MAGIC = b"\xff\x06\x00\x00sNaPpY"
 
+
 @dataclass(frozen=True, slots=True)
 class RawSeries:
     """One TimeSeries as received.

@@ -152,8 +152,10 @@ class Frames:
         return hash((self.index, self.samples, self.series))
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(series={self.series}, samples={self.samples}, "
-                f"nbytes={self.nbytes})")  # fmt: skip
+        return (
+            f"{type(self).__name__}(series={self.series}, samples={self.samples}, "
+            f"nbytes={self.nbytes})"
+        )
 
 
 def index_totals_py(index: bytes) -> tuple[int, int]:

@@ -108,8 +108,10 @@ class _Budget:
             return
         self.left -= n
         if self.left < 0:
-            raise TooLargeError(f"the RW 2.0 request is over {self.limit} bytes once its labels "
-                                f"are written out (server.max_decoded_bytes)")  # fmt: skip
+            raise TooLargeError(
+                f"the RW 2.0 request is over {self.limit} bytes once its labels "
+                f"are written out (server.max_decoded_bytes)"
+            )
 
 
 class _Symbols:
@@ -139,8 +141,9 @@ def _request_parts(data: bytes) -> tuple[_Symbols, array[int]]:
             continue
         if wire_type != LEN:
             what = "symbols" if field == 4 else "timeseries"
-            raise DecodeError(f"bad protobuf: RW 2.0 Request field {field} ({what}) has "
-                              f"wire type {wire_type}")  # fmt: skip
+            raise DecodeError(
+                f"bad protobuf: RW 2.0 Request field {field} ({what}) has wire type {wire_type}"
+            )
         if field == 5:
             series.append(start)
             series.append(end)
@@ -176,8 +179,9 @@ def _labels(refs: list[int], symbols: _Symbols, budget: _Budget) -> tuple[bytes,
     """The RW1 Label fields of ``refs`` (name, value pairs into ``symbols``), in order, and
     the value of the first ``__name__`` (b"" when there is none); taken from ``budget``."""
     if len(refs) % 2:
-        raise DecodeError(f"odd number of labels_refs ({len(refs)}): they come in "
-                          f"name, value pairs")  # fmt: skip
+        raise DecodeError(
+            f"odd number of labels_refs ({len(refs)}): they come in name, value pairs"
+        )
     size = len(symbols)
     for ref in refs:
         if ref >= size:
@@ -212,8 +216,7 @@ def _exemplar(buf: bytes, start: int, end: int, symbols: _Symbols, budget: _Budg
         elif field == 2 or field == 3:
             expected = I64 if field == 2 else VARINT
             if wire_type != expected:
-                raise DecodeError(f"bad protobuf: exemplar field {field} has wire type "
-                                  f"{wire_type}")  # fmt: skip
+                raise DecodeError(f"bad protobuf: exemplar field {field} has wire type {wire_type}")
             rest += (_EXEMPLAR_VALUE if field == 2 else _EXEMPLAR_TIMESTAMP) + buf[vstart:vend]
     labels, _ = _labels(refs, symbols, budget)
     out = _len_field(_EXEMPLAR, labels + rest)
@@ -227,8 +230,7 @@ def _metadata(buf: bytes, start: int, end: int, meta: list[int]) -> None:
     for field, wire_type, _, vstart, vend in fields(buf, start, end, "metadata"):
         if field == 1 or field == 3 or field == 4:
             if wire_type != VARINT:
-                raise DecodeError(f"bad protobuf: metadata field {field} has wire type "
-                                  f"{wire_type}")  # fmt: skip
+                raise DecodeError(f"bad protobuf: metadata field {field} has wire type {wire_type}")
             meta[field - 2 if field > 1 else 0] = read_varint(buf, vstart, vend)[0]
 
 

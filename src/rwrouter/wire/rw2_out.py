@@ -175,9 +175,13 @@ def _lookup(name: bytes | None, memo: dict[bytes, Meta | None], resolve: Resolve
 
 
 def _parse(
-    buf: bytes, start: int, end: int, symbols: _Symbols,
-    memo: dict[bytes, Meta | None], resolve: Resolve,
-) -> _Series:  # fmt: skip
+    buf: bytes,
+    start: int,
+    end: int,
+    symbols: _Symbols,
+    memo: dict[bytes, Meta | None],
+    resolve: Resolve,
+) -> _Series:
     """One TimeSeries payload (RW1 form) as a :class:`_Series` (symbols in first-use order)."""
     series = _Series([])
     name: bytes | None = None
@@ -247,9 +251,7 @@ def _emit(series: _Series, out: bytearray) -> None:
         out += _field(b"\x2a", b"".join(part))
 
 
-def encode_request_py(
-    body: bytes, memo: dict[bytes, Meta | None], resolve: Resolve
-) -> Encoded:
+def encode_request_py(body: bytes, memo: dict[bytes, Meta | None], resolve: Resolve) -> Encoded:
     """The RW 2.0 Request (uncompressed) of ``body``, RW1-form frames concatenated (see the
     module docstring). ``memo``: metadata already resolved by metric name (looked up first);
     ``resolve(name)`` for a name not in it (it may fill ``memo``). Top-level fields other
@@ -296,8 +298,9 @@ def _strip_series(buf: bytes, start: int, end: int) -> tuple[bytes, int]:
     removed = 0
     for number, wire_type, head, vstart, vend in fields(buf, start, end, "series"):
         if number in (2, 4) and wire_type == LEN:
-            drop, what = (_SAMPLE_START, "sample") if number == 2 else (_HISTOGRAM_START,
-                                                                        "histogram")  # fmt: skip
+            drop, what = (
+                (_SAMPLE_START, "sample") if number == 2 else (_HISTOGRAM_START, "histogram")
+            )
             inner, n = _without(buf, vstart, vend, drop, what)
             if n:
                 removed += n
@@ -337,9 +340,7 @@ def _select() -> tuple[Encoder, Stripper, bool]:
     if encode_c is None or strip_c is None:  # not built, disabled, or an older build
         return encode_request_py, strip_start_timestamps_py, False
 
-    def encode_request_c(
-        body: bytes, memo: dict[bytes, Meta | None], resolve: Resolve
-    ) -> Encoded:
+    def encode_request_c(body: bytes, memo: dict[bytes, Meta | None], resolve: Resolve) -> Encoded:
         return Encoded._make(encode_c(body, memo, resolve))
 
     return encode_request_c, strip_c, True

@@ -16,9 +16,23 @@ from rwrouter.wire.walk import I64, LEN, VARINT, check_message, fields, read_var
 _SAMPLE_FIELDS: dict[int, tuple[int, ...]] = {1: (I64,), 2: (VARINT,), 3: (VARINT,)}
 _EXEMPLAR_FIELDS: dict[int, tuple[int, ...]] = {1: (LEN,), 2: (I64,), 3: (VARINT,)}
 _HISTOGRAM_FIELDS: dict[int, tuple[int, ...]] = {
-    1: (VARINT,), 2: (I64,), 3: (I64,), 4: (VARINT,), 5: (I64,), 6: (VARINT,), 7: (I64,),
-    8: (LEN,), 9: (LEN, VARINT), 10: (LEN, I64), 11: (LEN,), 12: (LEN, VARINT),
-    13: (LEN, I64), 14: (VARINT,), 15: (VARINT,), 16: (LEN, I64), 17: (VARINT,),
+    1: (VARINT,),
+    2: (I64,),
+    3: (I64,),
+    4: (VARINT,),
+    5: (I64,),
+    6: (VARINT,),
+    7: (I64,),
+    8: (LEN,),
+    9: (LEN, VARINT),
+    10: (LEN, I64),
+    11: (LEN,),
+    12: (LEN, VARINT),
+    13: (LEN, I64),
+    14: (VARINT,),
+    15: (VARINT,),
+    16: (LEN, I64),
+    17: (VARINT,),
 }
 _METADATA_FIELDS: dict[int, tuple[int, ...]] = {1: (VARINT,), 2: (LEN,), 4: (LEN,), 5: (LEN,)}
 _METADATA_STRINGS = frozenset((2, 4, 5))
@@ -31,8 +45,10 @@ def check_sample(ts: bytes, start: int, stop: int) -> None:
 
 
 _BUCKET_SPAN_FIELDS: dict[int, tuple[int, ...]] = {1: (VARINT,), 2: (VARINT,)}
-_SPANS, _PACKED_VARINTS, _PACKED_DOUBLES = frozenset((8, 11)), frozenset((9, 12)), frozenset(
-    (10, 13, 16)
+_SPANS, _PACKED_VARINTS, _PACKED_DOUBLES = (
+    frozenset((8, 11)),
+    frozenset((9, 12)),
+    frozenset((10, 13, 16)),
 )
 
 

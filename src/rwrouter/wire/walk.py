@@ -68,9 +68,7 @@ def skip(buf: bytes, pos: int, wire_type: int, end: int, what: str) -> int:
     return new
 
 
-def fields(
-    buf: bytes, pos: int, end: int, what: str
-) -> Iterator[tuple[int, int, int, int, int]]:
+def fields(buf: bytes, pos: int, end: int, what: str) -> Iterator[tuple[int, int, int, int, int]]:
     """Yield (field number, wire type, field start, value start, value end) for each field of
     buf[pos:end]; a LEN field's value excludes its length prefix."""
     while pos < end:
