@@ -15,8 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from rwrouter.routing import RoutedSeries
-from rwrouter.wire.index import metric_name_samples
+from rwrouter.wire.index import Frames, metric_name_samples
 
 
 class MetricNameShares:
@@ -45,7 +44,7 @@ class MetricNameShares:
             self._next = now + self.interval
             return True
 
-    def observe(self, destinations: Sequence[str], routed: Sequence[RoutedSeries]) -> None:
+    def observe(self, destinations: Sequence[str], routed: Sequence[Frames]) -> None:
         """Fold one request in: ``routed[i]`` is what destination ``destinations[i]`` got."""
         looks = [
             (name, metric_name_samples(series.body, series.index, max_frames=self.max_frames))

@@ -30,7 +30,7 @@ series is its re-encoded labels followed by the sender's raw bytes.
 
 from rwrouter.routing.cache import DEFAULT_CACHE_BYTES, DEFAULT_CACHE_MAX_AGE, DEFAULT_CACHE_SIZE
 from rwrouter.routing.outcome import Route
-from rwrouter.routing.routed import RoutedRequest, RoutedSeries, shard_hash
+from rwrouter.routing.routed import RoutedRequest, shard_hash
 from rwrouter.routing.router import Router, build_router
 
 __all__ = [
@@ -39,7 +39,6 @@ __all__ = [
     "DEFAULT_CACHE_SIZE",
     "Route",
     "RoutedRequest",
-    "RoutedSeries",
     "Router",
     "build_router",
     "shard_hash",

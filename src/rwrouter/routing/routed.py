@@ -9,18 +9,13 @@ from dataclasses import dataclass
 from rwrouter.reasons import DropReason
 from rwrouter.wire.index import Frames
 
-__all__ = ["RoutedRequest", "RoutedSeries", "shard_hash"]
+__all__ = ["RoutedRequest", "shard_hash"]
 
 
 def shard_hash(key: bytes) -> int:
     """The shard hash of a series: crc32 of its encoded output labels (u32; stable across
     restarts and processes, so a series keeps its shard however its queue is read back)."""
     return zlib.crc32(key)
-
-
-RoutedSeries = Frames
-"""The former name of a routed share (:class:`~rwrouter.wire.index.Frames`), kept for
-:mod:`rwrouter.metrics.names` until it says ``Frames``."""
 
 
 @dataclass(slots=True)
