@@ -17,8 +17,8 @@ from rwrouter.pipeline.build import make_destination
 from rwrouter.pipeline.destination import Destination
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE
 from rwrouter.queue.records import FLAG_START_TIMESTAMPS
+from rwrouter.reasons import FallbackReason
 from rwrouter.send.batching import Batch, Chunk, Owner, ShardBuffer, chunks_by_shard, reshard
-from rwrouter.send.encoding import FallbackReason
 from rwrouter.send.metabook import parse_entry
 from rwrouter.wire import frame_metadata, types_pb2
 from tests.support.clients import FakeClient

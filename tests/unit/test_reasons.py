@@ -1,19 +1,32 @@
 """The typed enumerations (rwrouter.reasons and the enums beside the code that uses them):
 their values are metric label values, log fields and config values, so they are pinned here;
-and the reason of a final refusal by its status class (rwrouter.send.refusals.reason_of)."""
+each reason a metric counts is in its help text and in the configuration reference's metrics
+table; and the reason of a final refusal by its status class (rwrouter.send.refusals.reason_of)."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from enum import StrEnum
+from pathlib import Path
 
 import pytest
 
 from rwrouter.config import EscapingScheme, Fsync, OnFull
-from rwrouter.reasons import DropReason, RefuseReason
+from rwrouter.metrics import Metrics
+from rwrouter.reasons import (
+    METADATA_DROP_REASONS,
+    REFUSAL_REASONS,
+    RETRY_LABELS,
+    SAMPLE_DROP_REASONS,
+    DropReason,
+    FallbackReason,
+    Reason,
+    RefuseReason,
+    RetryReason,
+)
 from rwrouter.relabel.names import ValidationScheme
-from rwrouter.send.encoding import FallbackReason
 from rwrouter.send.refusals import Kind, reason_of
-from rwrouter.send.retry import RetryReason
 
 PINNED: list[tuple[str, type[StrEnum], set[str]]] = [
     (
@@ -70,6 +83,58 @@ def test_values_are_the_label_values(enum: type[StrEnum], values: set[str]) -> N
     assert {member.value for member in enum} == values
     for member in enum:  # a member is its value wherever a string is
         assert member == member.value and str(member) == f"{member}" == member.value
+
+
+# id, metric family (without _total), the reasons its ``reason`` label takes
+COUNTED: list[tuple[str, str, Sequence[Reason]]] = [
+    ("samples_dropped", "rwrouter_samples_dropped", SAMPLE_DROP_REASONS),
+    ("metadata_dropped", "rwrouter_metadata_dropped", METADATA_DROP_REASONS),
+    ("rejected_batches", "rwrouter_rejected_batches", REFUSAL_REASONS),
+    ("refused_requests", "rwrouter_refused_requests", list(RefuseReason)),
+    ("retries", "rwrouter_retries", RETRY_LABELS),
+    ("protocol_fallbacks", "rwrouter_protocol_fallbacks", list(FallbackReason)),
+]
+REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+
+
+def _help(family: str) -> str:
+    for metric in Metrics().registry.collect():
+        if metric.name == family:
+            return metric.documentation
+    raise LookupError(family)
+
+
+@pytest.mark.parametrize(
+    ("family", "reasons"), [c[1:] for c in COUNTED], ids=[c[0] for c in COUNTED]
+)
+def test_each_counted_reason_is_described_in_the_help(
+    family: str, reasons: Sequence[Reason]
+) -> None:
+    text = _help(family)
+    for reason in reasons:
+        assert reason.description, f"{reason!r} has no description"
+        assert f"{reason.value} ({reason.description})" in text
+
+
+@pytest.mark.parametrize(
+    ("family", "reasons"), [c[1:] for c in COUNTED], ids=[c[0] for c in COUNTED]
+)
+def test_each_counted_reason_is_in_the_reference(family: str, reasons: Sequence[Reason]) -> None:
+    rows = [
+        line
+        for line in REFERENCE.read_text(encoding="utf-8").splitlines()
+        if line.startswith(f"| `{family}_total` |")
+    ]
+    assert len(rows) == 1, f"{family}: one row in the metrics table of {REFERENCE.name}"
+    named = set(re.findall(r"`([^`]+)`", rows[0]))
+    missing = [r.value for r in reasons if r.value not in named]
+    assert not missing, f"{family}: {missing} not in its row of {REFERENCE.name}"
+
+
+def test_reason_members_are_their_values_with_a_description() -> None:
+    member = DropReason("relabel")  # looked up by value, as a label value read back
+    assert member is DropReason.RELABEL and member.description
+    assert RetryReason("5xx").description == ""  # not a label value: no description needed
 
 
 REASON_OF = [

@@ -15,8 +15,8 @@ from email.utils import format_datetime
 import pytest
 
 from rwrouter.config.model import QueueConfig
-from rwrouter.reasons import DropReason
-from rwrouter.send.retry import RetryPolicy, RetryReason, parse_retry_after
+from rwrouter.reasons import DropReason, RetryReason
+from rwrouter.send.retry import RetryPolicy, parse_retry_after
 
 NETWORK, SERVER_ERROR = RetryReason.NETWORK, RetryReason.SERVER_ERROR
 TOO_MANY_REQUESTS, CLIENT_ERROR = RetryReason.TOO_MANY_REQUESTS, RetryReason.CLIENT_ERROR

@@ -8,6 +8,8 @@ import contextlib
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from rwrouter.reasons import REFUSAL_REASONS, listing
+
 
 class DeadLetterMetrics:
     """``rwrouter_rejected_*``, registered on ``registry``: the writer
@@ -30,7 +32,9 @@ class DeadLetterMetrics:
         )
         self.batches = Counter(
             "rwrouter_rejected_batches",
-            "Batches refused for good and stored in the dead-letter store, by reason.",
+            "Batches refused for good and stored in the dead-letter store, by reason: "
+            + listing(REFUSAL_REASONS)
+            + ".",
             ["destination", "reason"],
             registry=r,
         )

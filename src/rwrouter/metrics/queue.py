@@ -31,13 +31,14 @@ class QueueMetrics:
         )
         self.blocks = Gauge(
             "rwrouter_queue_blocks",
-            "Queue blocks (a request's share each) not yet sent: on disk or in flight.",
+            "Queue records (one request's share for this destination each) not yet done: on "
+            "disk or in flight.",
             ["destination"],
             registry=r,
         )
         self.oldest_age = Gauge(
             "rwrouter_queue_oldest_unsent_age_seconds",
-            "Age of the oldest block read for sending and not yet done, since it was "
+            "Age of the oldest record read for sending and not yet done, since it was "
             "received (0 when none).",
             ["destination"],
             registry=r,

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from rwrouter.reasons import RefuseReason, listing
+
 
 class ReceiveMetrics:
     """``rwrouter_received_*``, ``rwrouter_refused_requests_total`` and
@@ -45,8 +47,7 @@ class ReceiveMetrics:
         )
         self.refused = Counter(
             "rwrouter_refused_requests",
-            "Remote write requests refused whole, by reason (decode, too_large, unsupported, "
-            "slow_body, client_gone, queue_full, busy, storage).",
+            "Remote write requests refused whole, by reason: " + listing(RefuseReason) + ".",
             ["reason"],
             registry=r,
         )

@@ -14,6 +14,13 @@ import contextlib
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from rwrouter.protocol import MESSAGES
+from rwrouter.reasons import (
+    METADATA_DROP_REASONS,
+    RETRY_LABELS,
+    SAMPLE_DROP_REASONS,
+    FallbackReason,
+    listing,
+)
 
 SEND_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)  # seconds
 
@@ -52,23 +59,17 @@ class SendMetrics:
         """What was not delivered, by reason."""
         self.dropped_samples = Counter(
             "rwrouter_samples_dropped",
-            "Samples not delivered to a destination, by reason: relabel (its rules dropped the "
-            "series), invalid (no metric name left), name_collision (its escaped names equal "
-            "a series seen first), filtered (only exemplars or histograms "
-            "the destination does not take), 4xx/3xx (refused by the destination), "
-            "retry_budget (max_retry_duration spent), too_large (one series over "
-            "max_request_bytes), queue_full (the request was refused with 503, the sender "
-            "retries), drop_oldest (removed from a full disk queue), corrupt (a queue record "
-            "that failed its checksum), not_written (answered 2xx, but the destination's "
-            "X-Prometheus-Remote-Write-*-Written headers count less than was sent).",
+            "Samples not delivered to a destination, by reason: "
+            + listing(SAMPLE_DROP_REASONS)
+            + ".",
             ["destination", "reason"],
             registry=r,
         )
         self.dropped_metadata = Counter(
             "rwrouter_metadata_dropped",
-            "Metadata entries not delivered, by reason (queue_full, 4xx, invalid: no family "
-            "name, book_full: a family evicted from a remote write 2.0 destination's "
-            "metadata book).",
+            "Metadata entries not delivered to a destination, by reason: "
+            + listing(METADATA_DROP_REASONS)
+            + ".",
             ["destination", "reason"],
             registry=r,
         )
@@ -97,9 +98,8 @@ class SendMetrics:
         )
         self.retries = Counter(
             "rwrouter_retries",
-            "Send attempts that will be retried, by reason: the HTTP status (e.g. 503, 429), "
-            "network (no answer) or credential_refresh (401/403 answered, credentials "
-            "refreshed).",
+            "Send attempts that will be retried, by reason: the HTTP status answered (e.g. "
+            "503, 429), " + listing(RETRY_LABELS) + ".",
             ["destination", "reason"],
             registry=r,
         )
@@ -135,8 +135,7 @@ class SendMetrics:
         self.protocol_fallbacks = Counter(
             "rwrouter_protocol_fallbacks",
             "Times a remote write 2.0 destination was switched to remote write 1.0 until the "
-            "next reload, by reason: 415 (it answered 415), nothing_written (a 2xx without "
-            "the Written headers, or with all three 0: a remote write 1.0 receiver).",
+            "next reload, by reason: " + listing(FallbackReason) + ".",
             ["destination", "reason"],
             registry=r,
         )

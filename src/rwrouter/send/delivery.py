@@ -46,11 +46,10 @@ from rwrouter.errors import CredentialsError, InvariantError, TransportError
 from rwrouter.logs import kv
 from rwrouter.metrics import SendMetrics
 from rwrouter.protocol import MESSAGES, RW1_MESSAGE, RW2_MESSAGE, Written, request_headers
-from rwrouter.reasons import DropReason
+from rwrouter.reasons import DropReason, FallbackReason, RetryReason
 from rwrouter.send.encoding import (
     FALLBACK_MESSAGES,
     NOT_WRITTEN_MESSAGE,
-    FallbackReason,
     NotRW2,
     Request,
     encode_part,
@@ -59,7 +58,7 @@ from rwrouter.send.encoding import (
 )
 from rwrouter.send.metabook import MetadataBook
 from rwrouter.send.refusals import Item, Kind, Refusal, RejectHook, is_out_of_order, reason_of
-from rwrouter.send.retry import RetryPolicy, RetryReason
+from rwrouter.send.retry import RetryPolicy
 from rwrouter.send.transport import Answer, WriteClient
 
 log = logging.getLogger("rwrouter.sending")

@@ -17,9 +17,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
 from rwrouter.protocol import RW2_MESSAGE, Written
+from rwrouter.reasons import FallbackReason
 from rwrouter.send.metabook import MetadataBook
 from rwrouter.wire import compress
 from rwrouter.wire.rw2_out import Meta, encode_request, strip_start_timestamps
@@ -27,21 +27,12 @@ from rwrouter.wire.rw2_out import Meta, encode_request, strip_start_timestamps
 __all__ = [
     "FALLBACK_MESSAGES",
     "NOT_WRITTEN_MESSAGE",
-    "FallbackReason",
     "NotRW2",
     "Request",
     "encode_part",
     "not_rw2",
     "not_written",
 ]
-
-
-class FallbackReason(StrEnum):
-    """Why an RW 2.0 destination is sent RW 1.0 from now on: the ``reason`` label of
-    ``rwrouter_protocol_fallbacks_total`` (:func:`not_rw2`)."""
-
-    UNSUPPORTED = "415"  # it answered 415 to RW 2.0
-    NOTHING_WRITTEN = "nothing_written"  # a 2xx that wrote nothing of RW 2.0
 
 
 FALLBACK_MESSAGES = {

@@ -17,22 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC
 from email.utils import parsedate_to_datetime
-from enum import StrEnum
 from typing import Literal
 
-from rwrouter.reasons import DropReason
-
-
-class RetryReason(StrEnum):
-    """What a failed attempt was, as the policy sees it (:attr:`Decision.reason`), and the
-    ``reason`` label values of ``rwrouter_retries_total`` that are not an HTTP status (the
-    label is the exact status, "503", "429", when there is one)."""
-
-    NETWORK = "network"  # no answer: a connection error or a timeout (a retries label too)
-    SERVER_ERROR = "5xx"
-    TOO_MANY_REQUESTS = "429"
-    CLIENT_ERROR = "4xx"
-    CREDENTIAL_REFRESH = "credential_refresh"  # a retries label: 401/403, credentials refreshed
+from rwrouter.reasons import DropReason, RetryReason
 
 
 @dataclass(frozen=True, slots=True)
