@@ -170,7 +170,23 @@ def node_model(*, seed: int, index: int, cluster: str = "demo-gpu-cluster") -> N
         for _ in range(GPUS_PER_NODE)
     )
     suffix = f"{rng.getrandbits(20):05x}"
-    trainer = Pod(
+    trainer = _trainer(index)
+    return NodeModel(
+        index=index,
+        cluster=cluster,
+        hostname=f"ip-10-{ip[0]}-{ip[1]}-{ip[2]}.ec2.internal",
+        gpu_uuids=uuids,
+        gpu_load=loads,
+        node_load=Wave(0.55, 0.1, rng.uniform(90, 240), rng.uniform(0, 6.3)),
+        pods=(trainer, *_system_pods(suffix), *_data_loaders(index)),
+        trainer=trainer,
+        cpu_share=tuple(rng.uniform(0.3, 0.7) for _ in range(CPUS_PER_NODE)),
+    )
+
+
+def _trainer(index: int) -> Pod:
+    """The training job's worker on node ``index``: the pod the GPUs' series name."""
+    return Pod(
         NAMESPACE,
         f"llm-pretrain-worker-{index}",
         "trainer",
@@ -178,7 +194,12 @@ def node_model(*, seed: int, index: int, cluster: str = "demo-gpu-cluster") -> N
         22.0,
         600e9,
     )
-    system = [
+
+
+def _system_pods(suffix: str) -> list[Pod]:
+    """The DaemonSet pods of every node (CNI, kube-proxy, device plugins, DCGM and node
+    exporters, log shipper), their names ending in parts of the node's random ``suffix``."""
+    return [
         Pod(
             "kube-system",
             f"aws-node-{suffix[:5]}",
@@ -229,21 +250,14 @@ def node_model(*, seed: int, index: int, cluster: str = "demo-gpu-cluster") -> N
         ),
         Pod("logging", f"fluent-bit-{suffix[:5]}", "fluent-bit", "fluent-bit:3.0.4", 0.1, 80e6),
     ]
-    helpers = [
+
+
+def _data_loaders(index: int) -> list[Pod]:
+    """The 4 data loader pods that feed node ``index``'s trainer."""
+    return [
         Pod(NAMESPACE, f"data-loader-{index}-{k}", "loader", "ml/data-loader:2.3.1", 2.0 + k, 8e9)
         for k in range(4)
     ]
-    return NodeModel(
-        index=index,
-        cluster=cluster,
-        hostname=f"ip-10-{ip[0]}-{ip[1]}-{ip[2]}.ec2.internal",
-        gpu_uuids=uuids,
-        gpu_load=loads,
-        node_load=Wave(0.55, 0.1, rng.uniform(90, 240), rng.uniform(0, 6.3)),
-        pods=(trainer, *system, *helpers),
-        trainer=trainer,
-        cpu_share=tuple(rng.uniform(0.3, 0.7) for _ in range(CPUS_PER_NODE)),
-    )
 
 
 def _gpu_uuid(rng: random.Random) -> str:
