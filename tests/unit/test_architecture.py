@@ -601,7 +601,6 @@ LONG_FUNCTIONS: dict[str, str] = {
     "rwrouter/server/runner.py:start": "over since ruff format: to split",
 }
 LONG_MODULES: dict[str, str] = {
-    "rwrouter/demo/fleet.py": "over since ruff format: to split",
     "rwrouter/send/shards.py": "over since ruff format: to split",
     "rwrouter/send/delivery.py": "retries, refresh, splitting and fallback share one state",
     "rwrouter/deadletter/store.py": "the store's format, bounds and replay in one place",
