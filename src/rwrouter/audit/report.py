@@ -131,63 +131,86 @@ def format_table(report: Mapping[str, Any], *, sort: str = "series", top: int = 
     """``report`` (:func:`build_report`'s shape, e.g. read back from JSON) as text: per
     destination a summary and its ``top`` metric names sorted by ``sort`` (:data:`SORT_KEYS`;
     0: all listed). Ends with a newline. Raises ValueError for an unknown ``sort``."""
-    currency = report["currency"]
-    lines: list[str] = []
-    workers, expected = report.get("workers", 1), report.get("workers_expected", 1)
-    if expected > workers:
-        lines += [f"only {workers} of {expected} workers answered: the counts are low", ""]
-    elif workers > 1:
-        lines += [f"counted over {workers} workers (a series seen by several counts once)", ""]
+    lines = _workers_note(report)
     if not report["destinations"]:
         lines.append(
             "no audited destination: set `shadow: true` or `audit: true` on a remote_write entry"
         )
     for dest in report["destinations"]:
-        role = " (shadow: counted, not sent)" if dest["shadow"] else ""
-        seen = _duration(dest["observed_seconds"])
-        window = _duration(report["window_seconds"])
-        state = (
-            f"observed {seen} (a whole {window} window)"
-            if dest["complete"]
-            else f"observed {seen} of the {window} window: series that come less often"
-            " may be missing"
-        )
-        bound = "at least " if dest["capped"] else ""
-        lines += [
-            f"destination {dest['name']}{role}: {state}",
-            f"  active series     {bound}{dest['active_series']:,}"
-            f" ({_percent(dest['series_limit_ratio'])} of the {report['series_limit']:,} limit)",
-            f"  samples/s         {dest['samples_per_second']:,.1f}",
-            f"  per month         {_count(dest['monthly_samples'])} samples,"
-            f" {currency} {dest['monthly_cost']:,.2f} projected",
-        ]
-        if dest["capped"]:
-            lines.append("  (audit.max_series reached: counts are lower bounds)")
-        metrics = rank(dest["metrics"], sort)
-        shown = metrics if top == 0 else metrics[:top]
-        names = [_printable(m["name"]) for m in shown]
-        width = max([len("METRIC NAME"), *(len(name) for name in names)])
-        lines.append(
-            f"  {'METRIC NAME':<{width}}  {'ACTIVE SERIES':>13}  {'SAMPLES/S':>12}"
-            f"  {currency + '/MONTH':>12}"
-        )
-        for m, name in zip(shown, names, strict=True):
-            series, cost = m["active_series"], m["monthly_cost"]
-            lines.append(
-                f"  {name:<{width}}  {series:>13,}"
-                f"  {m['samples_per_second']:>12,.1f}  {cost:>12,.2f}"
-            )
-        hidden = dest["metric_names"] - len(shown)
-        if hidden > 0:
-            lines.append(f"  ... and {hidden:,} more metric names")
+        lines += _summary_lines(dest, report)
+        lines += _metric_lines(dest, currency=report["currency"], sort=sort, top=top)
         lines.append("")
+    lines.append(_price_line(report))
+    return "\n".join(lines) + "\n"
+
+
+def _workers_note(report: Mapping[str, Any]) -> list[str]:
+    """The lines that open the table when the counts are not one worker's alone: how many
+    workers they were counted over, or that some did not answer (a blank line after it)."""
+    workers, expected = report.get("workers", 1), report.get("workers_expected", 1)
+    if expected > workers:
+        return [f"only {workers} of {expected} workers answered: the counts are low", ""]
+    if workers > 1:
+        return [f"counted over {workers} workers (a series seen by several counts once)", ""]
+    return []
+
+
+def _summary_lines(dest: Mapping[str, Any], report: Mapping[str, Any]) -> list[str]:
+    """One destination's summary: how long it was observed against the window, its active
+    series against the limit, its samples per second and its projected month."""
+    currency = report["currency"]
+    role = " (shadow: counted, not sent)" if dest["shadow"] else ""
+    seen = _duration(dest["observed_seconds"])
+    window = _duration(report["window_seconds"])
+    state = (
+        f"observed {seen} (a whole {window} window)"
+        if dest["complete"]
+        else f"observed {seen} of the {window} window: series that come less often may be missing"
+    )
+    bound = "at least " if dest["capped"] else ""
+    lines = [
+        f"destination {dest['name']}{role}: {state}",
+        f"  active series     {bound}{dest['active_series']:,}"
+        f" ({_percent(dest['series_limit_ratio'])} of the {report['series_limit']:,} limit)",
+        f"  samples/s         {dest['samples_per_second']:,.1f}",
+        f"  per month         {_count(dest['monthly_samples'])} samples,"
+        f" {currency} {dest['monthly_cost']:,.2f} projected",
+    ]
+    if dest["capped"]:
+        lines.append("  (audit.max_series reached: counts are lower bounds)")
+    return lines
+
+
+def _metric_lines(dest: Mapping[str, Any], *, currency: str, sort: str, top: int) -> list[str]:
+    """One destination's metric names table: a header, its ``top`` names (0: all listed)
+    sorted by ``sort`` (:func:`rank`), and how many names it does not show."""
+    metrics = rank(dest["metrics"], sort)
+    shown = metrics if top == 0 else metrics[:top]
+    names = [_printable(m["name"]) for m in shown]
+    width = max([len("METRIC NAME"), *(len(name) for name in names)])
+    lines = [
+        f"  {'METRIC NAME':<{width}}  {'ACTIVE SERIES':>13}  {'SAMPLES/S':>12}"
+        f"  {currency + '/MONTH':>12}"
+    ]
+    for m, name in zip(shown, names, strict=True):
+        series, cost = m["active_series"], m["monthly_cost"]
+        lines.append(
+            f"  {name:<{width}}  {series:>13,}  {m['samples_per_second']:>12,.1f}  {cost:>12,.2f}"
+        )
+    hidden = dest["metric_names"] - len(shown)
+    if hidden > 0:
+        lines.append(f"  ... and {hidden:,} more metric names")
+    return lines
+
+
+def _price_line(report: Mapping[str, Any]) -> str:
+    """The price tiers the costs were projected with, in one line."""
     tiers = ", ".join(
         f"{t['per_million']:g} per million"
         + (f" up to {_count(t['up_to_samples'])}" if t["up_to_samples"] is not None else " beyond")
         for t in report["price_tiers"]
     )
-    lines.append(f"price ({currency}, samples a month): {tiers}; a month is 730 h")
-    return "\n".join(lines) + "\n"
+    return f"price ({report['currency']}, samples a month): {tiers}; a month is 730 h"
 
 
 NAME_WIDTH = 80  # characters of a metric name the table shows

@@ -32,7 +32,13 @@ TIMEOUT = 30.0  # seconds to wait for the router's answer (it merges every worke
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``audit`` command to the ``rwrouter`` subcommands."""
+    """Add the ``audit`` and ``capture`` commands to the ``rwrouter`` subcommands."""
+    _register_audit(sub)
+    _register_capture(sub)
+
+
+def _register_audit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``rwrouter audit`` (:func:`cmd_audit`) and its options."""
     from rwrouter.audit import SORT_KEYS
 
     audit = sub.add_parser(
@@ -70,6 +76,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="rank names by active series (default) or samples/s",
     )
     audit.set_defaults(func=cmd_audit)
+
+
+def _register_capture(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``rwrouter capture`` (:func:`cmd_capture`) and its options."""
     capture = sub.add_parser(
         "capture",
         help="record received remote write requests to a file (for rwrouter audit --capture)",

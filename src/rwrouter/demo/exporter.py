@@ -29,7 +29,8 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from rwrouter.demo.fleet import NodeModel, node_model
+from rwrouter.demo.fleet import NodeModel
+from rwrouter.demo.nodes import node_model
 
 __all__ = ["ExporterFleet", "ExporterNode", "NodeCollector"]
 

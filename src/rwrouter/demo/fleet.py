@@ -7,7 +7,7 @@ devices, 3 filesystem gauges x 4 mount points, 8 memory/load gauges) and kubelet
 container metrics (6 x 12 pods): 730 series per node.
 
 Values are smooth functions of the seconds since the fleet started (``elapsed_s``), with phases
-drawn from ``random.Random(f"{seed}:{node}")``: the same seed and elapsed time give the same
+drawn per node (:mod:`rwrouter.demo.nodes`): the same seed and elapsed time give the same
 values. Gauges wander (a training load between ~0.6 and 1.0 drives utilisation, power,
 temperature, memory); counters are closed-form integrals of non-negative rates, so they only
 grow. ``job`` and ``instance`` are not exposed: Prometheus's scrape config sets them.
@@ -16,7 +16,6 @@ grow. ``job`` and ``instance`` are not exposed: Prometheus's scrape config sets 
 from __future__ import annotations
 
 import math
-import random
 from dataclasses import dataclass
 
 #: (name, type, help) of the 25 DCGM fields, types as dcgm-exporter's default-counters.csv.
@@ -97,7 +96,6 @@ MOUNTPOINTS = (
 MODEL_NAME = "NVIDIA H100 80GB HBM3"
 DRIVER_VERSION = "550.54.15"
 FB_TOTAL_MIB = 81_559.0
-NAMESPACE = "ml-training"
 
 #: One family: (exposed sample name, type "gauge"|"counter", help, [(labels, value), ...]).
 #: Counters keep their names as exposed: ``node_cpu_seconds_total`` but, as dcgm-exporter
@@ -139,7 +137,8 @@ class Pod:
 
 @dataclass(frozen=True)
 class NodeModel:
-    """Identity and value model of one simulated node; build with :func:`node_model`."""
+    """Identity and value model of one simulated node; build with
+    :func:`rwrouter.demo.nodes.node_model`."""
 
     index: int
     cluster: str
@@ -158,97 +157,6 @@ class NodeModel:
             *node_families(self, elapsed_s),
             *kubelet_families(self, elapsed_s),
         ]
-
-
-def node_model(*, seed: int, index: int, cluster: str = "demo-gpu-cluster") -> NodeModel:
-    """Node ``index`` of the fleet drawn from ``seed`` (deterministic)."""
-    rng = random.Random(f"{seed}:{index}")
-    ip = (rng.randrange(0, 256), rng.randrange(0, 256), rng.randrange(1, 255))
-    uuids = tuple(_gpu_uuid(rng) for _ in range(GPUS_PER_NODE))
-    loads = tuple(
-        Wave(0.8, 0.15 + 0.05 * rng.random(), rng.uniform(60, 180), rng.uniform(0, 6.3))
-        for _ in range(GPUS_PER_NODE)
-    )
-    suffix = f"{rng.getrandbits(20):05x}"
-    trainer = Pod(
-        NAMESPACE,
-        f"llm-pretrain-worker-{index}",
-        "trainer",
-        "nvcr.io/nvidia/pytorch:24.03-py3",
-        22.0,
-        600e9,
-    )
-    system = [
-        Pod(
-            "kube-system",
-            f"aws-node-{suffix[:5]}",
-            "aws-node",
-            "amazon-k8s-cni:v1.18.1",
-            0.05,
-            60e6,
-        ),
-        Pod(
-            "kube-system",
-            f"kube-proxy-{suffix[1:]}",
-            "kube-proxy",
-            "kube-proxy:v1.29.3",
-            0.02,
-            40e6,
-        ),
-        Pod(
-            "kube-system",
-            f"efa-device-plugin-{suffix[:4]}",
-            "efa-device-plugin",
-            "aws-efa-k8s-device-plugin:v0.4.4",
-            0.01,
-            20e6,
-        ),
-        Pod(
-            "kube-system",
-            f"nvidia-device-plugin-{suffix[2:]}",
-            "nvidia-device-plugin-ctr",
-            "k8s-device-plugin:v0.15.0",
-            0.01,
-            30e6,
-        ),
-        Pod(
-            "gpu-operator",
-            f"nvidia-dcgm-exporter-{suffix[:5]}",
-            "nvidia-dcgm-exporter",
-            "dcgm-exporter:3.3.5-3.4.1-ubuntu22.04",
-            0.3,
-            400e6,
-        ),
-        Pod(
-            "monitoring",
-            f"node-exporter-{suffix[1:]}",
-            "node-exporter",
-            "node-exporter:v1.8.0",
-            0.05,
-            30e6,
-        ),
-        Pod("logging", f"fluent-bit-{suffix[:5]}", "fluent-bit", "fluent-bit:3.0.4", 0.1, 80e6),
-    ]
-    helpers = [
-        Pod(NAMESPACE, f"data-loader-{index}-{k}", "loader", "ml/data-loader:2.3.1", 2.0 + k, 8e9)
-        for k in range(4)
-    ]
-    return NodeModel(
-        index=index,
-        cluster=cluster,
-        hostname=f"ip-10-{ip[0]}-{ip[1]}-{ip[2]}.ec2.internal",
-        gpu_uuids=uuids,
-        gpu_load=loads,
-        node_load=Wave(0.55, 0.1, rng.uniform(90, 240), rng.uniform(0, 6.3)),
-        pods=(trainer, *system, *helpers),
-        trainer=trainer,
-        cpu_share=tuple(rng.uniform(0.3, 0.7) for _ in range(CPUS_PER_NODE)),
-    )
-
-
-def _gpu_uuid(rng: random.Random) -> str:
-    hex32 = f"{rng.getrandbits(128):032x}"
-    return f"GPU-{hex32[:8]}-{hex32[8:12]}-{hex32[12:16]}-{hex32[16:20]}-{hex32[20:]}"
 
 
 def _ripple(t: float, gpu: int, field: int) -> float:

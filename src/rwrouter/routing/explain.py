@@ -109,64 +109,76 @@ def explain(
         router = Router(global_rules=global_rules, routes=routes, cache_size=1, cache_bytes=1)
     outcomes = router.route_series(start)
     global_steps = tuple(trace(global_rules, start))
-    after: LabelTuple | None = start
-    global_drop: int | None = None
-    if global_steps:
-        last = global_steps[-1]
-        after = last.labels if last.kept else None
-        global_drop = None if last.kept else last.index
+    after, global_drop = _after_global(global_steps, start)
+    primaries = _primaries(routes, outcomes)
+    decisions = []
+    for route, res in zip(routes, outcomes, strict=True):
+        decision = _route_decision(
+            route, res, after=after, global_drop=global_drop, primaries=primaries
+        )
+        decisions.append(
+            dataclasses.replace(decision, shadow=route.shadow) if route.shadow else decision
+        )
+    return Explanation(start, global_steps, after, tuple(decisions))
+
+
+def _after_global(
+    global_steps: Sequence[Step], start: LabelTuple
+) -> tuple[LabelTuple | None, int | None]:
+    """The label set the global rules leave of ``start`` (None when one dropped it) and the
+    index of the rule that dropped it (None when none did), from their ``global_steps``."""
+    if not global_steps:
+        return start, None
+    last = global_steps[-1]
+    return (last.labels, None) if last.kept else (None, last.index)
+
+
+def _primaries(routes: Sequence[Route], outcomes: Sequence[bytes | DropReason | None]) -> list[str]:
+    """The destinations that are neither fallback nor shadow and keep the series (a fallback
+    destination receives it only when none does)."""
     lost = (DropReason.RELABEL, DropReason.INVALID, None)
-    primaries = [
+    return [
         r.name
         for r, res in zip(routes, outcomes, strict=True)
         if not r.fallback and not r.shadow and res not in lost
     ]
-    decisions = []
-    for route, res in zip(routes, outcomes, strict=True):
-        if after is None:
-            _agree(res == DropReason.RELABEL, route, res)
-            decisions.append(
-                Decision(
-                    route.name,
-                    route.fallback,
-                    DROPPED,
-                    None,
-                    (),
-                    ("global", global_drop or 0),
-                    DropReason.RELABEL,
-                    f"dropped by global rule [{global_drop}]",
-                )
-            )
-            continue
-        if not after:
-            _agree(res == DropReason.RELABEL, route, res)
-            detail = "no labels left after the global rules"
-            decisions.append(
-                Decision(
-                    route.name, route.fallback, DROPPED, None, (), None, DropReason.RELABEL, detail
-                )
-            )
-            continue
-        if res is None:
-            decisions.append(
-                Decision(
-                    route.name,
-                    True,
-                    NOT_SENT,
-                    None,
-                    (),
-                    None,
-                    None,
-                    f"kept by {', '.join(primaries)}",
-                )
-            )
-            continue
-        decisions.append(_decision(route, after, res))
-    decisions = [
-        dataclasses.replace(d, shadow=r.shadow) if r.shadow else d
-        for d, r in zip(decisions, routes, strict=True)
-    ]
-    return Explanation(start, global_steps, after, tuple(decisions))
+
+
+def _route_decision(
+    route: Route,
+    res: bytes | DropReason | None,
+    *,
+    after: LabelTuple | None,
+    global_drop: int | None,
+    primaries: Sequence[str],
+) -> Decision:
+    """``route``'s decision given what the global rules left (``after``, None when rule
+    ``global_drop`` dropped the series) and the router's outcome ``res``: dropped before its
+    own rules, not sent (a fallback destination that ``primaries`` keep it from), or what its
+    own rules and escaping make of it (:func:`_decision`)."""
+    if after is None:
+        _agree(res == DropReason.RELABEL, route, res)
+        return Decision(
+            route.name,
+            route.fallback,
+            DROPPED,
+            None,
+            (),
+            ("global", global_drop or 0),
+            DropReason.RELABEL,
+            f"dropped by global rule [{global_drop}]",
+        )
+    if not after:
+        _agree(res == DropReason.RELABEL, route, res)
+        detail = "no labels left after the global rules"
+        return Decision(
+            route.name, route.fallback, DROPPED, None, (), None, DropReason.RELABEL, detail
+        )
+    if res is None:
+        return Decision(
+            route.name, True, NOT_SENT, None, (), None, None, f"kept by {', '.join(primaries)}"
+        )
+    return _decision(route, after, res)
 
 
 def _agree(agreed: bool, route: Route, *seen: object) -> None:
@@ -177,6 +189,8 @@ def _agree(agreed: bool, route: Route, *seen: object) -> None:
 
 
 def _decision(route: Route, labels: LabelTuple, res: bytes | DropReason) -> Decision:
+    """``route``'s decision for ``labels`` (what the global rules left, not empty) from its
+    own rules' steps and the router's outcome ``res`` (the series sent, or a drop reason)."""
     steps = tuple(trace(route.rules, labels))
     final = steps[-1].labels if steps else labels
     if steps and not steps[-1].kept:
@@ -193,30 +207,7 @@ def _decision(route: Route, labels: LabelTuple, res: bytes | DropReason) -> Deci
             f"dropped by rule [{index}]",
         )
     if isinstance(res, bytes) or res == DropReason.NAME_COLLISION:
-        escaped = escape_labels(final, route.escaping)
-        change = escaped if escaped.changed else None
-        if isinstance(res, bytes):
-            _agree(decode_labels(res) == escaped.labels, route, res, escaped)
-            outcome, reason, why = SENT, None, "sent"
-        else:
-            outcome, reason = DROPPED, DropReason.NAME_COLLISION
-            why = (
-                f"dropped: escaped, it is {format_labels(escaped.labels)}, the series of"
-                " another one seen first (name collision)"
-            )
-        return Decision(
-            route.name,
-            route.fallback,
-            outcome,
-            escaped.labels,
-            steps,
-            None,
-            reason,
-            why,
-            escaping=route.escaping,
-            escaped=change,
-            before=final if change else None,
-        )
+        return _escaped_decision(route, steps=steps, final=final, res=res)
     if res == DropReason.INVALID:
         names = [name for name, _ in final]
         why = "no __name__ label" if "__name__" not in names else "an empty label name"
@@ -240,4 +231,36 @@ def _decision(route: Route, labels: LabelTuple, res: bytes | DropReason) -> Deci
         None,
         DropReason.RELABEL,
         "no labels left after relabeling",
+    )
+
+
+def _escaped_decision(
+    route: Route, *, steps: tuple[Step, ...], final: LabelTuple, res: bytes | DropReason
+) -> Decision:
+    """The decision for a series ``route``'s rules kept as ``final``: escaped by its scheme,
+    then sent (``res``: the encoded series, checked against the escaped labels) or dropped
+    as another series' (``res``: ``name_collision``)."""
+    escaped = escape_labels(final, route.escaping)
+    change = escaped if escaped.changed else None
+    if isinstance(res, bytes):
+        _agree(decode_labels(res) == escaped.labels, route, res, escaped)
+        outcome, reason, why = SENT, None, "sent"
+    else:
+        outcome, reason = DROPPED, DropReason.NAME_COLLISION
+        why = (
+            f"dropped: escaped, it is {format_labels(escaped.labels)}, the series of"
+            " another one seen first (name collision)"
+        )
+    return Decision(
+        route.name,
+        route.fallback,
+        outcome,
+        escaped.labels,
+        steps,
+        None,
+        reason,
+        why,
+        escaping=route.escaping,
+        escaped=change,
+        before=final if change else None,
     )
