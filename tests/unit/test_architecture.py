@@ -607,7 +607,6 @@ LONG_FUNCTIONS: dict[str, str] = {
 }
 LONG_MODULES: dict[str, str] = {
     "rwrouter/demo/fleet.py": "over since ruff format: to split",
-    "rwrouter/send/shards.py": "over since ruff format: to split",
     "rwrouter/send/delivery.py": "retries, refresh, splitting and fallback share one state",
     "rwrouter/deadletter/store.py": "the store's format, bounds and replay in one place",
     "rwrouter/queue/diskqueue.py": "one class: the disk queue's invariants in one place",

@@ -33,7 +33,8 @@ from rwrouter.send.metabook import MetadataBook
 from rwrouter.send.metadata import MetadataQueue
 from rwrouter.send.reader import QueueReader
 from rwrouter.send.retry import RetryPolicy
-from rwrouter.send.shards import RESHARD_INTERVAL, Stopping
+from rwrouter.send.shards import RESHARD_INTERVAL
+from rwrouter.send.stopping import Stopping
 from rwrouter.send.transport import WriteClient, transport_for
 
 log = logging.getLogger("rwrouter.fanout")
