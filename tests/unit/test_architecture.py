@@ -599,7 +599,6 @@ LONG_FUNCTIONS: dict[str, str] = {
     "rwrouter/audit/report.py:format_table": "over since ruff format: to split",
     "rwrouter/cli/audit.py:register": "over since ruff format: to split",
     "rwrouter/demo/fleet.py:node_model": "over since ruff format: to split",
-    "rwrouter/pipeline/build.py:make_destination": "over since ruff format: to split",
     "rwrouter/routing/explain.py:_decision": "over since ruff format: to split",
     "rwrouter/routing/explain.py:explain": "over since ruff format: to split",
     "rwrouter/server/app.py:handle_write": "over since ruff format: to split",
