@@ -601,7 +601,6 @@ LONG_FUNCTIONS: dict[str, str] = {
     "rwrouter/demo/fleet.py:node_model": "over since ruff format: to split",
     "rwrouter/routing/explain.py:_decision": "over since ruff format: to split",
     "rwrouter/routing/explain.py:explain": "over since ruff format: to split",
-    "rwrouter/server/runner.py:start": "over since ruff format: to split",
 }
 LONG_MODULES: dict[str, str] = {
     "rwrouter/demo/fleet.py": "over since ruff format: to split",
