@@ -1,4 +1,4 @@
-"""The senders' timed waits (:func:`rwrouter.send.shards.wait_event`, ``Stopping.sleep``):
+"""The senders' timed waits (:func:`rwrouter.send.stopping.wait_event`, ``Stopping.sleep``):
 they end when the event is set or the time is up, and never lose a cancellation — a stop sets
 the senders' events and, with no time left to drain, cancels them in the next loop turns
 (``asyncio.wait_for`` before Python 3.12 returned normally then: CPython issue #86296)."""
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from rwrouter.send.shards import Stopping, wait_event
+from rwrouter.send.stopping import Stopping, wait_event
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rwrouter.auth.schemes import Authenticator, authenticator_for
-from rwrouter.config import DestinationConfig, StorageConfig, safe_url
+from rwrouter.config import DestinationConfig, QueueConfig, StorageConfig, safe_url
 from rwrouter.deadletter.store import DeadLetterStore, dead_letter_dir, safe_dirname
 from rwrouter.deadletter.writer import DeadLetters
 from rwrouter.logs import kv
@@ -33,7 +33,8 @@ from rwrouter.send.metabook import MetadataBook
 from rwrouter.send.metadata import MetadataQueue
 from rwrouter.send.reader import QueueReader
 from rwrouter.send.retry import RetryPolicy
-from rwrouter.send.shards import RESHARD_INTERVAL, Stopping
+from rwrouter.send.shards import RESHARD_INTERVAL
+from rwrouter.send.stopping import Stopping
 from rwrouter.send.transport import WriteClient, transport_for
 
 log = logging.getLogger("rwrouter.fanout")
@@ -61,31 +62,73 @@ def make_destination(
     docstring). Clocks (``clock``: monotonic seconds, ``wall_clock``: unix seconds),
     randomness and sleep are injectable for tests; ``reshard_interval``: seconds between
     resharding decisions. Opens no file: the queue is opened by ``Destination.start``."""
-    name, q_ = config.name, config.queue_config
-    store = DeadLetterStore(
-        dead_letter_dir(storage.path, name), max_bytes=storage.rejected_max_bytes
-    )
-    dead_letters = DeadLetters(name=name, store=store, metrics=metrics.deadletter)
-    book = (
-        MetadataBook(escaping=config.metric_name_escaping_scheme)
-        if config.protobuf_message == RW2_MESSAGE
-        else None
-    )
-    policy = RetryPolicy(
-        min_backoff=q_.min_backoff,
-        max_backoff=q_.max_backoff,
-        retry_on_http_429=q_.retry_on_http_429,
-        max_retry_duration=q_.max_retry_duration,
-        max_retry_duration_on_http_429=q_.max_retry_duration_on_http_429,
-    )
-    deliverer = Deliverer(
-        name=name,
+    dead_letters = _dead_letters(config, storage=storage, metrics=metrics)
+    deliverer = _deliverer(
+        config,
         transport=transport,
         auth=auth,
-        policy=policy,
+        dead_letters=dead_letters,
+        metrics=metrics,
+        clock=clock,
+        wall_clock=wall_clock,
+        rand=rand,
+        sleep=sleep,
+    )
+    reader = _reader(
+        config,
+        storage=storage,
+        deliverer=deliverer,
+        dead_letters=dead_letters,
+        metrics=metrics,
+        clock=clock,
+        reshard_interval=reshard_interval,
+    )
+    return Destination(
+        config=config,
+        storage=storage,
+        reader=reader,
+        deliverer=deliverer,
+        dead_letters=dead_letters,
+        metadata=_metadata_queue(config, metrics),
+        metrics=metrics,
+        clock=clock,
+        wall_clock=wall_clock,
+    )
+
+
+def _dead_letters(
+    config: DestinationConfig, *, storage: StorageConfig, metrics: Metrics
+) -> DeadLetters:
+    """The destination's dead-letter store (``<storage.path>/rejected/<name>``, bounded by
+    ``storage.rejected_max_bytes``) and the writer that hands refused batches to it."""
+    store = DeadLetterStore(
+        dead_letter_dir(storage.path, config.name), max_bytes=storage.rejected_max_bytes
+    )
+    return DeadLetters(name=config.name, store=store, metrics=metrics.deadletter)
+
+
+def _deliverer(
+    config: DestinationConfig,
+    *,
+    transport: WriteClient,
+    auth: Authenticator,
+    dead_letters: DeadLetters,
+    metrics: Metrics,
+    clock: Callable[[], float],
+    wall_clock: Callable[[], float],
+    rand: Callable[[], float],
+    sleep: Callable[[float], Coroutine[Any, Any, None]],
+) -> Deliverer:
+    """The destination's deliverer: its retry policy, its headers and protocol, the metadata
+    book of an RW 2.0 destination; what it rejects for good goes to ``dead_letters``."""
+    return Deliverer(
+        name=config.name,
+        transport=transport,
+        auth=auth,
+        policy=_retry_policy(config.queue_config),
         headers=dict(config.headers),
         message=config.protobuf_message,
-        book=book,
+        book=_metadata_book(config),
         metrics=metrics.send,
         clock=clock,
         wall_clock=wall_clock,
@@ -93,9 +136,44 @@ def make_destination(
         sleep=sleep,
         on_rejected=dead_letters,
     )
-    reader = QueueReader(
-        name=name,
-        queue=DiskQueue(queue_dir(storage.path, name), max_bytes=q_.max_disk_bytes),
+
+
+def _metadata_book(config: DestinationConfig) -> MetadataBook | None:
+    """The metadata book of an RW 2.0 destination (its metric name escaping scheme); None
+    for RW 1.0, which sends metadata on its own (:mod:`rwrouter.send.metadata`)."""
+    if config.protobuf_message != RW2_MESSAGE:
+        return None
+    return MetadataBook(escaping=config.metric_name_escaping_scheme)
+
+
+def _retry_policy(q_: QueueConfig) -> RetryPolicy:
+    """The deliverer's retry policy from the ``queue_config`` entry (backoff seconds, 429
+    handling, retry budgets in seconds)."""
+    return RetryPolicy(
+        min_backoff=q_.min_backoff,
+        max_backoff=q_.max_backoff,
+        retry_on_http_429=q_.retry_on_http_429,
+        max_retry_duration=q_.max_retry_duration,
+        max_retry_duration_on_http_429=q_.max_retry_duration_on_http_429,
+    )
+
+
+def _reader(
+    config: DestinationConfig,
+    *,
+    storage: StorageConfig,
+    deliverer: Deliverer,
+    dead_letters: DeadLetters,
+    metrics: Metrics,
+    clock: Callable[[], float],
+    reshard_interval: float,
+) -> QueueReader:
+    """The reader of the destination's disk queue (``<storage.path>/queue/<name>``, bounded
+    by ``max_disk_bytes``; not opened yet), with its shards and the destination's stop."""
+    q_ = config.queue_config
+    return QueueReader(
+        name=config.name,
+        queue=DiskQueue(queue_dir(storage.path, config.name), max_bytes=q_.max_disk_bytes),
         queue_config=q_,
         deliverer=deliverer,
         dead_letters=dead_letters,
@@ -105,23 +183,18 @@ def make_destination(
         stopping=Stopping(),
         reshard_interval=reshard_interval,
     )
-    metadata = MetadataQueue(
-        name=name,
+
+
+def _metadata_queue(config: DestinationConfig, metrics: Metrics) -> MetadataQueue:
+    """The destination's metadata queue: batches of ``metadata_config.max_samples_per_send``
+    entries, at most ``queue_config.max_memory_bytes`` bytes, an entry sent again after half
+    of ``metadata_config.send_interval`` seconds."""
+    return MetadataQueue(
+        name=config.name,
         batch_size=config.metadata_config.max_samples_per_send,
-        max_bytes=q_.max_memory_bytes,
+        max_bytes=config.queue_config.max_memory_bytes,
         metrics=metrics.send,
         resend_after=config.metadata_config.send_interval / 2,
-    )
-    return Destination(
-        config=config,
-        storage=storage,
-        reader=reader,
-        deliverer=deliverer,
-        dead_letters=dead_letters,
-        metadata=metadata,
-        metrics=metrics,
-        clock=clock,
-        wall_clock=wall_clock,
     )
 
 

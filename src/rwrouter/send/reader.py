@@ -34,7 +34,8 @@ from rwrouter.reasons import DropReason
 from rwrouter.send.batching import Batch, Owner
 from rwrouter.send.delivery import Deliverer
 from rwrouter.send.refusals import DeadLetterSink
-from rwrouter.send.shards import RESHARD_INTERVAL, Shards, Stopping
+from rwrouter.send.shards import RESHARD_INTERVAL, Shards
+from rwrouter.send.stopping import Stopping
 
 log = logging.getLogger("rwrouter.sending")
 

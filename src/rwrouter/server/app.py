@@ -47,7 +47,7 @@ from rwrouter.errors import (
 )
 from rwrouter.logs import kv
 from rwrouter.metrics import Metrics, ReceiveMetrics, status_snapshot
-from rwrouter.pipeline.fanout import FanOut, Stale
+from rwrouter.pipeline.fanout import Accepted, FanOut, Stale
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written, message_of
 from rwrouter.reasons import RefuseReason
 from rwrouter.server.decoders import LARGE_BODY, Busy, Decoders, work_size
@@ -164,20 +164,53 @@ async def handle_write(request: web.Request) -> web.Response:
             request, RefuseReason.BUSY, f"too many {exc} requests being decoded", message
         )
     except RequestError as exc:
-        metrics.requests.labels(str(exc.status)).inc()
-        metrics.refused.labels(_REASONS.get(exc.status, RefuseReason.BAD_REQUEST)).inc()
-        log.info(kv(remote=request.remote, status=exc.status, reason=exc))
-        response = web.Response(
-            status=exc.status, text=f"{exc}\n", headers=written_headers(message)
-        )
-        if body is None:  # the body was not read: do not reuse the connection for the next one
-            response.force_close()
-        return response
+        return _refused(request, exc, metrics=metrics, message=message, body_read=body is not None)
     if accepted.full:
         text = f"queue full for destination(s) {', '.join(accepted.full)}"
         return _unavailable(request, RefuseReason.QUEUE_FULL, text, message)
+    return _accepted(
+        request,
+        accepted,
+        metrics=metrics,
+        end_connection=app[BALANCE],
+        message=message,
+        started=started,
+    )
+
+
+def _refused(
+    request: web.Request,
+    exc: RequestError,
+    *,
+    metrics: ReceiveMetrics,
+    message: str | None,
+    body_read: bool,
+) -> web.Response:
+    """The 4xx answer to a request the sender got wrong (``exc``: its status and one-line
+    reason), counted and logged; ``body_read``: else the connection is not reused."""
+    metrics.requests.labels(str(exc.status)).inc()
+    metrics.refused.labels(_REASONS.get(exc.status, RefuseReason.BAD_REQUEST)).inc()
+    log.info(kv(remote=request.remote, status=exc.status, reason=exc))
+    response = web.Response(status=exc.status, text=f"{exc}\n", headers=written_headers(message))
+    if not body_read:  # the body was not read: do not reuse the connection for the next one
+        response.force_close()
+    return response
+
+
+def _accepted(
+    request: web.Request,
+    accepted: Accepted,
+    *,
+    metrics: ReceiveMetrics,
+    end_connection: EndConnection | None,
+    message: str | None,
+    started: float,
+) -> web.Response:
+    """The 204 answer to a request in every destination's queue (``accepted``: what it
+    carried), counted; ``end_connection``: the app's :data:`BALANCE`; ``started``:
+    :func:`time.perf_counter` seconds when the request came."""
     response = web.Response(status=204, headers=written_headers(message, accepted.written))
-    end_connection, transport = app[BALANCE], request.transport
+    transport = request.transport
     if end_connection is not None and transport is not None and end_connection(transport):
         # With --workers, this worker has more than its share of the write connections: the
         # sender reconnects and the kernel hashes the new connection to any worker.

@@ -72,27 +72,38 @@ class RouterServer:
         """Start the destinations' senders, then listen. Raises OSError if the port is taken."""
         self.fanout = await build_fanout(self.config, self.metrics)
         await self.fanout.start()
-        settings = self.config.server
-        self._app = make_app(fanout=self.fanout, metrics=self.metrics, settings=settings)
+        self._app = make_app(fanout=self.fanout, metrics=self.metrics, settings=self.config.server)
         self._app[RELOAD] = self.reload
         if self.worker is not None:
-            board = Board(
-                board_path(self.worker.runtime_dir),
-                index=self.worker.index,
-                count=self.worker.count,
-            )
-            self._balancer = Balancer(board)
-            self._app[BALANCE] = self._balancer.end_connection
-            self.metrics.process.watch_write_connections(self._balancer.count)
-            self._peers = Peers(
-                self.worker, metrics=self.metrics, reload=self.reload, audit=self.fanout.audit
-            )
-            self._app[EXPOSE], self._app[RELOAD] = self._peers.exposition, self._peers.reload_all
-            self._app[AUDIT] = self._peers.audit_report
+            self._join_workers(self._app, worker=self.worker, fanout=self.fanout)
+        port = await self._listen(self._app)
+        if self._peers is not None:
+            await self._peers.start()
+        self.port = port
+        self._app[READY][0] = True
+        self._log_listening(self.fanout)
+
+    def _join_workers(self, app: web.Application, *, worker: WorkerSpec, fanout: FanOut) -> None:
+        """As one worker of ``--workers``: balance the write connections with the other
+        workers (``rwrouter_write_connections``), and serve ``/metrics``, ``/-/reload`` and
+        ``/-/audit`` for them all (:class:`~rwrouter.server.workers.Peers`, not started yet)."""
+        board = Board(board_path(worker.runtime_dir), index=worker.index, count=worker.count)
+        self._balancer = Balancer(board)
+        app[BALANCE] = self._balancer.end_connection
+        self.metrics.process.watch_write_connections(self._balancer.count)
+        self._peers = Peers(worker, metrics=self.metrics, reload=self.reload, audit=fanout.audit)
+        app[EXPOSE], app[RELOAD] = self._peers.exposition, self._peers.reload_all
+        app[AUDIT] = self._peers.audit_report
+
+    async def _listen(self, app: web.Application) -> int:
+        """Serve ``app`` on ``server.listen_address`` (with ``SO_REUSEPORT`` as a worker);
+        returns the bound port (the configured one when aiohttp shows no socket). Raises
+        OSError if the port is taken."""
+        settings = self.config.server
         # auto_decompress=False: aiohttp would otherwise decode gzip/deflate/br/zstd request
         # bodies itself (and fail on bad ones before our handler could answer 415).
         self._runner = web.AppRunner(
-            self._app,
+            app,
             access_log=None,
             handle_signals=False,
             auto_decompress=False,
@@ -107,18 +118,20 @@ class RouterServer:
             reuse_port=self.worker is not None,
         )
         await site.start()
-        if self._peers is not None:
-            await self._peers.start()
         server = site._server  # aiohttp keeps the bound sockets there
         sockets = getattr(server, "sockets", None) or []
-        self.port = sockets[0].getsockname()[1] if sockets else settings.listen_port
-        self._app[READY][0] = True
+        port: int = sockets[0].getsockname()[1] if sockets else settings.listen_port
+        return port
+
+    def _log_listening(self, fanout: FanOut) -> None:
+        """Log that the router listens (its URL, destinations, audited ones, accelerator),
+        and warn when the compiled accelerator is not in use."""
         log.info(
             kv(
                 msg="listening",
                 url=self.url,
-                destinations=len(self.fanout.destinations),
-                audited=",".join(self.fanout.audit.names) or "-",
+                destinations=len(fanout.destinations),
+                audited=",".join(fanout.audit.names) or "-",
                 accelerated=str(ACCELERATED).lower(),
             )
         )
