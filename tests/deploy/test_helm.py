@@ -77,39 +77,82 @@ def merged(*parts: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# The web configuration file (rwrouter run --web.config.file): TLS from a mounted Secret and
+# a bcrypt-hashed user with the write role.
+WEB_TLS = {
+    "webConfig": {
+        "config": {
+            "tls_server_config": {
+                "cert_file": "/etc/rwrouter-web/tls/tls.crt",
+                "key_file": "/etc/rwrouter-web/tls/tls.key",
+            },
+            "basic_auth_users": {
+                "prometheus": "$2b$12$hNf2lSsxfm0.i4a.1kVpSOVyBCfIB51VRjgBUyv6kdnyTlgWj81Ay"
+            },
+        },
+        "secretMounts": [{"name": "tls", "secretName": "rwrouter-tls"}],
+    }
+}
+# The same from an existing Secret, with client certificates required: the chart cannot read
+# it, so the scheme and the probe kind are given.
+WEB_EXISTING = {
+    "webConfig": {
+        "existingSecret": "rwrouter-web",
+        "secretMounts": [{"name": "tls", "secretName": "rwrouter-tls"}],
+        "scheme": "HTTPS",
+        "probe": "tcpSocket",
+    }
+}
+
+
 # (id, values, the kinds rendered)
 SCENARIOS: list[tuple[str, dict[str, Any], set[str]]] = [
-    ("defaults", {}, {"ConfigMap", "Deployment", "Service", "ServiceAccount"}),
+    ("defaults", {}, {"ConfigMap", "NetworkPolicy", "Deployment", "Service", "ServiceAccount"}),
     (
         "defaults_with_workspace",
         WORKSPACE,
-        {"ConfigMap", "Deployment", "Service", "ServiceAccount"},
+        {"ConfigMap", "NetworkPolicy", "Deployment", "Service", "ServiceAccount"},
     ),
     (
         "persistence",
         merged(WORKSPACE, PERSISTENT),
-        {"ConfigMap", "StatefulSet", "Service", "ServiceAccount"},
+        {"ConfigMap", "NetworkPolicy", "StatefulSet", "Service", "ServiceAccount"},
     ),
     (
         "hpa_with_client_ip",
         merged(WORKSPACE, AFFINITY, HPA),
-        {"ConfigMap", "Deployment", "Service", "ServiceAccount", "HorizontalPodAutoscaler"},
+        {
+            "ConfigMap",
+            "NetworkPolicy",
+            "Deployment",
+            "Service",
+            "ServiceAccount",
+            "HorizontalPodAutoscaler",
+        },
     ),
     (
         "hpa_statefulset",
         merged(WORKSPACE, AFFINITY, HPA, PERSISTENT),
-        {"ConfigMap", "StatefulSet", "Service", "ServiceAccount", "HorizontalPodAutoscaler"},
+        {
+            "ConfigMap",
+            "NetworkPolicy",
+            "StatefulSet",
+            "Service",
+            "ServiceAccount",
+            "HorizontalPodAutoscaler",
+        },
     ),
     (
         "replicas_3_client_ip",
         merged(WORKSPACE, AFFINITY, {"replicaCount": 3}),
-        {"ConfigMap", "Deployment", "Service", "ServiceAccount"},
+        {"ConfigMap", "NetworkPolicy", "Deployment", "Service", "ServiceAccount"},
     ),
     (
         "servicemonitor_and_pdb",
         merged(WORKSPACE, EXTRAS),
         {
             "ConfigMap",
+            "NetworkPolicy",
             "Deployment",
             "Service",
             "ServiceAccount",
@@ -120,37 +163,37 @@ SCENARIOS: list[tuple[str, dict[str, Any], set[str]]] = [
     (
         "irsa_role",
         merged(WORKSPACE, {"serviceAccount": {"roleArn": ROLE}}),
-        {"ConfigMap", "Deployment", "Service", "ServiceAccount"},
+        {"ConfigMap", "NetworkPolicy", "Deployment", "Service", "ServiceAccount"},
     ),
     (
         "existing_service_account",
         merged(WORKSPACE, {"serviceAccount": {"create": False, "name": "amp-writer"}}),
-        {"ConfigMap", "Deployment", "Service"},
+        {"ConfigMap", "NetworkPolicy", "Deployment", "Service"},
     ),
     (
         "custom_config",
         {"config": CUSTOM_CONFIG, "terminationGracePeriodSeconds": 120},
-        {"ConfigMap", "Deployment", "Service", "ServiceAccount"},
+        {"ConfigMap", "NetworkPolicy", "Deployment", "Service", "ServiceAccount"},
     ),
     (
         "config_as_string",
         {"config": yaml.safe_dump(CUSTOM_CONFIG), "terminationGracePeriodSeconds": 91},
-        {"ConfigMap", "Deployment", "Service", "ServiceAccount"},
+        {"ConfigMap", "NetworkPolicy", "Deployment", "Service", "ServiceAccount"},
     ),
     (
         "workers_2",
         merged(WORKSPACE, {"workers": 2}),
-        {"ConfigMap", "Deployment", "Service", "ServiceAccount"},
+        {"ConfigMap", "NetworkPolicy", "Deployment", "Service", "ServiceAccount"},
     ),
     (
         "workers_2_statefulset",
         merged(WORKSPACE, AFFINITY, PERSISTENT, {"workers": 2, "replicaCount": 2}),
-        {"ConfigMap", "StatefulSet", "Service", "ServiceAccount"},
+        {"ConfigMap", "NetworkPolicy", "StatefulSet", "Service", "ServiceAccount"},
     ),
     (
         "listen_on_ipv6_port_8080",
         {"config": {"server": {"listen_address": "[::]:8080"}}},
-        {"ConfigMap", "Deployment", "Service", "ServiceAccount"},
+        {"ConfigMap", "NetworkPolicy", "Deployment", "Service", "ServiceAccount"},
     ),
     (
         "storage_under_the_volume",
@@ -158,17 +201,40 @@ SCENARIOS: list[tuple[str, dict[str, Any], set[str]]] = [
             "config": {"storage": {"path": "/var/lib/rwrouter/queues"}},
             "emptyDir": {"sizeLimit": "3Gi"},
         },
-        {"ConfigMap", "Deployment", "Service", "ServiceAccount"},
+        {"ConfigMap", "NetworkPolicy", "Deployment", "Service", "ServiceAccount"},
     ),
     (
         "shadow_candidate",
         merged(WORKSPACE, SHADOW),
-        {"ConfigMap", "Deployment", "Service", "ServiceAccount"},
+        {"ConfigMap", "NetworkPolicy", "Deployment", "Service", "ServiceAccount"},
     ),
     (
         "shadow_candidate_statefulset",
         merged(WORKSPACE, SHADOW, PERSISTENT),
-        {"ConfigMap", "StatefulSet", "Service", "ServiceAccount"},
+        {"ConfigMap", "NetworkPolicy", "StatefulSet", "Service", "ServiceAccount"},
+    ),
+    (
+        "web_config_tls_and_users",
+        merged(WORKSPACE, WEB_TLS),
+        {"ConfigMap", "NetworkPolicy", "Deployment", "Secret", "Service", "ServiceAccount"},
+    ),
+    (
+        "web_config_mtls_existing_secret",
+        merged(WORKSPACE, WEB_EXISTING, EXTRAS),
+        {
+            "ConfigMap",
+            "NetworkPolicy",
+            "Deployment",
+            "Service",
+            "ServiceAccount",
+            "ServiceMonitor",
+            "PodDisruptionBudget",
+        },
+    ),
+    (
+        "no_network_policy_lifecycle_on",
+        merged(WORKSPACE, {"networkPolicy": {"enabled": False}, "lifecycle": True}),
+        {"ConfigMap", "Deployment", "Service", "ServiceAccount"},
     ),
 ]
 
@@ -285,6 +351,28 @@ FAILING: list[tuple[str, dict[str, Any], str]] = [
         "config.audit.max_series: expected an integer such as 500000, got 500k (string)",
     ),
     (
+        "web_config_inline_and_existing",
+        merged(WEB_TLS, {"webConfig": {"existingSecret": "x"}}),
+        "webConfig.config and webConfig.existingSecret exclude each other",
+    ),
+    (
+        "web_config_not_a_map",
+        {"webConfig": {"config": "tls: yes"}},
+        "webConfig.config must be a map",
+    ),
+    ("web_scheme_lowercase", {"webConfig": {"scheme": "https"}}, "webConfig.scheme must be auto"),
+    ("web_probe_exec", {"webConfig": {"probe": "exec"}}, "webConfig.probe must be auto"),
+    (
+        "web_mount_named_config",
+        merged(WEB_TLS, {"webConfig": {"secretMounts": [{"name": "config", "secretName": "s"}]}}),
+        "webConfig.secretMounts: each needs a name",
+    ),
+    (
+        "web_mounts_without_web_config",
+        {"webConfig": {"secretMounts": [{"name": "tls", "secretName": "s"}]}},
+        "webConfig.secretMounts without webConfig.config",
+    ),
+    (
         "shadow_does_not_lift_the_volume_check",
         merged(SHADOW, {"emptyDir": {"sizeLimit": "2175Mi"}}),
         "emptyDir.sizeLimit (2175Mi) is smaller than the queues may use: 2176Mi = workers (1)",
@@ -394,15 +482,30 @@ def test_pod_is_locked_down_and_probed(chart: Any, values: dict[str, Any], kinds
     assert sc["allowPrivilegeEscalation"] is False
     assert sc["capabilities"] == {"drop": ["ALL"]}
     assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
-    assert c["livenessProbe"]["httpGet"] == {"path": "/-/healthy", "port": "http"}
-    assert c["readinessProbe"]["httpGet"] == {"path": "/-/ready", "port": "http"}
+    web = values.get("webConfig", {})
+    if web.get("probe") == "tcpSocket":
+        assert (
+            c["livenessProbe"]["tcpSocket"] == c["readinessProbe"]["tcpSocket"] == {"port": "http"}
+        )
+    else:
+        scheme = "HTTPS" if "tls_server_config" in (web.get("config") or {}) else "HTTP"
+        health = {"path": "/-/healthy", "port": "http", "scheme": scheme}
+        assert c["livenessProbe"]["httpGet"] == health
+        assert c["readinessProbe"]["httpGet"] == {**health, "path": "/-/ready"}
     listen = yaml.safe_load(config_text(docs))["server"]["listen_address"]
     port = int(listen.rpartition(":")[2])
     assert c["ports"] == [{"name": "http", "containerPort": port, "protocol": "TCP"}]
     assert c["image"] == f"rwrouter:{rwrouter.__version__}"
     assert c["resources"]["requests"]["cpu"] and c["resources"]["limits"]["memory"]
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
-    assert mounts == {"/etc/rwrouter": "config", "/var/lib/rwrouter": "data"}
+    expected = {"/etc/rwrouter": "config", "/var/lib/rwrouter": "data"}
+    if web.get("config") or web.get("existingSecret"):
+        expected["/etc/rwrouter-web/config"] = "web-config"
+    expected |= {
+        f"/etc/rwrouter-web/{m['name']}": f"web-{m['name']}" for m in web.get("secretMounts", [])
+    }
+    assert mounts == expected
+    assert all(m.get("readOnly") for m in c["volumeMounts"] if m["name"] != "data")
     assert {"name": "config", "configMap": {"name": f"{RELEASE}-rwrouter"}} in pod["volumes"]
     service = one(docs, "Service", f"{RELEASE}-rwrouter")
     assert service["spec"]["ports"] == [
@@ -802,7 +905,9 @@ def test_servicemonitor_and_pdb(chart: Any) -> None:
     monitor = one(docs, "ServiceMonitor")
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert monitor["metadata"]["labels"]["release"] == "kps"
-    assert monitor["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s"}]
+    assert monitor["spec"]["endpoints"] == [
+        {"port": "http", "path": "/metrics", "scheme": "http", "interval": "30s"}
+    ]
     selector = monitor["spec"]["selector"]
     main = one(docs, "Service", f"{RELEASE}-rwrouter")
     headless = one(docs, "Service", f"{RELEASE}-rwrouter-headless")
@@ -831,7 +936,11 @@ def test_optional_objects_are_off_by_default(chart: Any) -> None:
         "PodDisruptionBudget",
         "ServiceMonitor",
         "StatefulSet",
+        "Secret",
     }
+    assert "NetworkPolicy" in kinds  # on by default
+    args = container(render(chart, {})).get("args", [])
+    assert "--web.enable-lifecycle" not in args and "--web.config.file" not in args
     service = one(render(chart, {}), "Service")["spec"]
     assert service["sessionAffinity"] == "None" and "sessionAffinityConfig" not in service
 
@@ -863,13 +972,146 @@ def test_notes_warn_about_what_is_missing(chart: Any) -> None:
                 "workers": 2,
                 "resources": {"limits": {"memory": "2Gi"}},
             },
+            WEB_TLS,
         ),
     )
     assert "WARNING" not in text and "roleArn is empty" not in text
     assert "sessionAffinity ClientIP" in text and "--workers 2" in text
     assert "The HPA helps new senders only" in text and "prefer the sidecar" in text
     assert "The HPA" not in notes(chart, merged(AFFINITY, {"replicaCount": 2}))
-    assert f"http://{RELEASE}-rwrouter.{NAMESPACE}.svc:9250/api/v1/write" in text
+    assert f"https://{RELEASE}-rwrouter.{NAMESPACE}.svc:9250/api/v1/write" in text
+    assert f"http://{RELEASE}-rwrouter.{NAMESPACE}.svc:9250/api/v1/write" in notes(chart, {})
+
+
+NOTES_WARNINGS = [
+    # id, values, a fragment NOTES.txt has, one it has not
+    ("no_web_config", {}, "WARNING: no web configuration file", "networkPolicy.enabled is false"),
+    ("web_config", WEB_TLS, "Point Prometheus at it", "no web configuration file"),
+    ("existing_web_secret", WEB_EXISTING, "Point Prometheus at it", "no web configuration file"),
+    (
+        "no_network_policy",
+        merged(WEB_TLS, {"networkPolicy": {"enabled": False}}),
+        "WARNING: networkPolicy.enabled is false",
+        "no web configuration file",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("values", "has", "lacks"),
+    [c[1:] for c in NOTES_WARNINGS],
+    ids=[c[0] for c in NOTES_WARNINGS],
+)
+def test_notes_warn_about_an_open_front_door(
+    chart: Any, values: dict[str, Any], has: str, lacks: str
+) -> None:
+    text = notes(chart, values)
+    assert has in text and lacks not in text
+
+
+def test_web_config_is_a_secret_and_a_flag(chart: Any) -> None:
+    docs = render(chart, merged(WORKSPACE, WEB_TLS))
+    secret = one(docs, "Secret", f"{RELEASE}-rwrouter-web")
+    assert yaml.safe_load(secret["stringData"]["web.yml"]) == WEB_TLS["webConfig"]["config"]
+    assert "basic_auth_users" not in config_text(docs)  # not in the ConfigMap
+    c = container(docs)
+    assert c["args"] == ["--web.config.file", "/etc/rwrouter-web/config/web.yml"]
+    volumes = {v["name"]: v for v in workload(docs)["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["web-config"]["secret"] == {
+        "secretName": f"{RELEASE}-rwrouter-web",
+        "items": [{"key": "web.yml", "path": "web.yml"}],
+    }
+    assert volumes["web-tls"]["secret"] == {"secretName": "rwrouter-tls"}
+    # the web configuration is re-read by rwrouter: changing it does not roll the pods
+    other = merged(WEB_TLS, {"webConfig": {"config": {"basic_auth_users": {"x": "y"}}}})
+    assert checksum(render(chart, merged(WORKSPACE, other))) == checksum(docs)
+
+
+PROBES = [
+    # id, webConfig, the probe kind, the scheme of the probes and the ServiceMonitor
+    ("none", {}, "httpGet", "HTTP"),
+    ("tls", WEB_TLS["webConfig"], "httpGet", "HTTPS"),
+    (
+        "client_certs_required",
+        merged(
+            WEB_TLS["webConfig"],
+            {"config": {"tls_server_config": {"client_auth_type": "RequireAndVerifyClientCert"}}},
+        ),
+        "tcpSocket",
+        "HTTPS",
+    ),
+    (
+        "client_certs_verified_if_given",
+        merged(
+            WEB_TLS["webConfig"],
+            {"config": {"tls_server_config": {"client_auth_type": "VerifyClientCertIfGiven"}}},
+        ),
+        "httpGet",
+        "HTTPS",
+    ),
+    ("existing_secret_as_told", WEB_EXISTING["webConfig"], "tcpSocket", "HTTPS"),
+    ("existing_secret_default", {"existingSecret": "rwrouter-web"}, "httpGet", "HTTP"),
+]
+
+
+@pytest.mark.parametrize(
+    ("web", "probe", "scheme"), [c[1:] for c in PROBES], ids=[c[0] for c in PROBES]
+)
+def test_probes_and_scrapes_follow_the_web_config(
+    chart: Any, web: dict[str, Any], probe: str, scheme: str
+) -> None:
+    docs = render(chart, merged(WORKSPACE, EXTRAS, {"webConfig": web}))
+    c = container(docs)
+    for name in ("livenessProbe", "readinessProbe"):
+        kinds = {"httpGet", "tcpSocket"} & set(c[name])
+        assert kinds == {probe}
+        if probe == "httpGet":
+            assert c[name]["httpGet"]["scheme"] == scheme
+    endpoint = one(docs, "ServiceMonitor")["spec"]["endpoints"][0]
+    assert endpoint["scheme"] == scheme.lower()
+
+
+def test_servicemonitor_passes_tls_and_credentials(chart: Any) -> None:
+    tls = {"ca": {"secret": {"name": "rwrouter-tls", "key": "ca.crt"}}, "serverName": "rwrouter"}
+    auth = {"type": "Bearer", "credentials": {"name": "scrape-token", "key": "token"}}
+    docs = render(
+        chart,
+        merged(
+            WORKSPACE,
+            EXTRAS,
+            WEB_TLS,
+            {"serviceMonitor": {"tlsConfig": tls, "authorization": auth}},
+        ),
+    )
+    endpoint = one(docs, "ServiceMonitor")["spec"]["endpoints"][0]
+    assert endpoint["tlsConfig"] == tls and endpoint["authorization"] == auth
+    assert "basicAuth" not in endpoint
+
+
+def test_network_policy_admits_only_writers_and_scrapers(chart: Any) -> None:
+    docs = render(chart, WORKSPACE)
+    policy = one(docs, "NetworkPolicy")["spec"]
+    assert policy["podSelector"]["matchLabels"] == workload(docs)["spec"]["selector"]["matchLabels"]
+    assert policy["policyTypes"] == ["Ingress"]  # egress open: the workspace, STS, DNS
+    prometheus = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
+    assert policy["ingress"] == [
+        {"from": [prometheus], "ports": [{"port": "http", "protocol": "TCP"}]}
+    ]
+    scraper = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "obs"}}}
+    extra = {"from": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]}
+    values = {"networkPolicy": {"scrapers": [scraper], "extraIngress": [extra]}}
+    policy = one(render(chart, merged(WORKSPACE, values)), "NetworkPolicy")["spec"]
+    assert policy["ingress"] == [
+        {"from": [prometheus, scraper], "ports": [{"port": "http", "protocol": "TCP"}]},
+        extra,
+    ]
+    closed = {"networkPolicy": {"writers": [], "scrapers": []}}
+    assert one(render(chart, merged(WORKSPACE, closed)), "NetworkPolicy")["spec"]["ingress"] == []
+
+
+def test_lifecycle_flag(chart: Any) -> None:
+    args = container(render(chart, merged(WORKSPACE, {"lifecycle": True, "workers": 2})))["args"]
+    assert args == ["--workers", "2", "--web.enable-lifecycle"]
 
 
 # Values that are Kubernetes objects or the rwrouter configuration: documented as a whole.

@@ -224,6 +224,7 @@ configuration (rwrouter.bounds) plus a quarter and 64Mi, in Mi.
 
 {{/* Refuse value combinations that would break rwrouter's guarantees. */}}
 {{- define "rwrouter.validate" -}}
+{{- include "rwrouter.validateWeb" . }}
 {{- $scaled := or .Values.autoscaling.enabled (gt (int .Values.replicaCount) 1) }}
 {{- if and $scaled (ne (toString .Values.service.sessionAffinity) "ClientIP") }}
 {{- fail "replicaCount > 1 or autoscaling.enabled needs service.sessionAffinity: ClientIP, so that each Prometheus always reaches the same replica and its series keep their order (or run rwrouter as a sidecar of each Prometheus): see Scaling in the chart README" }}
@@ -265,6 +266,58 @@ configuration (rwrouter.bounds) plus a quarter and 64Mi, in Mi.
 {{- end }}
 {{- end }}
 
+{{/* Whether a web configuration file is given (webConfig.config or webConfig.existingSecret). */}}
+{{- define "rwrouter.webConfigured" -}}
+{{- if or (not (kindIs "invalid" .Values.webConfig.config)) .Values.webConfig.existingSecret }}true{{ end }}
+{{- end }}
+
+{{/* The scheme of the probes and the ServiceMonitor: HTTP or HTTPS (webConfig.scheme). */}}
+{{- define "rwrouter.webScheme" -}}
+{{- $scheme := toString .Values.webConfig.scheme }}
+{{- if eq $scheme "auto" }}
+{{- $web := .Values.webConfig.config }}
+{{- ternary "HTTPS" "HTTP" (and (kindIs "map" $web) (hasKey $web "tls_server_config")) }}
+{{- else }}
+{{- $scheme }}
+{{- end }}
+{{- end }}
+
+{{/* The kind of the probes: httpGet or tcpSocket (webConfig.probe; auto: tcpSocket when the
+web configuration requires a client certificate, which the kubelet cannot present). */}}
+{{- define "rwrouter.webProbe" -}}
+{{- $probe := toString .Values.webConfig.probe }}
+{{- if eq $probe "auto" }}
+{{- $auth := dig "tls_server_config" "client_auth_type" "" (default dict .Values.webConfig.config) }}
+{{- ternary "tcpSocket" "httpGet" (has (toString $auth) (list "RequireAnyClientCert" "RequireAndVerifyClientCert")) }}
+{{- else }}
+{{- $probe }}
+{{- end }}
+{{- end }}
+
+{{/* Refuse web configuration values the chart cannot render safely. */}}
+{{- define "rwrouter.validateWeb" -}}
+{{- if and (not (kindIs "invalid" .Values.webConfig.config)) .Values.webConfig.existingSecret }}
+{{- fail "webConfig.config and webConfig.existingSecret exclude each other: give the web configuration file inline or as an existing Secret" }}
+{{- end }}
+{{- if and (not (kindIs "invalid" .Values.webConfig.config)) (not (kindIs "map" .Values.webConfig.config)) }}
+{{- fail "webConfig.config must be a map: the web configuration file as YAML (tls_server_config, basic_auth_users, ...)" }}
+{{- end }}
+{{- if not (has (toString .Values.webConfig.scheme) (list "auto" "HTTP" "HTTPS")) }}
+{{- fail (printf "webConfig.scheme must be auto, HTTP or HTTPS, got %q" (toString .Values.webConfig.scheme)) }}
+{{- end }}
+{{- if not (has (toString .Values.webConfig.probe) (list "auto" "httpGet" "tcpSocket")) }}
+{{- fail (printf "webConfig.probe must be auto, httpGet or tcpSocket, got %q" (toString .Values.webConfig.probe)) }}
+{{- end }}
+{{- range .Values.webConfig.secretMounts }}
+{{- if or (not (regexMatch "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$" (toString .name))) (eq (toString .name) "config") (not .secretName) }}
+{{- fail (printf "webConfig.secretMounts: each needs a name (a DNS label other than \"config\": mounted at /etc/rwrouter-web/<name>/) and a secretName; got %v" .) }}
+{{- end }}
+{{- end }}
+{{- if and .Values.webConfig.secretMounts (not (include "rwrouter.webConfigured" .)) }}
+{{- fail "webConfig.secretMounts without webConfig.config or webConfig.existingSecret: nothing would read the mounted files" }}
+{{- end }}
+{{- end }}
+
 {{/* The pod template shared by the Deployment and the StatefulSet. */}}
 {{- define "rwrouter.podTemplate" -}}
 metadata:
@@ -295,10 +348,20 @@ spec:
     - name: rwrouter
       image: {{ include "rwrouter.image" . | quote }}
       imagePullPolicy: {{ .Values.image.pullPolicy }}
-      {{- if not (kindIs "invalid" .Values.workers) }}
+      {{- $web := include "rwrouter.webConfigured" . }}
+      {{- if or (not (kindIs "invalid" .Values.workers)) $web .Values.lifecycle }}
       args:
+        {{- if not (kindIs "invalid" .Values.workers) }}
         - --workers
         - {{ include "rwrouter.workers" . | quote }}
+        {{- end }}
+        {{- if $web }}
+        - --web.config.file
+        - /etc/rwrouter-web/config/web.yml
+        {{- end }}
+        {{- if .Values.lifecycle }}
+        - --web.enable-lifecycle
+        {{- end }}
       {{- end }}
       ports:
         - name: http
@@ -322,15 +385,28 @@ spec:
       envFrom:
         {{- toYaml . | nindent 8 }}
       {{- end }}
+      {{- $probe := include "rwrouter.webProbe" . }}
       livenessProbe:
+        {{- if eq $probe "tcpSocket" }}
+        tcpSocket:
+          port: http
+        {{- else }}
         httpGet:
           path: /-/healthy
           port: http
+          scheme: {{ include "rwrouter.webScheme" . }}
+        {{- end }}
         {{- toYaml .Values.livenessProbe | nindent 8 }}
       readinessProbe:
+        {{- if eq $probe "tcpSocket" }}
+        tcpSocket:
+          port: http
+        {{- else }}
         httpGet:
           path: /-/ready
           port: http
+          scheme: {{ include "rwrouter.webScheme" . }}
+        {{- end }}
         {{- toYaml .Values.readinessProbe | nindent 8 }}
       resources:
         {{- toYaml .Values.resources | nindent 8 }}
@@ -342,10 +418,33 @@ spec:
           readOnly: true
         - name: data
           mountPath: /var/lib/rwrouter
+        {{- if include "rwrouter.webConfigured" . }}
+        - name: web-config
+          mountPath: /etc/rwrouter-web/config
+          readOnly: true
+        {{- end }}
+        {{- range .Values.webConfig.secretMounts }}
+        - name: web-{{ .name }}
+          mountPath: /etc/rwrouter-web/{{ .name }}
+          readOnly: true
+        {{- end }}
   volumes:
     - name: config
       configMap:
         name: {{ include "rwrouter.fullname" . }}
+    {{- if include "rwrouter.webConfigured" . }}
+    - name: web-config
+      secret:
+        secretName: {{ .Values.webConfig.existingSecret | default (printf "%s-web" (include "rwrouter.fullname" .)) }}
+        items:
+          - key: web.yml
+            path: web.yml
+    {{- end }}
+    {{- range .Values.webConfig.secretMounts }}
+    - name: web-{{ .name }}
+      secret:
+        secretName: {{ .secretName }}
+    {{- end }}
     {{- if not .Values.persistence.enabled }}
     - name: data
       {{- with include "rwrouter.emptyDirSizeLimit" . }}
