@@ -1105,7 +1105,7 @@ def test_network_policy_admits_only_writers_and_scrapers(chart: Any) -> None:
         {"from": [prometheus, scraper], "ports": [{"port": "http", "protocol": "TCP"}]},
         extra,
     ]
-    closed = {"networkPolicy": {"writers": [], "scrapers": []}}
+    closed: dict[str, Any] = {"networkPolicy": {"writers": [], "scrapers": []}}
     assert one(render(chart, merged(WORKSPACE, closed)), "NetworkPolicy")["spec"]["ingress"] == []
 
 
