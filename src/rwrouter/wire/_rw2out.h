@@ -729,11 +729,12 @@ static Py_ssize_t without_size(const uint8_t *d, Py_ssize_t start, Py_ssize_t en
 static char *put_without(const uint8_t *d, Py_ssize_t start, Py_ssize_t end, uint64_t drop,
                          char *p) {
     Py_ssize_t pos = start, head, vs, ve;
-    uint64_t number;
-    int wt;
+    uint64_t number = 0;
+    int wt = 0;
     while (pos < end) {
         head = pos;
-        rw_field(d, &pos, end, &number, &wt, &vs, &ve); /* checked by without_size */
+        if (!rw_field(d, &pos, end, &number, &wt, &vs, &ve)) /* checked by without_size */
+            break;
         if (number != drop) {
             memcpy(p, d + head, (size_t)(pos - head));
             p += pos - head;
