@@ -90,7 +90,7 @@ BAD = {
     ],
     "sigv4_profile_and_access_key": [f"{RW0}.sigv4.profile: profile and access_key are mutually"],
     "header_value_not_a_string": [
-        f"{RW0}.headers.X-Scope-OrgID: expected a string, got an integer 1234 (quote it)"
+        f"{RW0}.headers.X-Scope-OrgID: expected a string, got an integer <secret> (quote it)"
     ],
     "duplicate_destination_name": [
         "remote_write[1].name: duplicate destination name 'primary'",

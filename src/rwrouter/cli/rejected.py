@@ -196,9 +196,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _dry_run(dest: DestinationConfig, store: DeadLetterStore, entries: list[DeadLetter]) -> int:
-    from rwrouter.config import safe_url
+    from rwrouter.config import redact_url
 
-    print(f"dry run: would send {len(entries)} batches to {dest.name} ({safe_url(dest.url)}):")
+    print(f"dry run: would send {len(entries)} batches to {dest.name} ({redact_url(dest.url)}):")
     for e in entries:
         refused = f"refused {_utc(e.at_ms)}: {_status(e.status)} {e.reason}"
         print(f"  {e.name}  {_carries(e)}, {e.body_bytes} bytes ({refused})")

@@ -18,7 +18,7 @@ Module layout: ``values`` (scalar syntax) <- ``model`` (dataclasses) <- ``parse`
 <- ``load`` (files), ``describe`` (text).
 """
 
-from rwrouter.config.describe import describe_config, describe_rule, safe_url
+from rwrouter.config.describe import describe_config, describe_rule
 from rwrouter.config.load import check_files, load_config
 from rwrouter.config.model import (
     AuditConfig,
@@ -45,6 +45,7 @@ from rwrouter.config.values import (
     format_size,
     parse_duration,
     parse_size,
+    redact_url,
 )
 
 __all__ = [
@@ -75,5 +76,5 @@ __all__ = [
     "parse_duration",
     "parse_listen_address",
     "parse_size",
-    "safe_url",
+    "redact_url",
 ]

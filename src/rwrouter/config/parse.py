@@ -25,7 +25,7 @@ from rwrouter.config.model import (
     StorageConfig,
     ValidationScheme,
 )
-from rwrouter.config.values import Fields, field_names, kind_of
+from rwrouter.config.values import Fields, field_names, kind_of, show
 from rwrouter.errors import ConfigError
 
 __all__ = ["parse_config"]
@@ -134,7 +134,8 @@ def _global(f: Fields) -> GlobalConfig:
     scheme = f.string(key, d.metric_name_validation_scheme) or d.metric_name_validation_scheme
     if scheme not in tuple(ValidationScheme):
         raise ConfigError(
-            f.at(key), f"expected one of {', '.join(ValidationScheme)}, got {scheme!r}"
+            f.at(key),
+            f"expected one of {', '.join(ValidationScheme)}, got {show(scheme, f.at(key))}",
         )
     return GlobalConfig(metric_name_validation_scheme=ValidationScheme(scheme))
 
@@ -195,7 +196,7 @@ def _audit(f: Fields) -> AuditConfig:
 def _price_tiers(raw: object, path: str) -> tuple[PriceTier, ...]:
     """Ascending tiers; only the last may (and must) have no ``up_to_samples``."""
     if not isinstance(raw, list) or not raw:
-        got = "an empty list" if raw == [] else kind_of(raw)
+        got = "an empty list" if raw == [] else kind_of(raw, path)
         raise ConfigError(path, f"expected a non-empty list of tiers, got {got}")
     tiers, bound = [], 0
     for i, item in enumerate(raw):
@@ -208,7 +209,9 @@ def _price_tiers(raw: object, path: str) -> tuple[PriceTier, ...]:
             or not isinstance(price, int | float)
             or not 0 <= price < math.inf
         ):
-            why = f"expected a finite price >= 0 per million samples, got {price!r}"
+            why = "expected a finite price >= 0 per million samples, got " + show(
+                price, f.at("per_million")
+            )
             raise ConfigError(f.at("per_million"), why)
         last = i == len(raw) - 1
         if last == f.has("up_to_samples"):
@@ -233,5 +236,7 @@ def parse_listen_address(value: str | None, path: str) -> str:
         bool(bare) and not any(c.isspace() for c in bare) and (":" not in host or bare != host)
     )
     if not sep or not valid_host or not port.isdigit() or int(port) > 65535:
-        raise ConfigError(path, f"expected host:port (e.g. 0.0.0.0:9250, [::]:9250), got {value!r}")
+        raise ConfigError(
+            path, f"expected host:port (e.g. 0.0.0.0:9250, [::]:9250), got {show(value, path)}"
+        )
     return text
