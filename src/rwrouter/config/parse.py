@@ -25,6 +25,7 @@ from rwrouter.config.model import (
     StorageConfig,
     ValidationScheme,
 )
+from rwrouter.config.paths import check_destination_paths
 from rwrouter.config.values import Fields, field_names, kind_of, show
 from rwrouter.errors import ConfigError
 
@@ -113,7 +114,7 @@ def parse_config(
     )
     global_ = _global(global_fields)
     scheme = global_.metric_name_validation_scheme
-    return Config(
+    config = Config(
         global_=global_,
         server=_server(Fields(top.raw("server"), "server", known=field_names(ServerConfig))),
         storage=_storage(Fields(top.raw("storage"), "storage", known=field_names(StorageConfig))),
@@ -125,6 +126,15 @@ def parse_config(
         remote_write=parse_destinations(top.raw("remote_write"), "remote_write", ctx, scheme),
         source=source,
     )
+    check_destination_paths(
+        config.storage.path,
+        (
+            (f"remote_write[{i}].name", d.name)
+            for i, d in enumerate(config.remote_write)
+            if not d.shadow
+        ),
+    )
+    return config
 
 
 def _global(f: Fields) -> GlobalConfig:
