@@ -42,6 +42,6 @@ async def test_failed_reload_answer_and_log_hide_the_secret(
     assert case.secret not in text
     (record,) = [r for r in caplog.records if "reload failed" in r.getMessage()]
     line = LogfmtFormatter().format(record)
-    assert case.where in line
+    assert case.where is not None and case.where in line
     assert case.secret not in line
     assert metric_value(router, "rwrouter_config_last_reload_successful") == 0

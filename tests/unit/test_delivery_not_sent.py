@@ -20,8 +20,8 @@ from rwrouter.send.transport import Answer
 from tests.support.clients import FakeClient
 
 START = 1_000.0  # the fake monotonic clock at the first attempt, seconds
-# rand 0: delays 0.5, 1, 2, 2, 2, 2 (half of 1, 2, 4, 4, ...) -> attempts at +0, 0.5, 1.5, 3.5, 5.5, 7.5, 9.5; the next
-# (11.5) would start after the 10 s budget.
+# rand 0: delays 0.5, 1, 2, 2, 2, 2 (half of 1, 2, 4, 4, ...) -> attempts at +0, 0.5, 1.5,
+# 3.5, 5.5, 7.5, 9.5; the next (11.5) would start after the 10 s budget.
 POLICY = RetryPolicy(min_backoff=1.0, max_backoff=4.0, max_retry_duration=10.0)
 ATTEMPTS = [0.0, 0.5, 1.5, 3.5, 5.5, 7.5, 9.5]
 

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rwrouter.config.paths import destination_dirname as safe_dirname
+from rwrouter.config.paths import destination_dirname
 from rwrouter.logs import kv
 from rwrouter.send.refusals import Kind
 from rwrouter.wire import compress
@@ -96,6 +96,9 @@ class DeadLetter:
         """Whether it carries samples (:attr:`Kind.SAMPLES <rwrouter.send.refusals.Kind>`),
         not metadata."""
         return self.kind == Kind.SAMPLES
+
+
+safe_dirname = destination_dirname  # a destination's directory name (rwrouter.config.paths)
 
 
 def dead_letter_dir(storage_path: str | os.PathLike[str], destination: str) -> Path:
