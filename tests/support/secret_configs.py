@@ -96,6 +96,21 @@ BAD_SECRETS = [
     ),
 ]
 
+BAD_SECRETS += [
+    SecretCase(
+        "basic_auth_written_as_a_string",
+        _dest('    basic_auth: "router:Str1ngPassw0rd"\n'),
+        "Str1ngPassw0rd",
+        "remote_write[0].basic_auth",
+    ),
+    SecretCase(
+        "destination_written_as_a_url_string",
+        "remote_write:\n  - http://router:UrlStr1ngPass@127.0.0.1:9/write\n",
+        "UrlStr1ngPass",
+        "remote_write[0]",
+    ),
+]
+
 GOOD_SECRETS = [
     SecretCase(
         "url_query_value",

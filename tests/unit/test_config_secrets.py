@@ -89,6 +89,8 @@ SHOWN = [
     ("username_is_not_a_secret", "remote_write[0].basic_auth.username", "bob", "'bob'"),
     ("access_key_is_not_a_secret", "remote_write[0].sigv4.access_key", "AKID", "'AKID'"),
     ("other_value", "remote_write[0].name", 12, "12"),
+    ("section_as_a_string", "remote_write[0].basic_auth", "u:p", "<secret>"),
+    ("url_string_elsewhere", "remote_write[0]", "http://u:p@h/", "'http://u:xxxxx@h/'"),
 ]
 
 
@@ -161,3 +163,14 @@ def test_secret_files_with_a_line_break_inside_are_refused_at_load(
     assert info.value.path.endswith("_file")
     assert "line break" in info.value.reason
     assert content.strip() not in str(info.value)
+
+
+def test_check_config_escapes_control_characters_in_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "rwrouter.yaml"
+    path.write_text('remote_write:\n  - name: "a\\e]0;title\\ab"\n    url: http://h/write\n')
+    assert main(["check-config", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "destination a\\x1b]0;title\\x07b:" in out
+    assert "\x1b" not in out and "\x07" not in out

@@ -118,7 +118,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
             raise ConfigError(
                 f"remote_write[{i}].sigv4.region", "not set, nor in AWS_REGION or the AWS profile"
             )
-    print(describe_config(config))
+    text = describe_config(config)  # names and rules may hold control characters
+    print("\n".join(map(escape, text.split("\n"))))
     return 0
 
 

@@ -36,17 +36,27 @@ SECRET = "<secret>"  # prometheus/common config.Secret's MarshalYAML (and /api/v
 SECRET_KEYS = frozenset(("password", "credentials", "secret_key"))
 """The keys whose value is a secret wherever they are (``basic_auth.password``,
 ``authorization.credentials``, ``sigv4.secret_key``; Prometheus's ``Secret`` fields)."""
+SECRET_SECTIONS = frozenset(("basic_auth", "authorization", "sigv4", "headers"))
+"""The sections holding secrets: a scalar written in their place (``basic_auth: user:pass``,
+``authorization: Bearer <token>``) is not shown either."""
 URL_KEYS = frozenset(("url", "proxy_url"))
-"""The keys whose value is a URL, shown through :func:`redact_url`."""
+"""The keys whose value is a URL, shown through :func:`redact_url` (as is any string with
+``://`` in it: a destination written as a bare URL string, say)."""
 REDACTED = "xxxxx"  # Go's url.URL.Redacted() writes the password so
 
 
 def is_secret(path: str) -> bool:
     """Whether the value at the key path ``path`` is a secret: its last key is in
-    :data:`SECRET_KEYS`, or it is under a ``headers`` mapping (a header value often carries
-    an API key; prometheus/common ``http_headers`` values are ``Secret``)."""
+    :data:`SECRET_KEYS` or :data:`SECRET_SECTIONS`, or it is under a ``headers`` mapping (a
+    header value often carries an API key; prometheus/common ``http_headers`` values are
+    ``Secret``)."""
     last = path.rpartition(".")[2]
-    return last in SECRET_KEYS or path.startswith("headers.") or ".headers." in path
+    return (
+        last in SECRET_KEYS
+        or last in SECRET_SECTIONS
+        or path.startswith("headers.")
+        or ".headers." in path
+    )
 
 
 def redact_url(text: str) -> str:
@@ -78,10 +88,11 @@ def redact_url(text: str) -> str:
 
 def show(value: object, path: str) -> str:
     """How an error quotes the YAML value at key path ``path``: ``<secret>`` for a secret
-    (:func:`is_secret`), a URL redacted (:func:`redact_url`), any other ``repr()``."""
+    (:func:`is_secret`), a URL (the value of a :data:`URL_KEYS` key, or any string with
+    ``://``) redacted (:func:`redact_url`), any other ``repr()``."""
     if is_secret(path):
         return SECRET
-    if isinstance(value, str) and path.rpartition(".")[2] in URL_KEYS:
+    if isinstance(value, str) and (path.rpartition(".")[2] in URL_KEYS or "://" in value):
         return repr(redact_url(value))
     return repr(value)
 
