@@ -12,10 +12,12 @@ Public API:
   ``DestinationConfig``, ``AuditConfig``, ``PriceTier``, ``QueueConfig``, ``MetadataConfig``,
   ``SigV4Config``, ``BasicAuth``, ``Authorization``, ``TLSConfig``) and ``Secret``;
   ``parse_duration``/``format_duration`` (float seconds) and
-  ``parse_size``/``format_size`` (int bytes).
+  ``parse_size``/``format_size`` (int bytes); ``redact_url(url) -> str``: the one way a URL
+  is printed (user info and query values as ``xxxxx``).
 
-Module layout: ``values`` (scalar syntax) <- ``model`` (dataclasses) <- ``parse`` (YAML, pure)
-<- ``load`` (files), ``describe`` (text).
+Module layout: ``values`` (scalar syntax; ``show``, how an error shows a value: secrets as
+``<secret>``) <- ``model`` (dataclasses) <- ``parse`` (YAML, pure; ``paths``: the
+destination directories' names and limits) <- ``load`` (files), ``describe`` (text).
 """
 
 from rwrouter.config.describe import describe_config, describe_rule
