@@ -67,7 +67,8 @@ class DropReason(Reason):
             "metadata: over its in-memory bound"
         ),
     )
-    TOO_LARGE = "too_large", "one series or entry over max_request_bytes, or answered 413 alone"
+    # Sending (a series over max_request_bytes is refused at receive: RefuseReason.TOO_LARGE).
+    TOO_LARGE = "too_large", "a single series or metadata entry answered 413 by the destination"
     # The queue (rwrouter.queue, rwrouter.send.reader): queued, then lost.
     DROP_OLDEST = "drop_oldest", "removed from a full disk queue, on_full: drop_oldest"
     CORRUPT = "corrupt", "a queue record that failed its checksum or does not decode"
@@ -135,7 +136,11 @@ class RefuseReason(Reason):
     DECODE = "decode", "400: not a valid snappy, protobuf remote write body"
     BAD_REQUEST = "bad_request", "another 4xx of the request itself"
     SLOW_BODY = "slow_body", "408: the body took longer than server.read_timeout"
-    TOO_LARGE = "too_large", "413: over server.max_request_bytes or max_decoded_bytes"
+    TOO_LARGE = (
+        "too_large",
+        "413: over server.max_request_bytes or max_decoded_bytes, or a series over a "
+        "destination's max_request_bytes",
+    )
     UNSUPPORTED = "unsupported", "415: a Content-Type or Content-Encoding rwrouter does not take"
     CLIENT_GONE = "client_gone", "the sender closed the connection before the answer"
     QUEUE_FULL = "queue_full", "503: a destination's disk queue has no room"

@@ -89,8 +89,16 @@ BAD = {
         f"{RW0}.headers.traceparent: cannot be sent to a sigv4 destination"
     ],
     "sigv4_profile_and_access_key": [f"{RW0}.sigv4.profile: profile and access_key are mutually"],
+    "authorization_credentials_line_break": [
+        f"{RW0}.authorization.credentials: must not contain a line break (CR or LF)"
+    ],
+    "destination_name_too_long": [
+        f"{RW0}.name: too long: its queue directory name",
+        "256 bytes",
+        "NAME_MAX",
+    ],
     "header_value_not_a_string": [
-        f"{RW0}.headers.X-Scope-OrgID: expected a string, got an integer 1234 (quote it)"
+        f"{RW0}.headers.X-Scope-OrgID: expected a string, got an integer <secret> (quote it)"
     ],
     "duplicate_destination_name": [
         "remote_write[1].name: duplicate destination name 'primary'",

@@ -25,7 +25,7 @@ LEVELS = {"debug", "info", "warning", "error", "exception", "critical", "log"}
         ({"url": "https://h/p?apikey=x&y=1"}, 'url="https://h/p?apikey=x&y=1"'),
         ({"samples": 12, "ok": True, "none": None}, "samples=12 ok=True none=None"),
         ({"empty": ""}, 'empty=""'),
-        ({"raw": b"\xff\x00"}, 'raw="\ufffd\x00"'),
+        ({"raw": b"\xff\x00"}, 'raw="\ufffd\\x00"'),
     ],
     ids=[
         "bare",

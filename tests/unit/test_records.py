@@ -156,6 +156,7 @@ def test_split_into_records(
     assert share.nbytes == sum(len(r) for r in share.records)
     assert share.too_large == sum(counts[i] for i in refused)
     assert share.too_large_series == len(refused)
+    assert share.too_large_bytes == max((len(frames[i]) for i in refused), default=0)
 
 
 # ---------------------------------------------------------------------------------------------

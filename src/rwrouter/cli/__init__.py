@@ -29,7 +29,7 @@ from rwrouter.cli.audit import register as register_audit
 from rwrouter.cli.rejected import register as register_rejected
 from rwrouter.cli.relabel import register as register_relabel
 from rwrouter.errors import ConfigError, RwrouterError
-from rwrouter.logs import kv, setup_logging
+from rwrouter.logs import escape, kv, setup_logging
 
 if TYPE_CHECKING:
     from rwrouter.server.workers import WorkerSpec
@@ -118,7 +118,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
             raise ConfigError(
                 f"remote_write[{i}].sigv4.region", "not set, nor in AWS_REGION or the AWS profile"
             )
-    print(describe_config(config))
+    text = describe_config(config)  # names and rules may hold control characters
+    print("\n".join(map(escape, text.split("\n"))))
     return 0
 
 
@@ -191,13 +192,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
     except ConfigError as exc:
-        print(f"rwrouter: configuration error: {exc}", file=sys.stderr)
+        print(f"rwrouter: configuration error: {escape(exc)}", file=sys.stderr)
         return 2
     except RwrouterError as exc:
-        print(f"rwrouter: {exc}", file=sys.stderr)
+        print(f"rwrouter: {escape(exc)}", file=sys.stderr)
         return 1
     except OSError as exc:  # e.g. storage.path not writable, or a queue in use elsewhere
-        print(f"rwrouter: {exc}", file=sys.stderr)
+        print(f"rwrouter: {escape(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 0

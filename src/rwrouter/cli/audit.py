@@ -27,6 +27,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from rwrouter.logs import escape
+
 DEFAULT_URL = "http://127.0.0.1:9250"
 TIMEOUT = 30.0  # seconds to wait for the router's answer (it merges every worker's counts)
 
@@ -165,7 +167,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
             report = json.load(response)
     except urllib.error.HTTPError as exc:
         reason = exc.read().decode(errors="replace").strip() or exc.reason
-        print(f"rwrouter audit: {address} answered {exc.code}: {reason}", file=sys.stderr)
+        print(f"rwrouter audit: {address} answered {exc.code}: {escape(reason)}", file=sys.stderr)
         return 1
     except (urllib.error.URLError, OSError, ValueError) as exc:
         print(f"rwrouter audit: cannot read {address}: {exc}", file=sys.stderr)
@@ -181,7 +183,8 @@ def _print(report: dict[str, Any], args: argparse.Namespace) -> None:
     if args.json:
         print(json.dumps(reranked(report, args.sort, args.top), indent=2))
     else:
-        print(format_table(report, sort=args.sort, top=args.top), end="")
+        table = format_table(report, sort=args.sort, top=args.top)  # metric names: outside data
+        print("\n".join(map(escape, table.split("\n"))), end="")
 
 
 def _audit_capture(args: argparse.Namespace) -> int:

@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from rwrouter.logs import escape
+
 if TYPE_CHECKING:
     from rwrouter.config import Config, DestinationConfig
     from rwrouter.deadletter.store import DeadLetter, DeadLetterStore
@@ -103,7 +105,7 @@ def _as_text(listed: list[tuple[str, DeadLetterStore, list[DeadLetter]]]) -> str
             f"total: {total['entries']} batches, {total['series']} series, "
             f"{total['samples']} samples, {total['body_bytes']} bytes"
         )
-    return "\n".join(lines)
+    return "\n".join(map(escape, lines))  # a response quotes the sender's label values
 
 
 def _as_json(listed: list[tuple[str, DeadLetterStore, list[DeadLetter]]]) -> dict[str, Any]:
@@ -151,8 +153,10 @@ def _carries(entry: DeadLetter) -> str:
 
 
 def _first_line(text: str) -> str:
+    """The first line of a destination's answer, cut to the column, its control characters
+    escaped (:func:`rwrouter.logs.escape`: it quotes the sender's label values)."""
     line = text.strip().split("\n", 1)[0].strip()
-    return line if len(line) <= RESPONSE_COLUMN else line[: RESPONSE_COLUMN - 3] + "..."
+    return escape(line if len(line) <= RESPONSE_COLUMN else line[: RESPONSE_COLUMN - 3] + "...")
 
 
 # replay --------------------------------------------------------------------------------------
@@ -196,9 +200,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _dry_run(dest: DestinationConfig, store: DeadLetterStore, entries: list[DeadLetter]) -> int:
-    from rwrouter.config import safe_url
+    from rwrouter.config import redact_url
 
-    print(f"dry run: would send {len(entries)} batches to {dest.name} ({safe_url(dest.url)}):")
+    print(f"dry run: would send {len(entries)} batches to {dest.name} ({redact_url(dest.url)}):")
     for e in entries:
         refused = f"refused {_utc(e.at_ms)}: {_status(e.status)} {e.reason}"
         print(f"  {e.name}  {_carries(e)}, {e.body_bytes} bytes ({refused})")
@@ -259,7 +263,7 @@ async def _replay_one(
         return True
     except (OSError, ValueError, RwrouterError) as exc:
         tally.kept += 1
-        print(f"kept      {entry.name}: unreadable: {exc}")
+        print(f"kept      {entry.name}: unreadable: {escape(exc)}")
         return True
     if entry.samples_kind:  # in the destination's protocol, as `rwrouter run` sends
         refusal = await sender.send_frames(raw, entry.samples)

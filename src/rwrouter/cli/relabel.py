@@ -34,6 +34,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from rwrouter.errors import InvariantError
+from rwrouter.logs import escape
 from rwrouter.relabel.series import (
     Labels,
     SeriesError,
@@ -222,7 +223,7 @@ def _as_text(text: str, e: Explanation) -> str:
             lines += _step_lines(d.steps, e.after_global, "    ")
         elif e.after_global is not None and d.outcome != "not sent":
             lines.append("    (no write_relabel_configs)")
-    return "\n".join(lines)
+    return "\n".join(map(escape, lines))  # names and details may hold control characters
 
 
 def _labels_json(labels: Labels | None) -> dict[str, str] | None:

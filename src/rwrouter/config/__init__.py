@@ -12,13 +12,15 @@ Public API:
   ``DestinationConfig``, ``AuditConfig``, ``PriceTier``, ``QueueConfig``, ``MetadataConfig``,
   ``SigV4Config``, ``BasicAuth``, ``Authorization``, ``TLSConfig``) and ``Secret``;
   ``parse_duration``/``format_duration`` (float seconds) and
-  ``parse_size``/``format_size`` (int bytes).
+  ``parse_size``/``format_size`` (int bytes); ``redact_url(url) -> str``: the one way a URL
+  is printed (user info and query values as ``xxxxx``).
 
-Module layout: ``values`` (scalar syntax) <- ``model`` (dataclasses) <- ``parse`` (YAML, pure)
-<- ``load`` (files), ``describe`` (text).
+Module layout: ``values`` (scalar syntax; ``show``, how an error shows a value: secrets as
+``<secret>``) <- ``model`` (dataclasses) <- ``parse`` (YAML, pure; ``paths``: the
+destination directories' names and limits) <- ``load`` (files), ``describe`` (text).
 """
 
-from rwrouter.config.describe import describe_config, describe_rule, safe_url
+from rwrouter.config.describe import describe_config, describe_rule
 from rwrouter.config.load import check_files, load_config
 from rwrouter.config.model import (
     AuditConfig,
@@ -45,6 +47,7 @@ from rwrouter.config.values import (
     format_size,
     parse_duration,
     parse_size,
+    redact_url,
 )
 
 __all__ = [
@@ -75,5 +78,5 @@ __all__ = [
     "parse_duration",
     "parse_listen_address",
     "parse_size",
-    "safe_url",
+    "redact_url",
 ]

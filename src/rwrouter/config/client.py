@@ -1,7 +1,9 @@
 """The HTTP client sections of a destination (pure): url, headers, auth, tls_config, proxy_url.
 
 ``${VAR}`` is expanded here, and only here: in the URLs, header values, credential fields and
-``*_file`` paths. Errors name the key path.
+``*_file`` paths. Errors name the key path and show values only through
+:func:`~rwrouter.config.values.show` (secrets as ``<secret>``, URLs redacted). A credential or
+header value with a line break (CR or LF) is refused: it cannot go into an HTTP header.
 """
 
 from __future__ import annotations
@@ -14,7 +16,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from rwrouter.config.model import Authorization, BasicAuth, SigV4Config, TLSConfig
-from rwrouter.config.values import Fields, Secret, expand_env, field_names, kind_of
+from rwrouter.config.values import (
+    SECRET,
+    Fields,
+    Secret,
+    expand_env,
+    field_names,
+    kind_of,
+    show,
+)
 from rwrouter.errors import ConfigError
 from rwrouter.protocol import NEVER_SIGNED
 
@@ -56,13 +66,26 @@ def env_string(f: Fields, key: str, ctx: Context) -> str | None:
     return None if value is None else expand_env(value, ctx.env, f.at(key))
 
 
-PLACEHOLDER = "<secret>"  # how Prometheus's /api/v1/status/config shows a secret it hides
+PLACEHOLDER = SECRET  # how Prometheus's /api/v1/status/config shows a secret it hides
+LINE_BREAK = "must not contain a line break (CR or LF): it goes into an HTTP header"
+
+
+def header_text(value: str, path: str) -> str:
+    """``value`` unless it holds CR or LF (it would split an HTTP header: aiohttp refuses to
+    send it, and Prometheus's Go client too); raises ConfigError naming ``path`` without
+    showing the value."""
+    if "\r" in value or "\n" in value:
+        raise ConfigError(path, LINE_BREAK)
+    return value
 
 
 def secret_string(f: Fields, key: str, ctx: Context, *, file_key: str | None = None) -> str | None:
-    """A secret's text (``${VAR}`` expanded); refuses Prometheus's placeholder ``<secret>``,
-    which a config copied from ``/api/v1/status/config`` holds instead of the secret."""
+    """A secret's text (``${VAR}`` expanded, no line break: :func:`header_text`); refuses
+    Prometheus's placeholder ``<secret>``, which a config copied from
+    ``/api/v1/status/config`` holds instead of the secret."""
     value = env_string(f, key, ctx)
+    if value is not None:
+        header_text(value, f.at(key))
     if value == PLACEHOLDER:
         where = f", ${{VAR}} or {file_key}" if file_key else " or ${VAR}"
         raise ConfigError(
@@ -89,13 +112,15 @@ def http_url(value: str | None, path: str, *, userinfo: bool) -> str:
         parts = urlsplit(value)
         parts.port  # noqa: B018 - raises ValueError on a bad port
     except ValueError as exc:
-        raise ConfigError(path, f"invalid URL {value!r}: {exc}") from None
+        raise ConfigError(path, f"invalid URL {show(value, path)}: {exc}") from None
     if (
         parts.scheme not in ("http", "https")
         or not parts.hostname
         or any(c.isspace() for c in value)
     ):
-        raise ConfigError(path, f"expected an http:// or https:// URL with a host, got {value!r}")
+        raise ConfigError(
+            path, f"expected an http:// or https:// URL with a host, got {show(value, path)}"
+        )
     if not userinfo and (parts.username is not None or parts.password is not None):
         raise ConfigError(path, "credentials in the URL are not supported; use basic_auth")
     return value
@@ -123,12 +148,9 @@ def headers(f: Fields, ctx: Context, *, sigv4: bool) -> tuple[tuple[str, str], .
         if sigv4 and lower in NEVER_SIGNED:
             raise ConfigError(path, "cannot be sent to a sigv4 destination: it would not be signed")
         if not isinstance(value, str):
-            raise ConfigError(path, f"expected a string, got {kind_of(value)} (quote it)")
-        expanded = expand_env(value, ctx.env, path)
-        if "\r" in expanded or "\n" in expanded:
-            raise ConfigError(path, "header value must not contain a line break")
+            raise ConfigError(path, f"expected a string, got {kind_of(value, path)} (quote it)")
         seen.add(lower)
-        headers.append((name, expanded))
+        headers.append((name, header_text(expand_env(value, ctx.env, path), path)))
     return tuple(headers)
 
 
@@ -186,6 +208,7 @@ def _basic_auth(parent: Fields, ctx: Context) -> BasicAuth:
     username = env_string(f, "username", ctx)
     if not username:
         raise ConfigError(f.at("username"), "is required")
+    header_text(username, f.at("username"))
     password = secret_string(f, "password", ctx, file_key="password_file")
     if password is not None and f.has("password_file"):
         raise ConfigError(f.at("password_file"), "at most one of password and password_file")
@@ -204,8 +227,12 @@ def _authorization(parent: Fields, ctx: Context) -> Authorization:
         unsupported={"credentials_ref": NOT_SUPPORTED},
     )
     kind = f.string("type", Authorization().type) or ""
-    if not _HEADER_NAME.fullmatch(kind) or kind.lower() == "basic":
-        raise ConfigError(f.at("type"), f"invalid type {kind!r} (for Basic, use basic_auth)")
+    if kind.lower() == "basic":
+        raise ConfigError(f.at("type"), f"invalid type {kind!r}: for Basic, use basic_auth")
+    if not _HEADER_NAME.fullmatch(kind):  # not shown: "Bearer <token>" is a common mistake
+        raise ConfigError(
+            f.at("type"), "expected one word (an HTTP auth scheme such as Bearer), not shown"
+        )
     credentials = secret_string(f, "credentials", ctx, file_key="credentials_file")
     if (credentials is None) == (not f.has("credentials_file")):
         raise ConfigError(f.path, "exactly one of credentials and credentials_file is required")
@@ -233,7 +260,8 @@ def tls(parent: Fields, ctx: Context) -> TLSConfig:
     version = f.string("min_version")
     if version is not None and version not in _TLS_VERSIONS:
         raise ConfigError(
-            f.at("min_version"), f"expected one of {', '.join(_TLS_VERSIONS)}, got {version!r}"
+            f.at("min_version"),
+            f"expected one of {', '.join(_TLS_VERSIONS)}, got {show(version, f.at('min_version'))}",
         )
     return TLSConfig(
         ca_file=_file(f, "ca_file", ctx),

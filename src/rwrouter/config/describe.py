@@ -1,13 +1,13 @@
 """Human-readable summary of a :class:`Config` (what ``rwrouter check-config FILE`` prints).
 
 Never prints a secret: passwords, bearer credentials and secret keys show as ``<secret>``,
-header values and URL query strings / proxy user info are not shown.
+header values are not shown, URLs go through :func:`~rwrouter.config.values.redact_url`
+(user info and query values as ``xxxxx``).
 """
 
 from __future__ import annotations
 
 import os
-from urllib.parse import urlsplit, urlunsplit
 
 from rwrouter.config.model import (
     AuditConfig,
@@ -19,7 +19,7 @@ from rwrouter.config.model import (
     StorageConfig,
     TLSConfig,
 )
-from rwrouter.config.values import format_duration, format_size
+from rwrouter.config.values import format_duration, format_size, redact_url
 from rwrouter.relabel import RelabelConfig
 from rwrouter.relabel.names import go_quote
 
@@ -73,7 +73,7 @@ def _destination(dest: DestinationConfig) -> list[str]:
     )
     lines = [
         f"destination {dest.name}:",
-        f"  url: {safe_url(dest.url) if dest.url else '(none)'}",
+        f"  url: {redact_url(dest.url) if dest.url else '(none)'}",
         f"  fallback: {role}",
     ]
     if dest.shadow:  # no queue, no connection: only what decides its series
@@ -99,7 +99,7 @@ def _destination(dest: DestinationConfig) -> list[str]:
     if dest.tls_config is not None:
         lines.append(f"  tls_config: {_tls(dest.tls_config)}")
     if dest.proxy_url is not None:
-        lines.append(f"  proxy_url: {safe_url(dest.proxy_url)}")
+        lines.append(f"  proxy_url: {redact_url(dest.proxy_url)}")
     meta = dest.metadata_config
     lines += [
         *_queue(dest.queue_config),
@@ -262,16 +262,6 @@ def _name(name: str) -> str:
     (``$`` references included: template text), else quoted (``"service.name"``)."""
     plain = name.replace("$", "_").replace("{", "_").replace("}", "_")
     return name if plain.isascii() and plain.replace("_", "a").isalnum() else go_quote(name)
-
-
-def safe_url(url: str) -> str:
-    """``url`` without user info or query string (either may carry a credential)."""
-    parts = urlsplit(url)
-    netloc = parts.netloc.rpartition("@")[2]
-    if "@" in parts.netloc:
-        netloc = f"<user info hidden>@{netloc}"
-    query = "<query hidden>" if parts.query else ""
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
 def _flag(value: bool) -> str:

@@ -21,7 +21,7 @@ from rwrouter.config.model import (
     OnFull,
     QueueConfig,
 )
-from rwrouter.config.values import Fields, field_names, kind_of
+from rwrouter.config.values import Fields, field_names, kind_of, show
 from rwrouter.errors import ConfigError
 from rwrouter.protocol import MESSAGES
 from rwrouter.relabel import RelabelConfig, parse_relabel_configs
@@ -53,7 +53,9 @@ def choice(f: Fields, key: str, default: str, choices: Sequence[str]) -> str:
     listing them otherwise."""
     value = f.string(key, default) or ""
     if value not in choices:
-        raise ConfigError(f.at(key), f"expected one of {', '.join(choices)}, got {value!r}")
+        raise ConfigError(
+            f.at(key), f"expected one of {', '.join(choices)}, got {show(value, f.at(key))}"
+        )
     return value
 
 
@@ -80,7 +82,7 @@ def parse_destinations(
     if raw is None or raw == []:
         raise ConfigError(path, "at least one destination is required")
     if not isinstance(raw, list):
-        raise ConfigError(path, f"expected a list of destinations, got {kind_of(raw)}")
+        raise ConfigError(path, f"expected a list of destinations, got {kind_of(raw, path)}")
     parsed = [
         _destination(
             Fields(

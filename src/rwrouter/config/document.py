@@ -1,6 +1,9 @@
 """The configuration file as a YAML document: ``yaml.safe_load`` that also refuses what
 Prometheus's (Go) YAML parser refuses and PyYAML would let through: a duplicate key in a
 mapping and a lone surrogate from a ``"\\ud800"`` escape. Raises ConfigError naming the key path.
+
+A YAML syntax error is one line naming the file, line and column, without PyYAML's snippet
+of the offending line (which would print whatever is written there, a password included).
 """
 
 from __future__ import annotations
@@ -22,10 +25,30 @@ def load_yaml(text: str, source: str) -> object:
             return None
         _check_duplicate_keys(node, "", set())
         return loader.construct_document(node)
+    except yaml.MarkedYAMLError as exc:
+        raise ConfigError("", f"invalid YAML: {_marked(exc)}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError("", f"invalid YAML: {exc}") from None
+        raise ConfigError("", "invalid YAML: " + " ".join(str(exc).split())) from None
     finally:
         loader.dispose()
+
+
+def _marked(exc: yaml.MarkedYAMLError) -> str:
+    """``while <context> (<where>): <problem> (<where>)``, each mark as ``in "<file>", line
+    L, column C``: the parts of PyYAML's message but the snippets of the document."""
+    parts = []
+    for text, mark in ((exc.context, exc.context_mark), (exc.problem, exc.problem_mark)):
+        if text is None and mark is None:
+            continue
+        where = (
+            ""
+            if mark is None
+            else f'in "{mark.name}", line {mark.line + 1}, column {mark.column + 1}'
+        )
+        parts.append(" ".join(p for p in (text or "", where) if p))
+    if exc.note:
+        parts.append(exc.note)
+    return "; ".join(parts)
 
 
 def _check_utf8(text: str, path: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 
+from rwrouter.config.client import LINE_BREAK
 from rwrouter.config.model import Config
 from rwrouter.config.parse import parse_config
 from rwrouter.errors import ConfigError
@@ -33,17 +34,24 @@ def load_config(path: str | os.PathLike[str], *, env: Mapping[str, str] | None =
     return config
 
 
+SECRET_FILE_KEYS = frozenset(("password_file", "credentials_file"))
+
+
 def check_files(config: Config) -> None:
     """Raise ConfigError (naming the key path and the file) unless every ``*_file`` of
-    ``config`` is a readable regular file."""
+    ``config`` is a readable regular file, and every secret file (``password_file``,
+    ``credentials_file``) holds no line break once stripped, as the sender strips it (its
+    content is never shown)."""
     for key_path, file_path in _file_paths(config):
         if os.path.isdir(file_path):
             raise ConfigError(key_path, f"{file_path!r} is a directory, not a file")
         try:
-            with open(file_path, "rb"):
-                pass
+            with open(file_path, "rb") as file:
+                content = file.read() if key_path.rpartition(".")[2] in SECRET_FILE_KEYS else b""
         except OSError as exc:
             raise ConfigError(key_path, f"cannot read {file_path!r}: {exc.strerror}") from None
+        if b"\r" in content.strip() or b"\n" in content.strip():
+            raise ConfigError(key_path, f"the content of {file_path!r} {LINE_BREAK}")
 
 
 def _file_paths(config: Config) -> Iterator[tuple[str, str]]:

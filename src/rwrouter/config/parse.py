@@ -25,7 +25,8 @@ from rwrouter.config.model import (
     StorageConfig,
     ValidationScheme,
 )
-from rwrouter.config.values import Fields, field_names, kind_of
+from rwrouter.config.paths import check_destination_paths
+from rwrouter.config.values import Fields, field_names, kind_of, show
 from rwrouter.errors import ConfigError
 
 __all__ = ["parse_config"]
@@ -113,7 +114,7 @@ def parse_config(
     )
     global_ = _global(global_fields)
     scheme = global_.metric_name_validation_scheme
-    return Config(
+    config = Config(
         global_=global_,
         server=_server(Fields(top.raw("server"), "server", known=field_names(ServerConfig))),
         storage=_storage(Fields(top.raw("storage"), "storage", known=field_names(StorageConfig))),
@@ -125,6 +126,15 @@ def parse_config(
         remote_write=parse_destinations(top.raw("remote_write"), "remote_write", ctx, scheme),
         source=source,
     )
+    check_destination_paths(
+        config.storage.path,
+        (
+            (f"remote_write[{i}].name", d.name)
+            for i, d in enumerate(config.remote_write)
+            if not d.shadow
+        ),
+    )
+    return config
 
 
 def _global(f: Fields) -> GlobalConfig:
@@ -134,7 +144,8 @@ def _global(f: Fields) -> GlobalConfig:
     scheme = f.string(key, d.metric_name_validation_scheme) or d.metric_name_validation_scheme
     if scheme not in tuple(ValidationScheme):
         raise ConfigError(
-            f.at(key), f"expected one of {', '.join(ValidationScheme)}, got {scheme!r}"
+            f.at(key),
+            f"expected one of {', '.join(ValidationScheme)}, got {show(scheme, f.at(key))}",
         )
     return GlobalConfig(metric_name_validation_scheme=ValidationScheme(scheme))
 
@@ -195,7 +206,7 @@ def _audit(f: Fields) -> AuditConfig:
 def _price_tiers(raw: object, path: str) -> tuple[PriceTier, ...]:
     """Ascending tiers; only the last may (and must) have no ``up_to_samples``."""
     if not isinstance(raw, list) or not raw:
-        got = "an empty list" if raw == [] else kind_of(raw)
+        got = "an empty list" if raw == [] else kind_of(raw, path)
         raise ConfigError(path, f"expected a non-empty list of tiers, got {got}")
     tiers, bound = [], 0
     for i, item in enumerate(raw):
@@ -208,7 +219,9 @@ def _price_tiers(raw: object, path: str) -> tuple[PriceTier, ...]:
             or not isinstance(price, int | float)
             or not 0 <= price < math.inf
         ):
-            why = f"expected a finite price >= 0 per million samples, got {price!r}"
+            why = "expected a finite price >= 0 per million samples, got " + show(
+                price, f.at("per_million")
+            )
             raise ConfigError(f.at("per_million"), why)
         last = i == len(raw) - 1
         if last == f.has("up_to_samples"):
@@ -233,5 +246,7 @@ def parse_listen_address(value: str | None, path: str) -> str:
         bool(bare) and not any(c.isspace() for c in bare) and (":" not in host or bare != host)
     )
     if not sep or not valid_host or not port.isdigit() or int(port) > 65535:
-        raise ConfigError(path, f"expected host:port (e.g. 0.0.0.0:9250, [::]:9250), got {value!r}")
+        raise ConfigError(
+            path, f"expected host:port (e.g. 0.0.0.0:9250, [::]:9250), got {show(value, path)}"
+        )
     return text

@@ -1,7 +1,12 @@
 """Scalar value syntax of the configuration file (pure): durations, sizes, ``${VAR}``, secrets.
 
 Every reader takes the YAML key path of the value and raises
-:class:`rwrouter.errors.ConfigError` naming it, with what was expected.
+:class:`rwrouter.errors.ConfigError` naming it, with what was expected. An error shows a
+value only through :func:`show` (and :func:`kind_of`), which knows from the key path which
+values are secret: a password, a bearer credential, a secret key and every header value show
+as ``<secret>`` (prometheus/common ``config.Secret`` marshals so), and a URL goes through
+:func:`redact_url`. So no error message of the configuration (``check-config``, the reload log
+line, the answer of ``POST /-/reload``) ever prints a secret.
 """
 
 from __future__ import annotations
@@ -23,7 +28,73 @@ __all__ = [
     "kind_of",
     "parse_duration",
     "parse_size",
+    "redact_url",
+    "show",
 ]
+
+SECRET = "<secret>"  # prometheus/common config.Secret's MarshalYAML (and /api/v1/status/config)
+SECRET_KEYS = frozenset(("password", "credentials", "secret_key"))
+"""The keys whose value is a secret wherever they are (``basic_auth.password``,
+``authorization.credentials``, ``sigv4.secret_key``; Prometheus's ``Secret`` fields)."""
+SECRET_SECTIONS = frozenset(("basic_auth", "authorization", "sigv4", "headers"))
+"""The sections holding secrets: a scalar written in their place (``basic_auth: user:pass``,
+``authorization: Bearer <token>``) is not shown either."""
+URL_KEYS = frozenset(("url", "proxy_url"))
+"""The keys whose value is a URL, shown through :func:`redact_url` (as is any string with
+``://`` in it: a destination written as a bare URL string, say)."""
+REDACTED = "xxxxx"  # Go's url.URL.Redacted() writes the password so
+
+
+def is_secret(path: str) -> bool:
+    """Whether the value at the key path ``path`` is a secret: its last key is in
+    :data:`SECRET_KEYS` or :data:`SECRET_SECTIONS`, or it is under a ``headers`` mapping (a
+    header value often carries an API key; prometheus/common ``http_headers`` values are
+    ``Secret``)."""
+    last = path.rpartition(".")[2]
+    return (
+        last in SECRET_KEYS
+        or last in SECRET_SECTIONS
+        or path.startswith("headers.")
+        or ".headers." in path
+    )
+
+
+def redact_url(text: str) -> str:
+    """``text`` (a URL, valid or not) with its user info and query values replaced by
+    ``xxxxx``: ``http://user:xxxxx@host/p?apikey=xxxxx``.
+
+    As Go's ``url.URL.Redacted()`` (what Prometheus prints a URL with) for the password; a
+    user name alone is replaced too (``https://<token>@host`` is how tokens are passed), and
+    so are query values and the fragment, which carry API keys as often. Works on the text,
+    without parsing, so a URL that does not parse is redacted as well.
+    """
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        scheme, rest = "", text
+    cut = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    authority, tail = rest[:cut], rest[cut:]
+    if "@" in authority:
+        userinfo, _, host = authority.rpartition("@")
+        user, colon, _ = userinfo.partition(":")
+        authority = f"{user}:{REDACTED}@{host}" if colon else f"{REDACTED}@{host}"
+    tail, hash_, fragment = tail.partition("#")
+    path, question, query = tail.partition("?")
+    if question:
+        pairs = (pair.partition("=") for pair in query.split("&"))
+        query = "&".join(f"{k}={REDACTED}" if eq or v else k for k, eq, v in pairs)
+    redacted = f"{scheme}{sep}{authority}{path}{question}{query}"
+    return redacted + (f"#{REDACTED}" if hash_ and fragment else hash_)
+
+
+def show(value: object, path: str) -> str:
+    """How an error quotes the YAML value at key path ``path``: ``<secret>`` for a secret
+    (:func:`is_secret`), a URL (the value of a :data:`URL_KEYS` key, or any string with
+    ``://``) redacted (:func:`redact_url`), any other ``repr()``."""
+    if is_secret(path):
+        return SECRET
+    if isinstance(value, str) and (path.rpartition(".")[2] in URL_KEYS or "://" in value):
+        return repr(redact_url(value))
+    return repr(value)
 
 
 class Secret:
@@ -74,13 +145,17 @@ def parse_duration(value: object, path: str) -> float:
     """Seconds from a Prometheus duration (``1y 1w 1d 1h 1m 1s 1ms`` combined in that order, or
     ``0``); a number without a unit is an error, as in Prometheus."""
     if isinstance(value, bool) or not isinstance(value, str | int):
-        raise ConfigError(path, f"expected a duration such as 30s or 1m30s, got {kind_of(value)}")
+        raise ConfigError(
+            path, f"expected a duration such as 30s or 1m30s, got {kind_of(value, path)}"
+        )
     text = str(value)
     match = _DURATION_RE.fullmatch(text)
     if text == "0":
         return 0.0
     if not text or match is None:
-        raise ConfigError(path, f"not a valid duration string: {text!r} (e.g. 30s, 1m30s, 500ms)")
+        raise ConfigError(
+            path, f"not a valid duration string: {show(text, path)} (e.g. 30s, 1m30s, 500ms)"
+        )
     return sum(
         int(n) * scale for n, (_, scale) in zip(match.groups(), _DURATION_UNITS, strict=True) if n
     )
@@ -115,7 +190,7 @@ def parse_size(value: object, path: str) -> int:
     match = _SIZE_RE.fullmatch(value.strip()) if isinstance(value, str) else None
     if match is None or match.group(2) not in _SIZE_UNITS:
         raise ConfigError(
-            path, f"expected a size in bytes such as 33554432 or 32MiB, got {kind_of(value)}"
+            path, f"expected a size in bytes such as 33554432 or 32MiB, got {kind_of(value, path)}"
         )
     return int(match.group(1)) * _SIZE_UNITS[match.group(2)]
 
@@ -142,7 +217,9 @@ def expand_env(text: str, env: Mapping[str, str], path: str) -> str:
     def substitute(match: re.Match[str]) -> str:
         name = match.group(1)
         if not _ENV_NAME_RE.fullmatch(name):
-            raise ConfigError(path, f"invalid environment variable reference {match.group(0)!r}")
+            raise ConfigError(
+                path, f"invalid environment variable reference {show(match.group(0), path)}"
+            )
         if name not in env:
             raise ConfigError(path, f"environment variable {name} is not set")
         return env[name]
@@ -155,8 +232,9 @@ def field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls))
 
 
-def kind_of(value: object) -> str:
-    """How an unexpected YAML value is shown in an error (``the string 'yes'``, ``a list``)."""
+def kind_of(value: object, path: str) -> str:
+    """How the unexpected YAML value at key path ``path`` is shown in an error (``the string
+    'yes'``, ``a list``, ``an integer <secret>``: the value through :func:`show`)."""
     if value is None:
         return "nothing (null)"
     names = {
@@ -168,7 +246,7 @@ def kind_of(value: object) -> str:
         dict: "a mapping",
     }
     name = names.get(type(value), type(value).__name__)
-    shown = repr(value) if isinstance(value, bool | int | float | str) else ""
+    shown = show(value, path) if isinstance(value, bool | int | float | str) else ""
     return f"{name} {shown}".rstrip()
 
 
@@ -191,10 +269,10 @@ class Fields:
         if raw is None:
             raw = {}
         if not isinstance(raw, dict):
-            raise ConfigError(path, f"expected a mapping, got {kind_of(raw)}")
+            raise ConfigError(path, f"expected a mapping, got {kind_of(raw, path)}")
         for key in raw:
             if not isinstance(key, str):
-                raise ConfigError(path, f"keys must be strings, got {kind_of(key)}")
+                raise ConfigError(path, f"keys must be strings, got {kind_of(key, '')}")
             if unsupported is not None and key in unsupported:
                 raise ConfigError(self._join(path, key), unsupported[key])
             if key not in known:
@@ -223,19 +301,25 @@ class Fields:
     def string(self, key: str, default: str | None = None) -> str | None:
         value = self._raw.get(key, default)
         if value is not None and not isinstance(value, str):
-            raise ConfigError(self.at(key), f"expected a string, got {kind_of(value)} (quote it)")
+            raise ConfigError(
+                self.at(key), f"expected a string, got {kind_of(value, self.at(key))} (quote it)"
+            )
         return value
 
     def boolean(self, key: str, default: bool) -> bool:
         value = self._raw.get(key, default)
         if not isinstance(value, bool):
-            raise ConfigError(self.at(key), f"expected true or false, got {kind_of(value)}")
+            raise ConfigError(
+                self.at(key), f"expected true or false, got {kind_of(value, self.at(key))}"
+            )
         return value
 
     def integer(self, key: str, default: int, *, minimum: int) -> int:
         value = self._raw.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(self.at(key), f"expected an integer, got {kind_of(value)}")
+            raise ConfigError(
+                self.at(key), f"expected an integer, got {kind_of(value, self.at(key))}"
+            )
         if value < minimum:
             raise ConfigError(self.at(key), f"must be >= {minimum}, got {value}")
         return value

@@ -49,8 +49,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
+from rwrouter.config.paths import destination_dirname
 from rwrouter.logs import kv
 from rwrouter.send.refusals import Kind
 from rwrouter.wire import compress
@@ -98,18 +98,7 @@ class DeadLetter:
         return self.kind == Kind.SAMPLES
 
 
-def safe_dirname(destination: str) -> str:
-    """A destination name as one safe, unambiguous directory name: percent-encoded
-    (``quote(name, safe="")``), a leading ``.`` as ``%2E``; ``unquote`` gives the name back.
-
-    Raises ValueError for an empty destination name.
-    """
-    if not destination:
-        raise ValueError("empty destination name")
-    safe = quote(destination, safe="")
-    if safe.startswith("."):
-        safe = "%2E" + safe[1:]
-    return safe
+safe_dirname = destination_dirname  # a destination's directory name (rwrouter.config.paths)
 
 
 def dead_letter_dir(storage_path: str | os.PathLike[str], destination: str) -> Path:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rwrouter.auth.schemes import Authenticator, authenticator_for
-from rwrouter.config import DestinationConfig, QueueConfig, StorageConfig, safe_url
+from rwrouter.config import DestinationConfig, QueueConfig, StorageConfig, redact_url
 from rwrouter.deadletter.store import DeadLetterStore, dead_letter_dir, safe_dirname
 from rwrouter.deadletter.writer import DeadLetters
 from rwrouter.logs import kv
@@ -211,7 +211,7 @@ async def build_destination(
     log.info(
         kv(
             destination=dest.name,
-            url=safe_url(dest.url),
+            url=redact_url(dest.url),
             auth=auth.kind,
             fallback=dest.fallback,
             rules=len(dest.write_relabel_configs),

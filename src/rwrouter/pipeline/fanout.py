@@ -184,9 +184,11 @@ class FanOut:
         ``on_full: backpressure`` has no room (all or nothing). Returns once the shares are
         durable (``storage.fsync``).
 
-        Raises TooLargeError when a destination's share is larger than its whole disk queue (it
-        could never be accepted: 413, not 503 forever); StorageError when a queue could not be
-        written (the request is not acknowledged); Stale after a reload (decode again).
+        Raises TooLargeError when a destination's share holds a series larger than its
+        ``max_request_bytes``, or is larger than its whole disk queue (it could never be
+        accepted: 413, not 503 forever; nothing of the request is kept for any
+        destination); StorageError when a queue could not be written (the request is not
+        acknowledged); Stale after a reload (decode again).
         """
         await self._open.wait()
         if decoded.generation != self.generation:
@@ -205,6 +207,11 @@ class FanOut:
         routed = decoded.routed
         pairs = list(zip(self.destinations, decoded.shares, strict=True))
         for dest, share in pairs:
+            if share.too_large:  # it could never be sent: refused whole, as the next one
+                raise TooLargeError(
+                    f"a series of {share.too_large_bytes} bytes is over destination "
+                    f"{dest.name}'s max_request_bytes of {dest.max_request_bytes} bytes"
+                )
             if share.nbytes and not dest.fits(share.nbytes):
                 raise TooLargeError(
                     f"request carries {share.total_samples} samples ({share.nbytes} bytes) for "
@@ -257,23 +264,10 @@ class FanOut:
 
     def _accepted(self, decoded: Decoded) -> None:
         """After an accepted request: each destination's metadata, and what was dropped on
-        the way counted (series over ``max_request_bytes``, the rules' drops, invalid
-        metadata)."""
+        the way counted (the rules' drops, invalid metadata)."""
         routed, m = decoded.routed, self._send_metrics
         for i, dest in enumerate(self.destinations):
             dest.enqueue_metadata(routed.metadata[i])
-            share = decoded.shares[i]
-            if share.too_large:
-                m.dropped_samples.labels(dest.name, DropReason.TOO_LARGE).inc(share.too_large)
-                log.error(
-                    kv(
-                        destination=dest.name,
-                        series=share.too_large_series,
-                        samples=share.too_large,
-                        max_request_bytes=dest.max_request_bytes,
-                        msg="series larger than max_request_bytes dropped",
-                    )
-                )
         sending = len(self.destinations)
         for (i, reason), samples in routed.dropped.items():
             if i < sending:  # not the shadow destinations': they send nothing

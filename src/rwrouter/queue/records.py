@@ -63,8 +63,8 @@ _set = object.__setattr__  # Record is immutable, as Frames
 class EncodedShare:
     """A destination's share of one request, ready to append: ``records`` (each a complete
     record, header included), and the totals over them. ``too_large`` counts the samples of
-    series refused because their frame alone is over ``max_body_bytes`` (``too_large_series``
-    of them)."""
+    series left out because their frame alone is over ``max_body_bytes`` (``too_large_series``
+    of them, the largest ``too_large_bytes`` bytes): the fan-out refuses such a request (413)."""
 
     records: list[bytes] = field(default_factory=list)
     samples: list[int] = field(default_factory=list)  # per record
@@ -72,6 +72,7 @@ class EncodedShare:
     nbytes: int = 0  # bytes of all records, headers included
     too_large: int = 0
     too_large_series: int = 0
+    too_large_bytes: int = 0  # the largest frame left out, bytes
 
     @property
     def total_samples(self) -> int:
@@ -104,6 +105,7 @@ def encode_share(
             )
             out.too_large += count
             out.too_large_series += 1
+            out.too_large_bytes = max(out.too_large_bytes, n)
             start, size, samples, first_at = i + 1, 0, 0, pos + n
             pos += n
             continue

@@ -19,6 +19,9 @@
   such a refusal is split until every series is isolated, and a single series refused as out
   of order is counted as already delivered (``samples_already_delivered``), not dropped:
   per-series order means its sample, or a newer one, reached the destination before.
+- An attempt whose request cannot be built (a ValueError from the HTTP client: a header value
+  with CR or LF) counts as one without an answer: retried with backoff, given up after
+  ``max_retry_duration`` (``retry_budget``), as a network error is.
 - Every part refused for good is counted (``dropped_samples``/``dropped_metadata`` by
   :attr:`~rwrouter.send.refusals.Refusal.reason`), logged, and handed to the ``on_rejected``
   hook (the dead-letter store), once per part.
@@ -137,6 +140,7 @@ class Deliverer:
         self.on_protocol = on_protocol
         self.failures = 0  # retried attempts, for the resharding decision
         self._not_written_at: float | None = None  # when "not written" was last logged
+        self._not_sent_logged = False  # whether a request that could not be built was logged
 
     def use(self, message: str) -> None:
         """Send samples in ``message`` from now on (a reload tries RW 2.0 again)."""
@@ -397,10 +401,31 @@ class Deliverer:
             answer: Answer | Exception = await self.transport.post(body, headers)
         except (TransportError, CredentialsError) as exc:
             answer = exc
+        except ValueError as exc:  # the request cannot be built, e.g. CR/LF in a header value
+            answer = self._not_sent(exc)
         code = str(answer.status) if isinstance(answer, Answer) else "error"
         self.metrics.sent_requests.labels(self.name, code).inc()
         self.metrics.send_duration.labels(self.name).observe(self._clock() - started)
         return answer
+
+    def _not_sent(self, exc: ValueError) -> TransportError:
+        """A request the HTTP client refused to build (aiohttp raises ValueError for a header
+        value with a control character such as CR or LF, from a credentials file rotated to a
+        bad one, say) as an attempt without an answer: retried with backoff and given up
+        after ``max_retry_duration`` like a network error. Logged with its traceback once per
+        deliverer (then by the retry log lines); the error names no header value."""
+        if not self._not_sent_logged:
+            self._not_sent_logged = True
+            log.exception(
+                kv(
+                    destination=self.name,
+                    msg="the request could not be built: retried as a failed attempt",
+                    error=exc,
+                )
+            )
+        error = TransportError(f"request not sent: {type(exc).__name__}: {exc}")
+        error.__cause__ = exc
+        return error
 
     async def _refresh(self, status: int, text: str) -> bool:
         """Ask the authenticator to refresh after a refusal (SigV4: a 401 or 403); True means

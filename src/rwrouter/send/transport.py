@@ -16,7 +16,7 @@ from typing import Protocol
 
 import aiohttp
 
-from rwrouter.config import DestinationConfig, TLSConfig
+from rwrouter.config import DestinationConfig, TLSConfig, redact_url
 from rwrouter.errors import TransportError
 
 BODY_HEAD_BYTES = 1024  # how much of an error answer is kept for logs
@@ -122,17 +122,9 @@ class Transport:
 
 
 def _scrub(text: str) -> str:
-    """An error text without URL query strings or user info (they may hold credentials)."""
-    out = []
-    for word in text.split(" "):
-        if "://" in word:
-            scheme, _, rest = word.partition("://")
-            rest = rest.rpartition("@")[2]
-            if "?" in rest:
-                rest = rest.split("?", 1)[0] + "?<query hidden>" + ("'" if word[-1:] == "'" else "")
-            word = f"{scheme}://{rest}"
-        out.append(word)
-    return " ".join(out)
+    """An error text with every URL in it redacted (:func:`~rwrouter.config.redact_url`: user
+    info and query values may hold credentials)."""
+    return " ".join(redact_url(word) if "://" in word else word for word in text.split(" "))
 
 
 def transport_for(dest: DestinationConfig) -> Transport:

@@ -45,7 +45,7 @@ from rwrouter.errors import (
     TooLargeError,
     UnsupportedError,
 )
-from rwrouter.logs import kv
+from rwrouter.logs import escape, kv
 from rwrouter.metrics import Metrics, ReceiveMetrics, status_snapshot
 from rwrouter.pipeline.fanout import Accepted, FanOut, Stale
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written, message_of
@@ -275,7 +275,7 @@ async def handle_reload(request: web.Request) -> web.Response:
     try:
         summary = await request.app[RELOAD]()
     except (RwrouterError, OSError) as exc:
-        reason = " ".join(str(exc).split())  # one line: YAML errors span several
+        reason = escape(" ".join(str(exc).split()))  # one line, no control characters
         return web.Response(status=500, text=f"failed to reload config: {reason}\n")
     return web.Response(text=f"{summary}\n")
 
