@@ -59,6 +59,7 @@ class RouterServer:
         self.config = config
         self.door = door if door is not None else DoorOptions()
         self._web_file: WebConfigFile | None = None
+        self.front_door: FrontDoor | None = None  # set by start()
         self.worker = worker
         self._peers: Peers | None = None
         self._balancer: Balancer | None = None
@@ -86,7 +87,7 @@ class RouterServer:
             self._web_file = WebConfigFile(
                 self.door.web_config_file, on_loaded=lambda ok: receive.web_config_ok.set(ok)
             )
-        door = FrontDoor(
+        self.front_door = door = FrontDoor(
             source=self._web_file, lifecycle=self.door.enable_lifecycle, metrics=receive
         )
         self.fanout = await build_fanout(self.config, self.metrics)
