@@ -185,9 +185,9 @@ def describe_web_config(config: WebConfig) -> str:
         lines.append("  credentials: none asked for (every request has every role)")
     for name in names:
         entry = None if config.access is None else config.access.get(name.split(" (")[0])
-        roles = ",".join(sorted(entry.roles)) if entry else "write,read,admin"
+        roles = ",".join(r for r in Role if entry is None or r in entry.roles)
         tenant = f", tenant {entry.tenant}" if entry and entry.tenant else ""
         lines.append(f"  credential {name}: roles {roles}{tenant}")
     if config.public_roles:
-        lines.append(f"  public roles: {','.join(sorted(config.public_roles))}")
+        lines.append(f"  public roles: {','.join(r for r in Role if r in config.public_roles)}")
     return "\n".join(lines)
