@@ -19,6 +19,8 @@ the test (:mod:`tests.support.tls`). Every wait is a bounded poll.
 
 from __future__ import annotations
 
+import base64
+import functools
 import ssl
 import urllib.error
 import urllib.request
@@ -81,8 +83,6 @@ class Routers:
 
 
 def _basic(user: str, password: str) -> str:
-    import base64
-
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
@@ -132,7 +132,7 @@ def routers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Routers]:
             urls[name] = f"https://127.0.0.1:{port}"
         rig = Routers(pki=pki, capture=capture, urls=urls, work=work)
         for name in urls:
-            wait_for(lambda n=name: rig_ready(rig, n), timeout=30, what=f"router {name} ready")
+            wait_for(functools.partial(rig_ready, rig, name), timeout=30, what=f"{name} ready")
         yield rig
 
 
