@@ -126,8 +126,9 @@ class Checks:
 
     async def check(self, user: str, hashed: bytes, password: bytes) -> bool:
         """Whether ``password`` matches the bcrypt ``hashed`` (of ``user``)."""
-        digest = hmac.new(self._key, b"\0".join((user.encode(), hashed, password)), hashlib.sha256)
-        key = digest.digest()
+        parts = (user.encode(), hashed, password)  # each length-prefixed: unambiguous
+        message = b"".join(len(p).to_bytes(4, "big") + p for p in parts)
+        key = hmac.new(self._key, message, hashlib.sha256).digest()
         for outcome, seen in self._outcomes.items():
             if key in seen:
                 seen.move_to_end(key)

@@ -157,6 +157,8 @@ class RouterServer:
                 destinations=len(fanout.destinations),
                 audited=",".join(fanout.audit.names) or "-",
                 accelerated=str(ACCELERATED).lower(),
+                web_config=self.door.web_config_file or "-",
+                lifecycle=str(self.door.enable_lifecycle).lower(),
             )
         )
         if not ACCELERATED:
