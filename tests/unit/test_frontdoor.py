@@ -39,6 +39,7 @@ def served_paths() -> set[str]:
             and node.func.attr.startswith("add_")
             and node.args
             and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
         ):
             paths.add(node.args[0].value)
     return paths | set(WRITE_PATHS)  # those are added in a loop
