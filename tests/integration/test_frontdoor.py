@@ -157,6 +157,7 @@ async def test_a_refused_write_keeps_nothing_and_is_counted(
         headers = {**HEADERS, **({"Authorization": authorization} if authorization else {})}
         async with http.post(router.url + "/api/v1/write", data=BODY, headers=headers) as resp:
             assert resp.status in (401, 403)
+            assert resp.headers["Connection"] == "close"  # its body is never read
     async with http.post(
         router.url + "/api/v1/write", data=BODY, headers={**HEADERS, "Authorization": WRITER}
     ) as resp:

@@ -221,6 +221,8 @@ class FrontDoor:
             response = web.Response(status=refusal.status, text=refusal.text + "\n")
             for scheme, challenge in refusal.challenge.items():
                 response.headers.add("WWW-Authenticate", f"{scheme} {challenge}")
+            if request.can_read_body:  # its body is not read: nor is the next request
+                response.force_close()
             return response
         return await handler(request)
 
