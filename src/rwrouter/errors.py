@@ -30,8 +30,10 @@ Outside the tree on purpose:
 - Control flow that never leaves the package, hence private to its module and not an error:
   ``rwrouter.pipeline.fanout.Stale`` (a reload swapped the destinations while a request was
   decoded: it is routed again), ``rwrouter.server.decoders.Busy`` (a decoding lane is full:
-  the server answers 503) and ``rwrouter.server.app.ClientGone`` (the sender closed the
-  connection before its answer: counted, nothing kept).
+  the server answers 503), ``rwrouter.server.app.ClientGone`` (the sender closed the
+  connection before its answer: counted, nothing kept) and
+  ``rwrouter.server.frontdoor.Refused`` (the front door answers 401 or 403 itself: counted,
+  the request never reaches its handler).
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ __all__ = [
     "REFUSAL_REASONS",
     "RETRY_LABELS",
     "SAMPLE_DROP_REASONS",
+    "AuthReason",
     "DropReason",
     "FallbackReason",
     "Reason",
@@ -175,3 +176,14 @@ class FallbackReason(Reason):
         "nothing_written",
         "a 2xx without the Written headers, or with all three 0: a remote write 1.0 receiver",
     )
+
+
+class AuthReason(Reason):
+    """Why the front door refused a request (``--web.config.file``, ``--web.enable-lifecycle``):
+    the ``reason`` label of ``rwrouter_auth_failures_total`` (:mod:`rwrouter.server.frontdoor`)."""
+
+    MISSING = "missing", "401: no credential where one is needed"
+    WRONG = "wrong", "401: an unknown user, a wrong password or token, or a malformed header"
+    FORBIDDEN = "forbidden", "403: a valid credential without the role the endpoint needs"
+    CLIENT_CERT = "client_cert", "403: a client certificate without an allowed SAN"
+    LIFECYCLE = "lifecycle", "403: /-/reload without --web.enable-lifecycle"

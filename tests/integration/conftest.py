@@ -17,6 +17,7 @@ from moto.server import ThreadedMotoServer
 
 from rwrouter.config import Config, load_config, parse_config
 from rwrouter.metrics import Metrics
+from rwrouter.server.frontdoor import DoorOptions
 from rwrouter.server.runner import RouterServer
 from tests.support.capture import CaptureServer
 from tests.support.series import HEADERS
@@ -107,11 +108,13 @@ def metric_value(source: RouterServer | Metrics, name: str, **labels: str) -> fl
 
 @pytest.fixture
 async def start_from_file() -> AsyncIterator[Start]:
-    """Start a router from a config file (reloadable: ``config_path`` is set); every one
-    started is stopped at the end (a stopped router's stop does nothing)."""
+    """Start a router from a config file (reloadable: ``config_path`` is set, and
+    ``POST /-/reload`` served: ``--web.enable-lifecycle``); every one started is stopped at
+    the end (a stopped router's stop does nothing)."""
+    door = DoorOptions(enable_lifecycle=True)
 
     def make(path: Path, n: int) -> RouterServer:
-        return RouterServer(load_config(str(path)), config_path=str(path))
+        return RouterServer(load_config(str(path)), config_path=str(path), door=door)
 
     async with _started_routers(make, drain_timeout=1) as start:
         yield start

@@ -87,7 +87,10 @@ def start(tmp: Path, capture: CaptureServer, path: str) -> RouterProcess:
     config = tmp / "rwrouter.yaml"
     config.write_text(CONFIG.format(port=port, url=capture.url(path)))
     router = RouterProcess(
-        config_path=config, port=port, log_path=tmp / "rwrouter.log", args=["--workers", "2"]
+        config_path=config,
+        port=port,
+        log_path=tmp / "rwrouter.log",
+        args=["--workers", "2", "--web.enable-lifecycle"],  # POST /-/reload
     )
     try:
         poll(lambda: all_up(router) or router.process.poll() is not None, what="workers up")

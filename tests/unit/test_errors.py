@@ -115,6 +115,7 @@ CONTROL_FLOW = {
     "pipeline/fanout.py": {"Stale"},
     "server/decoders.py": {"Busy"},
     "server/app.py": {"ClientGone"},
+    "server/frontdoor.py": {"Refused"},
 }
 BUILTIN_EXCEPTIONS = {
     name

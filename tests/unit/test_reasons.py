@@ -13,12 +13,14 @@ from pathlib import Path
 import pytest
 
 from rwrouter.config import EscapingScheme, Fsync, OnFull
+from rwrouter.config.web import ClientAuth, Role
 from rwrouter.metrics import Metrics
 from rwrouter.reasons import (
     METADATA_DROP_REASONS,
     REFUSAL_REASONS,
     RETRY_LABELS,
     SAMPLE_DROP_REASONS,
+    AuthReason,
     DropReason,
     FallbackReason,
     Reason,
@@ -70,6 +72,19 @@ PINNED: list[tuple[str, type[StrEnum], set[str]]] = [
     ),
     ("retry_reasons", RetryReason, {"network", "5xx", "429", "4xx", "credential_refresh"}),
     ("fallback_reasons", FallbackReason, {"415", "nothing_written"}),
+    ("web_roles", Role, {"write", "read", "admin"}),
+    (
+        "client_auth_types",
+        ClientAuth,
+        {
+            "NoClientCert",
+            "RequestClientCert",
+            "RequireAnyClientCert",
+            "VerifyClientCertIfGiven",
+            "RequireAndVerifyClientCert",
+        },
+    ),
+    ("auth_reasons", AuthReason, {"missing", "wrong", "forbidden", "client_cert", "lifecycle"}),
     ("kinds", Kind, {"samples", "metadata"}),
     ("on_full", OnFull, {"backpressure", "drop_oldest"}),
     ("fsync", Fsync, {"always", "interval"}),
@@ -93,6 +108,7 @@ COUNTED: list[tuple[str, str, Sequence[Reason]]] = [
     ("refused_requests", "rwrouter_refused_requests", list(RefuseReason)),
     ("retries", "rwrouter_retries", RETRY_LABELS),
     ("protocol_fallbacks", "rwrouter_protocol_fallbacks", list(FallbackReason)),
+    ("auth_failures", "rwrouter_auth_failures", list(AuthReason)),
 ]
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 

@@ -32,15 +32,20 @@ from rwrouter.errors import ConfigError, RwrouterError
 from rwrouter.logs import escape, kv, setup_logging
 
 if TYPE_CHECKING:
+    from rwrouter.config.webmodel import WebConfig
+    from rwrouter.server.frontdoor import DoorOptions
     from rwrouter.server.workers import WorkerSpec
 
 log = logging.getLogger("rwrouter")
 
 
-async def serve(config_path: str, *, worker: WorkerSpec | None = None) -> int:
+async def serve(
+    config_path: str, *, worker: WorkerSpec | None = None, door: DoorOptions | None = None
+) -> int:
     """Run the router until SIGTERM/SIGINT; then stop accepting and drain the queues for
     ``server.shutdown_timeout`` (the rest stays on disk). SIGHUP reloads the configuration.
-    ``worker``: run as one worker of ``--workers`` (:mod:`rwrouter.server.workers`)."""
+    ``worker``: run as one worker of ``--workers`` (:mod:`rwrouter.server.workers`);
+    ``door``: ``--web.config.file`` and ``--web.enable-lifecycle``."""
     from rwrouter.config import load_config
     from rwrouter.server.runner import RouterServer
     from rwrouter.server.workers import report_ready, worker_config
@@ -48,7 +53,7 @@ async def serve(config_path: str, *, worker: WorkerSpec | None = None) -> int:
     config = load_config(config_path)
     if worker is not None:
         config = worker_config(config, worker)
-    server = RouterServer(config, config_path=config_path, worker=worker)
+    server = RouterServer(config, config_path=config_path, worker=worker, door=door)
     await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -81,21 +86,43 @@ RUN_NEEDS_CONFIG = "rwrouter run needs --config FILE (the demo is `rwrouter demo
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from rwrouter.server.frontdoor import DoorOptions
+
+    door = DoorOptions(
+        web_config_file=args.web_config_file, enable_lifecycle=args.web_enable_lifecycle
+    )
     if args.worker is not None:  # started by the supervisor of --workers N
         from rwrouter.server.workers import WorkerSpec, prepare_worker
 
         spec = WorkerSpec.from_arg(args.worker)
         prepare_worker(spec)
-        return asyncio.run(serve(args.config, worker=spec))
+        return asyncio.run(serve(args.config, worker=spec, door=door))
     if args.workers > 1:
         from rwrouter.config import load_config
         from rwrouter.server.supervisor import supervise
 
         config = load_config(args.config)  # errors are one line here, not one per worker
+        if door.web_config_file is not None:
+            load_web_config(door.web_config_file)
         return asyncio.run(
-            supervise(args.config, config, workers=args.workers, log_level=args.log_level)
+            supervise(
+                args.config, config, workers=args.workers, log_level=args.log_level, door=door
+            )
         )
-    return asyncio.run(serve(args.config))
+    if door.web_config_file is not None:
+        load_web_config(door.web_config_file)  # its errors name the file
+    return asyncio.run(serve(args.config, door=door))
+
+
+def load_web_config(path: str) -> WebConfig:
+    """:func:`rwrouter.server.webtls.load_web_config`, its ConfigError naming the file."""
+    from rwrouter.server.webtls import load_web_config as load
+
+    try:
+        return load(path)
+    except ConfigError as exc:
+        key = f"{path}: {exc.path}" if exc.path else path
+        raise ConfigError(f"--web.config.file {key}", exc.reason) from None
 
 
 def _workers(text: str) -> int:
@@ -119,6 +146,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
                 f"remote_write[{i}].sigv4.region", "not set, nor in AWS_REGION or the AWS profile"
             )
     text = describe_config(config)  # names and rules may hold control characters
+    if args.web_config_file is not None:
+        from rwrouter.config.webmodel import describe_web_config
+
+        text += "\n" + describe_web_config(load_web_config(args.web_config_file))
     print("\n".join(map(escape, text.split("\n"))))
     return 0
 
@@ -132,6 +163,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
         workdir=args.workdir,
         prometheus=args.prometheus,
     )
+
+
+def _web_flags(parser: argparse.ArgumentParser, *, lifecycle: bool) -> None:
+    parser.add_argument(
+        "--web.config.file",
+        dest="web_config_file",
+        metavar="FILE",
+        help="web configuration file (Prometheus's format: TLS, basic auth, bearer tokens, "
+        "roles); read again when it changes",
+    )
+    if lifecycle:
+        parser.add_argument(
+            "--web.enable-lifecycle",
+            dest="web_enable_lifecycle",
+            action="store_true",
+            help="serve POST /-/reload (admin role); off: 403 (SIGHUP always reloads)",
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -151,10 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="router processes sharing the listen port (SO_REUSEPORT), each with "
         "its own queues; default 1",
     )
+    _web_flags(run, lifecycle=True)
     run.add_argument("--worker", help=argparse.SUPPRESS)  # set by the supervisor of --workers
     run.set_defaults(func=cmd_run)
     check = sub.add_parser("check-config", help="validate a configuration and describe it")
     check.add_argument("file")
+    _web_flags(check, lifecycle=False)
     check.set_defaults(func=cmd_check_config)
     demo = sub.add_parser(
         "demo", help="run the local demo pipeline (needs Debian's prometheus, or --prometheus)"

@@ -1,17 +1,19 @@
 """The receive side's metrics (:mod:`rwrouter.server.app`): the requests received, by the
 answer and by protocol, what the accepted ones carried, the refusals by reason, and the time
-to receive one."""
+to receive one; the front door's refusals by reason and whether its web configuration file was
+read (:mod:`rwrouter.server.frontdoor`)."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from rwrouter.reasons import RefuseReason, listing
+from rwrouter.reasons import AuthReason, RefuseReason, listing
 
 
 class ReceiveMetrics:
-    """``rwrouter_received_*``, ``rwrouter_refused_requests_total`` and
-    ``rwrouter_receive_duration_seconds``, registered on ``registry``."""
+    """``rwrouter_received_*``, ``rwrouter_refused_requests_total``,
+    ``rwrouter_receive_duration_seconds``, ``rwrouter_auth_failures_total`` and
+    ``rwrouter_web_config_last_reload_successful``, registered on ``registry``."""
 
     def __init__(self, *, registry: CollectorRegistry) -> None:
         r = registry
@@ -51,3 +53,16 @@ class ReceiveMetrics:
             ["reason"],
             registry=r,
         )
+        self.auth_failures = Counter(
+            "rwrouter_auth_failures",
+            "Requests the front door refused, by reason: " + listing(AuthReason) + ".",
+            ["reason"],
+            registry=r,
+        )
+        self.web_config_ok = Gauge(
+            "rwrouter_web_config_last_reload_successful",
+            "1 when the web configuration file (--web.config.file) and the files it names were "
+            "last read without error (or there is none), 0 while a broken change is ignored.",
+            registry=r,
+        )
+        self.web_config_ok.set(1)

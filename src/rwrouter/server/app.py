@@ -32,7 +32,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -53,6 +53,9 @@ from rwrouter.reasons import RefuseReason
 from rwrouter.server.decoders import LARGE_BODY, Busy, Decoders, work_size
 from rwrouter.wire import declared_size
 from rwrouter.wire.accelerator import ACCELERATED
+
+if TYPE_CHECKING:
+    from rwrouter.server.frontdoor import FrontDoor
 
 log = logging.getLogger("rwrouter.server")
 
@@ -345,9 +348,20 @@ async def _shutdown_decoders(app: web.Application) -> None:
     app[DECODERS].shutdown()
 
 
-def make_app(*, fanout: FanOut, metrics: Metrics, settings: ServerConfig) -> web.Application:
-    """Build the web application; the caller starts and stops ``fanout`` (see cli.run)."""
-    app = web.Application(client_max_size=settings.max_request_bytes)
+def make_app(
+    *,
+    fanout: FanOut,
+    metrics: Metrics,
+    settings: ServerConfig,
+    front_door: FrontDoor | None = None,
+) -> web.Application:
+    """Build the web application; the caller starts and stops ``fanout`` (see cli.run).
+    ``front_door``: who may call which endpoint (:mod:`rwrouter.server.frontdoor`; None:
+    anyone, every endpoint)."""
+    middlewares = [] if front_door is None else [front_door.middleware]
+    app = web.Application(client_max_size=settings.max_request_bytes, middlewares=middlewares)
+    if front_door is not None:
+        app.on_response_prepare.append(front_door.add_headers)
     app[FANOUT], app[SETTINGS], app[READY] = fanout, settings, [False]
     app[RECEIVE_METRICS] = metrics.receive
     # With the accelerator an ordinary body is decoded in about a millisecond: on the loop.

@@ -20,6 +20,8 @@ from rwrouter.pipeline.fanout import FanOut, build_fanout
 from rwrouter.pipeline.reload import reconfigure
 from rwrouter.server.app import AUDIT, BALANCE, EXPOSE, READY, RELOAD, make_app
 from rwrouter.server.balance import Balancer, Board, board_path
+from rwrouter.server.frontdoor import DoorOptions, FrontDoor
+from rwrouter.server.webtls import ReloadingContext, WebConfigFile
 from rwrouter.server.workers import Peers, WorkerSpec, worker_config
 from rwrouter.wire.accelerator import ACCELERATED
 
@@ -39,6 +41,10 @@ class RouterServer:
     workers' (:mod:`rwrouter.server.balance`), ``/metrics`` shows every worker's metrics and
     ``/-/reload`` reloads every worker. ``config`` is already the worker's own
     (:func:`~rwrouter.server.workers.worker_config`).
+
+    ``door``: ``--web.config.file`` (TLS, credentials, roles: :mod:`rwrouter.server.frontdoor`;
+    read at :meth:`start`, ConfigError if it is invalid) and ``--web.enable-lifecycle``
+    (``POST /-/reload``; off by default, as in Prometheus).
     """
 
     def __init__(
@@ -48,8 +54,12 @@ class RouterServer:
         metrics: Metrics | None = None,
         config_path: str | None = None,
         worker: WorkerSpec | None = None,
+        door: DoorOptions | None = None,
     ) -> None:
         self.config = config
+        self.door = door if door is not None else DoorOptions()
+        self._web_file: WebConfigFile | None = None
+        self.front_door: FrontDoor | None = None  # set by start()
         self.worker = worker
         self._peers: Peers | None = None
         self._balancer: Balancer | None = None
@@ -63,16 +73,28 @@ class RouterServer:
 
     @property
     def url(self) -> str:
-        """Base URL of the listener, e.g. ``http://127.0.0.1:9250``."""
+        """Base URL of the listener, e.g. ``http://127.0.0.1:9250`` (``https`` with TLS)."""
         host = self.config.server.listen_host or "127.0.0.1"
         host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-        return f"http://{host}:{self.port}"
+        tls = self._web_file is not None and self._web_file.context is not None
+        return f"{'https' if tls else 'http'}://{host}:{self.port}"
 
     async def start(self) -> None:
-        """Start the destinations' senders, then listen. Raises OSError if the port is taken."""
+        """Read the web configuration file, start the destinations' senders, then listen.
+        Raises ConfigError for a bad web configuration, OSError if the port is taken."""
+        receive = self.metrics.receive
+        if self.door.web_config_file is not None:
+            self._web_file = WebConfigFile(
+                self.door.web_config_file, on_loaded=lambda ok: receive.web_config_ok.set(ok)
+            )
+        self.front_door = door = FrontDoor(
+            source=self._web_file, lifecycle=self.door.enable_lifecycle, metrics=receive
+        )
         self.fanout = await build_fanout(self.config, self.metrics)
         await self.fanout.start()
-        self._app = make_app(fanout=self.fanout, metrics=self.metrics, settings=self.config.server)
+        self._app = make_app(
+            fanout=self.fanout, metrics=self.metrics, settings=self.config.server, front_door=door
+        )
         self._app[RELOAD] = self.reload
         if self.worker is not None:
             self._join_workers(self._app, worker=self.worker, fanout=self.fanout)
@@ -110,12 +132,14 @@ class RouterServer:
             shutdown_timeout=REQUEST_GRACE,
         )
         await self._runner.setup()
+        tls = self._web_file is not None and self._web_file.context is not None
         site = web.TCPSite(
             self._runner,
             settings.listen_host or None,
             settings.listen_port,
             reuse_address=True,
             reuse_port=self.worker is not None,
+            ssl_context=ReloadingContext(self._web_file) if tls and self._web_file else None,
         )
         await site.start()
         server = site._server  # aiohttp keeps the bound sockets there
@@ -133,6 +157,8 @@ class RouterServer:
                 destinations=len(fanout.destinations),
                 audited=",".join(fanout.audit.names) or "-",
                 accelerated=str(ACCELERATED).lower(),
+                web_config=self.door.web_config_file or "-",
+                lifecycle=str(self.door.enable_lifecycle).lower(),
             )
         )
         if not ACCELERATED:

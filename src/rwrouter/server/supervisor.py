@@ -36,6 +36,7 @@ from rwrouter.config import Config, ServerConfig
 from rwrouter.logs import kv
 from rwrouter.queue.segments import load_position, segment_numbers, segment_path
 from rwrouter.server.balance import board_path, clear_slot, create_board
+from rwrouter.server.frontdoor import DoorOptions
 from rwrouter.server.runner import REQUEST_GRACE
 from rwrouter.server.workers import WorkerSpec
 
@@ -81,10 +82,18 @@ def orphaned_queues(storage_path: str, workers: int) -> list[tuple[Path, int]]:
     return found
 
 
-async def supervise(config_path: str, config: Config, *, workers: int, log_level: str) -> int:
+async def supervise(
+    config_path: str,
+    config: Config,
+    *,
+    workers: int,
+    log_level: str,
+    door: DoorOptions | None = None,
+) -> int:
     """Run ``workers`` worker processes of ``config_path`` (already loaded and valid as
-    ``config``) until SIGTERM/SIGINT; returns the exit status. Raises OSError when the listen
-    address is taken."""
+    ``config``) until SIGTERM/SIGINT; returns the exit status. ``door``: the front door flags
+    each worker gets (each applies the web configuration file itself). Raises OSError when
+    the listen address is taken."""
     port = check_address(config.server)
     for directory, unsent in orphaned_queues(config.storage.path, workers):
         log.warning(
@@ -106,6 +115,7 @@ async def supervise(config_path: str, config: Config, *, workers: int, log_level
             runtime_dir=runtime_dir,
             log_level=log_level,
             stop_grace=config.server.shutdown_timeout + REQUEST_GRACE,
+            worker_args=door.args() if door is not None else (),
         )
         return await supervisor.run()
     finally:
@@ -124,8 +134,10 @@ class Supervisor:
         runtime_dir: str,
         log_level: str,
         stop_grace: float,
+        worker_args: tuple[str, ...] = (),
     ) -> None:
         self.config_path, self.count, self.port = config_path, count, port
+        self.worker_args = worker_args  # more ``rwrouter run`` arguments: the front door's
         self.runtime_dir, self.log_level = runtime_dir, log_level
         self.stop_grace = stop_grace  # seconds a worker gets to stop after SIGTERM
         self.procs: dict[int, asyncio.subprocess.Process] = {}
@@ -208,6 +220,7 @@ class Supervisor:
                 self.config_path,
                 "--worker",
                 spec.to_arg(),
+                *self.worker_args,
                 pass_fds=(ready_write, self._lifeline_read),
                 stdin=asyncio.subprocess.DEVNULL,
             )
