@@ -30,8 +30,9 @@ Outside the tree on purpose:
 - Control flow that never leaves the package, hence private to its module and not an error:
   ``rwrouter.pipeline.fanout.Stale`` (a reload swapped the destinations while a request was
   decoded: it is routed again), ``rwrouter.server.decoders.Busy`` (a decoding lane is full:
-  the server answers 503) and ``rwrouter.server.app.ClientGone`` (the sender closed the
-  connection before its answer: counted, nothing kept).
+  the server answers 503), ``rwrouter.server.bodies.ClientGone`` (the sender closed the
+  connection before its answer: counted, nothing kept) and
+  ``rwrouter.server.bodies.ReadWaitTimeout`` (no read of the body came in time: 503).
 """
 
 from __future__ import annotations

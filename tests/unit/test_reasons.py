@@ -15,10 +15,13 @@ import pytest
 from rwrouter.config import EscapingScheme, Fsync, OnFull
 from rwrouter.metrics import Metrics
 from rwrouter.reasons import (
+    CLOSED_CONNECTION_REASONS,
     METADATA_DROP_REASONS,
     REFUSAL_REASONS,
+    REFUSED_CONNECTION_REASONS,
     RETRY_LABELS,
     SAMPLE_DROP_REASONS,
+    ConnectionReason,
     DropReason,
     FallbackReason,
     Reason,
@@ -66,8 +69,10 @@ PINNED: list[tuple[str, type[StrEnum], set[str]]] = [
             "queue_full",
             "busy",
             "storage",
+            "read_wait",
         },
     ),
+    ("connection_reasons", ConnectionReason, {"max_connections", "header_timeout", "idle_timeout"}),
     ("retry_reasons", RetryReason, {"network", "5xx", "429", "4xx", "credential_refresh"}),
     ("fallback_reasons", FallbackReason, {"415", "nothing_written"}),
     ("kinds", Kind, {"samples", "metadata"}),
@@ -93,6 +98,8 @@ COUNTED: list[tuple[str, str, Sequence[Reason]]] = [
     ("refused_requests", "rwrouter_refused_requests", list(RefuseReason)),
     ("retries", "rwrouter_retries", RETRY_LABELS),
     ("protocol_fallbacks", "rwrouter_protocol_fallbacks", list(FallbackReason)),
+    ("connections_refused", "rwrouter_connections_refused", REFUSED_CONNECTION_REASONS),
+    ("connections_closed", "rwrouter_connections_closed", CLOSED_CONNECTION_REASONS),
 ]
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
