@@ -15,8 +15,8 @@ When ``accept()`` fails with EMFILE, ENFILE, ENOBUFS or ENOMEM, asyncio
 for every connection waiting in the backlog, and retries a second later: its default handler
 logs each with a traceback (thousands of lines a second). :class:`AcceptErrors`, the loop's
 exception handler while the listener runs, counts them (``rwrouter_accept_errors_total``),
-logs the first of an episode and, at the next accepted connection, its end with the count;
-anything else goes to the handler it replaced.
+logs the first of an episode and, once none failed for :data:`EPISODE_QUIET` seconds, its end
+with the count; anything else goes to the handler it replaced.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import errno
 import logging
 import resource
 import ssl
-import time
 from typing import Any
 
 from aiohttp import web
@@ -42,20 +41,21 @@ log = logging.getLogger("rwrouter.server")
 
 RESOURCE_ERRNOS = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM))
 BACKLOG = 128  # the listen backlog (aiohttp's TCPSite default)
+EPISODE_QUIET = 5.0  # seconds without a failed accept that end an episode of them
 
 
 class AcceptErrors:
     """The exception handler of ``loop`` between :meth:`install` and :meth:`uninstall`:
-    see the module docstring. ``clock``: monotonic seconds."""
+    see the module docstring. An episode ends :data:`EPISODE_QUIET` seconds after its last
+    failed accept (connections accepted meanwhile, as descriptors come and go at the limit,
+    do not end it)."""
 
-    def __init__(
-        self, *, loop: asyncio.AbstractEventLoop, metrics: ReceiveMetrics, clock: Any = None
-    ) -> None:
+    def __init__(self, *, loop: asyncio.AbstractEventLoop, metrics: ReceiveMetrics) -> None:
         self.loop = loop
         self.metrics = metrics
-        self.clock = clock or time.monotonic
         self.failures = 0  # of the episode under way (0: none)
-        self._since = 0.0
+        self._since = self._last = 0.0  # loop.time() of its first and last failures
+        self._timer: asyncio.TimerHandle | None = None
         self._previous: Any = None
 
     def install(self) -> None:
@@ -63,6 +63,9 @@ class AcceptErrors:
         self.loop.set_exception_handler(self._handle)
 
     def uninstall(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self.loop.get_exception_handler() == self._handle:
             self.loop.set_exception_handler(self._previous)
 
@@ -79,44 +82,47 @@ class AcceptErrors:
                 loop.default_exception_handler(context)
             return
         self.metrics.accept_errors.inc()
+        self._last = loop.time()
         if not self.failures:
-            self._since = self.clock()
+            self._since = self._last
             soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
             log.error(
                 kv(
                     msg="cannot accept connections: no file descriptor or memory left; "
-                    "retrying every second (not logged again until accepts work)",
+                    "retrying every second (not logged again during this episode)",
                     error=errno.errorcode.get(exc.errno or 0, exc.errno),
                     fd_limit=soft,
                 )
             )
+            self._timer = loop.call_later(EPISODE_QUIET, self._check_end)
         self.failures += 1
 
-    def accepted(self) -> None:
-        """A connection was accepted: the end of an episode, if one was under way."""
-        if self.failures:
-            log.warning(
-                kv(
-                    msg="accepting connections again",
-                    failed_accepts=self.failures,
-                    seconds=round(self.clock() - self._since, 1),
-                )
+    def _check_end(self) -> None:
+        """End the episode once no accept failed for :data:`EPISODE_QUIET` seconds."""
+        quiet = self.loop.time() - self._last
+        if quiet < EPISODE_QUIET:
+            self._timer = self.loop.call_later(EPISODE_QUIET - quiet, self._check_end)
+            return
+        self._timer = None
+        log.warning(
+            kv(
+                msg="accepting connections again",
+                failed_accepts=self.failures,
+                seconds=round(self._last - self._since, 1),
             )
-            self.failures = 0
+        )
+        self.failures = 0
 
 
 class Connections:
     """What a listener's connections share: the bounds (``settings``), the count of open
-    ones (``open``), the metrics, the accept errors."""
+    ones (``open``), the metrics."""
 
-    def __init__(
-        self, *, settings: ServerConfig, metrics: ReceiveMetrics, accept_errors: AcceptErrors
-    ) -> None:
+    def __init__(self, *, settings: ServerConfig, metrics: ReceiveMetrics) -> None:
         self.max_connections = settings.max_connections
         self.header_timeout = settings.header_read_timeout
         self.idle_timeout = settings.idle_timeout
         self.metrics = metrics
-        self.accept_errors = accept_errors
         self.open = 0
 
 
@@ -144,7 +150,6 @@ class BoundedHandler(web.RequestHandler):
             transport.close()
             return
         connections.open += 1
-        connections.accept_errors.accepted()
         super().connection_made(transport)
         self._arm_header_timer()
 

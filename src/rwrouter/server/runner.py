@@ -132,9 +132,7 @@ class RouterServer:
         metrics = self.metrics.receive
         self._accept_errors = AcceptErrors(loop=asyncio.get_running_loop(), metrics=metrics)
         self._accept_errors.install()
-        connections = Connections(
-            settings=self.config.server, metrics=metrics, accept_errors=self._accept_errors
-        )
+        connections = Connections(settings=self.config.server, metrics=metrics)
         bodies = app[BODIES]
         metrics.watch_bounds(
             connections=lambda: connections.open,
