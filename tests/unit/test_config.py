@@ -876,6 +876,10 @@ def test_describe_config_shows_storage_shutdown_and_queue_keys() -> None:
     assert lines[1] == "global: metric_name_validation_scheme=utf8"
     assert lines[2].endswith(" read_timeout=1m shutdown_timeout=30s")
     assert lines[3] == (
+        "  bounds: max_concurrent_reads=8 max_buffered_body_bytes=128MiB read_wait_timeout=10s"
+        " header_read_timeout=5s idle_timeout=1m max_connections=512"
+    )
+    assert lines[4] == (
         "storage: path=data (relative to the working directory) fsync=interval"
         " fsync_interval=1s rejected_max_bytes=64MiB"
     )
@@ -1122,3 +1126,30 @@ def test_describe_rw2_sigv4_notes_and_regex_as_written() -> None:
     assert "replacement='a\\1'" in workspace  # backslashes as written
     assert "remote write 1.0 (protobuf_message: prometheus.WriteRequest)" in other
     assert "send is not used" not in other
+
+
+MEMORY = [
+    # id, YAML, the memory line check-config ends with
+    (
+        "rwrouter_defaults",
+        "remote_write: [{url: 'http://p:9090/w'}]\n",
+        "memory: about 1558MiB per process (per worker with --workers) = bodies 128MiB"
+        " + relabel_cache 1024MiB + read_ahead 256MiB + base 150MiB",
+    ),
+    (
+        "bodies_bound_and_audit",
+        "server: {max_buffered_body_bytes: 512MiB}\n"
+        "relabel_cache: {max_bytes: 256MiB}\naudit: {max_series: 500000}\n"
+        "remote_write:\n"
+        "  - {url: 'http://p:9090/w', audit: true, queue_config: {max_memory_bytes: 64MiB}}\n"
+        "  - {name: candidate, shadow: true}\n",
+        "memory: about 1078MiB per process (per worker with --workers) = bodies 512MiB"
+        " + relabel_cache 256MiB + read_ahead 64MiB + audit 96MiB + base 150MiB",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "line"), [c[1:] for c in MEMORY], ids=[c[0] for c in MEMORY])
+def test_describe_config_ends_with_the_memory_estimate(text: str, line: str) -> None:
+    # The Helm chart's sum (tests/deploy/test_helm.py: 1558Mi for rwrouter's defaults).
+    assert describe_config(parse_config(text, env={})).splitlines()[-1] == line
