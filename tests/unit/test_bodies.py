@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from aiohttp import web
 
 from rwrouter.config import ServerConfig
 from rwrouter.server.bodies import BodyGate, ReadWaitTimeout
@@ -117,3 +118,10 @@ def test_the_gate_of_the_server_section() -> None:
         settings.max_request_bytes,
         settings.read_timeout,
     )
+
+
+def test_aiohttp_still_has_what_the_connection_bounds_read() -> None:
+    # rwrouter.server.connections.BoundedHandler reads two attributes of aiohttp's connection
+    # protocol and wraps one of its methods: an aiohttp upgrade that renames them fails here.
+    assert {"_waiter", "_request_count"} <= set(web.RequestHandler.__slots__)
+    assert callable(web.RequestHandler._process_keepalive)
