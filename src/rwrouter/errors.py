@@ -30,8 +30,9 @@ Outside the tree on purpose:
 - Control flow that never leaves the package, hence private to its module and not an error:
   ``rwrouter.pipeline.fanout.Stale`` (a reload swapped the destinations while a request was
   decoded: it is routed again), ``rwrouter.server.decoders.Busy`` (a decoding lane is full:
-  the server answers 503), ``rwrouter.server.app.ClientGone`` (the sender closed the
-  connection before its answer: counted, nothing kept) and
+  the server answers 503), ``rwrouter.server.bodies.ClientGone`` (the sender closed the
+  connection before its answer: counted, nothing kept),
+  ``rwrouter.server.bodies.ReadWaitTimeout`` (no read of the body came in time: 503) and
   ``rwrouter.server.frontdoor.Refused`` (the front door answers 401 or 403 itself: counted,
   the request never reaches its handler).
 """

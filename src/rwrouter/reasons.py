@@ -14,11 +14,14 @@ from enum import StrEnum
 from typing import Self
 
 __all__ = [
+    "CLOSED_CONNECTION_REASONS",
     "METADATA_DROP_REASONS",
     "REFUSAL_REASONS",
+    "REFUSED_CONNECTION_REASONS",
     "RETRY_LABELS",
     "SAMPLE_DROP_REASONS",
     "AuthReason",
+    "ConnectionReason",
     "DropReason",
     "FallbackReason",
     "Reason",
@@ -147,6 +150,37 @@ class RefuseReason(Reason):
     QUEUE_FULL = "queue_full", "503: a destination's disk queue has no room"
     BUSY = "busy", "503: too many requests being decoded"
     STORAGE = "storage", "503: a disk queue could not be written"
+    READ_WAIT = (
+        "read_wait",
+        (
+            "503: no read within server.read_wait_timeout, server.max_concurrent_reads "
+            "bodies being read or server.max_buffered_body_bytes held"
+        ),
+    )
+
+
+class ConnectionReason(Reason):
+    """Why rwrouter refused or closed a connection (:mod:`rwrouter.server.connections`): the
+    ``reason`` label of ``rwrouter_connections_refused_total``
+    (:data:`REFUSED_CONNECTION_REASONS`) and ``rwrouter_connections_closed_total``
+    (:data:`CLOSED_CONNECTION_REASONS`)."""
+
+    MAX_CONNECTIONS = (
+        "max_connections",
+        "server.max_connections already open",
+    )
+    HEADER_TIMEOUT = (
+        "header_timeout",
+        "headers not complete within server.header_read_timeout",
+    )
+    IDLE_TIMEOUT = "idle_timeout", "idle for server.idle_timeout between requests"
+
+
+#: The reasons of ``rwrouter_connections_refused_total``.
+REFUSED_CONNECTION_REASONS = (ConnectionReason.MAX_CONNECTIONS,)
+
+#: The reasons of ``rwrouter_connections_closed_total``.
+CLOSED_CONNECTION_REASONS = (ConnectionReason.HEADER_TIMEOUT, ConnectionReason.IDLE_TIMEOUT)
 
 
 class RetryReason(Reason):

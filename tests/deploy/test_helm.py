@@ -622,7 +622,8 @@ def bounds(config: dict[str, Any], workers: int = 1) -> tuple[int, int]:
     rejected = parse_size((config.get("storage") or {}).get("rejected_max_bytes") or "64MiB", "")
     cache = parse_size((config.get("relabel_cache") or {}).get("max_bytes") or "1GiB", "")
     max_series = (config.get("audit") or {}).get("max_series", DEFAULT_MAX_SERIES)
-    disk, memory = 0, cache + BASE_MEMORY
+    bodies = (config.get("server") or {}).get("max_buffered_body_bytes") or "128MiB"
+    disk, memory = 0, cache + BASE_MEMORY + parse_size(bodies, "")
     for dest in config["remote_write"]:
         if dest.get("shadow") or dest.get("audit"):
             memory += max_series * SERIES_BYTES
@@ -649,16 +650,16 @@ def test_default_config_fits_the_default_memory_limit(chart: Any) -> None:
     # ...and so is the audit of the workspace (rwrouter's own default is 2 M series, ~191MiB).
     assert config["audit"]["max_series"] * SERIES_BYTES == 50_000_000  # about 48MiB
     disk, memory = bounds(config)
-    assert memory == (256 + 2 * 64 + 150) * MIB + 50_000_000 <= limit
-    assert -(-memory // MIB) == 582  # the per-worker figure of the README and values.yaml
+    assert memory == (256 + 2 * 64 + 128 + 150) * MIB + 50_000_000 <= limit
+    assert -(-memory // MIB) == 710  # the per-worker figure of the README and values.yaml
     # The disk bound fits the default claim (persistence.size) with one worker.
     assert disk == 2 * (1024 + 64) * MIB <= quantity(values["persistence"]["size"])
     assert "resources.limits.memory" not in notes(chart, WORKSPACE)
     # Two workers double it: above the default limit, and NOTES.txt says so.
     assert bounds(config, 2)[1] > limit
     text = notes(chart, merged(WORKSPACE, {"workers": 2}))
-    assert "WARNING: resources.limits.memory (1Gi) is below" in text and "1164Mi" in text
-    raised = {"workers": 2, "resources": {"limits": {"memory": "1200Mi"}}}
+    assert "WARNING: resources.limits.memory (1Gi) is below" in text and "1420Mi" in text
+    raised = {"workers": 2, "resources": {"limits": {"memory": "1500Mi"}}}
     assert "resources.limits.memory" not in notes(chart, merged(WORKSPACE, raised))
     # rwrouter's own defaults (the cache and read-ahead not bounded) exceed even one worker's.
     unbounded = {
@@ -667,7 +668,7 @@ def test_default_config_fits_the_default_memory_limit(chart: Any) -> None:
             "remote_write": [{"name": "a", "url": "http://a:9090/api/v1/write"}],
         }
     }
-    assert "about 1430Mi = workers (1)" in notes(chart, merged(WORKSPACE, unbounded))
+    assert "about 1558Mi = workers (1)" in notes(chart, merged(WORKSPACE, unbounded))
 
 
 @pytest.mark.parametrize(
@@ -697,7 +698,8 @@ def test_empty_dir_is_sized_from_the_disk_bounds(
 
 DEFAULT_DISK = 2 * (1024 + 64) * MIB  # per worker: two queued destinations
 AUDIT_BYTES = 500_000 * SERIES_BYTES  # the default config's audit.max_series, one destination
-DEFAULT_MEMORY = (256 + 2 * 64 + 150) * MIB + AUDIT_BYTES  # per worker: the workspace audited
+# per worker: the workspace audited, rwrouter's server.max_buffered_body_bytes (128MiB)
+DEFAULT_MEMORY = (256 + 2 * 64 + 128 + 150) * MIB + AUDIT_BYTES
 WORKSPACE_DEST, FALLBACK_DEST = DEFAULT_DESTINATIONS
 
 # (id, values, disk added to the default config's estimate per worker, memory added per worker)
@@ -744,6 +746,13 @@ ESTIMATES: list[tuple[str, dict[str, Any], int, int]] = [
         {"config": {"audit": None}},
         0,
         (DEFAULT_MAX_SERIES - 500_000) * SERIES_BYTES,
+    ),
+    # The bodies held at once (server.max_buffered_body_bytes) count as they are set.
+    (
+        "bodies_bound_raised",
+        {"config": {"server": {"max_buffered_body_bytes": "512MiB"}}},
+        0,
+        (512 - 128) * MIB,
     ),
     # 100 M series remembered: about 9.3GiB more, far above the default 1Gi limit.
     (

@@ -148,6 +148,15 @@ BAD = {
     "tls_cert_without_key": [f"{RW0}.tls_config.key_file: is required with cert_file"],
     "proxy_url_bad_scheme": [f"{RW0}.proxy_url: expected an http:// or https:// URL"],
     "negative_shutdown_timeout": ["server.shutdown_timeout: not a valid duration string: '-30s'"],
+    "server_buffered_below_request": [
+        "server.max_buffered_body_bytes: must be at least max_request_bytes (32MiB)",
+        "got 16MiB",
+    ],
+    "server_max_connections_zero": ["server.max_connections: must be >= 1, got 0"],
+    "server_concurrent_reads_not_an_integer": [
+        "server.max_concurrent_reads: expected an integer, got the string 'many'"
+    ],
+    "server_zero_header_read_timeout": ["server.header_read_timeout: must be a positive duration"],
     "storage_bad_fsync": ["storage.fsync: expected one of always, interval, got 'sometimes'"],
     "storage_empty_path": ["storage.path: must not be empty"],
     "storage_not_a_mapping": ["storage: expected a mapping, got the string '/var/lib/rwrouter'"],
@@ -344,6 +353,12 @@ def test_full_file_reads_every_key() -> None:
         max_decoded_bytes=512 * 1024,
         queue_full_retry_after=90.0,
         read_timeout=20.0,
+        max_concurrent_reads=3,
+        max_buffered_body_bytes=16 * 1024 * 1024,
+        read_wait_timeout=2.0,
+        header_read_timeout=3.0,
+        idle_timeout=30.0,
+        max_connections=100,
     )
     assert config.server.listen_host == "::"
     assert len(config.relabel_configs) == 1
@@ -463,6 +478,25 @@ remote_write:
         ("server:\n  shutdown_timeout: 0s\n", ("server", "shutdown_timeout", 0.0)),
         ("server:\n  shutdown_timeout: 5m\n", ("server", "shutdown_timeout", 300.0)),
         ("server:\n", ("server", "shutdown_timeout", 30.0)),
+        ("server:\n", ("server", "max_concurrent_reads", 8)),
+        ("server:\n", ("server", "max_buffered_body_bytes", 128 << 20)),
+        ("server:\n", ("server", "read_wait_timeout", 10.0)),
+        ("server:\n", ("server", "header_read_timeout", 5.0)),
+        ("server:\n", ("server", "idle_timeout", 60.0)),
+        ("server:\n", ("server", "max_connections", 512)),
+        ("server: {max_concurrent_reads: 2}\n", ("server", "max_concurrent_reads", 2)),
+        (
+            "server: {max_buffered_body_bytes: 1GiB}\n",
+            ("server", "max_buffered_body_bytes", 1 << 30),
+        ),
+        (
+            "server: {max_request_bytes: 1MiB, max_buffered_body_bytes: 1MiB}\n",
+            ("server", "max_buffered_body_bytes", 1 << 20),
+        ),
+        ("server: {read_wait_timeout: 500ms}\n", ("server", "read_wait_timeout", 0.5)),
+        ("server: {header_read_timeout: 10s}\n", ("server", "header_read_timeout", 10.0)),
+        ("server: {idle_timeout: 2m}\n", ("server", "idle_timeout", 120.0)),
+        ("server: {max_connections: 1}\n", ("server", "max_connections", 1)),
         ("storage:\n", ("storage", "path", "data")),
         ("storage: {}\n", ("storage", "fsync", "interval")),
         ("storage: {path: ./spool}\n", ("storage", "path", "./spool")),
@@ -479,6 +513,19 @@ remote_write:
         "shutdown-0s",
         "shutdown-5m",
         "server-null",
+        "reads-default",
+        "buffered-default",
+        "read-wait-default",
+        "header-timeout-default",
+        "idle-default",
+        "connections-default",
+        "reads-2",
+        "buffered-1GiB",
+        "buffered-equal-to-request",
+        "read-wait-500ms",
+        "header-timeout-10s",
+        "idle-2m",
+        "connections-1",
         "storage-null",
         "storage-empty",
         "storage-relative-path",
@@ -837,6 +884,10 @@ def test_describe_config_shows_storage_shutdown_and_queue_keys() -> None:
     assert lines[1] == "global: metric_name_validation_scheme=utf8"
     assert lines[2].endswith(" read_timeout=1m shutdown_timeout=30s")
     assert lines[3] == (
+        "  bounds: max_concurrent_reads=8 max_buffered_body_bytes=128MiB read_wait_timeout=10s"
+        " header_read_timeout=5s idle_timeout=1m max_connections=512"
+    )
+    assert lines[4] == (
         "storage: path=data (relative to the working directory) fsync=interval"
         " fsync_interval=1s rejected_max_bytes=64MiB"
     )
@@ -1083,3 +1134,30 @@ def test_describe_rw2_sigv4_notes_and_regex_as_written() -> None:
     assert "replacement='a\\1'" in workspace  # backslashes as written
     assert "remote write 1.0 (protobuf_message: prometheus.WriteRequest)" in other
     assert "send is not used" not in other
+
+
+MEMORY = [
+    # id, YAML, the memory line check-config ends with
+    (
+        "rwrouter_defaults",
+        "remote_write: [{url: 'http://p:9090/w'}]\n",
+        "memory: about 1558MiB per process (per worker with --workers) = bodies 128MiB"
+        " + relabel_cache 1024MiB + read_ahead 256MiB + base 150MiB",
+    ),
+    (
+        "bodies_bound_and_audit",
+        "server: {max_buffered_body_bytes: 512MiB}\n"
+        "relabel_cache: {max_bytes: 256MiB}\naudit: {max_series: 500000}\n"
+        "remote_write:\n"
+        "  - {url: 'http://p:9090/w', audit: true, queue_config: {max_memory_bytes: 64MiB}}\n"
+        "  - {name: candidate, shadow: true}\n",
+        "memory: about 1078MiB per process (per worker with --workers) = bodies 512MiB"
+        " + relabel_cache 256MiB + read_ahead 64MiB + audit 96MiB + base 150MiB",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "line"), [c[1:] for c in MEMORY], ids=[c[0] for c in MEMORY])
+def test_describe_config_ends_with_the_memory_estimate(text: str, line: str) -> None:
+    # The Helm chart's sum (tests/deploy/test_helm.py: 1558Mi for rwrouter's defaults).
+    assert describe_config(parse_config(text, env={})).splitlines()[-1] == line

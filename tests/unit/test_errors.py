@@ -114,7 +114,7 @@ def test_config_error_names_the_key_path() -> None:
 CONTROL_FLOW = {
     "pipeline/fanout.py": {"Stale"},
     "server/decoders.py": {"Busy"},
-    "server/app.py": {"ClientGone"},
+    "server/bodies.py": {"ClientGone", "ReadWaitTimeout"},
     "server/frontdoor.py": {"Refused"},
 }
 BUILTIN_EXCEPTIONS = {

@@ -16,11 +16,14 @@ from rwrouter.config import EscapingScheme, Fsync, OnFull
 from rwrouter.config.web import ClientAuth, Role
 from rwrouter.metrics import Metrics
 from rwrouter.reasons import (
+    CLOSED_CONNECTION_REASONS,
     METADATA_DROP_REASONS,
     REFUSAL_REASONS,
+    REFUSED_CONNECTION_REASONS,
     RETRY_LABELS,
     SAMPLE_DROP_REASONS,
     AuthReason,
+    ConnectionReason,
     DropReason,
     FallbackReason,
     Reason,
@@ -68,8 +71,10 @@ PINNED: list[tuple[str, type[StrEnum], set[str]]] = [
             "queue_full",
             "busy",
             "storage",
+            "read_wait",
         },
     ),
+    ("connection_reasons", ConnectionReason, {"max_connections", "header_timeout", "idle_timeout"}),
     ("retry_reasons", RetryReason, {"network", "5xx", "429", "4xx", "credential_refresh"}),
     ("fallback_reasons", FallbackReason, {"415", "nothing_written"}),
     ("web_roles", Role, {"write", "read", "admin"}),
@@ -109,6 +114,8 @@ COUNTED: list[tuple[str, str, Sequence[Reason]]] = [
     ("retries", "rwrouter_retries", RETRY_LABELS),
     ("protocol_fallbacks", "rwrouter_protocol_fallbacks", list(FallbackReason)),
     ("auth_failures", "rwrouter_auth_failures", list(AuthReason)),
+    ("connections_refused", "rwrouter_connections_refused", REFUSED_CONNECTION_REASONS),
+    ("connections_closed", "rwrouter_connections_closed", CLOSED_CONNECTION_REASONS),
 ]
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 

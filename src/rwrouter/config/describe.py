@@ -23,7 +23,7 @@ from rwrouter.config.values import format_duration, format_size, redact_url
 from rwrouter.relabel import RelabelConfig
 from rwrouter.relabel.names import go_quote
 
-__all__ = ["describe_config", "describe_rule"]
+__all__ = ["describe_config", "describe_rule", "memory_estimate"]
 
 
 def describe_config(config: Config) -> str:
@@ -40,6 +40,12 @@ def describe_config(config: Config) -> str:
         f" queue_full_retry_after={format_duration(server.queue_full_retry_after)}"
         f" read_timeout={format_duration(server.read_timeout)}"
         f" shutdown_timeout={format_duration(server.shutdown_timeout)}",
+        f"  bounds: max_concurrent_reads={server.max_concurrent_reads}"
+        f" max_buffered_body_bytes={format_size(server.max_buffered_body_bytes)}"
+        f" read_wait_timeout={format_duration(server.read_wait_timeout)}"
+        f" header_read_timeout={format_duration(server.header_read_timeout)}"
+        f" idle_timeout={format_duration(server.idle_timeout)}"
+        f" max_connections={server.max_connections}",
         f"storage: {_storage(config.storage)}",
         f"relabel_cache: max_entries={config.relabel_cache.max_entries}"
         f" max_bytes={format_size(config.relabel_cache.max_bytes)}"
@@ -50,7 +56,41 @@ def describe_config(config: Config) -> str:
     ]
     for dest in config.remote_write:
         lines.extend(_destination(dest))
+    lines.append(_memory(config))
     return "\n".join(lines) + "\n"
+
+
+AUDIT_SERIES_BYTES = 100  # memory per series an audit remembers (bench/RESULTS.md: 83)
+BASE_MEMORY = 150 * 1024 * 1024  # the interpreter, libraries and buffers besides the bounds
+
+
+def memory_estimate(config: Config) -> dict[str, int]:
+    """The memory bounds of one router process (one ``--workers`` worker), in bytes, by part:
+    ``bodies`` (``server.max_buffered_body_bytes``), ``relabel_cache``
+    (``relabel_cache.max_bytes``), ``read_ahead`` (the ``max_memory_bytes`` of the
+    destinations that are not shadow), ``audit`` (``audit.max_series`` x
+    :data:`AUDIT_SERIES_BYTES` per audited destination) and ``base`` (:data:`BASE_MEMORY`).
+    The same sum as the Helm chart's (``rwrouter.bounds`` in deploy/helm's _helpers.tpl)."""
+    dests = config.remote_write
+    return {
+        "bodies": config.server.max_buffered_body_bytes,
+        "relabel_cache": config.relabel_cache.max_bytes,
+        "read_ahead": sum(d.queue_config.max_memory_bytes for d in dests if not d.shadow),
+        "audit": sum(d.audited for d in dests) * config.audit.max_series * AUDIT_SERIES_BYTES,
+        "base": BASE_MEMORY,
+    }
+
+
+def _memory(config: Config) -> str:
+    """The memory estimate in MiB (rounded up), parts of 0 left out."""
+    parts = memory_estimate(config)
+    shown = " + ".join(f"{name} {_mib(size)}" for name, size in parts.items() if size)
+    total = _mib(sum(parts.values()))
+    return f"memory: about {total} per process (per worker with --workers) = {shown}"
+
+
+def _mib(size: int) -> str:
+    return f"{-(-size // (1024 * 1024))}MiB"
 
 
 def _audit(audit: AuditConfig) -> str:

@@ -86,6 +86,27 @@ class ServerConfig:
     slowloris connections cannot pin memory and connections for ever)."""
     shutdown_timeout: float = 30.0
     """Seconds the queues keep sending after SIGTERM; what is left stays on disk."""
+    # The bounds of the connections and the bodies (server/connections.py), defaults after
+    # vmagent's (lib/httpserver, lib/writeconcurrencylimiter) and Prometheus's:
+    max_concurrent_reads: int = 8
+    """Bodies read at once; the next upload waits unread, so TCP pushes back (vmagent's
+    ``-maxConcurrentInserts``: 2 x CPU cores)."""
+    max_buffered_body_bytes: int = 128 * MIB  # 134217728: 4 largest bodies, ~500 ordinary
+    """Bytes of bodies held at once, from their read until their answer (``Content-Length``,
+    else ``max_request_bytes``, reserved before reading); at least ``max_request_bytes``."""
+    read_wait_timeout: float = 10.0
+    """Seconds an upload may wait for a read (``max_concurrent_reads``,
+    ``max_buffered_body_bytes``) before 503 + Retry-After (vmagent's
+    ``-insert.maxQueueDuration`` is 1m; shorter here than Prometheus's 30 s remote_timeout so
+    that the sender gets the answer)."""
+    header_read_timeout: float = 5.0
+    """Seconds from a connection's start (or a request's first byte) to its complete headers;
+    then the connection is closed (vmagent's ``ReadHeaderTimeout``, 5 s)."""
+    idle_timeout: float = 60.0
+    """Seconds an idle keep-alive connection stays open (vmagent's ``-http.idleConnTimeout``)."""
+    max_connections: int = 512
+    """Open connections at most; more are accepted and closed at once (Prometheus's
+    ``--web.max-connections``, 512)."""
 
     @property
     def listen_host(self) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 from rwrouter.config.client import NOT_SUPPORTED, Context
 from rwrouter.config.destinations import enum_choice, parse_destinations, parse_rules
@@ -26,7 +27,7 @@ from rwrouter.config.model import (
     ValidationScheme,
 )
 from rwrouter.config.paths import check_destination_paths
-from rwrouter.config.values import Fields, field_names, kind_of, show
+from rwrouter.config.values import Fields, field_names, format_size, kind_of, show
 from rwrouter.errors import ConfigError
 
 __all__ = ["parse_config"]
@@ -152,16 +153,42 @@ def _global(f: Fields) -> GlobalConfig:
 
 def _server(f: Fields) -> ServerConfig:
     default = ServerConfig()
+    max_request_bytes = f.size("max_request_bytes", default.max_request_bytes)
     return ServerConfig(
         listen_address=parse_listen_address(
             f.string("listen_address", default.listen_address), f.at("listen_address")
         ),
-        max_request_bytes=f.size("max_request_bytes", default.max_request_bytes),
+        max_request_bytes=max_request_bytes,
         max_decoded_bytes=f.size("max_decoded_bytes", default.max_decoded_bytes),
         queue_full_retry_after=f.duration("queue_full_retry_after", default.queue_full_retry_after),
         read_timeout=f.duration("read_timeout", default.read_timeout),
         shutdown_timeout=f.duration("shutdown_timeout", default.shutdown_timeout, positive=False),
+        **_connection_bounds(f, default=default, max_request_bytes=max_request_bytes),
     )
+
+
+def _connection_bounds(
+    f: Fields, *, default: ServerConfig, max_request_bytes: int
+) -> dict[str, Any]:
+    """The ``server`` keys that bound connections and bodies (:class:`ServerConfig`).
+    ``max_buffered_body_bytes`` must hold one largest body (``max_request_bytes``)."""
+    buffered = f.size("max_buffered_body_bytes", default.max_buffered_body_bytes)
+    if buffered < max_request_bytes:
+        raise ConfigError(
+            f.at("max_buffered_body_bytes"),
+            f"must be at least max_request_bytes ({format_size(max_request_bytes)}): "
+            f"one largest body must fit, got {format_size(buffered)}",
+        )
+    return {
+        "max_concurrent_reads": f.integer(
+            "max_concurrent_reads", default.max_concurrent_reads, minimum=1
+        ),
+        "max_buffered_body_bytes": buffered,
+        "read_wait_timeout": f.duration("read_wait_timeout", default.read_wait_timeout),
+        "header_read_timeout": f.duration("header_read_timeout", default.header_read_timeout),
+        "idle_timeout": f.duration("idle_timeout", default.idle_timeout),
+        "max_connections": f.integer("max_connections", default.max_connections, minimum=1),
+    }
 
 
 def _storage(f: Fields) -> StorageConfig:

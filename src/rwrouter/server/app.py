@@ -11,11 +11,12 @@ Answers (RW 1.0 and 2.0 specs; the sender's mistakes are 4xx with a one-line rea
 table, an odd number of refs, symbols[0] not empty: :mod:`rwrouter.wire.rw2_in`); 408 body too
 slow to arrive; 413 body or declared decoded size over the limit, or a share larger than a
 destination's whole queue; 415 another Content-Encoding, Content-Type or ``proto=``; 503 with
-``Retry-After`` when a destination queue is full or too many requests wait to be decoded
-(nothing of the request was kept; the sender retries) or when a disk queue could not be
-written. 204 means the request is in every destination's durable queue. Bodies are decoded
-and routed in worker threads (:mod:`rwrouter.server.decoders`); a sender that gave up before
-its answer gets nothing enqueued (it will send again). Every answer to an RW 2.0 request
+``Retry-After`` when a destination queue is full, too many requests wait to be decoded, or
+no read came within ``server.read_wait_timeout`` (:mod:`rwrouter.server.bodies`; nothing of
+the request was kept; the sender retries), or when a disk queue could not be written. 204
+means the request is in every destination's durable queue. Bodies are decoded and routed
+in worker threads (:mod:`rwrouter.server.decoders`); a sender that gave up before its answer
+gets nothing enqueued (it will send again). Every answer to an RW 2.0 request
 carries the three ``X-Prometheus-Remote-Write-*-Written`` headers: on 204 the samples,
 histograms and exemplars it carried (written = accepted and routed, including series the rules
 drop), zeros on every other answer; RW 1.0 answers carry none. With ``--workers``, a 204 may end its
@@ -37,19 +38,13 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from rwrouter.config import ServerConfig
-from rwrouter.errors import (
-    RequestError,
-    RwrouterError,
-    SlowBodyError,
-    StorageError,
-    TooLargeError,
-    UnsupportedError,
-)
+from rwrouter.errors import RequestError, RwrouterError, StorageError, UnsupportedError
 from rwrouter.logs import escape, kv
 from rwrouter.metrics import Metrics, ReceiveMetrics, status_snapshot
 from rwrouter.pipeline.fanout import Accepted, FanOut, Stale
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written, message_of
 from rwrouter.reasons import RefuseReason
+from rwrouter.server.bodies import BodyGate, ClientGone, ReadWaitTimeout, read_body
 from rwrouter.server.decoders import LARGE_BODY, Busy, Decoders, work_size
 from rwrouter.wire import declared_size
 from rwrouter.wire.accelerator import ACCELERATED
@@ -64,6 +59,7 @@ RECEIVE_METRICS = web.AppKey("receive_metrics", ReceiveMetrics)  # what handle_w
 SETTINGS = web.AppKey("settings", ServerConfig)
 READY = web.AppKey("ready", list)  # [bool]: set once the destinations run
 DECODERS = web.AppKey("decoders", Decoders)
+BODIES = web.AppKey("bodies", BodyGate)  # the bound on bodies being read and held
 Reload = Callable[[], Awaitable[str]]
 RELOAD: web.AppKey[Reload] = web.AppKey("reload")
 Expose = Callable[[], Awaitable[tuple[bytes, str]]]  # the /metrics body and its content type
@@ -106,26 +102,6 @@ def written_headers(message: str | None, written: Written | None = None) -> dict
     return (written or NOTHING_WRITTEN).headers()
 
 
-async def read_body(request: web.Request, *, limit: int, timeout: float) -> bytes:
-    """The request body, refusing (413) more than ``limit`` bytes before reading it all, and
-    (408) a body that takes more than ``timeout`` seconds to arrive."""
-    if request.content_length is not None and request.content_length > limit:
-        raise TooLargeError(f"body of {request.content_length} bytes is over the limit of {limit}")
-    try:
-        async with asyncio.timeout(timeout):
-            return await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise TooLargeError(f"body is over the limit of {limit} bytes") from None
-    except TimeoutError:
-        raise SlowBodyError(f"body not received within {timeout:g} s") from None
-    except ConnectionResetError:  # the sender went away
-        raise ClientGone from None
-
-
-class ClientGone(Exception):
-    """The sender closed the connection before it got its answer: nothing is kept."""
-
-
 async def handle_write(request: web.Request) -> web.Response:
     """Receive one remote write request (1.0 or 2.0, by its Content-Type); route and enqueue
     it (see module docstring)."""
@@ -138,9 +114,7 @@ async def handle_write(request: web.Request) -> web.Response:
     try:
         message = message_of(headers.get("Content-Encoding"), headers.get("Content-Type"))
         metrics.protocol_requests.labels(PROTOCOLS[message]).inc()
-        body = await read_body(
-            request, limit=settings.max_request_bytes, timeout=settings.read_timeout
-        )
+        body = await read_body(request, app[BODIES])
         decode = functools.partial(
             fanout.decode, body, max_decoded_bytes=settings.max_decoded_bytes, message=message
         )
@@ -166,8 +140,13 @@ async def handle_write(request: web.Request) -> web.Response:
         return _unavailable(
             request, RefuseReason.BUSY, f"too many {exc} requests being decoded", message
         )
+    except ReadWaitTimeout as exc:  # its body was not read: the connection is not reused
+        return _unavailable(request, RefuseReason.READ_WAIT, str(exc), message, close=True)
     except RequestError as exc:
         return _refused(request, exc, metrics=metrics, message=message, body_read=body is not None)
+    finally:
+        if body is not None:
+            app[BODIES].release(len(body))
     if accepted.full:
         text = f"queue full for destination(s) {', '.join(accepted.full)}"
         return _unavailable(request, RefuseReason.QUEUE_FULL, text, message)
@@ -227,15 +206,24 @@ def _accepted(
 
 
 def _unavailable(
-    request: web.Request, reason: RefuseReason, text: str, message: str | None
+    request: web.Request,
+    reason: RefuseReason,
+    text: str,
+    message: str | None,
+    *,
+    close: bool = False,
 ) -> web.Response:
-    """503 with Retry-After: nothing of the request was kept; the sender retries it."""
+    """503 with Retry-After: nothing of the request was kept; the sender retries it
+    (``close``: on a new connection, this one's body being unread)."""
     metrics, settings = request.app[RECEIVE_METRICS], request.app[SETTINGS]
     metrics.requests.labels("503").inc()
     metrics.refused.labels(reason).inc()
     retry_after = max(1, round(settings.queue_full_retry_after))
     headers = {"Retry-After": str(retry_after), **written_headers(message)}
-    return web.Response(status=503, headers=headers, text=f"{text}; retry later\n")
+    response = web.Response(status=503, headers=headers, text=f"{text}; retry later\n")
+    if close:
+        response.force_close()
+    return response
 
 
 async def handle_metrics(request: web.Request) -> web.Response:
@@ -366,6 +354,7 @@ def make_app(
     app[RECEIVE_METRICS] = metrics.receive
     # With the accelerator an ordinary body is decoded in about a millisecond: on the loop.
     app[DECODERS] = Decoders(inline_body=LARGE_BODY if ACCELERATED else 0)
+    app[BODIES] = BodyGate.of(settings)
     app[RELOAD] = _no_reload
     app[BALANCE] = None
 

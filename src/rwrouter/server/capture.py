@@ -38,7 +38,8 @@ from rwrouter.config import ServerConfig, parse_listen_address
 from rwrouter.errors import RequestError
 from rwrouter.logs import kv
 from rwrouter.protocol import RW2_MESSAGE, Written, message_of
-from rwrouter.server.app import WRITE_PATHS, named_message, read_body, written_headers
+from rwrouter.server.app import WRITE_PATHS, named_message, written_headers
+from rwrouter.server.bodies import BodyGate, ReadWaitTimeout, read_body
 from rwrouter.wire import compress, decompress, to_rw1
 
 log = logging.getLogger("rwrouter.capture")
@@ -122,15 +123,23 @@ class CaptureWriter:
 def capture_app(writer: CaptureWriter, settings: ServerConfig) -> web.Application:
     """The receiver: POST on :data:`~rwrouter.server.app.WRITE_PATHS` records the body."""
 
+    gate = BodyGate.of(settings)
+
     async def handle(request: web.Request) -> web.Response:
         headers = request.headers
         message = named_message(headers.get("Content-Type"))
         try:
             message = message_of(headers.get("Content-Encoding"), headers.get("Content-Type"))
-            body = await read_body(
-                request, limit=settings.max_request_bytes, timeout=settings.read_timeout
-            )
+            body = await read_body(request, gate)
+            gate.release(len(body))  # held below for as long as a decode, on the loop
             body, written = recorded_body(body, message, settings.max_decoded_bytes)
+        except ReadWaitTimeout as exc:
+            retry = {"Retry-After": str(max(1, round(settings.queue_full_retry_after)))}
+            response = web.Response(
+                status=503, text=f"{exc}; retry later\n", headers=written_headers(message) | retry
+            )
+            response.force_close()  # its body was not read
+            return response
         except RequestError as exc:
             writer.summary.refused += 1
             log.info(kv(remote=request.remote, status=exc.status, reason=exc))

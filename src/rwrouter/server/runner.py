@@ -9,6 +9,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+from typing import Any
 
 from aiohttp import web
 
@@ -18,8 +19,9 @@ from rwrouter.logs import kv
 from rwrouter.metrics import Metrics
 from rwrouter.pipeline.fanout import FanOut, build_fanout
 from rwrouter.pipeline.reload import reconfigure
-from rwrouter.server.app import AUDIT, BALANCE, EXPOSE, READY, RELOAD, make_app
+from rwrouter.server.app import AUDIT, BALANCE, BODIES, EXPOSE, READY, RELOAD, make_app
 from rwrouter.server.balance import Balancer, Board, board_path
+from rwrouter.server.connections import AcceptErrors, Connections, listen
 from rwrouter.server.frontdoor import DoorOptions, FrontDoor
 from rwrouter.server.webtls import ReloadingContext, WebConfigFile
 from rwrouter.server.workers import Peers, WorkerSpec, worker_config
@@ -28,6 +30,9 @@ from rwrouter.wire.accelerator import ACCELERATED
 log = logging.getLogger("rwrouter.server")
 
 REQUEST_GRACE = 5.0  # seconds requests in progress get to finish when the server stops
+# auto_decompress=False: aiohttp would otherwise decode gzip/deflate/br/zstd request bodies
+# itself (and fail on bad ones before our handler could answer 415).
+HANDLER_ARGS: dict[str, Any] = {"access_log": None, "auto_decompress": False}
 
 
 class RouterServer:
@@ -68,6 +73,8 @@ class RouterServer:
         self.metrics = metrics if metrics is not None else Metrics()
         self.fanout: FanOut | None = None
         self._runner: web.AppRunner | None = None
+        self._listener: asyncio.Server | None = None
+        self._accept_errors: AcceptErrors | None = None
         self._app: web.Application | None = None
         self.port = 0
 
@@ -118,34 +125,46 @@ class RouterServer:
         app[AUDIT] = self._peers.audit_report
 
     async def _listen(self, app: web.Application) -> int:
-        """Serve ``app`` on ``server.listen_address`` (with ``SO_REUSEPORT`` as a worker);
-        returns the bound port (the configured one when aiohttp shows no socket). Raises
-        OSError if the port is taken."""
+        """Serve ``app`` on ``server.listen_address`` (with ``SO_REUSEPORT`` as a worker)
+        within the connection bounds (:meth:`_bound`); returns the bound port. Raises OSError
+        if the port is taken."""
         settings = self.config.server
-        # auto_decompress=False: aiohttp would otherwise decode gzip/deflate/br/zstd request
-        # bodies itself (and fail on bad ones before our handler could answer 415).
         self._runner = web.AppRunner(
-            app,
-            access_log=None,
-            handle_signals=False,
-            auto_decompress=False,
-            shutdown_timeout=REQUEST_GRACE,
+            app, handle_signals=False, shutdown_timeout=REQUEST_GRACE, **HANDLER_ARGS
         )
         await self._runner.setup()
+        if self._runner.server is None:
+            raise RwrouterError("the web application runner did not set up its server")
         tls = self._web_file is not None and self._web_file.context is not None
-        site = web.TCPSite(
-            self._runner,
-            settings.listen_host or None,
-            settings.listen_port,
-            reuse_address=True,
+        self._listener = await listen(
+            self._runner.server,
+            self._bound(app),
+            host=settings.listen_host or None,
+            port=settings.listen_port,
             reuse_port=self.worker is not None,
             ssl_context=ReloadingContext(self._web_file) if tls and self._web_file else None,
+            **HANDLER_ARGS,
         )
-        await site.start()
-        server = site._server  # aiohttp keeps the bound sockets there
-        sockets = getattr(server, "sockets", None) or []
+        sockets = self._listener.sockets or ()
         port: int = sockets[0].getsockname()[1] if sockets else settings.listen_port
         return port
+
+    def _bound(self, app: web.Application) -> Connections:
+        """The connection bounds of the listener (:mod:`rwrouter.server.connections`), the
+        loop's accept errors handled, and the front door's gauges watching them and the
+        app's bodies (:data:`~rwrouter.server.app.BODIES`)."""
+        metrics = self.metrics.receive
+        self._accept_errors = AcceptErrors(loop=asyncio.get_running_loop(), metrics=metrics)
+        self._accept_errors.install()
+        connections = Connections(settings=self.config.server, metrics=metrics)
+        bodies = app[BODIES]
+        metrics.watch_bounds(
+            connections=lambda: connections.open,
+            reads=lambda: bodies.reads,
+            waiting=lambda: bodies.waiting,
+            held=lambda: bodies.held,
+        )
+        return connections
 
     def _log_listening(self, fanout: FanOut) -> None:
         """Log that the router listens (its URL, destinations, audited ones, accelerator),
@@ -220,9 +239,17 @@ class RouterServer:
         deadline = time.monotonic() + drain_timeout
         if self._app is not None:
             self._app[READY][0] = False
+        if self._listener is not None:  # no new connection; the runner closes the others
+            self._listener.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self._listener is not None:
+            await self._listener.wait_closed()
+            self._listener = None
+        if self._accept_errors is not None:
+            self._accept_errors.uninstall()
+            self._accept_errors = None
         if self._balancer is not None:  # its connections are closed: its slot is zeroed
             self._balancer.close()
             self._balancer = None

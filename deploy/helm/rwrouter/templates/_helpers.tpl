@@ -162,7 +162,8 @@ What the configuration may use, as JSON {"disk": bytes, "memory": bytes} for the
            + storage.rejected_max_bytes [64MiB])
   memory = workers x (relabel_cache.max_bytes [1GiB]
            + sum over queued destinations of queue_config.max_memory_bytes [256MiB]
-           + audit.max_series [2000000] x 100 bytes per audited destination + 150MiB base)
+           + audit.max_series [2000000] x 100 bytes per audited destination
+           + server.max_buffered_body_bytes [128MiB] + 150MiB base)
 A queued destination is one without `shadow: true` (a shadow destination has no queue, no disk,
 no read-ahead); an audited one has `shadow: true` or `audit: true` (bench/RESULTS.md measured
 83 bytes per series remembered; 100 is the margin).
@@ -175,6 +176,8 @@ no read-ahead); an audited one has `shadow: true` or `audit: true` (bench/RESULT
 {{- $cache := default dict (get $cfg "relabel_cache") }}
 {{- $memory := include "rwrouter.configBytes" (list (default "1GiB" (get $cache "max_bytes")) "relabel_cache.max_bytes") | int64 }}
 {{- $memory = add $memory 157286400 }}
+{{- $server := default dict (get $cfg "server") }}
+{{- $memory = add $memory (include "rwrouter.configBytes" (list (default "128MiB" (get $server "max_buffered_body_bytes")) "server.max_buffered_body_bytes") | int64) }}
 {{- $auditMemory := mul (include "rwrouter.auditMaxSeries" $cfg | int64) 100 }}
 {{- $disk := 0 }}
 {{- range $i, $dest := (default list (get $cfg "remote_write")) }}
