@@ -39,11 +39,11 @@ from rwrouter.config import Config
 from rwrouter.errors import RwrouterError
 from rwrouter.logs import LogfmtFormatter, kv
 from rwrouter.metrics import Metrics, merge_expositions
+from rwrouter.server.reads import KEYS_TTL, Reads, json_bytes
 
 log = logging.getLogger("rwrouter.workers")
 
 PEER_TIMEOUT = 5.0  # seconds a worker waits for another worker's exposition or reload answer
-AUDIT_REPORT_TTL = 10.0  # seconds a merged audit report is served again (GET /-/audit)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -140,8 +140,7 @@ class Peers:
         self.audit = audit
         self.reload_self = reload
         self._runner: web.AppRunner | None = None
-        self._audit_lock = asyncio.Lock()
-        self._audit_cache: tuple[float, dict[str, Any]] | None = None
+        self._keys: Reads[str, bytes] = Reads(ttl=KEYS_TTL, max_entries=1)  # /-/audit/keys
         self._supervisor = os.getppid()
 
     async def start(self) -> None:
@@ -180,25 +179,14 @@ class Peers:
         body = await asyncio.to_thread(merge_expositions, ordered, workers=self.spec.count)
         return body, content_type
 
-    async def audit_report(self, top: int | None) -> dict[str, Any]:
-        """The audit report of every worker: each audited destination's series counted once
-        however many workers saw it (:func:`rwrouter.audit.merge`); a worker that did not
-        answer within :data:`PEER_TIMEOUT` is left out (``workers`` says how many counted,
-        ``workers_expected`` how many run). Gathering every worker's series costs: one
-        report serves every request for :data:`AUDIT_REPORT_TTL` seconds."""
-        async with self._audit_lock:
-            cached = self._audit_cache
-            if cached is None or time.monotonic() - cached[0] >= AUDIT_REPORT_TTL:
-                cached = self._audit_cache = (time.monotonic(), await self._merged_report())
-        report = cached[1]
-        if top is None:
-            return report
-        return {
-            **report,
-            "destinations": [{**d, "metrics": d["metrics"][:top]} for d in report["destinations"]],
-        }
-
-    async def _merged_report(self) -> dict[str, Any]:
+    async def audit_report(self, top: int, by: str) -> dict[str, Any]:
+        """The audit report of every worker, ``top`` names per destination ranked ``by``:
+        each audited destination's series counted once however many workers saw it
+        (:func:`rwrouter.audit.merge`); a worker that did not answer within
+        :data:`PEER_TIMEOUT` is left out (``workers`` says how many counted,
+        ``workers_expected`` how many run). Gathering every worker's series costs: the app
+        builds it once per ``audit.refresh`` (:class:`~rwrouter.server.reads.AuditAnswers`);
+        the answers are parsed and merged in worker threads."""
         own = await asyncio.to_thread(self._audit_keys)
         others = [i for i in range(self.spec.count) if i != self.spec.index]
         texts = await asyncio.gather(*(self._peer(i, "GET", "/-/audit/keys") for i in others))
@@ -207,19 +195,34 @@ class Peers:
             if text is None:
                 continue
             try:
-                parts.append(snapshots_from_json(json.loads(text)))
+                parts.append(await asyncio.to_thread(_parse_keys, text))
             except (ValueError, KeyError, TypeError) as exc:
                 log.warning(kv(msg="bad audit answer", worker=i, error=exc))
         return await asyncio.to_thread(
-            self.audit.merged_report, parts, top=None, workers=len(parts), expected=self.spec.count
+            self.audit.merged_report,
+            parts,
+            top=top,
+            by=by,
+            workers=len(parts),
+            expected=self.spec.count,
         )
 
     def _audit_keys(self) -> dict[str, Snapshot]:
         return self.audit.snapshots(time.monotonic(), keys=True)
 
     async def _handle_audit_keys(self, request: web.Request) -> web.Response:
-        snapshots = await asyncio.to_thread(self._audit_keys)
-        return web.json_response(snapshots_to_json(snapshots))
+        """This worker's counts with the series' hashes, built and serialized in a worker
+        thread, once for the workers that ask within :data:`KEYS_TTL` seconds."""
+
+        async def build() -> tuple[bytes, float]:
+            taken = time.monotonic()
+            return await asyncio.to_thread(self._keys_body), taken
+
+        body, _ = await self._keys.get("keys", build)
+        return web.Response(body=body, content_type="application/json")
+
+    def _keys_body(self) -> bytes:
+        return json_bytes(snapshots_to_json(self._audit_keys()))
 
     async def reload_all(self) -> str:
         """Reload this worker (its summary is the answer; errors raised as
@@ -257,3 +260,9 @@ class Peers:
             return web.Response(text=await self.reload_self() + "\n")
         except (RwrouterError, OSError) as exc:
             return web.Response(status=500, text=" ".join(str(exc).split()) + "\n")
+
+
+def _parse_keys(text: str) -> dict[str, Snapshot]:
+    """Another worker's ``/-/audit/keys`` answer. Raises ValueError, KeyError or TypeError
+    for another shape."""
+    return snapshots_from_json(json.loads(text))
