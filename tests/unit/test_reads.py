@@ -3,6 +3,7 @@ in), single flight, the sliced JSON serialization and the audit answer's cap."""
 
 from __future__ import annotations
 
+import array
 import asyncio
 import json
 from typing import Any
@@ -317,3 +318,20 @@ def test_audit_body_cuts_the_listing_only() -> None:
     assert [len(d["metrics"]) for d in answer["destinations"]] == [0, 2]
     assert [d["metric_names"] for d in answer["destinations"]] == [0, 5]
     assert answer["window_seconds"] == report["window_seconds"]
+
+
+def test_a_workers_keys_travel_in_lines_and_come_back_whole() -> None:
+    from rwrouter.server.workers import keys_lines, parse_keys
+
+    big = {
+        f"m{i}": NameCount(2, 0.5, keys=array.array("I", [i, i + 1]))
+        for i in range(2 * JSON_SLICE + 1)
+    }
+    snapshots = {
+        "big": Snapshot(big, observed=30.0, capped=True),
+        "empty": Snapshot({}, observed=1.0),
+    }
+    text = keys_lines(snapshots).decode()
+    assert text.count("\n") + 1 == 3 + 1  # 3 lines of names for "big", 1 for "empty"
+    assert max(len(json.loads(line)["names"]) for line in text.split("\n")) == JSON_SLICE
+    assert parse_keys(text) == snapshots
