@@ -14,13 +14,16 @@ from rwrouter.audit import ActiveSeries, NameCount, Snapshot, build_report
 from rwrouter.audit.live import Audit
 from rwrouter.config import AuditConfig, parse_config
 from rwrouter.server.reads import (
+    DEFAULT_AUDIT_TOP,
     JSON_SLICE,
     MAX_AUDIT_TOP,
     Answers,
     AuditAnswers,
+    AuditQuery,
     Reads,
     StatusAnswers,
     audit_body,
+    audit_query,
     json_bytes,
 )
 
@@ -238,9 +241,9 @@ async def test_the_audit_answer_is_capped_and_says_so(
         return build_report(snaps, audit=audit.settings, shadow={"s": True}, top=top, by=by)
 
     answers = AuditAnswers(clock=Clock())
-    top = min(asked or MAX_AUDIT_TOP, MAX_AUDIT_TOP)
-    cap = asked == 0 or asked > MAX_AUDIT_TOP
-    body, _ = await answers.answer(report=report, audit=audit, top=top, by="series", capped=cap)
+    query = audit_query({"top": str(asked)})
+    body, _ = await answers.answer(report=report, audit=audit, query=query)
+    top = query.top
     answer = json.loads(body)
     dest = answer["destinations"][0]
     assert (answer["top"], answer["top_capped"], answer["sort"]) == (top, capped, "series")
@@ -263,7 +266,8 @@ async def test_audit_answers_share_one_report_per_refresh_and_follow_a_reload() 
     answers = AuditAnswers(clock=clock)
 
     async def read(top: int, by: str = "series") -> dict[str, Any]:
-        body, _ = await answers.answer(report=report, audit=audit, top=top, by=by, capped=False)
+        query = AuditQuery(top=top, by=by)
+        body, _ = await answers.answer(report=report, audit=audit, query=query)
         return dict(json.loads(body))
 
     many = await asyncio.gather(*(read(top) for top in (1, 2, 3, 1, 2, 3, 5, 5)))
@@ -335,3 +339,35 @@ def test_a_workers_keys_travel_in_lines_and_come_back_whole() -> None:
     assert text.count("\n") + 1 == 3 + 1  # 3 lines of names for "big", 1 for "empty"
     assert max(len(json.loads(line)["names"]) for line in text.split("\n")) == JSON_SLICE
     assert parse_keys(text) == snapshots
+
+
+# id, query, expected AuditQuery or the start of the ValueError's reason
+QUERY_CASES = [
+    ("defaults", {}, AuditQuery(top=DEFAULT_AUDIT_TOP, by="series", capped=False)),
+    ("top_and_sort", {"top": "7", "sort": "samples"}, AuditQuery(top=7, by="samples")),
+    ("top_0_is_the_cap", {"top": "0"}, AuditQuery(top=MAX_AUDIT_TOP, capped=True)),
+    ("over_the_cap", {"top": "999999999"}, AuditQuery(top=MAX_AUDIT_TOP, capped=True)),
+    ("the_cap", {"top": str(MAX_AUDIT_TOP)}, AuditQuery(top=MAX_AUDIT_TOP, capped=False)),
+    ("negative", {"top": "-1"}, "top must be a whole number from 0 to 999999999, got '-1'"),
+    ("unicode_digit", {"top": "²"}, "top must be a whole number"),
+    ("ten_digits", {"top": "1" * 10}, "top must be a whole number"),
+    (
+        "long_value_cut",
+        {"top": "x" * 5000},
+        f"top must be a whole number from 0 to 999999999, got '{'x' * 20}...'",
+    ),
+    ("unknown_sort", {"sort": "name"}, "sort must be series or samples, got 'name'"),
+    ("empty_sort", {"sort": ""}, "sort must be series or samples, got ''"),
+]
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"), [c[1:] for c in QUERY_CASES], ids=[c[0] for c in QUERY_CASES]
+)
+def test_audit_query(query: dict[str, str], expected: AuditQuery | str) -> None:
+    if isinstance(expected, AuditQuery):
+        assert audit_query(query) == expected
+    else:
+        with pytest.raises(ValueError) as caught:
+            audit_query(query)
+        assert str(caught.value).startswith(expected) and "\n" not in str(caught.value)

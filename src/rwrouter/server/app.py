@@ -35,7 +35,6 @@ from typing import Any
 
 from aiohttp import web
 
-from rwrouter.audit import SORT_KEYS
 from rwrouter.config import ServerConfig
 from rwrouter.errors import (
     RequestError,
@@ -51,7 +50,7 @@ from rwrouter.pipeline.fanout import Accepted, FanOut, Stale
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written, message_of
 from rwrouter.reasons import RefuseReason
 from rwrouter.server.decoders import LARGE_BODY, Busy, Decoders, work_size
-from rwrouter.server.reads import MAX_AUDIT_TOP, AuditAnswers, AuditReport, StatusAnswers
+from rwrouter.server.reads import AuditAnswers, AuditReport, StatusAnswers, audit_query
 from rwrouter.wire import declared_size
 from rwrouter.wire.accelerator import ACCELERATED
 
@@ -74,7 +73,6 @@ EXPOSE: web.AppKey[Expose] = web.AppKey("expose")  # rwrouter run --workers: all
 AUDIT: web.AppKey[AuditReport] = web.AppKey("audit")  # rwrouter run --workers: all workers'
 AUDIT_ANSWERS = web.AppKey("audit_answers", AuditAnswers)  # GET /-/audit, built and kept
 STATUS_ANSWERS = web.AppKey("status_answers", StatusAnswers)  # GET /-/status, built and kept
-DEFAULT_AUDIT_TOP = 100  # metric names per destination in GET /-/audit without ?top
 
 WRITE_PATHS = ("/api/v1/write", "/api/v1/push")
 _REASONS = {
@@ -302,33 +300,17 @@ async def handle_status(request: web.Request) -> web.Response:
 
 async def handle_audit(request: web.Request) -> web.Response:
     """``GET /-/audit[?top=N][&sort=series|samples]``: the audit report as JSON
-    (:func:`rwrouter.audit.build_report`: per audited destination its metric names ranked by
-    active series or samples/s, the workspace limit, the projected monthly cost); ``top``:
-    names listed per destination (default :data:`DEFAULT_AUDIT_TOP`; 0: all), at most
-    :data:`~rwrouter.server.reads.MAX_AUDIT_TOP` (then ``top_capped`` is true). Built off the
-    event loop at most once per ``audit.refresh`` and shared by concurrent readers
-    (:class:`~rwrouter.server.reads.AuditAnswers`; ``Age``: seconds since its counts were
-    taken). 400 for a ``top`` that is not a whole number >= 0 or another ``sort``."""
-    raw = request.query.get("top", str(DEFAULT_AUDIT_TOP))
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= 9):
-        shown = raw if len(raw) <= 20 else raw[:20] + "..."
-        why = f"top must be a whole number from 0 to 999999999, got {shown!r}"
-        return web.Response(status=400, text=f"{why}\n")
-    by = request.query.get("sort", "series")
-    if by not in SORT_KEYS:
-        shown = by if len(by) <= 20 else by[:20] + "..."
-        return web.Response(status=400, text=f"sort must be series or samples, got {shown!r}\n")
-    asked = int(raw)
-    top = min(asked or MAX_AUDIT_TOP, MAX_AUDIT_TOP)
+    (:func:`rwrouter.audit.build_report`; the query: :func:`~rwrouter.server.reads.audit_query`,
+    400 with its reason), built off the event loop at most once per ``audit.refresh`` and
+    shared by concurrent readers (:class:`~rwrouter.server.reads.AuditAnswers`; ``Age``:
+    seconds since its counts were taken)."""
+    try:
+        query = audit_query(request.query)
+    except ValueError as exc:
+        return web.Response(status=400, text=f"{exc}\n")
     app = request.app
     answers = app[AUDIT_ANSWERS]
-    body, taken = await answers.answer(
-        report=app[AUDIT],
-        audit=app[FANOUT].audit,
-        top=top,
-        by=by,
-        capped=asked == 0 or asked > MAX_AUDIT_TOP,
-    )
+    body, taken = await answers.answer(report=app[AUDIT], audit=app[FANOUT].audit, query=query)
     return _json_answer(body, age=answers.clock() - taken)
 
 

@@ -23,6 +23,7 @@ import json
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Mapping
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from rwrouter.audit import SORT_KEYS
@@ -33,6 +34,7 @@ K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
 MAX_AUDIT_TOP = 1000  # metric names per destination in GET /-/audit at most (top=0: this many)
+DEFAULT_AUDIT_TOP = 100  # metric names per destination in GET /-/audit without ?top
 STATUS_TTL = 1.0  # seconds a GET /-/status answer is served again: half the page's 2 s refresh
 KEYS_TTL = 1.0  # seconds a worker's audit keys (--workers) are served to the other workers
 MAX_ANSWERS = 8  # answers kept per cache: (endpoint, top, sort) combinations, the LRU goes
@@ -181,6 +183,38 @@ def _encode(value: Any, parts: list[str]) -> None:
     parts.append("}" if mapping else "]")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditQuery:
+    """What a ``GET /-/audit`` asks for: ``top`` names per destination (1 to
+    :data:`MAX_AUDIT_TOP`), ranked ``by`` (:data:`rwrouter.audit.SORT_KEYS`); ``capped``: it
+    asked for more, or for all."""
+
+    top: int = DEFAULT_AUDIT_TOP
+    by: str = "series"
+    capped: bool = False
+
+
+def audit_query(query: Mapping[str, str]) -> AuditQuery:
+    """The :class:`AuditQuery` of ``?top=N`` (default :data:`DEFAULT_AUDIT_TOP`; 0: all,
+    which is :data:`MAX_AUDIT_TOP`, as is anything over it) and ``&sort=series|samples``
+    (default ``series``). Raises ValueError with a one-line reason (quoting at most 20
+    characters of the value) for a ``top`` that is not a whole number from 0 to 999999999,
+    or another ``sort``."""
+    raw = query.get("top", str(DEFAULT_AUDIT_TOP))
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 9):
+        raise ValueError(f"top must be a whole number from 0 to 999999999, got {_shown(raw)}")
+    by = query.get("sort", "series")
+    if by not in SORT_KEYS:
+        raise ValueError(f"sort must be series or samples, got {_shown(by)}")
+    asked = int(raw)
+    capped = asked == 0 or asked > MAX_AUDIT_TOP
+    return AuditQuery(top=MAX_AUDIT_TOP if capped else asked, by=by, capped=capped)
+
+
+def _shown(value: str) -> str:
+    return repr(value if len(value) <= 20 else value[:20] + "...")
+
+
 AuditReport = Callable[[int, str], Awaitable[dict[str, Any]]]  # (top, sort) -> the report
 Expose = Callable[[], Awaitable[tuple[bytes, str]]]  # the /metrics body and its content type
 
@@ -202,12 +236,11 @@ class AuditAnswers:
         self.answers: Reads[Hashable, bytes] = Reads(ttl=0, clock=clock)
 
     async def answer(
-        self, *, report: AuditReport, audit: Audit, top: int, by: str, capped: bool
+        self, *, report: AuditReport, audit: Audit, query: AuditQuery
     ) -> tuple[bytes, float]:
-        """The JSON bytes of the report with ``top`` (1 to :data:`MAX_AUDIT_TOP`) names per
-        destination ranked ``by`` (:data:`rwrouter.audit.SORT_KEYS`), ``capped``: the reader
-        asked for more (or all); and the clock's time its counts were taken. Raises what
-        ``report`` raises."""
+        """The JSON bytes of the report as ``query`` asks (:func:`audit_body`), and the
+        clock's time its counts were taken. Raises what ``report`` raises."""
+        top, by, capped = query.top, query.by, query.capped
         self.reports.set_ttl(audit.settings.refresh)
         self.answers.set_ttl(audit.settings.refresh)
         state = (audit.settings, tuple(audit.audited.items()))
