@@ -261,7 +261,7 @@ class Peers:
             return await asyncio.to_thread(self._keys_body), taken
 
         body, _ = await self._keys.get("keys", build)
-        return web.Response(body=body, content_type="application/json")
+        return web.Response(body=body, content_type="application/x-ndjson")  # keys_lines
 
     def _keys_body(self) -> bytes:
         return keys_lines(self._audit_keys())
