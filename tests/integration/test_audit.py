@@ -186,7 +186,8 @@ async def test_reload_keeps_the_counts_of_a_destination_still_audited(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "rwrouter.yaml"
-    text = ROUTER.format(url=base(fresh_capture))
+    # refresh 0s: every GET /-/audit reads the counts now (else one answer serves 10 s)
+    text = ROUTER.format(url=base(fresh_capture)).replace("audit: {", "audit: {refresh: 0s, ")
     text += f"storage: {{path: {tmp_path / 'data'}}}\nserver: {{listen_address: '127.0.0.1:0'}}\n"
     path.write_text(text)
     router = await start_from_file(path)

@@ -955,20 +955,23 @@ AUDIT_VALUES = [
             "max_series": 2_000_000,
             "rate_window": 300.0,
             "currency": "USD",
+            "refresh": 10.0,
         },
     ),
     (
         "every_key",
         "audit: {window: 30m, series_limit: 10000000, max_series: 500000,"
-        " rate_window: 1m, currency: EUR}",
+        " rate_window: 1m, currency: EUR, refresh: 30s}",
         {
             "window": 1800.0,
             "series_limit": 10_000_000,
             "max_series": 500_000,
             "rate_window": 60.0,
             "currency": "EUR",
+            "refresh": 30.0,
         },
     ),
+    ("refresh_0_builds_every_answer", "audit: {refresh: 0s}", {"refresh": 0.0}),
 ]
 
 
@@ -995,6 +998,7 @@ def test_audit_price_tiers_read_in_order() -> None:
 
 
 AUDIT_ERRORS = [
+    ("refresh_negative", "audit: {refresh: -1s}", "audit.refresh: not a valid duration string"),
     (
         "tiers_empty",
         "audit: {price_tiers: []}",

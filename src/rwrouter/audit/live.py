@@ -115,15 +115,19 @@ class Audit:
             name: with_keys(snap, *copies[name]) if keys else snap for name, snap in snaps.items()
         }
 
-    def report(self, now: float, *, top: int | None) -> dict[str, Any]:
-        """:func:`rwrouter.audit.build_report` of this process's counts."""
-        return build_report(self.snapshots(now), audit=self.settings, shadow=self.audited, top=top)
+    def report(self, now: float, *, top: int | None, by: str = "series") -> dict[str, Any]:
+        """:func:`rwrouter.audit.build_report` of this process's counts (``top`` names per
+        destination ranked ``by``)."""
+        return build_report(
+            self.snapshots(now), audit=self.settings, shadow=self.audited, top=top, by=by
+        )
 
     def merged_report(
         self,
         parts: Sequence[Mapping[str, Snapshot]],
         *,
         top: int | None,
+        by: str = "series",
         workers: int,
         expected: int,
     ) -> dict[str, Any]:
@@ -137,6 +141,7 @@ class Audit:
             audit=self.settings,
             shadow=self.audited,
             top=top,
+            by=by,
             workers=workers,
             workers_expected=expected,
         )

@@ -9,11 +9,12 @@ one more sample depend on all the others).
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rwrouter.audit.active import Snapshot
+from rwrouter.audit.active import NameCount, Snapshot
 from rwrouter.audit.cost import SECONDS_PER_MONTH, monthly_cost, monthly_samples
 from rwrouter.config.model import AuditConfig
 
@@ -53,12 +54,15 @@ def build_report(
     audit: AuditConfig,
     shadow: Mapping[str, bool],
     top: int | None = None,
+    by: str = "series",
     workers: int = 1,
     workers_expected: int | None = None,
 ) -> Report:
     """The report of each destination's :class:`Snapshot` (in the mapping's order): a dict
     that ``json.dumps`` accepts (no NaN). ``shadow``: per destination name; ``top``: metric
-    names listed per destination (None: all; ``metric_names`` always counts them all).
+    names listed per destination (None: all; ``metric_names`` always counts them all): only
+    those are built (a partial sort: a large destination costs its names once, not a dict
+    each); ``by``: their order (:func:`rank`'s; ValueError for another).
 
     Shape: ``window_seconds``, ``series_limit``, ``currency``, ``price_tiers``
     (``up_to_samples`` or null, ``per_million``), ``seconds_per_month``, ``workers`` (whose
@@ -67,10 +71,12 @@ def build_report(
     ``complete`` (observed for a whole window), ``capped`` (counts are lower bounds),
     ``active_series``, ``series_limit_ratio``, ``samples_per_second``, ``monthly_samples``,
     ``monthly_cost``, ``metric_names`` and ``metrics`` (``name``, ``active_series``,
-    ``samples_per_second``, ``monthly_samples``, ``monthly_cost``; ranked by active series).
+    ``samples_per_second``, ``monthly_samples``, ``monthly_cost``; ranked by ``by``).
     """
+    if by not in SORT_KEYS:
+        raise ValueError(f"sort by one of {', '.join(SORT_KEYS)}, not {by!r}")
     destinations = [
-        _destination(name, snap, audit=audit, shadow=bool(shadow.get(name, False)), top=top)
+        _destination(name, snap, audit=audit, shadow=bool(shadow.get(name, False)), top=top, by=by)
         for name, snap in snapshots.items()
     ]
     return {
@@ -89,24 +95,22 @@ def build_report(
 
 
 def _destination(
-    name: str, snap: Snapshot, *, audit: AuditConfig, shadow: bool, top: int | None
+    name: str, snap: Snapshot, *, audit: AuditConfig, shadow: bool, top: int | None, by: str
 ) -> dict[str, Any]:
     """One destination's entry of :func:`build_report`."""
     rate = snap.samples_per_second
     samples = monthly_samples(rate)
     cost = monthly_cost(samples, audit.price_tiers)
-    metrics = rank(
-        [
-            {
-                "name": metric,
-                "active_series": count.active_series,
-                "samples_per_second": _finite(count.samples_per_second),
-                "monthly_samples": _finite(monthly_samples(count.samples_per_second)),
-                "monthly_cost": _finite(cost * count.samples_per_second / rate if rate else 0.0),
-            }
-            for metric, count in snap.names.items()
-        ]
-    )
+    metrics = [
+        {
+            "name": metric,
+            "active_series": count.active_series,
+            "samples_per_second": _finite(count.samples_per_second),
+            "monthly_samples": _finite(monthly_samples(count.samples_per_second)),
+            "monthly_cost": _finite(cost * count.samples_per_second / rate if rate else 0.0),
+        }
+        for metric, count in _ranked(snap.names, by=by, top=top)
+    ]
     return {
         "name": name,
         "shadow": shadow,
@@ -118,9 +122,23 @@ def _destination(
         "samples_per_second": _finite(rate),
         "monthly_samples": _finite(samples),
         "monthly_cost": _finite(cost),
-        "metric_names": len(metrics),
-        "metrics": metrics if top is None else metrics[:top],
+        "metric_names": len(snap.names),
+        "metrics": metrics,
     }
+
+
+def _ranked(
+    names: Mapping[str, NameCount], *, by: str, top: int | None
+) -> list[tuple[str, NameCount]]:
+    """The ``top`` names (None: all) of ``names`` in :func:`rank`'s order ``by``."""
+
+    def key(item: tuple[str, NameCount]) -> tuple[float, float, str]:
+        series, rate = item[1].active_series, _finite(item[1].samples_per_second)
+        return (-series, -rate, item[0]) if by == "series" else (-rate, -series, item[0])
+
+    if top is None or top >= len(names):
+        return sorted(names.items(), key=key)
+    return heapq.nsmallest(top, names.items(), key=key)
 
 
 def _finite(value: float) -> float:

@@ -159,9 +159,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if args.capture is not None:
         return _audit_capture(args)
     base = router_url(args.url, args.config)
-    # The endpoint ranks by active series: ask for every name when another order is wanted.
-    top = args.top if args.json and args.sort == "series" else 0
-    address = f"{base}/-/audit?top={top}"
+    # The router ranks (and lists at most 1000 names per destination: top_capped says so).
+    address = f"{base}/-/audit?top={args.top}&sort={args.sort}"
     try:
         with urllib.request.urlopen(address, timeout=TIMEOUT) as response:
             report = json.load(response)

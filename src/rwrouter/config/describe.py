@@ -101,7 +101,7 @@ def _audit(audit: AuditConfig) -> str:
     return (
         f"window={format_duration(audit.window)} series_limit={audit.series_limit:,}"
         f" max_series={audit.max_series:,} rate_window={format_duration(audit.rate_window)}"
-        f" price_tiers={audit.currency} [{tiers}] a month"
+        f" price_tiers={audit.currency} [{tiers}] a month refresh={format_duration(audit.refresh)}"
     )
 
 

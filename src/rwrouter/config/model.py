@@ -349,7 +349,8 @@ class AuditConfig:
     remembered per destination (about 100 bytes each); beyond it new series are counted as
     lower bounds. ``rate_window``: seconds over which samples/s are averaged.
     ``price_tiers``: the monthly ingestion price (:class:`PriceTier`, ascending), in
-    ``currency``."""
+    ``currency``. ``refresh``: seconds a ``GET /-/audit`` answer is served again before it is
+    built anew (0: built for every request, still once for concurrent ones)."""
 
     window: float = 7200.0
     series_limit: int = 50_000_000
@@ -357,6 +358,7 @@ class AuditConfig:
     rate_window: float = 300.0
     price_tiers: tuple[PriceTier, ...] = AMP_PRICE_TIERS
     currency: str = "USD"
+    refresh: float = 10.0  # the status page reads the audit every 15 s
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -227,6 +227,7 @@ def _audit(f: Fields) -> AuditConfig:
         if f.has("price_tiers")
         else d.price_tiers,
         currency=currency,
+        refresh=f.duration("refresh", d.refresh, positive=False),
     )
 
 

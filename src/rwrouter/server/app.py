@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import importlib.resources
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -40,12 +39,13 @@ from aiohttp import web
 from rwrouter.config import ServerConfig
 from rwrouter.errors import RequestError, RwrouterError, StorageError, UnsupportedError
 from rwrouter.logs import escape, kv
-from rwrouter.metrics import Metrics, ReceiveMetrics, status_snapshot
+from rwrouter.metrics import Metrics, ReceiveMetrics
 from rwrouter.pipeline.fanout import Accepted, FanOut, Stale
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written, message_of
 from rwrouter.reasons import RefuseReason
 from rwrouter.server.bodies import BodyGate, ClientGone, ReadWaitTimeout, read_body
 from rwrouter.server.decoders import LARGE_BODY, Busy, Decoders, work_size
+from rwrouter.server.reads import AuditAnswers, AuditReport, StatusAnswers, audit_query
 from rwrouter.wire import declared_size
 from rwrouter.wire.accelerator import ACCELERATED
 
@@ -68,9 +68,10 @@ Expose = Callable[[], Awaitable[tuple[bytes, str]]]  # the /metrics body and its
 EndConnection = Callable[[asyncio.BaseTransport], bool]
 BALANCE: web.AppKey[EndConnection | None] = web.AppKey("balance")
 EXPOSE: web.AppKey[Expose] = web.AppKey("expose")  # rwrouter run --workers: all workers' metrics
-AuditReport = Callable[[int | None], Awaitable[dict[str, Any]]]  # top -> the report
+# (top, sort) -> the report of top names per destination ranked by sort (rwrouter.audit.rank)
 AUDIT: web.AppKey[AuditReport] = web.AppKey("audit")  # rwrouter run --workers: all workers'
-DEFAULT_AUDIT_TOP = 100  # metric names per destination in GET /-/audit without ?top
+AUDIT_ANSWERS = web.AppKey("audit_answers", AuditAnswers)  # GET /-/audit, built and kept
+STATUS_ANSWERS = web.AppKey("status_answers", StatusAnswers)  # GET /-/status, built and kept
 
 WRITE_PATHS = ("/api/v1/write", "/api/v1/push")
 _REASONS = {
@@ -281,33 +282,34 @@ def status_page() -> str:
 async def handle_status(request: web.Request) -> web.Response:
     """``GET /-/status``: the status page's figures as JSON
     (:func:`rwrouter.metrics.status_snapshot` of the ``/metrics`` exposition: every worker's
-    with ``--workers``)."""
-    body, _ = await request.app[EXPOSE]()
-    snapshot = status_snapshot(body.decode())
-    return web.json_response(
-        snapshot,
-        headers={"Cache-Control": "no-store"},
-        dumps=functools.partial(json.dumps, allow_nan=False),
-    )
+    with ``--workers``; and ``time``, unix seconds when taken), built off the event loop at
+    most once per :data:`~rwrouter.server.reads.STATUS_TTL` (``Age``: seconds since)."""
+    app = request.app
+    body, taken = await app[STATUS_ANSWERS].answer(app[EXPOSE])
+    return _json_answer(body, age=app[STATUS_ANSWERS].reads.clock() - taken)
 
 
 async def handle_audit(request: web.Request) -> web.Response:
-    """``GET /-/audit[?top=N]``: the audit report as JSON (:func:`rwrouter.audit.build_report`:
-    per audited destination its metric names ranked by active series, the workspace limit,
-    the projected monthly cost); ``top``: names listed per destination (default
-    :data:`DEFAULT_AUDIT_TOP`, 0: all). 400 for a ``top`` that is not a whole number >= 0."""
-    raw = request.query.get("top", str(DEFAULT_AUDIT_TOP))
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= 9):
-        shown = raw if len(raw) <= 20 else raw[:20] + "..."
-        why = f"top must be a whole number from 0 to 999999999, got {shown!r}"
-        return web.Response(status=400, text=f"{why}\n")
-    top = int(raw) or None
-    report = await request.app[AUDIT](top)
-    return web.json_response(
-        report,
-        headers={"Cache-Control": "no-store"},
-        dumps=functools.partial(json.dumps, allow_nan=False),
-    )
+    """``GET /-/audit[?top=N][&sort=series|samples]``: the audit report as JSON
+    (:func:`rwrouter.audit.build_report`; the query: :func:`~rwrouter.server.reads.audit_query`,
+    400 with its reason), built off the event loop at most once per ``audit.refresh`` and
+    shared by concurrent readers (:class:`~rwrouter.server.reads.AuditAnswers`; ``Age``:
+    seconds since its counts were taken)."""
+    try:
+        query = audit_query(request.query)
+    except ValueError as exc:
+        return web.Response(status=400, text=f"{exc}\n")
+    app = request.app
+    answers = app[AUDIT_ANSWERS]
+    body, taken = await answers.answer(report=app[AUDIT], audit=app[FANOUT].audit, query=query)
+    return _json_answer(body, age=answers.clock() - taken)
+
+
+def _json_answer(body: bytes, *, age: float) -> web.Response:
+    """A JSON answer kept by the server (``Age``: whole seconds since it was taken), not to be
+    stored by the reader."""
+    headers = {"Cache-Control": "no-store", "Age": str(max(0, int(age)))}
+    return web.Response(body=body, content_type="application/json", headers=headers)
 
 
 async def handle_index(request: web.Request) -> web.Response:
@@ -361,11 +363,12 @@ def make_app(
     async def expose() -> tuple[bytes, str]:
         return metrics.exposition()
 
-    async def audit(top: int | None) -> dict[str, Any]:  # per name: off the event loop
-        return await asyncio.to_thread(fanout.audit.report, time.monotonic(), top=top)
+    async def audit(top: int, by: str) -> dict[str, Any]:  # per name: off the event loop
+        return await asyncio.to_thread(fanout.audit.report, time.monotonic(), top=top, by=by)
 
     app[EXPOSE] = expose
     app[AUDIT] = audit
+    app[AUDIT_ANSWERS], app[STATUS_ANSWERS] = AuditAnswers(), StatusAnswers()
     app.on_cleanup.append(_shutdown_decoders)
     for path in WRITE_PATHS:
         app.router.add_post(path, handle_write)

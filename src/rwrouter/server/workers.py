@@ -6,13 +6,15 @@ address with ``SO_REUSEPORT`` (the kernel spreads connections), with its own que
 ``storage.path`` for worker 0 (the layout of a single process), ``storage.path/worker-<i>`` for
 worker ``i`` > 0. It also serves, on a private unix socket in the supervisor's runtime directory
 (``<dir>/worker-<i>.sock``, mode 0700 directory), ``GET /metrics`` (its own exposition only),
-``POST /-/reload`` (reload itself only) and ``GET /-/audit/keys`` (its audit counts with the
-series' hashes). A public ``GET /-/audit`` merges every worker's counts (a series counted once
-whichever workers saw it); a public ``GET /metrics`` gathers every worker's
-exposition from those sockets and merges them with a ``worker`` label
-(:func:`rwrouter.metrics.merge_expositions`); a public ``POST /-/reload`` reloads this worker
-and asks the others through their sockets. The workers balance their write connections
-through a shared board file in that directory (:mod:`rwrouter.server.balance`).
+``POST /-/reload`` (reload itself only), ``GET /-/audit/keys`` (its audit counts with the
+series' hashes) and ``GET /-/audit/merged`` (worker 0: every worker's counts merged). A public
+``GET /-/audit`` merges every worker's counts (a series counted once whichever workers saw it:
+worker 0 merges them once per ``audit.refresh``, the others ask it); a public
+``GET /metrics`` gathers every worker's exposition from those sockets and merges them with a
+``worker`` label (:func:`rwrouter.metrics.merge_expositions`); a public ``POST /-/reload``
+reloads this worker and asks the others through their sockets. The workers balance their
+write connections through a shared board file in that directory
+(:mod:`rwrouter.server.balance`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,17 +35,19 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from rwrouter.audit import Snapshot
+from rwrouter.audit import SORT_KEYS, Snapshot
 from rwrouter.audit.live import Audit, snapshots_from_json, snapshots_to_json
 from rwrouter.config import Config
 from rwrouter.errors import RwrouterError
 from rwrouter.logs import LogfmtFormatter, kv
 from rwrouter.metrics import Metrics, merge_expositions
+from rwrouter.server.reads import JSON_SLICE, KEYS_TTL, MAX_AUDIT_TOP, Reads, json_bytes
 
 log = logging.getLogger("rwrouter.workers")
 
+MERGER = 0  # the worker that merges every worker's audit counts for the others
 PEER_TIMEOUT = 5.0  # seconds a worker waits for another worker's exposition or reload answer
-AUDIT_REPORT_TTL = 10.0  # seconds a merged audit report is served again (GET /-/audit)
+MERGE_TIMEOUT = 30.0  # seconds a worker waits for the MERGER's report (it waits for the others)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -140,8 +144,8 @@ class Peers:
         self.audit = audit
         self.reload_self = reload
         self._runner: web.AppRunner | None = None
-        self._audit_lock = asyncio.Lock()
-        self._audit_cache: tuple[float, dict[str, Any]] | None = None
+        self._keys: Reads[str, bytes] = Reads(ttl=KEYS_TTL, max_entries=1)  # /-/audit/keys
+        self._merged: Reads[Hashable, dict[str, Any]] = Reads(ttl=0, max_entries=4)
         self._supervisor = os.getppid()
 
     async def start(self) -> None:
@@ -149,6 +153,7 @@ class Peers:
         app = web.Application()
         app.router.add_get("/metrics", self._handle_metrics)
         app.router.add_get("/-/audit/keys", self._handle_audit_keys)
+        app.router.add_get("/-/audit/merged", self._handle_audit_merged)
         app.router.add_post("/-/reload", self._handle_reload)
         self._runner = web.AppRunner(
             app, access_log=None, handle_signals=False, shutdown_timeout=1.0
@@ -180,25 +185,40 @@ class Peers:
         body = await asyncio.to_thread(merge_expositions, ordered, workers=self.spec.count)
         return body, content_type
 
-    async def audit_report(self, top: int | None) -> dict[str, Any]:
-        """The audit report of every worker: each audited destination's series counted once
-        however many workers saw it (:func:`rwrouter.audit.merge`); a worker that did not
-        answer within :data:`PEER_TIMEOUT` is left out (``workers`` says how many counted,
-        ``workers_expected`` how many run). Gathering every worker's series costs: one
-        report serves every request for :data:`AUDIT_REPORT_TTL` seconds."""
-        async with self._audit_lock:
-            cached = self._audit_cache
-            if cached is None or time.monotonic() - cached[0] >= AUDIT_REPORT_TTL:
-                cached = self._audit_cache = (time.monotonic(), await self._merged_report())
-        report = cached[1]
-        if top is None:
-            return report
-        return {
-            **report,
-            "destinations": [{**d, "metrics": d["metrics"][:top]} for d in report["destinations"]],
-        }
+    async def audit_report(self, top: int, by: str) -> dict[str, Any]:
+        """The audit report of every worker, ``top`` names (at most
+        :data:`~rwrouter.server.reads.MAX_AUDIT_TOP`) per destination ranked ``by``: each
+        audited destination's series counted once however many workers saw it
+        (:func:`rwrouter.audit.merge`); a worker that did not answer within
+        :data:`PEER_TIMEOUT` is left out (``workers`` says how many counted,
+        ``workers_expected`` how many run). Gathering every worker's series costs: worker
+        :data:`MERGER` builds it once per ``audit.refresh`` and the others ask it (and merge
+        themselves only when it does not answer); the parts are parsed and merged in worker
+        threads."""
+        if self.spec.index != MERGER:
+            path = f"/-/audit/merged?sort={by}"
+            text = await self._peer(MERGER, "GET", path, timeout_s=MERGE_TIMEOUT)
+            if text is not None:
+                try:
+                    return _cut(await asyncio.to_thread(json.loads, text), top)
+                except (ValueError, KeyError, TypeError) as exc:
+                    log.warning(kv(msg="bad merged audit answer", worker=MERGER, error=exc))
+        return _cut(await self._merged_report(by), top)
 
-    async def _merged_report(self) -> dict[str, Any]:
+    async def _merged_report(self, by: str) -> dict[str, Any]:
+        """Every worker's counts merged, :data:`MAX_AUDIT_TOP` names per destination ranked
+        ``by``; once per ``audit.refresh`` and audit state, shared by concurrent readers."""
+        self._merged.set_ttl(self.audit.settings.refresh)
+        state = (by, self.audit.settings, tuple(self.audit.audited.items()))
+
+        async def build() -> tuple[dict[str, Any], float]:
+            taken = time.monotonic()
+            return await self._merge(by), taken
+
+        report, _ = await self._merged.get(state, build)
+        return report
+
+    async def _merge(self, by: str) -> dict[str, Any]:
         own = await asyncio.to_thread(self._audit_keys)
         others = [i for i in range(self.spec.count) if i != self.spec.index]
         texts = await asyncio.gather(*(self._peer(i, "GET", "/-/audit/keys") for i in others))
@@ -207,19 +227,44 @@ class Peers:
             if text is None:
                 continue
             try:
-                parts.append(snapshots_from_json(json.loads(text)))
+                parts.append(await asyncio.to_thread(parse_keys, text))
             except (ValueError, KeyError, TypeError) as exc:
                 log.warning(kv(msg="bad audit answer", worker=i, error=exc))
+        del texts
         return await asyncio.to_thread(
-            self.audit.merged_report, parts, top=None, workers=len(parts), expected=self.spec.count
+            self.audit.merged_report,
+            parts,
+            top=MAX_AUDIT_TOP,
+            by=by,
+            workers=len(parts),
+            expected=self.spec.count,
         )
+
+    async def _handle_audit_merged(self, request: web.Request) -> web.Response:
+        """Worker :data:`MERGER`'s merged report for the other workers (``?sort=``)."""
+        by = request.query.get("sort", "series")
+        if by not in SORT_KEYS:
+            return web.Response(status=400, text="sort must be series or samples\n")
+        report = await self._merged_report(by)
+        body = await asyncio.to_thread(json_bytes, report)
+        return web.Response(body=body, content_type="application/json")
 
     def _audit_keys(self) -> dict[str, Snapshot]:
         return self.audit.snapshots(time.monotonic(), keys=True)
 
     async def _handle_audit_keys(self, request: web.Request) -> web.Response:
-        snapshots = await asyncio.to_thread(self._audit_keys)
-        return web.json_response(snapshots_to_json(snapshots))
+        """This worker's counts with the series' hashes, built and serialized in a worker
+        thread, once for the workers that ask within :data:`KEYS_TTL` seconds."""
+
+        async def build() -> tuple[bytes, float]:
+            taken = time.monotonic()
+            return await asyncio.to_thread(self._keys_body), taken
+
+        body, _ = await self._keys.get("keys", build)
+        return web.Response(body=body, content_type="application/x-ndjson")  # keys_lines
+
+    def _keys_body(self) -> bytes:
+        return keys_lines(self._audit_keys())
 
     async def reload_all(self) -> str:
         """Reload this worker (its summary is the answer; errors raised as
@@ -234,10 +279,13 @@ class Peers:
                 if answer is None:
                     log.warning(kv(msg="could not ask a worker to reload", worker=i))
 
-    async def _peer(self, index: int, method: str, path: str) -> str | None:
-        """The answer text of worker ``index`` (any status), or None if it did not answer."""
+    async def _peer(
+        self, index: int, method: str, path: str, *, timeout_s: float = PEER_TIMEOUT
+    ) -> str | None:
+        """The answer text of worker ``index`` (any status), or None if it did not answer
+        within ``timeout_s`` seconds."""
         connector = aiohttp.UnixConnector(path=str(socket_path(self.spec.runtime_dir, index)))
-        timeout = aiohttp.ClientTimeout(total=PEER_TIMEOUT)
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
         try:
             async with (
                 aiohttp.ClientSession(connector=connector, timeout=timeout) as session,
@@ -257,3 +305,39 @@ class Peers:
             return web.Response(text=await self.reload_self() + "\n")
         except (RwrouterError, OSError) as exc:
             return web.Response(status=500, text=" ".join(str(exc).split()) + "\n")
+
+
+def keys_lines(snapshots: dict[str, Snapshot]) -> bytes:
+    """A worker's ``/-/audit/keys`` answer: :func:`~rwrouter.audit.live.snapshots_to_json`
+    of ``snapshots`` (taken with keys) cut in JSON lines of at most :data:`JSON_SLICE` names
+    each (``destination``, ``observed``, ``capped``, ``names``), so that the reader parses it
+    a line at a time, giving its event loop the GIL between lines."""
+    lines = []
+    for name, snap in snapshots_to_json(snapshots).items():
+        names = list(snap["names"].items())
+        for start in range(0, max(1, len(names)), JSON_SLICE):
+            part = dict(names[start : start + JSON_SLICE])
+            line = {"destination": name, "observed": snap["observed"], "capped": snap["capped"]}
+            lines.append(json_bytes({**line, "names": part}))
+    return b"\n".join(lines)
+
+
+def parse_keys(text: str) -> dict[str, Snapshot]:
+    """The snapshots of a :func:`keys_lines` answer. Raises ValueError, KeyError or
+    TypeError for another shape."""
+    data: dict[str, dict[str, Any]] = {}
+    for line in text.split("\n"):
+        if line:
+            part = json.loads(line)
+            entry = data.setdefault(
+                part["destination"],
+                {"observed": part["observed"], "capped": part["capped"], "names": {}},
+            )
+            entry["names"].update(part["names"])
+    return snapshots_from_json(data)
+
+
+def _cut(report: dict[str, Any], top: int) -> dict[str, Any]:
+    """``report`` with ``top`` names per destination (a copy)."""
+    destinations = [{**d, "metrics": d["metrics"][:top]} for d in report["destinations"]]
+    return {**report, "destinations": destinations}
