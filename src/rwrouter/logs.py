@@ -59,6 +59,35 @@ def q(value: object) -> str:
     return '"' + escape(text.replace("\\", "\\\\").replace('"', '\\"')) + '"'
 
 
+class Throttle:
+    """At most one log line per key (a client address) and ``every`` seconds, for events a
+    client can cause at will (a refused request): :meth:`admit` says whether to log this one
+    and how many were not logged since. Remembers at most ``keys`` keys (the least recently
+    logged forgotten first). Time is passed in (seconds on any monotonic clock)."""
+
+    def __init__(self, *, every: float = 60.0, keys: int = 4096) -> None:
+        self.every = every
+        self._keys = keys
+        self._last: dict[str, tuple[float, int]] = {}  # insertion order: oldest logged first
+
+    def admit(self, key: str, *, now: float) -> int | None:
+        """None: do not log (counted for the next line); else log, with this many events of
+        ``key`` not logged since its last line."""
+        last, unlogged = self._last.get(key, (float("-inf"), 0))
+        if now - last < self.every:
+            self._last[key] = (last, unlogged + 1)
+            return None
+        self._last.pop(key, None)
+        self._last[key] = (now, 0)
+        if len(self._last) > self._keys:
+            del self._last[next(iter(self._last))]
+        return unlogged
+
+    def __len__(self) -> int:
+        """The keys remembered (at most ``keys``)."""
+        return len(self._last)
+
+
 class kv:
     """The fields of one log record, written ``key=value`` in the order given, each value
     through :func:`q` (``str`` of it: None is ``None``, a bool ``True``/``False``).

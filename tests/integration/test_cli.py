@@ -99,6 +99,43 @@ def test_check_config_into_a_closed_pipe_is_not_an_error(tmp_path: Path) -> None
     assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr
 
 
+CLOSED_PIPE = [
+    # id, arguments after `rwrouter`
+    ("check_config", ["check-config", str(ROOT / "config/rwrouter.yaml")]),
+    (
+        "relabel",
+        [
+            "relabel",
+            "--config",
+            str(ROOT / "config/rwrouter.yaml"),
+            "--series",
+            'DCGM_FI_DEV_GPU_UTIL{gpu="0"}',
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize("argv", [c[1] for c in CLOSED_PIPE], ids=[c[0] for c in CLOSED_PIPE])
+def test_output_into_a_pipe_closed_before_it_is_written_is_quiet(argv: list[str]) -> None:
+    # The reader is gone before the first write (as `| head` once it has its lines): the
+    # write fails with EPIPE, which is an OSError; it must not be reported as an error.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "rwrouter", *argv],
+            env={**os.environ, **AWS_ENV},
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+
+
 @pytest.mark.parametrize("argv", [["run"], []], ids=["run_without_config", "no_command"])
 def test_run_without_config_exits_2_with_a_hint(tmp_path: Path, argv: list[str]) -> None:
     """As a user (or a manifest missing its flag) runs it: nothing starts, exit status 2."""

@@ -11,6 +11,7 @@ import asyncio
 import base64
 import logging
 import ssl
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -349,3 +350,63 @@ async def poll_async(
         assert time.monotonic() < deadline, f"not within {timeout} s"
         await asyncio.sleep(0.2)
     return value
+
+
+async def rwrouter_audit(*argv: str) -> tuple[int, str, str]:
+    """``rwrouter audit ARGV`` in a subprocess (the router runs in this event loop)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "rwrouter",
+        "audit",
+        *argv,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=30)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+# id, the HTTP client configuration file (None: no --http.config.file), exit status, a fragment
+# of its output; {ca} and {password_file} are filled in
+AUDIT_CLIENTS = [
+    ("no_client_config", None, 1, "certificate verify failed"),
+    ("ca_without_credential", "tls_config: {{ca_file: {ca}}}\n", 1, "answered 401"),
+    (
+        "ca_and_basic_auth",
+        "tls_config: {{ca_file: {ca}}}\n"
+        "basic_auth: {{username: ops, password_file: {password_file}}}\n",
+        0,
+        '"destinations"',
+    ),
+    (
+        "wrong_password",
+        "tls_config: {{ca_file: {ca}}}\nbasic_auth: {{username: ops, password: nope}}\n",
+        1,
+        "answered 401",
+    ),
+    ("unknown_key", "tls_config: {{ca_file: {ca}}}\nsigv4: {{}}\n", 2, "sigv4: unknown key"),
+]
+
+
+@pytest.mark.parametrize(
+    ("client", "code", "fragment"),
+    [c[1:] for c in AUDIT_CLIENTS],
+    ids=[c[0] for c in AUDIT_CLIENTS],
+)
+async def test_rwrouter_audit_reaches_a_router_with_tls_and_credentials(
+    start: Start, tmp_path: Path, client: str | None, code: int, fragment: str
+) -> None:
+    pki = Pki.make(tmp_path / "pki")
+    users = f'basic_auth_users: {{ops: "{HASH}"}}\n'
+    router = await start(tls_yaml(pki, users))
+    argv = ["--url", router.url, "--json"]
+    if client is not None:
+        (tmp_path / "password").write_text(PASSWORD + "\n")
+        path = tmp_path / "client.yml"
+        path.write_text(client.format(ca=pki.ca_file, password_file=tmp_path / "password"))
+        argv += ["--http.config.file", str(path)]
+    status, out, err = await rwrouter_audit(*argv)
+    assert status == code, err
+    assert fragment in out + err
+    assert PASSWORD not in out + err and "nope" not in out + err

@@ -105,7 +105,7 @@ def test_the_log_remembers_a_bounded_number_of_clients(monkeypatch: pytest.Monke
     refusal = Refused(AuthReason.MISSING, 401, "authentication required")
     for i in range(10):
         failures.refused(f"10.0.0.{i}", refusal, "/")
-    assert len(failures._clients) == 3
+    assert len(failures._throttle) == 3
 
 
 HASH = bcrypt.hashpw(b"pw", bcrypt.gensalt(4))

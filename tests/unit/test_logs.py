@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rwrouter.logs import LogfmtFormatter, kv, q
+from rwrouter.logs import LogfmtFormatter, Throttle, kv, q
 
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "rwrouter"
 LEVELS = {"debug", "info", "warning", "error", "exception", "critical", "log"}
@@ -83,3 +83,29 @@ def test_every_log_call_passes_its_fields_through_kv() -> None:
         or call.args[0].args
     ]
     assert not offenders, "log calls not through kv(...):\n" + "\n".join(offenders)
+
+
+THROTTLE = [
+    # id, (key, now) events in order, what admit answers for each (None: not logged)
+    ("first_is_logged", [("a", 0.0)], [0]),
+    ("again_within_the_minute", [("a", 0.0), ("a", 59.9)], [0, None]),
+    (
+        "after_the_minute_with_the_count",
+        [("a", 0.0), ("a", 1.0), ("a", 2.0), ("a", 60.0)],
+        [0, None, None, 2],
+    ),
+    ("keys_apart", [("a", 0.0), ("b", 1.0), ("a", 2.0)], [0, 0, None]),
+    # keys=2: "a" is forgotten when "c" comes, so it is logged again at once
+    ("oldest_key_forgotten", [("a", 0.0), ("b", 1.0), ("c", 2.0), ("a", 3.0)], [0, 0, 0, 0]),
+]
+
+
+@pytest.mark.parametrize(
+    ("events", "answers"), [c[1:] for c in THROTTLE], ids=[c[0] for c in THROTTLE]
+)
+def test_throttle_logs_once_per_key_and_minute(
+    events: list[tuple[str, float]], answers: list[int | None]
+) -> None:
+    throttle = Throttle(every=60.0, keys=2)
+    assert [throttle.admit(key, now=now) for key, now in events] == answers
+    assert len(throttle) <= 2

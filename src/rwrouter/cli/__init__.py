@@ -247,13 +247,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RwrouterError as exc:
         print(f"rwrouter: {escape(exc)}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # e.g. `rwrouter relabel ... | head`: not an error (an OSError:
+        # caught before those); stdout goes to /dev/null so that the exit's flush is quiet
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as exc:  # e.g. storage.path not writable, or a queue in use elsewhere
         print(f"rwrouter: {escape(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        return 0
-    except BrokenPipeError:  # e.g. `rwrouter check-config FILE | head`: not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     return code
 

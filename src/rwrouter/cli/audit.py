@@ -5,9 +5,11 @@ workspace limit, projected monthly ingestion cost (:mod:`rwrouter.audit`).
 ``rwrouter audit`` reads ``GET /-/audit`` of a running router (``--url``; by default the listen
 address of ``--config``, else ``http://127.0.0.1:9250``), whose destinations with
 ``shadow: true`` (counted, never sent) or ``audit: true`` (sent and counted) are counted as
-requests arrive. With ``--capture FILE`` it instead routes the requests of a capture file
-through ``--config``'s rules and counts **every** destination, offline (nothing is sent): try
-several configurations on the same traffic.
+requests arrive; ``--http.config.file FILE`` gives the credentials and TLS settings to reach a
+router with a web configuration file (as ``promtool --http.config.file``:
+:mod:`rwrouter.config.httpclient`). With ``--capture FILE`` it instead routes the requests of
+a capture file through ``--config``'s rules and counts **every** destination, offline
+(nothing is sent): try several configurations on the same traffic.
 
 ``rwrouter capture --output FILE`` records the remote write requests it receives
 (:mod:`rwrouter.server.capture`) for ``--capture``.
@@ -21,13 +23,19 @@ configuration file (usage).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import os
+import ssl
 import sys
 import urllib.error
 import urllib.request
 from typing import Any
 
+from rwrouter.auth.schemes import authenticator_for
+from rwrouter.config.httpclient import HTTPClientConfig, parse_http_client_config
 from rwrouter.logs import escape
+from rwrouter.send.transport import ssl_context_for
 
 DEFAULT_URL = "http://127.0.0.1:9250"
 TIMEOUT = 30.0  # seconds to wait for the router's answer (it merges every worker's counts)
@@ -57,6 +65,13 @@ def _register_audit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     audit.add_argument(
         "--config",
         help="rwrouter's configuration (its listen address; with --capture: the rules to apply)",
+    )
+    audit.add_argument(
+        "--http.config.file",
+        dest="http_config_file",
+        metavar="FILE",
+        help="how to reach the router: basic_auth or authorization, and tls_config (the HTTP "
+        "client configuration promtool reads)",
     )
     audit.add_argument(
         "--capture",
@@ -161,8 +176,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
     base = router_url(args.url, args.config)
     # The router ranks (and lists at most 1000 names per destination: top_capped says so).
     address = f"{base}/-/audit?top={args.top}&sort={args.sort}"
+    request, context = _request(address, args.http_config_file)
     try:
-        with urllib.request.urlopen(address, timeout=TIMEOUT) as response:
+        with urllib.request.urlopen(request, timeout=TIMEOUT, context=context) as response:
             report = json.load(response)
     except urllib.error.HTTPError as exc:
         reason = exc.read().decode(errors="replace").strip() or exc.reason
@@ -173,6 +189,24 @@ def cmd_audit(args: argparse.Namespace) -> int:
         return 1
     _print(report, args)
     return 0
+
+
+def _request(
+    address: str, path: str | None
+) -> tuple[urllib.request.Request, ssl.SSLContext | None]:
+    """The request for ``address`` with the ``Authorization`` and the TLS context of the HTTP
+    client configuration file ``path`` (None: none). Raises ConfigError for a bad file,
+    OSError when it or a file it names cannot be read, CredentialsError for a secret file."""
+    client = HTTPClientConfig()
+    if path is not None:
+        with open(path, encoding="utf-8") as file:
+            text = file.read()
+        base_dir = os.path.dirname(os.path.abspath(path))
+        client = parse_http_client_config(text, source=path, env=os.environ, base_dir=base_dir)
+    authenticator = asyncio.run(authenticator_for(client, path="http_config"))
+    headers = asyncio.run(authenticator.headers(url=address, body=b"", base={}))
+    context = ssl_context_for(client.tls_config) if client.tls_config is not None else None
+    return urllib.request.Request(address, headers=headers), context
 
 
 def _print(report: dict[str, Any], args: argparse.Namespace) -> None:

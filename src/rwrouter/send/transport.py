@@ -132,14 +132,16 @@ def transport_for(dest: DestinationConfig) -> Transport:
     return Transport(
         url=dest.url,
         timeout=dest.remote_timeout,
-        ssl_context=_ssl_context(dest.tls_config) if dest.tls_config else None,
+        ssl_context=ssl_context_for(dest.tls_config) if dest.tls_config else None,
         server_hostname=dest.tls_config.server_name if dest.tls_config else None,
         proxy=dest.proxy_url,
     )
 
 
-def _ssl_context(tls: TLSConfig) -> ssl.SSLContext:
-    """An SSL context from a ``tls_config`` (Prometheus field semantics)."""
+def ssl_context_for(tls: TLSConfig) -> ssl.SSLContext:
+    """An SSL context from a ``tls_config`` (Prometheus field semantics): a destination's, or
+    that of ``rwrouter audit --http.config.file``. Raises OSError or ssl.SSLError when a file
+    cannot be read or used."""
     ctx = ssl.create_default_context(cafile=tls.ca_file)
     if tls.cert_file and tls.key_file:
         ctx.load_cert_chain(tls.cert_file, tls.key_file)

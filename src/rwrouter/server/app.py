@@ -38,7 +38,7 @@ from aiohttp import web
 
 from rwrouter.config import ServerConfig
 from rwrouter.errors import RequestError, RwrouterError, StorageError, UnsupportedError
-from rwrouter.logs import escape, kv
+from rwrouter.logs import Throttle, escape, kv
 from rwrouter.metrics import Metrics, ReceiveMetrics
 from rwrouter.pipeline.fanout import Accepted, FanOut, Stale
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written, message_of
@@ -59,6 +59,7 @@ RECEIVE_METRICS = web.AppKey("receive_metrics", ReceiveMetrics)  # what handle_w
 SETTINGS = web.AppKey("settings", ServerConfig)
 READY = web.AppKey("ready", list)  # [bool]: set once the destinations run
 DECODERS = web.AppKey("decoders", Decoders)
+REFUSALS_LOGGED = web.AppKey("refusals_logged", Throttle)  # the write refusals' log lines
 BODIES = web.AppKey("bodies", BodyGate)  # the bound on bodies being read and held
 Reload = Callable[[], Awaitable[str]]
 RELOAD: web.AppKey[Reload] = web.AppKey("reload")
@@ -170,10 +171,14 @@ def _refused(
     body_read: bool,
 ) -> web.Response:
     """The 4xx answer to a request the sender got wrong (``exc``: its status and one-line
-    reason), counted and logged; ``body_read``: else the connection is not reused."""
+    reason), counted, and logged at most once per client address and minute
+    (:data:`REFUSALS_LOGGED`); ``body_read``: else the connection is not reused."""
     metrics.requests.labels(str(exc.status)).inc()
     metrics.refused.labels(_REASONS.get(exc.status, RefuseReason.BAD_REQUEST)).inc()
-    log.info(kv(remote=request.remote, status=exc.status, reason=exc))
+    remote = request.remote or "-"
+    unlogged = request.app[REFUSALS_LOGGED].admit(remote, now=time.monotonic())
+    if unlogged is not None:  # at most one line per client and minute: a client can send many
+        log.info(kv(remote=remote, status=exc.status, reason=exc, unlogged=unlogged))
     response = web.Response(status=exc.status, text=f"{exc}\n", headers=written_headers(message))
     if not body_read:  # the body was not read: do not reuse the connection for the next one
         response.force_close()
@@ -357,6 +362,7 @@ def make_app(
     # With the accelerator an ordinary body is decoded in about a millisecond: on the loop.
     app[DECODERS] = Decoders(inline_body=LARGE_BODY if ACCELERATED else 0)
     app[BODIES] = BodyGate.of(settings)
+    app[REFUSALS_LOGGED] = Throttle()
     app[RELOAD] = _no_reload
     app[BALANCE] = None
 

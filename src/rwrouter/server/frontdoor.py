@@ -38,7 +38,7 @@ import bcrypt
 from aiohttp import web
 
 from rwrouter.config.web import Role, WebConfig
-from rwrouter.logs import kv
+from rwrouter.logs import Throttle, kv
 from rwrouter.metrics import ReceiveMetrics
 from rwrouter.reasons import AuthReason
 from rwrouter.server.webtls import WebConfigFile, peer_sans
@@ -152,22 +152,16 @@ def _checkpw(password: bytes, hashed: bytes) -> bool:
 
 class FailureLog:
     """At most one log line per client address and :data:`LOG_EVERY` seconds, saying how many
-    refusals of that client were not logged since."""
+    refusals of that client were not logged since (:class:`rwrouter.logs.Throttle`)."""
 
     def __init__(self, *, clock: Callable[[], float]) -> None:
         self._clock = clock
-        self._clients: OrderedDict[str, tuple[float, int]] = OrderedDict()
+        self._throttle = Throttle(every=LOG_EVERY, keys=LOGGED_CLIENTS)
 
     def refused(self, remote: str, refusal: Refused, path: str) -> None:
-        now = self._clock()
-        last, unlogged = self._clients.get(remote, (float("-inf"), 0))
-        if now - last < LOG_EVERY:
-            self._clients[remote] = (last, unlogged + 1)
+        unlogged = self._throttle.admit(remote, now=self._clock())
+        if unlogged is None:
             return
-        self._clients.pop(remote, None)
-        self._clients[remote] = (now, 0)
-        if len(self._clients) > LOGGED_CLIENTS:
-            self._clients.popitem(last=False)
         log.warning(
             kv(
                 msg="request refused",
