@@ -523,13 +523,16 @@ FILTER_TENANT_ROUTES = [
     FILTER_ROUTES[-1],
 ]
 TENANTS = st.sampled_from([None, "team-a", "team-b"])
-tenant_series_strategy = series_strategy.map(
-    lambda s: (
-        {**s, "labels": {**s["labels"], "__tenant__": s["labels"].get("a", "team-a")}}
-        if s["exemplars"] == 1  # some series carry a __tenant__ label of their own
-        else s
-    )
-)
+
+
+def _own_tenant(s: dict[str, Any]) -> dict[str, Any]:
+    """Some series (one exemplar) carry a ``__tenant__`` label of their own."""
+    if s["exemplars"] != 1:
+        return s
+    return {**s, "labels": {**s["labels"], "__tenant__": s["labels"].get("a", "team-a")}}
+
+
+tenant_series_strategy = series_strategy.map(_own_tenant)
 
 
 def tenant_router(routes: list[Route], tenant: str | None) -> TenantRouter:
