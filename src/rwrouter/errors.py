@@ -7,6 +7,7 @@ built-in base as well, so code that caught them by it still does::
     ├── ConfigError              the configuration is invalid; names the YAML key path
     ├── RequestError             the sender's mistake; carries the HTTP status to answer (4xx)
     │   ├── DecodeError          400: not a valid snappy-block remote write 1.0 or 2.0 request
+    │   ├── TenantError          400: an X-Scope-OrgID header that is not a valid tenant ID
     │   ├── SlowBodyError        408: the body did not arrive within the read timeout
     │   ├── TooLargeError        413: body or declared decoded size over the configured limit
     │   └── UnsupportedError     415: another Content-Encoding or Content-Type
@@ -74,6 +75,13 @@ class RequestError(RwrouterError):
 class DecodeError(RequestError):
     """400: undecodable snappy, bad protobuf, invalid UTF-8, duplicate label names, empty body
     (:mod:`rwrouter.wire`, :mod:`rwrouter.routing.scan`)."""
+
+    status = 400
+
+
+class TenantError(RequestError):
+    """400: an ``X-Scope-OrgID`` header that is not a valid tenant ID
+    (:func:`rwrouter.config.tenant.check_tenant`)."""
 
     status = 400
 

@@ -139,6 +139,7 @@ class RefuseReason(Reason):
 
     DECODE = "decode", "400: not a valid snappy, protobuf remote write body"
     BAD_REQUEST = "bad_request", "another 4xx of the request itself"
+    TENANT = "tenant", "400: an X-Scope-OrgID header that is not a valid tenant ID"
     SLOW_BODY = "slow_body", "408: the body took longer than server.read_timeout"
     TOO_LARGE = (
         "too_large",

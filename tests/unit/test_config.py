@@ -507,6 +507,7 @@ remote_write:
         ("relabel_cache: {max_entries: 5000}\n", ("relabel_cache", "max_entries", 5000)),
         ("relabel_cache: {max_bytes: 64MiB}\n", ("relabel_cache", "max_bytes", 64 << 20)),
         ("relabel_cache: {max_age: 1h}\n", ("relabel_cache", "max_age", 3600.0)),
+        ("relabel_cache: {max_tenants: 4}\n", ("relabel_cache", "max_tenants", 4)),
     ],
     ids=[
         "shutdown-0",
@@ -536,6 +537,7 @@ remote_write:
         "cache-entries",
         "cache-bytes",
         "cache-age",
+        "cache-tenants",
     ],
 )
 def test_server_and_storage_values(section: str, expected: tuple[str, str, object]) -> None:
@@ -624,6 +626,7 @@ def test_queue_disk_and_retry_errors(snippet: str, message: str) -> None:
         ("server: {shutdown_timeout: 30}", "server.shutdown_timeout: not a valid duration"),
         ("relabel_cache: {max_entries: 0}", "relabel_cache.max_entries: must be >= 1"),
         ("relabel_cache: {max_age: 0s}", "relabel_cache.max_age: must be a positive duration"),
+        ("relabel_cache: {max_tenants: 0}", "relabel_cache.max_tenants: must be >= 1"),
         ("relabel_cache: {size: 10}", "relabel_cache.size: unknown key"),
     ],
     ids=[
@@ -636,6 +639,7 @@ def test_queue_disk_and_retry_errors(snippet: str, message: str) -> None:
         "shutdown-bare-number",
         "cache-entries-zero",
         "cache-age-zero",
+        "cache-tenants-zero",
         "cache-unknown-key",
     ],
 )

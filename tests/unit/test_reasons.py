@@ -64,6 +64,7 @@ PINNED: list[tuple[str, type[StrEnum], set[str]]] = [
         {
             "decode",
             "bad_request",
+            "tenant",
             "slow_body",
             "too_large",
             "unsupported",

@@ -21,9 +21,19 @@ from rwrouter.errors import DecodeError
 from rwrouter.relabel import parse_relabel_configs
 from rwrouter.routing import Route, RoutedRequest, Router
 from rwrouter.routing import router as router_module
-from rwrouter.routing.cache import Cache, Entry, new_cache, pack_entry, unpack_entry
+from rwrouter.routing.cache import (
+    DEFAULT_CACHE_BYTES,
+    DEFAULT_CACHE_MAX_AGE,
+    DEFAULT_CACHE_SIZE,
+    Cache,
+    Entry,
+    new_cache,
+    pack_entry,
+    unpack_entry,
+)
 from rwrouter.routing.outcome import REASONS
 from rwrouter.routing.scan import Scan, scan_request_py, signature_py
+from rwrouter.routing.tenants import TenantRouter
 from rwrouter.wire import codec, remote_pb2, types_pb2
 from rwrouter.wire.accelerator import ACCELERATED
 from rwrouter.wire.codec import split_series
@@ -87,10 +97,10 @@ def route_with(scan: Callable[..., Scan], data: bytes, monkeypatch: pytest.Monke
     return first
 
 
-def reference(data: bytes) -> list[list[types_pb2.TimeSeries]]:
-    """Decode everything (protobuf), relabel each series, encode it again: per destination,
-    the series it gets."""
-    router = Router(global_rules=(), routes=make_routes())
+def reference(data: bytes, router: Router | None = None) -> list[list[types_pb2.TimeSeries]]:
+    """Decode everything (protobuf), relabel each series with ``router`` (a fresh one of
+    :func:`make_routes` by default), encode it again: per destination, the series it gets."""
+    router = Router(global_rules=(), routes=make_routes()) if router is None else router
     request = remote_pb2.WriteRequest()
     request.ParseFromString(data)
     out: list[list[types_pb2.TimeSeries]] = [[] for _ in router.routes]
@@ -469,6 +479,120 @@ def test_template_shortcut_gives_the_full_paths_entries(series: list[dict[str, A
     for _ in range(2):  # the second time from templates learned by other series
         for router in (shortcut, full):
             router._young = new_cache()  # forget the label sets, keep the templates
+        try:
+            first = shortcut.route(data)
+        except DecodeError as exc:
+            with pytest.raises(DecodeError, match=re.escape(str(exc))):
+                full.route(data)
+            return
+        assert first == full.route(data)
+        assert dict(shortcut._young.items()) == dict(full._young.items())
+
+
+# -- per tenant (rwrouter.routing.tenants): the same three paths agree for every tenant -------
+
+TENANT_ROUTES = [
+    Route(
+        "a",
+        parse_relabel_configs(
+            [{"source_labels": ["__tenant__"], "regex": "team-a", "action": "keep"}], "t"
+        ),
+    ),
+    Route(
+        "b",
+        parse_relabel_configs(
+            [
+                {"source_labels": ["__tenant__"], "target_label": "tenant"},
+                {"action": "labeldrop", "regex": "UUID|pod"},
+            ],
+            "t",
+        ),
+        send_exemplars=False,
+    ),
+    Route("rest", fallback=True),
+]
+FILTER_TENANT_ROUTES = [
+    *FILTER_ROUTES[:-1],
+    Route(
+        "t",
+        parse_relabel_configs(
+            [{"source_labels": ["__tenant__", "job"], "regex": "team-a;.*", "action": "keep"}],
+            "t",
+        ),
+    ),
+    FILTER_ROUTES[-1],
+]
+TENANTS = st.sampled_from([None, "team-a", "team-b"])
+
+
+def _own_tenant(s: dict[str, Any]) -> dict[str, Any]:
+    """Some series (one exemplar) carry a ``__tenant__`` label of their own."""
+    if s["exemplars"] != 1:
+        return s
+    return {**s, "labels": {**s["labels"], "__tenant__": s["labels"].get("a", "team-a")}}
+
+
+tenant_series_strategy = series_strategy.map(_own_tenant)
+
+
+def tenant_router(routes: list[Route], tenant: str | None) -> TenantRouter:
+    return TenantRouter(
+        tenant=tenant,
+        global_rules=(),
+        routes=routes,
+        cache_size=DEFAULT_CACHE_SIZE,
+        cache_bytes=DEFAULT_CACHE_BYTES,
+        cache_max_age=DEFAULT_CACHE_MAX_AGE,
+    )
+
+
+def route_tenant_with(
+    scan: Callable[..., Scan], data: bytes, tenant: str | None, monkeypatch: pytest.MonkeyPatch
+) -> Any:
+    monkeypatch.setattr(router_module, "scan_request", scan)
+    router = tenant_router(TENANT_ROUTES, tenant)
+    try:
+        first = router.route(data)
+        second = router.route(data)
+    except DecodeError as exc:
+        return ("error", type(exc), str(exc))
+    assert first == second
+    return first
+
+
+@needs_accelerator
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(series=st.lists(tenant_series_strategy, max_size=8), tenant=TENANTS)
+def test_random_series_route_identically_per_tenant(
+    series: list[dict[str, Any]], tenant: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = build_request(series)
+    fast = route_tenant_with(compiled, data, tenant, monkeypatch)
+    pure = route_tenant_with(scan_request_py, data, tenant, monkeypatch)
+    assert fast == pure
+    if not isinstance(fast, tuple):
+        assert content(fast) == reference(data, tenant_router(TENANT_ROUTES, tenant))
+        for share in content(fast):
+            assert all(lab.name != "__tenant__" for ts in share for lab in ts.labels)
+
+
+@settings(max_examples=300, deadline=None)
+@given(series=st.lists(tenant_series_strategy, min_size=1, max_size=6), tenant=TENANTS)
+def test_template_shortcut_gives_the_full_paths_entries_per_tenant(
+    series: list[dict[str, Any]], tenant: str | None
+) -> None:
+    """With a rule reading __tenant__, a sender's own __tenant__ (replaced) never takes the
+    template of a set without one."""
+    data = build_request(series)
+    shortcut = tenant_router(FILTER_TENANT_ROUTES, tenant)
+    assert shortcut._signature_names is not None and b"__tenant__" in shortcut._signature_names
+    full = tenant_router(FILTER_TENANT_ROUTES, tenant)
+    full._signature_names = None
+    for _ in range(2):
+        for router in (shortcut, full):
+            router._young = new_cache()
         try:
             first = shortcut.route(data)
         except DecodeError as exc:

@@ -336,6 +336,21 @@ BAD = [
         ["access.alice.tenant: expected a non-empty tenant string"],
     ),
     (
+        "access_tenant_with_slash",
+        USER + "access: {alice: {roles: [write], tenant: team/a}}\n",
+        ["access.alice.tenant: the tenant ID may hold only letters, digits and !-_.*'()"],
+    ),
+    (
+        "access_tenant_dot_dot",
+        USER + 'access: {alice: {roles: [write], tenant: ".."}}\n',
+        ["access.alice.tenant: the tenant ID '..' is not allowed"],
+    ),
+    (
+        "access_tenant_too_long",
+        USER + f"access: {{alice: {{roles: [write], tenant: {'t' * 151}}}}}\n",
+        ["access.alice.tenant: the tenant ID is 151 characters long, over the limit of 150"],
+    ),
+    (
         "access_tenant_from_header_not_bool",
         USER + "access: {alice: {roles: [read], tenant_from_header: sometimes}}\n",
         ["access.alice.tenant_from_header: expected true or false"],

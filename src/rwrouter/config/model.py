@@ -315,6 +315,9 @@ class RelabelCacheConfig:
     max_entries: int = 2_000_000
     max_bytes: int = 1 * GIB
     max_age: float = 600.0
+    max_tenants: int = 16
+    """Routers with their own cache for tenants at most, when a rule reads ``__tenant__``
+    (:mod:`rwrouter.routing.tenants`); they share ``max_entries`` and ``max_bytes``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

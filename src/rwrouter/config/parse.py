@@ -210,6 +210,7 @@ def _relabel_cache(f: Fields) -> RelabelCacheConfig:
         max_entries=f.integer("max_entries", d.max_entries, minimum=1),
         max_bytes=f.size("max_bytes", d.max_bytes),
         max_age=f.duration("max_age", d.max_age),
+        max_tenants=f.integer("max_tenants", d.max_tenants, minimum=1),
     )
 
 

@@ -15,9 +15,11 @@ toolkit lists (two of them with fixed values). rwrouter adds, under its own keys
 - ``bearer_tokens``: a list of ``{name, token_file}``; the file holds the token (surrounding
   whitespace removed, as Prometheus reads ``credentials_file``);
 - ``access``: per credential name (a basic auth user or a token name) its ``roles`` (write,
-  read, admin), a ``tenant`` and ``tenant_from_header`` (kept for the tenants part: routing
-  does not read them yet). Without ``access`` every valid credential has every role (the
-  toolkit's behaviour); with it, every credential needs an entry;
+  read, admin), a ``tenant`` (a tenant ID as Cortex and Mimir take it:
+  :mod:`rwrouter.config.tenant`) and ``tenant_from_header`` (the request's tenant is then its
+  ``X-Scope-OrgID``: :func:`rwrouter.config.tenant.request_tenant`). Without ``access``
+  every valid credential has every role (the toolkit's behaviour); with it, every credential
+  needs an entry;
 - ``public_roles``: the roles that need no credential.
 
 Errors are :class:`~rwrouter.errors.ConfigError` with the key path; no error quotes a hash, a
@@ -36,6 +38,7 @@ from typing import TypeVar
 import yaml
 
 from rwrouter.config.document import load_yaml
+from rwrouter.config.tenant import TENANT_HEADER, check_tenant
 from rwrouter.config.values import Fields, Secret, field_names
 from rwrouter.config.webmodel import (
     CIPHER_SUITES,
@@ -51,7 +54,7 @@ from rwrouter.config.webmodel import (
     WebConfig,
     describe_web_config,
 )
-from rwrouter.errors import ConfigError
+from rwrouter.errors import ConfigError, TenantError
 
 __all__ = [
     "CIPHER_SUITES",
@@ -313,6 +316,15 @@ def _roles(raw: object, path: str, *, empty_ok: bool) -> list[Role]:
     return roles
 
 
+def _tenant(value: object, path: str) -> str:
+    """A credential's ``tenant``: a tenant ID as Cortex and Mimir take it
+    (:func:`rwrouter.config.tenant.check_tenant`)."""
+    try:
+        return check_tenant(_name(value, path, "tenant"))
+    except TenantError as exc:
+        raise ConfigError(path, str(exc).removeprefix(f"{TENANT_HEADER}: ")) from None
+
+
 def _access(raw: object, *, names: tuple[str, ...]) -> Mapping[str, Access] | None:
     """``access``: every key a known credential, every credential a key."""
     if raw is None:
@@ -328,7 +340,7 @@ def _access(raw: object, *, names: tuple[str, ...]) -> Mapping[str, Access] | No
         tenant = f.raw("tenant")
         entries[name] = Access(
             roles=frozenset(_roles(f.raw("roles"), f.at("roles"), empty_ok=False)),
-            tenant=None if tenant is None else _name(tenant, f.at("tenant"), "tenant"),
+            tenant=None if tenant is None else _tenant(tenant, f.at("tenant")),
             tenant_from_header=f.boolean("tenant_from_header", False),
         )
     missing = [n for n in names if n not in entries]

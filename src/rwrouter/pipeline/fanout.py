@@ -31,6 +31,7 @@ from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written
 from rwrouter.queue.records import FLAG_START_TIMESTAMPS, EncodedShare, encode_share
 from rwrouter.reasons import DropReason
 from rwrouter.routing import RoutedRequest, Router, build_router
+from rwrouter.routing.tenants import DEFAULT_MAX_TENANTS, Tenants
 from rwrouter.wire import decompress
 from rwrouter.wire.rw2_in import to_rw1
 
@@ -68,7 +69,8 @@ class Stale(Exception):
 
 
 class FanOut:
-    """The router's core service: a :class:`Router` and its destinations.
+    """The router's core service: a :class:`Router` (with its tenants' routers:
+    :class:`~rwrouter.routing.tenants.Tenants`) and its destinations.
 
     A reload (:mod:`rwrouter.pipeline.reload`) swaps both between requests: it pauses new
     appends (:meth:`paused`), waits for those in progress, swaps, and bumps ``generation``; a
@@ -84,12 +86,15 @@ class FanOut:
         send_metrics: SendMetrics,
         audit_metrics: AuditMetrics,
         audit: Audit | None = None,
+        max_tenants: int = DEFAULT_MAX_TENANTS,
     ) -> None:
         """``router``: its routes are ``destinations`` (in order) followed by the shadow
         destinations (counted by ``audit``, never sent). The fan-out counts the routing
         cache (``cache_metrics``), what admission and the rules dropped (``send_metrics``),
-        and is the source of the audit's and the name shares' families (``audit_metrics``)."""
-        self._state = (0, router, destinations)  # swapped whole: decode threads read it
+        and is the source of the audit's and the name shares' families (``audit_metrics``).
+        ``max_tenants``: routers for tenants at most (``relabel_cache.max_tenants``)."""
+        tenants = Tenants(router, max_tenants=max_tenants)
+        self._state = (0, tenants, destinations)  # swapped whole: decode threads read it
         self._send_metrics, self._cache_metrics = send_metrics, cache_metrics
         self._hits = self._misses = 0
         self._active = 0  # accepts in progress
@@ -98,9 +103,9 @@ class FanOut:
         self._open = asyncio.Event()  # cleared while a reload swaps destinations
         self._open.set()
         cache_metrics.watch(
-            entries=lambda: len(self.router),
-            nbytes=lambda: self.router.cached_bytes,
-            hit_ratio=lambda: self.router.hit_ratio,
+            entries=lambda: len(self.tenants),
+            nbytes=lambda: self.tenants.cached_bytes,
+            hit_ratio=lambda: self.tenants.hit_ratio,
         )
         self.names = MetricNameShares()
         audit_metrics.name_shares.source = self.names.top
@@ -113,8 +118,14 @@ class FanOut:
         return self._state[0]
 
     @property
-    def router(self) -> Router:
+    def tenants(self) -> Tenants:
+        """The routers: for requests without a tenant and per tenant."""
         return self._state[1]
+
+    @property
+    def router(self) -> Router:
+        """The router of requests without a tenant."""
+        return self._state[1].router
 
     @property
     def destinations(self) -> list[Destination]:
@@ -131,7 +142,8 @@ class FanOut:
         """Install a new router and destination list (inside :meth:`paused`) of ``config``
         (the audit follows it)."""
         self._count_cache()
-        self._state = (self.generation + 1, router, destinations)
+        tenants = Tenants(router, max_tenants=config.relabel_cache.max_tenants)
+        self._state = (self.generation + 1, tenants, destinations)
         self.audit.configure(config, now=time.monotonic())
         self.names.forget([dest.name for dest in destinations])
         self._hits = self._misses = 0
@@ -146,19 +158,29 @@ class FanOut:
         finally:
             self._open.set()
 
-    def decode(self, body: bytes, *, max_decoded_bytes: int, message: str = RW1_MESSAGE) -> Decoded:
+    def decode(
+        self,
+        body: bytes,
+        *,
+        max_decoded_bytes: int,
+        message: str = RW1_MESSAGE,
+        tenant: str | None = None,
+    ) -> Decoded:
         """Decompress, parse and route one request body carrying ``message``
         (:data:`~rwrouter.protocol.RW1_MESSAGE` or :data:`~rwrouter.protocol.RW2_MESSAGE`: an
         RW 2.0 request is converted to the RW1 form first, :mod:`rwrouter.wire.rw2_in`), and
         encode each destination's share as queue records (``FLAG_START_TIMESTAMPS`` when the
-        request carried start timestamps). CPU-bound and independent of the queues: the
-        server runs it in a worker thread, so the event loop stays responsive.
+        request carried start timestamps). ``tenant``: the request's
+        (:func:`rwrouter.config.tenant.request_tenant`), whose router routes it
+        (:meth:`~rwrouter.routing.tenants.Tenants.for_tenant`). CPU-bound and independent of
+        the queues: the server runs it in a worker thread, so the event loop stays responsive.
 
         Raises DecodeError / TooLargeError (see :func:`rwrouter.wire.decompress` and
         :func:`rwrouter.wire.rw2_in.to_rw1_py`: ``max_decoded_bytes`` bounds an RW 2.0
         request's RW1 form too).
         """
-        generation, router, destinations = self._state  # one read: consistent with each other
+        generation, tenants, destinations = self._state  # one read: consistent with each other
+        router = tenants.for_tenant(tenant)
         data = decompress(body, max_decoded_bytes=max_decoded_bytes)
         written, flags = None, 0
         if message == RW2_MESSAGE:
@@ -305,14 +327,21 @@ class FanOut:
         return StorageError(f"could not write the disk queue: {error}")
 
     def _count_cache(self) -> None:
-        router, m = self.router, self._cache_metrics
+        router, m = self.tenants, self._cache_metrics
         if router.hits != self._hits:
             m.lookups.labels("hit").inc(router.hits - self._hits)
             self._hits = router.hits
         if router.misses != self._misses:
             m.lookups.labels("miss").inc(router.misses - self._misses)
             self._misses = router.misses
-        counts, reports, suppressed = router.take_collisions()
+        counts: dict[tuple[str, str], int] = {}
+        reports, suppressed = [], 0
+        for one in router.routers:
+            its_counts, its_reports, its_suppressed = one.take_collisions()
+            for key, count in its_counts.items():
+                counts[key] = counts.get(key, 0) + count
+            reports += its_reports
+            suppressed += its_suppressed
         for (name, kind), count in counts.items():
             m.name_collisions.labels(name, kind).inc(count)
         for c in reports:
@@ -361,4 +390,5 @@ async def build_fanout(config: Config, metrics: Metrics) -> FanOut:
         send_metrics=metrics.send,
         audit_metrics=metrics.audit,
         audit=Audit(config, now=time.monotonic()),
+        max_tenants=config.relabel_cache.max_tenants,
     )

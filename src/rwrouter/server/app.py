@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from rwrouter.config import ServerConfig
-from rwrouter.errors import RequestError, RwrouterError, StorageError, UnsupportedError
+from rwrouter.errors import RequestError, RwrouterError, StorageError, TenantError, UnsupportedError
 from rwrouter.logs import Throttle, escape, kv
 from rwrouter.metrics import Metrics, ReceiveMetrics
 from rwrouter.pipeline.fanout import Accepted, FanOut, Stale
@@ -45,6 +45,7 @@ from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written, message_of
 from rwrouter.reasons import RefuseReason
 from rwrouter.server.bodies import BodyGate, ClientGone, ReadWaitTimeout, read_body
 from rwrouter.server.decoders import LARGE_BODY, Busy, Decoders, work_size
+from rwrouter.server.frontdoor import write_tenant
 from rwrouter.server.reads import AuditAnswers, AuditReport, StatusAnswers, audit_query
 from rwrouter.wire import declared_size
 from rwrouter.wire.accelerator import ACCELERATED
@@ -116,9 +117,11 @@ async def handle_write(request: web.Request) -> web.Response:
     try:
         message = message_of(headers.get("Content-Encoding"), headers.get("Content-Type"))
         metrics.protocol_requests.labels(PROTOCOLS[message]).inc()
+        tenant = write_tenant(request)  # before the body is read: refused whole (400)
         body = await read_body(request, app[BODIES])
+        limit = settings.max_decoded_bytes
         decode = functools.partial(
-            fanout.decode, body, max_decoded_bytes=settings.max_decoded_bytes, message=message
+            fanout.decode, body, max_decoded_bytes=limit, message=message, tenant=tenant
         )
         while True:
             routed = await app[DECODERS].run(work_size(declared_size(body), message), decode)
@@ -174,7 +177,8 @@ def _refused(
     reason), counted, and logged at most once per client address and minute
     (:data:`REFUSALS_LOGGED`); ``body_read``: else the connection is not reused."""
     metrics.requests.labels(str(exc.status)).inc()
-    metrics.refused.labels(_REASONS.get(exc.status, RefuseReason.BAD_REQUEST)).inc()
+    reason = RefuseReason.TENANT if isinstance(exc, TenantError) else None
+    metrics.refused.labels(reason or _REASONS.get(exc.status, RefuseReason.BAD_REQUEST)).inc()
     remote = request.remote or "-"
     unlogged = request.app[REFUSALS_LOGGED].admit(remote, now=time.monotonic())
     if unlogged is not None:  # at most one line per client and minute: a client can send many

@@ -37,6 +37,7 @@ from types import MappingProxyType
 import bcrypt
 from aiohttp import web
 
+from rwrouter.config.tenant import TENANT_HEADER, request_tenant
 from rwrouter.config.web import Role, WebConfig
 from rwrouter.logs import Throttle, kv
 from rwrouter.metrics import ReceiveMetrics
@@ -72,7 +73,7 @@ _DECOY = b"$2b$10$77XfCl8AXC4hT2uYCdIrNOEKkZ45ezVdX6clB2nrJStpjIr7EZ2ES"
 class Identity:
     """Who a request is: ``name`` the credential's (a basic auth user or a token name; None
     when no credential was needed), its ``roles``, and the tenant settings of its ``access``
-    entry (for the tenants part, not read by routing yet)."""
+    entry (:func:`write_tenant`)."""
 
     name: str | None
     roles: frozenset[Role]
@@ -82,6 +83,21 @@ class Identity:
 
 EVERYONE = Identity(name=None, roles=frozenset(Role))
 IDENTITY = web.RequestKey("identity", Identity)
+
+
+def write_tenant(request: web.Request) -> str | None:
+    """The tenant of a write request (:func:`rwrouter.config.tenant.request_tenant`) by its
+    credential's :data:`IDENTITY` (none without a web configuration file, or without a front
+    door). Raises TenantError (400) for an invalid ``X-Scope-OrgID`` the credential lets the
+    sender give."""
+    identity = request.get(IDENTITY)
+    if identity is None:
+        return None
+    return request_tenant(
+        tenant=identity.tenant,
+        from_header=identity.tenant_from_header,
+        header=request.headers.get(TENANT_HEADER),
+    )
 
 
 def required_role(path: str) -> Role | None:
