@@ -110,14 +110,21 @@ class RuleCopies:
     escaping scheme: a :data:`Result`. Rules that only filter (keep/drop,
     :data:`FILTER_ACTIONS`) leave the set unchanged, so they are checked without copying it,
     and the set is encoded (and escaped) once per scheme for all the destinations that keep
-    it unchanged."""
+    it unchanged. ``drop``: a label removed after the rules, before the output is judged
+    (``__tenant__``: :mod:`rwrouter.routing.tenants`)."""
 
-    __slots__ = ("_finished", "_labels", "_mapping")
+    __slots__ = ("_drop", "_finished", "_labels", "_mapping")
 
-    def __init__(self, labels: tuple[tuple[str, str], ...]) -> None:
+    def __init__(self, labels: tuple[tuple[str, str], ...], *, drop: str | None = None) -> None:
         self._labels = labels
+        self._drop = drop
         self._mapping: dict[str, str] | None = None
         self._finished: dict[str, Result] = {}
+
+    def _output(self, labels: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+        if self._drop is None:
+            return labels
+        return tuple(pair for pair in labels if pair[0] != self._drop)
 
     def __call__(
         self,
@@ -133,12 +140,13 @@ class RuleCopies:
                     return DropReason.RELABEL
             finished = self._finished.get(escaping)
             if finished is None:
-                finished = self._finished[escaping] = finish(self._labels, escaping)
+                finished = finish(self._output(self._labels), escaping)
+                self._finished[escaping] = finished
             return finished
         result = process(self._labels, rules)
         if not result:
             return DropReason.RELABEL
-        return finish(result, escaping)
+        return finish(self._output(result), escaping)
 
 
 def finish(labels: tuple[tuple[str, str], ...], escaping: EscapingScheme = ALLOW_UTF8) -> Result:

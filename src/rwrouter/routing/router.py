@@ -182,14 +182,17 @@ class Router(Generations):
         without the collision memory (see :meth:`route_series`)."""
         return tuple(r.escaped if isinstance(r, Renamed) else r for r in self._results(labels))
 
+    _drop_after: str | None = None  # a label removed after the rules (a tenant's __tenant__)
+
     def _results(self, labels: tuple[tuple[str, str], ...]) -> list[Result | None]:
         base = process(labels, self.global_rules) if self.global_rules else labels
         if base is None or not base:
             return [DropReason.RELABEL] * len(self.routes)
-        apply = RuleCopies(base)
+        apply = RuleCopies(base, drop=self._drop_after)
         results: list[Result | None] = []
         kept_by_primary = False
-        for route, filter_only in zip(self.routes, self._filter_only, strict=True):
+        routes = tuple(zip(self.routes, self._filter_only, strict=True))
+        for route, filter_only in routes:
             if route.fallback:
                 results.append(None)
                 continue
@@ -197,9 +200,7 @@ class Router(Generations):
             kept_by_primary = kept_by_primary or (not isinstance(res, str) and not route.shadow)
             results.append(res)
         if not kept_by_primary:
-            for i, (route, filter_only) in enumerate(
-                zip(self.routes, self._filter_only, strict=True)
-            ):
+            for i, (route, filter_only) in enumerate(routes):
                 if route.fallback:
                     results[i] = apply(route.rules, filter_only, route.escaping)
         return results

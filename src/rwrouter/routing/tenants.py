@@ -30,11 +30,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from rwrouter.config.model import EscapingScheme
-from rwrouter.reasons import DropReason
-from rwrouter.relabel import Action, RelabelConfig, passes, process
-from rwrouter.routing.escape import ALLOW_UTF8
-from rwrouter.routing.outcome import Result, Route, finish
+from rwrouter.relabel import Action, RelabelConfig
+from rwrouter.routing.outcome import Result, Route
 from rwrouter.routing.router import Router
 
 __all__ = ["DEFAULT_MAX_TENANTS", "TENANT_LABEL", "TenantRouter", "Tenants", "mentions_tenant"]
@@ -68,44 +65,6 @@ def _with_tenant(
     return tuple(out)
 
 
-def _without_tenant(labels: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
-    return tuple(pair for pair in labels if pair[0] != TENANT_LABEL)
-
-
-class _TenantCopies:
-    """:class:`~rwrouter.routing.outcome.RuleCopies` with ``__tenant__`` removed after each
-    destination's rules (before its output is judged, encoded and escaped)."""
-
-    __slots__ = ("_finished", "_labels", "_mapping")
-
-    def __init__(self, labels: tuple[tuple[str, str], ...]) -> None:
-        self._labels = labels
-        self._mapping: dict[str, str] | None = None
-        self._finished: dict[EscapingScheme, Result] = {}
-
-    def __call__(
-        self,
-        rules: tuple[RelabelConfig, ...],
-        filter_only: bool,
-        escaping: EscapingScheme = ALLOW_UTF8,
-    ) -> Result:
-        if filter_only:
-            if rules:
-                if self._mapping is None:
-                    self._mapping = dict(self._labels)
-                if not passes(self._mapping, rules):
-                    return DropReason.RELABEL
-            finished = self._finished.get(escaping)
-            if finished is None:
-                finished = finish(_without_tenant(self._labels), escaping)
-                self._finished[escaping] = finished
-            return finished
-        result = process(self._labels, rules)
-        if not result:
-            return DropReason.RELABEL
-        return finish(_without_tenant(result), escaping)
-
-
 class TenantRouter(Router):
     """A :class:`~rwrouter.routing.Router` whose rules see ``tenant`` as ``__tenant__``
     (None: no ``__tenant__``), removed after them (the module docstring's rules 2 and 3)."""
@@ -135,31 +94,12 @@ class TenantRouter(Router):
             names = set(self._signature_names) | {_TENANT_BYTES}
             self._signature_names = tuple(sorted(names))
 
+    _drop_after = TENANT_LABEL  # removed after each destination's rules
+
     def _results(self, labels: tuple[tuple[str, str], ...]) -> list[Result | None]:
-        """:meth:`Router._results` on ``labels`` with this router's ``__tenant__``, which is
-        removed after each destination's rules. (Its own copy of the base class's loop, so
-        that the no-tenant path's code is untouched.)"""
-        labels = _with_tenant(labels, self.tenant)
-        base = process(labels, self.global_rules) if self.global_rules else labels
-        if base is None or not base:
-            return [DropReason.RELABEL] * len(self.routes)
-        apply = _TenantCopies(base)
-        results: list[Result | None] = []
-        kept_by_primary = False
-        for route, filter_only in zip(self.routes, self._filter_only, strict=True):
-            if route.fallback:
-                results.append(None)
-                continue
-            res = apply(route.rules, filter_only, route.escaping)
-            kept_by_primary = kept_by_primary or (not isinstance(res, str) and not route.shadow)
-            results.append(res)
-        if not kept_by_primary:
-            for i, (route, filter_only) in enumerate(
-                zip(self.routes, self._filter_only, strict=True)
-            ):
-                if route.fallback:
-                    results[i] = apply(route.rules, filter_only, route.escaping)
-        return results
+        """:meth:`Router._results` of ``labels`` with this router's ``__tenant__`` (a
+        sender's own replaced or removed), which is removed after each destination's rules."""
+        return super()._results(_with_tenant(labels, self.tenant))
 
 
 def _like(router: Router, tenant: str | None) -> TenantRouter:
