@@ -28,7 +28,16 @@ from rwrouter.config.values import (
 from rwrouter.errors import ConfigError
 from rwrouter.protocol import NEVER_SIGNED
 
-__all__ = ["NOT_SUPPORTED", "Context", "auth", "env_string", "headers", "http_url", "tls"]
+__all__ = [
+    "NOT_SUPPORTED",
+    "Context",
+    "auth",
+    "env_string",
+    "headers",
+    "http_url",
+    "tenant_header",
+    "tls",
+]
 
 NOT_SUPPORTED = "not supported by rwrouter"
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
@@ -152,6 +161,28 @@ def headers(f: Fields, ctx: Context, *, sigv4: bool) -> tuple[tuple[str, str], .
         seen.add(lower)
         headers.append((name, header_text(expand_env(value, ctx.env, path), path)))
     return tuple(headers)
+
+
+def tenant_header(f: Fields, *, sigv4: bool) -> str | None:
+    """The ``tenant_header`` key (rwrouter's own): the name of the header that carries each
+    request's tenant (``X-Scope-OrgID`` for Mimir and Cortex), or None. An HTTP token that is
+    neither reserved (as in ``headers``) nor ``Authorization``; refused on a sigv4
+    destination: the managed workspace has no tenants (a workspace is one) and never gets
+    ``X-Scope-OrgID``."""
+    name = f.string("tenant_header")
+    if name is None:
+        return None
+    path = f.at("tenant_header")
+    lower = name.lower()
+    if not _HEADER_NAME.fullmatch(name):
+        raise ConfigError(path, "expected a header name (an HTTP token, e.g. X-Scope-OrgID)")
+    if lower == "authorization" or lower in _RESERVED_HEADERS or lower.startswith("x-amz-"):
+        raise ConfigError(path, "reserved header: rwrouter sets it itself, it must not be set")
+    if sigv4:
+        raise ConfigError(
+            path, "must not be set on a sigv4 (managed workspace) destination: it has no tenants"
+        )
+    return name
 
 
 def auth(f: Fields, ctx: Context) -> dict[str, Any]:

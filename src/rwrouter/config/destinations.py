@@ -12,7 +12,16 @@ from enum import StrEnum
 from typing import TypeVar
 from urllib.parse import urlsplit
 
-from rwrouter.config.client import NOT_SUPPORTED, Context, auth, env_string, headers, http_url, tls
+from rwrouter.config.client import (
+    NOT_SUPPORTED,
+    Context,
+    auth,
+    env_string,
+    headers,
+    http_url,
+    tenant_header,
+    tls,
+)
 from rwrouter.config.model import (
     SIGV4_MAX_REQUEST_BYTES,
     DestinationConfig,
@@ -146,6 +155,7 @@ def _destination(f: Fields, ctx: Context, scheme: str) -> DestinationConfig:
         url=url,
         remote_timeout=f.duration("remote_timeout", default.remote_timeout),
         headers=headers(f, ctx, sigv4="sigv4" in auth_section),
+        tenant_header=tenant_header(f, sigv4="sigv4" in auth_section),
         write_relabel_configs=parse_rules(
             f.raw("write_relabel_configs"), f.at("write_relabel_configs"), scheme
         ),

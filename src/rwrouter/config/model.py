@@ -266,12 +266,16 @@ class DestinationConfig:
     (:mod:`rwrouter.audit`), never queued or sent; it does not count as keeping a series for a
     fallback destination, and ``url`` may be omitted (then ``name`` is required). ``audit``:
     count this destination's series in the audit too (a shadow destination always is).
+    ``tenant_header``: the header (``X-Scope-OrgID`` for Mimir and Cortex) each request carries
+    the tenant of its series in (:mod:`rwrouter.config.tenant`); batches never mix tenants, and
+    series without a tenant get the ``headers`` value of that name, if any. None: not sent.
     """
 
     name: str
     url: str
     remote_timeout: float = 30.0
     headers: tuple[tuple[str, str], ...] = ()
+    tenant_header: str | None = None
     write_relabel_configs: tuple[RelabelConfig, ...] = ()
     sigv4: SigV4Config | None = None
     basic_auth: BasicAuth | None = None

@@ -11,13 +11,17 @@ Layout (little-endian)::
     u32 length of what follows the checksum   u32 zlib.crc32 of what follows it
     u8 version (1)  u8 kind (0 = samples)  u16 flags
     i64 received_ms (unix milliseconds)  u32 series  u32 samples  u32 raw body length
+    [u8 tenant length, the tenant's ASCII bytes]     only with FLAG_TENANT
     series x (u32 frame length, u32 samples, u32 shard hash)
     snappy block of the raw body
 
 ``flags`` (0 in records written before they existed): :data:`FLAG_START_TIMESTAMPS`, some
 frame may carry what only remote write 2.0 can send (a start timestamp inside a Sample, field
 3, or a Histogram, field 17: the RW 2.0 messages' numbers), so a remote write 1.0 sender
-strips them instead of sending the stored block as it is.
+strips them instead of sending the stored block as it is. :data:`FLAG_TENANT`: the record
+carries the tenant of its series (:mod:`rwrouter.config.tenant`: at most 150 ASCII bytes), for
+a destination that sends it (``tenant_header``); records without a tenant are byte for byte
+what they were before tenants existed.
 
 A torn or corrupt record fails the length or checksum test (:func:`check_record`). A record's
 raw body never exceeds the destination's ``max_request_bytes``: :func:`encode_share` splits a
@@ -37,6 +41,7 @@ from rwrouter.wire.index import INDEX, Frames, index_totals
 
 __all__ = [
     "FLAG_START_TIMESTAMPS",
+    "FLAG_TENANT",
     "HEADER",
     "MAX_RECORD_BYTES",
     "META_SIZE",
@@ -52,6 +57,7 @@ __all__ = [
 VERSION = 1
 KIND_SAMPLES = 0
 FLAG_START_TIMESTAMPS = 1  # some frame has a start timestamp (RW 2.0 only): strip for RW 1.0
+FLAG_TENANT = 2  # the tenant of the record's series follows the fixed part
 HEADER = struct.Struct("<II")  # length of the rest, crc32 of the rest
 _META = struct.Struct("<BBHqIII")  # version, kind, flags, received_ms, series, samples, raw
 META_SIZE = _META.size  # bytes of the fixed part after the header
@@ -73,6 +79,7 @@ class EncodedShare:
     too_large: int = 0
     too_large_series: int = 0
     too_large_bytes: int = 0  # the largest frame left out, bytes
+    tenant: bytes = b""  # the tenant field of every record (FLAG_TENANT), or nothing
 
     @property
     def total_samples(self) -> int:
@@ -80,17 +87,27 @@ class EncodedShare:
 
 
 def encode_share(
-    share: Frames, *, received_ms: int, max_body_bytes: int, flags: int = 0
+    share: Frames,
+    *,
+    received_ms: int,
+    max_body_bytes: int,
+    flags: int = 0,
+    tenant: str | None = None,
 ) -> EncodedShare:
     """Pack a destination's share (:class:`~rwrouter.wire.index.Frames`: framed series and
     their index) into records whose raw body is at most ``max_body_bytes`` bytes each,
     keeping the frames' order. A frame alone over the limit is refused (counted in
     ``too_large``). ``received_ms``: milliseconds since the epoch; ``flags``: set on every
-    record (:data:`FLAG_START_TIMESTAMPS`)."""
+    record (:data:`FLAG_START_TIMESTAMPS`); ``tenant``: stored in every record
+    (:data:`FLAG_TENANT`; a checked tenant ID, ASCII). Raises ValueError for a tenant
+    longer than 255 bytes or not ASCII (tenant IDs are at most 150)."""
     body, index = share.body, share.index
     out = EncodedShare()
     if not index:
         return out
+    if tenant is not None:
+        flags |= FLAG_TENANT
+        out.tenant = _tenant_field(tenant)
     if len(body) <= max_body_bytes:  # the usual case: one record, no per-frame work
         _emit(out, body, index, share.series, share.samples, received_ms, flags)
         return out
@@ -161,6 +178,7 @@ def _emit(
     rest = b"".join(
         (
             _META.pack(VERSION, KIND_SAMPLES, flags, received_ms, series, samples, len(raw)),
+            out.tenant,
             index,
             compress(raw),
         )
@@ -170,6 +188,14 @@ def _emit(
     out.samples.append(samples)
     out.series += series
     out.nbytes += len(record)
+
+
+def _tenant_field(tenant: str) -> bytes:
+    """The stored form of a tenant: its length (u8) and its ASCII bytes."""
+    data = tenant.encode("ascii")  # UnicodeEncodeError is a ValueError
+    if not data or len(data) > 255:
+        raise ValueError(f"a tenant of {len(data)} bytes cannot be stored (1 to 255)")
+    return bytes((len(data),)) + data
 
 
 def check_record(header: bytes, rest: bytes) -> bool:
@@ -188,13 +214,14 @@ class Record(Frames):
     """A record read back (:func:`decode_record`): its frames
     (:class:`~rwrouter.wire.index.Frames`: the index, the totals, and the body, or only the
     stored snappy block, ``compressed``, until the body is first used), when it was received
-    (``received_ms``, milliseconds since the epoch) and its ``flags``
-    (:data:`FLAG_START_TIMESTAMPS`)."""
+    (``received_ms``, milliseconds since the epoch), its ``flags``
+    (:data:`FLAG_START_TIMESTAMPS`, :data:`FLAG_TENANT`) and ``tenant`` (None: none stored)."""
 
-    __slots__ = ("flags", "received_ms")
+    __slots__ = ("flags", "received_ms", "tenant")
 
     flags: int
     received_ms: int
+    tenant: str | None
 
     def __init__(
         self,
@@ -207,13 +234,15 @@ class Record(Frames):
         compressed: bytes | None = None,
         nbytes: int | None = None,
         flags: int = 0,
+        tenant: str | None = None,
     ) -> None:
         super().__init__(body, index, samples, series, compressed=compressed, nbytes=nbytes)
         _set(self, "received_ms", received_ms)
         _set(self, "flags", flags)
+        _set(self, "tenant", tenant)
 
     def _compared(self) -> tuple[object, ...]:
-        return (*super()._compared(), self.received_ms, self.flags)
+        return (*super()._compared(), self.received_ms, self.flags, self.tenant)
 
 
 def decode_record(rest: bytes, *, decompress_body: bool = True) -> Record:
@@ -227,10 +256,13 @@ def decode_record(rest: bytes, *, decompress_body: bool = True) -> Record:
     version, kind, flags, received_ms, series, samples, raw_len = _META.unpack_from(rest)
     if version != VERSION or kind != KIND_SAMPLES:
         raise DecodeError(f"queue record of version {version} kind {kind} is not supported")
-    index_end = _META.size + series * INDEX.size
+    index_start, tenant = _META.size, None
+    if flags & FLAG_TENANT:
+        index_start, tenant = _read_tenant(rest)
+    index_end = index_start + series * INDEX.size
     if index_end > len(rest):
         raise DecodeError("queue record index runs past its end")
-    index = rest[_META.size : index_end]
+    index = rest[index_start:index_end]
     if index_totals(index) != (raw_len, samples):
         raise DecodeError("queue record index does not match its body")
     compressed = rest[index_end:]
@@ -246,6 +278,7 @@ def decode_record(rest: bytes, *, decompress_body: bool = True) -> Record:
             compressed=compressed,
             nbytes=raw_len,
             flags=flags,
+            tenant=tenant,
         )
     try:
         raw = decompress(compressed, max_decoded_bytes=raw_len)
@@ -254,5 +287,27 @@ def decode_record(rest: bytes, *, decompress_body: bool = True) -> Record:
     if len(raw) != raw_len:
         raise DecodeError("queue record body length does not match its header")
     return Record(
-        raw, index, samples, series, received_ms=received_ms, compressed=compressed, flags=flags
+        raw,
+        index,
+        samples,
+        series,
+        received_ms=received_ms,
+        compressed=compressed,
+        flags=flags,
+        tenant=tenant,
     )
+
+
+def _read_tenant(rest: bytes) -> tuple[int, str]:
+    """Where a record's index starts, and its tenant (:data:`FLAG_TENANT`). Raises
+    DecodeError when the tenant field is cut short, empty or not ASCII."""
+    start = _META.size
+    if start >= len(rest) or not rest[start]:
+        raise DecodeError("queue record tenant is missing")
+    end = start + 1 + rest[start]
+    if end > len(rest):
+        raise DecodeError("queue record tenant runs past its end")
+    try:
+        return end, rest[start + 1 : end].decode("ascii")
+    except UnicodeDecodeError:
+        raise DecodeError("queue record tenant is not ASCII") from None
