@@ -123,8 +123,10 @@ class Rejected:
     """Records the ``on_rejected`` calls."""
 
     calls: list[tuple[list[int], str, Refusal]] = field(default_factory=list)
+    tenants: list[str | None] = field(default_factory=list)
 
-    def __call__(self, items: list[Item], kind: str, refusal: Refusal) -> None:
+    def __call__(self, items: list[Item], kind: str, refusal: Refusal, tenant: str | None) -> None:
+        self.tenants.append(tenant)
         self.calls.append(([int(frame[1:4]) for frame, _ in items], kind, refusal))
 
 
@@ -529,7 +531,7 @@ async def test_on_rejected_receives_exactly_the_refused_items(
 
 async def test_on_rejected_gets_the_item_objects_unchanged() -> None:
     seen: list[list[Item]] = []
-    r = rig(poison(1), on_rejected=lambda items, _kind, _refusal: seen.append(items))
+    r = rig(poison(1), on_rejected=lambda items, _kind, _refusal, _tenant: seen.append(items))
     batch = [item(0), item(1, size=64), item(2)]
     await r.deliverer.deliver(batch, Kind.SAMPLES)
     assert seen == [[batch[1]]]
@@ -547,7 +549,7 @@ async def test_a_failing_hook_is_logged_and_delivery_goes_on(
 ) -> None:
     calls: list[Sequence[Item]] = []
 
-    def broken(items: list[Item], _kind: str, _refusal: Refusal) -> None:
+    def broken(items: list[Item], _kind: str, _refusal: Refusal, _tenant: str | None) -> None:
         calls.append(items)
         raise OSError("disk full")
 

@@ -75,7 +75,7 @@ async def test_an_unbuildable_request_is_given_up_after_max_retry_duration(
         clock=clock,
         rand=lambda: 0.0,
         sleep=clock.sleep,
-        on_rejected=lambda items, kind, refusal: rejected.append((items, kind, refusal)),
+        on_rejected=lambda items, kind, refusal, _tenant: rejected.append((items, kind, refusal)),
     )
     items: list[Item] = [(b"frame-a", 2), (b"frame-b", 3)]
     with caplog.at_level(logging.WARNING, logger="rwrouter.sending"):

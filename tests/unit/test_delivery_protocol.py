@@ -140,7 +140,7 @@ def rig(
         wall_clock=lambda: 1_700_000_000.0,
         rand=lambda: 0.0,
         sleep=clock.sleep,
-        on_rejected=lambda items, _kind, refusal: r.rejected.append((items, refusal)),
+        on_rejected=lambda items, _kind, refusal, _tenant: r.rejected.append((items, refusal)),
         on_protocol=r.protocols.append,
     )
     return r

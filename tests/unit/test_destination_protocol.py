@@ -78,7 +78,7 @@ remote_write:
 
 
 def queued(dest: Destination) -> list[bytes]:
-    return list(dest._metadata._entries)
+    return [entry for entry, _ in dest._metadata.queued()]
 
 
 async def test_rw1_destination_queues_metadata_requests(tmp_path: Path) -> None:

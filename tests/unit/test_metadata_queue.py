@@ -39,7 +39,7 @@ def test_identical_entries_once_per_resend_interval(
     for at, entries in adds:
         now[0] = at
         queue.add(entries)
-    assert list(queue._entries) == queued
+    assert [entry for entry, _ in queue.queued()] == queued
     assert queue.nbytes == sum(map(len, queued))
 
 
@@ -56,5 +56,5 @@ def test_the_memory_of_queued_entries_is_bounded(monkeypatch: pytest.MonkeyPatch
     queue.add(entries[:3])
     queue.add(entries[3:4])  # the memory is full: forgotten, then this one remembered
     queue.add(entries[:1])  # forgotten: queued once more
-    assert len(queue._recent) <= 3
-    assert list(queue._entries) == [*entries[:4], entries[0]]
+    assert queue._remembered <= 3
+    assert [entry for entry, _ in queue.queued()] == [*entries[:4], entries[0]]

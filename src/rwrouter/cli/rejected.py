@@ -86,15 +86,19 @@ def _as_text(listed: list[tuple[str, DeadLetterStore, list[DeadLetter]]]) -> str
             f"destination {name}: {len(entries)} rejected batches, "
             f"{store.size_bytes} bytes on disk ({store.directory})"
         )
+        tenants = any(e.tenant is not None for e in entries)  # a column only if some has one
         lines.append(
             f"  {'TIME (UTC)':<23}  {'KIND':<8}  {'STATUS':>6}  {'REASON':<12}  "
-            f"{'SERIES':>7}  {'SAMPLES':>8}  {'BYTES':>9}  RESPONSE"
+            f"{'SERIES':>7}  {'SAMPLES':>8}  {'BYTES':>9}  "
+            + (f"{'TENANT':<16}  " if tenants else "")
+            + "RESPONSE"
         )
         for e in entries:
             status = _status(e.status)
+            tenant = f"{e.tenant or '-':<16}  " if tenants else ""
             lines.append(
                 f"  {_utc(e.at_ms):<23}  {e.kind:<8}  {status:>6}  {e.reason:<12}  "
-                f"{e.series:>7}  {e.samples:>8}  {e.body_bytes:>9}  "
+                f"{e.series:>7}  {e.samples:>8}  {e.body_bytes:>9}  {tenant}"
                 f"{_first_line(e.response)}"
             )
     total = _totals([e for _, _, entries in listed for e in entries])
@@ -230,6 +234,7 @@ async def _replay(
             max_retries=REPLAY_RETRIES,
         ),
         headers=dict(dest.headers),
+        tenant_header=dest.tenant_header,
         message=dest.protobuf_message,
         metrics=Metrics().send,
     )
@@ -266,7 +271,7 @@ async def _replay_one(
         print(f"kept      {entry.name}: unreadable: {escape(exc)}")
         return True
     if entry.samples_kind:  # in the destination's protocol, as `rwrouter run` sends
-        refusal = await sender.send_frames(raw, entry.samples)
+        refusal = await sender.send_frames(raw, entry.samples, tenant=entry.tenant)
     else:
         refusal = await sender.send_body(body, Kind.METADATA)
     if refusal is None:

@@ -49,7 +49,8 @@ def describe_config(config: Config) -> str:
         f"storage: {_storage(config.storage)}",
         f"relabel_cache: max_entries={config.relabel_cache.max_entries}"
         f" max_bytes={format_size(config.relabel_cache.max_bytes)}"
-        f" max_age={format_duration(config.relabel_cache.max_age)}",
+        f" max_age={format_duration(config.relabel_cache.max_age)}"
+        f" max_tenants={config.relabel_cache.max_tenants}",
         f"audit: {_audit(config.audit)}",
         "relabel_configs (global, applied to every series before fan-out):",
         *_rules(config.relabel_configs),
@@ -136,6 +137,8 @@ def _destination(dest: DestinationConfig) -> list[str]:
     if dest.headers:
         names = ", ".join(name for name, _ in dest.headers)
         lines.append(f"  headers: {names} (values not shown)")
+    if dest.tenant_header is not None:
+        lines.append(f"  tenant_header: {dest.tenant_header} (each request's tenant)")
     if dest.tls_config is not None:
         lines.append(f"  tls_config: {_tls(dest.tls_config)}")
     if dest.proxy_url is not None:

@@ -78,7 +78,9 @@ class DeadLetter:
     was spent). ``reason``: why it was given up (``4xx``, ``retry_budget``, ``too_large``, ...).
     ``response``: the start of the answer's body (at most 4 KiB of UTF-8). ``series``/
     ``samples``: what the batch carries (for ``kind`` ``metadata``: entries, and ``samples`` the
-    same count). ``body_bytes``: size of the compressed body.
+    same count). ``body_bytes``: size of the compressed body. ``tenant``: the tenant of its
+    series for a destination with a ``tenant_header`` (replayed in it), else None (the field
+    is absent from the file).
     """
 
     name: str
@@ -90,6 +92,7 @@ class DeadLetter:
     samples: int
     kind: str
     body_bytes: int
+    tenant: str | None = None
 
     @property
     def samples_kind(self) -> bool:
@@ -149,8 +152,10 @@ class DeadLetterStore:
         response: str,
         series: int,
         samples: int,
+        tenant: str | None = None,
     ) -> int:
-        """Store a rejected batch; returns how many older entries were removed for the bound.
+        """Store a rejected batch (of ``tenant``, None: none); returns how many older entries
+        were removed for the bound.
 
         ``raw``: the uncompressed WriteRequest (concatenated framed series or metadata), stored
         snappy-compressed. ``response`` is cut to 4 KiB. The new entry is kept even when it
@@ -172,6 +177,8 @@ class DeadLetterStore:
             "body_bytes": len(body),
             "crc32": zlib.crc32(body),
         }
+        if tenant is not None:
+            header["tenant"] = tenant
         data = MAGIC + json.dumps(header).encode() + b"\n" + body
         with self._lock:
             self.directory.mkdir(parents=True, exist_ok=True)
@@ -355,10 +362,10 @@ def _parse_header(head: bytes) -> tuple[dict[str, Any], int]:
     if end < 0:
         raise ValueError("header line missing or too long")
     header = json.loads(head[len(MAGIC) : end])  # JSONDecodeError is a ValueError
-    if not isinstance(header, dict) or set(header) != _HEADER_FIELDS:
+    if not isinstance(header, dict) or set(header) - {"tenant"} != _HEADER_FIELDS:
         raise ValueError("header fields do not match the format")
     for key, kinds in _HEADER_TYPES.items():
-        if not isinstance(header[key], kinds) or isinstance(header[key], bool):
+        if not isinstance(header.get(key), kinds) or isinstance(header.get(key), bool):
             raise ValueError(f"header field {key}: unexpected type")
     return header, end + 1
 
@@ -373,8 +380,9 @@ _HEADER_TYPES: dict[str, type | tuple[type, ...]] = {
     "kind": str,
     "body_bytes": int,
     "crc32": int,
+    "tenant": (str, type(None)),  # optional: only entries of a tenant carry it
 }
-_HEADER_FIELDS = set(_HEADER_TYPES)
+_HEADER_FIELDS = set(_HEADER_TYPES) - {"tenant"}
 
 
 def _stale_tmp(item: os.DirEntry[str], before: float) -> bool:

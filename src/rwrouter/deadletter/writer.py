@@ -29,15 +29,17 @@ class DeadLetters:
         self._metrics = metrics
         self._writes: set[asyncio.Task[None]] = set()
 
-    def __call__(self, items: list[Item], kind: Kind, refusal: Refusal) -> None:
+    def __call__(
+        self, items: list[Item], kind: Kind, refusal: Refusal, tenant: str | None = None
+    ) -> None:
         """Called on the event loop for each part rejected for good (samples only: metadata
-        is sent again by Prometheus every minute)."""
+        is sent again by Prometheus every minute), of ``tenant`` (kept with it)."""
         if kind != Kind.SAMPLES:
             return
         raw = b"".join(frame for frame, _ in items)
         samples = sum(n for _, n in items)
         self._metrics.batches.labels(self.name, refusal.reason).inc()
-        task = asyncio.create_task(self._write(raw, len(items), samples, refusal))
+        task = asyncio.create_task(self._write(raw, len(items), samples, refusal, tenant))
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
 
@@ -46,7 +48,9 @@ class DeadLetters:
         if self._writes:
             await asyncio.gather(*self._writes, return_exceptions=True)
 
-    async def _write(self, raw: bytes, series: int, samples: int, refusal: Refusal) -> None:
+    async def _write(
+        self, raw: bytes, series: int, samples: int, refusal: Refusal, tenant: str | None
+    ) -> None:
         try:  # the store logs the entries it removes to stay within its bound
             await asyncio.to_thread(
                 self.store.add,
@@ -57,6 +61,7 @@ class DeadLetters:
                 response=refusal.text,
                 series=series,
                 samples=samples,
+                tenant=tenant,
             )
         except OSError as exc:
             log.error(

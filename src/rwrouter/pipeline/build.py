@@ -127,6 +127,7 @@ def _deliverer(
         auth=auth,
         policy=_retry_policy(config.queue_config),
         headers=dict(config.headers),
+        tenant_header=config.tenant_header,
         message=config.protobuf_message,
         book=_metadata_book(config),
         metrics=metrics.send,

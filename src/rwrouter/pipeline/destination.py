@@ -143,11 +143,13 @@ class Destination:
 
     def _protocol_changed(self, message: str) -> None:
         """The deliverer fell back to ``message`` (RW 1.0): metadata requests from now on,
-        starting with what the book holds. (A destination being replaced leaves the gauge
-        to its successor.)"""
+        starting with what the book holds (not with a ``tenant_header``: the book does not
+        know its entries' tenants; the senders send theirs again within a minute). (A
+        destination being replaced leaves the gauge to its successor.)"""
         if self._started and not self._stopping.closing:
             self._show_protocol()
-        if self.book is not None and message == RW1_MESSAGE and self.config.metadata_config.send:
+        resend = self.config.metadata_config.send and self.config.tenant_header is None
+        if self.book is not None and message == RW1_MESSAGE and resend:
             self._metadata.add(self.book.entries())
 
     def try_configured_protocol(self) -> None:
@@ -244,10 +246,11 @@ class Destination:
         :meth:`DiskQueue.cancel`)."""
         await asyncio.to_thread(self.queue.cancel, ticket, share.records)
 
-    def enqueue_metadata(self, metadata: list[bytes]) -> None:
-        """Framed metadata entries routed here: queued for metadata requests (RW 1.0,
+    def enqueue_metadata(self, metadata: list[bytes], *, tenant: str | None = None) -> None:
+        """Framed metadata entries routed here (from a request of ``tenant``, kept with them
+        when this destination has a ``tenant_header``): queued for metadata requests (RW 1.0,
         :mod:`rwrouter.send.metadata`), recorded in the book (RW 2.0; see the module
-        docstring)."""
+        docstring; one book for all tenants)."""
         if not metadata:
             return
         if self.book is not None:
@@ -259,7 +262,7 @@ class Destination:
             if self.protocol != RW1_MESSAGE:
                 return
         if self.config.metadata_config.send:
-            self._metadata.add(metadata)
+            self._metadata.add(metadata, tenant if self.config.tenant_header else None)
 
     def note_full(self, samples: int) -> None:
         """Note samples of a request answered 503 for want of room here (``on_full:

@@ -56,12 +56,13 @@ class Decoded:
     """A request decoded and routed, with each destination's share encoded as queue records
     (in config order). ``written``: for an RW 2.0 request, the samples, histograms and
     exemplars it carried (all accepted once enqueued, even those the rules drop), else
-    None."""
+    None. ``tenant``: the request's (None: none)."""
 
     routed: RoutedRequest
     shares: list[EncodedShare]
     generation: int = 0
     written: Written | None = None
+    tenant: str | None = None
 
 
 class Stale(Exception):
@@ -172,7 +173,8 @@ class FanOut:
         encode each destination's share as queue records (``FLAG_START_TIMESTAMPS`` when the
         request carried start timestamps). ``tenant``: the request's
         (:func:`rwrouter.config.tenant.request_tenant`), whose router routes it
-        (:meth:`~rwrouter.routing.tenants.Tenants.for_tenant`). CPU-bound and independent of
+        (:meth:`~rwrouter.routing.tenants.Tenants.for_tenant`) and which the records of a
+        destination with a ``tenant_header`` store (``FLAG_TENANT``). CPU-bound and independent of
         the queues: the server runs it in a worker thread, so the event loop stays responsive.
 
         Raises DecodeError / TooLargeError (see :func:`rwrouter.wire.decompress` and
@@ -195,11 +197,15 @@ class FanOut:
         received_ms = int(time.time() * 1000)
         shares = [
             encode_share(
-                share, received_ms=received_ms, max_body_bytes=dest.max_request_bytes, flags=flags
+                share,
+                received_ms=received_ms,
+                max_body_bytes=dest.max_request_bytes,
+                flags=flags,
+                tenant=tenant if dest.config.tenant_header else None,
             )
             for share, dest in zip(sent, destinations, strict=True)
         ]
-        return Decoded(routed, shares, generation, written)
+        return Decoded(routed, shares, generation, written, tenant)
 
     async def accept(self, decoded: Decoded) -> Accepted:
         """Append a decoded request to every destination's disk queue, or to none if one with
@@ -289,7 +295,7 @@ class FanOut:
         the way counted (the rules' drops, invalid metadata)."""
         routed, m = decoded.routed, self._send_metrics
         for i, dest in enumerate(self.destinations):
-            dest.enqueue_metadata(routed.metadata[i])
+            dest.enqueue_metadata(routed.metadata[i], tenant=decoded.tenant)
         sending = len(self.destinations)
         for (i, reason), samples in routed.dropped.items():
             if i < sending:  # not the shadow destinations': they send nothing

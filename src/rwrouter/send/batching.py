@@ -32,16 +32,26 @@ class Owner:
     (its frames are batched apart and sent marked as resent). ``dropped``: its segment was
     dropped (``on_full: drop_oldest``): its waiting chunks go too. ``remaining`` and
     ``samples_left``: its series and samples not yet done (delivered, refused for good or
-    dropped); the reader counts them down.
+    dropped); the reader counts them down. ``tenant``: the tenant its record stores
+    (:data:`~rwrouter.queue.records.FLAG_TENANT`; None: none), sent in the destination's
+    ``tenant_header``: chunks of different tenants never share a batch.
     """
 
-    __slots__ = ("dropped", "recovered", "remaining", "samples_left")
+    __slots__ = ("dropped", "recovered", "remaining", "samples_left", "tenant")
 
-    def __init__(self, *, recovered: bool = False, series: int = 0, samples: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        recovered: bool = False,
+        series: int = 0,
+        samples: int = 0,
+        tenant: str | None = None,
+    ) -> None:
         self.recovered = recovered
         self.dropped = False
         self.remaining = series
         self.samples_left = samples
+        self.tenant = tenant
 
 
 class Chunk(Frames):
@@ -119,6 +129,11 @@ class Batch:
     nbytes: int
 
     @property
+    def tenant(self) -> str | None:
+        """The tenant of its chunks (:meth:`ShardBuffer.take` never mixes them), or None."""
+        return self.chunks[0].owner.tenant if self.chunks else None
+
+    @property
     def start_timestamps(self) -> bool:
         """Some chunk's record may carry start timestamps (:data:`FLAG_START_TIMESTAMPS`)."""
         return any(chunk.flags & FLAG_START_TIMESTAMPS for chunk in self.chunks)
@@ -192,14 +207,18 @@ class ShardBuffer:
         """Remove and return the next batch: whole chunks in order while the batch stays within
         ``max_samples`` samples and ``max_bytes`` bytes; a first chunk larger than that is cut
         (at least one frame goes). Chunks of recovered records (:attr:`Owner.recovered`) and
-        the others never share a batch."""
+        the others never share a batch, nor chunks of different tenants (:attr:`Owner.tenant`)."""
         chunks = self.chunks
         out: list[Chunk] = []
         taken = size = 0
-        recovered = chunks[0].owner.recovered if chunks else False
+        first = chunks[0].owner if chunks else None
         while chunks:
             chunk = chunks[0]
-            if out and chunk.owner.recovered != recovered:
+            if (
+                first is not None
+                and out
+                and (chunk.owner.recovered != first.recovered or chunk.owner.tenant != first.tenant)
+            ):
                 break
             if taken + chunk.samples > max_samples or size + chunk.nbytes > max_bytes:
                 if out:

@@ -24,7 +24,10 @@
   ``max_retry_duration`` (``retry_budget``), as a network error is.
 - Every part refused for good is counted (``dropped_samples``/``dropped_metadata`` by
   :attr:`~rwrouter.send.refusals.Refusal.reason`), logged, and handed to the ``on_rejected``
-  hook (the dead-letter store), once per part.
+  hook (the dead-letter store), once per part, with the batch's tenant.
+- A destination with a ``tenant_header`` (``X-Scope-OrgID``) gets each batch's tenant in it
+  (batches never mix tenants); a batch without a tenant gets the configured header of that
+  name, if any.
 - Samples go out in :attr:`Deliverer.message` (``protobuf_message``), each part (a split
   half too) encoded for it by :mod:`rwrouter.send.encoding`; metadata requests are RW 1.0.
   An RW 2.0 destination that does not speak it (415, or a 2xx that wrote nothing) gets the
@@ -88,6 +91,7 @@ class _Delivery:
     split_logged: bool = False
     start_timestamps: bool = False  # some record of it is flagged FLAG_START_TIMESTAMPS
     not_written_logged: bool = False
+    tenant: str | None = None  # sent in the tenant header (None: the configured headers')
 
 
 class Deliverer:
@@ -99,7 +103,8 @@ class Deliverer:
     configured headers (the protocol's own are added per request,
     :func:`rwrouter.protocol.request_headers`). ``message``: the protobuf message samples go
     out in (``protobuf_message``); ``book``: the metadata of an RW 2.0
-    destination. ``on_rejected(items, kind, refusal)``: called on the event loop,
+    destination. ``tenant_header``: the header a batch's tenant goes in (None: never sent).
+    ``on_rejected(items, kind, refusal, tenant)``: called on the event loop,
     synchronously, once for every part refused for good (it must not block: file writes go
     to a thread); an exception it raises is logged, not propagated. ``on_protocol(message)``:
     called when the destination turned out not to speak RW 2.0 (now RW 1.0); an attribute,
@@ -117,6 +122,7 @@ class Deliverer:
         policy: RetryPolicy,
         metrics: SendMetrics,
         headers: Mapping[str, str] | None = None,
+        tenant_header: str | None = None,
         message: str = RW1_MESSAGE,
         book: MetadataBook | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -132,6 +138,13 @@ class Deliverer:
         self.policy = policy
         configured = dict(headers or {})
         self._headers = {m: {**configured, **request_headers(m)} for m in MESSAGES}
+        self.tenant_header = tenant_header
+        # with a tenant, the configured header of that name (in any case) gives way to it
+        tenant_key = (tenant_header or "").lower()
+        self._tenant_base = {
+            m: {k: v for k, v in self._headers[m].items() if k.lower() != tenant_key}
+            for m in MESSAGES
+        }
         self.message = message
         self.book = book
         self.metrics = metrics
@@ -158,15 +171,21 @@ class Deliverer:
         *,
         resent: bool = False,
         start_timestamps: bool = False,
+        tenant: str | None = None,
     ) -> int:
         """Deliver a batch of ``kind``; returns how many of its
         samples (metadata entries) were delivered. Refused parts are counted, logged and handed
         to ``on_rejected``. ``resent``: the batch may have been delivered before a crash (see
         the module docstring); it may be split down to single series. ``start_timestamps``:
-        some of its frames may carry start timestamps (stripped for RW 1.0)."""
+        some of its frames may carry start timestamps (stripped for RW 1.0). ``tenant``: the
+        tenant of all its series (sent in the ``tenant_header``), or None."""
         splits = 2 * len(items) if resent else SPLIT_BUDGET
         delivery = _Delivery(
-            started=self._clock(), splits=splits, resent=resent, start_timestamps=start_timestamps
+            started=self._clock(),
+            splits=splits,
+            resent=resent,
+            start_timestamps=start_timestamps,
+            tenant=tenant,
         )
         return await self._deliver_part(items, kind, delivery)
 
@@ -180,6 +199,7 @@ class Deliverer:
         resent: bool = False,
         compressed: bytes | None = None,
         start_timestamps: bool = False,
+        tenant: str | None = None,
     ) -> int:
         """:meth:`deliver` for a batch given as its frames already concatenated (``raw``) with
         ``count`` samples: the usual case costs no walk over its series; ``expand()`` gives
@@ -191,6 +211,7 @@ class Deliverer:
             splits=SPLIT_BUDGET,
             resent=resent,
             start_timestamps=start_timestamps,
+            tenant=tenant,
         )
         if compressed is not None:
             stored = Request(compressed, RW1_MESSAGE)
@@ -237,7 +258,7 @@ class Deliverer:
             return 0
         if refusal.status == 413 and len(items) == 1:
             refusal = replace(refusal, reason=DropReason.TOO_LARGE)
-        self._refused(items, kind, count, refusal)
+        self._refused(items, kind, count, refusal, delivery.tenant)
         return 0
 
     async def _send(self, raw: bytes, count: int, kind: Kind, delivery: _Delivery) -> int | Refusal:
@@ -260,7 +281,9 @@ class Deliverer:
         self, request: Request, count: int, kind: Kind, delivery: _Delivery
     ) -> int | Refusal | NotRW2:
         """Send one encoded request with retries and read the answer's Written headers."""
-        answer = await self._post(request.body, kind, request.message, delivery.started)
+        answer = await self._post(
+            request.body, kind, request.message, delivery.started, delivery.tenant
+        )
         status = answer.status if isinstance(answer, Refusal) else 200
         written = None if isinstance(answer, Refusal) else Written.parse(answer)
         if request.message == RW2_MESSAGE:
@@ -323,34 +346,42 @@ class Deliverer:
         )
 
     async def send_body(
-        self, body: bytes, kind: Kind, *, started: float | None = None, message: str = RW1_MESSAGE
+        self,
+        body: bytes,
+        kind: Kind,
+        *,
+        started: float | None = None,
+        message: str = RW1_MESSAGE,
+        tenant: str | None = None,
     ) -> Refusal | None:
         """Send one snappy-compressed write request body of ``kind``
         in ``message`` with retries, a credential refresh on 401/403, and the retry budget
-        counted from ``started`` (clock seconds; default now). None when delivered (2xx), else
-        the final refusal. Nothing is counted as sent or dropped here: that is the caller's."""
-        answer = await self._post(body, kind, message, started)
+        counted from ``started`` (clock seconds; default now); ``tenant``: sent in the
+        ``tenant_header``. None when delivered (2xx), else the final refusal. Nothing is
+        counted as sent or dropped here: that is the caller's."""
+        answer = await self._post(body, kind, message, started, tenant)
         return answer if isinstance(answer, Refusal) else None
 
     async def send_frames(
-        self, raw: bytes, count: int, kind: Kind = Kind.SAMPLES
+        self, raw: bytes, count: int, kind: Kind = Kind.SAMPLES, *, tenant: str | None = None
     ) -> Refusal | None:
         """Send ``raw`` (RW1-form frames carrying ``count`` samples, start timestamps
-        perhaps) as one request in the protocol in use, falling back to RW 1.0 as a batch
-        does; None when delivered. For ``rwrouter rejected replay`` (no split)."""
-        delivery = _Delivery(self._clock(), start_timestamps=True)
+        perhaps; ``tenant``: theirs) as one request in the protocol in use, falling back to RW
+        1.0 as a batch does; None when delivered. For ``rwrouter rejected replay`` (no
+        split)."""
+        delivery = _Delivery(self._clock(), start_timestamps=True, tenant=tenant)
         result = await self._send(raw, count, kind, delivery)
         return result if isinstance(result, Refusal) else None
 
     async def _post(
-        self, body: bytes, kind: Kind, message: str, started: float | None
+        self, body: bytes, kind: Kind, message: str, started: float | None, tenant: str | None
     ) -> Refusal | Mapping[str, str]:
         """POST ``body`` with retries: the headers of the 2xx answer, or the final refusal."""
         started = self._clock() if started is None else started
         attempt = 0
         refreshed = False
         while True:
-            answer = await self._attempt(body, message)
+            answer = await self._attempt(body, message, tenant)
             status = answer.status if isinstance(answer, Answer) else None
             if isinstance(answer, Answer) and 200 <= answer.status < 300:
                 return answer.headers
@@ -388,14 +419,15 @@ class Deliverer:
             await self._sleep(decision.delay)
             attempt += 1
 
-    async def _attempt(self, body: bytes, message: str) -> Answer | Exception:
-        """One signed POST of a ``message`` body; the answer, or the error that prevented
-        one."""
+    async def _attempt(self, body: bytes, message: str, tenant: str | None) -> Answer | Exception:
+        """One signed POST of a ``message`` body (``tenant`` in the tenant header); the
+        answer, or the error that prevented one."""
         started = self._clock()
+        base = self._headers[message]
+        if tenant is not None and self.tenant_header is not None:
+            base = {**self._tenant_base[message], self.tenant_header: tenant}
         try:
-            headers = await self.auth.headers(
-                url=self.transport.url, body=body, base=self._headers[message]
-            )
+            headers = await self.auth.headers(url=self.transport.url, body=body, base=base)
             headers["User-Agent"] = USER_AGENT
             self.metrics.sent_bytes.labels(self.name).inc(len(body))
             answer: Answer | Exception = await self.transport.post(body, headers)
@@ -446,8 +478,10 @@ class Deliverer:
             )
         return refreshed
 
-    def _refused(self, items: list[Item], kind: Kind, count: int, refusal: Refusal) -> None:
-        """Count, log and hand to ``on_rejected`` a part refused for good."""
+    def _refused(
+        self, items: list[Item], kind: Kind, count: int, refusal: Refusal, tenant: str | None
+    ) -> None:
+        """Count, log and hand to ``on_rejected`` a part refused for good (of ``tenant``)."""
         if kind == Kind.SAMPLES:
             self.metrics.dropped_samples.labels(self.name, refusal.reason).inc(count)
         else:
@@ -467,7 +501,7 @@ class Deliverer:
         if self._on_rejected is None:
             return
         try:
-            self._on_rejected(items, kind, refusal)
+            self._on_rejected(items, kind, refusal, tenant)
         except Exception:  # a broken hook must not stop the sender of this destination
             log.exception(kv(destination=self.name, kind=kind, msg="on_rejected hook failed"))
 

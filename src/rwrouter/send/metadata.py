@@ -11,6 +11,9 @@ repeats every series' metadata in every request, and several senders send the sa
 a changed entry (new help, type or unit) is queued at once. What was queued is remembered for
 at most :data:`RECENT_LIMIT` distinct entries (then forgotten all at once: they are queued
 again once).
+
+Entries of a tenant (a destination with a ``tenant_header``) are queued, remembered and batched
+apart: a metadata request carries one tenant's entries, sent in its header.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ class MetadataQueue:
     batches of ``batch_size`` entries; ``max_bytes`` bounds the entries' total size;
     ``resend_after`` (seconds) how soon an identical entry is queued again; ``clock``:
     monotonic seconds; ``metrics``: the destination's send metrics (entries sent, and
-    dropped as ``queue_full``)."""
+    dropped as ``queue_full``). Entries are queued with their tenant (None: none)."""
 
     def __init__(
         self,
@@ -53,23 +56,25 @@ class MetadataQueue:
         self.name = name
         self.resend_after = resend_after
         self._clock = clock
-        self._recent: dict[bytes, float] = {}  # entry -> when it was last queued
+        # tenant -> entry -> when it was last queued; _remembered: entries in all of them
+        self._recent: dict[str | None, dict[bytes, float]] = {}
+        self._remembered = 0
         self.batch_size = batch_size
         self.max_bytes = max_bytes
         self._metrics = metrics
-        self._entries: deque[bytes] = deque()
+        self._entries: deque[tuple[bytes, str | None]] = deque()
         self.nbytes = 0  # queued and in flight
         self._queued_bytes = 0
         self._wake = asyncio.Event()
         self.closing = False
 
-    def add(self, metadata: list[bytes]) -> None:
-        """Queue entries not queued within ``resend_after`` seconds; drop (and count) the
-        oldest beyond the bounds."""
-        metadata = self._fresh(metadata)
+    def add(self, metadata: list[bytes], tenant: str | None = None) -> None:
+        """Queue entries (of ``tenant``) not queued within ``resend_after`` seconds; drop (and
+        count) the oldest beyond the bounds."""
+        metadata = self._fresh(metadata, tenant)
         if not metadata:
             return
-        self._entries.extend(metadata)
+        self._entries.extend((entry, tenant) for entry in metadata)
         added = sum(map(len, metadata))
         self.nbytes += added
         self._queued_bytes += added
@@ -77,7 +82,7 @@ class MetadataQueue:
         while self._entries and (
             len(self._entries) > METADATA_QUEUE_LIMIT or self._queued_bytes > self.max_bytes
         ):
-            size = len(self._entries.popleft())
+            size = len(self._entries.popleft()[0])
             self.nbytes -= size
             self._queued_bytes -= size
             dropped += 1
@@ -85,14 +90,18 @@ class MetadataQueue:
             self._metrics.dropped_metadata.labels(self.name, DropReason.QUEUE_FULL).inc(dropped)
         self._wake.set()
 
-    def _fresh(self, metadata: list[bytes]) -> list[bytes]:
+    def _fresh(self, metadata: list[bytes], tenant: str | None) -> list[bytes]:
         """The entries of ``metadata`` to queue now (each once), remembering when."""
-        now, recent, fresh = self._clock(), self._recent, []
+        now, fresh = self._clock(), []
+        recent = self._recent.setdefault(tenant, {})
         for entry in metadata:
             last = recent.get(entry)
             if last is None or now - last >= self.resend_after:
-                if last is None and len(recent) >= RECENT_LIMIT:
-                    recent.clear()
+                if last is None:
+                    if self._remembered >= RECENT_LIMIT:
+                        self._recent = {tenant: {}}
+                        recent, self._remembered = self._recent[tenant], 0
+                    self._remembered += 1
                 recent[entry] = now
                 fresh.append(entry)
         return fresh
@@ -101,6 +110,20 @@ class MetadataQueue:
         """Send what is queued, then let :meth:`run` return."""
         self.closing = True
         self._wake.set()
+
+    def queued(self) -> list[tuple[bytes, str | None]]:
+        """What waits to be sent, oldest first: (framed entry, its tenant)."""
+        return list(self._entries)
+
+    def _take(self) -> tuple[list[tuple[bytes, int]], str | None]:
+        """The next batch: up to ``batch_size`` queued entries of one tenant, in order, as
+        (entry, 1) items; and that tenant."""
+        entries = self._entries
+        tenant = entries[0][1]
+        batch: list[tuple[bytes, int]] = []
+        while entries and len(batch) < self.batch_size and entries[0][1] == tenant:
+            batch.append((entries.popleft()[0], 1))
+        return batch, tenant
 
     async def run(self, deliverer: Deliverer) -> None:
         """Send batches until closed and empty."""
@@ -111,12 +134,11 @@ class MetadataQueue:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            count = min(self.batch_size, len(self._entries))
-            batch = [(self._entries.popleft(), 1) for _ in range(count)]
+            batch, tenant = self._take()
             size = sum(len(entry) for entry, _ in batch)
             self._queued_bytes -= size
             try:
-                delivered = await deliverer.deliver(batch, Kind.METADATA)
+                delivered = await deliverer.deliver(batch, Kind.METADATA, tenant=tenant)
             except Exception:  # a bug, not an answer: these entries come again within a minute
                 log.exception(
                     kv(

@@ -58,8 +58,9 @@ class _Tracked(Owner):
         series: int = 0,
         samples: int = 0,
         recovered: bool = False,
+        tenant: str | None = None,
     ) -> None:
-        super().__init__(recovered=recovered, series=series, samples=samples)
+        super().__init__(recovered=recovered, series=series, samples=samples, tenant=tenant)
         self.end, self.received_ms = end, received_ms
 
 
@@ -265,6 +266,7 @@ class QueueReader:
             series=record.series,
             samples=record.samples,
             recovered=end <= self._resend_until,
+            tenant=record.tenant,
         )
         self._records.append(tracked)
         self.shards.add(record, tracked)

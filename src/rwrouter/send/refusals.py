@@ -47,14 +47,18 @@ class Refusal:
     reason: DropReason
 
 
-RejectHook = Callable[[list[Item], Kind, Refusal], None]
+RejectHook = Callable[[list[Item], Kind, Refusal, str | None], None]
+"""Called with a part refused for good: its items, kind, the refusal and its tenant (None:
+none)."""
 
 
 class DeadLetterSink(Protocol):
     """Where refused parts go for good (:class:`rwrouter.deadletter.writer.DeadLetters`): a
     :data:`RejectHook` whose writes :meth:`flush` waits for."""
 
-    def __call__(self, items: list[Item], kind: Kind, refusal: Refusal, /) -> None: ...
+    def __call__(
+        self, items: list[Item], kind: Kind, refusal: Refusal, tenant: str | None, /
+    ) -> None: ...
 
     async def flush(self) -> None: ...
 

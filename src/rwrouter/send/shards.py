@@ -221,6 +221,7 @@ class Shards:
                 compressed=compressed,
                 resent=batch.chunks[0].owner.recovered,
                 start_timestamps=flagged,
+                tenant=batch.tenant,
             )
         except DecodeError as exc:  # a stored body that does not decompress: done, counted
             if len(batch.chunks) == 1:
