@@ -484,3 +484,82 @@ def test_a_shadow_destination_is_counted_and_never_keeps_for_the_fallback(
     [entry] = _json(capsys, str(path), "DCGM_FI_DEV_FB_USED")
     shadow = {d["name"]: (d["shadow"], d["outcome"]) for d in entry["destinations"]}
     assert shadow == {"ws": (False, DROPPED), "all-dcgm": (True, SENT), "self": (False, SENT)}
+
+
+TENANT_CONFIG = """
+remote_write:
+  - name: team-a
+    url: http://a:1/w
+    write_relabel_configs: [{source_labels: [__tenant__], regex: team-a, action: keep}]
+  - name: rest
+    url: http://rest:1/w
+    fallback: true
+    write_relabel_configs: [{source_labels: [__tenant__], target_label: tenant}]
+"""
+# id, --tenant (None: absent), series, outcome at team-a, labels at rest (None: not sent)
+TENANT_CASES = [
+    ("its_tenant_kept", "team-a", 'm{gpu="0"}', SENT, None),
+    (
+        "another_tenant_to_the_fallback",
+        "team-b",
+        "m",
+        DROPPED,
+        {"__name__": "m", "tenant": "team-b"},
+    ),
+    ("no_tenant", None, "m", DROPPED, {"__name__": "m"}),
+    (
+        "own_label_replaced",
+        "team-b",
+        'm{__tenant__="team-a"}',
+        DROPPED,
+        {"__name__": "m", "tenant": "team-b"},
+    ),
+    (
+        "own_label_removed_without_tenant",
+        None,
+        'm{__tenant__="team-a"}',
+        DROPPED,
+        {"__name__": "m"},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("tenant", "series", "at_a", "at_rest"),
+    [c[1:] for c in TENANT_CASES],
+    ids=[c[0] for c in TENANT_CASES],
+)
+def test_tenant_routes_as_rwrouter_run(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    tenant: str | None,
+    series: str,
+    at_a: str,
+    at_rest: dict[str, str] | None,
+) -> None:
+    config = tmp_path / "tenants.yaml"
+    config.write_text(TENANT_CONFIG)
+    extra = [] if tenant is None else ["--tenant", tenant]
+    code, out, _ = _run(capsys, "--config", str(config), "--series", series, "--json", *extra)
+    assert code == 0
+    [entry] = json.loads(out)["series"]
+    a, rest = entry["destinations"]
+    assert a["outcome"] == at_a
+    if at_a == SENT:
+        assert "__tenant__" not in a["labels"]  # removed after the rules: never sent
+    assert (rest["labels"] if rest["outcome"] == SENT else None) == at_rest
+    assert entry["labels"].get("__tenant__") == tenant  # what the rules saw
+
+
+def test_tenant_errors_and_notes(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    config = tmp_path / "tenants.yaml"
+    config.write_text(TENANT_CONFIG)
+    code, out, err = _run(capsys, "--config", str(config), "--series", "m", "--tenant", "a|b")
+    assert (code, out) == (2, "")
+    assert (
+        err
+        == "rwrouter: invalid --tenant: the tenant ID may hold only letters, digits and !-_.*'()\n"
+    )
+    code, _, err = _run(capsys, "--config", MAIN_CONFIG, "--series", "up", "--tenant", "team-a")
+    assert code == 0
+    assert "no rule mentions __tenant__: the tenant changes nothing" in err

@@ -8,6 +8,12 @@ forwarded), ``dropped`` (by which rule; counted with reason ``relabel``), ``inva
 ``__name__`` or an empty label name left; reason ``invalid``) or, for a fallback destination,
 ``not sent`` (a non-fallback destination kept it).
 
+``--tenant T``: the series as a write request of tenant ``T`` (a credential's tenant or its
+``X-Scope-OrgID``; checked by the Cortex/Mimir rules) would go, when a rule mentions
+``__tenant__``: the rules see ``__tenant__="T"`` (a ``__tenant__`` of the series' own is
+replaced) and it is removed after each destination's rules, as ``rwrouter run`` does. When no
+rule mentions it the tenant changes nothing (a note on stderr says so).
+
 The steps come from the engine (:func:`rwrouter.relabel.trace`) and the outcomes from the
 router's own routing (:func:`rwrouter.routing.explain.explain`), so they are what ``rwrouter
 run`` does. ``${VAR}`` placeholders are expanded as ``check-config`` does, but an unset
@@ -21,7 +27,8 @@ are double-quoted (``\\"``, ``\\\\``, ``\\n`` and Go's other escapes), single-qu
 backquotes (raw), as in PromQL; a label with an empty value is absent. Label sets are printed as
 Prometheus 3 prints them (names outside the legacy set quoted; :mod:`rwrouter.relabel.series`).
 
-Exit 0 when traced; 2 for a bad configuration or an unparsable ``--series``.
+Exit 0 when traced; 2 for a bad configuration, an unparsable ``--series`` or an invalid
+``--tenant``.
 """
 
 from __future__ import annotations
@@ -68,15 +75,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         'with UTF-8 names, \'{"my.metric", "service.name"="api"}\'; '
         "repeat for several",
     )
+    cmd.add_argument(
+        "--tenant",
+        metavar="TENANT",
+        help="route as a write request of this tenant (the rules see it as __tenant__)",
+    )
     cmd.add_argument("--json", action="store_true", help="print JSON instead of text")
     cmd.set_defaults(func=cmd_relabel)
 
 
 def cmd_relabel(args: argparse.Namespace) -> int:
-    """``rwrouter relabel``: 0 when traced, 2 for an unparsable --series (ConfigError: 2 too,
-    from ``main``)."""
+    """``rwrouter relabel``: 0 when traced, 2 for an unparsable --series or an invalid
+    --tenant (ConfigError: 2 too, from ``main``)."""
+    from rwrouter.config.tenant import check_tenant
+    from rwrouter.errors import TenantError
     from rwrouter.routing import build_router
     from rwrouter.routing.explain import explain
+    from rwrouter.routing.tenants import TENANT_LABEL, Tenants, with_tenant
 
     parsed = []
     for text in args.series:
@@ -84,6 +99,12 @@ def cmd_relabel(args: argparse.Namespace) -> int:
             parsed.append((text, parse_series(text)))
         except SeriesError as exc:
             print(f"rwrouter: invalid --series {text!r}: {exc}", file=sys.stderr)
+            return 2
+    if args.tenant is not None:
+        try:
+            check_tenant(args.tenant)
+        except TenantError as exc:
+            print(f"rwrouter: invalid --tenant: {str(exc).split(': ', 1)[-1]}", file=sys.stderr)
             return 2
     env = _LenientEnv(os.environ)
     config = _load(args.config, env)
@@ -94,9 +115,25 @@ def cmd_relabel(args: argparse.Namespace) -> int:
             "(URLs and credentials are not used here)",
             file=sys.stderr,
         )
-    router = build_router(config)  # the routes rwrouter run builds
+    tenants = Tenants(build_router(config))  # the routers rwrouter run builds
+    router = tenants.for_tenant(args.tenant)
+    drop = TENANT_LABEL if tenants.per_tenant else None
+    if args.tenant is not None and not tenants.per_tenant:
+        print(
+            f"rwrouter: note: no rule mentions {TENANT_LABEL}: the tenant changes nothing",
+            file=sys.stderr,
+        )
     results = [
-        (text, explain(labels, router.global_rules, router.routes, router=router))
+        (
+            text,
+            explain(
+                with_tenant(labels, args.tenant) if drop else labels,
+                router.global_rules,
+                router.routes,
+                router=router,
+                drop_after=drop,
+            ),
+        )
         for text, labels in parsed
     ]
     if args.json:

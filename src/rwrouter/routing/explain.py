@@ -98,12 +98,15 @@ def explain(
     routes: Sequence[Route],
     *,
     router: Router | None = None,
+    drop_after: str | None = None,
 ) -> Explanation:
     """The outcome of ``labels`` (any order) at each destination of ``routes`` after
     ``global_rules``, with the rules' steps. ``router`` (of those rules and routes): one that
     remembers the series explained before, so a collision between them shows (a fresh one
-    otherwise). Raises InvariantError if the engine's steps and the router's decision disagree
-    (a bug)."""
+    otherwise). ``drop_after``: a label removed after each destination's rules, as the router
+    does (a tenant's ``__tenant__``: :class:`~rwrouter.routing.tenants.TenantRouter`, whose
+    ``labels`` carry it). Raises InvariantError if the engine's steps and the router's
+    decision disagree (a bug)."""
     start = tuple(sorted(labels))
     if router is None:
         router = Router(global_rules=global_rules, routes=routes, cache_size=1, cache_bytes=1)
@@ -114,7 +117,12 @@ def explain(
     decisions = []
     for route, res in zip(routes, outcomes, strict=True):
         decision = _route_decision(
-            route, res, after=after, global_drop=global_drop, primaries=primaries
+            route,
+            res,
+            after=after,
+            global_drop=global_drop,
+            primaries=primaries,
+            drop_after=drop_after,
         )
         decisions.append(
             dataclasses.replace(decision, shadow=route.shadow) if route.shadow else decision
@@ -151,6 +159,7 @@ def _route_decision(
     after: LabelTuple | None,
     global_drop: int | None,
     primaries: Sequence[str],
+    drop_after: str | None = None,
 ) -> Decision:
     """``route``'s decision given what the global rules left (``after``, None when rule
     ``global_drop`` dropped the series) and the router's outcome ``res``: dropped before its
@@ -178,7 +187,7 @@ def _route_decision(
         return Decision(
             route.name, True, NOT_SENT, None, (), None, None, f"kept by {', '.join(primaries)}"
         )
-    return _decision(route, after, res)
+    return _decision(route, after, res, drop_after)
 
 
 def _agree(agreed: bool, route: Route, *seen: object) -> None:
@@ -188,11 +197,16 @@ def _agree(agreed: bool, route: Route, *seen: object) -> None:
         raise InvariantError(f"the relabel steps and the router disagree at {route.name}: {seen}")
 
 
-def _decision(route: Route, labels: LabelTuple, res: bytes | DropReason) -> Decision:
+def _decision(
+    route: Route, labels: LabelTuple, res: bytes | DropReason, drop_after: str | None = None
+) -> Decision:
     """``route``'s decision for ``labels`` (what the global rules left, not empty) from its
-    own rules' steps and the router's outcome ``res`` (the series sent, or a drop reason)."""
+    own rules' steps (then without the label ``drop_after``) and the router's outcome ``res``
+    (the series sent, or a drop reason)."""
     steps = tuple(trace(route.rules, labels))
     final = steps[-1].labels if steps else labels
+    if drop_after is not None:
+        final = tuple(pair for pair in final if pair[0] != drop_after)
     if steps and not steps[-1].kept:
         _agree(res == DropReason.RELABEL, route, res)
         index = steps[-1].index

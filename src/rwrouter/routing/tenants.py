@@ -34,7 +34,14 @@ from rwrouter.relabel import Action, RelabelConfig
 from rwrouter.routing.outcome import Result, Route
 from rwrouter.routing.router import Router
 
-__all__ = ["DEFAULT_MAX_TENANTS", "TENANT_LABEL", "TenantRouter", "Tenants", "mentions_tenant"]
+__all__ = [
+    "DEFAULT_MAX_TENANTS",
+    "TENANT_LABEL",
+    "TenantRouter",
+    "Tenants",
+    "mentions_tenant",
+    "with_tenant",
+]
 
 TENANT_LABEL = "__tenant__"
 DEFAULT_MAX_TENANTS = 16  # routers per configuration (relabel_cache.max_tenants' default)
@@ -54,7 +61,7 @@ def mentions_tenant(global_rules: Sequence[RelabelConfig], routes: Sequence[Rout
     return False
 
 
-def _with_tenant(
+def with_tenant(
     labels: tuple[tuple[str, str], ...], tenant: str | None
 ) -> tuple[tuple[str, str], ...]:
     """``labels`` (sorted by name) without a ``__tenant__`` of their own, with ``tenant``'s."""
@@ -99,7 +106,7 @@ class TenantRouter(Router):
     def _results(self, labels: tuple[tuple[str, str], ...]) -> list[Result | None]:
         """:meth:`Router._results` of ``labels`` with this router's ``__tenant__`` (a
         sender's own replaced or removed), which is removed after each destination's rules."""
-        return super()._results(_with_tenant(labels, self.tenant))
+        return super()._results(with_tenant(labels, self.tenant))
 
 
 def _like(router: Router, tenant: str | None) -> TenantRouter:
