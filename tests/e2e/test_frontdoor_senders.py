@@ -12,7 +12,10 @@ remote-write to two ``rwrouter run --web.config.file`` processes over TLS with a
 
 Each entry labels its series ``via=<entry>`` (write_relabel_configs), so the capture server
 shows which entries' samples were kept: the wrong ones never are, and the router counts their
-401s (``rwrouter_auth_failures_total{reason="wrong"}``). ``POST /-/reload`` without
+401s (``rwrouter_auth_failures_total{reason="wrong"}``). The bearer token names a tenant
+(``access``) and router "auth" sends its destination each request's tenant in
+``X-Scope-OrgID`` (``tenant_header``): the bearer entry's series arrive with it, the basic
+entry's without it, never in one request. ``POST /-/reload`` without
 ``--web.enable-lifecycle`` answers 403, even to a valid credential. Certificates are made in
 the test (:mod:`tests.support.tls`). Every wait is a bounded poll.
 """
@@ -98,8 +101,12 @@ tls_server_config:
 tls_server_config: {{cert_file: {d}/server.pem, key_file: {d}/server.key}}
 basic_auth_users: {{prom: "{hash}"}}
 bearer_tokens: [{{name: prom-token, token_file: {d}/router.token}}]
+access:
+  prom: {{roles: [write, read, admin]}}
+  prom-token: {{roles: [write], tenant: {tenant}}}
 """,
 }
+TENANT = "gpu-team"  # the bearer token's tenant
 
 
 @pytest.fixture(scope="module")
@@ -114,12 +121,13 @@ def routers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Routers]:
         for name, web in WEB.items():
             port = free_port()
             (work / f"{name}.web.yml").write_text(
-                web.format(d=pki.directory, ca=pki.ca_file, hash=hashed)
+                web.format(d=pki.directory, ca=pki.ca_file, hash=hashed, tenant=TENANT)
             )
+            tenants = ", tenant_header: X-Scope-OrgID" if name == "auth" else ""
             (work / f"{name}.yaml").write_text(
                 f"server: {{listen_address: '127.0.0.1:{port}'}}\n"
                 f"storage: {{path: {work / name / 'queues'}}}\n"
-                f"remote_write: [{{name: store, url: '{capture.url('/' + name)}', "
+                f"remote_write: [{{name: store, url: '{capture.url('/' + name)}'{tenants}, "
                 "queue_config: {batch_send_deadline: 100ms}}]\n"
             )
             router = RouterProcess(
@@ -187,6 +195,27 @@ def kept(rig: Routers, sender: str) -> set[str]:
     return found
 
 
+def tenants_by_via(rig: Routers, sender: str) -> dict[str, set[str | None]]:
+    """Router "auth"'s requests: the X-Scope-OrgID (None: absent) of each ``via``'s series of
+    ``sender``; a request mixing two ``via`` fails."""
+    found: dict[str, set[str | None]] = {}
+    for received in rig.capture.requests("/auth"):
+        if received.request is None or not received.request.timeseries:
+            continue
+        org = {v for k, v in received.headers.items() if k.lower() == "x-scope-orgid"}
+        vias = {
+            dict((label.name, label.value) for label in ts.labels).get("via")
+            for ts in received.request.timeseries
+            if any(lab.name == "sender" and lab.value == sender for lab in ts.labels)
+        }
+        if not vias:
+            continue
+        assert len(vias) == 1 and len(org) <= 1, (vias, org)  # one tenant a request
+        (via,) = vias
+        found.setdefault(str(via), set()).add(next(iter(org), None))
+    return found
+
+
 @pytest.mark.parametrize("sender", ["p2", "p3"])
 def test_senders_write_through_tls_mtls_basic_auth_and_bearer_tokens(
     routers: Routers, sender: str, tmp_path: Path
@@ -214,6 +243,7 @@ def test_senders_write_through_tls_mtls_basic_auth_and_bearer_tokens(
             what=f"the 401s of {sender}'s wrong credentials",
         )
     assert kept(routers, sender) == set(GOOD)  # nothing of the wrong credentials' requests
+    assert tenants_by_via(routers, sender) == {"basic": {None}, "bearer": {TENANT}}
     failures = routers.metric("auth", "rwrouter_auth_failures_total", reason="wrong")
     print(f"{sender}: kept via {sorted(kept(routers, sender))}; 401 wrong={failures:g}")
 
