@@ -6,7 +6,7 @@ speaks (for example a SigV4-signed Amazon Managed Service for Prometheus workspa
 self-hosted Prometheus).
 """
 
-__version__ = "0.6.0"
+__version__ = "0.7.0"
 USER_AGENT = f"rwrouter/{__version__}"
 
 __all__ = ["USER_AGENT", "__version__"]

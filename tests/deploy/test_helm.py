@@ -1147,6 +1147,6 @@ def test_every_value_is_documented_in_the_readme() -> None:
     chart_yaml = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert (chart_yaml["apiVersion"], chart_yaml["version"], chart_yaml["appVersion"]) == (
         "v2",
-        "0.2.0",
+        "0.3.0",
         rwrouter.__version__,
     )
