@@ -7,6 +7,11 @@ value, and returns whether the series is kept.
 
 Setting a label to "" deletes it (Prometheus ``labels.Builder.Set``). Labels starting with ``__``
 are not removed after the rules (write relabeling).
+
+A rule whose outcome is a function of one string (``replace`` and ``hashmod`` of the source
+value, ``labelmap`` of a label name) remembers it in the rule's ``memo``
+(:data:`~rwrouter.relabel.rules.RULE_MEMO` entries): RE2's Python binding costs microseconds a
+call, and new series (a restarted pod) repeat almost every value of the ones before them.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from rwrouter.relabel.casemap import go_lower, go_upper
-from rwrouter.relabel.rules import DEFAULT_REGEX, Action, RelabelConfig
+from rwrouter.relabel.rules import DEFAULT_REGEX, RULE_MEMO, Action, RelabelConfig
 from rwrouter.relabel.template import expand
 
 LabelTuple = tuple[tuple[str, str], ...]
@@ -78,19 +83,39 @@ def _keepequal(rule: RelabelConfig, labels: Mapping[str, str], value: str) -> bo
     return labels.get(rule.target_label, "") == value
 
 
+_MISSING = object()  # not in a rule's memo
+
+
+def _remember(memo: dict[str, object], key: str, outcome: object) -> None:
+    if len(memo) >= RULE_MEMO:
+        memo.clear()
+    memo[key] = outcome
+
+
 def _replace(rule: RelabelConfig, labels: LabelBuilder, value: str) -> bool:
     # Prometheus's fast path: add or delete a fixed label pair.
     if value == "" and rule.fixed_pair and rule.regex is DEFAULT_REGEX:
         labels.set(rule.target_label, rule.replacement)
         return True
+    outcome = rule.memo.get(value, _MISSING)
+    if outcome is _MISSING:
+        outcome = _replace_outcome(rule, value)
+        _remember(rule.memo, value, outcome)
+    if outcome is not None:
+        labels.set(*outcome)
+    return True
+
+
+def _replace_outcome(rule: RelabelConfig, value: str) -> tuple[str, str] | None:
+    """What a replace of source ``value`` sets: (target label, value; "" deletes it), or None
+    when it changes nothing (no match, or a target invalid under the rule's scheme)."""
     match = rule.regex.pattern.search(value)
     if match is None:
-        return True
+        return None
     target = expand(rule.target_template, match)
     if not rule.valid_target(target):  # under the rule's name validation scheme
-        return True
-    labels.set(target, expand(rule.replacement_template, match))
-    return True
+        return None
+    return target, expand(rule.replacement_template, match)
 
 
 def _lowercase(rule: RelabelConfig, labels: LabelBuilder, value: str) -> bool:
@@ -104,20 +129,28 @@ def _uppercase(rule: RelabelConfig, labels: LabelBuilder, value: str) -> bool:
 
 
 def _hashmod(rule: RelabelConfig, labels: LabelBuilder, value: str) -> bool:
-    digest = hashlib.md5(value.encode("utf-8"), usedforsecurity=False).digest()
-    # Last 8 bytes of the digest, big-endian unsigned, as Prometheus does.
-    labels.set(rule.target_label, str(int.from_bytes(digest[8:], "big") % rule.modulus))
+    bucket = rule.memo.get(value)
+    if bucket is None:
+        digest = hashlib.md5(value.encode("utf-8"), usedforsecurity=False).digest()
+        # Last 8 bytes of the digest, big-endian unsigned, as Prometheus does.
+        bucket = str(int.from_bytes(digest[8:], "big") % rule.modulus)
+        _remember(rule.memo, value, bucket)
+    labels.set(rule.target_label, bucket)
     return True
 
 
 def _labelmap(rule: RelabelConfig, labels: LabelBuilder, value: str) -> bool:
-    search, template = rule.regex.pattern.search, rule.replacement_template
+    memo = rule.memo
     # Builder.Range: a snapshot of the names and values before this rule, in Range order (so
     # when two names map to one target, the one walked last wins). No check of the new name.
     for name, label_value in list(labels.items()):
-        match = search(name)
-        if match is not None:
-            labels.set(expand(template, match), label_value)
+        target = memo.get(name, _MISSING)
+        if target is _MISSING:
+            match = rule.regex.pattern.search(name)
+            target = None if match is None else expand(rule.replacement_template, match)
+            _remember(memo, name, target)
+        if target is not None:
+            labels.set(target, label_value)
     return True
 
 

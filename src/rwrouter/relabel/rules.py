@@ -69,6 +69,7 @@ _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False
 
 MATCH_MEMO = 4096  # distinct values whose keep/drop answer a Regex remembers
+RULE_MEMO = 4096  # distinct source values (or names) whose outcome a rule remembers
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -148,7 +149,10 @@ class RelabelConfig:
     only place they are declared; templates are compiled against ``regex`` on construction.
     ``name_validation_scheme`` (``utf8`` or ``legacy``, Prometheus's ``NameValidationScheme``)
     is the scheme the rule was validated under; a replace checks its expanded target with it
-    (``valid_target``) when it runs.
+    (``valid_target``) when it runs. ``memo``: the engine's memory of this rule's outcomes by
+    source value (``replace``, ``hashmod``) or label name (``labelmap``), at most
+    :data:`RULE_MEMO` entries, then started over: a rule's outcome depends on nothing else, and
+    new series mostly repeat the values of earlier ones (a restarted pod changes one or two).
     """
 
     action: Action = Action.REPLACE
@@ -163,8 +167,10 @@ class RelabelConfig:
     replacement_template: Template = field(init=False, repr=False, compare=False)
     valid_target: Callable[[str], bool] = field(init=False, repr=False, compare=False)
     fixed_pair: bool = field(init=False, repr=False, compare=False)
+    memo: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "memo", {})
         object.__setattr__(self, "valid_target", name_check(self.name_validation_scheme))
         # Prometheus's replace fast path: neither target nor replacement has a $ reference.
         object.__setattr__(self, "fixed_pair", "$" not in self.target_label + self.replacement)

@@ -1,0 +1,106 @@
+"""The relabel engine's per-rule memory of outcomes (``RelabelConfig.memo``): a rule that has
+seen a value gives the same outcome a rule that never did (a fresh copy of it, so nothing is
+remembered), whatever the order of the values and past the memo's bound."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rwrouter.relabel import engine as engine_module
+from rwrouter.relabel import parse_relabel_configs, process
+from rwrouter.relabel.rules import RelabelConfig
+
+# id, rules: each remembers by source value (replace, hashmod) or label name (labelmap)
+MEMO_RULES = [
+    ("replace_copy", [{"source_labels": ["pod"], "target_label": "workload"}]),
+    (
+        "replace_regex_groups",
+        [
+            {
+                "source_labels": ["pod"],
+                "regex": "(.*)-([0-9a-z]+)",
+                "target_label": "w_$2",
+                "replacement": "$1",
+            }
+        ],
+    ),
+    (
+        "replace_invalid_target_legacy",  # "$1" expands to a name legacy refuses: no change
+        [{"source_labels": ["pod"], "regex": "(.*)", "target_label": "$1", "replacement": "x"}],
+    ),
+    (
+        "replace_to_empty_deletes",
+        [{"source_labels": ["pod"], "regex": "p1.*", "target_label": "gpu", "replacement": ""}],
+    ),
+    (
+        "replace_two_sources",
+        [{"source_labels": ["pod", "gpu"], "separator": "/", "target_label": "where"}],
+    ),
+    (
+        "hashmod",
+        [{"source_labels": ["pod"], "target_label": "shard", "modulus": 7, "action": "hashmod"}],
+    ),
+    ("labelmap", [{"regex": "(p.*)", "replacement": "copy_$1", "action": "labelmap"}]),
+    (
+        "chain",
+        [
+            {"source_labels": ["pod"], "regex": "(.*)-[0-9a-z]+", "target_label": "workload"},
+            {"regex": "(w.*)", "replacement": "x_$1", "action": "labelmap"},
+            {
+                "source_labels": ["workload"],
+                "target_label": "shard",
+                "modulus": 3,
+                "action": "hashmod",
+            },
+            {"regex": "gpu", "action": "labeldrop"},
+        ],
+    ),
+]
+
+labels_strategy = st.dictionaries(
+    st.sampled_from(["__name__", "pod", "gpu", "pa", "w"]),
+    st.sampled_from(["", "m", "p1-a", "p1-b", "p2", "0", "1", "ab-c-d", "é-1"]),
+)
+
+
+def fresh(rules: tuple[RelabelConfig, ...]) -> tuple[RelabelConfig, ...]:
+    """Copies of ``rules`` with empty memos."""
+    return tuple(dataclasses.replace(rule) for rule in rules)
+
+
+@pytest.mark.parametrize("raw", [r for _, r in MEMO_RULES], ids=[n for n, _ in MEMO_RULES])
+@settings(max_examples=150, deadline=None)
+@given(sets=st.lists(labels_strategy, min_size=1, max_size=12))
+def test_remembered_outcomes_are_those_of_a_fresh_rule(
+    raw: list[dict[str, Any]], sets: list[dict[str, str]]
+) -> None:
+    scheme = "legacy" if "invalid_target" in str(raw) else "utf8"
+    rules = parse_relabel_configs(raw, "t", scheme=scheme)
+    for labels in sets + sets:  # every set twice: the second time from the memo
+        present = {k: v for k, v in labels.items() if v}
+        assert process(present, rules) == process(present, fresh(rules))
+
+
+def test_the_memo_is_bounded_and_stays_right(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine_module, "RULE_MEMO", 8)
+    rules = parse_relabel_configs([r for _, raw in MEMO_RULES[-1:] for r in raw], "t")
+    rng = random.Random(3)
+    for _ in range(400):
+        labels = {"__name__": "m", "pod": f"job{rng.randrange(40)}-{rng.randrange(5)}"}
+        assert process(labels, rules) == process(labels, fresh(rules))
+    assert all(len(rule.memo) <= 8 for rule in rules)
+    assert any(rule.memo for rule in rules)  # it is used
+
+
+def test_equal_rules_compare_equal_whatever_they_remember() -> None:
+    (a,) = parse_relabel_configs([{"source_labels": ["pod"], "target_label": "w"}], "t")
+    (b,) = parse_relabel_configs([{"source_labels": ["pod"], "target_label": "w"}], "t")
+    process({"pod": "p1"}, (a,))
+    assert a.memo and not b.memo
+    assert a == b and hash(a) == hash(b)
