@@ -5,7 +5,9 @@ SIGHUP test, which runs ``rwrouter run`` as a real process."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
+import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -174,9 +176,18 @@ async def test_backlog_of_a_replaced_destination_is_handed_to_the_new_one(
     router = await start_from_file(config)
     for step in range(3):
         assert (await post_write(http, router, body(step)))[0] == 204
+    # b's batch is in flight, retried: the reload must not wait for it (the successor sends it)
+    retried = functools.partial(
+        metric_value, router, "rwrouter_retries_total", destination="b", reason="network"
+    )
+    await eventually(lambda: retried() >= 2)
     write_config(config, fresh_capture)
+    started = time.monotonic()
     status, text = await reload(http, router)
+    took = time.monotonic() - started
+    print(f"reload with b's batch retried: {took:.2f} s")
     assert status == 200 and "replaced b" in text, text
+    assert took < 5  # not HANDOVER_TIMEOUT (10 s): the retries stop at the handover
     assert (await post_write(http, router, body(3)))[0] == 204
     await eventually(lambda: fresh_capture.sample_count("/b") == 20)
     timestamps = sent_timestamps(fresh_capture, "/b")
@@ -261,9 +272,10 @@ async def test_requests_flow_while_a_replaced_destination_finishes_its_batch(
     http: aiohttp.ClientSession,
     tmp_path: Path,
 ) -> None:
-    """b is stuck retrying a batch (dead port) when a reload replaces it: its senders get up
-    to 10 s to finish, but requests are not held back meanwhile, and what they bring for b
-    is handed to the successor with the rest."""
+    """b is stuck retrying a batch (dead port) when a reload replaces it: the retries stop at
+    the handover (the batch is not done: the successor sends it), so the reload answers at
+    once instead of after the 10 s a batch in flight gets; requests flow meanwhile, and what
+    they bring for b is handed to the successor with the rest."""
     config = tmp_path / "rwrouter.yaml"
     dead = f"http://127.0.0.1:{free_port()}/write"
     write_config(config, fresh_capture, url_b=dead)
@@ -275,13 +287,13 @@ async def test_requests_flow_while_a_replaced_destination_finishes_its_batch(
         )
     )  # the batch is in flight, being retried
     write_config(config, fresh_capture)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
     reloading = asyncio.create_task(reload(http, router))
-    await asyncio.sleep(0.3)  # the retired senders are now waiting for their batch
-    assert not reloading.done()
-    started = asyncio.get_running_loop().time()
     assert (await post_write(http, router, body(1)))[0] == 204
-    assert asyncio.get_running_loop().time() - started < 1.0
+    assert loop.time() - started < 1.0
     status, text = await reloading
     assert status == 200, text
+    assert loop.time() - started < 3.0  # not the 10 s of HANDOVER_TIMEOUT
     await eventually(lambda: fresh_capture.sample_count("/b") == 10, timeout=15)
     assert sorted(set(sent_timestamps(fresh_capture, "/b"))) == [1_000, 1_001]

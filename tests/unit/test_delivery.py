@@ -23,6 +23,7 @@ from rwrouter.metrics import Metrics
 from rwrouter.send.delivery import SPLIT_BUDGET, Deliverer
 from rwrouter.send.refusals import Item, Kind, Refusal, RejectHook
 from rwrouter.send.retry import RetryPolicy
+from rwrouter.send.stopping import HandedOver
 from rwrouter.send.transport import Answer
 from rwrouter.wire import decompress
 from tests.support.clients import FakeClient
@@ -653,3 +654,29 @@ async def test_out_of_order_of_a_first_send_is_a_refusal_not_a_delivery() -> Non
     assert delivered == sum(i + 1 for i in range(8) if i != 5)
     assert r.value("rwrouter_samples_already_delivered_total") == 0
     assert [sent for sent, _, _ in r.rejected.calls] == [[5]]
+
+
+# ---------------------------------------------------------------------------------------------
+# A handover (a reload replaced the destination) stops the retries of a batch: not done.
+
+# id, the replies, attempts made before the delivery stops
+HANDOVER_CASES = [
+    ("network_error", forever(None), 1),
+    ("5xx", forever(503), 1),
+    ("after_two_attempts", script(503, 503, 503, 503), 2),
+]
+
+
+@pytest.mark.parametrize(
+    ("reply", "attempts"), [c[1:] for c in HANDOVER_CASES], ids=[c[0] for c in HANDOVER_CASES]
+)
+async def test_a_handover_stops_the_retries(
+    reply: Callable[[bytes, int], Reply], attempts: int
+) -> None:
+    r = rig(reply)
+    r.deliverer.abandon = lambda: len(r.transport.sent) >= attempts
+    with pytest.raises(HandedOver):
+        await r.deliverer.deliver([item(i) for i in range(3)], Kind.SAMPLES)
+    assert len(r.transport.sent) == attempts
+    assert r.rejected.calls == []  # not refused: the successor sends it
+    assert r.value("rwrouter_samples_dropped_total", reason="retry_budget") == 0

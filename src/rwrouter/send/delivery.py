@@ -19,6 +19,10 @@
   such a refusal is split until every series is isolated, and a single series refused as out
   of order is counted as already delivered (``samples_already_delivered``), not dropped:
   per-series order means its sample, or a newer one, reached the destination before.
+- A batch being retried when its destination is handed over to a successor (a reload
+  replaced it: :attr:`Deliverer.abandon` says so) stops retrying: :meth:`Deliverer.deliver`
+  raises :class:`~rwrouter.send.stopping.HandedOver` instead of waiting for an answer that
+  may never come; the batch stays on disk and the successor sends it.
 - An attempt whose request cannot be built (a ValueError from the HTTP client: a header value
   with CR or LF) counts as one without an answer: retried with backoff, given up after
   ``max_retry_duration`` (``retry_budget``), as a network error is.
@@ -65,6 +69,7 @@ from rwrouter.send.encoding import (
 from rwrouter.send.metabook import MetadataBook
 from rwrouter.send.refusals import Item, Kind, Refusal, RejectHook, is_out_of_order, reason_of
 from rwrouter.send.retry import RetryPolicy
+from rwrouter.send.stopping import HandedOver
 from rwrouter.send.transport import Answer, WriteClient
 
 log = logging.getLogger("rwrouter.sending")
@@ -108,7 +113,9 @@ class Deliverer:
     synchronously, once for every part refused for good (it must not block: file writes go
     to a thread); an exception it raises is logged, not propagated. ``on_protocol(message)``:
     called when the destination turned out not to speak RW 2.0 (now RW 1.0); an attribute,
-    which the :class:`~rwrouter.pipeline.destination.Destination` owning the deliverer sets.
+    which the :class:`~rwrouter.pipeline.destination.Destination` owning the deliverer sets;
+    ``abandon()``: whether to stop retrying (raise
+    :class:`~rwrouter.send.stopping.HandedOver`), an attribute the shards set.
     ``clock``: monotonic seconds (durations, retry budget); ``wall_clock``: unix seconds
     (Retry-After dates). Clocks, randomness and sleep are injectable for tests.
     """
@@ -151,6 +158,7 @@ class Deliverer:
         self._clock, self._wall, self._rand, self._sleep = clock, wall_clock, rand, sleep
         self._on_rejected = on_rejected
         self.on_protocol = on_protocol
+        self.abandon: Callable[[], bool] = _never  # the shards: stop at a handover
         self.failures = 0  # retried attempts, for the resharding decision
         self._not_written_at: float | None = None  # when "not written" was last logged
         self._not_sent_logged = False  # whether a request that could not be built was logged
@@ -403,6 +411,8 @@ class Deliverer:
                 budget = decision.reason is DropReason.RETRY_BUDGET
                 final = DropReason.RETRY_BUDGET if budget else reason_of(status)
                 return Refusal(status, text, final)
+            if self.abandon():
+                raise HandedOver(f"destination {self.name} handed over while retrying")
             self.metrics.retries.labels(self.name, _retry_label(status)).inc()
             self.failures += 1
             if (attempt + 1) & attempt == 0:  # log attempts 1, 2, 4, 8, ...
@@ -504,6 +514,10 @@ class Deliverer:
             self._on_rejected(items, kind, refusal, tenant)
         except Exception:  # a broken hook must not stop the sender of this destination
             log.exception(kv(destination=self.name, kind=kind, msg="on_rejected hook failed"))
+
+
+def _never() -> bool:
+    return False
 
 
 def _retry_label(status: int | None) -> str:

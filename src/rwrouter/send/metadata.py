@@ -29,6 +29,7 @@ from rwrouter.metrics import SendMetrics
 from rwrouter.reasons import DropReason
 from rwrouter.send.delivery import Deliverer
 from rwrouter.send.refusals import Kind
+from rwrouter.send.stopping import HandedOver
 
 log = logging.getLogger("rwrouter.sending")
 
@@ -139,6 +140,8 @@ class MetadataQueue:
             self._queued_bytes -= size
             try:
                 delivered = await deliverer.deliver(batch, Kind.METADATA, tenant=tenant)
+            except HandedOver:  # a reload replaced the destination: the senders send them again
+                return
             except Exception:  # a bug, not an answer: these entries come again within a minute
                 log.exception(
                     kv(

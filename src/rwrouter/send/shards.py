@@ -44,7 +44,7 @@ from rwrouter.send.batching import (
 )
 from rwrouter.send.delivery import Deliverer
 from rwrouter.send.refusals import DeadLetterSink
-from rwrouter.send.stopping import Stopping, wait_event
+from rwrouter.send.stopping import HandedOver, Stopping, wait_event
 
 log = logging.getLogger("rwrouter.sending")
 
@@ -94,6 +94,7 @@ class Shards:
         self._input_done = False  # stopping, and the reader will add nothing more
         self.failed = False  # the senders stopped on a bug (see _fail)
         self._stats = _IntervalStats()
+        deliverer.abandon = lambda: stopping.handover  # a retried batch: the successor's
 
     def __len__(self) -> int:
         """The number of shards (concurrent senders) now."""
@@ -202,13 +203,14 @@ class Shards:
                 continue
             if await self._send(batch):
                 self._on_done(batch)
-            else:  # a bug (_fail): the batch stays not done, its records on disk
+            else:  # a bug (_fail), or a handover: the batch stays not done, on disk
                 buf.put_back(batch)
                 return
 
     async def _send(self, batch: Batch) -> bool:
         """Deliver one batch and put its refused part on disk; False when delivery failed on a
-        bug (not an answer: :meth:`_fail`; the caller keeps the batch, not done)."""
+        bug (not an answer: :meth:`_fail`) or stopped retrying at a handover (a reload replaced
+        the destination): the caller keeps the batch, not done."""
         started = self._clock()
         try:
             flagged = batch.start_timestamps  # RW 1.0 strips them: the frames are needed
@@ -223,6 +225,8 @@ class Shards:
                 start_timestamps=flagged,
                 tenant=batch.tenant,
             )
+        except HandedOver:  # retrying at a handover: not done, the successor sends it
+            return False
         except DecodeError as exc:  # a stored body that does not decompress: done, counted
             if len(batch.chunks) == 1:
                 self._corrupt(batch.chunks, exc, sent=False)

@@ -13,6 +13,12 @@ import asyncio
 from contextlib import suppress
 
 
+class HandedOver(Exception):
+    """A delivery stopped retrying because its destination is being handed over to a
+    successor (a reload replaced it): the batch is not done, so it stays on disk and the
+    successor sends it (:attr:`Stopping.handover`). Control flow, not an error."""
+
+
 class Stopping:
     """A destination's stop, shared by its appends, reader and senders: ``closing`` once
     :meth:`~rwrouter.pipeline.destination.Destination.stop_sending` began; ``handover`` when
