@@ -50,6 +50,7 @@ INPUTS = ("rw1", "rw2")
 #: rwrouter's queue_config.batch_send_deadline with --smoke (default 5s: a tiny run would
 #: wait that long for every partial batch, twice in a primed run).
 SMOKE_DEADLINE = "1s"
+DEFAULT_ROUNDS = 5
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -80,7 +81,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         f"-remoteWrite.maxRowsPerBlock, rwrouter max_samples_per_send; default "
         f"{DEFAULT_BATCH}, vmagent's default)",
     )
-    p.add_argument("--rounds", type=int, default=5, help="rounds, alternating (default 5)")
+    p.add_argument(
+        "--rounds", type=int, default=None, help="rounds, alternating (default 5; 1 with --smoke)"
+    )
     p.add_argument("--only", choices=ROUTERS, default=None, help="the runs of one router")
     p.add_argument(
         "--input",
@@ -116,6 +119,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         p.error(str(exc))
     if args.rwrouter_ref and args.rwrouter_src:
         p.error("--rwrouter-ref and --rwrouter-src exclude each other")
+    if args.rounds is None:
+        args.rounds = 1 if args.smoke else DEFAULT_ROUNDS
     for flag in ("rules", "batch", "rounds"):
         if getattr(args, flag) < 1:
             p.error(f"--{flag} must be >= 1")
