@@ -139,17 +139,6 @@ def run_keys(args: argparse.Namespace) -> list[str]:
     return [k for k in keys if args.input in ("both", RUNS[k].input)]
 
 
-def contender_names(only: str | None, inputs: str) -> list[str]:
-    """The GPU-fleet runs (``vmagent``, ``rwrouter``, ``rwrouter-rw2``) of the router
-    ``only`` (both when None) fed one of ``inputs`` (``rw1``, ``rw2`` or ``both``)."""
-    keys = [k for k in ("fleet/vmagent", "fleet/rwrouter", "fleet/rwrouter-rw2")]
-    return [
-        k.split("/")[1]
-        for k in keys
-        if (only is None or RUNS[k].router == only) and inputs in ("both", RUNS[k].input)
-    ]
-
-
 @contextlib.contextmanager
 def _terminate_as_interrupt() -> Iterator[None]:
     """SIGTERM/SIGHUP raise KeyboardInterrupt, so cleanup runs (children are stopped)."""

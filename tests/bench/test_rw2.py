@@ -207,21 +207,21 @@ def test_expected_digests_are_the_bodies_split_by_destination(small: Workload) -
 
 
 NAMES_CASES = [
-    ("default", None, "both", ["vmagent", "rwrouter", "rwrouter-rw2"]),
-    ("rw1", None, "rw1", ["vmagent", "rwrouter"]),
-    ("rw2", None, "rw2", ["rwrouter-rw2"]),
-    ("rwrouter-both", "rwrouter", "both", ["rwrouter", "rwrouter-rw2"]),
-    ("rwrouter-rw1", "rwrouter", "rw1", ["rwrouter"]),
-    ("vmagent", "vmagent", "both", ["vmagent"]),
-    ("vmagent-rw2", "vmagent", "rw2", []),
+    ("default", [], ["fleet/vmagent", "fleet/rwrouter", "fleet/rwrouter-rw2"]),
+    ("rw1", ["--input", "rw1"], ["fleet/vmagent", "fleet/rwrouter"]),
+    ("rw2", ["--input", "rw2"], ["fleet/rwrouter-rw2"]),
+    ("rwrouter-both", ["--only", "rwrouter"], ["fleet/rwrouter", "fleet/rwrouter-rw2"]),
+    ("rwrouter-rw1", ["--only", "rwrouter", "--input", "rw1"], ["fleet/rwrouter"]),
+    ("vmagent", ["--only", "vmagent"], ["fleet/vmagent"]),
 ]
 
 
 @pytest.mark.parametrize(
-    ("only", "inputs", "names"), [c[1:] for c in NAMES_CASES], ids=[c[0] for c in NAMES_CASES]
+    ("argv", "keys"), [c[1:] for c in NAMES_CASES], ids=[c[0] for c in NAMES_CASES]
 )
-def test_contenders_per_input(only: str | None, inputs: str, names: list[str]) -> None:
-    assert runner.contender_names(only, inputs) == names
+def test_runs_per_input(argv: list[str], keys: list[str]) -> None:
+    args = runner.parse_args(["--scenarios", "warm,rw2", *argv])
+    assert runner.run_keys(args) == keys
 
 
 def test_vmagent_with_rw2_only_is_refused() -> None:
