@@ -21,7 +21,7 @@ def _micro(argv: list[str]) -> int:
             print("--rwrouter-ref needs a git ref", file=sys.stderr)
             return 2
         ref, rest = argv[i + 1], argv[:i] + argv[i + 2 :]
-        from bench.runner import export_rwrouter
+        from bench.contenders import export_rwrouter
 
         tmp = Path(tempfile.mkdtemp(prefix="rwrouter-bench-micro-"))
         try:

@@ -7,7 +7,7 @@ every sample; then stopped.
 ``<src>``: the ``src/`` of the rwrouter to count, its C extension built in place (run from the
 repository root, so that ``bench`` is importable). Destination A keeps
 :data:`bench.workload.A_REGEX`, B is the fallback, as in the benchmark
-(:func:`bench.runner.rwrouter_contender`), with the same queue defaults. Prints the process's
+(:func:`bench.contenders.rwrouter_contender`), with the same queue defaults. Prints the process's
 total instructions (callgrind's ``summary``); the count of ``--requests 0`` (start-up and
 shutdown) subtracted from another gives what the requests cost. Asyncio's timing under
 valgrind makes the batches' cut points vary a little from run to run: repeat a count to see
@@ -28,7 +28,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.runner import yaml_dump
+from bench.contenders import yaml_dump
 from bench.workload import A_REGEX, load_or_generate
 
 SEED, NODES, SCRAPES = 7, 30, 2

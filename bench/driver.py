@@ -11,13 +11,16 @@ short backoff and counted in ``errors``; another status (4xx) is final and count
 
 With ``--go-stdin`` the driver loads the bodies, opens its session, prints ``DRIVER READY`` and
 waits for a line on stdin before sending (so the runner can take its CPU baseline just before
-the load starts).
+the load starts). With ``--pause-after N`` it sends the first N bodies (all answered), prints
+``DRIVER PAUSED`` and waits for another line before the rest (the runner reads the router's
+CPU between the two phases: a first scrape that primes the router, then the measured ones).
 
 The result (JSON, times in seconds unless the key says ``_ms``): ``requests`` (answered 2xx),
 ``attempts``, ``retries`` (503/429), ``errors`` (connection errors, other 5xx), ``lost`` (final
 refusals), ``samples`` (in 2xx-answered requests), ``p50_ms``, ``p90_ms``, ``p99_ms``,
 ``max_ms`` (latency of every attempt, from sending the request to reading the answer),
-``wall_seconds`` (first send to last answer), ``started_unix``, ``ended_unix``.
+``wall_seconds`` (first send to last answer), ``started_unix``, ``ended_unix``, ``phases``
+(per phase: ``requests``, ``p50_ms``, ``p99_ms``, ``wall_seconds``; one phase without a pause).
 
 ``--input`` names the protobuf message of the bodies (``rw1``: ``prometheus.WriteRequest``,
 the default; ``rw2``: ``io.prometheus.write.v2.Request``); the fixed headers are
@@ -35,10 +38,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from email.utils import parsedate_to_datetime
 from pathlib import Path
@@ -78,6 +82,7 @@ class Result:
     started_unix: float = 0.0
     ended_unix: float = 0.0
     statuses: dict[str, int] = field(default_factory=dict)
+    phases: list[dict[str, float]] = field(default_factory=list)  # one, or two with a pause
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -128,62 +133,40 @@ async def run(
     go_stdin: bool,
     request_timeout: float,
     message: str = RW1_MESSAGE,
+    pause_after: int | None = None,
 ) -> Result:
     """Send every body once (retrying as described), ``senders`` at a time, with the headers
-    of ``message``."""
+    of ``message``; with ``pause_after`` N, the first N bodies, then ``DRIVER PAUSED`` on
+    stdout and a line on stdin before the rest (two phases in ``Result.phases``)."""
     result = Result(url=url, senders=senders, message=message)
     headers = headers_for(message)
     latencies: list[float] = []
-    next_index = 0
     timeout = aiohttp.ClientTimeout(total=request_timeout)
     connector = aiohttp.TCPConnector(limit=senders, force_close=False)
+    cuts = (
+        [0, len(bodies)] if pause_after is None else [0, min(pause_after, len(bodies)), len(bodies)]
+    )
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         if go_stdin:
             print("DRIVER READY", flush=True)
             await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
-
-        async def sender() -> None:
-            nonlocal next_index
-            while next_index < len(bodies):
-                i = next_index
-                next_index += 1
-                body = bodies[i]
-                failures = 0
-                while True:
-                    result.attempts += 1
-                    t0 = time.perf_counter()
-                    try:
-                        async with session.post(url, data=body, headers=headers) as resp:
-                            await resp.read()
-                            status = resp.status
-                            retry_after = resp.headers.get("Retry-After")
-                            written = Written.parse(resp.headers)
-                    except (aiohttp.ClientError, TimeoutError):
-                        status, retry_after, written = 0, None, None
-                    latencies.append(time.perf_counter() - t0)
-                    key = str(status)
-                    result.statuses[key] = result.statuses.get(key, 0) + 1
-                    if 200 <= status < 300:
-                        result.requests += 1
-                        result.samples += samples_per_body[i]
-                        check_written(result, written, samples_per_body[i])
-                        break
-                    if status in (429, 503):
-                        result.retries += 1
-                        await asyncio.sleep(retry_after_seconds(retry_after))
-                        continue
-                    if status == 0 or status >= 500:
-                        result.errors += 1
-                        failures += 1
-                        if failures < MAX_ATTEMPTS:
-                            await asyncio.sleep(min(2.0, 0.05 * 2**failures))
-                            continue
-                    result.lost += 1
-                    break
-
         result.started_unix = time.time()
         t_start = time.perf_counter()
-        await asyncio.gather(*(sender() for _ in range(senders)))
+        for phase, (lo, hi) in enumerate(itertools.pairwise(cuts)):
+            if phase:
+                print("DRIVER PAUSED", flush=True)
+                await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+            t_phase, first = time.perf_counter(), len(latencies)
+            queue = iter(range(lo, hi))
+            await asyncio.gather(
+                *(
+                    _sender(
+                        session, url, headers, bodies, samples_per_body, queue, result, latencies
+                    )
+                    for _ in range(senders)
+                )
+            )
+            result.phases.append(_phase(latencies[first:], hi - lo, time.perf_counter() - t_phase))
         result.wall_seconds = time.perf_counter() - t_start
         result.ended_unix = time.time()
     latencies.sort()
@@ -192,6 +175,63 @@ async def run(
     result.p99_ms = percentile(latencies, 99) * 1000
     result.max_ms = (latencies[-1] if latencies else 0.0) * 1000
     return result
+
+
+def _phase(latencies: list[float], requests: int, wall: float) -> dict[str, float]:
+    """One phase's figures: requests, p50/p99 ms of its attempts, wall seconds."""
+    ordered = sorted(latencies)
+    return {
+        "requests": requests,
+        "p50_ms": percentile(ordered, 50) * 1000,
+        "p99_ms": percentile(ordered, 99) * 1000,
+        "wall_seconds": wall,
+    }
+
+
+async def _sender(
+    session: aiohttp.ClientSession,
+    url: str,
+    headers: dict[str, str],
+    bodies: Sequence[bytes],
+    samples_per_body: Sequence[int],
+    queue: Iterator[int],
+    result: Result,
+    latencies: list[float],
+) -> None:
+    """One connection's closed loop: the next body of ``queue`` until it is empty."""
+    for i in queue:
+        failures = 0
+        while True:
+            result.attempts += 1
+            t0 = time.perf_counter()
+            try:
+                async with session.post(url, data=bodies[i], headers=headers) as resp:
+                    await resp.read()
+                    status = resp.status
+                    retry_after = resp.headers.get("Retry-After")
+                    written = Written.parse(resp.headers)
+            except (aiohttp.ClientError, TimeoutError):
+                status, retry_after, written = 0, None, None
+            latencies.append(time.perf_counter() - t0)
+            key = str(status)
+            result.statuses[key] = result.statuses.get(key, 0) + 1
+            if 200 <= status < 300:
+                result.requests += 1
+                result.samples += samples_per_body[i]
+                check_written(result, written, samples_per_body[i])
+                break
+            if status in (429, 503):
+                result.retries += 1
+                await asyncio.sleep(retry_after_seconds(retry_after))
+                continue
+            if status == 0 or status >= 500:
+                result.errors += 1
+                failures += 1
+                if failures < MAX_ATTEMPTS:
+                    await asyncio.sleep(min(2.0, 0.05 * 2**failures))
+                    continue
+            result.lost += 1
+            break
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -210,6 +250,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="rw1",
         help="protobuf message of the bodies (default rw1)",
     )
+    parser.add_argument(
+        "--pause-after",
+        type=int,
+        default=None,
+        help="send this many bodies, print DRIVER PAUSED, wait for a line on stdin, send the rest",
+    )
     args = parser.parse_args(argv)
     workload = load(args.workload)
     result = asyncio.run(
@@ -221,6 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.go_stdin,
             args.request_timeout,
             MESSAGES[args.input],
+            args.pause_after,
         )
     )
     args.out.write_text(json.dumps(asdict(result), indent=2))

@@ -51,17 +51,52 @@ class Measurement:
     router_metrics: dict[str, Any] = field(default_factory=dict)  # its /metrics at the end
     exit_status: int | None = None
     notes: list[str] = field(default_factory=list)
+    router: str = ""  # vmagent or rwrouter (``name`` may be a scenario's run key)
+    digests: tuple[str, str] | None = None  # the sinks' sample digests (A, B) when hashing
+    # Primed runs (a first scrape sent and delivered before the measured ones): the figures
+    # above are those of the scrapes after it; these are of the first scrape alone (cold).
+    prime_samples: int = 0
+    prime_cpu_seconds: float = 0.0
+    prime_samples_per_cpu_second: float = 0.0
+    prime_wall_seconds: float = 0.0
+    prime_p50_ms: float = 0.0
+    prime_p99_ms: float = 0.0
 
 
 def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}" if a and b else "-"
 
 
-def median_round(rounds: list[dict[str, Measurement]]) -> dict[str, Measurement]:
-    """Per contender, its run with the median samples per CPU-second (the lower middle one
-    for an even count): every figure of the table then comes from one real run."""
+def median(values: list[float]) -> float:
+    """The median (the lower middle one for an even count); 0 when empty."""
+    return sorted(values)[(len(values) - 1) // 2] if values else 0.0
+
+
+def ratio_by_round(
+    rounds: list[dict[str, Measurement]], num: str, den: str, attr: str = "samples_per_cpu_second"
+) -> list[float]:
+    """``num``'s ``attr`` over ``den``'s in each round holding both (a zero denominator is
+    left out)."""
+    return [
+        getattr(r[num], attr) / getattr(r[den], attr)
+        for r in rounds
+        if num in r and den in r and getattr(r[den], attr)
+    ]
+
+
+def _names(rounds: list[dict[str, Measurement]]) -> list[str]:
+    """The run names of ``rounds``, in first-seen order."""
+    return list(dict.fromkeys(name for r in rounds for name in r))
+
+
+def median_round(
+    rounds: list[dict[str, Measurement]], names: list[str] | None = None
+) -> dict[str, Measurement]:
+    """Per contender (``names``, default every one in ``rounds``), its run with the median
+    samples per CPU-second (the lower middle one for an even count): every figure of the
+    table then comes from one real run."""
     out: dict[str, Measurement] = {}
-    for name in CONTENDERS:
+    for name in names or _names(rounds):
         runs = sorted(
             (r[name] for r in rounds if name in r), key=lambda m: m.samples_per_cpu_second
         )
@@ -70,26 +105,27 @@ def median_round(rounds: list[dict[str, Measurement]]) -> dict[str, Measurement]
     return out
 
 
-def rounds_summary(rounds: list[dict[str, Measurement]]) -> str:
-    """One line per contender with the samples per CPU-second of each round, then one per
-    ratio of :data:`RATIOS` with its value in each round (contenders run next to each other)
-    and their median."""
+def rounds_summary(
+    rounds: list[dict[str, Measurement]],
+    ratio_specs: tuple[tuple[str, str, str], ...] = RATIOS,
+    names: list[str] | None = None,
+) -> str:
+    """One line per contender (``names``, default every one in ``rounds``) with the samples
+    per CPU-second of each round, then one per ratio of ``ratio_specs`` ((label, numerator,
+    denominator)) with its value in each round (contenders run next to each other) and their
+    median."""
     lines = []
-    for name in CONTENDERS:
+    for name in names or _names(rounds):
         values = [r[name].samples_per_cpu_second for r in rounds if name in r]
         if values:
             lines.append(
                 f"{name}: samples per CPU-second by round: "
                 + ", ".join(f"{v:,.0f}" for v in values)
             )
-    for label, num, den in RATIOS:
-        ratios = [
-            r[num].samples_per_cpu_second / r[den].samples_per_cpu_second
-            for r in rounds
-            if num in r and den in r and r[den].samples_per_cpu_second
-        ]
+    for label, num, den in ratio_specs:
+        ratios = ratio_by_round(rounds, num, den)
         if ratios:
-            middle = sorted(ratios)[(len(ratios) - 1) // 2]
+            middle = median(ratios)
             lines.append(
                 f"{label} by round: "
                 + ", ".join(f"{r:.2f}" for r in ratios)
@@ -123,6 +159,13 @@ def _rows(get: list[Measurement], floor_rate: float) -> list[tuple[str, list[str
         ("peak RSS MiB", "peak_rss_mib", ".1f"),
         ("request bytes per sample (snappy)", "body_bytes_per_sample", ".1f"),
     ]
+    if any(m.prime_samples for m in get):
+        figures += [
+            ("cold: samples per CPU-second", "prime_samples_per_cpu_second", ",.0f"),
+            ("cold: CPU seconds", "prime_cpu_seconds", ".2f"),
+            ("cold: wall seconds", "prime_wall_seconds", ".2f"),
+            ("cold: p99 latency ms", "prime_p99_ms", ".2f"),
+        ]
     rows: list[tuple[str, list[str], str | None]] = [
         (label, [format(getattr(m, key), fmt) for m in get], key) for label, key, fmt in figures
     ]
@@ -143,12 +186,18 @@ def _rows(get: list[Measurement], floor_rate: float) -> list[tuple[str, list[str
     return rows
 
 
-def table(results: dict[str, Measurement], floor_rate: float) -> str:
-    """The side-by-side table (fixed-width text): one column per contender present, then one
-    per ratio of :data:`RATIOS` whose two contenders are present."""
-    names = [n for n in CONTENDERS if n in results]
+def table(
+    results: dict[str, Measurement],
+    floor_rate: float,
+    ratio_specs: tuple[tuple[str, str, str], ...] = RATIOS,
+) -> str:
+    """The side-by-side table (fixed-width text): one column per contender of ``results`` (in
+    its order), then one per ratio of ``ratio_specs`` ((label, numerator, denominator)) whose
+    two contenders are present. With primed runs (:class:`Measurement`'s ``prime_*``) the
+    first rows are of the scrapes after the first one and the ``cold:`` rows of the first."""
+    names = list(results)
     get = [results[n] for n in names]
-    ratios = [r for r in RATIOS if r[1] in results and r[2] in results]
+    ratios = [r for r in ratio_specs if r[1] in results and r[2] in results]
     rows = _rows(get, floor_rate)
     width = max(len(r[0]) for r in rows)
     cw = max(14, *(len(c) for r in rows for c in r[1]), *(len(n) for n in names))

@@ -16,7 +16,8 @@ line ``SINK <name> LISTENING <port>`` on stdout once ready.
   ``digest``: :func:`sample_digest` summed over the samples counted, as 16 hex digits, or
   null without ``--digest``; ``*_at``: ``time.monotonic()`` seconds of the first/last counted
   request, or null).
-- ``POST /reset``: zero everything, answer 204.
+- ``POST /reset``: zero everything, answer 204. ``POST /reset?digest=1`` (or ``0``) also turns
+  the hashing on (off) from then on, whatever ``--digest`` said.
 
 Stops by itself on SIGTERM/SIGINT, or when its parent process dies (PR_SET_PDEATHSIG is set by the
 runner), or after ``--max-seconds`` (default 3600).
@@ -106,8 +107,10 @@ def make_app(name: str, digest: bool = False) -> web.Application:
     """The sink's aiohttp application (``digest``: hash every sample, see the module
     docstring)."""
 
+    hashing = digest
+
     def fresh() -> Counts:
-        return Counts(name=name, digest=f"{0:016x}" if digest else None)
+        return Counts(name=name, digest=f"{0:016x}" if hashing else None)
 
     counts = fresh()
     app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -121,7 +124,7 @@ def make_app(name: str, digest: bool = False) -> web.Application:
             counts.errors += 1
             return web.Response(status=415, text=refused)
         try:
-            series, samples, total = count_body(body, digest)
+            series, samples, total = count_body(body, hashing)
         except Exception as exc:  # any decode error is the sender's fault: 400
             counts.errors += 1
             return web.Response(status=400, text=f"undecodable: {exc}")
@@ -140,8 +143,10 @@ def make_app(name: str, digest: bool = False) -> web.Application:
     async def stats(_: web.Request) -> web.Response:
         return web.json_response(asdict(counts))
 
-    async def reset(_: web.Request) -> web.Response:
-        nonlocal counts
+    async def reset(request: web.Request) -> web.Response:
+        nonlocal counts, hashing
+        if "digest" in request.query:
+            hashing = request.query["digest"] == "1"
         counts = fresh()
         return web.Response(status=204)
 

@@ -29,7 +29,7 @@ import random
 import re
 import struct
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -280,6 +280,7 @@ class Workload:
     compressed_bytes: int  # after snappy, all bodies
     requests_per_scrape: int
     generate_seconds: float = 0.0
+    extra: dict[str, float] = field(default_factory=dict)  # a generator's own figures (churn)
 
     @property
     def samples(self) -> int:
@@ -341,8 +342,16 @@ def scrape_bodies(
         yield b"".join(chunk), len(chunk)
 
 
-def generate(seed: int, nodes: int, scrapes: int) -> Workload:
-    """Generate the workload (no cache). Cost: roughly 5 s per 100k series x 5 scrapes."""
+def generate(
+    seed: int,
+    nodes: int,
+    scrapes: int,
+    before_scrape: Callable[[int, list[SeriesDef], list[bytes]], None] | None = None,
+) -> Workload:
+    """Generate the workload (no cache). Cost: roughly 5 s per 100k series x 5 scrapes.
+    ``before_scrape(scrape, series, encoded_labels)``, when given, is called before each
+    scrape is encoded and may replace series (and their encoded labels, by
+    :func:`encode_labels_pb`) in place: :mod:`bench.churn`'s restarted pods."""
     if nodes < 1 or scrapes < 1:
         raise ValueError("nodes and scrapes must be >= 1")
     start = time.perf_counter()
@@ -355,6 +364,8 @@ def generate(seed: int, nodes: int, scrapes: int) -> Workload:
     counts: list[int] = []
     raw = 0
     for scrape in range(scrapes):
+        if before_scrape is not None:
+            before_scrape(scrape, series, encoded)
         for body, n in scrape_bodies(encoded, series, values, rng, scrape, offsets):
             raw += len(body)
             bodies.append(snappy.compress(body))

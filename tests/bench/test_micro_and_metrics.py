@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import micro, report, runner
+from bench import contenders, micro, report
 from bench.workload import load_or_generate
 
 
@@ -102,13 +102,13 @@ rwrouter_worker_up{worker="1"} 1.0
 
 
 def test_parse_router_metrics_per_worker() -> None:
-    rm = runner.parse_router_metrics(EXPOSITION_TWO_WORKERS)
+    rm = contenders.parse_router_metrics(EXPOSITION_TWO_WORKERS)
     assert rm["accelerated"] == {"0": "true", "1": "true"}
     assert rm["requests_by_worker"] == {"0": 602, "1": 1460}
     assert rm["requests_by_code"] == {"204": 2060, "503": 2}
     assert rm["samples_by_worker"] == {"0": 1_200_000, "1": 2_888_000}
     assert rm["cache_lookups"] == {"hit": 30, "miss": 5}
-    lines = runner.metrics_summary(rm)
+    lines = contenders.metrics_summary(rm)
     assert lines[0] == "accelerated (rwrouter_build_info): 0=true, 1=true"
     assert lines[1].startswith("write requests received per worker: 0: 602 (29%)")
 
@@ -120,10 +120,10 @@ def test_parse_router_metrics_single_process_pure_path() -> None:
         "# TYPE rwrouter_received_requests_total counter\n"
         'rwrouter_received_requests_total{code="204"} 7.0\n'
     )
-    rm = runner.parse_router_metrics(text)
+    rm = contenders.parse_router_metrics(text)
     assert rm["accelerated"] == {"all": "false"}
     assert rm["requests_by_worker"] == {"all": 7}
-    assert runner.metrics_summary(rm)[0] == "accelerated (rwrouter_build_info): false"
+    assert contenders.metrics_summary(rm)[0] == "accelerated (rwrouter_build_info): false"
 
 
 ROUND_CASES = [

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import snappy  # type: ignore[import-untyped,unused-ignore]
 
-from bench import driver, report, runner, rw2, sink
+from bench import driver, measure, report, runner, rw2, sink
 from bench.workload import Workload, load_or_generate
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written, request_headers
 from rwrouter.wire import remote_pb2, types_pb2, write_v2_pb2
@@ -200,28 +200,28 @@ def test_sample_digest_sees_a_difference(
 
 
 def test_expected_digests_are_the_bodies_split_by_destination(small: Workload) -> None:
-    a, b = runner.expected_digests(small)
+    a, b = measure.expected_digests(small)
     total = sum(sink.count_body(body, digest=True)[2] for body in small.bodies)
     assert (int(a, 16) + int(b, 16)) & sink.DIGEST_MASK == total & sink.DIGEST_MASK
     assert a != b
 
 
 NAMES_CASES = [
-    ("default", None, "both", ["vmagent", "rwrouter", "rwrouter-rw2"]),
-    ("rw1", None, "rw1", ["vmagent", "rwrouter"]),
-    ("rw2", None, "rw2", ["rwrouter-rw2"]),
-    ("rwrouter-both", "rwrouter", "both", ["rwrouter", "rwrouter-rw2"]),
-    ("rwrouter-rw1", "rwrouter", "rw1", ["rwrouter"]),
-    ("vmagent", "vmagent", "both", ["vmagent"]),
-    ("vmagent-rw2", "vmagent", "rw2", []),
+    ("default", [], ["fleet/vmagent", "fleet/rwrouter", "fleet/rwrouter-rw2"]),
+    ("rw1", ["--input", "rw1"], ["fleet/vmagent", "fleet/rwrouter"]),
+    ("rw2", ["--input", "rw2"], ["fleet/rwrouter-rw2"]),
+    ("rwrouter-both", ["--only", "rwrouter"], ["fleet/rwrouter", "fleet/rwrouter-rw2"]),
+    ("rwrouter-rw1", ["--only", "rwrouter", "--input", "rw1"], ["fleet/rwrouter"]),
+    ("vmagent", ["--only", "vmagent"], ["fleet/vmagent"]),
 ]
 
 
 @pytest.mark.parametrize(
-    ("only", "inputs", "names"), [c[1:] for c in NAMES_CASES], ids=[c[0] for c in NAMES_CASES]
+    ("argv", "keys"), [c[1:] for c in NAMES_CASES], ids=[c[0] for c in NAMES_CASES]
 )
-def test_contenders_per_input(only: str | None, inputs: str, names: list[str]) -> None:
-    assert runner.contender_names(only, inputs) == names
+def test_runs_per_input(argv: list[str], keys: list[str]) -> None:
+    args = runner.parse_args(["--scenarios", "warm,rw2", *argv])
+    assert runner.run_keys(args) == keys
 
 
 def test_vmagent_with_rw2_only_is_refused() -> None:
@@ -294,11 +294,11 @@ DRIVER_CASES = [
 )
 def test_driver_ok(driver_result: dict[str, int], ok: bool) -> None:
     m = report.Measurement("rwrouter-rw2", driver=driver_result)
-    assert runner.driver_ok(m) == ok
+    assert measure.driver_ok(m) == ok
     assert bool(m.notes) == (not ok)
 
 
-class CannedSink(runner.Sink):
+class CannedSink(measure.Sink):
     """A Sink whose /stats is given (read_sinks only reads it)."""
 
     def __init__(self, name: str, stats: dict[str, object]) -> None:
@@ -339,7 +339,7 @@ READ_CASES = [
 )
 def test_read_sinks(a: dict[str, object], b: dict[str, object], ok: bool, content: str) -> None:
     m = report.Measurement("rwrouter-rw2", ok=True)
-    runner.read_sinks(m, (CannedSink("A", a), CannedSink("B", b)), ("aa", "bb"))
+    measure.read_sinks(m, (CannedSink("A", a), CannedSink("B", b)), ("aa", "bb"))
     assert (m.ok, m.content) == (ok, content)
     assert (m.delivered_a, m.delivered_b) == (3, 5)
 

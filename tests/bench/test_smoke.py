@@ -1,12 +1,15 @@
-"""The benchmark runner end to end in --smoke mode: real vmagent, real rwrouter, real sinks.
+"""The benchmark runner end to end in --smoke mode: every scenario, real vmagent, real rwrouter,
+real sinks.
 
-Asserts correctness only (every contender - vmagent and rwrouter fed remote write 1.0,
-rwrouter fed the same requests as remote write 2.0 - delivered exactly the expected samples to
-A and B, the same samples by the sinks' digests, as remote write 1.0; every RW 2.0 answer
-carried exact Written headers; vmagent sent remote write 1.0 from its first request and
-retried nothing; the versions are recorded, the table is well-formed, the run exits cleanly);
-never speed. The vmagent is the one scripts/build-peers built: without it the test skips
-locally and fails when ``CI`` is set (CI must not silently skip a real-peer test).
+Asserts correctness only: every run of every scenario (warm, rw2, million, churn, audited)
+delivered exactly the expected samples to A and B as remote write 1.0, the same samples by
+the sinks' digests (churn: vmagent's digests equal rwrouter's, after the 10 mixed relabel
+rules); the primed runs measured their first scrape apart; every RW 2.0 answer carried exact
+Written headers; vmagent sent remote write 1.0 from its first request and retried nothing;
+the versions are recorded, every scenario has its section, its JSON entry and its summary
+line, and the run exits cleanly. Never speed (the targets may be met or not). The vmagent is
+the one scripts/build-peers built: without it the test skips locally and fails when ``CI`` is
+set (CI must not silently skip a real-peer test).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,22 +33,35 @@ ROWS = (
     "p99 latency ms",
     "peak RSS MiB",
     "request bytes per sample (snappy)",
-    "delivered A / expected",
-    "delivered B / expected",
-    "content at the sinks",
-    "requests sent to A / B",
-    "Written headers (exact/2xx)",
-    "retries (503/429)",
-    "ok",
 )
-NAMES = ["vmagent", "rwrouter", "rwrouter-rw2"]
+SCENARIOS = ["warm", "rw2", "million", "churn", "audited"]
+SUMMARY = [
+    "warm",
+    "rw2",
+    "million cold",
+    "million steady",
+    "churn",
+    "audited",
+    "audited (reference)",
+]
+RUNS = [
+    "fleet/vmagent",
+    "fleet/rwrouter",
+    "fleet/rwrouter-rw2",
+    "fleet/rwrouter-audit",
+    "million/vmagent",
+    "million/rwrouter",
+    "churn/vmagent",
+    "churn/rwrouter",
+]
 RW1_CONTENT_TYPE = "application/x-protobuf"
 
 
-@pytest.mark.timeout(240)
-def test_smoke_run_delivers_everything(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], dict[str, Any], str]:
+    """One ``python -m bench --smoke`` run: its stdout lines, its JSON, the vmagent path."""
     vmagent = peer_binary("vmagent")
-    out = tmp_path / "results.json"
+    out = tmp_path_factory.mktemp("smoke") / "results.json"
     proc = subprocess.run(
         [sys.executable, "-m", "bench", "--smoke", "--json", str(out)],
         cwd=REPO,
@@ -54,65 +71,95 @@ def test_smoke_run_delivers_everything(tmp_path: Path) -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout.splitlines(), json.loads(out.read_text()), vmagent
 
-    lines = proc.stdout.splitlines()
-    header = next(i for i, line in enumerate(lines) if line.split()[:3] == NAMES)
-    assert lines[header].split()[3:] == ["rwrouter/vmagent", "rw2/rw1"]
-    body = lines[header + 1 : header + 1 + len(ROWS)]
-    assert [line[: len(label)] for line, label in zip(body, ROWS, strict=True)] == list(ROWS)
-    cells = {label: line[len(label) :].split() for line, label in zip(body, ROWS, strict=True)}
-    for label, row in cells.items():
-        assert len(row) == 5, (label, row)  # three contenders, two ratios
-    assert cells["ok"][:3] == ["yes"] * 3
-    assert cells["content at the sinks"][:3] == ["same"] * 3
-    assert any(line.startswith("floor (snappy decompress + compress") for line in lines)
-    assert any(line.startswith("request bodies, bytes per sample: RW 1.0 ") for line in lines)
-    assert any(line.startswith("load average 1/5/15 min: before ") for line in lines)
 
-    report = json.loads(out.read_text())
+def check_run(name: str, m: dict[str, Any], requests: int) -> None:
+    """What every run must show, whatever its scenario."""
+    assert m["ok"], (name, m["error"], m["notes"])
+    assert (m["delivered_a"], m["delivered_b"]) == (m["expected_a"], m["expected_b"]), name
+    assert m["expected_a"] > 0 and m["expected_b"] > 0, name
+    assert m["content"] == "same", name  # the sinks' sample digests
+    assert m["digests"] is not None, name
+    assert m["sink_errors"] == 0, name
+    assert set(m["sink_content_types"]) == {RW1_CONTENT_TYPE}, name  # A and B are RW 1.0
+    assert m["driver"]["lost"] == 0, name
+    assert m["driver"]["requests"] == requests, name
+    assert m["driver"]["written_missing"] == m["driver"]["written_wrong"] == 0, name
+    assert m["cpu_seconds"] > 0 and m["peak_rss_mib"] > 0, name
+    assert m["exit_status"] is not None, name  # stopped, not left running
+
+
+@pytest.mark.timeout(240)
+def test_smoke_runs_every_scenario(smoke: tuple[list[str], dict[str, Any], str]) -> None:
+    lines, report, vmagent = smoke
+    assert report["scenario_names"] == SCENARIOS
+    assert set(report["scenarios"]) == set(SCENARIOS)
+    [runs] = report["rounds"]  # --smoke: one round
+    assert sorted(runs) == sorted(RUNS)
+    for name, m in runs.items():
+        workload = report["workloads"][name.split("/")[0]]
+        check_run(name, m, workload["requests"])
+    for scenario in SCENARIOS:
+        header = lines.index(next(ln for ln in lines if ln.startswith(f"== {scenario}: ")))
+        table = lines[header:]
+        columns = next(
+            ln for ln in table if ln.split()[:1] == [report["scenarios"][scenario]["runs"][0]]
+        )
+        body = table[table.index(columns) + 1 :][: len(ROWS)]
+        assert [ln[: len(label)] for ln, label in zip(body, ROWS, strict=True)] == list(ROWS)
+    summary = lines[lines.index("== summary (issue 15's targets)") + 1 :]
+    assert [ln.split("  ")[0].strip() for ln in summary[1 : 1 + len(SUMMARY)]] == SUMMARY
+    assert [f["label"] for f in report["summary"]] == SUMMARY
+    assert all(f["rate"] is not None for f in report["summary"])
+
     pinned = peers()["vmagent"].version
     assert report["peers"]["vmagent"]["path"] == vmagent
     assert pinned in report["peers"]["vmagent"]["version"]
     assert f"vmagent: {vmagent}: {report['peers']['vmagent']['version']}" in lines
     assert report["rwrouter_version"] and report["rwrouter_version"] != "unknown"
-    vm_own = report["contenders"]["vmagent"]["router_metrics"]
-    assert vm_own["version"] == pinned  # vm_app_version of the process that ran
-    assert set(vm_own["requests_by_code"]) == {"2XX"}, vm_own  # no zstd refused by a sink
-    assert (vm_own["retries"], vm_own["packets_dropped"]) == (0, 0)
-    expected_a = report["workload"]["samples_a"]
-    expected_b = report["workload"]["samples_b"]
-    assert expected_a > 0 and expected_b > 0
-    requests = report["workload"]["requests"]
-    assert set(report["contenders"]) == set(NAMES)
-    for name, m in report["contenders"].items():
-        assert m["ok"], (name, m["error"], m["notes"])
-        assert (m["delivered_a"], m["delivered_b"]) == (expected_a, expected_b), name
-        assert m["content"] == "same", name  # the sinks' sample digests
-        assert m["sink_errors"] == 0, name
-        assert set(m["sink_content_types"]) == {RW1_CONTENT_TYPE}, name  # A and B are RW 1.0
-        assert m["driver"]["lost"] == 0
-        assert m["driver"]["requests"] == requests
-        assert m["driver"]["written_missing"] == m["driver"]["written_wrong"] == 0
-        assert m["cpu_seconds"] > 0 and m["peak_rss_mib"] > 0
-        assert m["exit_status"] is not None  # stopped, not left running
-    rw2 = report["contenders"]["rwrouter-rw2"]
+    for key in ("fleet/vmagent", "million/vmagent", "churn/vmagent"):
+        own = runs[key]["router_metrics"]
+        assert own["version"] == pinned  # vm_app_version of the process that ran
+        assert set(own["requests_by_code"]) == {"2XX"}, own  # no zstd refused by a sink
+        assert (own["retries"], own["packets_dropped"]) == (0, 0)
+
+
+def test_smoke_rw2_and_primed_runs(smoke: tuple[list[str], dict[str, Any], str]) -> None:
+    _, report, _ = smoke
+    [runs] = report["rounds"]
+    requests = report["workloads"]["fleet"]["requests"]
+    rw2 = runs["fleet/rwrouter-rw2"]
     assert rw2["input"] == "rw2"
     assert rw2["driver"]["message"] == "io.prometheus.write.v2.Request"
     assert rw2["driver"]["written_exact"] == requests  # every answer counted its samples
     assert rw2["router_metrics"]["requests_by_protocol"] == {"2.0": requests}
-    assert report["contenders"]["rwrouter"]["router_metrics"]["requests_by_protocol"] == {
-        "1.0": requests
-    }
-    assert report["workload_rw2"]["samples"] == report["workload"]["samples"]
-    assert (
-        report["workload_rw2"]["compressed_bytes_per_series"]
-        < report["workload"]["compressed_bytes_per_series"]
-    )
-    # Every row of delivered A / B shows exactly expected/expected for both.
-    delivered_rows = (
-        ("delivered A / expected", expected_a),
-        ("delivered B / expected", expected_b),
-    )
-    for label, exp in delivered_rows:
-        assert cells[label][:3] == [f"{exp}/{exp}"] * 3
-    assert cells["Written headers (exact/2xx)"][2] == f"{requests}/{requests}"
+    assert runs["fleet/rwrouter"]["router_metrics"]["requests_by_protocol"] == {"1.0": requests}
+    for key in ("million/vmagent", "million/rwrouter", "churn/vmagent", "churn/rwrouter"):
+        m = runs[key]
+        workload = report["workloads"][key.split("/")[0]]
+        per_scrape = workload["series_per_scrape"]
+        assert m["prime_samples"] == per_scrape, key  # the first scrape, alone
+        assert m["samples_sent"] == workload["samples_sent"] - per_scrape, key
+        assert m["prime_cpu_seconds"] > 0 and m["prime_samples_per_cpu_second"] > 0, key
+        assert [p["requests"] for p in m["driver"]["phases"]] == [
+            workload["requests"] // workload["scrapes"],
+            workload["requests"] - workload["requests"] // workload["scrapes"],
+        ], key
+    for key in ("fleet/vmagent", "fleet/rwrouter"):
+        assert runs[key]["prime_samples"] == 0 and len(runs[key]["driver"]["phases"]) == 1
+
+
+def test_smoke_churn_routers_deliver_the_same(smoke: tuple[list[str], dict[str, Any], str]) -> None:
+    lines, report, _ = smoke
+    [runs] = report["rounds"]
+    vm, rw = runs["churn/vmagent"], runs["churn/rwrouter"]
+    assert vm["digests"] == rw["digests"]  # the same series and samples after the 10 rules
+    assert report["content_problems"] == []
+    assert not any("MISMATCH" in line for line in lines)
+    churned = report["workloads"]["churn"]
+    assert 0.25 < churned["new_fraction"] < 0.42  # about a third new per scrape
+    # B drops the kube-system series: fewer delivered than sent, both routers alike.
+    assert rw["expected_a"] + rw["expected_b"] < churned["samples_sent"]
+    cache = rw["router_metrics"]["cache_entries_by_worker"]
+    assert sum(cache.values()) <= churned["distinct_label_sets"] // 2  # the bounded cache

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import runner
+from bench import contenders
 from bench import vmagent as vm
 
 # Shape of `vmagent -help` (Go's flag package): two spaces, the flag, its type, then the usage
@@ -52,10 +52,10 @@ FLAG_CASES = [
 )
 def test_flags_passed_follow_the_help(help_text: str, forced: bool, unknown: list[str]) -> None:
     listed = vm.listed_flags(help_text)
-    flags = runner.vmagent_flags(listed)
+    flags = contenders.vmagent_flags(listed)
     assert ("-remoteWrite.forcePromProto" in flags) is forced
-    assert flags[:3] == [flag for flag, _ in runner.VMAGENT_FLAGS]
-    argv = runner.vmagent_argv(
+    assert flags[:3] == [flag for flag, _ in contenders.VMAGENT_FLAGS]
+    argv = contenders.vmagent_argv(
         Path("/bin/vmagent"),
         port=8429,
         workdir=Path("/w"),

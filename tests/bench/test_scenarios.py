@@ -1,0 +1,232 @@
+"""The scenarios of ``python -m bench`` without running a router: their selection and shared
+runs, the summary's ratios and targets, churn's content comparison, the churning workload
+(deterministic, a third new per scrape, what A and B get) and its rules in both routers'
+configurations."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+import snappy  # type: ignore[import-untyped,unused-ignore]
+
+from bench import churn, contenders, runner, scenarios
+from bench.report import Measurement
+from bench.workload import SERIES_PER_NODE
+from rwrouter.config.load import load_config
+from rwrouter.relabel import parse_relabel_configs
+from rwrouter.wire import remote_pb2
+
+SELECT_CASES = [
+    ("all", "all", ["warm", "rw2", "million", "churn", "audited"]),
+    ("two", "churn,warm", ["warm", "churn"]),
+    ("spaces", "audited, rw2", ["rw2", "audited"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "names"), [c[1:] for c in SELECT_CASES], ids=[c[0] for c in SELECT_CASES]
+)
+def test_select(text: str, names: list[str]) -> None:
+    assert [s.name for s in scenarios.select(text)] == names
+
+
+@pytest.mark.parametrize("text", ["warm,cold", "", ","], ids=["unknown", "empty", "comma"])
+def test_select_refuses(text: str) -> None:
+    with pytest.raises(ValueError, match="unknown scenario"):
+        scenarios.select(text)
+
+
+RUNS_CASES = [
+    (
+        "warm-audited-share",
+        "warm,audited",
+        None,
+        ["fleet/vmagent", "fleet/rwrouter", "fleet/rwrouter-audit"],
+    ),
+    ("rw2", "rw2", None, ["fleet/rwrouter", "fleet/rwrouter-rw2"]),
+    ("only-vmagent", "all", "vmagent", ["fleet/vmagent", "million/vmagent", "churn/vmagent"]),
+    (
+        "all",
+        "all",
+        None,
+        [
+            "fleet/vmagent",
+            "fleet/rwrouter",
+            "fleet/rwrouter-rw2",
+            "million/vmagent",
+            "million/rwrouter",
+            "churn/vmagent",
+            "churn/rwrouter",
+            "fleet/rwrouter-audit",
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "only", "keys"), [c[1:] for c in RUNS_CASES], ids=[c[0] for c in RUNS_CASES]
+)
+def test_runs_of_each_once(text: str, only: str | None, keys: list[str]) -> None:
+    assert scenarios.runs_of(scenarios.select(text), only) == keys
+
+
+ARGS_CASES = [
+    ("default", [], 5, "all"),
+    ("smoke", ["--smoke"], 1, "all"),
+    ("rounds", ["--smoke", "--rounds", "2", "--scenarios", "churn"], 2, "churn"),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "rounds", "text"), [c[1:] for c in ARGS_CASES], ids=[c[0] for c in ARGS_CASES]
+)
+def test_parse_args(argv: list[str], rounds: int, text: str) -> None:
+    args = runner.parse_args(argv)
+    assert args.rounds == rounds
+    assert args.selected == scenarios.select(text)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--scenarios", "cold"], ["--scenarios", "million", "--scrapes", "1"]],
+    ids=["unknown-scenario", "primed-needs-two-scrapes"],
+)
+def test_parse_args_refuses(argv: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        runner.parse_args(argv)
+
+
+def run(name: str, rate: float, p99: float = 10.0, rss: float = 100.0) -> Measurement:
+    return Measurement(name, samples_per_cpu_second=rate, p99_ms=p99, peak_rss_mib=rss)
+
+
+LINE = scenarios.SCENARIOS["warm"].lines[0]  # samples >= 1.5x, p99 <= 1x
+TARGET_CASES = [
+    ("met", [(1.0, 2.0), (1.0, 1.6), (1.0, 1.5)], 1.6, True),
+    ("rate-below", [(1.0, 1.4), (1.0, 1.6), (1.0, 1.2)], 1.4, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("pairs", "rate", "met"), [c[1:] for c in TARGET_CASES], ids=[c[0] for c in TARGET_CASES]
+)
+def test_line_figures_median_of_round_ratios(
+    pairs: list[tuple[float, float]], rate: float, met: bool
+) -> None:
+    rounds = [{LINE.den: run(LINE.den, v), LINE.num: run(LINE.num, r)} for v, r in pairs]
+    figures = scenarios.line_figures(LINE, rounds)
+    assert figures["rate"] == pytest.approx(rate)
+    assert figures["p99"] == figures["rss"] == 1.0
+    assert figures["met"] is met
+    assert [t["target"] for t in figures["targets"]] == ["samples >= 1.5x", "p99 <= 1x"]
+    table = scenarios.summary_table([figures]).splitlines()
+    assert table[0].split()[:3] == ["scenario", "ratio", "samples/CPU-s"]
+    assert table[1].split()[:3] == ["warm", "rwrouter/vmagent", f"{rate:.2f}"]
+    assert table[1].endswith("met" if met else "NOT MET")
+
+
+def test_million_cold_uses_the_first_scrape() -> None:
+    cold = scenarios.SCENARIOS["million"].lines[0]
+    rw = Measurement(cold.num, samples_per_cpu_second=9.0, prime_samples_per_cpu_second=3.0)
+    vm = Measurement(cold.den, samples_per_cpu_second=1.0, prime_samples_per_cpu_second=2.0)
+    assert scenarios.line_figures(cold, [{cold.num: rw, cold.den: vm}])["rate"] == 1.5
+
+
+def churn_run(name: str, router: str, digests: tuple[str, str] | None) -> Measurement:
+    return Measurement(name, ok=True, router=router, digests=digests)
+
+
+CONTENT_CASES = [
+    ("same", [("aa", "bb"), ("aa", "bb"), ("aa", "bb"), ("aa", "bb")], 0),
+    ("rwrouter-differs", [("aa", "bb"), ("aa", "bc"), ("aa", "bb"), ("aa", "bb")], 1),
+    ("missing", [("aa", "bb"), None, ("aa", "bb"), ("aa", "bb")], 1),
+    ("second-round-vmagent", [("aa", "bb"), ("aa", "bb"), ("ab", "bb"), ("aa", "bb")], 1),
+]
+
+
+@pytest.mark.parametrize(
+    ("digests", "mismatches"), [c[1:] for c in CONTENT_CASES], ids=[c[0] for c in CONTENT_CASES]
+)
+def test_churn_content_compares_vmagent_and_rwrouter(
+    digests: list[tuple[str, str] | None], mismatches: int
+) -> None:
+    keys = [("churn/vmagent", "vmagent"), ("churn/rwrouter", "rwrouter")] * 2
+    runs = [churn_run(k, router, d) for (k, router), d in zip(keys, digests, strict=True)]
+    rounds = [{runs[0].name: runs[0], runs[1].name: runs[1]}, {r.name: r for r in runs[2:]}]
+    problems = scenarios.check_churn_content(rounds)
+    assert len(problems) == mismatches
+    assert all(p.startswith("CHURN CONTENT MISMATCH") for p in problems)
+    assert [m.content for m in runs].count("DIFFERENT") == mismatches
+    assert all(m.ok == (m.content == "same") for m in runs)
+
+
+def test_churn_is_deterministic_and_renews_a_third() -> None:
+    one = churn.generate_churn(3, 10, 4)
+    assert one.bodies == churn.generate_churn(3, 10, 4).bodies
+    assert one.bodies != churn.generate_churn(4, 10, 4).bodies
+    assert one.extra["new_fraction"] == pytest.approx(1 / 3, abs=0.05)
+    assert one.extra["restart_probability"] == pytest.approx((1 / 3) / (272 / 730))
+    scrapes = [set[tuple[tuple[str, str], ...]]() for _ in range(4)]
+    per = one.requests_per_scrape
+    for i, body in enumerate(one.bodies):
+        request = remote_pb2.WriteRequest()
+        request.ParseFromString(snappy.uncompress(body))
+        for ts in request.timeseries:
+            scrapes[i // per].add(tuple((lb.name, lb.value) for lb in ts.labels))
+    assert all(len(s) == 10 * SERIES_PER_NODE for s in scrapes)
+    new = [len(b - a) for a, b in itertools.pairwise(scrapes)]
+    assert sum(new) / (3 * 10 * SERIES_PER_NODE) == pytest.approx(one.extra["new_fraction"])
+    assert len(set().union(*scrapes)) == one.extra["distinct_label_sets"]
+    # Only pod-labelled series change, and GPUs get a new UUID with their new pod.
+    changed = {labels for s in scrapes[1:] for labels in s} - scrapes[0]
+    assert all("pod" in dict(labels) for labels in changed)
+    assert any("UUID" in dict(labels) for labels in changed)
+
+
+def test_churn_expected_counts() -> None:
+    one = churn.generate_churn(1, 2, 2)
+    # Per node: A 64 (the allowlist), B 666 minus the 4 kube-system pods x 6 kubelet series.
+    assert (one.samples_a, one.samples_b) == (2 * 2 * 64, 2 * 2 * (666 - 24))
+    assert sum(one.samples_per_body) == 2 * 2 * SERIES_PER_NODE
+
+
+@pytest.mark.parametrize("keep", [True, False], ids=["A-keep", "B-drop"])
+def test_churn_rules_parse_in_rwrouter(keep: bool) -> None:
+    rules = churn.rules(keep)
+    assert len(rules) == 10
+    assert {r["action"] for r in rules} == {
+        "keep" if keep else "drop",
+        "drop",
+        "replace",
+        "labeldrop",
+    }
+    assert len(parse_relabel_configs(rules, "write_relabel_configs")) == 10
+
+
+def test_rwrouter_config_of_a_scenario(tmp_path: Path) -> None:
+    options = contenders.RwrouterOptions(audit_a=True, cache_entries=123)
+    config = contenders.rwrouter_config(
+        1, tmp_path, ("http://a", "http://b"), churn.destinations(), 10_000, options
+    )
+    a, b = config["remote_write"]
+    assert a["audit"] is True and "audit" not in b
+    assert "fallback" not in b and b["write_relabel_configs"] == churn.rules(keep=False)
+    assert config["relabel_cache"] == {"max_entries": 123}
+    basic = contenders.rwrouter_config(
+        1,
+        tmp_path,
+        ("http://a", "http://b"),
+        contenders.basic_destinations(1),
+        10_000,
+        contenders.RwrouterOptions(),
+    )
+    assert basic["remote_write"][1]["fallback"] is True
+    assert "relabel_cache" not in basic and "audit" not in basic["remote_write"][0]
+    for cfg in (config, basic):  # rwrouter's own loader takes them (YAML: JSON text)
+        path = tmp_path / "rwrouter.yaml"
+        path.write_text(json.dumps(cfg))
+        loaded = load_config(path)
+        assert [d.name for d in loaded.remote_write] == ["A", "B"]
