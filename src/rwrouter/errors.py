@@ -35,7 +35,8 @@ Outside the tree on purpose:
   connection before its answer: counted, nothing kept),
   ``rwrouter.server.bodies.ReadWaitTimeout`` (no read of the body came in time: 503) and
   ``rwrouter.server.frontdoor.Refused`` (the front door answers 401 or 403 itself: counted,
-  the request never reaches its handler).
+  the request never reaches its handler), ``rwrouter.send.stopping.HandedOver`` (a batch
+  stops retrying when a reload hands its destination's queue to a successor, which sends it).
 """
 
 from __future__ import annotations

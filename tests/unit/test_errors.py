@@ -115,6 +115,7 @@ def test_config_error_names_the_key_path() -> None:
 # Control flow that never leaves the package (documented in rwrouter.errors): not errors.
 CONTROL_FLOW = {
     "pipeline/fanout.py": {"Stale"},
+    "send/stopping.py": {"HandedOver"},
     "server/decoders.py": {"Busy"},
     "server/bodies.py": {"ClientGone", "ReadWaitTimeout"},
     "server/frontdoor.py": {"Refused"},

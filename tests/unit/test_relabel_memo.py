@@ -17,7 +17,7 @@ from rwrouter.relabel import parse_relabel_configs, process
 from rwrouter.relabel.rules import RelabelConfig
 
 # id, rules: each remembers by source value (replace, hashmod) or label name (labelmap)
-MEMO_RULES = [
+MEMO_RULES: list[tuple[str, list[dict[str, Any]]]] = [
     ("replace_copy", [{"source_labels": ["pod"], "target_label": "workload"}]),
     (
         "replace_regex_groups",

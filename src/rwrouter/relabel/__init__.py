@@ -13,6 +13,8 @@ Public API (Prometheus relabel semantics, ``model/relabel/relabel.go``):
   when a keep/drop/keepequal/dropequal rule dropped the series, else the label set sorted by name
   (possibly empty: the caller does not send a label-less series). The rules run on a
   ``LabelBuilder`` (Prometheus ``labels.Builder``, whose order decides labelmap collisions).
+- ``process_compiled(labels, rules)``: ``process`` of a label tuple in the compiled
+  accelerator when it is built (the same result).
 - ``trace(rules, labels) -> list[Step]``: ``process`` rule by rule (the relabel debugger): each
   step's index, rule, labels after it, and whether it kept the series; stops at a drop.
 """
@@ -24,6 +26,7 @@ from rwrouter.relabel.engine import (
     apply_rule,
     passes,
     process,
+    process_compiled,
     trace,
 )
 from rwrouter.relabel.rules import (
@@ -50,5 +53,6 @@ __all__ = [
     "parse_relabel_configs",
     "passes",
     "process",
+    "process_compiled",
     "trace",
 ]

@@ -12,17 +12,26 @@ A rule whose outcome is a function of one string (``replace`` and ``hashmod`` of
 value, ``labelmap`` of a label name) remembers it in the rule's ``memo``
 (:data:`~rwrouter.relabel.rules.RULE_MEMO` entries): RE2's Python binding costs microseconds a
 call, and new series (a restarted pod) repeat almost every value of the ones before them.
+
+:func:`process_compiled` runs the rules in the compiled accelerator when it is built
+(``relabel_program`` in ``rwrouter/wire/_relabel.h``): :func:`program` compiles them into
+tuples that carry each rule's memo and a fallback that computes (and remembers) an outcome
+with the functions below, so the accelerator does what :func:`process` does, with a dict
+lookup per rule for a value seen before. Tested identical to :func:`process`.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from rwrouter.relabel.casemap import go_lower, go_upper
 from rwrouter.relabel.rules import DEFAULT_REGEX, RULE_MEMO, Action, RelabelConfig
 from rwrouter.relabel.template import expand
+from rwrouter.wire.accelerator import compiled
 
 LabelTuple = tuple[tuple[str, str], ...]
 
@@ -99,11 +108,17 @@ def _replace(rule: RelabelConfig, labels: LabelBuilder, value: str) -> bool:
         return True
     outcome = rule.memo.get(value, _MISSING)
     if outcome is _MISSING:
-        outcome = _replace_outcome(rule, value)
-        _remember(rule.memo, value, outcome)
+        outcome = _replace_remembered(rule, value)
     if outcome is not None:
         labels.set(*outcome)
     return True
+
+
+def _replace_remembered(rule: RelabelConfig, value: str) -> tuple[str, str] | None:
+    """:func:`_replace_outcome`, remembered in the rule's memo."""
+    outcome = _replace_outcome(rule, value)
+    _remember(rule.memo, value, outcome)
+    return outcome
 
 
 def _replace_outcome(rule: RelabelConfig, value: str) -> tuple[str, str] | None:
@@ -131,12 +146,18 @@ def _uppercase(rule: RelabelConfig, labels: LabelBuilder, value: str) -> bool:
 def _hashmod(rule: RelabelConfig, labels: LabelBuilder, value: str) -> bool:
     bucket = rule.memo.get(value)
     if bucket is None:
-        digest = hashlib.md5(value.encode("utf-8"), usedforsecurity=False).digest()
-        # Last 8 bytes of the digest, big-endian unsigned, as Prometheus does.
-        bucket = str(int.from_bytes(digest[8:], "big") % rule.modulus)
-        _remember(rule.memo, value, bucket)
+        bucket = _hashmod_remembered(rule, value)
     labels.set(rule.target_label, bucket)
     return True
+
+
+def _hashmod_remembered(rule: RelabelConfig, value: str) -> str:
+    """The bucket of ``value`` (remembered in the rule's memo)."""
+    digest = hashlib.md5(value.encode("utf-8"), usedforsecurity=False).digest()
+    # Last 8 bytes of the digest, big-endian unsigned, as Prometheus does.
+    bucket = str(int.from_bytes(digest[8:], "big") % rule.modulus)
+    _remember(rule.memo, value, bucket)
+    return bucket
 
 
 def _labelmap(rule: RelabelConfig, labels: LabelBuilder, value: str) -> bool:
@@ -146,12 +167,18 @@ def _labelmap(rule: RelabelConfig, labels: LabelBuilder, value: str) -> bool:
     for name, label_value in list(labels.items()):
         target = memo.get(name, _MISSING)
         if target is _MISSING:
-            match = rule.regex.pattern.search(name)
-            target = None if match is None else expand(rule.replacement_template, match)
-            _remember(memo, name, target)
+            target = _labelmap_remembered(rule, name)
         if target is not None:
             labels.set(target, label_value)
     return True
+
+
+def _labelmap_remembered(rule: RelabelConfig, name: str) -> str | None:
+    """The name a labelmap maps ``name`` to (None: it does not match), remembered."""
+    match = rule.regex.pattern.search(name)
+    target = None if match is None else expand(rule.replacement_template, match)
+    _remember(rule.memo, name, target)
+    return target
 
 
 def _labeldrop(rule: RelabelConfig, labels: LabelBuilder, value: str) -> bool:
@@ -221,6 +248,65 @@ def process(
         if not _ACTIONS[rule.action](rule, working, _source_value(rule, working)):
             return None
     return tuple(sorted(working.items()))
+
+
+_CODES = {action: code for code, action in enumerate(Action)}  # the RL_* of _relabel.h
+_MAX_PROGRAMS = 256  # compiled rule lists remembered (one per destination and reload)
+_programs: dict[int, tuple[tuple[RelabelConfig, ...], tuple[Any, ...]]] = {}
+_relabel_program = compiled("relabel_program")
+
+
+def _compiled_rule(rule: RelabelConfig) -> tuple[Any, ...]:
+    """One rule for ``relabel_program``: (code, sources, separator, target, memo, fallback,
+    fast, fixed); see ``rwrouter/wire/_relabel.h``."""
+    action = rule.action
+    memo: dict[str, Any] | None = None
+    fallback: Callable[[str], Any] | None = None
+    if action in (Action.KEEP, Action.DROP, Action.LABELDROP, Action.LABELKEEP):
+        memo, fallback = rule.regex.memo, rule.regex.matches
+    elif action == Action.REPLACE:
+        memo, fallback = rule.memo, functools.partial(_replace_remembered, rule)
+    elif action == Action.HASHMOD:
+        memo, fallback = rule.memo, functools.partial(_hashmod_remembered, rule)
+    elif action == Action.LABELMAP:
+        memo, fallback = rule.memo, functools.partial(_labelmap_remembered, rule)
+    elif action in (Action.LOWERCASE, Action.UPPERCASE):
+        fallback = go_lower if action == Action.LOWERCASE else go_upper
+    fast = rule.fixed_pair and rule.regex is DEFAULT_REGEX
+    return (
+        _CODES[action],
+        rule.source_labels,
+        rule.separator,
+        rule.target_label,
+        memo,
+        fallback,
+        fast,
+        rule.replacement,
+    )
+
+
+def program(rules: tuple[RelabelConfig, ...]) -> tuple[Any, ...]:
+    """``rules`` compiled for the accelerator's ``relabel_program`` (remembered per tuple of
+    rules: the routes keep theirs for the life of a configuration)."""
+    known = _programs.get(id(rules))
+    if known is not None and known[0] is rules:
+        return known[1]
+    if len(_programs) >= _MAX_PROGRAMS:
+        _programs.clear()
+    compiled_rules = tuple(_compiled_rule(rule) for rule in rules)
+    _programs[id(rules)] = (rules, compiled_rules)  # the tuple is held: its id stays its own
+    return compiled_rules
+
+
+def process_compiled(
+    labels: tuple[tuple[str, str], ...], rules: tuple[RelabelConfig, ...]
+) -> LabelTuple | None:
+    """:func:`process` of ``labels`` (name, value pairs) in the compiled accelerator when it
+    is built, else :func:`process` itself: the same result."""
+    if _relabel_program is None:
+        return process(labels, rules)
+    result: LabelTuple | None = _relabel_program(labels, program(rules))
+    return result
 
 
 def apply_rule(rule: RelabelConfig, labels: LabelBuilder) -> bool:

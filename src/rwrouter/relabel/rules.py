@@ -95,6 +95,11 @@ class Regex:
             known = self._matches[value] = self.pattern.search(value) is not None
         return known
 
+    @property
+    def memo(self) -> dict[str, bool]:
+        """The answers :meth:`matches` remembers (value -> whether it matches)."""
+        return self._matches
+
     @classmethod
     def compile(cls, text: str) -> Regex:
         """Compile ``text`` with RE2; raises ``ValueError`` with RE2's reason if it is invalid.

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 from rwrouter.config.model import EscapingScheme
 from rwrouter.reasons import DropReason
-from rwrouter.relabel import FILTER_ACTIONS, Action, RelabelConfig, passes, process
+from rwrouter.relabel import FILTER_ACTIONS, Action, RelabelConfig, passes, process_compiled
 from rwrouter.routing.cache import DROPPED, KEPT_SAME, NOT_SENT, Slot
 from rwrouter.routing.escape import ALLOW_UTF8, Escaped, escape_labels, needs_escaping
 from rwrouter.wire import RawSeries, strip_fields
@@ -143,7 +143,7 @@ class RuleCopies:
                 finished = finish(self._output(self._labels), escaping)
                 self._finished[escaping] = finished
             return finished
-        result = process(self._labels, rules)
+        result = process_compiled(self._labels, rules)
         if not result:
             return DropReason.RELABEL
         return finish(self._output(result), escaping)

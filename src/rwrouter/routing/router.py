@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from rwrouter.config import Config
 from rwrouter.errors import InvariantError
 from rwrouter.reasons import DropReason
-from rwrouter.relabel import FILTER_ACTIONS, RelabelConfig, process
+from rwrouter.relabel import FILTER_ACTIONS, RelabelConfig, process_compiled
 from rwrouter.relabel.series import format_labels
 from rwrouter.routing.cache import (
     DEFAULT_CACHE_BYTES,
@@ -185,7 +185,7 @@ class Router(Generations):
     _drop_after: str | None = None  # a label removed after the rules (a tenant's __tenant__)
 
     def _results(self, labels: tuple[tuple[str, str], ...]) -> list[Result | None]:
-        base = process(labels, self.global_rules) if self.global_rules else labels
+        base = process_compiled(labels, self.global_rules) if self.global_rules else labels
         if base is None or not base:
             return [DropReason.RELABEL] * len(self.routes)
         apply = RuleCopies(base, drop=self._drop_after)

@@ -1249,6 +1249,7 @@ done:
 
 #include "_rw2in.h" /* rw2_to_rw1: remote write 2.0 in (rwrouter.wire.rw2_in) */
 #include "_rw2out.h" /* encode_v2, strip_start_timestamps: remote write 2.0 out */
+#include "_relabel.h" /* relabel_program: the relabel engine's rule loop */
 
 static PyMethodDef methods[] = {
     {"scan_request", (PyCFunction)(void (*)(void))scan_request, METH_FASTCALL,
@@ -1269,6 +1270,8 @@ static PyMethodDef methods[] = {
      "Compiled rwrouter.wire.rw2_out.encode_request_py (same arguments, same result)."},
     {"strip_start_timestamps", (PyCFunction)strip_start_timestamps, METH_O,
      "Compiled rwrouter.wire.rw2_out.strip_start_timestamps_py."},
+    {"relabel_program", (PyCFunction)(void (*)(void))relabel_program, METH_FASTCALL,
+     "Compiled rwrouter.relabel.engine.process (rules compiled by engine.program)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1289,6 +1292,7 @@ static void clear_globals(void) {
     Py_CLEAR(str_samples);
     Py_CLEAR(str_exemplars);
     Py_CLEAR(str_histograms);
+    Py_CLEAR(rl_empty);
 }
 
 /* Per-process random seeds of the cache digest (os.urandom): 0, or -1 with an exception set. */
@@ -1319,7 +1323,8 @@ PyMODINIT_FUNC PyInit__scan(void) {
         !(str_rest = PyUnicode_InternFromString("rest")) ||
         !(str_samples = PyUnicode_InternFromString("samples")) ||
         !(str_exemplars = PyUnicode_InternFromString("exemplars")) ||
-        !(str_histograms = PyUnicode_InternFromString("histograms")))
+        !(str_histograms = PyUnicode_InternFromString("histograms")) ||
+        !(rl_empty = PyUnicode_FromStringAndSize("", 0)))
         goto fail;
     if (PyType_Ready(&LabelCacheType) < 0 || seed_digest() < 0) goto fail;
     if (!(module = PyModule_Create(&moduledef))) goto fail;
