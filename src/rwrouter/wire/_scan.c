@@ -470,6 +470,12 @@ static int scan_start(Scanner *r) {
         r->s->filters[i] = t;
     }
     r->d = (const uint8_t *)PyBytes_AS_STRING(r->data);
+    /* Each share holds at most the request's frames (rules seldom make labels longer; more
+     * is grown into): room for them now, so the shares are never copied to grow. Untouched
+     * room costs no memory (the kernel maps pages on first write). */
+    Py_ssize_t room = PyBytes_GET_SIZE(r->data) + 64;
+    for (Py_ssize_t i = 0; i < r->s->ndest; i++)
+        if (buf_grow(&r->s->bodies[i], room) < 0) return -1;
     /* With LabelCache generations: hash the labels of the leading plain series first, so the
      * main loop can prefetch the slots (and their keys and values) a few series ahead: the
      * lookups then mostly hit the CPU cache instead of waiting on memory one after another. */
