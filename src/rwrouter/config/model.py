@@ -142,10 +142,11 @@ class QueueConfig:
     rwrouter's own keys).
 
     The queue is on disk (``max_disk_bytes``, the admission bound; ``on_full``: ``backpressure``
-    answers 503, ``drop_oldest`` drops the oldest queued data). ``capacity x max_shards``
-    samples and ``max_memory_bytes`` bound what is read ahead from disk into memory for the
-    senders. ``max_request_bytes``: uncompressed body bound of every request sent (when the
-    YAML omits it: 1 MiB for sigv4 destinations, 8 MiB otherwise).
+    answers 503, ``drop_oldest`` drops the oldest queued data). ``capacity`` samples per
+    running shard (at least two batches) and ``max_memory_bytes`` bound what is read ahead
+    from disk into memory for the senders. ``max_request_bytes``: uncompressed body bound of
+    every request sent (when the YAML omits it: 1 MiB for sigv4 destinations, 8 MiB
+    otherwise).
     ``max_retry_duration``: seconds a batch is retried after network errors and 5xx (0 = for
     ever); ``max_retry_duration_on_http_429``: the same for 429 (with ``retry_on_http_429``).
     """

@@ -61,7 +61,8 @@ class QueueMetrics:
         )
         self.capacity_samples = Gauge(
             "rwrouter_queue_capacity_samples",
-            "Read-ahead bound of a destination's in-memory queue (capacity x max_shards).",
+            "Read-ahead bound of a destination's in-memory queue, samples "
+            "(capacity per running shard).",
             ["destination"],
             registry=r,
         )

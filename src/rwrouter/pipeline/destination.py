@@ -1,14 +1,14 @@
 """One destination: a durable queue on disk, read ahead into shards, a sender per shard.
 
-Flow: the receive side appends a request's share (records, :mod:`rwrouter.queue.records`) to
-the destination's :class:`~rwrouter.queue.diskqueue.DiskQueue` and answers 204 once that is
-written (``storage.fsync: interval``) or fsynced (``always``). A reader
-(:mod:`rwrouter.send.reader`) reads records in order into the in-memory read-ahead
-(``capacity x max_shards`` samples and ``max_memory_bytes``) and hands each series to its shard;
-each shard sends batches, one in flight at a time (:mod:`rwrouter.send.shards`, which also
-changes the number of shards). A record is done when all its series are delivered or refused
-for good (refused ones go to the dead-letter store); the queue position advances over done
-records in order, so a crash re-sends only records not yet done.
+Flow: the receive side appends a request's share (records, :mod:`rwrouter.queue.records`) to the
+destination's :class:`~rwrouter.queue.diskqueue.DiskQueue` and answers 204 once that is written
+(``storage.fsync: interval``) or fsynced (``always``). A reader (:mod:`rwrouter.send.reader`)
+reads records in order into the in-memory read-ahead (``capacity`` samples per running shard and
+``max_memory_bytes``) and hands each series to its shard; each shard sends batches, one in
+flight at a time (:mod:`rwrouter.send.shards`, which also changes the number of shards). A
+record is done when all its series are delivered or refused for good (refused ones go to the
+dead-letter store); the queue position advances over done records in order, so a crash re-sends
+only records not yet done.
 
 A bug in the send path stops the destination's senders (:attr:`Destination.failed`: logged
 once, ``rwrouter_destination_failed`` 1, ``/-/ready`` 503); its queue stays on disk until a
@@ -81,7 +81,7 @@ class Destination:
     ) -> None:
         self.config, self.name, self.storage = config, config.name, storage
         self.queue, self.dead_letter_store = reader.queue, dead_letters.store
-        self.capacity, self.capacity_bytes = reader.capacity, reader.capacity_bytes
+        self.capacity_bytes = reader.capacity_bytes
         self.auth, self.book = deliverer.auth, deliverer.book
         self._reader, self._shards, self._stopping = reader, reader.shards, reader.stopping
         self._deliverer, self._dead_letters, self._metadata = deliverer, dead_letters, metadata
@@ -91,6 +91,11 @@ class Destination:
         self._tasks: list[asyncio.Task[None]] = []  # reader, metadata sender, fsync timer
         self._sync_lock = asyncio.Lock()
         self._started = self._stopped = False
+
+    @property
+    def capacity(self) -> int:
+        """Samples the read-ahead may hold now (per running shard: it follows resharding)."""
+        return self._reader.capacity
 
     @property
     def pending(self) -> int:
@@ -107,7 +112,7 @@ class Destination:
         leaves the running destination's gauges alone)."""
         m, name, q_ = self._metrics, self.name, self.config.queue_config
         queue, send, rejected = m.queue, m.send, m.deadletter
-        queue.capacity_samples.labels(name).set(self.capacity)
+        m.watch(queue.capacity_samples, lambda: self.capacity, name)
         queue.capacity_bytes.labels(name).set(self.capacity_bytes)
         queue.disk_capacity_bytes.labels(name).set(q_.max_disk_bytes)
         send.shards.labels(name).set(len(self._shards))

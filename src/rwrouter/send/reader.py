@@ -2,15 +2,15 @@
 shards, and the queue position moved over what is done.
 
 The reader owns the destination's shards (:class:`~rwrouter.send.shards.Shards`) and the
-completion bookkeeping. It reads records in order, as long as the in-memory read-ahead has
-room (``capacity``: ``capacity x max_shards`` samples of the config, and ``capacity_bytes``:
+completion bookkeeping. It reads records in order, as long as the in-memory read-ahead has room
+(``capacity``: the config's ``capacity`` samples per running shard, at least two batches of
+``max_samples_per_send`` each, as Prometheus bounds a queue per shard; and ``capacity_bytes``:
 its ``max_memory_bytes``), and hands each series to its shard; the shards tell it when a batch
 is done (``on_done``). A record is done when all its series are delivered, refused for good
 (refused ones go to the dead-letter store) or dropped; the queue position advances over done
-records in order, so a crash re-sends only records not yet done. Records read before a crash
-and not done (:attr:`~rwrouter.queue.diskqueue.Recovery.resend_until`) may have gone out
-already: their frames are sent apart from newer ones
-(:attr:`~rwrouter.send.batching.Owner.recovered`).
+records in order, so a crash re-sends only records not yet done. Records read before a crash and
+not done (:attr:`~rwrouter.queue.diskqueue.Recovery.resend_until`) may have gone out already:
+their frames are sent apart from newer ones (:attr:`~rwrouter.send.batching.Owner.recovered`).
 
 A record failing its checksum or undecodable is done at once (counted as ``corrupt``). With
 ``on_full: drop_oldest``, records of the dropped segments already in memory are dropped too
@@ -92,7 +92,7 @@ class QueueReader:
         reshard_interval: float = RESHARD_INTERVAL,
     ) -> None:
         self.name, self.queue = name, queue
-        self.capacity = queue_config.capacity * queue_config.max_shards
+        self._per_shard = max(queue_config.capacity, 2 * queue_config.max_samples_per_send)
         self.capacity_bytes = queue_config.max_memory_bytes
         self._metrics, self._queue_metrics, self.stopping = metrics, queue_metrics, stopping
         self.shards = Shards(
@@ -147,6 +147,12 @@ class QueueReader:
             )
 
     # -- what the destination asks -------------------------------------------------------
+
+    @property
+    def capacity(self) -> int:
+        """Samples the read-ahead may hold now: its share per running shard (the module
+        docstring); it follows resharding."""
+        return self._per_shard * len(self.shards)
 
     def backlog(self) -> int:
         """Samples waiting to be sent: read ahead, or still unread on disk (the shards'
