@@ -34,6 +34,8 @@ static PyObject *str_labels, *str_rest, *str_samples, *str_exemplars, *str_histo
 typedef struct {
     char *data;
     Py_ssize_t len, cap;
+    PyObject *obj; /* the bytes object data lives in (a share body, handed over without a
+                    * copy: buf_bytes), or NULL: data is PyMem memory */
 } Buf;
 
 /* Room for `extra` more bytes: 0 ok, -1 MemoryError. The buffer is allocated by the first call
@@ -43,6 +45,16 @@ static int buf_grow(Buf *b, Py_ssize_t extra) {
     if (b->data && b->len + extra <= b->cap) return 0;
     Py_ssize_t cap = b->cap ? b->cap : 4096;
     while (cap < b->len + extra) cap *= 2;
+    if (b->obj) { /* the only reference: resizable in place (freed, NULL, on failure) */
+        if (_PyBytes_Resize(&b->obj, cap) < 0) {
+            b->data = NULL;
+            b->len = b->cap = 0;
+            return -1;
+        }
+        b->data = PyBytes_AS_STRING(b->obj);
+        b->cap = cap;
+        return 0;
+    }
     char *p = PyMem_Realloc(b->data, (size_t)cap);
     if (!p) {
         PyErr_NoMemory();
@@ -159,9 +171,21 @@ typedef struct {
     PyObject *drop_refs; /* list keeping the reasons alive */
 } State;
 
+/* An empty, unallocated ``b`` made a buffer of ``cap`` bytes inside a new bytes object, which
+ * bufs_list hands over as it is: 0, or -1 with an exception set. */
+static int buf_bytes(Buf *b, Py_ssize_t cap) {
+    b->obj = PyBytes_FromStringAndSize(NULL, cap); /* not zeroed: written before it is read */
+    if (!b->obj) return -1;
+    b->data = PyBytes_AS_STRING(b->obj);
+    b->len = 0;
+    b->cap = cap;
+    return 0;
+}
+
 static void state_free(State *s) {
     for (Py_ssize_t i = 0; i < s->ndest; i++) {
-        PyMem_Free(s->bodies[i].data);
+        if (s->bodies[i].obj) Py_CLEAR(s->bodies[i].obj);
+        else PyMem_Free(s->bodies[i].data);
         PyMem_Free(s->indexes[i].data);
     }
     PyMem_Free(s->drops);
@@ -475,7 +499,7 @@ static int scan_start(Scanner *r) {
      * room costs no memory (the kernel maps pages on first write). */
     Py_ssize_t room = PyBytes_GET_SIZE(r->data) + 64;
     for (Py_ssize_t i = 0; i < r->s->ndest; i++)
-        if (buf_grow(&r->s->bodies[i], room) < 0) return -1;
+        if (buf_bytes(&r->s->bodies[i], room) < 0) return -1;
     /* With LabelCache generations: hash the labels of the leading plain series first, so the
      * main loop can prefetch the slots (and their keys and values) a few series ahead: the
      * lookups then mostly hit the CPU cache instead of waiting on memory one after another. */
@@ -754,11 +778,19 @@ static int scan_fields(Scanner *r) {
 }
 
 /* A list of the per-destination buffers as bytes (new reference), or NULL. */
-static PyObject *bufs_list(const Buf *bufs, Py_ssize_t n) {
+static PyObject *bufs_list(Buf *bufs, Py_ssize_t n) {
     PyObject *list = PyList_New(n);
     if (!list) return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *b = PyBytes_FromStringAndSize(bufs[i].data, bufs[i].len);
+        PyObject *b;
+        if (bufs[i].obj) { /* cut to its length and handed over (the buffer is left empty) */
+            b = _PyBytes_Resize(&bufs[i].obj, bufs[i].len) < 0 ? NULL : bufs[i].obj;
+            bufs[i].obj = NULL;
+            bufs[i].data = NULL;
+            bufs[i].len = bufs[i].cap = 0;
+        } else {
+            b = PyBytes_FromStringAndSize(bufs[i].data, bufs[i].len);
+        }
         if (!b) {
             Py_DECREF(list);
             return NULL;
@@ -812,7 +844,7 @@ fail:
 
 /* The result, in scan.Scan field order (new reference), or NULL. */
 static PyObject *scan_result(const Scanner *r) {
-    const State *s = r->s;
+    State *s = r->s; /* its share bodies are handed over (bufs_list) */
     PyObject *bodies = NULL, *indexes = NULL, *samples = NULL, *series = NULL, *dropped = NULL;
     if (!(bodies = bufs_list(s->bodies, s->ndest)) ||
         !(indexes = bufs_list(s->indexes, s->ndest)) ||
