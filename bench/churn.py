@@ -24,7 +24,6 @@ written the same for vmagent and rwrouter; :func:`expected` the samples A and B 
 from __future__ import annotations
 
 import dataclasses
-import pickle
 import random
 import re
 from pathlib import Path
@@ -37,11 +36,10 @@ from bench.workload import (
     SERIES_PER_NODE,
     SeriesDef,
     Workload,
+    cached,
     encode_labels_pb,
     generate,
     is_destination_a,
-    load,
-    save,
     sorted_labels,
 )
 
@@ -177,14 +175,7 @@ def load_or_generate_churn(
 ) -> tuple[Workload, Path]:
     """The cached churning workload, generated and cached first if missing; and its path."""
     path = cache_path(seed, nodes, scrapes, cache_dir)
-    if path.exists():
-        try:
-            return load(path), path
-        except (OSError, EOFError, pickle.UnpicklingError, TypeError):
-            path.unlink(missing_ok=True)  # damaged: generate again
-    workload = generate_churn(seed, nodes, scrapes)
-    save(workload, path)
-    return workload, path
+    return cached(path, lambda: generate_churn(seed, nodes, scrapes))
 
 
 def rules(keep: bool) -> list[dict[str, Any]]:

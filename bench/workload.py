@@ -409,19 +409,25 @@ def load(path: Path) -> Workload:
     return Workload(**data)
 
 
-def load_or_generate(
-    seed: int, nodes: int, scrapes: int, cache_dir: Path = CACHE_DIR
-) -> tuple[Workload, Path]:
-    """The cached workload, generated and cached first if missing; and its cache path."""
-    path = cache_path(seed, nodes, scrapes, cache_dir)
+def cached(path: Path, make: Callable[[], Workload]) -> tuple[Workload, Path]:
+    """The workload cached at ``path``, made with ``make()`` and cached first if missing or
+    damaged; and ``path``."""
     if path.exists():
         try:
             return load(path), path
         except (OSError, EOFError, pickle.UnpicklingError, TypeError):
             path.unlink(missing_ok=True)  # damaged: generate again
-    workload = generate(seed, nodes, scrapes)
+    workload = make()
     save(workload, path)
     return workload, path
+
+
+def load_or_generate(
+    seed: int, nodes: int, scrapes: int, cache_dir: Path = CACHE_DIR
+) -> tuple[Workload, Path]:
+    """The cached workload, generated and cached first if missing; and its cache path."""
+    path = cache_path(seed, nodes, scrapes, cache_dir)
+    return cached(path, lambda: generate(seed, nodes, scrapes))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -55,7 +55,7 @@ async def start_router(tmp_path: Path) -> AsyncIterator[StartRouter]:
     def make(yaml_text: str, n: int) -> RouterServer:
         return RouterServer(router_config(yaml_text, tmp_path / f"storage-{n}"))
 
-    async with _started_routers(make, drain_timeout=2) as start:
+    async with started_routers(make, drain_timeout=2) as start:
         yield start
 
 
@@ -116,7 +116,7 @@ async def start_from_file() -> AsyncIterator[Start]:
     def make(path: Path, n: int) -> RouterServer:
         return RouterServer(load_config(str(path)), config_path=str(path), door=door)
 
-    async with _started_routers(make, drain_timeout=1) as start:
+    async with started_routers(make, drain_timeout=1) as start:
         yield start
 
 
@@ -124,11 +124,12 @@ A = TypeVar("A")
 
 
 @contextlib.asynccontextmanager
-async def _started_routers(
+async def started_routers(
     make: Callable[[A, int], RouterServer], *, drain_timeout: float
 ) -> AsyncIterator[Callable[[A], Awaitable[RouterServer]]]:
     """``start(arg)`` builds router number n with ``make(arg, n)`` and starts it; each one
-    started is stopped (draining up to ``drain_timeout`` seconds) on the way out."""
+    started is stopped (draining up to ``drain_timeout`` seconds) on the way out. For a
+    module's own fixture of routers built its way (a web configuration file, say)."""
     started: list[RouterServer] = []
 
     async def start(arg: A) -> RouterServer:

@@ -9,6 +9,7 @@ across a restart; a rejected batch keeps it in the dead-letter store and
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from rwrouter.deadletter.store import DeadLetterStore, dead_letter_dir
 from rwrouter.server.frontdoor import DoorOptions
 from rwrouter.server.runner import RouterServer
 from rwrouter.wire import types_pb2
-from tests.integration.conftest import eventually
+from tests.integration.conftest import eventually, started_routers
 from tests.support.capture import CaptureServer, Received
 from tests.support.series import HEADERS, Series, encode, write_request
 
@@ -68,18 +69,13 @@ def config_file(tmp_path: Path, fresh_capture: CaptureServer) -> Path:
 
 @pytest.fixture
 async def start(tmp_path: Path, config_file: Path) -> AsyncIterator[Start]:
-    routers: list[RouterServer] = []
+    door = DoorOptions(web_config_file=str(tmp_path / "web.yml"), enable_lifecycle=False)
 
-    async def make() -> RouterServer:
-        door = DoorOptions(web_config_file=str(tmp_path / "web.yml"), enable_lifecycle=False)
-        router = RouterServer(load_config(config_file), config_path=str(config_file), door=door)
-        await router.start()
-        routers.append(router)
-        return router
+    def make(_arg: None, _n: int) -> RouterServer:
+        return RouterServer(load_config(config_file), config_path=str(config_file), door=door)
 
-    yield make
-    for router in routers:
-        await router.stop(drain_timeout=1)
+    async with started_routers(make, drain_timeout=1) as started:
+        yield functools.partial(started, None)
 
 
 async def write(

@@ -16,7 +16,7 @@ import pytest
 from rwrouter.config import load_config
 from rwrouter.server.frontdoor import DoorOptions
 from rwrouter.server.runner import RouterServer
-from tests.integration.conftest import eventually, metric_value
+from tests.integration.conftest import eventually, metric_value, started_routers
 from tests.support.capture import CaptureServer
 from tests.support.series import HEADERS, Series, build_body
 
@@ -50,7 +50,6 @@ Start = Callable[[], Awaitable[RouterServer]]
 
 @pytest.fixture
 async def start(tmp_path: Path, fresh_capture: CaptureServer) -> AsyncIterator[Start]:
-    routers: list[RouterServer] = []
     for name, token in TOKENS.items():
         (tmp_path / f"{name}.token").write_text(token + "\n")
     (tmp_path / "web.yml").write_text(WEB)
@@ -65,16 +64,13 @@ async def start(tmp_path: Path, fresh_capture: CaptureServer) -> AsyncIterator[S
         f" write_relabel_configs: {RULES_B}}}\n"
     )
 
-    async def make() -> RouterServer:
-        door = DoorOptions(web_config_file=str(tmp_path / "web.yml"), enable_lifecycle=False)
-        router = RouterServer(load_config(config), config_path=str(config), door=door)
-        await router.start()
-        routers.append(router)
-        return router
+    door = DoorOptions(web_config_file=str(tmp_path / "web.yml"), enable_lifecycle=False)
 
-    yield make
-    for router in routers:
-        await router.stop(drain_timeout=1)
+    def make(_arg: None, _n: int) -> RouterServer:
+        return RouterServer(load_config(config), config_path=str(config), door=door)
+
+    async with started_routers(make, drain_timeout=1) as started:
+        yield functools.partial(started, None)
 
 
 WITH_TENANT = (("__name__", "m"), ("i", "0"), ("tenant", "team-b"))
