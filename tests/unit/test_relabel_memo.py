@@ -99,8 +99,49 @@ def test_the_memo_is_bounded_and_stays_right(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_equal_rules_compare_equal_whatever_they_remember() -> None:
-    (a,) = parse_relabel_configs([{"source_labels": ["pod"], "target_label": "w"}], "t")
-    (b,) = parse_relabel_configs([{"source_labels": ["pod"], "target_label": "w"}], "t")
+    (a,) = parse_relabel_configs(
+        [{"source_labels": ["pod"], "target_label": "w", "regex": "p(.*)"}], "t"
+    )
+    (b,) = parse_relabel_configs(
+        [{"source_labels": ["pod"], "target_label": "w", "regex": "p(.*)"}], "t"
+    )
     process({"pod": "p1"}, (a,))
     assert a.memo and not b.memo
     assert a == b and hash(a) == hash(b)
+
+
+# id, rule, whether it copies its source value (applied without the regex or the memo)
+COPY_CASES: list[tuple[str, dict[str, Any], bool]] = [
+    ("default_replace", {"source_labels": ["pod"], "target_label": "w"}, True),
+    (
+        "explicit_default_regex",
+        {"source_labels": ["pod"], "regex": "(.*)", "target_label": "w"},
+        True,
+    ),
+    ("target_template", {"source_labels": ["pod"], "target_label": "w_$1"}, False),
+    (
+        "replacement_not_the_group",
+        {"source_labels": ["pod"], "target_label": "w", "replacement": "x$1"},
+        False,
+    ),
+    ("other_regex", {"source_labels": ["pod"], "regex": "(.+)", "target_label": "w"}, False),
+    (
+        "hashmod",
+        {"action": "hashmod", "source_labels": ["pod"], "target_label": "w", "modulus": 2},
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("rule", "copies"), [c[1:] for c in COPY_CASES], ids=[c[0] for c in COPY_CASES]
+)
+def test_copy_rules_apply_without_the_memo(rule: dict[str, Any], copies: bool) -> None:
+    (parsed,) = parse_relabel_configs([rule], "t")
+    assert parsed.copies_source is copies
+    (by_regex,) = parse_relabel_configs([rule], "t")
+    object.__setattr__(by_regex, "copies_source", False)  # the regex and memo path
+    for value in ("p1", "", "a\nb"):  # the dot-all regex copies a newline too
+        labels = {"pod": value, "__name__": "m"}
+        assert process(labels, (parsed,)) == process(labels, (by_regex,))
+    assert not parsed.memo or not copies

@@ -15,6 +15,8 @@ Public API (Prometheus relabel semantics, ``model/relabel/relabel.go``):
   ``LabelBuilder`` (Prometheus ``labels.Builder``, whose order decides labelmap collisions).
 - ``process_compiled(labels, rules)``: ``process`` of a label tuple in the compiled
   accelerator when it is built (the same result).
+- ``program(rules)``: ``rules`` compiled for the accelerator (what ``process_compiled`` and the
+  compiled routing miss path run).
 - ``trace(rules, labels) -> list[Step]``: ``process`` rule by rule (the relabel debugger): each
   step's index, rule, labels after it, and whether it kept the series; stops at a drop.
 """
@@ -27,6 +29,7 @@ from rwrouter.relabel.engine import (
     passes,
     process,
     process_compiled,
+    program,
     trace,
 )
 from rwrouter.relabel.rules import (
@@ -54,5 +57,6 @@ __all__ = [
     "passes",
     "process",
     "process_compiled",
+    "program",
     "trace",
 ]

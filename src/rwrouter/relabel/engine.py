@@ -106,6 +106,9 @@ def _replace(rule: RelabelConfig, labels: LabelBuilder, value: str) -> bool:
     if value == "" and rule.fixed_pair and rule.regex is DEFAULT_REGEX:
         labels.set(rule.target_label, rule.replacement)
         return True
+    if rule.copies_source:  # what _replace_outcome gives for any value
+        labels.set(rule.target_label, value)
+        return True
     outcome = rule.memo.get(value, _MISSING)
     if outcome is _MISSING:
         outcome = _replace_remembered(rule, value)
@@ -258,7 +261,7 @@ _relabel_program = compiled("relabel_program")
 
 def _compiled_rule(rule: RelabelConfig) -> tuple[Any, ...]:
     """One rule for ``relabel_program``: (code, sources, separator, target, memo, fallback,
-    fast, fixed); see ``rwrouter/wire/_relabel.h``."""
+    fast, fixed, copy); see ``rwrouter/wire/_relabel.h``."""
     action = rule.action
     memo: dict[str, Any] | None = None
     fallback: Callable[[str], Any] | None = None
@@ -282,6 +285,7 @@ def _compiled_rule(rule: RelabelConfig) -> tuple[Any, ...]:
         fallback,
         fast,
         rule.replacement,
+        rule.copies_source,
     )
 
 

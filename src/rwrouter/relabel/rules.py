@@ -158,6 +158,9 @@ class RelabelConfig:
     source value (``replace``, ``hashmod``) or label name (``labelmap``), at most
     :data:`RULE_MEMO` entries, then started over: a rule's outcome depends on nothing else, and
     new series mostly repeat the values of earlier ones (a restarted pod changes one or two).
+    ``copies_source``: a replace whose outcome for any value is (target, the value) — regex
+    ``(.*)``, replacement ``$1``, a fixed valid target (the common "copy label" rule) — which
+    the engine applies without the regex or the memo.
     """
 
     action: Action = Action.REPLACE
@@ -172,6 +175,7 @@ class RelabelConfig:
     replacement_template: Template = field(init=False, repr=False, compare=False)
     valid_target: Callable[[str], bool] = field(init=False, repr=False, compare=False)
     fixed_pair: bool = field(init=False, repr=False, compare=False)
+    copies_source: bool = field(init=False, repr=False, compare=False)
     memo: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -179,6 +183,17 @@ class RelabelConfig:
         object.__setattr__(self, "valid_target", name_check(self.name_validation_scheme))
         # Prometheus's replace fast path: neither target nor replacement has a $ reference.
         object.__setattr__(self, "fixed_pair", "$" not in self.target_label + self.replacement)
+        # A replace that copies its source value to a fixed, valid target (regex "(.*)",
+        # replacement "$1": the anchored dot-all regex matches any value whole): no regex run.
+        object.__setattr__(
+            self,
+            "copies_source",
+            self.action == Action.REPLACE
+            and self.regex.text == "(.*)"
+            and self.replacement == "$1"
+            and "$" not in self.target_label
+            and self.valid_target(self.target_label),
+        )
         pattern = self.regex.pattern
         groups = {"group_index": pattern.groupindex, "groups": pattern.groups}
         object.__setattr__(self, "target_template", compile_template(self.target_label, **groups))

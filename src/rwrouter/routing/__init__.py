@@ -28,10 +28,11 @@ same series return every scrape). Samples, exemplars and histograms are never de
 series is its re-encoded labels followed by the sender's raw bytes.
 """
 
+from rwrouter.routing.build import build_router
 from rwrouter.routing.cache import DEFAULT_CACHE_BYTES, DEFAULT_CACHE_MAX_AGE, DEFAULT_CACHE_SIZE
 from rwrouter.routing.outcome import Route
 from rwrouter.routing.routed import RoutedRequest, shard_hash
-from rwrouter.routing.router import Router, build_router
+from rwrouter.routing.router import Router
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",

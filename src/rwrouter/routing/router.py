@@ -7,10 +7,9 @@ import functools
 import struct
 from collections.abc import Sequence
 
-from rwrouter.config import Config
 from rwrouter.errors import InvariantError
 from rwrouter.reasons import DropReason
-from rwrouter.relabel import FILTER_ACTIONS, RelabelConfig, process_compiled
+from rwrouter.relabel import FILTER_ACTIONS, RelabelConfig, process_compiled, program
 from rwrouter.relabel.series import format_labels
 from rwrouter.routing.cache import (
     DEFAULT_CACHE_BYTES,
@@ -37,16 +36,17 @@ from rwrouter.routing.outcome import (
 from rwrouter.routing.routed import RoutedRequest, shard_hash
 from rwrouter.routing.scan import scan_request, signature
 from rwrouter.wire import RawSeries, frame_metadata, metadata_family
-from rwrouter.wire.accelerator import decode_labels, encode_labels
+from rwrouter.wire.accelerator import compiled, decode_labels, encode_labels
 from rwrouter.wire.index import Frames
 
-__all__ = ["Router", "build_router"]
+__all__ = ["Router"]
 
 
 MAX_TEMPLATES = 10_000  # distinct values of the labels filter-only rules read (metric names)
 MAX_METADATA_OUTCOMES = 50_000  # distinct metadata payloads whose routing is remembered
 _U32 = struct.Struct("<I")
 _COLLIDED = REASONS.index(DropReason.NAME_COLLISION)
+_route_labels = compiled("route_labels")  # the miss path in C (wire/_route.h), when built
 
 
 def _same(report: Collision) -> Collision:
@@ -107,6 +107,19 @@ class Router(Generations):
         self._metadata_outcomes: dict[bytes, tuple[bytes | None, ...]] = {}
         self._collisions = CollisionLog()
         self._now = 0.0
+        self._plan: tuple[tuple[object, ...], tuple[tuple[object, bool, bool], ...]] | None = None
+        if (
+            _route_labels is not None
+            and self._claims is None
+            and type(self)._results is Router._results
+        ):
+            # What the compiled miss path needs: the rules compiled, and per route its
+            # fallback and shadow flags (escaping routes take the Python way: collisions;
+            # so does a subclass with results of its own).
+            self._plan = (
+                program(self.global_rules),
+                tuple((program(r.rules), r.fallback, r.shadow) for r in self.routes),
+            )
 
     # -- cache -----------------------------------------------------------------------------
 
@@ -159,7 +172,15 @@ class Router(Generations):
 
     def _route_raw(self, raw_labels: bytes) -> Entry:
         """The full way: decode the labels, apply the rules, escape, ask the collision
-        memory, encode the results."""
+        memory, encode the results. Compiled (``route_labels``, the same entry) when the
+        accelerator is built and no route escapes names."""
+        if self._plan is not None and _route_labels is not None:
+            entry: Entry = _route_labels(raw_labels, *self._plan, self._drop_after)
+            return entry
+        return self._route_raw_py(raw_labels)
+
+    def _route_raw_py(self, raw_labels: bytes) -> Entry:
+        """:meth:`_route_raw` in Python (the reference of ``route_labels``)."""
         slots: list[Slot] = []
         for i, res in enumerate(self._results(decode_labels(raw_labels))):
             if isinstance(res, Renamed) or (
@@ -372,29 +393,3 @@ class Router(Generations):
 
     def _filter(self, i: int, raw: RawSeries) -> tuple[bytes, int]:
         return filter_series(raw, self.routes[i])
-
-
-def build_router(config: Config) -> Router:
-    """The router of a configuration: global rules, then one route per destination: those
-    that send (config order), then the shadow ones (config order)."""
-    ordered = sorted(config.remote_write, key=lambda d: d.shadow)  # stable
-    routes = [
-        Route(
-            name=d.name,
-            rules=d.write_relabel_configs,
-            fallback=d.fallback,
-            shadow=d.shadow,
-            send_exemplars=d.send_exemplars,
-            send_native_histograms=d.send_native_histograms,
-            escaping=d.metric_name_escaping_scheme,
-        )
-        for d in ordered
-    ]
-    cache = config.relabel_cache
-    return Router(
-        global_rules=config.relabel_configs,
-        routes=routes,
-        cache_size=cache.max_entries,
-        cache_bytes=cache.max_bytes,
-        cache_max_age=cache.max_age,
-    )

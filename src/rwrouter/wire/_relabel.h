@@ -13,10 +13,12 @@
  * when its value was seen before, and what the regexes answer is the pure engine's by
  * construction.
  *
- * One compiled rule: a tuple (code, sources, separator, target, memo, fallback, fast, fixed):
+ * One compiled rule: a tuple (code, sources, separator, target, memo, fallback, fast, fixed,
+ * copy):
  * code (RL_*), sources (tuple of str), separator (str), target (str), memo (dict or None),
  * fallback (callable of one str, or None), fast (bool: replace's fixed-pair path applies to
- * an empty value), fixed (str: that path's replacement).
+ * an empty value), fixed (str: that path's replacement), copy (bool: a replace whose outcome
+ * is (target, the source value) for any value: RelabelConfig.copies_source).
  */
 
 static PyObject *rl_empty; /* "" (made by PyInit__scan) */
@@ -200,8 +202,8 @@ static int rl_names(RLSet *s, int code, PyObject *memo, PyObject *fallback) {
 
 /* One rule: 1 kept, 0 dropped, -1 with an exception set. */
 static int rl_apply(RLSet *s, PyObject *rule, PyObject *empty) {
-    if (!PyTuple_Check(rule) || PyTuple_GET_SIZE(rule) != 8) {
-        PyErr_SetString(PyExc_TypeError, "a compiled rule is a tuple of 8");
+    if (!PyTuple_Check(rule) || PyTuple_GET_SIZE(rule) != 9) {
+        PyErr_SetString(PyExc_TypeError, "a compiled rule is a tuple of 9");
         return -1;
     }
     int code = (int)PyLong_AsLong(PyTuple_GET_ITEM(rule, 0));
@@ -221,6 +223,8 @@ static int rl_apply(RLSet *s, PyObject *rule, PyObject *empty) {
     } else if (code == RL_REPLACE && PyUnicode_GET_LENGTH(value) == 0 &&
                PyTuple_GET_ITEM(rule, 6) == Py_True) {
         rc = rl_set(s, target, PyTuple_GET_ITEM(rule, 7)) < 0 ? -1 : 1;
+    } else if (code == RL_REPLACE && PyTuple_GET_ITEM(rule, 8) == Py_True) {
+        rc = rl_set(s, target, value) < 0 ? -1 : 1;
     } else {
         PyObject *out = rl_outcome(memo, fallback, value);
         if (!out) {
@@ -253,6 +257,71 @@ static int rl_cmp_pairs(const void *a, const void *b) {
     return c;
 }
 
+/* Fill the empty set ``s`` from ``labels`` ((name, value) tuples of str) as LabelBuilder.of
+ * does: sorted by name, a repeated name keeps its last value. 0, or -1 with an exception set
+ * (``s`` cleared). */
+static int rl_load(RLSet *s, PyObject *labels) {
+    Py_ssize_t n = PyTuple_GET_SIZE(labels);
+    if (rl_reserve(s, n + 8) < 0) return -1;
+    int sorted = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyTuple_GET_ITEM(labels, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+            !PyUnicode_Check(PyTuple_GET_ITEM(pair, 0)) || !PyUnicode_Check(PyTuple_GET_ITEM(pair, 1))) {
+            rl_clear(s);
+            PyErr_SetString(PyExc_TypeError, "labels are (name: str, value: str) tuples");
+            return -1;
+        }
+        PyObject *name = PyTuple_GET_ITEM(pair, 0), *value = PyTuple_GET_ITEM(pair, 1);
+        Py_INCREF(name);
+        Py_INCREF(value);
+        s->items[s->n++] = (RLPair){name, value, 0};
+        if (i && PyUnicode_Compare(s->items[i - 1].name, name) >= 0) sorted = 0;
+    }
+    if (!sorted) {
+        qsort(s->items, (size_t)s->n, sizeof(RLPair), rl_cmp_pairs);
+        Py_ssize_t w = 0;
+        for (Py_ssize_t i = 0; i < s->n; i++) {
+            if (w && rl_eq(s->items[w - 1].name, s->items[i].name)) {
+                Py_DECREF(s->items[w - 1].name);
+                Py_DECREF(s->items[w - 1].value);
+                s->items[w - 1] = s->items[i];
+            } else {
+                s->items[w++] = s->items[i];
+            }
+        }
+        s->n = w;
+    }
+    return 0;
+}
+
+/* Apply the compiled rules in order: 1 kept, 0 dropped by a rule, -1 with an exception set. */
+static int rl_run(RLSet *s, PyObject *program) {
+    Py_ssize_t rules = PyTuple_GET_SIZE(program);
+    for (Py_ssize_t r = 0; r < rules; r++) {
+        int kept = rl_apply(s, PyTuple_GET_ITEM(program, r), rl_empty);
+        if (kept <= 0) return kept;
+    }
+    return 1;
+}
+
+/* The set as process returns it: (name, value) tuples sorted by name (a new tuple), or NULL
+ * with an exception set. The set is sorted in place. */
+static PyObject *rl_tuple(RLSet *s) {
+    qsort(s->items, (size_t)s->n, sizeof(RLPair), rl_cmp_pairs);
+    PyObject *out = PyTuple_New(s->n);
+    if (!out) return NULL;
+    for (Py_ssize_t i = 0; i < s->n; i++) {
+        PyObject *pair = PyTuple_Pack(2, s->items[i].name, s->items[i].value);
+        if (!pair) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, i, pair);
+    }
+    return out;
+}
+
 /* relabel_program(labels, program): see the file comment. None when a rule dropped the
  * series, else the label set as (name, value) tuples sorted by name. */
 static PyObject *relabel_program(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -261,64 +330,10 @@ static PyObject *relabel_program(PyObject *self, PyObject *const *args, Py_ssize
         PyErr_SetString(PyExc_TypeError, "relabel_program(labels: tuple, program: tuple)");
         return NULL;
     }
-    PyObject *labels = args[0], *program = args[1];
-    PyObject *empty = rl_empty;
-    Py_ssize_t n = PyTuple_GET_SIZE(labels);
     RLSet s = {NULL, 0, 0};
-    if (rl_reserve(&s, n + 8) < 0) return NULL;
-    int sorted = 1;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *pair = PyTuple_GET_ITEM(labels, i);
-        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
-            !PyUnicode_Check(PyTuple_GET_ITEM(pair, 0)) || !PyUnicode_Check(PyTuple_GET_ITEM(pair, 1))) {
-            rl_clear(&s);
-            PyErr_SetString(PyExc_TypeError, "labels are (name: str, value: str) tuples");
-            return NULL;
-        }
-        PyObject *name = PyTuple_GET_ITEM(pair, 0), *value = PyTuple_GET_ITEM(pair, 1);
-        Py_INCREF(name);
-        Py_INCREF(value);
-        s.items[s.n++] = (RLPair){name, value, 0};
-        if (i && PyUnicode_Compare(s.items[i - 1].name, name) >= 0) sorted = 0;
-    }
-    if (!sorted) { /* LabelBuilder.of: sorted pairs; a repeated name keeps its last value */
-        qsort(s.items, (size_t)s.n, sizeof(RLPair), rl_cmp_pairs);
-        Py_ssize_t w = 0;
-        for (Py_ssize_t i = 0; i < s.n; i++) {
-            if (w && rl_eq(s.items[w - 1].name, s.items[i].name)) {
-                Py_DECREF(s.items[w - 1].name);
-                Py_DECREF(s.items[w - 1].value);
-                s.items[w - 1] = s.items[i];
-            } else {
-                s.items[w++] = s.items[i];
-            }
-        }
-        s.n = w;
-    }
-    Py_ssize_t rules = PyTuple_GET_SIZE(program);
-    for (Py_ssize_t r = 0; r < rules; r++) {
-        int kept = rl_apply(&s, PyTuple_GET_ITEM(program, r), empty);
-        if (kept <= 0) {
-            rl_clear(&s);
-            if (kept < 0) return NULL;
-            Py_RETURN_NONE;
-        }
-    }
-    qsort(s.items, (size_t)s.n, sizeof(RLPair), rl_cmp_pairs);
-    PyObject *out = PyTuple_New(s.n);
-    if (!out) {
-        rl_clear(&s);
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < s.n; i++) {
-        PyObject *pair = PyTuple_Pack(2, s.items[i].name, s.items[i].value);
-        if (!pair) {
-            Py_DECREF(out);
-            rl_clear(&s);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(out, i, pair);
-    }
+    if (rl_load(&s, args[0]) < 0) return NULL;
+    int kept = rl_run(&s, args[1]);
+    PyObject *out = kept < 0 ? NULL : kept ? rl_tuple(&s) : Py_NewRef(Py_None);
     rl_clear(&s);
     return out;
 }

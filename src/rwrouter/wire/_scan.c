@@ -1288,6 +1288,7 @@ done:
 #include "_rw2in.h" /* rw2_to_rw1: remote write 2.0 in (rwrouter.wire.rw2_in) */
 #include "_rw2out.h" /* encode_v2, strip_start_timestamps: remote write 2.0 out */
 #include "_relabel.h" /* relabel_program: the relabel engine's rule loop */
+#include "_route.h" /* route_labels: the routing miss path */
 
 static PyMethodDef methods[] = {
     {"scan_request", (PyCFunction)(void (*)(void))scan_request, METH_FASTCALL,
@@ -1310,6 +1311,8 @@ static PyMethodDef methods[] = {
      "Compiled rwrouter.wire.rw2_out.strip_start_timestamps_py."},
     {"relabel_program", (PyCFunction)(void (*)(void))relabel_program, METH_FASTCALL,
      "Compiled rwrouter.relabel.engine.process (rules compiled by engine.program)."},
+    {"route_labels", (PyCFunction)(void (*)(void))route_labels, METH_FASTCALL,
+     "Compiled rwrouter.routing.router.Router._route_raw (destinations without escaping)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1331,6 +1334,7 @@ static void clear_globals(void) {
     Py_CLEAR(str_exemplars);
     Py_CLEAR(str_histograms);
     Py_CLEAR(rl_empty);
+    Py_CLEAR(rt_name);
 }
 
 /* Per-process random seeds of the cache digest (os.urandom): 0, or -1 with an exception set. */
@@ -1362,7 +1366,8 @@ PyMODINIT_FUNC PyInit__scan(void) {
         !(str_samples = PyUnicode_InternFromString("samples")) ||
         !(str_exemplars = PyUnicode_InternFromString("exemplars")) ||
         !(str_histograms = PyUnicode_InternFromString("histograms")) ||
-        !(rl_empty = PyUnicode_FromStringAndSize("", 0)))
+        !(rl_empty = PyUnicode_FromStringAndSize("", 0)) ||
+        !(rt_name = PyUnicode_InternFromString("__name__")))
         goto fail;
     if (PyType_Ready(&LabelCacheType) < 0 || seed_digest() < 0) goto fail;
     if (!(module = PyModule_Create(&moduledef))) goto fail;

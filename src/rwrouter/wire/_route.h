@@ -1,0 +1,225 @@
+/*
+ * route_labels: the routing miss path in one call (included by _scan.c after _relabel.h; part
+ * of the compiled accelerator). Compiled rwrouter.routing.router.Router._route_raw for a router
+ * whose destinations all keep UTF-8 names (no escaping, so no collision memory): the same
+ * cache entry (rwrouter.routing.cache.pack_entry), the same exceptions.
+ *
+ * route_labels(raw, global_program, routes, drop) -> bytes
+ *   raw: a label set's raw Label fields (the cache key);
+ *   global_program: the global rules compiled by rwrouter.relabel.engine.program (() when none);
+ *   routes: per destination in route order, (program, fallback: bool, shadow: bool);
+ *   drop: a label name removed after each destination's rules, or None.
+ *
+ * The routing rules (rwrouter.routing.router.Router._results): the global rules first (a
+ * series they drop, or leave without labels, is dropped as "relabel" everywhere); then each
+ * destination's rules on its own copy; a fallback destination takes the series only when no
+ * destination other than a shadow kept it. Each destination's output (sorted by name) is
+ * judged as rwrouter.routing.outcome.finish judges it: nothing left is "relabel", no
+ * __name__ or an empty name is "invalid". Relabel semantics: Prometheus's, as _relabel.h.
+ */
+
+enum { RT_NOT_SENT = 0, RT_KEPT_SAME = 1, RT_KEPT = 2, RT_DROPPED = 3 }; /* cache.py's kinds */
+enum { RT_RELABEL = 0, RT_INVALID = 1 }; /* indexes in rwrouter.routing.outcome.REASONS */
+
+typedef struct {
+    int kind;        /* RT_* */
+    int reason;      /* RT_DROPPED: the reason index */
+    PyObject *out;   /* RT_KEPT: the encoded output labels (owned) */
+    uint32_t hash;   /* kept: the shard hash */
+} RTSlot;
+
+static PyObject *rt_name; /* "__name__" (made by PyInit__scan) */
+
+/* A copy of ``src`` with every label a base label (LabelBuilder.of of process's result):
+ * 0, or -1 with an exception set. */
+static int rt_copy(RLSet *dst, const RLSet *src) {
+    if (rl_reserve(dst, src->n + 8) < 0) return -1;
+    for (Py_ssize_t i = 0; i < src->n; i++) {
+        Py_INCREF(src->items[i].name);
+        Py_INCREF(src->items[i].value);
+        dst->items[i] = (RLPair){src->items[i].name, src->items[i].value, 0};
+    }
+    dst->n = src->n;
+    return 0;
+}
+
+/* One destination's output, judged and encoded (outcome.finish after RuleCopies._output): the
+ * set is sorted in place and ``drop`` removed. 0 and *slot, or -1 with an exception set. */
+static int rt_finish(RLSet *s, PyObject *drop, PyObject *raw, RTSlot *slot) {
+    qsort(s->items, (size_t)s->n, sizeof(RLPair), rl_cmp_pairs);
+    if (drop != Py_None) {
+        Py_ssize_t i = rl_find(s, drop);
+        if (i >= 0) rl_remove(s, i);
+    }
+    slot->kind = RT_DROPPED;
+    slot->reason = RT_RELABEL;
+    if (s->n == 0) return 0;
+    int named = 0;
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < s->n; i++) {
+        PyObject *name = s->items[i].name;
+        if (PyUnicode_GET_LENGTH(name) == 0) {
+            slot->reason = RT_INVALID;
+            return 0;
+        }
+        if (rl_eq(name, rt_name)) named = 1;
+        Py_ssize_t nn, vn;
+        if (!PyUnicode_AsUTF8AndSize(name, &nn) || !PyUnicode_AsUTF8AndSize(s->items[i].value, &vn))
+            return -1;
+        Py_ssize_t inner = 1 + varint_size((uint64_t)nn) + nn + 1 + varint_size((uint64_t)vn) + vn;
+        total += 1 + varint_size((uint64_t)inner) + inner;
+    }
+    if (!named) {
+        slot->reason = RT_INVALID;
+        return 0;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (!out) return -1;
+    char *p = PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < s->n; i++) {
+        Py_ssize_t nn, vn;
+        const char *np = PyUnicode_AsUTF8AndSize(s->items[i].name, &nn);
+        const char *vp = PyUnicode_AsUTF8AndSize(s->items[i].value, &vn);
+        Py_ssize_t inner = 1 + varint_size((uint64_t)nn) + nn + 1 + varint_size((uint64_t)vn) + vn;
+        *p++ = 0x0A;
+        p = put_varint(p, (uint64_t)inner);
+        *p++ = 0x0A;
+        p = put_varint(p, (uint64_t)nn);
+        memcpy(p, np, (size_t)nn);
+        p += nn;
+        *p++ = 0x12;
+        p = put_varint(p, (uint64_t)vn);
+        memcpy(p, vp, (size_t)vn);
+        p += vn;
+    }
+    const char *kp = PyBytes_AS_STRING(raw);
+    Py_ssize_t kn = PyBytes_GET_SIZE(raw);
+    if (total == kn && memcmp(PyBytes_AS_STRING(out), kp, (size_t)kn) == 0) {
+        Py_DECREF(out);
+        slot->kind = RT_KEPT_SAME;
+        return shard_hash(kp, kn, &slot->hash);
+    }
+    slot->kind = RT_KEPT;
+    slot->out = out;
+    return shard_hash(PyBytes_AS_STRING(out), total, &slot->hash);
+}
+
+/* One destination's rules on a copy of ``base``, then rt_finish. 0, or -1 with an exception
+ * set. */
+static int rt_destination(const RLSet *base, PyObject *program, PyObject *drop, PyObject *raw,
+                          RTSlot *slot) {
+    RLSet w = {NULL, 0, 0};
+    if (rt_copy(&w, base) < 0) return -1;
+    int kept = rl_run(&w, program);
+    int rc = 0;
+    if (kept < 0) {
+        rc = -1;
+    } else if (!kept || w.n == 0) { /* process's None or (): "relabel" */
+        slot->kind = RT_DROPPED;
+        slot->reason = RT_RELABEL;
+    } else {
+        rc = rt_finish(&w, drop, raw, slot);
+    }
+    rl_clear(&w);
+    return rc;
+}
+
+/* The cache entry of the slots (cache.pack_entry), a new bytes object or NULL. */
+static PyObject *rt_pack(const RTSlot *slots, Py_ssize_t n) {
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        total += slots[i].kind == RT_NOT_SENT   ? 1
+                 : slots[i].kind == RT_DROPPED  ? 2
+                 : slots[i].kind == RT_KEPT_SAME ? 5
+                                                 : 9 + PyBytes_GET_SIZE(slots[i].out);
+    PyObject *entry = PyBytes_FromStringAndSize(NULL, total);
+    if (!entry) return NULL;
+    char *p = PyBytes_AS_STRING(entry);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        *p++ = (char)slots[i].kind;
+        if (slots[i].kind == RT_DROPPED) {
+            *p++ = (char)slots[i].reason;
+        } else if (slots[i].kind == RT_KEPT_SAME) {
+            p = put_u32(p, slots[i].hash);
+        } else if (slots[i].kind == RT_KEPT) {
+            Py_ssize_t len = PyBytes_GET_SIZE(slots[i].out);
+            p = put_u32(p, slots[i].hash);
+            p = put_u32(p, (uint32_t)len);
+            memcpy(p, PyBytes_AS_STRING(slots[i].out), (size_t)len);
+            p += len;
+        }
+    }
+    return entry;
+}
+
+/* route_labels(raw, global_program, routes, drop): see the file comment. */
+static PyObject *route_labels(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyBytes_CheckExact(args[0]) || !PyTuple_Check(args[1]) ||
+        !PyTuple_Check(args[2]) || (args[3] != Py_None && !PyUnicode_Check(args[3]))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "route_labels(raw: bytes, global_program: tuple, routes: tuple, drop)");
+        return NULL;
+    }
+    PyObject *raw = args[0], *global = args[1], *routes = args[2], *drop = args[3];
+    Py_ssize_t n = PyTuple_GET_SIZE(routes);
+    if (n > MAX_DESTINATIONS) {
+        PyErr_SetString(PyExc_ValueError, "route_labels: too many destinations");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *route = PyTuple_GET_ITEM(routes, i);
+        if (!PyTuple_Check(route) || PyTuple_GET_SIZE(route) != 3 ||
+            !PyTuple_Check(PyTuple_GET_ITEM(route, 0))) {
+            PyErr_SetString(PyExc_TypeError, "a route is (program: tuple, fallback, shadow)");
+            return NULL;
+        }
+    }
+    PyObject *labels = decode_labels(module, raw); /* DecodeError as the reference raises it */
+    if (!labels) return NULL;
+    RLSet base = {NULL, 0, 0};
+    int loaded = PyTuple_Check(labels) ? rl_load(&base, labels) : -1;
+    if (loaded < 0 && !PyErr_Occurred())
+        PyErr_SetString(PyExc_TypeError, "decode_labels gave no tuple");
+    Py_DECREF(labels);
+    if (loaded < 0) return NULL;
+    RTSlot slots[MAX_DESTINATIONS];
+    memset(slots, 0, sizeof(RTSlot) * (size_t)(n ? n : 1));
+    PyObject *entry = NULL;
+    int kept = PyTuple_GET_SIZE(global) ? rl_run(&base, global) : 1;
+    if (kept < 0) goto done;
+    if (!kept || base.n == 0) { /* dropped by the global rules: "relabel" everywhere */
+        for (Py_ssize_t i = 0; i < n; i++) slots[i] = (RTSlot){RT_DROPPED, RT_RELABEL, NULL, 0};
+        entry = rt_pack(slots, n);
+        goto done;
+    }
+    /* process's result is sorted (rt_copy makes every label a base label) */
+    qsort(base.items, (size_t)base.n, sizeof(RLPair), rl_cmp_pairs);
+    int kept_by_primary = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *route = PyTuple_GET_ITEM(routes, i);
+        int fallback = PyObject_IsTrue(PyTuple_GET_ITEM(route, 1));
+        int shadow = PyObject_IsTrue(PyTuple_GET_ITEM(route, 2));
+        if (fallback < 0 || shadow < 0) goto done;
+        if (fallback) {
+            slots[i].kind = RT_NOT_SENT;
+            continue;
+        }
+        if (rt_destination(&base, PyTuple_GET_ITEM(route, 0), drop, raw, &slots[i]) < 0) goto done;
+        if (slots[i].kind != RT_DROPPED && !shadow) kept_by_primary = 1;
+    }
+    if (!kept_by_primary) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *route = PyTuple_GET_ITEM(routes, i);
+            int fallback = PyObject_IsTrue(PyTuple_GET_ITEM(route, 1));
+            if (fallback < 0) goto done;
+            if (fallback &&
+                rt_destination(&base, PyTuple_GET_ITEM(route, 0), drop, raw, &slots[i]) < 0)
+                goto done;
+        }
+    }
+    entry = rt_pack(slots, n);
+done:
+    for (Py_ssize_t i = 0; i < n; i++) Py_XDECREF(slots[i].out);
+    rl_clear(&base);
+    return entry;
+}

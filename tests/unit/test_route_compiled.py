@@ -1,0 +1,157 @@
+"""The compiled routing miss path (``route_labels``, ``rwrouter/wire/_route.h``) gives the
+cache entry the Python one (:meth:`Router._route_raw_py`) gives, on random global and
+per-destination rules, fallback and shadow destinations, a label removed after the rules, and
+raw label sets (unsorted, repeated names, empty values, malformed), and raises what it raises."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rwrouter.config.model import EscapingScheme
+from rwrouter.relabel import parse_relabel_configs
+from rwrouter.routing.outcome import Route
+from rwrouter.routing.router import Router
+from rwrouter.wire.accelerator import compiled
+from rwrouter.wire.codec import encode_labels
+
+from .test_relabel_compiled import NAMES, VALUES, make_rules, rule_strategy
+
+_compiled = compiled("route_labels")
+pytestmark = pytest.mark.skipif(_compiled is None, reason="accelerator not built")
+
+
+def both(router: Router, raw: bytes) -> None:
+    """The compiled entry equals the Python one (or both raise the same error)."""
+    assert _compiled is not None and router._plan is not None
+    try:
+        want = router._route_raw_py(raw)
+    except Exception as exc:
+        with pytest.raises(type(exc)):
+            _compiled(raw, *router._plan, router._drop_after)
+        return
+    assert _compiled(raw, *router._plan, router._drop_after) == want
+    assert router._route_raw(raw) == want  # what the miss path takes
+
+
+def router_of(
+    global_rules: Any, routes: list[tuple[Any, bool, bool]], drop: str | None = None
+) -> Router:
+    router = Router(
+        global_rules=global_rules,
+        routes=[
+            Route(name=f"d{i}", rules=rules, fallback=fallback, shadow=shadow)
+            for i, (rules, fallback, shadow) in enumerate(routes)
+        ],
+    )
+    if drop is not None:
+        router._drop_after = drop  # as TenantRouter's __tenant__
+    return router
+
+
+pairs = st.tuples(st.sampled_from([*NAMES, ""]), st.sampled_from(VALUES))
+raw_strategy = st.one_of(
+    st.lists(pairs, max_size=6).map(lambda p: encode_labels(tuple(p))),
+    st.binary(max_size=12),  # malformed framing, invalid UTF-8
+    st.sampled_from([b"\x0a\x04\x0a\x01\xff\x12\x00", b"\x0a\x02\x12\x00", b""]),
+)
+route_strategy = st.tuples(st.lists(rule_strategy(), max_size=4), st.booleans(), st.booleans())
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    global_raw=st.lists(rule_strategy(), max_size=2),
+    routes_raw=st.lists(route_strategy, min_size=1, max_size=3),
+    drop=st.sampled_from([None, "pod", "__name__"]),
+    raws=st.lists(raw_strategy, min_size=1, max_size=5),
+)
+def test_compiled_miss_gives_the_python_entry(
+    global_raw: list[dict[str, Any]],
+    routes_raw: list[tuple[list[dict[str, Any]], bool, bool]],
+    drop: str | None,
+    raws: list[bytes],
+) -> None:
+    global_rules = make_rules(global_raw) if global_raw else ()
+    routes = [(make_rules(r) if r else (), fb, sh) for r, fb, sh in routes_raw]
+    if global_rules is None or any(r is None for r, _, _ in routes):
+        return
+    router = router_of(global_rules, routes, drop)
+    for raw in raws + raws:  # twice: the second time from the rules' memos
+        both(router, raw)
+
+
+KEEP_GPU = [{"action": "keep", "source_labels": ["__name__"], "regex": "gpu_.*"}]
+RENAME = [{"source_labels": ["pod"], "target_label": "workload", "regex": "(.*)-[a-z0-9]+"}]
+DROP_ALL = [{"action": "drop", "source_labels": ["__name__"], "regex": ".*"}]
+NO_NAME = [{"action": "labeldrop", "regex": "__name__"}]
+SET_PZ_PY = [
+    {"source_labels": ["pod"], "target_label": "pz", "replacement": "b"},
+    {"source_labels": ["pod"], "target_label": "py", "replacement": "a"},
+]
+# py set again moves it after pz (a base label of the destination's builder), so the
+# labelmap walks it last and x takes its value
+SET_PY_MAP = [
+    {"source_labels": ["pod"], "target_label": "py", "replacement": "c"},
+    {"action": "labelmap", "regex": "p(y|z)", "replacement": "x"},
+]
+GPU = (("__name__", "gpu_util"), ("pod", "train-7f"))
+CPU = (("__name__", "cpu_seconds"), ("pod", "web-1a"))
+
+# id, global rules, routes (rules, fallback, shadow), drop, labels
+CASES = [
+    ("kept_unchanged", [], [(KEEP_GPU, False, False)], None, GPU),
+    ("kept_changed", [], [(RENAME, False, False)], None, GPU),
+    ("dropped_by_keep", [], [(KEEP_GPU, False, False)], None, CPU),
+    ("fallback_takes_the_rest", [], [(KEEP_GPU, False, False), ([], True, False)], None, CPU),
+    ("fallback_not_sent", [], [(KEEP_GPU, False, False), ([], True, False)], None, GPU),
+    ("shadow_keeps_no_series", [], [(KEEP_GPU, False, True), ([], True, False)], None, GPU),
+    ("global_drop_everywhere", DROP_ALL, [([], False, False), ([], True, False)], None, GPU),
+    ("global_then_destination", RENAME, [(KEEP_GPU, False, False)], None, GPU),
+    ("global_output_is_base_labels", SET_PZ_PY, [(SET_PY_MAP, False, False)], None, GPU),
+    ("no_name_is_invalid", [], [(NO_NAME, False, False)], None, GPU),
+    ("drop_after_the_rules", [], [([], False, False)], "pod", GPU),
+    ("drop_leaves_nothing", [], [([], False, False)], "__name__", (("__name__", "x"),)),
+    ("empty_set", [], [([], False, False), ([], True, False)], None, ()),
+]
+
+
+@pytest.mark.parametrize(
+    ("global_raw", "routes_raw", "drop", "labels"),
+    [c[1:] for c in CASES],
+    ids=[c[0] for c in CASES],
+)
+def test_routing_cases(
+    global_raw: list[dict[str, Any]],
+    routes_raw: list[tuple[list[dict[str, Any]], bool, bool]],
+    drop: str | None,
+    labels: tuple[tuple[str, str], ...],
+) -> None:
+    routes = [(parse_relabel_configs(r, "t"), fb, sh) for r, fb, sh in routes_raw]
+    both(router_of(parse_relabel_configs(global_raw, "g"), routes, drop), encode_labels(labels))
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (("not bytes", (), (), None), TypeError),
+        ((b"", (), ((),), None), TypeError),
+        ((b"", (), (((), False),), None), TypeError),
+        ((b"", (), (), 1), TypeError),
+        ((encode_labels(GPU), (), ((("x",), False, False),), None), TypeError),
+    ],
+    ids=["raw_not_bytes", "route_empty", "route_of_two", "drop_not_str", "rule_not_a_tuple"],
+)
+def test_bad_arguments_are_type_errors(args: tuple[Any, ...], error: type[Exception]) -> None:
+    assert _compiled is not None
+    with pytest.raises(error):
+        _compiled(*args)
+
+
+def test_escaping_routes_take_the_python_way() -> None:
+    router = Router(
+        global_rules=(), routes=[Route(name="a", escaping=EscapingScheme("underscores"))]
+    )
+    assert router._plan is None
