@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from rwrouter.errors import DecodeError, TooLargeError
 from rwrouter.routing import Route, Router
 from rwrouter.wire import (
+    block,
     codec,
     compress,
     decode_labels,
@@ -177,6 +178,39 @@ def test_decompress_corrupt_block(body: bytes) -> None:
     assert info.value.status == 400
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    data=st.binary(max_size=3000),
+    cut=st.integers(min_value=0, max_value=40),
+    flip=st.integers(min_value=0, max_value=255),
+)
+def test_decompress_in_place_as_python_snappy(data: bytes, cut: int, flip: int) -> None:
+    """The accelerated decompress (the decoder writing into the bytes returned) and
+    python-snappy's give the same bytes, and refuse the same damaged blocks."""
+    body = compress(data)
+    damaged = body[: max(1, len(body) - cut)]
+    if flip and len(damaged) > 2:
+        damaged = damaged[:2] + bytes([damaged[2] ^ flip]) + damaged[3:]
+    for case in (body, damaged):
+        outcomes: list[bytes | type[DecodeError]] = []
+        for blank in (block._blank_bytes, None):
+            saved = block._blank_bytes
+            block._blank_bytes = blank
+            try:
+                outcomes.append(decompress(case, max_decoded_bytes=LIMIT))
+            except DecodeError as exc:
+                outcomes.append(type(exc))
+            finally:
+                block._blank_bytes = saved
+        assert outcomes[0] == outcomes[1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.one_of(st.binary(max_size=5000), st.binary(max_size=8).map(lambda b: b * 700)))
+def test_compress_gives_python_snappys_block(data: bytes) -> None:
+    assert compress(data) == snappy.compress(data)
+
+
 def test_compress_round_trip() -> None:
     data = bytes(range(256)) * 10
     assert decompress(compress(data), max_decoded_bytes=LIMIT) == data
@@ -197,16 +231,16 @@ SPLICE_CASES = [
 
 @pytest.mark.parametrize("parts", [c[1] for c in SPLICE_CASES], ids=[c[0] for c in SPLICE_CASES])
 def test_splice_compressed_decodes_to_the_parts_concatenated(parts: list[bytes]) -> None:
-    spliced = codec.splice_compressed([compress(p) for p in parts])
+    spliced = block.splice_compressed([compress(p) for p in parts])
     whole = b"".join(parts)
     assert decompress(spliced, max_decoded_bytes=LIMIT) == whole == snappy.decompress(spliced)
-    assert codec.declared_size(spliced) == len(whole)
+    assert block.declared_size(spliced) == len(whole)
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.binary(max_size=3000).map(lambda b: b * 3), min_size=1, max_size=6))
 def test_splice_compressed_random_blocks(parts: list[bytes]) -> None:
-    assert snappy.decompress(codec.splice_compressed([compress(p) for p in parts])) == b"".join(
+    assert snappy.decompress(block.splice_compressed([compress(p) for p in parts])) == b"".join(
         parts
     )
 
@@ -218,7 +252,7 @@ def test_spliced_write_requests_are_one_write_request() -> None:
         ts = req.timeseries.add()
         ts.labels.add(name="__name__", value=f"m{i}")
         ts.samples.add(value=float(i), timestamp=i)
-    body = codec.splice_compressed([compress(r.SerializeToString()) for r in reqs])
+    body = block.splice_compressed([compress(r.SerializeToString()) for r in reqs])
     merged = remote_pb2.WriteRequest.FromString(decompress(body, max_decoded_bytes=LIMIT))
     assert [ts.labels[0].value for ts in merged.timeseries] == ["m0", "m1"]
 
@@ -226,7 +260,7 @@ def test_spliced_write_requests_are_one_write_request() -> None:
 @pytest.mark.parametrize("bad", [b"", b"\xff" * 11], ids=["empty_block", "overlong_varint"])
 def test_splice_compressed_refuses_an_unreadable_header(bad: bytes) -> None:
     with pytest.raises(DecodeError, match="uncompressed-length varint"):
-        codec.splice_compressed([compress(b"ok"), bad])
+        block.splice_compressed([compress(b"ok"), bad])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,16 +6,13 @@ The generated protobuf modules (``remote_pb2``, ``types_pb2``: RW 1.0; ``write_v
 (``scripts/gen-proto``); the router's hot path does not use them (tests and tools do).
 """
 
+from rwrouter.wire.block import compress, declared_size, decompress, splice_compressed
 from rwrouter.wire.codec import (
     RawSeries,
-    compress,
-    declared_size,
     decode_labels,
-    decompress,
     encode_labels,
     frame_metadata,
     metadata_family,
-    splice_compressed,
     strip_fields,
 )
 from rwrouter.wire.rw2_in import Converted, to_rw1

@@ -1285,6 +1285,32 @@ done:
     return out;
 }
 
+/* blank_bytes(n) -> (bytes, memoryview): a new bytes object of n bytes, not initialized, and
+ * a writable view of them, for a decoder to write into (rwrouter.wire.codec.decompress: the
+ * snappy decoder writes the decoded body in place, no zeroed buffer and no copy). The bytes
+ * object has no other reference and no hash until the caller shares it; the view does not
+ * keep it alive: the caller holds both and releases the view once written. */
+static PyObject *blank_bytes(PyObject *module, PyObject *arg) {
+    (void)module;
+    Py_ssize_t n = PyLong_AsSsize_t(arg);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "blank_bytes: a negative size");
+        return NULL;
+    }
+    PyObject *data = PyBytes_FromStringAndSize(NULL, n);
+    if (!data) return NULL;
+    PyObject *view = PyMemoryView_FromMemory(PyBytes_AS_STRING(data), n, PyBUF_WRITE);
+    if (!view) {
+        Py_DECREF(data);
+        return NULL;
+    }
+    PyObject *out = PyTuple_Pack(2, data, view);
+    Py_DECREF(data);
+    Py_DECREF(view);
+    return out;
+}
+
 #include "_rw2in.h" /* rw2_to_rw1: remote write 2.0 in (rwrouter.wire.rw2_in) */
 #include "_rw2out.h" /* encode_v2, strip_start_timestamps: remote write 2.0 out */
 #include "_relabel.h" /* relabel_program: the relabel engine's rule loop */
@@ -1311,6 +1337,8 @@ static PyMethodDef methods[] = {
      "Compiled rwrouter.wire.rw2_out.strip_start_timestamps_py."},
     {"relabel_program", (PyCFunction)(void (*)(void))relabel_program, METH_FASTCALL,
      "Compiled rwrouter.relabel.engine.process (rules compiled by engine.program)."},
+    {"blank_bytes", (PyCFunction)blank_bytes, METH_O,
+     "A new bytes object of n bytes, not initialized, and a writable view of them."},
     {"route_labels", (PyCFunction)(void (*)(void))route_labels, METH_FASTCALL,
      "Compiled rwrouter.routing.router.Router._route_raw (destinations without escaping)."},
     {NULL, NULL, 0, NULL},

@@ -1,4 +1,5 @@
-"""Remote write 1.0 codec: snappy block framing and a label-only protobuf walk (pure).
+"""Remote write 1.0 codec: a label-only protobuf walk (pure); the snappy block framing is in
+:mod:`rwrouter.wire.block`.
 
 Protobuf primitives live in :mod:`rwrouter.wire.walk`, the checks of the messages forwarded
 without decoding (samples, exemplars, histograms, metadata) in :mod:`rwrouter.wire.validate`.
@@ -18,12 +19,9 @@ making a destination reject a batch that also carries other requests' series.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-import snappy  # type: ignore[import-untyped,unused-ignore]
-
-from rwrouter.errors import DecodeError, TooLargeError
+from rwrouter.errors import DecodeError
 from rwrouter.wire.validate import (
     check_exemplar,
     check_histogram,
@@ -31,8 +29,6 @@ from rwrouter.wire.validate import (
     decode_label,
 )
 from rwrouter.wire.walk import LEN, encode_varint, fields, read_varint
-
-SNAPPY_FRAMED_MAGIC = b"\xff\x06\x00\x00sNaPpY"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,84 +45,6 @@ class RawSeries:
     samples: int
     exemplars: int
     histograms: int
-
-
-def decompress(body: bytes, *, max_decoded_bytes: int) -> bytes:
-    """Undo the snappy block compression of a remote write body.
-
-    The declared uncompressed length (the leading varint) is checked against
-    ``max_decoded_bytes`` before anything is decompressed.
-
-    Raises:
-        DecodeError: empty body, the snappy framed/stream format, a corrupt block.
-        TooLargeError: the declared decoded length is over ``max_decoded_bytes`` (bytes).
-    """
-    if not body:
-        raise DecodeError("empty body: expected a snappy-compressed WriteRequest")
-    if body.startswith(SNAPPY_FRAMED_MAGIC[:4]):
-        raise DecodeError(
-            "body uses the snappy framed (stream) format; "
-            "remote write needs the snappy block format"
-        )
-    try:
-        declared, _ = read_varint(body, 0, len(body))
-    except DecodeError:
-        raise DecodeError("snappy block header: bad uncompressed-length varint") from None
-    if declared > max_decoded_bytes:
-        raise TooLargeError(
-            f"snappy header declares {declared} decoded bytes, over the limit of "
-            f"{max_decoded_bytes}"
-        )
-    try:
-        data: bytes = snappy.decompress(body)
-    except Exception as exc:  # python-snappy raises several types for corrupt input
-        raise DecodeError(f"undecodable snappy block: {str(exc) or type(exc).__name__}") from None
-    return data
-
-
-def declared_size(body: bytes) -> int:
-    """The decoded size (bytes) a snappy block body declares in its header; 0 if unreadable
-    (:func:`decompress` then says why)."""
-    try:
-        return read_varint(body, 0, min(len(body), 10))[0]
-    except DecodeError:
-        return 0
-
-
-def compress(data: bytes) -> bytes:
-    """Snappy block compression (what remote write bodies use)."""
-    out: bytes = snappy.compress(data)
-    return out
-
-
-def splice_compressed(blocks: Sequence[bytes]) -> bytes:
-    """One snappy block whose decoded bytes are the concatenation of ``blocks``' decoded bytes,
-    without decompressing them (a memory copy of the compressed bytes).
-
-    Snappy block format (google/snappy ``format_description.txt``): a block is the varint of
-    its decoded length, then elements (literals, and copies whose offset reaches back into
-    output already produced); a compressor never refers before its block's own start, so the
-    elements of several blocks can follow one another under one length header with their sum.
-    For remote write bodies the result is again a WriteRequest: protobuf encodings of one
-    message type concatenate into their merge (repeated fields appended, in order).
-
-    ``blocks``: one or more snappy blocks (a single one is returned as is). Their contents are
-    not checked here: a damaged block still fails to decompress after splicing. Raises
-    DecodeError when a block's length header is unreadable.
-    """
-    if len(blocks) == 1:
-        return blocks[0]
-    total = 0
-    parts: list[bytes | memoryview] = [b""]
-    for block in blocks:
-        try:
-            length, start = read_varint(block, 0, min(len(block), 10))
-        except DecodeError:
-            raise DecodeError("snappy block header: bad uncompressed-length varint") from None
-        total += length
-        parts.append(memoryview(block)[start:])
-    parts[0] = encode_varint(total)
-    return b"".join(parts)
 
 
 def decode_labels(raw: bytes) -> tuple[tuple[str, str], ...]:

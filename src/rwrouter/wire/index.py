@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 
 from rwrouter.errors import InvariantError
 from rwrouter.wire.accelerator import compiled
-from rwrouter.wire.codec import decompress
+from rwrouter.wire.block import decompress
 
 __all__ = [
     "INDEX",
