@@ -66,8 +66,7 @@ static int rt_finish(RLSet *s, PyObject *drop, PyObject *raw, RTSlot *slot) {
         Py_ssize_t nn, vn;
         if (!PyUnicode_AsUTF8AndSize(name, &nn) || !PyUnicode_AsUTF8AndSize(s->items[i].value, &vn))
             return -1;
-        Py_ssize_t inner = 1 + varint_size((uint64_t)nn) + nn + 1 + varint_size((uint64_t)vn) + vn;
-        total += 1 + varint_size((uint64_t)inner) + inner;
+        total += label_field_size(nn, vn);
     }
     if (!named) {
         slot->reason = RT_INVALID;
@@ -80,17 +79,7 @@ static int rt_finish(RLSet *s, PyObject *drop, PyObject *raw, RTSlot *slot) {
         Py_ssize_t nn, vn;
         const char *np = PyUnicode_AsUTF8AndSize(s->items[i].name, &nn);
         const char *vp = PyUnicode_AsUTF8AndSize(s->items[i].value, &vn);
-        Py_ssize_t inner = 1 + varint_size((uint64_t)nn) + nn + 1 + varint_size((uint64_t)vn) + vn;
-        *p++ = 0x0A;
-        p = put_varint(p, (uint64_t)inner);
-        *p++ = 0x0A;
-        p = put_varint(p, (uint64_t)nn);
-        memcpy(p, np, (size_t)nn);
-        p += nn;
-        *p++ = 0x12;
-        p = put_varint(p, (uint64_t)vn);
-        memcpy(p, vp, (size_t)vn);
-        p += vn;
+        p = put_label_field(p, np, nn, vp, vn);
     }
     const char *kp = PyBytes_AS_STRING(raw);
     Py_ssize_t kn = PyBytes_GET_SIZE(raw);
@@ -194,29 +183,24 @@ static PyObject *route_labels(PyObject *module, PyObject *const *args, Py_ssize_
     }
     /* process's result is sorted (rt_copy makes every label a base label) */
     qsort(base.items, (size_t)base.n, sizeof(RLPair), rl_cmp_pairs);
-    int kept_by_primary = 0;
+    int kept_by_primary = 0, fallback[MAX_DESTINATIONS];
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *route = PyTuple_GET_ITEM(routes, i);
-        int fallback = PyObject_IsTrue(PyTuple_GET_ITEM(route, 1));
         int shadow = PyObject_IsTrue(PyTuple_GET_ITEM(route, 2));
-        if (fallback < 0 || shadow < 0) goto done;
-        if (fallback) {
+        if ((fallback[i] = PyObject_IsTrue(PyTuple_GET_ITEM(route, 1))) < 0 || shadow < 0)
+            goto done;
+        if (fallback[i]) {
             slots[i].kind = RT_NOT_SENT;
             continue;
         }
         if (rt_destination(&base, PyTuple_GET_ITEM(route, 0), drop, raw, &slots[i]) < 0) goto done;
         if (slots[i].kind != RT_DROPPED && !shadow) kept_by_primary = 1;
     }
-    if (!kept_by_primary) {
-        for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *route = PyTuple_GET_ITEM(routes, i);
-            int fallback = PyObject_IsTrue(PyTuple_GET_ITEM(route, 1));
-            if (fallback < 0) goto done;
-            if (fallback &&
-                rt_destination(&base, PyTuple_GET_ITEM(route, 0), drop, raw, &slots[i]) < 0)
-                goto done;
-        }
-    }
+    for (Py_ssize_t i = 0; i < n && !kept_by_primary; i++)
+        if (fallback[i] &&
+            rt_destination(&base, PyTuple_GET_ITEM(PyTuple_GET_ITEM(routes, i), 0), drop, raw,
+                           &slots[i]) < 0)
+            goto done;
     entry = rt_pack(slots, n);
 done:
     for (Py_ssize_t i = 0; i < n; i++) Py_XDECREF(slots[i].out);

@@ -989,6 +989,28 @@ bail:
     return pure_decode_labels(raw);
 }
 
+/* The size of one Label field of a TimeSeries (tag, length, Label{name, value}), bytes. */
+static inline Py_ssize_t label_field_size(Py_ssize_t nn, Py_ssize_t vn) {
+    Py_ssize_t inner = 1 + varint_size((uint64_t)nn) + nn + 1 + varint_size((uint64_t)vn) + vn;
+    return 1 + varint_size((uint64_t)inner) + inner;
+}
+
+/* Write one Label field (label_field_size bytes) at p; the end of what was written. */
+static inline char *put_label_field(char *p, const char *np, Py_ssize_t nn, const char *vp,
+                                    Py_ssize_t vn) {
+    Py_ssize_t inner = 1 + varint_size((uint64_t)nn) + nn + 1 + varint_size((uint64_t)vn) + vn;
+    *p++ = 0x0A;
+    p = put_varint(p, (uint64_t)inner);
+    *p++ = 0x0A;
+    p = put_varint(p, (uint64_t)nn);
+    memcpy(p, np, (size_t)nn);
+    p += nn;
+    *p++ = 0x12;
+    p = put_varint(p, (uint64_t)vn);
+    memcpy(p, vp, (size_t)vn);
+    return p + vn;
+}
+
 /* Compiled rwrouter.wire.codec.encode_labels: the Label fields of a TimeSeries. */
 static PyObject *encode_labels(PyObject *module, PyObject *labels) {
     (void)module;
@@ -1025,27 +1047,12 @@ static PyObject *encode_labels(PyObject *module, PyObject *labels) {
         if (!names[i]) goto done;
         values[i] = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 1), &vlen[i]);
         if (!values[i]) goto done;
-        Py_ssize_t inner = 1 + varint_size((uint64_t)nlen[i]) + nlen[i] + 1 +
-                           varint_size((uint64_t)vlen[i]) + vlen[i];
-        total += 1 + varint_size((uint64_t)inner) + inner;
+        total += label_field_size(nlen[i], vlen[i]);
     }
     out = PyBytes_FromStringAndSize(NULL, total);
     if (!out) goto done;
     char *p = PyBytes_AS_STRING(out);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_ssize_t inner = 1 + varint_size((uint64_t)nlen[i]) + nlen[i] + 1 +
-                           varint_size((uint64_t)vlen[i]) + vlen[i];
-        *p++ = 0x0A;
-        p = put_varint(p, (uint64_t)inner);
-        *p++ = 0x0A;
-        p = put_varint(p, (uint64_t)nlen[i]);
-        memcpy(p, names[i], (size_t)nlen[i]);
-        p += nlen[i];
-        *p++ = 0x12;
-        p = put_varint(p, (uint64_t)vlen[i]);
-        memcpy(p, values[i], (size_t)vlen[i]);
-        p += vlen[i];
-    }
+    for (Py_ssize_t i = 0; i < n; i++) p = put_label_field(p, names[i], nlen[i], values[i], vlen[i]);
 done:
     PyMem_Free(names);
     PyMem_Free(values);
