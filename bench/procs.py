@@ -1,10 +1,12 @@
 """Process helpers for the runner: CPU and peak RSS of a process tree from /proc, and child
 processes that never outlive the runner.
 
-CPU: ``utime + stime`` of ``/proc/<pid>/stat`` (clock ticks, converted to seconds), summed over
-the root process and every descendant seen while sampling (a process that exits keeps its last
-sampled value: up to one sampling period of its CPU can be missed). Peak RSS: ``VmHWM`` of
-``/proc/<pid>/status`` (bytes), summed over the same processes.
+CPU: the run time of every thread, ``/proc/<pid>/task/<tid>/schedstat`` (first field,
+nanoseconds), summed over the root process, every descendant and every thread seen while sampling
+(a thread or process that exits keeps its last sampled value: up to one sampling period of its CPU
+can be missed). Where schedstat cannot be read, ``utime + stime`` of ``/proc/<pid>/stat`` (clock
+ticks of 10 ms, converted to seconds) stands in: too coarse for runs shorter than a second.
+Peak RSS: ``VmHWM`` of ``/proc/<pid>/status`` (bytes), summed over the same processes.
 """
 
 from __future__ import annotations
@@ -53,6 +55,27 @@ def read_stat(pid: int) -> ProcStat | None:
     )
 
 
+def read_thread_ns(pid: int) -> dict[int, int] | None:
+    """CPU run time of each thread of a process, nanoseconds by thread id (first field of
+    ``/proc/<pid>/task/<tid>/schedstat``): empty if the process is gone, None if it cannot be
+    read that way (no schedstat, no permission)."""
+    out: dict[int, int] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except (FileNotFoundError, ProcessLookupError):
+        return out
+    except PermissionError:
+        return None
+    for tid in tids:
+        try:
+            out[int(tid)] = int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # the thread ended between listing and reading
+        except (PermissionError, ValueError, IndexError):
+            return None
+    return out
+
+
 def read_hwm_bytes(pid: int) -> int | None:
     """Peak resident set size (``VmHWM``) of a process in bytes, or None if unknown/gone."""
     try:
@@ -87,7 +110,8 @@ def tree(root: int) -> list[ProcStat]:
 
 class TreeMonitor:
     """Samples a process tree every ``period`` seconds in a thread: the last CPU seconds and the
-    peak RSS of every process seen, keyed by (pid, start time)."""
+    peak RSS of every process seen, keyed by (pid, start time), and the last run time of every
+    thread seen, keyed by (pid, start time, thread id)."""
 
     def __init__(self, root: int, period: float = 0.2) -> None:
         self.root = root
@@ -95,6 +119,9 @@ class TreeMonitor:
         self._cpu: dict[tuple[int, int], float] = {}
         self._hwm: dict[tuple[int, int], int] = {}
         self._baseline: dict[tuple[int, int], float] = {}
+        self._thread_ns: dict[tuple[int, int, int], int] = {}
+        self._thread_baseline: dict[tuple[int, int, int], int] = {}
+        self._schedstat = True
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -106,6 +133,12 @@ class TreeMonitor:
             for st in procs:
                 key = (st.pid, st.start_ticks)
                 self._cpu[key] = st.cpu_seconds
+                threads = read_thread_ns(st.pid) if self._schedstat else None
+                if threads is None:
+                    self._schedstat = True
+                else:
+                    for tid, ns in threads.items():
+                        self._thread_ns[(st.pid, st.start_ticks, tid)] = ns
                 hwm = read_hwm_bytes(st.pid)
                 if hwm is not None:
                     self._hwm[key] = max(hwm, self._hwm.get(key, 0))
@@ -115,6 +148,7 @@ class TreeMonitor:
         self.sample()
         with self._lock:
             self._baseline = dict(self._cpu)
+            self._thread_baseline = dict(self._thread_ns)
         self._thread = threading.Thread(target=self._run, name="tree-monitor", daemon=True)
         self._thread.start()
 
@@ -130,8 +164,13 @@ class TreeMonitor:
         self.sample()
 
     def cpu_seconds(self) -> float:
-        """CPU seconds (utime + stime) used by the tree since :meth:`start`."""
+        """CPU seconds used by the tree since :meth:`start`: threads' schedstat run time, or
+        utime + stime (10 ms ticks) once any process could not be read that way."""
         with self._lock:
+            if self._schedstat:
+                base = self._thread_baseline
+                ns = sum(v - base.get(k, 0) for k, v in self._thread_ns.items())
+                return ns / 1e9
             return sum(v - self._baseline.get(k, 0.0) for k, v in self._cpu.items())
 
     def peak_rss_bytes(self) -> int:
