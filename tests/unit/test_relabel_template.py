@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import pytest
-import re2  # type: ignore[import-untyped]
 
+from rwrouter.relabel.rules import Regex
 from rwrouter.relabel.template import compile_template, expand
 
 # The regex has group 1 = "ab", group 2 = "cd", named group "name" (3) = "ef", and "ünï" (4) = "g";
 # groups 5..10 exist: 5 = "h", 10 = "TEN"; group 11 does not participate.
 REGEX = r"(ab)(cd)(?P<name>ef)(?P<ünï>g)(h)(i)(j)(k)(l)(TEN)(zz)?"
 VALUE = "abcdefghijklTEN"
+# The same groups around non-ASCII text: matched as str, not as bytes (Regex.search).
+WIDE_REGEX = r"é?" + REGEX
+WIDE_VALUE = "é" + VALUE
 
 CASES = [
     ("plain_number", "$1", "ab"),
@@ -45,11 +48,17 @@ CASES = [
 
 
 @pytest.mark.parametrize(
+    "regex, value", [(REGEX, VALUE), (WIDE_REGEX, WIDE_VALUE)], ids=["ascii", "wide"]
+)
+@pytest.mark.parametrize(
     ("template", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
 )
-def test_expand(template: str, expected: str) -> None:
-    pattern = re2.compile(f"^(?s:{REGEX})$")
-    match = pattern.search(VALUE)
+def test_expand(regex: str, value: str, template: str, expected: str) -> None:
+    regexp = Regex.compile(regex)
+    match = regexp.search(value)
     assert match is not None
+    pattern = regexp.pattern
     compiled = compile_template(template, group_index=pattern.groupindex, groups=pattern.groups)
-    assert expand(compiled, match) == expected
+    if expected == VALUE:  # $0: the whole match
+        expected = value
+    assert expand(compiled, match, value) == expected

@@ -155,3 +155,50 @@ def test_escaping_routes_take_the_python_way() -> None:
         global_rules=(), routes=[Route(name="a", escaping=EscapingScheme("underscores"))]
     )
     assert router._plan is None
+
+
+def _field(number: int, data: bytes) -> bytes:
+    """One length-delimited protobuf field (lengths < 128 here)."""
+    return bytes([number << 3 | 2, len(data)]) + data
+
+
+def _label(name: bytes, value: bytes, extra: bytes = b"") -> bytes:
+    body = _field(1, name) + _field(2, value) + extra
+    return _field(1, body)
+
+
+_MANY = (*tuple((f"l{i:03d}", "v") for i in range(70)), ("__name__", "gpu_util"))
+# id, raw label set: the shapes the compiled decoder takes itself and the ones it hands over
+SHAPES = [
+    ("more_labels_than_the_fast_decoder_holds", encode_labels(_MANY)),
+    ("value_longer_than_the_cached_ones", encode_labels((("__name__", "m"), ("pod", "p" * 200)))),
+    ("name_longer_than_the_cached_ones", encode_labels((("__name__", "m"), ("n" * 90, "v")))),
+    ("value_field_before_name", _field(1, _field(2, b"m") + _field(1, b"__name__"))),
+    ("unknown_field_in_a_label", _label(b"__name__", b"m", extra=b"\x18\x01")),
+    ("repeated_value_field", _label(b"__name__", b"m", extra=_field(2, b"n"))),
+    ("non_ascii_value", encode_labels((("__name__", "m"), ("pod", "é-1")))),
+    ("invalid_utf8_value", _label(b"__name__", b"\xff")),
+    (
+        "repeated_name_empty_value",
+        _label(b"pod", b"") + _label(b"__name__", b"m") + _label(b"pod", b"a"),
+    ),
+    ("unsorted", _label(b"pod", b"a") + _label(b"__name__", b"m")),
+]
+
+
+@pytest.mark.parametrize("raw", [s[1] for s in SHAPES], ids=[s[0] for s in SHAPES])
+def test_label_set_shapes(raw: bytes) -> None:
+    rules = parse_relabel_configs([*RENAME, {"action": "labeldrop", "regex": "l00.*"}], "t")
+    both(router_of((), [(rules, False, False), ((), True, False)]), raw)
+
+
+def test_recent_values_are_the_values_sent() -> None:
+    """Enough distinct names and values to evict each other from the decoder's tables: every
+    entry is still the Python one, before and after."""
+    router = router_of((), [(parse_relabel_configs(RENAME, "t"), False, False)])
+    raws = [
+        encode_labels((("__name__", f"m{i % 7}"), (f"n{i % 300}", f"v{i}"), ("pod", f"p-{i}")))
+        for i in range(6000)
+    ]
+    for raw in raws + raws[::-1]:
+        both(router, raw)

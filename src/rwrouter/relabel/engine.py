@@ -127,13 +127,13 @@ def _replace_remembered(rule: RelabelConfig, value: str) -> tuple[str, str] | No
 def _replace_outcome(rule: RelabelConfig, value: str) -> tuple[str, str] | None:
     """What a replace of source ``value`` sets: (target label, value; "" deletes it), or None
     when it changes nothing (no match, or a target invalid under the rule's scheme)."""
-    match = rule.regex.pattern.search(value)
+    match = rule.regex.search(value)
     if match is None:
         return None
-    target = expand(rule.target_template, match)
+    target = expand(rule.target_template, match, value)
     if not rule.valid_target(target):  # under the rule's name validation scheme
         return None
-    return target, expand(rule.replacement_template, match)
+    return target, expand(rule.replacement_template, match, value)
 
 
 def _lowercase(rule: RelabelConfig, labels: LabelBuilder, value: str) -> bool:
@@ -178,8 +178,8 @@ def _labelmap(rule: RelabelConfig, labels: LabelBuilder, value: str) -> bool:
 
 def _labelmap_remembered(rule: RelabelConfig, name: str) -> str | None:
     """The name a labelmap maps ``name`` to (None: it does not match), remembered."""
-    match = rule.regex.pattern.search(name)
-    target = None if match is None else expand(rule.replacement_template, match)
+    match = rule.regex.search(name)
+    target = None if match is None else expand(rule.replacement_template, match, name)
     _remember(rule.memo, name, target)
     return target
 

@@ -99,8 +99,10 @@ def compile_template(template: str, *, group_index: Mapping[str, int], groups: i
     return tuple(part for part in parts if part != "")
 
 
-def expand(template: Template, match: Any) -> str:
-    """Expand a compiled ``template`` with a regex ``match`` (an ``re2`` match object)."""
+def expand(template: Template, match: Any, text: str) -> str:
+    """Expand a compiled ``template`` with a regex ``match`` of ``text`` (an ``re2`` match,
+    as :meth:`Regex.search <rwrouter.relabel.rules.Regex.search>` gives it: its spans are
+    offsets in ``text``; a group that took no part expands to "")."""
     if len(template) == 1 and isinstance(template[0], str):
         return template[0]
     out: list[str] = []
@@ -108,7 +110,7 @@ def expand(template: Template, match: Any) -> str:
         if isinstance(part, str):
             out.append(part)
         else:
-            group = match.group(part)
-            if group:
-                out.append(group)
+            start, end = match.span(part)
+            if start >= 0:
+                out.append(text[start:end])
     return "".join(out)

@@ -75,7 +75,10 @@ static int rl_reserve(RLSet *s, Py_ssize_t n) {
 /* Whether two str are equal (interned or not). */
 static inline int rl_eq(PyObject *a, PyObject *b) {
     if (a == b) return 1;
-    if (PyUnicode_GET_LENGTH(a) != PyUnicode_GET_LENGTH(b)) return 0;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(a);
+    if (n != PyUnicode_GET_LENGTH(b)) return 0;
+    if (PyUnicode_IS_COMPACT_ASCII(a) && PyUnicode_IS_COMPACT_ASCII(b))
+        return memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b), (size_t)n) == 0;
     return PyUnicode_Compare(a, b) == 0;
 }
 
@@ -250,11 +253,35 @@ static int rl_apply(RLSet *s, PyObject *rule, PyObject *empty) {
     return rc;
 }
 
-static int rl_cmp_pairs(const void *a, const void *b) {
-    const RLPair *x = a, *y = b;
-    int c = PyUnicode_Compare(x->name, y->name);
-    if (c == 0) c = PyUnicode_Compare(x->value, y->value);
-    return c;
+/* str order (code points) of two str: memcmp when both are ASCII (the common case), else
+ * PyUnicode_Compare (no error for two str). */
+static inline int rl_cmp_str(PyObject *a, PyObject *b) {
+    if (a == b) return 0;
+    if (PyUnicode_IS_COMPACT_ASCII(a) && PyUnicode_IS_COMPACT_ASCII(b)) {
+        Py_ssize_t na = PyUnicode_GET_LENGTH(a), nb = PyUnicode_GET_LENGTH(b);
+        int c = memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b), (size_t)(na < nb ? na : nb));
+        return c ? c : (na > nb) - (na < nb);
+    }
+    return PyUnicode_Compare(a, b);
+}
+
+static inline int rl_cmp_pairs(const RLPair *x, const RLPair *y) {
+    int c = rl_cmp_str(x->name, y->name);
+    return c ? c : rl_cmp_str(x->value, y->value);
+}
+
+/* Sort by (name, value): an insertion sort, linear on the nearly sorted sets relabeling
+ * makes (sorted base labels, then the few a rule set). */
+static void rl_sort(RLSet *s) {
+    for (Py_ssize_t i = 1; i < s->n; i++) {
+        RLPair x = s->items[i];
+        Py_ssize_t j = i;
+        while (j > 0 && rl_cmp_pairs(&s->items[j - 1], &x) > 0) {
+            s->items[j] = s->items[j - 1];
+            j--;
+        }
+        s->items[j] = x;
+    }
 }
 
 /* Fill the empty set ``s`` from ``labels`` ((name, value) tuples of str) as LabelBuilder.of
@@ -276,10 +303,10 @@ static int rl_load(RLSet *s, PyObject *labels) {
         Py_INCREF(name);
         Py_INCREF(value);
         s->items[s->n++] = (RLPair){name, value, 0};
-        if (i && PyUnicode_Compare(s->items[i - 1].name, name) >= 0) sorted = 0;
+        if (i && rl_cmp_str(s->items[i - 1].name, name) >= 0) sorted = 0;
     }
     if (!sorted) {
-        qsort(s->items, (size_t)s->n, sizeof(RLPair), rl_cmp_pairs);
+        rl_sort(s);
         Py_ssize_t w = 0;
         for (Py_ssize_t i = 0; i < s->n; i++) {
             if (w && rl_eq(s->items[w - 1].name, s->items[i].name)) {
@@ -308,7 +335,7 @@ static int rl_run(RLSet *s, PyObject *program) {
 /* The set as process returns it: (name, value) tuples sorted by name (a new tuple), or NULL
  * with an exception set. The set is sorted in place. */
 static PyObject *rl_tuple(RLSet *s) {
-    qsort(s->items, (size_t)s->n, sizeof(RLPair), rl_cmp_pairs);
+    rl_sort(s);
     PyObject *out = PyTuple_New(s->n);
     if (!out) return NULL;
     for (Py_ssize_t i = 0; i < s->n; i++) {

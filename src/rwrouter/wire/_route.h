@@ -30,6 +30,101 @@ typedef struct {
 
 static PyObject *rt_name; /* "__name__" (made by PyInit__scan) */
 
+/* Recently decoded label names and values, by their UTF-8 bytes: direct-mapped tables of
+ * ASCII str (one owned reference a slot), so the names and values a fleet repeats are not
+ * decoded and hashed again for each new series. Bounded: RT_NAMES + RT_VALUES slots of at
+ * most RT_CACHED_LEN bytes each; a hostile sender only evicts. */
+enum { RT_NAMES = 256, RT_VALUES = 4096, RT_CACHED_LEN = 64, RT_SPANS = 64 };
+static PyObject *rt_names[RT_NAMES], *rt_values[RT_VALUES];
+
+static void rt_clear_caches(void) {
+    for (int i = 0; i < RT_NAMES; i++) Py_CLEAR(rt_names[i]);
+    for (int i = 0; i < RT_VALUES; i++) Py_CLEAR(rt_values[i]);
+}
+
+/* The str of ASCII bytes ``p[0:n]`` (a new reference, or NULL with an exception set), from
+ * ``table`` of ``slots`` (a power of 2) when it is there, else made and remembered. */
+static PyObject *rt_ascii(const char *p, Py_ssize_t n, PyObject **table, uint32_t slots) {
+    if (n > RT_CACHED_LEN) return PyUnicode_DecodeASCII(p, n, "strict");
+    uint32_t h = 2166136261u ^ (uint32_t)n;
+    for (Py_ssize_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 16777619u;
+    PyObject **slot = &table[h & (slots - 1)];
+    PyObject *s = *slot;
+    if (s && PyUnicode_GET_LENGTH(s) == n && memcmp(PyUnicode_DATA(s), p, (size_t)n) == 0)
+        return Py_NewRef(s);
+    s = PyUnicode_New(n, 127);
+    if (!s) return NULL;
+    memcpy(PyUnicode_DATA(s), p, (size_t)n);
+    Py_XSETREF(*slot, Py_NewRef(s));
+    return s;
+}
+
+typedef struct {
+    const char *name, *value;
+    Py_ssize_t name_len, value_len;
+} RTSpan;
+
+static int rt_ascii_only(const char *p, Py_ssize_t n) {
+    uint8_t acc = 0;
+    for (Py_ssize_t i = 0; i < n; i++) acc |= (uint8_t)p[i];
+    return acc < 0x80;
+}
+
+/* decode_labels straight into the empty set ``s`` (sorted by name, empty values absent) for
+ * the common shape: at most RT_SPANS Label fields of ASCII names and values, each name and
+ * value once. 1 done; 0 when the input is anything else (the caller asks the reference, which
+ * also raises what is wrong); -1 with an exception set. */
+static int rt_decode(RLSet *s, PyObject *raw) {
+    const uint8_t *d = (const uint8_t *)PyBytes_AS_STRING(raw);
+    Py_ssize_t end = PyBytes_GET_SIZE(raw), pos = 0, n = 0;
+    RTSpan spans[RT_SPANS];
+    while (pos < end) {
+        uint64_t tag, len;
+        if (n == RT_SPANS || !read_varint(d, &pos, end, &tag) || tag != 0x0A) return 0;
+        if (!read_varint(d, &pos, end, &len) || len > (uint64_t)(end - pos)) return 0;
+        Py_ssize_t lend = pos + (Py_ssize_t)len;
+        RTSpan sp = {NULL, NULL, 0, 0};
+        while (pos < lend) { /* only fields 1 and 2, length-delimited, once each */
+            uint64_t t, k;
+            if (!read_varint(d, &pos, lend, &t) || (t != 0x0A && t != 0x12)) return 0;
+            if (!read_varint(d, &pos, lend, &k) || k > (uint64_t)(lend - pos)) return 0;
+            const char **at = t == 0x0A ? &sp.name : &sp.value;
+            if (*at) return 0;
+            *at = (const char *)d + pos;
+            *(t == 0x0A ? &sp.name_len : &sp.value_len) = (Py_ssize_t)k;
+            pos += (Py_ssize_t)k;
+        }
+        if (!sp.name || sp.name_len == 0 || !rt_ascii_only(sp.name, sp.name_len) ||
+            !rt_ascii_only(sp.value, sp.value_len))
+            return 0;
+        /* insertion by name bytes (ASCII: str order); a repeated name is the reference's */
+        Py_ssize_t j = n++;
+        while (j > 0) {
+            const RTSpan *q = &spans[j - 1];
+            Py_ssize_t m = q->name_len < sp.name_len ? q->name_len : sp.name_len;
+            int c = memcmp(q->name, sp.name, (size_t)m);
+            if (c == 0 && q->name_len == sp.name_len) return 0;
+            if (c < 0 || (c == 0 && q->name_len < sp.name_len)) break;
+            spans[j] = spans[j - 1];
+            j--;
+        }
+        spans[j] = sp;
+    }
+    if (rl_reserve(s, n + 8) < 0) return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (spans[i].value_len == 0) continue; /* empty = absent */
+        PyObject *name = rt_ascii(spans[i].name, spans[i].name_len, rt_names, RT_NAMES);
+        PyObject *value = name ? rt_ascii(spans[i].value, spans[i].value_len, rt_values, RT_VALUES) : NULL;
+        if (!value) {
+            Py_XDECREF(name);
+            rl_clear(s);
+            return -1;
+        }
+        s->items[s->n++] = (RLPair){name, value, 0};
+    }
+    return 1;
+}
+
 /* A copy of ``src`` with every label a base label (LabelBuilder.of of process's result):
  * 0, or -1 with an exception set. */
 static int rt_copy(RLSet *dst, const RLSet *src) {
@@ -46,7 +141,7 @@ static int rt_copy(RLSet *dst, const RLSet *src) {
 /* One destination's output, judged and encoded (outcome.finish after RuleCopies._output): the
  * set is sorted in place and ``drop`` removed. 0 and *slot, or -1 with an exception set. */
 static int rt_finish(RLSet *s, PyObject *drop, PyObject *raw, RTSlot *slot) {
-    qsort(s->items, (size_t)s->n, sizeof(RLPair), rl_cmp_pairs);
+    rl_sort(s);
     if (drop != Py_None) {
         Py_ssize_t i = rl_find(s, drop);
         if (i >= 0) rl_remove(s, i);
@@ -163,14 +258,18 @@ static PyObject *route_labels(PyObject *module, PyObject *const *args, Py_ssize_
             return NULL;
         }
     }
-    PyObject *labels = decode_labels(module, raw); /* DecodeError as the reference raises it */
-    if (!labels) return NULL;
     RLSet base = {NULL, 0, 0};
-    int loaded = PyTuple_Check(labels) ? rl_load(&base, labels) : -1;
-    if (loaded < 0 && !PyErr_Occurred())
-        PyErr_SetString(PyExc_TypeError, "decode_labels gave no tuple");
-    Py_DECREF(labels);
-    if (loaded < 0) return NULL;
+    int decoded = rt_decode(&base, raw);
+    if (decoded < 0) return NULL;
+    if (!decoded) {
+        PyObject *labels = decode_labels(module, raw); /* DecodeError as the reference raises */
+        if (!labels) return NULL;
+        int loaded = PyTuple_Check(labels) ? rl_load(&base, labels) : -1;
+        if (loaded < 0 && !PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "decode_labels gave no tuple");
+        Py_DECREF(labels);
+        if (loaded < 0) return NULL;
+    }
     RTSlot slots[MAX_DESTINATIONS];
     memset(slots, 0, sizeof(RTSlot) * (size_t)(n ? n : 1));
     PyObject *entry = NULL;
@@ -182,7 +281,7 @@ static PyObject *route_labels(PyObject *module, PyObject *const *args, Py_ssize_
         goto done;
     }
     /* process's result is sorted (rt_copy makes every label a base label) */
-    qsort(base.items, (size_t)base.n, sizeof(RLPair), rl_cmp_pairs);
+    rl_sort(&base);
     int kept_by_primary = 0, fallback[MAX_DESTINATIONS];
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *route = PyTuple_GET_ITEM(routes, i);

@@ -1370,6 +1370,7 @@ static void clear_globals(void) {
     Py_CLEAR(str_histograms);
     Py_CLEAR(rl_empty);
     Py_CLEAR(rt_name);
+    rt_clear_caches();
 }
 
 /* Per-process random seeds of the cache digest (os.urandom): 0, or -1 with an exception set. */
