@@ -26,7 +26,19 @@ def relabel_program(labels: Any, program_: Any) -> Any:
 
 NAMES = ["__name__", "pod", "gpu", "pa", "w", "Hostname", "é"]
 VALUES = ["", "m", "p1-a", "p1-b", "p2", "0", "1", "ab-c-d", "é-1", "GPU-x", "a;b"]
-REGEXES = ["(.*)", "p.*", "(.*)-([0-9a-z]+)", "m|p2", "(p)(.*)", "", ".*1.*", "(é)(.*)"]
+REGEXES = [
+    "(.*)",
+    "p.*",
+    "(.*)-([0-9a-z]+)",
+    "m|p2",
+    "(p)(.*)",
+    "",
+    ".*1.*",
+    "(é)(.*)",
+    "pod|w",
+    "gpu",
+    "pod|pod|pa:",
+]
 
 
 def rule_strategy() -> st.SearchStrategy[dict[str, Any]]:

@@ -145,3 +145,31 @@ def test_copy_rules_apply_without_the_memo(rule: dict[str, Any], copies: bool) -
         labels = {"pod": value, "__name__": "m"}
         assert process(labels, (parsed,)) == process(labels, (by_regex,))
     assert not parsed.memo or not copies
+
+
+# id, labeldrop/labelkeep regex text, the names it matches exactly (None: a real regex)
+LITERAL_CASES = [
+    ("two_names", "UUID|Hostname", ("UUID", "Hostname")),
+    ("one_name", "gpu", ("gpu",)),
+    ("colon_and_underscore", "job:x_1", ("job:x_1",)),
+    ("repeated_name_once", "a|a", ("a",)),
+    ("dot_is_regex", "a.b", None),
+    ("empty_regex", "", None),
+    ("empty_alternative", "a||b", None),
+    ("group", "(a|b)", None),
+    ("non_ascii", "é", None),
+    ("class", "[ab]", None),
+    ("case_flag", "(?i)a", None),
+    ("dash", "a-b", None),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "names"), [c[1:] for c in LITERAL_CASES], ids=[c[0] for c in LITERAL_CASES]
+)
+def test_literal_names(text: str, names: tuple[str, ...] | None) -> None:
+    assert engine_module.literal_names(text) == names
+    if names is not None:  # RE2 agrees: exactly these names match
+        (rule,) = parse_relabel_configs([{"action": "labeldrop", "regex": text}], "t")
+        for name in (*names, names[0] + "x", "x" + names[0], names[0].lower() + "Z"):
+            assert rule.regex.matches(name) == (name in names), name

@@ -259,10 +259,24 @@ _programs: dict[int, tuple[tuple[RelabelConfig, ...], tuple[Any, ...]]] = {}
 _relabel_program = compiled("relabel_program")
 
 
+def literal_names(text: str) -> tuple[str, ...] | None:
+    """The names a relabel regex ``text`` matches when it is an alternation of plain ASCII
+    names (``UUID|Hostname``: letters, digits, ``_`` and ``:``, no regex syntax), else None.
+    Anchored as every relabel regex is, it matches those names and nothing else."""
+    alternatives = text.split("|")
+    for alt in alternatives:
+        if not (alt.isascii() and alt.replace("_", "a").replace(":", "a").isalnum()):
+            return None
+    return tuple(dict.fromkeys(alternatives))
+
+
 def _compiled_rule(rule: RelabelConfig) -> tuple[Any, ...]:
     """One rule for ``relabel_program``: (code, sources, separator, target, memo, fallback,
-    fast, fixed, copy); see ``rwrouter/wire/_relabel.h``."""
+    fast, fixed, copy, names); see ``rwrouter/wire/_relabel.h``."""
     action = rule.action
+    names = None
+    if action in (Action.LABELDROP, Action.LABELKEEP):
+        names = literal_names(rule.regex.text)
     memo: dict[str, Any] | None = None
     fallback: Callable[[str], Any] | None = None
     if action in (Action.KEEP, Action.DROP, Action.LABELDROP, Action.LABELKEEP):
@@ -286,6 +300,7 @@ def _compiled_rule(rule: RelabelConfig) -> tuple[Any, ...]:
         fast,
         rule.replacement,
         rule.copies_source,
+        names,
     )
 
 

@@ -14,11 +14,13 @@
  * construction.
  *
  * One compiled rule: a tuple (code, sources, separator, target, memo, fallback, fast, fixed,
- * copy):
+ * copy, names):
  * code (RL_*), sources (tuple of str), separator (str), target (str), memo (dict or None),
  * fallback (callable of one str, or None), fast (bool: replace's fixed-pair path applies to
  * an empty value), fixed (str: that path's replacement), copy (bool: a replace whose outcome
- * is (target, the source value) for any value: RelabelConfig.copies_source).
+ * is (target, the source value) for any value: RelabelConfig.copies_source), names (labeldrop
+ * and labelkeep: the tuple of names the regex matches when it is an alternation of plain names,
+ * engine.literal_names, else None: then the set's names are looked for, not each name's memo).
  */
 
 static PyObject *rl_empty; /* "" (made by PyInit__scan) */
@@ -203,16 +205,48 @@ static int rl_names(RLSet *s, int code, PyObject *memo, PyObject *fallback) {
     return rc;
 }
 
+/* labeldrop (drop the labels named in ``names``) or labelkeep (drop the others) of a regex
+ * that matches exactly ``names`` (a tuple of str): what rl_names does, without a lookup per
+ * label. Removing keeps the order of the rest. 0, or -1 with an exception set. */
+static int rl_literal_names(RLSet *s, int code, PyObject *names) {
+    if (!PyTuple_Check(names)) {
+        PyErr_SetString(PyExc_TypeError, "a rule's names are a tuple of str");
+        return -1;
+    }
+    Py_ssize_t k = PyTuple_GET_SIZE(names);
+    for (Py_ssize_t j = 0; j < k; j++)
+        if (!PyUnicode_Check(PyTuple_GET_ITEM(names, j))) {
+            PyErr_SetString(PyExc_TypeError, "a rule's names are a tuple of str");
+            return -1;
+        }
+    if (code == RL_LABELDROP) {
+        for (Py_ssize_t j = 0; j < k; j++) {
+            Py_ssize_t i = rl_find(s, PyTuple_GET_ITEM(names, j));
+            if (i >= 0) rl_remove(s, i);
+        }
+        return 0;
+    }
+    for (Py_ssize_t i = s->n - 1; i >= 0; i--) {
+        int named = 0;
+        for (Py_ssize_t j = 0; j < k && !named; j++) named = rl_eq(s->items[i].name, PyTuple_GET_ITEM(names, j));
+        if (!named) rl_remove(s, i);
+    }
+    return 0;
+}
+
 /* One rule: 1 kept, 0 dropped, -1 with an exception set. */
 static int rl_apply(RLSet *s, PyObject *rule, PyObject *empty) {
-    if (!PyTuple_Check(rule) || PyTuple_GET_SIZE(rule) != 9) {
-        PyErr_SetString(PyExc_TypeError, "a compiled rule is a tuple of 9");
+    if (!PyTuple_Check(rule) || PyTuple_GET_SIZE(rule) != 10) {
+        PyErr_SetString(PyExc_TypeError, "a compiled rule is a tuple of 10");
         return -1;
     }
     int code = (int)PyLong_AsLong(PyTuple_GET_ITEM(rule, 0));
     PyObject *sources = PyTuple_GET_ITEM(rule, 1), *sep = PyTuple_GET_ITEM(rule, 2);
     PyObject *target = PyTuple_GET_ITEM(rule, 3), *memo = PyTuple_GET_ITEM(rule, 4);
     PyObject *fallback = PyTuple_GET_ITEM(rule, 5);
+    PyObject *names = PyTuple_GET_ITEM(rule, 9);
+    if ((code == RL_LABELDROP || code == RL_LABELKEEP) && names != Py_None)
+        return rl_literal_names(s, code, names) < 0 ? -1 : 1;
     if (code == RL_LABELMAP || code == RL_LABELDROP || code == RL_LABELKEEP)
         return rl_names(s, code, memo, fallback) < 0 ? -1 : 1;
     PyObject *value = rl_source(s, sources, sep, empty);
@@ -284,6 +318,25 @@ static void rl_sort(RLSet *s) {
     }
 }
 
+/* Sort a working set by name, knowing its shape (rl_set keeps it): the base labels, sorted,
+ * then the labels rules set; names are distinct. Each set label is put in place by binary
+ * search, so the base labels are not compared again. */
+static void rl_sort_set(RLSet *s) {
+    Py_ssize_t k = 0;
+    while (k < s->n && !s->items[k].added) k++;
+    for (Py_ssize_t i = k; i < s->n; i++) {
+        RLPair x = s->items[i];
+        Py_ssize_t lo = 0, hi = i;
+        while (lo < hi) {
+            Py_ssize_t mid = lo + (hi - lo) / 2;
+            if (rl_cmp_str(s->items[mid].name, x.name) < 0) lo = mid + 1;
+            else hi = mid;
+        }
+        memmove(&s->items[lo + 1], &s->items[lo], sizeof(RLPair) * (size_t)(i - lo));
+        s->items[lo] = x;
+    }
+}
+
 /* Fill the empty set ``s`` from ``labels`` ((name, value) tuples of str) as LabelBuilder.of
  * does: sorted by name, a repeated name keeps its last value. 0, or -1 with an exception set
  * (``s`` cleared). */
@@ -335,7 +388,7 @@ static int rl_run(RLSet *s, PyObject *program) {
 /* The set as process returns it: (name, value) tuples sorted by name (a new tuple), or NULL
  * with an exception set. The set is sorted in place. */
 static PyObject *rl_tuple(RLSet *s) {
-    rl_sort(s);
+    rl_sort_set(s);
     PyObject *out = PyTuple_New(s->n);
     if (!out) return NULL;
     for (Py_ssize_t i = 0; i < s->n; i++) {
