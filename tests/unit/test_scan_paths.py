@@ -982,3 +982,34 @@ def test_compiled_loop_applies_templates_itself_with_the_same_entries_and_counte
     assert sorted(value for _, value in shortcut._young.items()) == sorted(
         value for _, value in full._young.items()
     )
+
+
+@needs_accelerator
+@pytest.mark.skipif(not ACCELERATED, reason="the router runs the pure loop (no extension)")
+def test_compiled_loop_routes_misses_itself_with_the_same_entries_and_counters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rules that change labels (no template shortcut): the compiled loop answers misses with
+    route_labels (Router._scan's plan) and never calls miss(); the pure loop calls miss() for
+    each. Same output, counters, cache size and entries."""
+    data = fleet_request(6, 2)
+    in_c = Router(global_rules=(), routes=make_routes())
+    assert in_c._plan is not None and not in_c._signature_names
+    calls: list[bytes] = []
+    python_miss = in_c._miss
+
+    def counted_miss(raw_labels: bytes) -> Entry:
+        calls.append(raw_labels)
+        return python_miss(raw_labels)
+
+    in_c._miss = counted_miss  # type: ignore[method-assign]
+    out = in_c.route(data)
+    monkeypatch.setattr(router_module, "scan_request", scan_request_py)
+    pure = Router(global_rules=(), routes=make_routes())
+    assert out == pure.route(data)
+    assert calls == [] and in_c.misses > 0
+    assert (in_c.misses, in_c.hits) == (pure.misses, pure.hits)
+    assert in_c.cached_bytes == pure.cached_bytes and len(in_c) == len(pure)
+    assert sorted(value for _, value in in_c._young.items()) == sorted(
+        value for _, value in pure._young.items()
+    )

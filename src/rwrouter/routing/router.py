@@ -330,6 +330,10 @@ class Router(Generations):
         self._now = now
         self.maintain(now)
         templates = self._templates if self._signature_names else None
+        # Without the template shortcut, the compiled loop routes misses itself (_route_raw)
+        plan = (
+            None if self._plan is None or templates is not None else (*self._plan, self._drop_after)
+        )
         scan = scan_request(
             data,
             self._young,
@@ -341,6 +345,7 @@ class Router(Generations):
             templates,
             self._signature_names or (),
             self._claims is not None,
+            plan,
         )
         self.hits += scan.hits
         self.misses += scan.misses

@@ -80,6 +80,7 @@ def scan_request_py(
     templates: Templates | None = None,
     names: tuple[bytes, ...] = (),
     legacy: bool = False,
+    plan: tuple[object, object, object] | None = None,
 ) -> Scan:
     """Split a decompressed write request (RW 1.0) into per-destination shares.
 
@@ -89,7 +90,9 @@ def scan_request_py(
     ``templates``/``names``/``legacy``: the miss path's template shortcut
     (:meth:`rwrouter.routing.Router._from_template`, with :func:`signature` ``(raw, names,
     legacy)``), which the compiled loop applies itself; this loop leaves it to ``miss`` (same
-    entries).
+    entries). ``plan``: ``route_labels``' arguments after the key (``Router._route_raw``):
+    the compiled loop then routes a miss itself without the template shortcut, caching and
+    counting it; ``miss`` must give the same entry. This loop calls ``miss``.
     ``filters[i]``: destination ``i`` takes only some of exemplars/histograms; then
     ``filt(i, raw_series)`` gives (the series' remaining raw fields, samples left). A series
     without samples, exemplars or histograms is looked up (its labels are checked) but not

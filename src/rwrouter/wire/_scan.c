@@ -414,6 +414,7 @@ static Py_ssize_t prehash(const uint8_t *d, Py_ssize_t end, PreHash **out) {
 /* One call of scan_request: its arguments (borrowed), outputs and counters. */
 typedef struct {
     PyObject *data, *young, *old, *miss, *filters, *filt, *reasons, *templates, *names;
+    PyObject *plan;    /* route_labels' (global_program, routes, drop) for misses, or NULL */
     int legacy;        /* legacy names only (the template shortcut's signature) */
     int use_templates; /* templates a dict and names a tuple of bytes */
     int label_caches;  /* both generations LabelCache (else both dicts) */
@@ -423,7 +424,7 @@ typedef struct {
     Py_ssize_t npre;
     PyObject *metadata; /* list: the checked metadata entries */
     long long samples_in, series_in, hits, promoted, promoted_bytes;
-    long long misses, miss_bytes; /* misses answered here from a template */
+    long long misses, miss_bytes; /* misses answered here (a template, the plan) */
 } Scanner;
 
 /* One series being routed: where its labels and other fields are, and what it holds. */
@@ -449,8 +450,8 @@ static void series_clear(Series *t) {
 /* The arguments of scan_request_py: SCAN_OK, SCAN_BAIL (types this loop does not take: the
  * reference), SCAN_ERR. */
 static int scan_arguments(Scanner *r, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7 && nargs != 9 && nargs != 10) {
-        PyErr_SetString(PyExc_TypeError, "scan_request takes 7, 9 or 10 arguments");
+    if (nargs != 7 && nargs != 9 && nargs != 10 && nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "scan_request takes 7, 9, 10 or 11 arguments");
         return SCAN_ERR;
     }
     r->data = args[0];
@@ -463,8 +464,12 @@ static int scan_arguments(Scanner *r, PyObject *const *args, Py_ssize_t nargs) {
     /* The template shortcut (templates dict, names tuple), or None */
     r->templates = nargs >= 9 ? args[7] : Py_None;
     r->names = nargs >= 9 ? args[8] : Py_None;
-    r->legacy = nargs == 10 ? PyObject_IsTrue(args[9]) : 0;
+    r->legacy = nargs >= 10 ? PyObject_IsTrue(args[9]) : 0;
     if (r->legacy < 0) return SCAN_ERR;
+    /* The compiled miss path: route_labels(key, *plan) answers a miss instead of miss(key) */
+    r->plan = nargs == 11 && PyTuple_CheckExact(args[10]) && PyTuple_GET_SIZE(args[10]) == 3
+                  ? args[10]
+                  : NULL;
     r->use_templates = PyDict_CheckExact(r->templates) && PyTuple_CheckExact(r->names);
     for (Py_ssize_t i = 0; r->use_templates && i < PyTuple_GET_SIZE(r->names); i++)
         r->use_templates = PyBytes_CheckExact(PyTuple_GET_ITEM(r->names, i));
@@ -582,14 +587,23 @@ static int call_miss(Scanner *r, Series *t) {
     return t->entry ? 0 : -1;
 }
 
-/* A label set in neither LabelCache generation: the template shortcut's entry when it applies
- * (cached in young here, and counted), else miss(). 0, or -1 with an exception set. */
+static PyObject *route_labels(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+
+/* A label set in neither LabelCache generation: the template shortcut's entry when it applies,
+ * else route_labels' when there is a plan (either cached in young here, and counted), else
+ * miss(). 0, or -1 with an exception set. */
 static int label_cache_miss(Scanner *r, Digest g, Series *t) {
     int made = r->use_templates && t->kn > 0
                    ? template_entry(t->kp, t->kn, r->names, r->templates, r->legacy, &t->entry)
                    : 0;
     if (made < 0) return -1;
-    if (!made) return call_miss(r, t);
+    if (!made && !r->plan) return call_miss(r, t);
+    if (!made) {
+        if (!t->key && !(t->key = PyBytes_FromStringAndSize(t->kp, t->kn))) return -1;
+        PyObject *call[4] = {t->key, PyTuple_GET_ITEM(r->plan, 0), PyTuple_GET_ITEM(r->plan, 1),
+                             PyTuple_GET_ITEM(r->plan, 2)};
+        if (!(t->entry = route_labels(NULL, call, 4))) return -1;
+    }
     if (lc_insert((LabelCache *)r->young, g, t->entry) < 0) return -1;
     r->misses++;
     r->miss_bytes += t->kn + PyBytes_GET_SIZE(t->entry);
