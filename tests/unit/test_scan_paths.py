@@ -899,6 +899,29 @@ def test_label_cache_grows_and_refuses_what_it_does_not_hold() -> None:
         del cache[b"labels-1"]
 
 
+@needs_accelerator
+@pytest.mark.parametrize(
+    ("expected", "error"),
+    [(0, None), (3_000, None), (-1, ValueError), (1 << 40, ValueError), ("3", TypeError)],
+    ids=["none", "some", "negative", "too_many", "not_a_number"],
+)
+def test_label_cache_room_for_expected_entries(
+    expected: Any, error: type[Exception] | None
+) -> None:
+    """LabelCache(expected): room from the start (the routing cache's next young generation);
+    it still grows past it and holds what it is given."""
+    assert _scan is not None
+    if error is not None:
+        with pytest.raises(error):
+            _scan.LabelCache(expected)
+        return
+    cache = _scan.LabelCache(expected)
+    for i in range(2 * expected + 10):
+        cache[b"k%d" % i] = b"%d" % i
+    assert len(cache) == 2 * expected + 10
+    assert all(cache[b"k%d" % i] == b"%d" % i for i in range(0, 2 * expected + 10, 7))
+
+
 def _label_cache_clear(cache: Any) -> None:
     cache.clear()
 

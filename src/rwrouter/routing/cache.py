@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from rwrouter.wire.accelerator import compiled
@@ -113,18 +113,25 @@ def entry_bytes(key: bytes, entry: Entry) -> int:
     return len(key) + len(entry)
 
 
-def _dict_cache() -> Cache:
+def _dict_cache(expected: int = 0) -> Cache:
     cache: dict[bytes, Entry] = {}
     return cache
 
 
-def _cache_type() -> Callable[[], Cache]:
-    factory: Callable[[], Cache] | None = compiled("LabelCache")
+class CacheFactory(Protocol):
+    """Makes a routing-cache generation with room for ``expected`` entries."""
+
+    def __call__(self, expected: int = 0, /) -> Cache: ...
+
+
+def _cache_type() -> CacheFactory:
+    factory: CacheFactory | None = compiled("LabelCache")
     return factory or _dict_cache
 
 
 new_cache = _cache_type()
-"""A new, empty routing-cache generation: the compiled ``LabelCache`` when
+"""``new_cache(expected=0)``: a new, empty routing-cache generation with room for ``expected``
+entries (a dict ignores it): the compiled ``LabelCache`` when
 :data:`rwrouter.wire.accelerator.ACCELERATED`, else a dict (both work with either loop)."""
 
 
@@ -206,7 +213,8 @@ class Generations:
     def _rotate(self, now: float) -> None:
         self._forget_old()
         self._old, self._old_bytes = self._young, self._young_bytes
-        self._young, self._young_bytes = new_cache(), 0
+        # room from the start for as many as the last generation took (no growing by doubling)
+        self._young, self._young_bytes = new_cache(len(self._old)), 0
         self._rotated_at = now
         self._rotated()
 

@@ -36,6 +36,7 @@ static PyTypeObject LabelCacheType;
 static uint64_t lc_seed1 = 0x9E3779B97F4A7C15ULL, lc_seed2 = 0xD6E8FEB86659FD93ULL;
 
 #define LC_MIN_CAPACITY 1024
+#define LC_MAX_EXPECTED ((Py_ssize_t)1 << 28)
 
 static inline uint64_t lc_load64(const uint8_t *p) {
     uint64_t v;
@@ -145,15 +146,26 @@ static inline Digest lc_digest_of(PyObject *key) {
 
 /* -- the Python face ------------------------------------------------------------------------ */
 
+/* LabelCache(expected=0): room for ``expected`` entries from the start (a generation taking
+ * over from one that held that many), so it does not grow by doubling (each growth rehashes
+ * every entry and holds both tables for a moment). */
 static PyObject *lc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    if (PyTuple_GET_SIZE(args) || (kwds && PyDict_GET_SIZE(kwds))) {
-        PyErr_SetString(PyExc_TypeError, "LabelCache() takes no arguments");
+    Py_ssize_t expected = 0;
+    if (kwds && PyDict_GET_SIZE(kwds)) {
+        PyErr_SetString(PyExc_TypeError, "LabelCache() takes no keywords");
         return NULL;
     }
+    if (!PyArg_ParseTuple(args, "|n:LabelCache", &expected)) return NULL;
+    if (expected < 0 || expected > LC_MAX_EXPECTED) {
+        PyErr_SetString(PyExc_ValueError, "LabelCache: expected entries out of range");
+        return NULL;
+    }
+    Py_ssize_t capacity = LC_MIN_CAPACITY;
+    while (capacity < 2 * expected + 2) capacity *= 2; /* at most half full, as lc_insert keeps */
     LabelCache *c = (LabelCache *)type->tp_alloc(type, 0);
     if (!c) return NULL;
     c->mask = -1;
-    if (lc_resize(c, LC_MIN_CAPACITY) < 0) {
+    if (lc_resize(c, capacity) < 0) {
         Py_DECREF(c);
         return NULL;
     }
