@@ -854,12 +854,13 @@ def test_queue_regressions_compiled_equals_pure(
         st.tuples(
             st.sampled_from(["set", "get", "in", "clear"]),
             st.binary(max_size=12),
-            st.binary(max_size=6),
+            st.binary(max_size=12),  # up to 8 bytes are kept in the slot, longer ones apart
         ),
         max_size=300,
     )
 )
 def test_label_cache_behaves_like_a_dict(ops: list[tuple[str, bytes, bytes]]) -> None:
+    """Including a key set again to a value kept the other way (in the slot / as bytes)."""
     assert _scan is not None
     cache, model = _scan.LabelCache(), {}
     for op, key, value in ops:
@@ -878,6 +879,31 @@ def test_label_cache_behaves_like_a_dict(ops: list[tuple[str, bytes, bytes]]) ->
     assert sorted(value for _, value in cache.items()) == sorted(model.values())
     assert all(cache[key] == value for key, value in model.items())
     assert all(len(digest) == 16 for digest, _ in cache.items())  # keys are kept as digests
+
+
+# id, the values one key is set to in turn: kept in the slot (1-8 bytes) or as a bytes object
+VALUE_KINDS = [
+    ("in_slot_then_object", [b"\x00", b"123456789"]),
+    ("object_then_in_slot", [b"123456789", b"\x00\x00"]),
+    ("empty_is_an_object", [b"", b"x", b""]),
+    ("eight_bytes_in_slot", [b"\xff" * 8, b"\x00" * 8]),
+]
+
+
+@needs_accelerator
+@pytest.mark.parametrize("values", [v[1] for v in VALUE_KINDS], ids=[v[0] for v in VALUE_KINDS])
+def test_label_cache_values_of_every_size(values: list[bytes]) -> None:
+    """Every value reads back exactly, through a resize too, whichever way it is kept."""
+    assert _scan is not None
+    cache = _scan.LabelCache()
+    for value in values:
+        cache[b"key"] = value
+        assert cache[b"key"] == value and cache.get(b"key") == value and len(cache) == 1
+    for i in range(3000):  # resizes: the slots move
+        cache[b"k%d" % i] = values[i % len(values)]
+    assert cache[b"key"] == values[-1]
+    assert all(cache[b"k%d" % i] == values[i % len(values)] for i in range(3000))
+    assert sorted(v for _, v in cache.items()).count(values[-1]) >= 1
 
 
 @needs_accelerator
@@ -1036,3 +1062,36 @@ def test_compiled_loop_routes_misses_itself_with_the_same_entries_and_counters(
     assert sorted(value for _, value in in_c._young.items()) == sorted(
         value for _, value in pure._young.items()
     )
+
+
+# id, the routes: outcomes of 2 destinations fit a LabelCache slot (up to 8 bytes); 3 do not
+ROUTE_SETS = [
+    (
+        "keep_and_fallback",
+        lambda: [Route("a", parse_relabel_configs(KEEP_CRITICAL, "t")), Route("b", fallback=True)],
+    ),
+    ("one_destination", lambda: [Route("all")]),
+    ("three_with_rewrite", make_routes),
+]
+
+
+@needs_accelerator
+@pytest.mark.skipif(not ACCELERATED, reason="the router runs the pure loop (no extension)")
+@pytest.mark.parametrize("routes", [r[1] for r in ROUTE_SETS], ids=[r[0] for r in ROUTE_SETS])
+def test_cached_outcomes_route_identically(
+    routes: Callable[[], list[Route]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request routed from misses, then from the young generation, then (after a rotation)
+    from the old one: the compiled loop, reading outcomes where the cache keeps them, gives
+    what the pure loop gives, and the same each time."""
+    data = fleet_request(4, 3)
+    results = {}
+    for name, scan in (("compiled", compiled), ("pure", scan_request_py)):
+        monkeypatch.setattr(router_module, "scan_request", scan)
+        router = Router(global_rules=(), routes=routes())
+        first, young = router.route(data), router.route(data)
+        router._rotate(0.0)
+        old = router.route(data)
+        assert first == young == old
+        results[name] = (first, router.hits, router.misses, len(router))
+    assert results["compiled"] == results["pure"]

@@ -6,10 +6,11 @@
  * Why not a dict: a dict keeps every key (a bytes copy of the labels, ~280 bytes a series) and
  * needs a key object and a SipHash per lookup. Here a lookup hashes the labels where they are
  * in the request (no copy, no allocation) with two independent 64-bit lanes seeded at random
- * per process, and a slot holds only the digest and the outcome: about 100 bytes per cached
- * series instead of about 360 (measured with 1 M active series). Two label sets are taken as
- * the same when both 64-bit lanes agree: with a million cached sets the chance that any two
- * collide is about 1e-27.
+ * per process, and a slot holds only the digest and the outcome: an outcome of up to 8 bytes
+ * (two destinations, neither changing the labels: the usual case) in the slot itself, a longer
+ * one as a bytes object. Two label sets are taken as the same when the digests' 124 bits agree
+ * (4 bits of the second lane say how the slot holds its value): with a million cached sets the
+ * chance that any two collide is about 1e-25.
  *
  * To Python it is a small mapping of bytes keys to bytes values (get, [], []=, in, len, clear,
  * items: the keys it gives back are the 16-byte digests): the pure-Python loop and the Router
@@ -17,9 +18,21 @@
  */
 
 typedef struct {
-    uint64_t h1, h2;  /* the digest */
-    PyObject *value;  /* bytes, or NULL for an empty slot */
+    uint64_t h1, h2; /* the digest; h2's low 4 bits (0 in a Digest): LC_OBJECT or the length */
+    union {
+        PyObject *obj;    /* LC_OBJECT: bytes, or NULL for an empty slot */
+        uint8_t bytes[8]; /* 1-8 (the length): the value itself */
+    } v;
 } LCSlot;
+
+#define LC_LENGTH_BITS 0xFULL
+#define LC_OBJECT 0
+#define LC_INLINE_MAX 8
+
+/* How many value bytes the slot holds itself (0: the value is v.obj). */
+static inline Py_ssize_t lc_inline_len(const LCSlot *s) { return (Py_ssize_t)(s->h2 & LC_LENGTH_BITS); }
+
+static inline int lc_used(const LCSlot *s) { return lc_inline_len(s) || s->v.obj; }
 
 typedef struct {
     PyObject_HEAD
@@ -81,7 +94,7 @@ static Digest lc_digest(const uint8_t *p, Py_ssize_t n) {
     h1 += h2, h2 += h1;
     h1 = lc_fmix64(h1), h2 = lc_fmix64(h2);
     h1 += h2, h2 += h1;
-    Digest d = {h1, h2};
+    Digest d = {h1, h2 & ~LC_LENGTH_BITS};
     return d;
 }
 
@@ -90,13 +103,22 @@ static inline LCSlot *lc_find(LabelCache *c, Digest g) {
     Py_ssize_t i = (Py_ssize_t)(g.h1 & (uint64_t)c->mask);
     for (;;) {
         LCSlot *s = &c->slots[i];
-        if (!s->value || (s->h1 == g.h1 && s->h2 == g.h2)) return s;
+        if (!lc_used(s) || (s->h1 == g.h1 && (s->h2 & ~LC_LENGTH_BITS) == g.h2)) return s;
         i = (i + 1) & c->mask;
     }
 }
 
-/* The value for a digest (borrowed), or NULL. */
-static inline PyObject *lc_lookup(LabelCache *c, Digest g) { return lc_find(c, g)->value; }
+/* The slot holding a digest's value, or NULL. */
+static inline LCSlot *lc_lookup(LabelCache *c, Digest g) {
+    LCSlot *s = lc_find(c, g);
+    return lc_used(s) ? s : NULL;
+}
+
+/* A slot's value as a bytes object (a new reference), or NULL with an exception set. */
+static PyObject *lc_value(const LCSlot *s) {
+    Py_ssize_t n = lc_inline_len(s);
+    return n ? PyBytes_FromStringAndSize((const char *)s->v.bytes, n) : Py_NewRef(s->v.obj);
+}
 
 static int lc_resize(LabelCache *c, Py_ssize_t capacity) {
     LCSlot *slots = PyMem_Calloc((size_t)capacity, sizeof(LCSlot));
@@ -109,34 +131,39 @@ static int lc_resize(LabelCache *c, Py_ssize_t capacity) {
     c->slots = slots;
     c->mask = capacity - 1;
     for (Py_ssize_t i = 0; old && i < old_capacity; i++) {
-        if (!old[i].value) continue;
+        if (!lc_used(&old[i])) continue;
         Py_ssize_t j = (Py_ssize_t)(old[i].h1 & (uint64_t)c->mask);
-        while (slots[j].value) j = (j + 1) & c->mask;
+        while (lc_used(&slots[j])) j = (j + 1) & c->mask;
         slots[j] = old[i];
     }
     PyMem_Free(old);
     return 0;
 }
 
-/* Set a digest to value (bytes; a new reference is taken). */
-static int lc_insert(LabelCache *c, Digest g, PyObject *value) {
+/* Set a digest to the value p[0:n]; obj: a bytes object of those bytes, or NULL. A value of
+ * 1-8 bytes goes in the slot, a longer (or empty) one as obj (a new reference; made when
+ * NULL). 0, or -1 with an exception set. */
+static int lc_insert(LabelCache *c, Digest g, const char *p, Py_ssize_t n, PyObject *obj) {
     if ((c->used + 1) * 2 > c->mask + 1 && lc_resize(c, (c->mask + 1) * 2) < 0) return -1;
-    LCSlot *s = lc_find(c, g);
-    Py_INCREF(value);
-    if (s->value) {
-        Py_SETREF(s->value, value);
-        return 0;
+    PyObject *keep = NULL;
+    if (n < 1 || n > LC_INLINE_MAX) {
+        keep = obj ? Py_NewRef(obj) : PyBytes_FromStringAndSize(p, n);
+        if (!keep) return -1;
     }
+    LCSlot *s = lc_find(c, g);
+    if (!lc_used(s)) c->used++;
+    else if (!lc_inline_len(s)) Py_DECREF(s->v.obj);
     s->h1 = g.h1;
-    s->h2 = g.h2;
-    s->value = value;
-    c->used++;
+    s->h2 = g.h2 | (keep ? LC_OBJECT : (uint64_t)n);
+    s->v.obj = keep;
+    if (!keep) memcpy(s->v.bytes, p, (size_t)n);
     return 0;
 }
 
 /* Release a slot array (NULL: none) and the values it holds. */
 static void lc_free_slots(LCSlot *slots, Py_ssize_t capacity) {
-    for (Py_ssize_t i = 0; slots && i < capacity; i++) Py_XDECREF(slots[i].value);
+    for (Py_ssize_t i = 0; slots && i < capacity; i++)
+        if (!lc_inline_len(&slots[i])) Py_XDECREF(slots[i].v.obj);
     PyMem_Free(slots);
 }
 
@@ -188,13 +215,12 @@ static int lc_check_key(PyObject *key) {
 
 static PyObject *lc_get_item(LabelCache *c, PyObject *key) {
     if (lc_check_key(key) < 0) return NULL;
-    PyObject *v = lc_lookup(c, lc_digest_of(key));
-    if (!v) {
+    LCSlot *s = lc_lookup(c, lc_digest_of(key));
+    if (!s) {
         PyErr_SetObject(PyExc_KeyError, key);
         return NULL;
     }
-    Py_INCREF(v);
-    return v;
+    return lc_value(s);
 }
 
 static int lc_set_item(LabelCache *c, PyObject *key, PyObject *value) {
@@ -207,7 +233,7 @@ static int lc_set_item(LabelCache *c, PyObject *key, PyObject *value) {
         PyErr_SetString(PyExc_TypeError, "LabelCache values are bytes");
         return -1;
     }
-    return lc_insert(c, lc_digest_of(key), value);
+    return lc_insert(c, lc_digest_of(key), PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value), value);
 }
 
 static Py_ssize_t lc_len(LabelCache *c) { return c->used; }
@@ -227,10 +253,8 @@ static PyObject *lc_get(LabelCache *c, PyObject *const *args, Py_ssize_t nargs) 
         Py_INCREF(dflt);
         return dflt;
     }
-    PyObject *v = lc_lookup(c, lc_digest_of(args[0]));
-    if (!v) v = dflt;
-    Py_INCREF(v);
-    return v;
+    LCSlot *s = lc_lookup(c, lc_digest_of(args[0]));
+    return s ? lc_value(s) : Py_NewRef(dflt);
 }
 
 /* The new slot array is allocated before the old one is released: without memory for it the
@@ -254,11 +278,13 @@ static PyObject *lc_items(LabelCache *c, PyObject *unused) {
     if (!out) return NULL;
     for (Py_ssize_t i = 0; i <= c->mask; i++) {
         LCSlot *s = &c->slots[i];
-        if (!s->value) continue;
-        uint64_t digest[2] = {s->h1, s->h2};
+        if (!lc_used(s)) continue;
+        uint64_t digest[2] = {s->h1, s->h2 & ~LC_LENGTH_BITS};
         PyObject *key = PyBytes_FromStringAndSize((const char *)digest, 16);
-        PyObject *pair = key ? PyTuple_Pack(2, key, s->value) : NULL;
+        PyObject *value = key ? lc_value(s) : NULL;
+        PyObject *pair = value ? PyTuple_Pack(2, key, value) : NULL;
         Py_XDECREF(key);
+        Py_XDECREF(value);
         if (!pair || PyList_Append(out, pair) < 0) {
             Py_XDECREF(pair);
             Py_DECREF(out);

@@ -365,7 +365,7 @@ static inline void lc_prefetch_slot(LabelCache *c, Digest g) {
 
 static inline void lc_prefetch_objects(LabelCache *c, Digest g) {
     LCSlot *slot = &c->slots[g.h1 & (uint64_t)c->mask];
-    if (slot->value) __builtin_prefetch(PyBytes_AS_STRING(slot->value));
+    if (!lc_inline_len(slot) && slot->v.obj) __builtin_prefetch(PyBytes_AS_STRING(slot->v.obj));
 }
 
 /* Hash the labels of the leading series of a request whose framing is the usual one (stops at
@@ -438,7 +438,36 @@ typedef struct {
     PyObject *raw;      /* codec.split_series' result for an unusual shape, or NULL */
     PyObject *rest_obj; /* raw.rest */
     PyObject *entry;    /* the routing outcome (bytes), or NULL */
+    const uint8_t *ep;  /* the outcome's bytes (entry's, or inl), once known */
+    Py_ssize_t elen;
+    uint8_t inl[LC_INLINE_MAX]; /* an outcome a LabelCache slot held itself, copied */
 } Series;
+
+/* The series' outcome is t->entry (a miss, a dict generation): check it, point at it. 0, or
+ * -1 with an exception set. */
+static int series_entry(Series *t) {
+    if (!PyBytes_CheckExact(t->entry)) {
+        PyErr_SetString(PyExc_TypeError, "a cache entry must be bytes");
+        return -1;
+    }
+    t->ep = (const uint8_t *)PyBytes_AS_STRING(t->entry);
+    t->elen = PyBytes_GET_SIZE(t->entry);
+    return 0;
+}
+
+/* The series' outcome is what a LabelCache slot holds. */
+static void series_slot(Series *t, const LCSlot *s) {
+    Py_ssize_t n = lc_inline_len(s);
+    if (n) {
+        memcpy(t->inl, s->v.bytes, (size_t)n);
+        t->ep = t->inl;
+        t->elen = n;
+        return;
+    }
+    t->entry = Py_NewRef(s->v.obj);
+    t->ep = (const uint8_t *)PyBytes_AS_STRING(t->entry);
+    t->elen = PyBytes_GET_SIZE(t->entry);
+}
 
 static void series_clear(Series *t) {
     Py_CLEAR(t->entry);
@@ -604,9 +633,11 @@ static int label_cache_miss(Scanner *r, Digest g, Series *t) {
                              PyTuple_GET_ITEM(r->plan, 2)};
         if (!(t->entry = route_labels(NULL, call, 4))) return -1;
     }
-    if (lc_insert((LabelCache *)r->young, g, t->entry) < 0) return -1;
+    if (series_entry(t) < 0) return -1;
+    if (lc_insert((LabelCache *)r->young, g, (const char *)t->ep, t->elen, t->entry) < 0)
+        return -1;
     r->misses++;
-    r->miss_bytes += t->kn + PyBytes_GET_SIZE(t->entry);
+    r->miss_bytes += t->kn + t->elen;
     return 0;
 }
 
@@ -624,17 +655,18 @@ static int lookup_label_cache(Scanner *r, Py_ssize_t k, Series *t) {
     if (k + PREFETCH_SLOTS < r->npre) lc_prefetch_slot(young, pre[k + PREFETCH_SLOTS].digest);
     if (k + PREFETCH_OBJECTS < r->npre)
         lc_prefetch_objects(young, pre[k + PREFETCH_OBJECTS].digest);
-    if ((t->entry = lc_lookup(young, g))) {
-        Py_INCREF(t->entry);
+    const LCSlot *slot = lc_lookup(young, g);
+    if (slot) {
+        series_slot(t, slot);
         r->hits++;
         return 0;
     }
-    if (!(t->entry = lc_lookup(old, g))) return label_cache_miss(r, g, t);
-    Py_INCREF(t->entry);
+    if (!(slot = lc_lookup(old, g))) return label_cache_miss(r, g, t);
+    series_slot(t, slot);
     r->hits++;
-    if (lc_insert(young, g, t->entry) < 0) return -1;
+    if (lc_insert(young, g, (const char *)t->ep, t->elen, t->entry) < 0) return -1;
     r->promoted++;
-    r->promoted_bytes += t->kn + PyBytes_GET_SIZE(t->entry);
+    r->promoted_bytes += t->kn + t->elen;
     return 0;
 }
 
@@ -728,8 +760,8 @@ static int apply_kept(Scanner *r, const Series *t, Py_ssize_t i, const uint8_t *
  * with an exception set. */
 static int apply_entry(Scanner *r, const Series *t, long long n) {
     State *s = r->s;
-    const uint8_t *e = (const uint8_t *)PyBytes_AS_STRING(t->entry);
-    Py_ssize_t elen = PyBytes_GET_SIZE(t->entry), ep = 0;
+    const uint8_t *e = t->ep;
+    Py_ssize_t elen = t->elen, ep = 0;
     for (Py_ssize_t i = 0; i < s->ndest; i++) {
         if (ep >= elen) {
             PyErr_SetString(PyExc_ValueError, "a cache entry is shorter than its destinations");
@@ -762,10 +794,7 @@ static int scan_series(Scanner *r, Py_ssize_t vstart, Py_ssize_t vend) {
     if (step != SCAN_OK) goto done;
     step = SCAN_ERR;
     if ((r->label_caches ? lookup_label_cache(r, k, &t) : lookup_dict(r, &t)) < 0) goto done;
-    if (!PyBytes_CheckExact(t.entry)) {
-        PyErr_SetString(PyExc_TypeError, "a cache entry must be bytes");
-        goto done;
-    }
+    if (!t.ep && series_entry(&t) < 0) goto done; /* miss() or a dict generation answered */
     long long n = t.nsamples + t.nex + t.nhist;
     r->samples_in += n;
     if (n && apply_entry(r, &t, n) < 0) goto done;
