@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import struct
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -827,7 +828,53 @@ QUEUE_REGRESSIONS: list[tuple[str, str, str, tuple[Any, ...]]] = [
     ("split_shards_bool_shards", "split_shards", "split_shards_py", (b"ab", INDEX_2, True)),
     ("split_shards_float_shards", "split_shards", "split_shards_py", (b"ab", INDEX_2, 2.0)),
     ("split_shards_two_arguments", "split_shards", "split_shards_py", (b"ab", INDEX_2)),
+    ("named_frames_bytearray", "named_frames", "named_frames_list", (bytearray(b"ab"), INDEX_2)),
+    ("named_frames_index_past_body", "named_frames", "named_frames_list", (b"a", INDEX_2)),
+    ("named_frames_ragged_index", "named_frames", "named_frames_list", (b"ab", INDEX_2[:5])),
+    ("named_frames_one_argument", "named_frames", "named_frames_list", (b"ab",)),
 ]
+
+_NAME = b"\x0a\x08__name__\x12"
+
+
+@st.composite
+def framed_share(draw: st.DrawFn) -> tuple[bytes, bytes]:
+    """A share body and its index: frames with a framed __name__ Label somewhere (or none),
+    length varints cut short or too long, names repeated from frame to frame."""
+    body, index = b"", b""
+    for _ in range(draw(st.integers(0, 6))):
+        name = draw(st.sampled_from([b"", b"gpu_util", b"gpu_util", b"\xff\x80", b"x" * 200]))
+        size = len(name) if draw(st.booleans()) else draw(st.integers(0, 300))
+        varint = codec_varint(size)
+        if draw(st.booleans()):
+            varint = varint[:1]  # cut short: the continuation bit of a longer one stays
+        label = b"" if draw(st.booleans()) else _NAME + varint + name
+        frame = draw(st.binary(max_size=4)) + label + draw(st.binary(max_size=4))
+        body += frame
+        index += struct.pack(
+            "<III", len(frame), draw(st.integers(0, 2**32 - 1)), draw(st.integers(0, 2**32 - 1))
+        )
+    return body, index
+
+
+def codec_varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+@needs_accelerator
+@settings(max_examples=300, deadline=None)
+@given(share=framed_share())
+def test_named_frames_compiled_equals_pure(share: tuple[bytes, bytes]) -> None:
+    from rwrouter.wire import index
+
+    assert _scan is not None
+    body, idx = share
+    assert _scan.named_frames(body, idx) == index.named_frames_list(body, idx)
 
 
 @needs_accelerator

@@ -1242,6 +1242,62 @@ static PyObject *index_totals(PyObject *module, PyObject *index) {
     return Py_BuildValue("(LL)", nbytes, samples);
 }
 
+/* Compiled rwrouter.wire.index.named_frames_py, as a list: per frame of (body, index), in
+ * order, (its metric name as raw bytes, samples, shard hash). The same search (the first
+ * framed __name__ Label in the frame) and the same varint read; an index that does not fit its
+ * body (or other types) goes to the reference. Consecutive frames of one name share the
+ * bytes object. */
+static PyObject *named_frames(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    static const char label[] = "\x0a\x08__name__\x12";
+    const Py_ssize_t llen = (Py_ssize_t)sizeof(label) - 1;
+    if (nargs != 2 || !PyBytes_CheckExact(args[0]) || !PyBytes_CheckExact(args[1]))
+        return call_reference("rwrouter.wire.index", "named_frames_list", args, nargs);
+    const char *body = PyBytes_AS_STRING(args[0]);
+    const uint8_t *x = (const uint8_t *)PyBytes_AS_STRING(args[1]);
+    Py_ssize_t blen = PyBytes_GET_SIZE(args[0]), n = PyBytes_GET_SIZE(args[1]), total = 0;
+    if (n % 12) {
+        PyErr_SetString(PyExc_ValueError, "index length is not a multiple of 12");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i += 12) total += get_u32(x + i);
+    if (total > blen) return call_reference("rwrouter.wire.index", "named_frames_list", args, nargs);
+    PyObject *out = PyList_New(n / 12), *last = PyBytes_FromStringAndSize(NULL, 0);
+    if (!out || !last) goto fail;
+    Py_ssize_t pos = 0;
+    for (Py_ssize_t i = 0; i < n; i += 12) {
+        Py_ssize_t end = pos + (Py_ssize_t)get_u32(x + i), start = -1, size = 0;
+        const char *at = end - pos >= llen ? memmem(body + pos, (size_t)(end - pos), label, (size_t)llen) : NULL;
+        if (at) {
+            start = at - body + llen;
+            int shift = 0;
+            while (start < end && shift < 35) { /* the value's length: a varint */
+                uint8_t byte = (uint8_t)body[start++];
+                size |= (Py_ssize_t)(byte & 0x7F) << shift;
+                shift += 7;
+                if (byte < 0x80) break;
+            }
+            if (start + size > end) start = -1;
+        }
+        const char *np = start >= 0 ? body + start : "";
+        Py_ssize_t nn = start >= 0 ? size : 0;
+        if (PyBytes_GET_SIZE(last) != nn || memcmp(PyBytes_AS_STRING(last), np, (size_t)nn)) {
+            Py_SETREF(last, PyBytes_FromStringAndSize(np, nn));
+            if (!last) goto fail;
+        }
+        PyObject *item = Py_BuildValue("(OII)", last, get_u32(x + i + 4), get_u32(x + i + 8));
+        if (!item) goto fail;
+        PyList_SET_ITEM(out, i / 12, item);
+        pos = end;
+    }
+    Py_DECREF(last);
+    return out;
+fail:
+    Py_XDECREF(out);
+    Py_XDECREF(last);
+    return NULL;
+}
+
 /* hash % shards for any shards >= 1 (a u32 hash is its own shard past 2^32 - 1). */
 static inline Py_ssize_t shard_of(uint32_t hash, Py_ssize_t shards) {
     return (uint64_t)shards > UINT32_MAX ? (Py_ssize_t)hash : (Py_ssize_t)(hash % (uint32_t)shards);
@@ -1371,6 +1427,8 @@ static PyMethodDef methods[] = {
      "Compiled rwrouter.routing.scan.scan_request_py (same arguments, same result)."},
     {"signature", (PyCFunction)(void (*)(void))signature, METH_FASTCALL,
      "Compiled rwrouter.routing.scan.signature_py."},
+    {"named_frames", (PyCFunction)(void (*)(void))named_frames, METH_FASTCALL,
+     "Compiled rwrouter.wire.index.named_frames_list (same result, same errors)."},
     {"index_totals", (PyCFunction)index_totals, METH_O,
      "Compiled rwrouter.wire.index.index_totals_py."},
     {"split_shards", (PyCFunction)(void (*)(void))split_shards, METH_FASTCALL,

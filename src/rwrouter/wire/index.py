@@ -29,6 +29,8 @@ __all__ = [
     "index_totals_py",
     "metric_name_samples",
     "named_frames",
+    "named_frames_list",
+    "named_frames_py",
     "split_shards",
     "split_shards_py",
 ]
@@ -198,9 +200,9 @@ def split_shards_py(body: bytes, index: bytes, shards: int) -> list[tuple[bytes,
 _NAME_LABEL = b"\x0a\x08__name__\x12"  # Label{name: "__name__", value: <follows>}, framed
 
 
-def named_frames(body: bytes, index: bytes) -> Iterator[tuple[bytes, int, int]]:
+def named_frames_py(body: bytes, index: bytes) -> Iterator[tuple[bytes, int, int]]:
     """Per framed series of a share (``body`` + :data:`INDEX`), in order: (its metric name as
-    raw bytes, its samples, its shard hash). Not the hot path: the status page and the audit.
+    raw bytes, its samples, its shard hash): the status page and the audit.
 
     A frame's name is the value of its ``__name__`` Label (RW 1.0 wire schema: TimeSeries
     field 1 = Label{name=1, value=2}), found by its encoding; a frame without one gives
@@ -234,7 +236,7 @@ def metric_name_samples(body: bytes, index: bytes, *, max_frames: int) -> dict[s
     (``body`` + :data:`INDEX`, names as :func:`named_frames` finds them): an estimate for the
     status page, never the hot path. A name that is not valid UTF-8 counts under ``""``."""
     counts: dict[bytes, int] = {}
-    for name, samples, _ in itertools.islice(named_frames(body, index), max_frames):
+    for name, samples, _ in itertools.islice(named_frames_py(body, index), max_frames):
         counts[name] = counts.get(name, 0) + samples
     out: dict[str, int] = {}
     for raw, samples in counts.items():
@@ -246,10 +248,18 @@ def metric_name_samples(body: bytes, index: bytes, *, max_frames: int) -> dict[s
     return out
 
 
+def named_frames_list(body: bytes, index: bytes) -> list[tuple[bytes, int, int]]:
+    """:func:`named_frames_py` as a list (the reference of the compiled ``named_frames``)."""
+    return list(named_frames_py(body, index))
+
+
 IndexTotals = Callable[[bytes], tuple[int, int]]
+NamedFrames = Callable[[bytes, bytes], list[tuple[bytes, int, int]]]
 ShardSplitter = Callable[[bytes, bytes, int], list[tuple[bytes, bytes, int, int]]]
 
 index_totals: IndexTotals = compiled("index_totals") or index_totals_py
 split_shards: ShardSplitter = compiled("split_shards") or split_shards_py
+named_frames: NamedFrames = compiled("named_frames") or named_frames_list
 """The per-frame loops in use (compiled when :data:`rwrouter.wire.accelerator.ACCELERATED`),
-with the contracts of :func:`index_totals_py` and :func:`split_shards_py`."""
+with the contracts of :func:`index_totals_py`, :func:`split_shards_py` and
+:func:`named_frames_list` (the audit counts every audited series with it)."""
