@@ -185,3 +185,32 @@ ORDER_CASES = [
 def test_range_order_as_the_pure_engine(raw: list[dict[str, Any]], labels: Any) -> None:
     rules = parse_relabel_configs(raw, "t")
     assert relabel_program(labels, program(rules)) == process(labels, rules)
+
+
+_WIDE = tuple((f"l{i:03d}", f"v{i % 7}") for i in range(80))
+# id, label set, rules: sets past the insertion sorts' bound (RL_INSERTION_MAX), which qsort
+LARGE_CASES = [
+    ("many_unsorted", tuple(reversed(_WIDE)), []),
+    ("many_repeated", (*_WIDE, *_WIDE[:40]), []),
+    (
+        "labelmap_sets_every_label",
+        _WIDE,
+        [{"action": "labelmap", "regex": "l(.*)", "replacement": "m$1"}],
+    ),
+    (
+        "labelmap_then_drop_half",
+        tuple(reversed(_WIDE)),
+        [
+            {"action": "labelmap", "regex": "l0(.*)", "replacement": "k$1"},
+            {"action": "labeldrop", "regex": "l0[0-3].*"},
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("labels", "raw"), [c[1:] for c in LARGE_CASES], ids=[c[0] for c in LARGE_CASES]
+)
+def test_large_label_sets_as_the_pure_engine(labels: Any, raw: list[dict[str, Any]]) -> None:
+    rules = parse_relabel_configs(raw, "t")
+    assert relabel_program(labels, program(rules)) == process(labels, rules)

@@ -202,3 +202,11 @@ def test_recent_values_are_the_values_sent() -> None:
     ]
     for raw in raws + raws[::-1]:
         both(router, raw)
+
+
+def test_a_labelmap_of_many_labels_gives_the_python_entry() -> None:
+    """A destination whose rules set more labels than the output sort places one by one."""
+    rules = parse_relabel_configs(
+        [{"action": "labelmap", "regex": "l(.*)", "replacement": "m$1"}], "t"
+    )
+    both(router_of((), [(rules, False, False)]), encode_labels(_MANY))

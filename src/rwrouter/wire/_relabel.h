@@ -304,9 +304,18 @@ static inline int rl_cmp_pairs(const RLPair *x, const RLPair *y) {
     return c ? c : rl_cmp_str(x->value, y->value);
 }
 
-/* Sort by (name, value): an insertion sort, linear on the nearly sorted sets relabeling
- * makes (sorted base labels, then the few a rule set). */
+static int rl_qsort_cmp(const void *a, const void *b) { return rl_cmp_pairs(a, b); }
+
+/* Past this many labels (or labels set by rules, for rl_sort_set) the sorts below take qsort:
+ * an insertion's quadratic worst case stays off a hostile label set. */
+#define RL_INSERTION_MAX 32
+
+/* Sort by (name, value): an insertion sort for a small set, qsort for a larger one. */
 static void rl_sort(RLSet *s) {
+    if (s->n > RL_INSERTION_MAX) {
+        qsort(s->items, (size_t)s->n, sizeof(RLPair), rl_qsort_cmp);
+        return;
+    }
     for (Py_ssize_t i = 1; i < s->n; i++) {
         RLPair x = s->items[i];
         Py_ssize_t j = i;
@@ -324,6 +333,10 @@ static void rl_sort(RLSet *s) {
 static void rl_sort_set(RLSet *s) {
     Py_ssize_t k = 0;
     while (k < s->n && !s->items[k].added) k++;
+    if (s->n - k > RL_INSERTION_MAX) { /* e.g. a labelmap that set every label again */
+        qsort(s->items, (size_t)s->n, sizeof(RLPair), rl_qsort_cmp);
+        return;
+    }
     for (Py_ssize_t i = k; i < s->n; i++) {
         RLPair x = s->items[i];
         Py_ssize_t lo = 0, hi = i;
