@@ -8,8 +8,21 @@ Set ``RWROUTER_NO_EXTENSIONS=1`` to skip the build (and, at run time, to use the
 """
 
 import os
+import sysconfig
+from pathlib import Path
 
 from setuptools import Extension, setup
+
+
+def _zlib() -> dict[str, list]:
+    """Link zlib for the shard hash (its crc32, what Python's zlib.crc32 computes) when its
+    header is where the compiler looks (Debian: zlib1g-dev, which the Python headers' package
+    depends on); without it the extension calls zlib.crc32 through Python (same values)."""
+    dirs = [sysconfig.get_config_var("INCLUDEDIR") or "", "/usr/include", "/usr/local/include"]
+    if any(d and (Path(d) / "zlib.h").is_file() for d in dirs):
+        return {"define_macros": [("RWROUTER_ZLIB", "1")], "libraries": ["z"]}
+    return {}
+
 
 extensions = []
 if not os.environ.get("RWROUTER_NO_EXTENSIONS"):
@@ -27,6 +40,7 @@ if not os.environ.get("RWROUTER_NO_EXTENSIONS"):
             ],
             optional=True,
             extra_compile_args=["-O2"],
+            **_zlib(),
         )
     )
 

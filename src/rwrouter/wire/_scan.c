@@ -282,6 +282,23 @@ static PyObject *signature_values(const uint8_t *d, Py_ssize_t end, PyObject *na
                                   int legacy);
 static PyObject *crc32_fn; /* zlib.crc32: the shard hash of routing.shard_hash */
 
+#ifdef RWROUTER_ZLIB /* setup.py links zlib when its header is there */
+#include <zlib.h>
+
+/* routing.shard_hash of raw labels: zlib's crc32 (what zlib.crc32 computes). 0 and *h. */
+static int shard_hash(const char *kp, Py_ssize_t kn, uint32_t *h) {
+    uLong crc = crc32(0L, Z_NULL, 0);
+    while (kn > 0) { /* crc32 takes a uInt length */
+        uInt step = kn > (Py_ssize_t)0x40000000 ? 0x40000000u : (uInt)kn;
+        crc = crc32(crc, (const Bytef *)kp, step);
+        kp += step;
+        kn -= (Py_ssize_t)step;
+    }
+    *h = (uint32_t)crc;
+    return 0;
+}
+#else
+
 /* routing.shard_hash of raw labels (zlib.crc32): 0 and *h, or -1 with an exception set. */
 static int shard_hash(const char *kp, Py_ssize_t kn, uint32_t *h) {
     PyObject *view = PyMemoryView_FromMemory((char *)kp, kn, PyBUF_READ);
@@ -295,6 +312,7 @@ static int shard_hash(const char *kp, Py_ssize_t kn, uint32_t *h) {
     *h = (uint32_t)v;
     return 0;
 }
+#endif
 
 /* The miss path's template shortcut of routing.Router._from_template, for a label set the
  * Python side has a template for: 1 and *out a new entry, 0 when it does not apply (the caller
