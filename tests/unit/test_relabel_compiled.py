@@ -214,3 +214,59 @@ LARGE_CASES = [
 def test_large_label_sets_as_the_pure_engine(labels: Any, raw: list[dict[str, Any]]) -> None:
     rules = parse_relabel_configs(raw, "t")
     assert relabel_program(labels, program(rules)) == process(labels, rules)
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    raw=st.lists(rule_strategy(), min_size=1, max_size=5),
+    sets=st.lists(labels_strategy, max_size=4),
+)
+def test_compiled_loop_on_its_own_memos(
+    raw: list[dict[str, Any]], sets: list[list[tuple[str, str]]]
+) -> None:
+    """The same rules parsed twice (each with its own memos): the compiled loop computes every
+    outcome itself (its fallbacks), the pure engine its own; the results agree, first from
+    the fallbacks and then from what they remembered."""
+    compiled_rules, pure_rules = make_rules(raw), make_rules(raw)
+    if compiled_rules is None or pure_rules is None:
+        return
+    for pairs in sets + sets:
+        labels = tuple(pairs)
+        try:
+            got: Any = relabel_program(labels, program(compiled_rules))
+        except Exception as exc:  # the same error either way
+            with pytest.raises(type(exc)):
+                process(labels, pure_rules)
+            continue
+        assert got == process(labels, pure_rules)
+
+
+# id, regex, replacement, source value, what target "t" gets (None: not set) — the compiled
+# loop's fallback for a fixed target and a replacement of one group, on fresh memos
+FALLBACK_CASES = [
+    ("first_group", "(p)(.*)", "$1", "p1-a", "p"),
+    ("second_group", "(.*)-([0-9a-z]+)", "$2", "ab-c-d", "d"),
+    ("group_before_a_dash", "(.*)-[0-9a-z]+", "$1", "train-job-7f9c2", "train-job"),
+    ("whole_match", "(p)(.*)", "$0", "p1-a", "p1-a"),
+    ("group_that_took_no_part", "(x)?(.*)", "$1", "abc", None),  # "" deletes the target
+    ("no_match", "(p)(.*)", "$1", "m", None),
+    ("non_ascii_value", "(é)(.*)", "$2", "é-1", "-1"),
+    ("braced_group", "(p)(.*)", "${2}", "p1-a", "1-a"),
+]
+
+
+@pytest.mark.parametrize(
+    ("regex", "replacement", "value", "want"),
+    [c[1:] for c in FALLBACK_CASES],
+    ids=[c[0] for c in FALLBACK_CASES],
+)
+def test_replace_fallback_outcomes(regex: str, replacement: str, value: str, want: Any) -> None:
+    raw = [
+        {"source_labels": ["pod"], "target_label": "t", "regex": regex, "replacement": replacement}
+    ]
+    compiled_rules, pure_rules = parse_relabel_configs(raw, "t"), parse_relabel_configs(raw, "t")
+    labels = (("pod", value),)
+    expected = tuple(sorted({"pod": value, **({"t": want} if want is not None else {})}.items()))
+    for _ in range(2):  # computed, then remembered
+        assert relabel_program(labels, program(compiled_rules)) == expected
+        assert process(labels, pure_rules) == expected

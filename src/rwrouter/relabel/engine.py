@@ -124,6 +124,33 @@ def _replace_remembered(rule: RelabelConfig, value: str) -> tuple[str, str] | No
     return outcome
 
 
+def _replace_fallback(rule: RelabelConfig) -> Callable[[str], tuple[str, str] | None]:
+    """:func:`_replace_remembered` for the compiled loop; for the usual shape (a fixed valid
+    target, replacement ``$N``) without the template walk: the same outcome, remembered."""
+    target, template = rule.target_template, rule.replacement_template
+    if not (
+        len(target) == 1
+        and isinstance(target[0], str)
+        and rule.valid_target(target[0])
+        and len(template) == 1
+        and isinstance(template[0], int)
+    ):
+        return functools.partial(_replace_remembered, rule)
+    label, group, search, memo = target[0], template[0], rule.regex.search, rule.memo
+
+    def remembered(value: str) -> tuple[str, str] | None:
+        match = search(value)
+        if match is None:
+            outcome = None
+        else:
+            start, end = match.span(group)
+            outcome = (label, value[start:end] if start >= 0 else "")
+        _remember(memo, value, outcome)
+        return outcome
+
+    return remembered
+
+
 def _replace_outcome(rule: RelabelConfig, value: str) -> tuple[str, str] | None:
     """What a replace of source ``value`` sets: (target label, value; "" deletes it), or None
     when it changes nothing (no match, or a target invalid under the rule's scheme)."""
@@ -282,7 +309,7 @@ def _compiled_rule(rule: RelabelConfig) -> tuple[Any, ...]:
     if action in (Action.KEEP, Action.DROP, Action.LABELDROP, Action.LABELKEEP):
         memo, fallback = rule.regex.memo, rule.regex.matches
     elif action == Action.REPLACE:
-        memo, fallback = rule.memo, functools.partial(_replace_remembered, rule)
+        memo, fallback = rule.memo, _replace_fallback(rule)
     elif action == Action.HASHMOD:
         memo, fallback = rule.memo, functools.partial(_hashmod_remembered, rule)
     elif action == Action.LABELMAP:
