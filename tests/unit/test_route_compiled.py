@@ -83,6 +83,35 @@ def test_compiled_miss_gives_the_python_entry(
         both(router, raw)
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    routes_raw=st.lists(route_strategy, min_size=1, max_size=3),
+    raws=st.lists(raw_strategy, min_size=1, max_size=5),
+)
+def test_compiled_miss_on_its_own_memos(
+    routes_raw: list[tuple[list[dict[str, Any]], bool, bool]], raws: list[bytes]
+) -> None:
+    """Two routers from the same rules, each with its own memos: the compiled miss path asks
+    its rules' fallbacks itself (the Python path has not filled the memos first)."""
+    pairs = [
+        ((make_rules(r) if r else ()), (make_rules(r) if r else ()), fb, sh)
+        for r, fb, sh in routes_raw
+    ]
+    if any(a is None or b is None for a, b, _, _ in pairs):
+        return
+    fast = router_of((), [(a, fb, sh) for a, _, fb, sh in pairs])
+    slow = router_of((), [(b, fb, sh) for _, b, fb, sh in pairs])
+    assert _compiled is not None and fast._plan is not None
+    for raw in raws + raws:
+        try:
+            got = _compiled(raw, *fast._plan, fast._drop_after)
+        except Exception as exc:
+            with pytest.raises(type(exc)):
+                slow._route_raw_py(raw)
+            continue
+        assert got == slow._route_raw_py(raw)
+
+
 KEEP_GPU = [{"action": "keep", "source_labels": ["__name__"], "regex": "gpu_.*"}]
 RENAME = [{"source_labels": ["pod"], "target_label": "workload", "regex": "(.*)-[a-z0-9]+"}]
 DROP_ALL = [{"action": "drop", "source_labels": ["__name__"], "regex": ".*"}]
