@@ -108,6 +108,10 @@ class Cache(Protocol):
     def items(self) -> Iterable[tuple[bytes, Entry]]: ...
 
 
+MAX_PRESIZE = 1 << 24
+"""Entries a new young generation reserves room for at most (it grows past them as needed)."""
+
+
 def entry_bytes(key: bytes, entry: Entry) -> int:
     """Bytes a cache entry holds: its raw label key and its compact outcome."""
     return len(key) + len(entry)
@@ -214,7 +218,7 @@ class Generations:
         self._forget_old()
         self._old, self._old_bytes = self._young, self._young_bytes
         # room from the start for as many as the last generation took (no growing by doubling)
-        self._young, self._young_bytes = new_cache(len(self._old)), 0
+        self._young, self._young_bytes = new_cache(min(len(self._old), MAX_PRESIZE)), 0
         self._rotated_at = now
         self._rotated()
 
