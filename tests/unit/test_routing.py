@@ -574,3 +574,30 @@ def test_drop_counts_accumulate_per_destination_and_reason() -> None:
     )
     assert out.dropped == {(0, DropReason.RELABEL): 6, (1, DropReason.INVALID): 7}
     assert sent(out, 0) == [GPU]
+
+
+@pytest.mark.parametrize(
+    ("cached", "cap", "room"),
+    [(5, 100, 5), (5, 3, 3)],
+    ids=["as_many_as_the_last_generation", "capped"],
+)
+def test_a_new_young_generation_gets_the_last_ones_room(
+    cached: int, cap: int, room: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rotation starts the new young generation with room for what the old one took, at
+    most MAX_PRESIZE entries (LabelCache refuses more than 2^28)."""
+    from rwrouter.routing import cache as cache_module
+
+    asked: list[int] = []
+    make = cache_module.new_cache
+
+    def recording(expected: int = 0, /) -> Any:
+        asked.append(expected)
+        return make(expected)
+
+    monkeypatch.setattr(cache_module, "new_cache", recording)
+    monkeypatch.setattr(cache_module, "MAX_PRESIZE", cap)
+    router = Router(global_rules=(), routes=[route("a")], cache_size=1000)
+    router.route(request(numbered(0, cached)))
+    router._rotate(0.0)
+    assert asked[-1] == room and len(router) == cached
