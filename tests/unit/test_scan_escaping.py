@@ -16,7 +16,6 @@ from rwrouter.reasons import DropReason
 from rwrouter.relabel import parse_relabel_configs
 from rwrouter.routing import Route, Router
 from rwrouter.routing import router as router_module
-from rwrouter.routing.cache import Entry
 from rwrouter.routing.escape import UNDERSCORES, is_legacy_label_name, is_legacy_metric_name
 from rwrouter.routing.scan import scan_request_py, signature_py
 from rwrouter.wire import codec
@@ -24,8 +23,10 @@ from tests.unit.test_scan_paths import (
     KEEP_CRITICAL,
     build_request,
     compiled,
+    count_miss_calls,
     fleet_request,
     needs_accelerator,
+    young_values,
 )
 
 try:
@@ -148,17 +149,8 @@ def test_compiled_loop_with_escaping_applies_templates_itself_on_legacy_sets(
     monkeypatch.setattr(router_module, "scan_request", compiled)  # (whatever the environment says)
     data = fleet_request(6, 2)  # every name legacy: escaping changes nothing
     shortcut, full = _pair()
-    calls: list[bytes] = []
-    python_miss = shortcut._miss
-
-    def counted_miss(raw_labels: bytes) -> Entry:
-        calls.append(raw_labels)
-        return python_miss(raw_labels)
-
-    shortcut._miss = counted_miss  # type: ignore[method-assign]
+    calls = count_miss_calls(shortcut)
     assert shortcut.route(data) == full.route(data)
     assert (shortcut.misses, shortcut.hits) == (full.misses, full.hits)
     assert len(calls) <= len(shortcut._templates) + 1 < shortcut.misses  # the rest: in C
-    assert sorted(v for _, v in shortcut._young.items()) == sorted(
-        v for _, v in full._young.items()
-    )
+    assert young_values(shortcut) == young_values(full)

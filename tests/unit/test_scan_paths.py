@@ -1055,6 +1055,25 @@ def _parse_raw(data: bytes) -> remote_pb2.WriteRequest:
     return request
 
 
+def count_miss_calls(router: Router) -> list[bytes]:
+    """The label sets ``router`` asks its Python ``_miss`` about from now on (the list grows
+    as it routes; the misses are still answered)."""
+    calls: list[bytes] = []
+    python_miss = router._miss
+
+    def counted_miss(raw_labels: bytes) -> Entry:
+        calls.append(raw_labels)
+        return python_miss(raw_labels)
+
+    router._miss = counted_miss  # type: ignore[method-assign]
+    return calls
+
+
+def young_values(router: Router) -> list[bytes]:
+    """The outcomes in ``router``'s young generation, sorted (its keys are digests)."""
+    return sorted(value for _, value in router._young.items())
+
+
 @needs_accelerator
 @pytest.mark.skipif(not ACCELERATED, reason="the router runs the pure loop (no extension)")
 def test_compiled_loop_applies_templates_itself_with_the_same_entries_and_counters() -> None:
@@ -1062,22 +1081,13 @@ def test_compiled_loop_applies_templates_itself_with_the_same_entries_and_counte
     shortcut = Router(global_rules=(), routes=FILTER_ROUTES)
     full = Router(global_rules=(), routes=FILTER_ROUTES)
     full._signature_names = None
-    calls: list[bytes] = []
-    python_miss = shortcut._miss
-
-    def counted_miss(raw_labels: bytes) -> Entry:
-        calls.append(raw_labels)
-        return python_miss(raw_labels)
-
-    shortcut._miss = counted_miss  # type: ignore[method-assign]
+    calls = count_miss_calls(shortcut)
     out = shortcut.route(data)
     assert out == full.route(data)
     assert (shortcut.misses, shortcut.hits) == (full.misses, full.hits)
     assert shortcut.cached_bytes == full.cached_bytes and len(shortcut) == len(full)
     assert len(calls) <= len(shortcut._templates) + 1 < shortcut.misses  # the rest: in C
-    assert sorted(value for _, value in shortcut._young.items()) == sorted(
-        value for _, value in full._young.items()
-    )
+    assert young_values(shortcut) == young_values(full)
 
 
 @needs_accelerator
@@ -1091,14 +1101,7 @@ def test_compiled_loop_routes_misses_itself_with_the_same_entries_and_counters(
     data = fleet_request(6, 2)
     in_c = Router(global_rules=(), routes=make_routes())
     assert in_c._plan is not None and not in_c._signature_names
-    calls: list[bytes] = []
-    python_miss = in_c._miss
-
-    def counted_miss(raw_labels: bytes) -> Entry:
-        calls.append(raw_labels)
-        return python_miss(raw_labels)
-
-    in_c._miss = counted_miss  # type: ignore[method-assign]
+    calls = count_miss_calls(in_c)
     out = in_c.route(data)
     monkeypatch.setattr(router_module, "scan_request", scan_request_py)
     pure = Router(global_rules=(), routes=make_routes())
@@ -1106,9 +1109,7 @@ def test_compiled_loop_routes_misses_itself_with_the_same_entries_and_counters(
     assert calls == [] and in_c.misses > 0
     assert (in_c.misses, in_c.hits) == (pure.misses, pure.hits)
     assert in_c.cached_bytes == pure.cached_bytes and len(in_c) == len(pure)
-    assert sorted(value for _, value in in_c._young.items()) == sorted(
-        value for _, value in pure._young.items()
-    )
+    assert young_values(in_c) == young_values(pure)
 
 
 # id, the routes: outcomes of 2 destinations fit a LabelCache slot (up to 8 bytes); 3 do not
