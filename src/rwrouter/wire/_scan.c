@@ -461,6 +461,12 @@ typedef struct {
     uint8_t inl[LC_INLINE_MAX]; /* an outcome a LabelCache slot held itself, copied */
 } Series;
 
+/* Point the series' outcome at t->entry, a bytes object. */
+static inline void series_point(Series *t) {
+    t->ep = (const uint8_t *)PyBytes_AS_STRING(t->entry);
+    t->elen = PyBytes_GET_SIZE(t->entry);
+}
+
 /* The series' outcome is t->entry (a miss, a dict generation): check it, point at it. 0, or
  * -1 with an exception set. */
 static int series_entry(Series *t) {
@@ -468,12 +474,11 @@ static int series_entry(Series *t) {
         PyErr_SetString(PyExc_TypeError, "a cache entry must be bytes");
         return -1;
     }
-    t->ep = (const uint8_t *)PyBytes_AS_STRING(t->entry);
-    t->elen = PyBytes_GET_SIZE(t->entry);
+    series_point(t);
     return 0;
 }
 
-/* The series' outcome is what a LabelCache slot holds. */
+/* The series' outcome is what a LabelCache slot holds (its values are bytes). */
 static void series_slot(Series *t, const LCSlot *s) {
     Py_ssize_t n = lc_inline_len(s);
     if (n) {
@@ -483,8 +488,7 @@ static void series_slot(Series *t, const LCSlot *s) {
         return;
     }
     t->entry = Py_NewRef(s->v.obj);
-    t->ep = (const uint8_t *)PyBytes_AS_STRING(t->entry);
-    t->elen = PyBytes_GET_SIZE(t->entry);
+    series_point(t);
 }
 
 static void series_clear(Series *t) {
