@@ -33,6 +33,7 @@ DIFFERENTIAL = (
     "tests/unit/test_scan_escaping.py",  # signature, the template shortcut
     "tests/unit/test_scan_fallbacks.py",  # the shapes handed to split_series
     "tests/unit/test_rw2_paths.py",  # rw2_to_rw1
+    "tests/unit/test_rw2_scan.py",  # scan_rw2: RW 2.0 routed in one pass
     "tests/unit/test_rw2_in.py",  # rw2_to_rw1: every field and refusal, on both paths
     "tests/unit/test_rw2_out_paths.py",  # encode_v2, strip_start_timestamps
     "tests/unit/test_rw2_out.py",  # the same, read back with the generated protobuf code
@@ -106,6 +107,7 @@ import _testcapi
 from rwrouter.relabel import parse_relabel_configs
 from rwrouter.routing import Route, Router
 from rwrouter.wire import remote_pb2
+from rwrouter.wire.rw2_out import encode_request
 
 KEEP = [{"source_labels": ["__name__"], "regex": "up|DCGM_.*", "action": "keep"}]
 REWRITE = [{"target_label": "cluster", "replacement": "c9"},
@@ -130,26 +132,28 @@ for i, name in enumerate(["up", "node_load1", "DCGM_FI_DEV_GPU_UTIL", "up", ""] 
         ts.histograms.add(count_int=1, sum=1.0, timestamp=1)
 request.metadata.add(type=1, metric_family_name="up", help="h")
 DATA = request.SerializeToString()
-EXPECTED = router().route(DATA)
+RW2 = encode_request(DATA, {b"up": (1, b"h", b"")}, lambda name: None).request
 
-for warm, now in (("cold", None), ("cached", 1.0), ("promoted", 6.0)):
-    nth = streak = 0
-    while streak < 30:
-        r = router()
-        if now is not None:
-            r.route(DATA, now=0.0)
-        _testcapi.set_nomemory(nth, nth + 1)
-        try:
-            out = r.route(DATA, now=now or 0.0)
-        except Exception:
-            out = None
-        finally:
-            _testcapi.remove_mem_hooks()
-        streak = streak + 1 if out is not None else 0
-        assert out in (None, EXPECTED), (warm, nth)
-        assert r.route(DATA, now=now or 0.0) == EXPECTED, (warm, nth)
-        nth += 1
-    print(warm, "allocations failed in turn:", nth - 30)
+for rw2, data in ((False, DATA), (True, RW2)):  # scan_request, scan_rw2
+    expected = router().route(data, rw2=rw2)
+    for warm, now in (("cold", None), ("cached", 1.0), ("promoted", 6.0)):
+        nth = streak = 0
+        while streak < 30:
+            r = router()
+            if now is not None:
+                r.route(data, now=0.0, rw2=rw2)
+            _testcapi.set_nomemory(nth, nth + 1)
+            try:
+                out = r.route(data, now=now or 0.0, rw2=rw2)
+            except Exception:
+                out = None
+            finally:
+                _testcapi.remove_mem_hooks()
+            streak = streak + 1 if out is not None else 0
+            assert out in (None, expected), (rw2, warm, nth)
+            assert r.route(data, now=now or 0.0, rw2=rw2) == expected, (rw2, warm, nth)
+            nth += 1
+        print("rw2" if rw2 else "rw1", warm, "allocations failed in turn:", nth - 30)
 print("faults ok")
 """
 

@@ -33,7 +33,6 @@ from rwrouter.reasons import DropReason
 from rwrouter.routing import RoutedRequest, Router, build_router
 from rwrouter.routing.tenants import DEFAULT_MAX_TENANTS, Tenants
 from rwrouter.wire import decompress
-from rwrouter.wire.rw2_in import to_rw1
 
 log = logging.getLogger("rwrouter.fanout")
 
@@ -169,7 +168,7 @@ class FanOut:
     ) -> Decoded:
         """Decompress, parse and route one request body carrying ``message``
         (:data:`~rwrouter.protocol.RW1_MESSAGE` or :data:`~rwrouter.protocol.RW2_MESSAGE`: an
-        RW 2.0 request is converted to the RW1 form first, :mod:`rwrouter.wire.rw2_in`), and
+        RW 2.0 request is routed as its RW1 form, :mod:`rwrouter.wire.rw2_in`), and
         encode each destination's share as queue records (``FLAG_START_TIMESTAMPS`` when the
         request carried start timestamps). ``tenant``: the request's
         (:func:`rwrouter.config.tenant.request_tenant`), whose router routes it
@@ -184,13 +183,10 @@ class FanOut:
         generation, tenants, destinations = self._state  # one read: consistent with each other
         router = tenants.for_tenant(tenant)
         data = decompress(body, max_decoded_bytes=max_decoded_bytes)
-        written, flags = None, 0
-        if message == RW2_MESSAGE:
-            converted = to_rw1(data, max_bytes=max_decoded_bytes)  # its RW1 form too
-            data, written = converted.data, converted.written
-            flags = FLAG_START_TIMESTAMPS if converted.start_timestamps else 0
         now = time.monotonic()
-        routed = router.route(data, now=now)
+        rw2 = message == RW2_MESSAGE  # its RW1 form bounded too
+        routed = router.route(data, now=now, rw2=rw2, max_bytes=max_decoded_bytes)
+        written, flags = routed.written, FLAG_START_TIMESTAMPS if routed.start_timestamps else 0
         sent = routed.shares[: len(destinations)]  # then the shadow destinations' shares
         if self.names.due(now):  # one request a second: names for the status page
             self.names.observe([dest.name for dest in destinations], sent)

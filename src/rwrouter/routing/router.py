@@ -8,6 +8,7 @@ import struct
 from collections.abc import Sequence
 
 from rwrouter.errors import InvariantError
+from rwrouter.protocol import Written
 from rwrouter.reasons import DropReason
 from rwrouter.relabel import FILTER_ACTIONS, RelabelConfig, process_compiled, program
 from rwrouter.relabel.series import format_labels
@@ -34,7 +35,7 @@ from rwrouter.routing.outcome import (
     template_parts,
 )
 from rwrouter.routing.routed import RoutedRequest, shard_hash
-from rwrouter.routing.scan import scan_request, signature
+from rwrouter.routing.scan import scan_request, scan_rw2, signature
 from rwrouter.wire import RawSeries, frame_metadata, metadata_family
 from rwrouter.wire.accelerator import compiled, decode_labels, encode_labels
 from rwrouter.wire.index import Frames
@@ -49,13 +50,13 @@ _COLLIDED = REASONS.index(DropReason.NAME_COLLISION)
 _route_labels = compiled("route_labels")  # the miss path in C (wire/_route.h), when built
 
 
-def _same(report: Collision) -> Collision:
-    return report
-
-
 # Per destination: encoded output labels, or the drop reason — or None for a fallback
 # destination whose series went elsewhere.
 Outcome = tuple[bytes | DropReason | None, ...]
+
+
+def _same(report: Collision) -> Collision:
+    return report
 
 
 class Router(Generations):
@@ -128,8 +129,7 @@ class Router(Generations):
             self._claims.recheck(self._route_again)
 
     def _route_again(self, key: bytes) -> None:
-        """Route a cached label set the full way again (a collision loser whose claimant is
-        gone) and cache the new outcome in the young generation."""
+        """Route a cached label set again (a collision loser whose claimant is gone) to young."""
         entry = self._route_raw(key)
         self._young[key] = entry
         self._young_bytes += len(key) + len(entry)
@@ -320,12 +320,16 @@ class Router(Generations):
         the distinct ones to log (at most 10 a minute) and how many more were not logged."""
         return self._collisions.take()
 
-    def route(self, data: bytes, *, now: float = 0.0) -> RoutedRequest:
-        """Route every series and metadata entry of a decompressed write request (RW 1.0);
-        ``now``: seconds on a monotonic clock, for the cache's age bound.
+    def route(
+        self, data: bytes, *, now: float = 0.0, rw2: bool = False, max_bytes: int | None = None
+    ) -> RoutedRequest:
+        """Route every series and metadata entry of a decompressed write request, RW 1.0 or
+        with ``rw2`` RW 2.0 (:func:`~rwrouter.routing.scan.scan_rw2`: ``max_bytes`` bounds its
+        RW1 form, bytes, None: no bound; the result carries its ``written`` counts); ``now``:
+        seconds on a monotonic clock, for the cache's age bound.
 
         Raises DecodeError for malformed input or a series with invalid labels (the whole
-        request is refused).
+        request is refused), TooLargeError for an RW 2.0 request over ``max_bytes``.
         """
         self._now = now
         self.maintain(now)
@@ -334,23 +338,15 @@ class Router(Generations):
         plan = (
             None if self._plan is None or templates is not None else (*self._plan, self._drop_after)
         )
-        scan = scan_request(
-            data,
-            self._young,
-            self._old,
-            self._miss,
-            self._filters,
-            self._filter,
-            REASONS,
-            templates,
-            self._signature_names or (),
-            self._claims is not None,
-            plan,
-        )
+        args = (self._young, self._old, self._miss, self._filters, self._filter, REASONS)
+        shortcut = (templates, self._signature_names or (), self._claims is not None, plan)
+        if rw2:  # one pass over the RW 2.0 request, its RW1 form not written out
+            scan, *counts, starts = scan_rw2(data, max_bytes, *args, *shortcut)
+        else:
+            scan, counts, starts = scan_request(data, *args, *shortcut), [], False
         self.hits += scan.hits
         self.misses += scan.misses
-        self._young_bytes += scan.miss_bytes
-        self._young_bytes += scan.promoted_bytes
+        self._young_bytes += scan.miss_bytes + scan.promoted_bytes
         self._overlap += scan.promoted
         self._overlap_bytes += scan.promoted_bytes
         self._bound(now)
@@ -366,6 +362,8 @@ class Router(Generations):
             samples_in=scan.samples_in,
             series_in=scan.series_in,
             metadata_in=len(scan.metadata),
+            written=Written(*counts) if rw2 else None,
+            start_timestamps=starts,
         )
         for payload in scan.metadata:
             framed = self._metadata_outcomes.get(payload)

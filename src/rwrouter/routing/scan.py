@@ -25,10 +25,20 @@ from rwrouter.routing.cache import Cache, Entry, Slot, entry_bytes, unpack_entry
 from rwrouter.wire.accelerator import compiled
 from rwrouter.wire.codec import RawSeries, split_series
 from rwrouter.wire.index import INDEX
+from rwrouter.wire.rw2_in import to_rw1
 from rwrouter.wire.validate import check_metadata
 from rwrouter.wire.walk import LEN, encode_varint, fields, read_varint
 
-__all__ = ["Scan", "scan_request", "scan_request_py", "signature", "signature_py"]
+__all__ = [
+    "Scan",
+    "ScanRw2",
+    "scan_request",
+    "scan_request_py",
+    "scan_rw2",
+    "scan_rw2_py",
+    "signature",
+    "signature_py",
+]
 
 Miss = Callable[[bytes], Entry]
 Templates = dict[tuple[bytes | None, ...], tuple[bytes, ...]]
@@ -121,6 +131,40 @@ def scan_request_py(
             shares.samples_in += n
             shares.apply(raw, n, unpack_entry(raw.labels, entry), filters, filt, reasons)
     return shares.scan()
+
+
+class ScanRw2(NamedTuple):
+    """An RW 2.0 request split per destination: ``scan`` as :func:`scan_request` gives it for
+    the request's RW1 form, and what the request carried (its Written headers' counts, and
+    whether some Sample or Histogram has a start timestamp), as
+    :class:`~rwrouter.wire.rw2_in.Converted` counts them."""
+
+    scan: Scan
+    samples: int
+    histograms: int
+    exemplars: int
+    start_timestamps: bool
+
+
+def scan_rw2_py(data: bytes, max_bytes: int | None, *args: object) -> ScanRw2:
+    """Split a decompressed RW 2.0 request (``io.prometheus.write.v2.Request``) into
+    per-destination shares: :func:`~rwrouter.wire.rw2_in.to_rw1` (``max_bytes``: the largest
+    RW1 form, bytes; None: no limit), then :func:`scan_request` with ``args`` (its arguments
+    after ``data``). The reference of the compiled ``scan_rw2``, which routes the series
+    without writing the RW1 form out (same result).
+
+    Raises what ``to_rw1`` raises (DecodeError, TooLargeError), then what :func:`scan_request`
+    raises.
+    """
+    converted = to_rw1(data, max_bytes=max_bytes)
+    scan = scan_request(converted.data, *args)
+    return ScanRw2(
+        scan,
+        converted.samples,
+        converted.histograms,
+        converted.exemplars,
+        converted.start_timestamps,
+    )
 
 
 def _lookup(key: bytes, young: Cache, old: Cache, miss: Miss) -> tuple[Entry, bool, int]:
@@ -275,7 +319,25 @@ def _scan_request() -> Callable[..., Scan]:
 
 
 scan_request: Callable[..., Scan] = _scan_request()
+
+
+def _scan_rw2() -> Callable[..., ScanRw2]:
+    compiled_scan = compiled("scan_rw2")
+    if compiled_scan is None:
+        return scan_rw2_py
+
+    def scan_rw2_c(data: bytes, max_bytes: int | None, *args: object) -> ScanRw2:
+        result = compiled_scan(data, max_bytes, *args)
+        if result is None:  # malformed, unusual or refused: the reference decides
+            return scan_rw2_py(data, max_bytes, *args)
+        scan, *counts = result
+        return ScanRw2(Scan._make(scan), *counts)
+
+    return scan_rw2_c
+
+
+scan_rw2: Callable[..., ScanRw2] = _scan_rw2()
 signature: Signature = compiled("signature") or signature_py
-"""The per-series loop and the signature in use (compiled when
-:data:`rwrouter.wire.accelerator.ACCELERATED`), with the contracts of :func:`scan_request_py`
-and :func:`signature_py`."""
+"""The per-series loops (RW 1.0, RW 2.0) and the signature in use (compiled when
+:data:`rwrouter.wire.accelerator.ACCELERATED`), with the contracts of :func:`scan_request_py`,
+:func:`scan_rw2_py` and :func:`signature_py`."""

@@ -38,7 +38,14 @@ typedef struct {
 } R2Entry;
 
 typedef struct {
+    uint32_t name, value; /* refs */
+    uint32_t off, len;    /* the Label field in R2.labels (len 0: an empty entry) */
+} R2Pair;
+
+typedef struct {
     const uint8_t *d;
+    R2Pair *pairs;   /* scan_rw2's Label fields by (name, value) refs, direct-mapped */
+    Buf labels;      /* ... and their bytes */
     R2Spans sym, series, samples, hists, exemplars;
     R2Refs refs, xrefs;
     Buf out, scratch, meta;
@@ -427,6 +434,8 @@ static int r2_request(R2 *c, Py_ssize_t end) {
 }
 
 static void r2_free(R2 *c) {
+    PyMem_Free(c->pairs);
+    PyMem_Free(c->labels.data);
     PyMem_Free(c->sym.items);
     PyMem_Free(c->series.items);
     PyMem_Free(c->samples.items);

@@ -534,9 +534,10 @@ static int scan_arguments(Scanner *r, PyObject *const *args, Py_ssize_t nargs) {
     return SCAN_OK;
 }
 
-/* The outputs, the metadata list, which destinations filter and the leading series' digests:
- * 0, or -1 with an exception set (scan_free releases what was made). */
-static int scan_start(Scanner *r) {
+/* The outputs (`room` bytes each), the metadata list, which destinations filter and, when
+ * `prehashed` (an RW 1.0 request), the leading series' digests: 0, or -1 with an exception
+ * set (scan_free releases what was made). */
+static int scan_start(Scanner *r, Py_ssize_t room, int prehashed) {
     r->s = PyMem_Calloc(1, sizeof(State));
     if (!r->s) {
         PyErr_NoMemory();
@@ -551,15 +552,15 @@ static int scan_start(Scanner *r) {
     }
     r->d = (const uint8_t *)PyBytes_AS_STRING(r->data);
     /* Each share holds at most the request's frames (rules seldom make labels longer; more
-     * is grown into): room for them now, so the shares are never copied to grow. Untouched
+     * is grown into): `room` for them now, so the shares are seldom copied to grow. Untouched
      * room costs no memory (the kernel maps pages on first write). */
-    Py_ssize_t room = PyBytes_GET_SIZE(r->data) + 64;
     for (Py_ssize_t i = 0; i < r->s->ndest; i++)
         if (buf_bytes(&r->s->bodies[i], room) < 0) return -1;
     /* With LabelCache generations: hash the labels of the leading plain series first, so the
      * main loop can prefetch the slots (and their keys and values) a few series ahead: the
      * lookups then mostly hit the CPU cache instead of waiting on memory one after another. */
-    r->npre = r->label_caches ? prehash(r->d, PyBytes_GET_SIZE(r->data), &r->pre) : 0;
+    r->npre = prehashed && r->label_caches ? prehash(r->d, PyBytes_GET_SIZE(r->data), &r->pre)
+                                           : 0;
     return r->npre < 0 ? -1 : 0;
 }
 
@@ -570,13 +571,13 @@ static void scan_free(Scanner *r) {
     Py_XDECREF(r->metadata);
 }
 
-/* A metadata entry d[vstart:vend]: validate.check_metadata's result appended (it raises the
+/* A metadata entry data[vstart:vend]: validate.check_metadata's result appended (it raises the
  * reference DecodeError). SCAN_OK or SCAN_ERR. */
-static int scan_metadata(Scanner *r, Py_ssize_t vstart, Py_ssize_t vend) {
+static int scan_metadata(Scanner *r, PyObject *data, Py_ssize_t vstart, Py_ssize_t vend) {
     PyObject *start = NULL, *stop = NULL, *m = NULL;
     int step = SCAN_ERR;
     if (!(start = PyLong_FromSsize_t(vstart)) || !(stop = PyLong_FromSsize_t(vend))) goto done;
-    m = PyObject_CallFunctionObjArgs(check_metadata_fn, r->data, start, stop, NULL);
+    m = PyObject_CallFunctionObjArgs(check_metadata_fn, data, start, stop, NULL);
     if (!m || PyList_Append(r->metadata, m) < 0) goto done;
     step = SCAN_OK;
 done:
@@ -665,12 +666,15 @@ static int label_cache_miss(Scanner *r, Digest g, Series *t) {
 
 /* The routing outcome from LabelCache generations (by digest, no key object): young, then old
  * (promoted to young), then a miss. k: the series' index in the request (its digest may be
- * prehashed; the series k + PREFETCH_* ahead are prefetched). 0, or -1 with an exception set. */
-static int lookup_label_cache(Scanner *r, Py_ssize_t k, Series *t) {
+ * prehashed; the series k + PREFETCH_* ahead are prefetched); known: its digest, or NULL.
+ * 0, or -1 with an exception set. */
+static int lookup_label_cache(Scanner *r, Py_ssize_t k, Series *t, const Digest *known) {
     LabelCache *young = (LabelCache *)r->young, *old = (LabelCache *)r->old;
     const PreHash *pre = r->pre;
     Digest g;
-    if (k < r->npre && pre[k].start == t->kp - (const char *)r->d && pre[k].len == t->kn)
+    if (known)
+        g = *known;
+    else if (k < r->npre && pre[k].start == t->kp - (const char *)r->d && pre[k].len == t->kn)
         g = pre[k].digest;
     else
         g = lc_digest((const uint8_t *)t->kp, t->kn);
@@ -807,21 +811,25 @@ static int apply_entry(Scanner *r, const Series *t, long long n) {
     return 0;
 }
 
+/* A series whose fields are known (series_fields): its outcome looked up (k: its index in the
+ * request; known: the digest of its labels, or NULL) and applied. SCAN_OK or SCAN_ERR (what t
+ * holds is released by the caller). */
+static int route_series(Scanner *r, Py_ssize_t k, Series *t, const Digest *known) {
+    if ((r->label_caches ? lookup_label_cache(r, k, t, known) : lookup_dict(r, t)) < 0)
+        return SCAN_ERR;
+    if (!t->ep && series_entry(t) < 0) return SCAN_ERR; /* miss() or a dict generation answered */
+    long long n = t->nsamples + t->nex + t->nhist;
+    r->samples_in += n;
+    return n && apply_entry(r, t, n) < 0 ? SCAN_ERR : SCAN_OK;
+}
+
 /* The per-series step: the series d[vstart:vend] split, looked up and sent. SCAN_OK,
  * SCAN_BAIL, SCAN_ERR. */
 static int scan_series(Scanner *r, Py_ssize_t vstart, Py_ssize_t vend) {
     Py_ssize_t k = (Py_ssize_t)r->series_in++; /* the series' index in the request */
     Series t = {0};
     int step = series_fields(r, vstart, vend, &t);
-    if (step != SCAN_OK) goto done;
-    step = SCAN_ERR;
-    if ((r->label_caches ? lookup_label_cache(r, k, &t) : lookup_dict(r, &t)) < 0) goto done;
-    if (!t.ep && series_entry(&t) < 0) goto done; /* miss() or a dict generation answered */
-    long long n = t.nsamples + t.nex + t.nhist;
-    r->samples_in += n;
-    if (n && apply_entry(r, &t, n) < 0) goto done;
-    step = SCAN_OK;
-done:
+    if (step == SCAN_OK) step = route_series(r, k, &t, NULL);
     series_clear(&t);
     return step;
 }
@@ -836,7 +844,7 @@ static int scan_fields(Scanner *r) {
         if (f.field != 1 && f.field != 3) continue;
         if (f.wire != 2) return SCAN_BAIL;
         int step = f.field == 1 ? scan_series(r, f.vstart, f.vend)
-                                : scan_metadata(r, f.vstart, f.vend);
+                                : scan_metadata(r, r->data, f.vstart, f.vend);
         if (step != SCAN_OK) return step;
     }
     return more < 0 ? SCAN_BAIL : SCAN_OK;
@@ -937,7 +945,7 @@ static PyObject *scan_request(PyObject *module, PyObject *const *args, Py_ssize_
     if (step != SCAN_OK) return step == SCAN_BAIL ? pure_scan(args, nargs) : NULL;
     PyObject *result = NULL;
     step = SCAN_ERR;
-    if (scan_start(&r) < 0) goto done;
+    if (scan_start(&r, PyBytes_GET_SIZE(r.data) + 64, 1) < 0) goto done;
     step = scan_fields(&r);
     if (step == SCAN_OK) result = scan_result(&r);
 done:
@@ -1440,6 +1448,7 @@ static PyObject *blank_bytes(PyObject *module, PyObject *arg) {
 }
 
 #include "_rw2in.h" /* rw2_to_rw1: remote write 2.0 in (rwrouter.wire.rw2_in) */
+#include "_rw2scan.h" /* scan_rw2: remote write 2.0 routed without its RW1 form */
 #include "_rw2out.h" /* encode_v2, strip_start_timestamps: remote write 2.0 out */
 #include "_relabel.h" /* relabel_program: the relabel engine's rule loop */
 #include "_route.h" /* route_labels: the routing miss path */
@@ -1459,6 +1468,8 @@ static PyMethodDef methods[] = {
      "Compiled rwrouter.wire.codec.decode_labels (same result, same errors)."},
     {"encode_labels", (PyCFunction)encode_labels, METH_O,
      "Compiled rwrouter.wire.codec.encode_labels (same result)."},
+    {"scan_rw2", (PyCFunction)(void (*)(void))scan_rw2, METH_FASTCALL,
+     "Compiled rwrouter.routing.scan.scan_rw2_py (same result), or None: the reference's."},
     {"rw2_to_rw1", (PyCFunction)(void (*)(void))rw2_to_rw1, METH_FASTCALL,
      "Compiled rwrouter.wire.rw2_in.to_rw1_py (same result, same errors)."},
     {"encode_v2", (PyCFunction)(void (*)(void))encode_v2, METH_FASTCALL,

@@ -1,0 +1,326 @@
+/*
+ * Remote write 2.0 routed without its RW1 form, compiled: rwrouter.routing.scan.scan_rw2_py
+ * (convert with rw2_in.to_rw1, then scan_request) as
+ * scan_rw2(data, max_bytes, young, old, miss, filters, filt, reasons, templates, names, legacy,
+ * plan) -> (scan tuple, samples, histograms, exemplars, start_timestamps), or None when the
+ * reference is to decide (then nothing of this call is kept but what it cached). Included by
+ * _scan.c after _rw2in.h: it uses the Scanner of scan_request and the R2 of rw2_to_rw1.
+ *
+ * The conversion writes every series out in the RW1 form (labels resolved from the symbols
+ * table, ~5 times the RW 2.0 request) and scan_request then reads it all again. Here each
+ * series of the usual shape (labels_refs, then Sample fields of the usual shapes, then an
+ * optional Metadata) has only its RW1 labels written, into one scratch buffer: the routing
+ * cache key (the same bytes, so the same entry, as the series sent as RW 1.0), and what a
+ * destination keeping the labels gets; its samples go out as the request has them (RW 2.0
+ * Sample fields 1 and 2 are RW 1.0's, the field number of the samples is 2 in both). A series
+ * of another shape (histograms, exemplars, start timestamps, unknown fields) is converted on
+ * its own, as rw2_to_rw1 converts it, and scanned as scan_request scans an RW 1.0 series. The
+ * metadata become RW1 MetricMetadata entries as the conversion makes them, after the series.
+ *
+ * Anything malformed, over max_bytes (the size of the RW1 form), or an error while routing
+ * (e.g. invalid labels) hands the whole request back: the caller converts and scans it with
+ * the reference, which gives the reference's error (the same for either path).
+ *
+ * Sources: RW 2.0 spec (2.0-rc.4), Prometheus prompb/io/prometheus/write/v2/types.proto.
+ */
+
+#define R2_AHEAD 8 /* series written out and hashed ahead of the one routed (a power of two) */
+
+/* A series on its way: prepared (labels written, hashed, its cache slot prefetched), then
+ * routed R2_AHEAD series later, so the slot is in the CPU cache by then (scan_request's
+ * prehash does the same for RW 1.0). */
+typedef struct {
+    Series t;
+    Buf key; /* t's key: the RW1 labels */
+    Digest g;
+    int step; /* SCAN_OK: the usual shape; SCAN_BAIL: another (converted on its own) */
+    Py_ssize_t begin, end;
+    uint64_t meta[3];
+    R2Span metric; /* the value of the first __name__ (len 0: none) */
+} R2Ahead;
+
+/* The refs of one labels_refs field (packed, or one varint) appended to c->refs, the bytes of
+ * their names and values added to *chars. R2_OK, R2_BAIL (malformed, or a ref outside the
+ * table), R2_ERR. */
+static int r2_plain_refs(R2 *c, const PbField *f, Py_ssize_t *chars) {
+    const uint8_t *d = c->d;
+    Py_ssize_t p = f->vstart, nsym = c->sym.n;
+    if (f->wire != 0 && f->wire != 2) return R2_BAIL;
+    /* at most one ref a byte */
+    if (pb_reserve((void **)&c->refs.items, &c->refs.cap, c->refs.n + (f->vend - p) + 1,
+                   sizeof(uint32_t)) < 0)
+        return R2_ERR;
+    uint32_t *refs = c->refs.items;
+    const R2Span *sym = c->sym.items;
+    Py_ssize_t n = c->refs.n, sum = 0;
+    while (p < f->vend) {
+        uint64_t ref = d[p];
+        if (ref < 0x80)
+            p++;
+        else if (!read_varint(d, &p, f->vend, &ref))
+            return R2_BAIL;
+        if (ref >= (uint64_t)nsym) return R2_BAIL;
+        refs[n++] = (uint32_t)ref;
+        sum += sym[ref].len;
+        if (f->wire == 0) break;
+    }
+    c->refs.n = n;
+    *chars += sum;
+    return R2_OK;
+}
+
+#define R2_SHORT 64          /* bytes of a Label field copied at once (at most) */
+#define R2_PAIRS 2048        /* Label fields remembered (a power of two) */
+#define R2_LABELS (1 << 20)  /* bytes of them: past it, they are forgotten */
+
+/* The Label field of refs (name, value) encoded to c->labels and remembered in c->pairs (a
+ * node's series repeat most of their labels): the entry, or NULL (MemoryError). */
+static R2Pair *r2_pair(R2 *c, R2Pair *e, uint32_t name_ref, uint32_t value_ref) {
+    const R2Span *name = &c->sym.items[name_ref], *value = &c->sym.items[value_ref];
+    Py_ssize_t inner = r2_label_inner(name, value), size = 1 + varint_size((uint64_t)inner) + inner;
+    if (c->labels.len + size > R2_LABELS) { /* forget them all: the memory stays bounded */
+        memset(c->pairs, 0, sizeof(R2Pair) * R2_PAIRS);
+        c->labels.len = 0;
+    }
+    if (buf_grow(&c->labels, size + R2_SHORT) < 0) return NULL;
+    char *p = c->labels.data + c->labels.len;
+    *p++ = 0x0A;
+    p = put_varint(p, (uint64_t)inner);
+    p = r2_put_string(p, 0x0A, c->d + name->start, name->len);
+    r2_put_string(p, 0x12, c->d + value->start, value->len);
+    *e = (R2Pair){name_ref, value_ref, (uint32_t)c->labels.len, (uint32_t)size};
+    c->labels.len += size;
+    return e;
+}
+
+/* The Label fields of c->refs written to a->key (room for them reserved, and R2_SHORT bytes
+ * more); with metadata, the value of the first __name__ to a->metric. 0, or -1 (MemoryError). */
+static int r2_plain_labels(R2 *c, R2Ahead *a) {
+    char *p = a->key.data;
+    const uint32_t *refs = c->refs.items;
+    int named = !(a->meta[0] || a->meta[1] || a->meta[2]); /* no metadata: no name wanted */
+    for (Py_ssize_t k = 0; k + 1 < c->refs.n; k += 2) {
+        uint32_t name = refs[k], value = refs[k + 1];
+        R2Pair *e = &c->pairs[(name * 0x9E3779B1u ^ value) & (R2_PAIRS - 1)];
+        if ((e->name != name || e->value != value || !e->len) && !(e = r2_pair(c, e, name, value)))
+            return -1;
+        const char *from = c->labels.data + e->off; /* R2_SHORT bytes there (grown so) */
+        if (e->len <= R2_SHORT / 2) /* fixed sizes: a few vector moves, no call */
+            memcpy(p, from, R2_SHORT / 2);
+        else if (e->len <= R2_SHORT)
+            memcpy(p, from, R2_SHORT);
+        else
+            memcpy(p, from, e->len);
+        p += e->len;
+        if (!named && c->sym.items[name].len == 8 && !memcmp(c->d + c->sym.items[name].start,
+                                                             "__name__", 8)) {
+            a->metric = c->sym.items[value];
+            named = a->metric.len > 0;
+        }
+    }
+    a->key.len = p - a->key.data;
+    return 0;
+}
+
+/* A series d[a->begin:a->end] of the usual shape (see above) prepared in a: its RW1 labels
+ * written to a->key (the Series' key), its samples d[first:last] as they are, its metadata
+ * merged into a->meta. SCAN_OK, SCAN_BAIL (another shape: converted on its own; or
+ * malformed), SCAN_ERR. */
+static int r2_plain_series(Scanner *r, R2 *c, R2Ahead *a) {
+    const uint8_t *d = c->d;
+    Py_ssize_t pos = a->begin, end = a->end, first = -1, last = -1, at = pos, chars = 0;
+    Series *t = &a->t;
+    PbField f;
+    int more;
+    c->refs.n = 0;
+    while ((more = pb_next(d, &pos, end, &f)) == 1) {
+        if (f.field == 1 && first < 0) {
+            int k = r2_plain_refs(c, &f, &chars);
+            if (k != R2_OK) return k == R2_ERR ? SCAN_ERR : SCAN_BAIL;
+        } else if (f.field == 2 && f.wire == 2 && (first < 0 || last == at)) {
+            if (first < 0) first = at;
+            last = pos;
+        } else if (f.field != 5 || f.wire != 2 || !r2_metadata(d, f.vstart, f.vend, a->meta)) {
+            return SCAN_BAIL;
+        }
+        at = pos;
+    }
+    if (more < 0 || c->refs.n % 2) return SCAN_BAIL;
+    if (first >= 0 && !(t->nsamples = plain_samples(d, first, last))) return SCAN_BAIL;
+    /* a Label field takes at most 2 x 10 + 3 bytes besides its name and value */
+    Py_ssize_t nrest = first >= 0 ? last - first : 0, bound = chars + 12 * c->refs.n;
+    if (r2_over(c, bound + nrest) && r2_over(c, r2_labels_size(c, &c->refs) + nrest))
+        return SCAN_BAIL; /* the conversion decides (TooLargeError) */
+    a->key.len = 0;
+    if (buf_grow(&a->key, bound + R2_SHORT) < 0) return SCAN_ERR;
+    if (r2_plain_labels(c, a) < 0) return SCAN_ERR;
+    Py_ssize_t frame = r2_string_size(a->key.len + nrest);
+    if (r2_over(c, frame)) return SCAN_BAIL;
+    c->limit -= frame;
+    t->kp = a->key.data;
+    t->kn = a->key.len;
+    t->rest = (const char *)d + (first >= 0 ? first : pos);
+    t->nrest = nrest;
+    if (!r->label_caches && !(t->key = PyBytes_FromStringAndSize(t->kp, t->kn)))
+        return SCAN_ERR; /* a dict needs a key object */
+    return SCAN_OK;
+}
+
+/* Series i prepared in a (its cache slot prefetched). SCAN_OK (a->step says how it is to be
+ * routed) or SCAN_ERR. */
+static int r2_prepare(Scanner *r, R2 *c, R2Ahead *a, Py_ssize_t i) {
+    a->begin = c->series.items[i].start;
+    a->end = a->begin + c->series.items[i].len;
+    a->meta[0] = a->meta[1] = a->meta[2] = 0;
+    a->metric = (R2Span){0, 0};
+    a->step = r2_plain_series(r, c, a);
+    if (a->step == SCAN_ERR) return SCAN_ERR;
+    if (a->step == SCAN_OK && r->label_caches) {
+        a->g = lc_digest((const uint8_t *)a->t.kp, a->t.kn);
+        lc_prefetch_slot((LabelCache *)r->young, a->g);
+    } else if (a->step == SCAN_BAIL) {
+        series_clear(&a->t);
+        memset(&a->t, 0, sizeof(a->t));
+    }
+    return SCAN_OK;
+}
+
+/* A series of another shape: converted on its own (r2_series, into c->out) and scanned as an
+ * RW 1.0 series of those bytes. SCAN_OK, SCAN_BAIL, SCAN_ERR. */
+static int r2_other_series(Scanner *r, R2 *c, Py_ssize_t pos, Py_ssize_t end, long long *counts,
+                           int *start) {
+    c->out.len = 0;
+    int k = r2_series(c, pos, end, counts, start);
+    if (k != R2_OK) return k == R2_ERR ? SCAN_ERR : SCAN_BAIL;
+    c->limit -= c->out.len;
+    Py_ssize_t at = 1, n = c->out.len;
+    uint64_t len;
+    const uint8_t *out = (const uint8_t *)c->out.data;
+    if (!read_varint(out, &at, n, &len) || (uint64_t)(n - at) != len) return SCAN_BAIL;
+    r->d = out;
+    int step = scan_series(r, at, n);
+    r->d = c->d;
+    c->out.len = 0;
+    return step;
+}
+
+/* Series a routed: SCAN_OK, SCAN_BAIL, SCAN_ERR. */
+static int r2_route(Scanner *r, R2 *c, R2Ahead *a, long long *counts, int *start) {
+    if (a->step != SCAN_OK) return r2_other_series(r, c, a->begin, a->end, counts, start);
+    counts[0] += a->t.nsamples; /* (scan_series counts the other ones) */
+    int step = route_series(r, (Py_ssize_t)r->series_in++, &a->t, r->label_caches ? &a->g : NULL);
+    series_clear(&a->t);
+    memset(&a->t, 0, sizeof(a->t));
+    if (step != SCAN_OK || !(a->meta[0] || a->meta[1] || a->meta[2])) return step;
+    int m = r2_add_metadata(c, a->meta, &a->metric);
+    return m == R2_OK ? SCAN_OK : m == R2_ERR ? SCAN_ERR : SCAN_BAIL;
+}
+
+/* Every series of the request (each prepared R2_AHEAD series before it is routed), then its
+ * metadata entries. SCAN_OK, SCAN_BAIL, SCAN_ERR. */
+static int r2_scan_series(Scanner *r, R2 *c, R2Ahead *ahead, long long *counts, int *start) {
+    Py_ssize_t n = c->series.n, mask = R2_AHEAD - 1;
+    for (Py_ssize_t i = 0; i < n + R2_AHEAD; i++) {
+        int step;
+        if (i >= R2_AHEAD && (step = r2_route(r, c, &ahead[(i - R2_AHEAD) & mask], counts,
+                                              start)) != SCAN_OK)
+            return step;
+        if (i < n && r2_prepare(r, c, &ahead[i & mask], i) < 0) return SCAN_ERR;
+        R2Ahead *soon = &ahead[(i - R2_AHEAD / 2) & mask]; /* routed in R2_AHEAD / 2 */
+        if (i >= R2_AHEAD / 2 && i - R2_AHEAD / 2 < n && soon->step == SCAN_OK &&
+            r->label_caches)
+            lc_prefetch_objects((LabelCache *)r->young, soon->g);
+    }
+    if (!c->nentries) return SCAN_OK;
+    Py_ssize_t total = 0; /* the entries as RW1 MetricMetadata fields, checked as scan_request
+                           * checks a request's */
+    for (Py_ssize_t i = 0; i < c->nentries; i++) total += r2_string_size(c->entries[i].len);
+    PyObject *tail = PyBytes_FromStringAndSize(NULL, total);
+    if (!tail) return SCAN_ERR;
+    char *p = PyBytes_AS_STRING(tail);
+    int step = SCAN_OK;
+    for (Py_ssize_t i = 0; step == SCAN_OK && i < c->nentries; i++) {
+        char *q = r2_put_string(p, 0x1A, (const uint8_t *)c->meta.data + c->entries[i].off,
+                                c->entries[i].len);
+        Py_ssize_t vstart = (q - PyBytes_AS_STRING(tail)) - c->entries[i].len;
+        step = scan_metadata(r, tail, vstart, q - PyBytes_AS_STRING(tail));
+        p = q;
+    }
+    Py_DECREF(tail);
+    return step;
+}
+
+/* max_bytes as rw2_to_rw1 takes it: 1 and *limit, 0 for the reference (another type, too
+ * large, negative). */
+static int r2_limit(PyObject *max_bytes, Py_ssize_t *limit) {
+    *limit = PY_SSIZE_T_MAX;
+    if (max_bytes == Py_None) return 1;
+    *limit = PyLong_CheckExact(max_bytes) ? PyLong_AsSsize_t(max_bytes) : -1;
+    if (*limit >= 0) return 1;
+    PyErr_Clear();
+    return 0;
+}
+
+static PyObject *scan_rw2(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 12) {
+        PyErr_SetString(PyExc_TypeError, "scan_rw2 takes 12 arguments");
+        return NULL;
+    }
+    PyObject *data = args[0], *sargs[11];
+    sargs[0] = data;
+    for (Py_ssize_t i = 1; i < 11; i++) sargs[i] = args[i + 1];
+    Scanner r;
+    R2 c;
+    memset(&r, 0, sizeof(r));
+    memset(&c, 0, sizeof(c));
+    int step = scan_arguments(&r, sargs, 11);
+    if (step == SCAN_ERR) return NULL;
+    /* the reference: types scan_request leaves to it, a limit rw2_to_rw1 leaves to it, a
+     * request of 4 GiB or more (32-bit spans) */
+    if (step == SCAN_BAIL || !r2_limit(args[1], &c.limit) || !PyBytes_CheckExact(data) ||
+        (uint64_t)PyBytes_GET_SIZE(data) > UINT32_MAX)
+        Py_RETURN_NONE;
+    c.d = (const uint8_t *)PyBytes_AS_STRING(data);
+    if (!(c.pairs = PyMem_Calloc(R2_PAIRS, sizeof(R2Pair)))) return PyErr_NoMemory();
+    R2Ahead ahead[R2_AHEAD];
+    memset(ahead, 0, sizeof(ahead));
+    long long counts[3] = {0, 0, 0};
+    int start = 0;
+    PyObject *result = NULL;
+    step = SCAN_ERR;
+    c.mask = 63;
+    if (!(c.table = PyMem_Calloc((size_t)(c.mask + 1), sizeof(Py_ssize_t)))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if ((step = r2_request(&c, PyBytes_GET_SIZE(data))) != R2_OK) {
+        step = step == R2_ERR ? SCAN_ERR : SCAN_BAIL;
+        goto done;
+    }
+    /* the shares' room: the RW1 form is typically 4-6 times the request (grown past that) */
+    Py_ssize_t room = PyBytes_GET_SIZE(data) < c.limit / 8 ? 8 * PyBytes_GET_SIZE(data) : c.limit;
+    step = SCAN_ERR;
+    if (scan_start(&r, room + 64, 0) < 0) goto done;
+    step = r2_scan_series(&r, &c, ahead, counts, &start);
+    if (step != SCAN_OK) goto done;
+    PyObject *scan = scan_result(&r);
+    if (scan)
+        result = Py_BuildValue("(NLLLO)", scan, counts[0], counts[1], counts[2],
+                               start ? Py_True : Py_False);
+done:
+    for (Py_ssize_t i = 0; i < R2_AHEAD; i++) {
+        series_clear(&ahead[i].t);
+        PyMem_Free(ahead[i].key.data);
+    }
+    scan_free(&r);
+    r2_free(&c);
+    /* an error routing (e.g. invalid labels; not running out of memory) goes to the
+     * reference too: it meets the first of the request's errors, this loop maybe a later one */
+    if (step == SCAN_ERR && PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_MemoryError)) {
+        PyErr_Clear();
+        step = SCAN_BAIL;
+    }
+    if (step == SCAN_BAIL) Py_RETURN_NONE;
+    return result;
+}
