@@ -178,6 +178,7 @@ static int r2_prepare(Scanner *r, R2 *c, R2Ahead *a, Py_ssize_t i) {
     if (a->step == SCAN_OK && r->label_caches) {
         a->g = lc_digest((const uint8_t *)a->t.kp, a->t.kn);
         lc_prefetch_slot((LabelCache *)r->young, a->g);
+        if (((LabelCache *)r->old)->used) lc_prefetch_slot((LabelCache *)r->old, a->g);
     } else if (a->step == SCAN_BAIL) {
         series_clear(&a->t);
         memset(&a->t, 0, sizeof(a->t));

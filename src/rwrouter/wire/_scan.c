@@ -678,7 +678,10 @@ static int lookup_label_cache(Scanner *r, Py_ssize_t k, Series *t, const Digest 
         g = pre[k].digest;
     else
         g = lc_digest((const uint8_t *)t->kp, t->kn);
-    if (k + PREFETCH_SLOTS < r->npre) lc_prefetch_slot(young, pre[k + PREFETCH_SLOTS].digest);
+    if (k + PREFETCH_SLOTS < r->npre) { /* old's too: a young miss is looked up there next */
+        lc_prefetch_slot(young, pre[k + PREFETCH_SLOTS].digest);
+        if (old->used) lc_prefetch_slot(old, pre[k + PREFETCH_SLOTS].digest);
+    }
     if (k + PREFETCH_OBJECTS < r->npre)
         lc_prefetch_objects(young, pre[k + PREFETCH_OBJECTS].digest);
     const LCSlot *slot = lc_lookup(young, g);
