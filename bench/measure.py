@@ -39,6 +39,8 @@ from bench.sink import DIGEST_MASK, sample_digest
 from bench.workload import Workload, is_destination_a
 from rwrouter.wire import remote_pb2
 
+STATS_TIMEOUT = 60.0  # seconds a sink's /stats may take (5 s failed rounds under load)
+
 
 @dataclass
 class Sink:
@@ -55,7 +57,8 @@ class Sink:
 
     def stats(self) -> dict[str, Any]:
         """Its counters (see :mod:`bench.sink`)."""
-        status, body = http("GET", f"http://127.0.0.1:{self.port}/stats")
+        # a sink busy hashing every sample of a burst answers late, not never
+        status, body = http("GET", f"http://127.0.0.1:{self.port}/stats", timeout=STATS_TIMEOUT)
         if status != 200:
             raise RuntimeError(f"sink {self.name}: /stats answered {status}")
         result: dict[str, Any] = json.loads(body)
