@@ -369,6 +369,64 @@ def test_cache_size_bound(
     assert router.hits - before == hits
 
 
+# (name, cache_size, stable label sets, series per request, scrapes): a stable set of up to
+# half the bound and a little more (less than a request over it): every scrape after the
+# second is answered by one generation, each lookup a young hit, nothing copied, nothing old
+STABLE_SET_CASES = [
+    ("under_half", 1000, 400, 50, 6),
+    ("exactly_half", 1000, 500, 50, 6),
+    ("just_over_half", 1000, 510, 50, 6),
+    ("over_half_a_request_straddles", 1000, 530, 70, 6),
+]
+
+
+@pytest.mark.parametrize(
+    ("cache_size", "stable", "per_request", "scrapes"),
+    [case[1:] for case in STABLE_SET_CASES],
+    ids=[case[0] for case in STABLE_SET_CASES],
+)
+def test_stable_set_over_half_is_held_once(
+    cache_size: int, stable: int, per_request: int, scrapes: int
+) -> None:
+    """A stable set a little over half the bound does not rotate every scrape (each lookup a
+    young miss, an old hit and a copy): the old generation, once copied in full, is forgotten."""
+    router = Router(global_rules=(), routes=[route("a")], cache_size=cache_size)
+    for scrape in range(scrapes):
+        hits, misses = router.hits, router.misses
+        for first in range(0, stable, per_request):
+            router.route(request(numbered(first, min(per_request, stable - first))))
+            assert len(router._young) + len(router._old) <= cache_size + per_request
+        if scrape >= 2:
+            assert (router.hits - hits, router.misses - misses) == (stable, 0)
+            assert len(router._old) == 0 and len(router._young) == stable
+
+
+# (name, cache_size, active series, new per scrape): after the first scrapes only the new
+# label sets miss: the recent ones stay cached while both generations fit the bound
+CHURN_CASES = [
+    ("a_third_new_small_set", 1000, 300, 100),
+    ("half_new", 1000, 200, 100),
+    ("a_third_new_half_the_cache", 1000, 500, 166),
+]
+
+
+@pytest.mark.parametrize(
+    ("cache_size", "active", "new"),
+    [case[1:] for case in CHURN_CASES],
+    ids=[case[0] for case in CHURN_CASES],
+)
+def test_churn_misses_only_the_new(cache_size: int, active: int, new: int) -> None:
+    router = Router(global_rules=(), routes=[route("a")], cache_size=cache_size)
+    for scrape in range(20):
+        first = scrape * new  # the oldest `new` of the last scrape are gone, `new` arrive
+        misses = router.misses
+        for at in range(first, first + active, 50):
+            router.route(request(numbered(at, min(50, first + active - at))))
+            assert len(router._young) + len(router._old) <= cache_size + 50
+        if scrape:
+            assert router.misses - misses == new, scrape
+
+
 def test_cache_is_bounded_in_bytes_too() -> None:
     big = "v" * 10_000
     router = Router(global_rules=(), routes=[route("a")], cache_size=1000, cache_bytes=100_000)

@@ -5,10 +5,15 @@ The cache is bounded three ways: ``cache_size`` label sets, ``cache_bytes`` byte
 encoded labels, and ``cache_max_age`` seconds (a label set not seen for that long is forgotten:
 series churn, e.g. restarted pods, cannot grow it). It keeps two generations: lookups try the
 young one, then the old one (a hit there is copied to the young one). The old generation is
-forgotten and the young one becomes old every ``cache_max_age / 2`` seconds, and whenever the
-young one holds half of ``cache_size`` or ``cache_bytes``: the label sets seen most recently
-stay, and a stable set of up to ``cache_size / 2`` label sets is always fully cached. Bounds
-are applied after each request (a request may add its own series on top).
+forgotten and the young one becomes old (a rotation) every ``cache_max_age / 2`` seconds,
+whenever the label sets new since the last rotation (misses, not copies) reach half of
+``cache_size`` or ``cache_bytes``, and whenever both generations together hold all of either:
+the label sets seen most recently stay, and a stable set of up to ``cache_size / 2`` label sets
+is always fully cached. An old generation whose every entry has been copied to the young one
+is forgotten at once (the young one holds it all): a stable set of a little over half the
+bound is then held once and looked up in one generation, instead of being copied from one
+generation to the next every time it fills half the cache. Bounds are applied after each
+request (a request may add its own series on top).
 """
 
 from __future__ import annotations
@@ -159,6 +164,7 @@ class Generations:
         self._old: Cache = new_cache()
         self._young_bytes = self._old_bytes = 0
         self._overlap = self._overlap_bytes = 0  # in both generations (copied since rotation)
+        self._copied = self._copied_bytes = 0  # young's entries copied from old (since rotation)
         self._rotated_at: float | None = None
         self.hits = 0
         self.misses = 0
@@ -201,10 +207,20 @@ class Generations:
             self._window = (now, self.hits, self.misses)
 
     def _bound(self, now: float) -> None:
-        """The size and byte bounds: a young generation holding half of either becomes old
-        (the previous old one is forgotten); an old one over the whole bound (one request
-        larger than the cache) is forgotten at once."""
-        if len(self._young) >= self.cache_size / 2 or self._young_bytes >= self.cache_bytes / 2:
+        """The size and byte bounds (the module docstring): an old generation copied in full
+        is forgotten; the young one becomes old (the previous old one is forgotten) when the
+        label sets new since the last rotation reach half of either bound, or both
+        generations together reach it; an old one over the whole bound (one request larger
+        than the cache) is forgotten at once."""
+        if self._overlap and self._overlap >= len(self._old):
+            self._forget_old()
+        new, new_bytes = len(self._young) - self._copied, self._young_bytes - self._copied_bytes
+        if (
+            new >= self.cache_size / 2
+            or new_bytes >= self.cache_bytes / 2
+            or len(self._young) + len(self._old) >= self.cache_size
+            or self._young_bytes + self._old_bytes >= self.cache_bytes
+        ):
             self._rotate(now)
             if len(self._old) > self.cache_size or self._old_bytes > self.cache_bytes:
                 self._forget_old()
@@ -214,11 +230,19 @@ class Generations:
         self._old_bytes = 0
         self._overlap = self._overlap_bytes = 0
 
+    def _copied_from_old(self, entries: int, nbytes: int) -> None:
+        """Count ``entries`` (of ``nbytes`` bytes) copied from old to young by one request."""
+        self._overlap += entries
+        self._overlap_bytes += nbytes
+        self._copied += entries
+        self._copied_bytes += nbytes
+
     def _rotate(self, now: float) -> None:
         self._forget_old()
         self._old, self._old_bytes = self._young, self._young_bytes
         # room from the start for as many as the last generation took (no growing by doubling)
         self._young, self._young_bytes = new_cache(min(len(self._old), MAX_PRESIZE)), 0
+        self._copied = self._copied_bytes = 0
         self._rotated_at = now
         self._rotated()
 

@@ -347,8 +347,7 @@ class Router(Generations):
         self.hits += scan.hits
         self.misses += scan.misses
         self._young_bytes += scan.miss_bytes + scan.promoted_bytes
-        self._overlap += scan.promoted
-        self._overlap_bytes += scan.promoted_bytes
+        self._copied_from_old(scan.promoted, scan.promoted_bytes)
         self._bound(now)
         out = RoutedRequest(
             shares=[
