@@ -5,6 +5,7 @@ raw label sets (unsorted, repeated names, empty values, malformed), and raises w
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import pytest
@@ -239,3 +240,33 @@ def test_a_labelmap_of_many_labels_gives_the_python_entry() -> None:
         [{"action": "labelmap", "regex": "l(.*)", "replacement": "m$1"}], "t"
     )
     both(router_of((), [(rules, False, False)]), encode_labels(_MANY))
+
+
+# (name, value length): the shard hash's CRC-32 (ISA-L's or zlib's, whichever the extension
+# linked) takes other paths for short, aligned and long inputs; each must give zlib.crc32
+SHARD_HASH_CASES = [
+    ("one_byte_value", 1),
+    ("under_16", 7),
+    ("16", 16),
+    ("under_64", 45),
+    ("64", 64),
+    ("over_64", 65),
+    ("a_label_set", 200),
+    ("256", 256),
+    ("long", 4099),
+    ("very_long", 70_001),
+]
+
+
+@pytest.mark.parametrize(
+    "length", [c[1] for c in SHARD_HASH_CASES], ids=[c[0] for c in SHARD_HASH_CASES]
+)
+def test_compiled_shard_hash_is_zlib_crc32(length: int) -> None:
+    router = router_of((), [((), False, False)])
+    for offset in range(4):  # the label bytes at other alignments
+        raw = encode_labels((("__name__", "m" * (offset + 1)), ("v", "x" * length)))
+        assert _compiled is not None and router._plan is not None
+        entry = _compiled(raw, *router._plan, router._drop_after)
+        assert entry[0] == 1  # kept, labels as they came: 01 + hash (u32 LE)
+        assert int.from_bytes(entry[1:5], "little") == zlib.crc32(raw)
+        both(router, raw)
