@@ -25,6 +25,7 @@ from rwrouter.queue.records import (
     shard_hash,
 )
 from rwrouter.wire import compress
+from rwrouter.wire.accelerator import crc32
 from tests.support.frames import pack_frames
 
 META = struct.Struct("<BBHqIII")  # the documented layout: version .. raw body length
@@ -341,3 +342,21 @@ def test_a_lazy_read_still_checks_the_declared_size() -> None:
     meta[24:28] = (4).to_bytes(4, "little")  # raw body length 4 instead of 3
     with pytest.raises(DecodeError):
         decode_record(bytes(meta), decompress_body=False)
+
+
+# (name, bytes): the records' checksum (ISA-L's CRC-32 when the extension has it) is zlib.crc32
+CHECKSUM_CASES = [
+    ("empty", b""),
+    ("one", b"\x00"),
+    ("short", b"rwrouter"),
+    ("just_under_gil_release", bytes(range(256)) * 20),
+    ("just_over_gil_release", bytes(range(256)) * 21),
+    ("a_record", bytes(range(251)) * 400),
+]
+
+
+@pytest.mark.parametrize("data", [c[1] for c in CHECKSUM_CASES], ids=[c[0] for c in CHECKSUM_CASES])
+def test_record_checksum_is_zlib_crc32(data: bytes) -> None:
+    for offset in range(3):  # other alignments, and a bytes-like view
+        part = data[offset:]
+        assert crc32(part) == zlib.crc32(part) == crc32(memoryview(part))

@@ -31,12 +31,12 @@ share into as many records as needed, and refuses series that alone are larger.
 from __future__ import annotations
 
 import struct
-import zlib
 from dataclasses import dataclass, field
 
 from rwrouter.errors import DecodeError, TooLargeError
 from rwrouter.routing import shard_hash
 from rwrouter.wire import compress, declared_size, decompress
+from rwrouter.wire.accelerator import crc32
 from rwrouter.wire.index import INDEX, Frames, index_totals
 
 __all__ = [
@@ -183,7 +183,7 @@ def _emit(
             compress(raw),
         )
     )
-    record = HEADER.pack(len(rest), zlib.crc32(rest)) + rest
+    record = HEADER.pack(len(rest), crc32(rest)) + rest
     out.records.append(record)
     out.samples.append(samples)
     out.series += series
@@ -201,7 +201,7 @@ def _tenant_field(tenant: str) -> bytes:
 def check_record(header: bytes, rest: bytes) -> bool:
     """Whether ``rest`` is the intact body of the record whose 8-byte ``header`` precedes it."""
     length, crc = HEADER.unpack(header)
-    return bool(len(rest) == length and length >= _META.size and zlib.crc32(rest) == crc)
+    return bool(len(rest) == length and length >= _META.size and crc32(rest) == crc)
 
 
 def record_samples(rest: bytes) -> tuple[int, int]:
