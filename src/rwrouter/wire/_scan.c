@@ -288,14 +288,7 @@ static PyObject *crc32_fn; /* zlib.crc32: the shard hash of routing.shard_hash *
 /* routing.shard_hash of raw labels: ISA-L's gzip CRC-32 (carry-less multiply; the values of
  * zlib's crc32 and Python's zlib.crc32, about 7x faster on a 200-byte label set). 0 and *h. */
 static int shard_hash(const char *kp, Py_ssize_t kn, uint32_t *h) {
-    uint32_t crc = 0;
-    while (kn > 0) { /* crc32_gzip_refl takes a uint64_t length: steps keep it simple */
-        uint64_t step = kn > (Py_ssize_t)0x40000000 ? 0x40000000u : (uint64_t)kn;
-        crc = crc32_gzip_refl(crc, (const unsigned char *)kp, step);
-        kp += step;
-        kn -= (Py_ssize_t)step;
-    }
-    *h = crc;
+    *h = crc32_gzip_refl(0, (const unsigned char *)kp, (uint64_t)kn); /* a 64-bit length */
     return 0;
 }
 
