@@ -285,10 +285,29 @@ static PyObject *crc32_fn; /* zlib.crc32: the shard hash of routing.shard_hash *
 #if defined(RWROUTER_ISAL) /* setup.py links ISA-L when its header is there */
 #include <isa-l/crc.h>
 
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define RWROUTER_X86_AVX_STATE 1
+static int cpu_has_avx; /* set at import: the CPU (and the OS) run AVX instructions */
+
+/* ISA-L's AVX-512 CRC-32 (crc32_gzip_refl_by16_10, taken for 256 bytes and more) returns with
+ * the upper halves of the vector registers in use (no vzeroupper). Until they are cleared,
+ * every switch between legacy SSE code (CPython, this file: x86-64 baseline) and AVX code
+ * (glibc's memcpy, memset, strlen, ...) costs the CPU a state transition on Intel cores: the
+ * whole process ran about 30 % slower (bench/RESULTS.md, 2026-12-06). vzeroupper after each
+ * call clears them (an AVX instruction: only where the CPU has AVX, as ISA-L's own
+ * dispatcher only takes its AVX code there). */
+static inline void clear_upper_state(void) {
+    if (cpu_has_avx) __asm__ volatile("vzeroupper" ::: "memory");
+}
+#else
+static inline void clear_upper_state(void) {}
+#endif
+
 /* routing.shard_hash of raw labels: ISA-L's gzip CRC-32 (carry-less multiply; the values of
  * zlib's crc32 and Python's zlib.crc32, about 7x faster on a 200-byte label set). 0 and *h. */
 static int shard_hash(const char *kp, Py_ssize_t kn, uint32_t *h) {
     *h = crc32_gzip_refl(0, (const unsigned char *)kp, (uint64_t)kn); /* a 64-bit length */
+    clear_upper_state();
     return 0;
 }
 
@@ -1483,7 +1502,35 @@ static PyObject *blank_bytes(PyObject *module, PyObject *arg) {
 #include "_relabel.h" /* relabel_program: the relabel engine's rule loop */
 #include "_route.h" /* route_labels: the routing miss path */
 
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#define RWROUTER_CPUID 1
+#endif
+
+/* upper_state_dirty(): whether the upper halves of the vector registers are in use now (XINUSE
+ * bits 2 and 6, AVX and ZMM_Hi256, read by XGETBV 1), or None where that cannot be read (not
+ * x86, no XSAVE with XINUSE). A diagnostic for the tests: the accelerator's calls into
+ * libraries leave them clear (see clear_upper_state). */
+static PyObject *upper_state_dirty(PyObject *module, PyObject *unused) {
+    (void)module;
+    (void)unused;
+#if defined(RWROUTER_CPUID)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27)))
+        Py_RETURN_NONE; /* no OSXSAVE: no XGETBV */
+    if (!__get_cpuid_count(0xD, 1, &a, &b, &c, &d) || !(a & (1u << 2)))
+        Py_RETURN_NONE; /* XGETBV 1 (XINUSE) not supported */
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(1));
+    return PyBool_FromLong((lo & ((1u << 2) | (1u << 6))) != 0);
+#else
+    Py_RETURN_NONE;
+#endif
+}
+
 static PyMethodDef methods[] = {
+    {"upper_state_dirty", upper_state_dirty, METH_NOARGS,
+     "Whether the vector registers' upper halves are in use (None: cannot tell here)."},
 #if defined(RWROUTER_ISAL)
     {"crc32", (PyCFunction)crc32_isal, METH_O,
      "zlib.crc32(data) of a bytes-like object (ISA-L's CRC-32: the same values)."},
@@ -1573,6 +1620,10 @@ PyMODINIT_FUNC PyInit__scan(void) {
         !(rl_empty = PyUnicode_FromStringAndSize("", 0)) ||
         !(rt_name = PyUnicode_InternFromString("__name__")))
         goto fail;
+#if defined(RWROUTER_X86_AVX_STATE)
+    __builtin_cpu_init();
+    cpu_has_avx = __builtin_cpu_supports("avx");
+#endif
     if (PyType_Ready(&LabelCacheType) < 0 || seed_digest() < 0) goto fail;
     if (!(module = PyModule_Create(&moduledef))) goto fail;
     if (PyModule_AddObjectRef(module, "LabelCache", (PyObject *)&LabelCacheType) < 0) goto fail;
