@@ -38,6 +38,7 @@ from rwrouter.routing.tenants import TenantRouter
 from rwrouter.wire import codec, remote_pb2, types_pb2
 from rwrouter.wire.accelerator import ACCELERATED
 from rwrouter.wire.codec import split_series
+from rwrouter.wire.walk import encode_varint, read_varint
 
 try:
     from rwrouter.wire import _scan  # type: ignore[attr-defined]
@@ -664,6 +665,49 @@ def label(payload: bytes) -> bytes:
 
 def alternate_drops(ndest: int, first: int) -> bytes:
     return b"".join(bytes((3, (first + i) % 2)) for i in range(ndest))
+
+
+def padded_series(payload: bytes, extra: int) -> bytes:
+    """A series field whose length varint takes ``extra`` bytes more than it needs (valid
+    protobuf: a parser reads the same length)."""
+    n, out = len(payload), bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out += bytes((n | 0x80,)) + b"\x80" * (extra - 1) + b"\x00" if extra else bytes((n,))
+    return b"\x0a" + bytes(out) + payload
+
+
+GPU = codec.encode_labels((("__name__", "DCGM_FI_DEV_GPU_UTIL"), ("gpu", "0")))
+NODE = codec.encode_labels((("__name__", "node_load1"), ("instance", "n1")))
+LONG = codec.encode_labels((("__name__", "DCGM_FI_DEV_GPU_UTIL"), ("instance", "n" * 200)))
+
+# (name, request): series fields framed as a parser reads them but not as rwrouter writes them
+# (the length in more bytes than it needs): every path sends them re-framed, the same bytes.
+FRAMINGS = [
+    ("padded_one_byte", padded_series(GPU + ONE_SAMPLE, 1)),
+    ("padded_between_plain", frame(NODE + ONE_SAMPLE) + padded_series(GPU + ONE_SAMPLE, 2)
+     + frame(GPU + ONE_SAMPLE)),
+    ("padded_two_bytes", padded_series(LONG + ONE_SAMPLE, 1)),
+    ("plain_two_bytes", padded_series(LONG + ONE_SAMPLE, 0)),
+    ("padded_labels_only", padded_series(NODE, 1) + frame(NODE + ONE_SAMPLE)),
+]
+
+
+@needs_accelerator
+@pytest.mark.parametrize("data", [f[1] for f in FRAMINGS], ids=[f[0] for f in FRAMINGS])
+def test_unusual_framing_routes_identically(data: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    fast = route_with(compiled, data, monkeypatch)
+    pure = route_with(scan_request_py, data, monkeypatch)
+    assert fast == pure
+    assert content(fast) == reference(data)
+    for share in fast.shares:  # re-framed: each series' length in the fewest bytes
+        pos = 0
+        while pos < len(share.body):
+            assert share.body[pos] == 0x0A
+            length, at = read_varint(share.body, pos + 1, len(share.body))
+            assert at - pos - 1 == len(encode_varint(length))
+            pos = at + length
 
 
 # (name, data, destinations, young, old): the scan of ``data`` with these caches (and a miss

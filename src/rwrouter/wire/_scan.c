@@ -227,12 +227,33 @@ static int write_frame(State *s, Py_ssize_t i, const char *labels, Py_ssize_t nl
     char *p = b->data + b->len;
     *p++ = 0x0A;
     p = put_varint(p, inner);
-    memcpy(p, labels, (size_t)nlabels);
-    p += nlabels;
-    memcpy(p, rest, (size_t)nrest);
+    if (labels + nlabels == rest) { /* the labels and the rest adjacent: one copy */
+        memcpy(p, labels, (size_t)inner);
+    } else {
+        memcpy(p, labels, (size_t)nlabels);
+        memcpy(p + nlabels, rest, (size_t)nrest);
+    }
     b->len += frame;
     char *q = s->indexes[i].data + s->indexes[i].len;
     q = put_u32(q, (uint32_t)frame);
+    q = put_u32(q, (uint32_t)kept);
+    put_u32(q, hash);
+    s->indexes[i].len += 12;
+    s->samples[i] += kept;
+    s->series[i] += 1;
+    return 0;
+}
+
+/* write_frame of a series field whose bytes are already what write_frame would write
+ * (frame[0:n]: tag, minimal length, the labels kept, the rest): copied whole. */
+static int write_field(State *s, Py_ssize_t i, const char *frame, Py_ssize_t n, long long kept,
+                       uint32_t hash) {
+    Buf *b = &s->bodies[i];
+    if (buf_grow(b, n) < 0 || buf_grow(&s->indexes[i], 12) < 0) return -1;
+    memcpy(b->data + b->len, frame, (size_t)n);
+    b->len += n;
+    char *q = s->indexes[i].data + s->indexes[i].len;
+    q = put_u32(q, (uint32_t)n);
     q = put_u32(q, (uint32_t)kept);
     put_u32(q, hash);
     s->indexes[i].len += 12;
@@ -416,11 +437,12 @@ static inline Py_ssize_t leading_labels_end(const uint8_t *d, Py_ssize_t p, Py_s
 }
 
 typedef struct {
-    Py_ssize_t start, len; /* the raw labels of a plain series: d[start:start+len] */
     Digest digest;
+    Py_ssize_t start, len;  /* the raw labels of a plain series: d[start:start+len] */
+    Py_ssize_t field, vend; /* the series field d[field:vend] (tag, length, value) */
+    Py_ssize_t nsamples;    /* plain_samples of what follows the labels */
 } PreHash;
 
-#define PREFETCH_SLOTS 8   /* series ahead whose slot is prefetched */
 #define PREFETCH_OBJECTS 4 /* series ahead whose outcome is prefetched */
 
 static inline void lc_prefetch_slot(LabelCache *c, Digest g) {
@@ -432,10 +454,13 @@ static inline void lc_prefetch_objects(LabelCache *c, Digest g) {
     if (!lc_inline_len(slot) && slot->v.obj) __builtin_prefetch(PyBytes_AS_STRING(slot->v.obj));
 }
 
-/* Hash the labels of the leading series of a request whose framing is the usual one (stops at
- * the first anything else: the main loop then hashes as it goes). Returns how many, or -1 on
- * MemoryError; *out gets a PyMem array the caller frees. */
-static Py_ssize_t prehash(const uint8_t *d, Py_ssize_t end, PreHash **out) {
+/* The leading series of a request whose framing is the usual one (stops at the first anything
+ * else: the main loop then takes the rest field by field), each found, its labels hashed and
+ * its slots in the cache generations prefetched: by the time the main loop looks them up, they
+ * are in the CPU cache. Returns how many, or -1 on MemoryError; *out gets a PyMem array the
+ * caller frees, *stop where the first field not taken starts. */
+static Py_ssize_t prehash(const uint8_t *d, Py_ssize_t end, LabelCache *young, LabelCache *old,
+                          PreHash **out, Py_ssize_t *stop) {
     Py_ssize_t cap = 256, n = 0, pos = 0;
     PreHash *pre = PyMem_Malloc(sizeof(PreHash) * (size_t)cap);
     if (!pre) {
@@ -458,13 +483,19 @@ static Py_ssize_t prehash(const uint8_t *d, Py_ssize_t end, PreHash **out) {
             pre = grown;
             cap *= 2;
         }
-        pre[n].start = at;
-        pre[n].len = p - at;
-        pre[n].digest = lc_digest(d + at, p - at);
-        n++;
+        PreHash *h = &pre[n++];
+        h->digest = lc_digest(d + at, p - at);
+        lc_prefetch_slot(young, h->digest);
+        if (old->used) lc_prefetch_slot(old, h->digest);
+        h->start = at;
+        h->len = p - at;
+        h->field = pos;
+        h->vend = vend;
+        h->nsamples = plain_samples(d, p, vend);
         pos = vend;
     }
     *out = pre;
+    *stop = pos;
     return n;
 }
 
@@ -484,8 +515,9 @@ typedef struct {
     int label_caches;  /* both generations LabelCache (else both dicts) */
     const uint8_t *d;  /* the request's bytes */
     State *s;          /* per-destination outputs and drops (PyMem) */
-    PreHash *pre;      /* the leading plain series' digests (PyMem), npre of them */
+    PreHash *pre;      /* the leading series, found and hashed (PyMem), npre of them */
     Py_ssize_t npre;
+    Py_ssize_t pre_end; /* where the field after them starts */
     PyObject *metadata; /* list: the checked metadata entries */
     long long samples_in, series_in, hits, promoted, promoted_bytes;
     long long misses, miss_bytes; /* misses answered here (a template, the plan) */
@@ -497,6 +529,9 @@ typedef struct {
     Py_ssize_t kn;
     const char *rest; /* the other fields, sent as they are */
     Py_ssize_t nrest;
+    const char *frame; /* the whole series field (tag, length, labels, rest) when a destination
+                        * keeping the labels sends exactly its bytes, or NULL */
+    Py_ssize_t nframe;
     long long nsamples, nex, nhist;
     PyObject *key;      /* the key as bytes, once made (a dict generation, a miss), or NULL */
     PyObject *raw;      /* codec.split_series' result for an unusual shape, or NULL */
@@ -602,11 +637,13 @@ static int scan_start(Scanner *r, Py_ssize_t room, int prehashed) {
      * room costs no memory (the kernel maps pages on first write). */
     for (Py_ssize_t i = 0; i < r->s->ndest; i++)
         if (buf_bytes(&r->s->bodies[i], room) < 0) return -1;
-    /* With LabelCache generations: hash the labels of the leading plain series first, so the
-     * main loop can prefetch the slots (and their keys and values) a few series ahead: the
-     * lookups then mostly hit the CPU cache instead of waiting on memory one after another. */
-    r->npre = prehashed && r->label_caches ? prehash(r->d, PyBytes_GET_SIZE(r->data), &r->pre)
-                                           : 0;
+    /* With LabelCache generations: find and hash the leading series first, prefetching each
+     * one's slots, so the main loop's lookups mostly hit the CPU cache instead of waiting on
+     * memory one after another (the main loop prefetches the outcomes kept as objects). */
+    r->npre = prehashed && r->label_caches
+                  ? prehash(r->d, PyBytes_GET_SIZE(r->data), (LabelCache *)r->young,
+                            (LabelCache *)r->old, &r->pre, &r->pre_end)
+                  : 0;
     return r->npre < 0 ? -1 : 0;
 }
 
@@ -711,24 +748,15 @@ static int label_cache_miss(Scanner *r, Digest g, Series *t) {
 }
 
 /* The routing outcome from LabelCache generations (by digest, no key object): young, then old
- * (promoted to young), then a miss. k: the series' index in the request (its digest may be
- * prehashed; the series k + PREFETCH_* ahead are prefetched); known: its digest, or NULL.
+ * (promoted to young), then a miss. k: the series' index in the request (the outcome object of
+ * prehashed series k + PREFETCH_OBJECTS is prefetched); known: its digest (prehashed), or NULL.
  * 0, or -1 with an exception set. */
 static int lookup_label_cache(Scanner *r, Py_ssize_t k, Series *t, const Digest *known) {
     LabelCache *young = (LabelCache *)r->young, *old = (LabelCache *)r->old;
     const PreHash *pre = r->pre;
     Digest g;
-    if (known)
-        g = *known;
-    else if (k < r->npre && pre[k].start == t->kp - (const char *)r->d && pre[k].len == t->kn)
-        g = pre[k].digest;
-    else
-        g = lc_digest((const uint8_t *)t->kp, t->kn);
-    if (k + PREFETCH_SLOTS < r->npre) { /* old's too: a young miss is looked up there next */
-        lc_prefetch_slot(young, pre[k + PREFETCH_SLOTS].digest);
-        if (old->used) lc_prefetch_slot(old, pre[k + PREFETCH_SLOTS].digest);
-    }
-    if (k + PREFETCH_OBJECTS < r->npre)
+    g = known ? *known : lc_digest((const uint8_t *)t->kp, t->kn);
+    if (k + PREFETCH_OBJECTS < r->npre) /* (prehash prefetched the slots) */
         lc_prefetch_objects(young, pre[k + PREFETCH_OBJECTS].digest);
     const LCSlot *slot = lc_lookup(young, g);
     if (slot) {
@@ -827,6 +855,7 @@ static int apply_kept(Scanner *r, const Series *t, Py_ssize_t i, const uint8_t *
     }
     if (r->s->filters[i] && (t->nex || t->nhist))
         return send_filtered(r, t, i, labels, nlabels, hash, n);
+    if (labels == t->kp && t->frame) return write_field(r->s, i, t->frame, t->nframe, n, hash);
     return write_frame(r->s, i, labels, nlabels, t->rest, t->nrest, n, hash);
 }
 
@@ -883,12 +912,45 @@ static int scan_series(Scanner *r, Py_ssize_t vstart, Py_ssize_t vend) {
     return step;
 }
 
+/* The prehashed series k (found, hashed and its fields measured by prehash): as scan_series
+ * routes it, with its digest known and, when its length is written in the fewest bytes, its
+ * whole field as what a destination keeping the labels gets. SCAN_OK, SCAN_ERR. */
+static int scan_prehashed(Scanner *r, Py_ssize_t k) {
+    const PreHash *h = &r->pre[k];
+    const uint8_t *d = r->d;
+    Py_ssize_t labels_end = h->start + h->len;
+    Series t = {0};
+    int step = SCAN_OK;
+    r->series_in++;
+    if (!h->nsamples && labels_end != h->vend) {
+        step = series_split(r, h->start, h->vend, &t); /* another shape */
+    } else {
+        t.nsamples = h->nsamples;
+        t.kp = (const char *)d + h->start;
+        t.kn = h->len;
+        t.rest = (const char *)d + labels_end;
+        t.nrest = h->vend - labels_end;
+        if (h->start - h->field == 1 + varint_size((uint64_t)(h->vend - h->start))) {
+            t.frame = (const char *)d + h->field;
+            t.nframe = h->vend - h->field;
+        }
+    }
+    if (step == SCAN_OK) step = route_series(r, k, &t, &h->digest);
+    series_clear(&t);
+    return step;
+}
+
 /* The request's fields: series (1) and metadata (3) taken, others skipped. SCAN_OK,
  * SCAN_BAIL, SCAN_ERR. */
 static int scan_fields(Scanner *r) {
     Py_ssize_t pos = 0, end = PyBytes_GET_SIZE(r->data);
     PbField f;
     int more;
+    for (Py_ssize_t k = 0; k < r->npre; k++) { /* the leading series, found by prehash */
+        int step = scan_prehashed(r, k);
+        if (step != SCAN_OK) return step;
+    }
+    pos = r->pre_end; /* (0 when nothing was prehashed) */
     while ((more = pb_next(r->d, &pos, end, &f)) == 1) {
         if (f.field != 1 && f.field != 3) continue;
         if (f.wire != 2) return SCAN_BAIL;
