@@ -180,8 +180,7 @@ static int r2_prepare(Scanner *r, R2 *c, R2Ahead *a, Py_ssize_t i) {
         lc_prefetch_slot((LabelCache *)r->young, a->g);
         if (((LabelCache *)r->old)->used) lc_prefetch_slot((LabelCache *)r->old, a->g);
     } else if (a->step == SCAN_BAIL) {
-        series_clear(&a->t);
-        memset(&a->t, 0, sizeof(a->t));
+        series_reset(&a->t);
     }
     return SCAN_OK;
 }
@@ -210,8 +209,7 @@ static int r2_route(Scanner *r, R2 *c, R2Ahead *a, long long *counts, int *start
     if (a->step != SCAN_OK) return r2_other_series(r, c, a->begin, a->end, counts, start);
     counts[0] += a->t.nsamples; /* (scan_series counts the other ones) */
     int step = route_series(r, (Py_ssize_t)r->series_in++, &a->t, r->label_caches ? &a->g : NULL);
-    series_clear(&a->t);
-    memset(&a->t, 0, sizeof(a->t));
+    series_reset(&a->t);
     if (step != SCAN_OK || !(a->meta[0] || a->meta[1] || a->meta[2])) return step;
     int m = r2_add_metadata(c, a->meta, &a->metric);
     return m == R2_OK ? SCAN_OK : m == R2_ERR ? SCAN_ERR : SCAN_BAIL;

@@ -579,6 +579,22 @@ static void series_clear(Series *t) {
     Py_CLEAR(t->rest_obj);
 }
 
+/* An empty series: {0} field by field (zeroing the whole struct compiles to a `rep stos`,
+ * whose start-up cost showed in the per-series profile). */
+static inline void series_init(Series *t) {
+    t->kp = t->rest = t->frame = NULL;
+    t->ep = NULL;
+    t->kn = t->nrest = t->nframe = t->elen = 0;
+    t->nsamples = t->nex = t->nhist = 0;
+    t->key = t->raw = t->rest_obj = t->entry = NULL;
+}
+
+/* series_clear, and the series empty again. */
+static inline void series_reset(Series *t) {
+    series_clear(t);
+    series_init(t);
+}
+
 /* The arguments of scan_request_py: SCAN_OK, SCAN_BAIL (types this loop does not take: the
  * reference), SCAN_ERR. */
 static int scan_arguments(Scanner *r, PyObject *const *args, Py_ssize_t nargs) {
@@ -905,7 +921,8 @@ static int route_series(Scanner *r, Py_ssize_t k, Series *t, const Digest *known
  * SCAN_BAIL, SCAN_ERR. */
 static int scan_series(Scanner *r, Py_ssize_t vstart, Py_ssize_t vend) {
     Py_ssize_t k = (Py_ssize_t)r->series_in++; /* the series' index in the request */
-    Series t = {0};
+    Series t;
+    series_init(&t);
     int step = series_fields(r, vstart, vend, &t);
     if (step == SCAN_OK) step = route_series(r, k, &t, NULL);
     series_clear(&t);
@@ -919,7 +936,8 @@ static int scan_prehashed(Scanner *r, Py_ssize_t k) {
     const PreHash *h = &r->pre[k];
     const uint8_t *d = r->d;
     Py_ssize_t labels_end = h->start + h->len;
-    Series t = {0};
+    Series t;
+    series_init(&t);
     int step = SCAN_OK;
     r->series_in++;
     if (!h->nsamples && labels_end != h->vend) {
