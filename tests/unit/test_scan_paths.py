@@ -686,8 +686,10 @@ LONG = codec.encode_labels((("__name__", "DCGM_FI_DEV_GPU_UTIL"), ("instance", "
 # (the length in more bytes than it needs): every path sends them re-framed, the same bytes.
 FRAMINGS = [
     ("padded_one_byte", padded_series(GPU + ONE_SAMPLE, 1)),
-    ("padded_between_plain", frame(NODE + ONE_SAMPLE) + padded_series(GPU + ONE_SAMPLE, 2)
-     + frame(GPU + ONE_SAMPLE)),
+    (
+        "padded_between_plain",
+        frame(NODE + ONE_SAMPLE) + padded_series(GPU + ONE_SAMPLE, 2) + frame(GPU + ONE_SAMPLE),
+    ),
     ("padded_two_bytes", padded_series(LONG + ONE_SAMPLE, 1)),
     ("plain_two_bytes", padded_series(LONG + ONE_SAMPLE, 0)),
     ("padded_labels_only", padded_series(NODE, 1) + frame(NODE + ONE_SAMPLE)),
