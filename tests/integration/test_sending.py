@@ -272,6 +272,120 @@ remote_write:
     )
 
 
+async def enqueue_cut(dest: Destination, routed: Frames, shards: int) -> None:
+    """:func:`enqueue`, the share cut for ``shards`` shards as the fan-out cuts it."""
+    share = encode_share(
+        routed, received_ms=0, max_body_bytes=dest.max_request_bytes, shards=shards
+    )
+    assert dest.has_room(share.nbytes)
+    dest.reserve(share.nbytes)
+    await dest.append(share)
+
+
+def _counting_decompress(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the stored blocks decompressed on the sending side (a record read back split by
+    shard, or a chunk's body used): [count]."""
+    from rwrouter.queue import records
+    from rwrouter.wire import index
+
+    calls = [0]
+    for module in (records, index):
+        real = module.decompress
+
+        def counted(*args: Any, _real: Any = real, **kwargs: Any) -> bytes:
+            calls[0] += 1
+            result: bytes = _real(*args, **kwargs)
+            return result
+
+        monkeypatch.setattr(module, "decompress", counted)
+    return calls
+
+
+def _sharding_destination(url: str, tmp_path: Path, queue: str, metrics: Metrics) -> Destination:
+    config = parse_config(
+        f"""
+remote_write:
+  - name: tsdb
+    url: {url}
+    queue_config:
+      {{{queue}, batch_send_deadline: 5ms}}
+""",
+        env={},
+    )
+    dest_config = config.remote_write[0]
+    return make_destination(
+        dest_config,
+        storage=StorageConfig(path=str(tmp_path)),
+        transport=Transport(url=dest_config.url, timeout=10),
+        auth=NoAuth(),
+        metrics=metrics,
+        reshard_interval=0.2,
+    )
+
+
+async def test_records_cut_for_the_running_shards_go_out_as_stored(
+    serve: Serve, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records cut for the 4 shards that run go to their shard whole: not one stored block is
+    decompressed on the way out (with one decompressed, the records would be split again);
+    every sample arrives, in order."""
+    sink = OrderCheckingSink(seed=5)
+    metrics = Metrics()
+    dest = _sharding_destination(
+        await serve(sink.handle),
+        tmp_path,
+        "min_shards: 4, max_shards: 4, max_samples_per_send: 2000",
+        metrics,
+    )
+    router = Router(global_rules=(), routes=[Route(name="tsdb")])
+    series = [(("__name__", "gpu_util"), ("gpu", str(g))) for g in range(600)]
+    steps = 6
+    decompressed = _counting_decompress(monkeypatch)
+    await dest.start()
+    try:
+        for step in range(steps):
+            body = write_request([Series(labels, ((1_000 + step, 1.0),)) for labels in series])
+            await enqueue_cut(dest, router.route(body.SerializeToString()).shares[0], 4)
+        await eventually(lambda: sink.samples == steps * len(series), timeout=30)
+    finally:
+        await dest.stop(timeout=5)
+    assert sink.rejected == 0 and sink.overlaps == 0
+    assert decompressed == [0]
+
+
+async def test_records_cut_for_other_shard_counts_keep_per_series_order(
+    serve: Serve, tmp_path: Path
+) -> None:
+    """Each request cut for the shard count of the moment while a slow destination reshards
+    (records cut for 1, then 2, ... shards, read while another count runs): they are split
+    again where the counts differ; samples keep their order through every resharding."""
+    sink = OrderCheckingSink(seed=13)
+    metrics = Metrics()
+    dest = _sharding_destination(
+        await serve(sink.handle),
+        tmp_path,
+        "min_shards: 1, max_shards: 6, max_samples_per_send: 100",
+        metrics,
+    )
+    router = Router(global_rules=(), routes=[Route(name="tsdb")])
+    series = [(("__name__", "gpu_util"), ("gpu", str(g))) for g in range(800)]
+    await dest.start()
+    counts = set()
+    steps = 40
+    try:
+        for step in range(steps):
+            body = write_request([Series(labels, ((1_000 + step, 1.0),)) for labels in series])
+            routed = router.route(body.SerializeToString())
+            counts.add(dest.shard_count)
+            await enqueue_cut(dest, routed.shares[0], dest.shard_count)
+            await asyncio.sleep(0.02)
+        await eventually(lambda: sink.samples == steps * len(series), timeout=60)
+    finally:
+        await dest.stop(timeout=5)
+    assert max(counts) > 1, "the load never made the destination reshard"
+    assert sink.rejected == 0 and sink.overlaps == 0
+
+
 class RollbackSink:
     """Like Prometheus's receiver: one bad sample (here: a series named ``poison``) makes it
     roll back the whole request and answer 400."""

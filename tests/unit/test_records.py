@@ -16,16 +16,20 @@ from rwrouter.errors import DecodeError
 from rwrouter.queue.records import (
     FLAG_START_TIMESTAMPS,
     HEADER,
+    MAX_ALIGNED_SHARDS,
     META_SIZE,
+    MIN_ALIGNED_SERIES,
     EncodedShare,
     check_record,
     decode_record,
     encode_share,
     record_samples,
+    record_shards,
     shard_hash,
 )
 from rwrouter.wire import compress
 from rwrouter.wire.accelerator import crc32
+from rwrouter.wire.index import Frames
 from tests.support.frames import pack_frames
 
 META = struct.Struct("<BBHqIII")  # the documented layout: version .. raw body length
@@ -360,3 +364,101 @@ def test_record_checksum_is_zlib_crc32(data: bytes) -> None:
     for offset in range(3):  # other alignments, and a bytes-like view
         part = data[offset:]
         assert crc32(part) == zlib.crc32(part) == crc32(memoryview(part))
+
+
+# ---------------------------------------------------------------------------------------------
+# records cut by shard
+
+
+def _records_by_shard(share: EncodedShare, shards: int) -> dict[int, list[bytes]]:
+    """Per shard (hash modulo ``shards``) the frames of the records, in record order; checks
+    that every record is cut for ``shards`` and holds one shard's frames."""
+    out: dict[int, list[bytes]] = {}
+    for record in share.records:
+        _, rest = split(record)
+        decoded = decode_record(rest)
+        assert decoded.shards == record_shards(rest) == shards
+        hashes = [entry[2] for entry in INDEX.iter_unpack(decoded.index)]
+        assert {h % shards for h in hashes} == {decoded.first_hash % shards}
+        out.setdefault(decoded.first_hash % shards, []).extend(frames_in(decoded))
+    return out
+
+
+def frames_in(decoded: Frames) -> list[bytes]:
+    frames, pos = [], 0
+    for length, _, _ in INDEX.iter_unpack(decoded.index):
+        frames.append(decoded.body[pos : pos + length])
+        pos += length
+    return frames
+
+
+# (name, series, shards, max_body_bytes): cut by shard when there are MIN_ALIGNED_SERIES per
+# shard (and at most MAX_ALIGNED_SHARDS), each shard's frames split further by the size limit
+CUT_CASES = [
+    ("two_shards", 2 * MIN_ALIGNED_SERIES, 2, 1 << 20),
+    ("seven_shards", 7 * MIN_ALIGNED_SERIES + 5, 7, 1 << 20),
+    ("seven_shards_small_records", 7 * MIN_ALIGNED_SERIES, 7, 700),
+]
+
+
+@pytest.mark.parametrize(
+    ("series", "shards", "limit"), [c[1:] for c in CUT_CASES], ids=[c[0] for c in CUT_CASES]
+)
+def test_a_share_cut_by_shard_keeps_each_shards_frames_in_order(
+    series: int, shards: int, limit: int
+) -> None:
+    sizes = [20 + i % 37 for i in range(series)]
+    frames = pack_frames(frames_of(sizes), keys_of(series), [1 + i % 3 for i in range(series)])
+    share = encode_share(
+        frames,
+        received_ms=5,
+        max_body_bytes=limit,
+        flags=FLAG_START_TIMESTAMPS,
+        tenant="team-a",
+        shards=shards,
+    )
+    assert sum(share.samples) == frames.samples and share.series == series
+    want: dict[int, list[bytes]] = {}
+    for frame, key in zip(frames_of(sizes), keys_of(series), strict=True):
+        want.setdefault(shard_hash(key) % shards, []).append(frame)
+    assert _records_by_shard(share, shards) == want
+    for record in share.records:
+        decoded = decode_record(split(record)[1])
+        assert decoded.tenant == "team-a" and decoded.flags & FLAG_START_TIMESTAMPS
+    assert len(share.records) >= shards
+
+
+# (name, series, shards): not cut (records as before, marked with no shard count)
+UNCUT_CASES = [
+    ("one_shard", 4 * MIN_ALIGNED_SERIES, 1),
+    ("too_few_series_a_shard", 4 * MIN_ALIGNED_SERIES - 1, 4),
+    ("more_shards_than_the_flags_hold", 4 * MIN_ALIGNED_SERIES, MAX_ALIGNED_SHARDS + 1),
+]
+
+
+@pytest.mark.parametrize(
+    ("series", "shards"), [c[1:] for c in UNCUT_CASES], ids=[c[0] for c in UNCUT_CASES]
+)
+def test_a_share_not_cut_by_shard_is_one_record(series: int, shards: int) -> None:
+    sizes = [30] * series
+    frames = pack_frames(frames_of(sizes), keys_of(series), [1] * series)
+    share = encode_share(frames, received_ms=5, max_body_bytes=1 << 20, shards=shards)
+    (record,) = share.records
+    _, rest = split(record)
+    assert record_shards(rest) == 0 and decode_record(rest).shards == 0
+    assert share.records == encode_share(frames, received_ms=5, max_body_bytes=1 << 20).records
+
+
+def test_a_cut_record_is_laid_out_as_any_other() -> None:
+    """Only the flags tell a record cut by shard: a reader that predates them (and ignores the
+    bits it does not know) reads the same frames."""
+    series = 2 * MIN_ALIGNED_SERIES
+    frames = pack_frames(frames_of([25] * series), keys_of(series), [1] * series)
+    for record in encode_share(frames, received_ms=9, max_body_bytes=1 << 20, shards=2).records:
+        _, rest = split(record)
+        decoded = decode_record(rest)
+        plain = encode_share(decoded, received_ms=9, max_body_bytes=1 << 20).records[0]
+        flags_at = HEADER.size + 2  # version (u8), kind (u8), then flags (u16)
+        assert plain[HEADER.size :] == (
+            rest[: flags_at - HEADER.size] + b"\0\0" + rest[flags_at - HEADER.size + 2 :]
+        )

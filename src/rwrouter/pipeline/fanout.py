@@ -170,7 +170,8 @@ class FanOut:
         (:data:`~rwrouter.protocol.RW1_MESSAGE` or :data:`~rwrouter.protocol.RW2_MESSAGE`: an
         RW 2.0 request is routed as its RW1 form, :mod:`rwrouter.wire.rw2_in`), and
         encode each destination's share as queue records (``FLAG_START_TIMESTAMPS`` when the
-        request carried start timestamps). ``tenant``: the request's
+        request carried start timestamps; cut by shard for the destination's shards now:
+        :func:`~rwrouter.queue.records.encode_share`). ``tenant``: the request's
         (:func:`rwrouter.config.tenant.request_tenant`), whose router routes it
         (:meth:`~rwrouter.routing.tenants.Tenants.for_tenant`) and which the records of a
         destination with a ``tenant_header`` store (``FLAG_TENANT``). CPU-bound and independent of
@@ -198,6 +199,7 @@ class FanOut:
                 max_body_bytes=dest.max_request_bytes,
                 flags=flags,
                 tenant=tenant if dest.config.tenant_header else None,
+                shards=dest.shard_count,
             )
             for share, dest in zip(sent, destinations, strict=True)
         ]

@@ -21,7 +21,11 @@ frame may carry what only remote write 2.0 can send (a start timestamp inside a 
 strips them instead of sending the stored block as it is. :data:`FLAG_TENANT`: the record
 carries the tenant of its series (:mod:`rwrouter.config.tenant`: at most 150 ASCII bytes), for
 a destination that sends it (``tenant_header``); records without a tenant are byte for byte
-what they were before tenants existed.
+what they were before tenants existed. Bits 4 to 15 (:func:`record_shards`): the number of
+shards N the record was cut for, 0 for none: every frame of such a record has the same shard
+hash modulo N, so while the destination runs N shards the record goes to its shard whole, as
+it is stored (no decompressing and compressing again to split it by shard). Readers that
+predate these bits ignore them, as they ignore any flag they do not know.
 
 A torn or corrupt record fails the length or checksum test (:func:`check_record`). A record's
 raw body never exceeds the destination's ``max_request_bytes``: :func:`encode_share` splits a
@@ -37,20 +41,23 @@ from rwrouter.errors import DecodeError, TooLargeError
 from rwrouter.routing import shard_hash
 from rwrouter.wire import compress, declared_size, decompress
 from rwrouter.wire.accelerator import crc32
-from rwrouter.wire.index import INDEX, Frames, index_totals
+from rwrouter.wire.index import INDEX, Frames, index_totals, split_shards
 
 __all__ = [
     "FLAG_START_TIMESTAMPS",
     "FLAG_TENANT",
     "HEADER",
+    "MAX_ALIGNED_SHARDS",
     "MAX_RECORD_BYTES",
     "META_SIZE",
+    "MIN_ALIGNED_SERIES",
     "EncodedShare",
     "Record",
     "check_record",
     "decode_record",
     "encode_share",
     "record_samples",
+    "record_shards",
     "shard_hash",
 ]
 
@@ -58,6 +65,12 @@ VERSION = 1
 KIND_SAMPLES = 0
 FLAG_START_TIMESTAMPS = 1  # some frame has a start timestamp (RW 2.0 only): strip for RW 1.0
 FLAG_TENANT = 2  # the tenant of the record's series follows the fixed part
+SHARDS_SHIFT = 4  # flags >> 4: the shard count the record was cut for (0: none)
+MAX_ALIGNED_SHARDS = 0xFFF  # the most that fits those 12 bits
+MIN_ALIGNED_SERIES = 128
+"""A share is cut by shard only if each shard's records average at least this many series:
+each record costs the queue and the sending side about as much as splitting ~100 series
+again (per record: a header, a checksum, Python objects on the sending side)."""
 HEADER = struct.Struct("<II")  # length of the rest, crc32 of the rest
 _META = struct.Struct("<BBHqIII")  # version, kind, flags, received_ms, series, samples, raw
 META_SIZE = _META.size  # bytes of the fixed part after the header
@@ -93,24 +106,45 @@ def encode_share(
     max_body_bytes: int,
     flags: int = 0,
     tenant: str | None = None,
+    shards: int = 1,
 ) -> EncodedShare:
     """Pack a destination's share (:class:`~rwrouter.wire.index.Frames`: framed series and
     their index) into records whose raw body is at most ``max_body_bytes`` bytes each,
     keeping the frames' order. A frame alone over the limit is refused (counted in
     ``too_large``). ``received_ms``: milliseconds since the epoch; ``flags``: set on every
     record (:data:`FLAG_START_TIMESTAMPS`); ``tenant``: stored in every record
-    (:data:`FLAG_TENANT`; a checked tenant ID, ASCII). Raises ValueError for a tenant
-    longer than 255 bytes or not ASCII (tenant IDs are at most 150)."""
-    body, index = share.body, share.index
+    (:data:`FLAG_TENANT`; a checked tenant ID, ASCII). ``shards``: the destination's shard
+    count now: with more than one (up to :data:`MAX_ALIGNED_SHARDS`, and
+    :data:`MIN_ALIGNED_SERIES` series a shard on average), the frames are cut by shard (their
+    shard hash modulo ``shards``, in order within each) into records marked with that count
+    (:func:`record_shards`). Raises ValueError for a tenant longer than 255 bytes or not ASCII
+    (tenant IDs are at most 150)."""
     out = EncodedShare()
-    if not index:
+    if not share.index:
         return out
     if tenant is not None:
         flags |= FLAG_TENANT
         out.tenant = _tenant_field(tenant)
+    if 1 < shards <= MAX_ALIGNED_SHARDS and share.series >= MIN_ALIGNED_SERIES * shards:
+        aligned = flags | shards << SHARDS_SHIFT
+        for body, index, samples, series in split_shards(share.body, share.index, shards):
+            if series:
+                _pack(
+                    out, Frames(body, index, samples, series), received_ms, max_body_bytes, aligned
+                )
+        return out
+    _pack(out, share, received_ms, max_body_bytes, flags)
+    return out
+
+
+def _pack(
+    out: EncodedShare, share: Frames, received_ms: int, max_body_bytes: int, flags: int
+) -> None:
+    """:func:`encode_share`'s records of ``share`` (one shard's frames, or all) into ``out``."""
+    body, index = share.body, share.index
     if len(body) <= max_body_bytes:  # the usual case: one record, no per-frame work
         _emit(out, body, index, share.series, share.samples, received_ms, flags)
-        return out
+        return
     start = size = pos = 0  # frames [start, i) wait; size: their bytes; pos: offset of frame i
     samples = 0
     first_at = 0  # body offset of frame start
@@ -137,7 +171,6 @@ def encode_share(
     _emit_range(
         out, body, index, entries, start, len(entries), first_at, size, samples, received_ms, flags
     )
-    return out
 
 
 def _emit_range(
@@ -210,6 +243,13 @@ def record_samples(rest: bytes) -> tuple[int, int]:
     return received_ms, samples
 
 
+def record_shards(rest: bytes) -> int:
+    """The shard count a record body was cut for (see the module docstring; 0: none), from
+    its fixed part only."""
+    flags: int = _META.unpack_from(rest)[2]
+    return flags >> SHARDS_SHIFT
+
+
 class Record(Frames):
     """A record read back (:func:`decode_record`): its frames
     (:class:`~rwrouter.wire.index.Frames`: the index, the totals, and the body, or only the
@@ -240,6 +280,17 @@ class Record(Frames):
         _set(self, "received_ms", received_ms)
         _set(self, "flags", flags)
         _set(self, "tenant", tenant)
+
+    @property
+    def shards(self) -> int:
+        """The shard count the record was cut for (:func:`record_shards`; 0: none)."""
+        return self.flags >> SHARDS_SHIFT
+
+    @property
+    def first_hash(self) -> int:
+        """The shard hash of its first frame (u32; 0 without frames): in a record cut for N
+        shards, every frame's hash modulo N is this one's."""
+        return INDEX.unpack_from(self.index)[2] if self.index else 0
 
     def _compared(self) -> tuple[object, ...]:
         return (*super()._compared(), self.received_ms, self.flags, self.tenant)

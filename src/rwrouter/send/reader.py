@@ -29,7 +29,7 @@ from rwrouter.errors import DecodeError, InvariantError
 from rwrouter.logs import kv
 from rwrouter.metrics import QueueMetrics, SendMetrics
 from rwrouter.queue.diskqueue import DiskQueue, Dropped, Position
-from rwrouter.queue.records import Record, decode_record
+from rwrouter.queue.records import Record, decode_record, record_shards
 from rwrouter.reasons import DropReason
 from rwrouter.send.batching import Batch, Owner
 from rwrouter.send.delivery import Deliverer
@@ -244,8 +244,11 @@ class QueueReader:
                 out.append((None, raw.end, raw.samples))
                 continue
             try:
-                # With one shard a record goes out whole, as stored: no need to decompress it.
-                record = decode_record(raw.rest, decompress_body=len(self.shards) > 1)
+                # A record that goes to one shard whole goes out as stored: no need to
+                # decompress it (one shard, or a record cut for as many shards as run now).
+                shards = len(self.shards)
+                split = shards > 1 and record_shards(raw.rest) != shards
+                record = decode_record(raw.rest, decompress_body=split)
                 out.append((record, raw.end, raw.samples))
             except DecodeError as exc:
                 log.error(

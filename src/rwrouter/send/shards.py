@@ -118,7 +118,11 @@ class Shards:
             flags=record.flags,
         )
         try:
-            parts = chunks_by_shard(whole, len(buffers))  # decompresses it with several shards
+            if record.shards == len(buffers) > 1:  # cut for these shards: whole to its own
+                parts: list[Chunk | None] = [None] * len(buffers)
+                parts[record.first_hash % len(buffers)] = whole
+            else:
+                parts = chunks_by_shard(whole, len(buffers))  # decompresses it to split it
         except DecodeError as exc:
             self._corrupt([whole], exc)
             return
