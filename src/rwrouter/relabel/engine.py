@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -136,7 +137,7 @@ def _replace_fallback(rule: RelabelConfig) -> Callable[[str], tuple[str, str] | 
         and isinstance(template[0], int)
     ):
         return functools.partial(_replace_remembered, rule)
-    label, group, search, memo = target[0], template[0], rule.regex.search, rule.memo
+    label, group, search, memo = sys.intern(target[0]), template[0], rule.regex.search, rule.memo
 
     def remembered(value: str) -> tuple[str, str] | None:
         match = search(value)
@@ -317,17 +318,18 @@ def _compiled_rule(rule: RelabelConfig) -> tuple[Any, ...]:
     elif action in (Action.LOWERCASE, Action.UPPERCASE):
         fallback = go_lower if action == Action.LOWERCASE else go_upper
     fast = rule.fixed_pair and rule.regex is DEFAULT_REGEX
+    # Label names interned: the accelerator compares interned names by identity.
     return (
         _CODES[action],
-        rule.source_labels,
+        tuple(sys.intern(name) for name in rule.source_labels),
         rule.separator,
-        rule.target_label,
+        sys.intern(rule.target_label),
         memo,
         fallback,
         fast,
         rule.replacement,
         rule.copies_source,
-        names,
+        None if names is None else tuple(sys.intern(name) for name in names),
     )
 
 

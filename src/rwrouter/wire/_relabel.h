@@ -74,13 +74,15 @@ static int rl_reserve(RLSet *s, Py_ssize_t n) {
     return 0;
 }
 
-/* Whether two str are equal (interned or not). */
+/* Whether two str are equal: two interned ones only when they are the same object (the label
+ * names of the miss path are: rt_ascii and engine.program intern them). */
 static inline int rl_eq(PyObject *a, PyObject *b) {
     if (a == b) return 1;
+    if (PyUnicode_CHECK_INTERNED(a) && PyUnicode_CHECK_INTERNED(b)) return 0;
     Py_ssize_t n = PyUnicode_GET_LENGTH(a);
     if (n != PyUnicode_GET_LENGTH(b)) return 0;
     if (PyUnicode_IS_COMPACT_ASCII(a) && PyUnicode_IS_COMPACT_ASCII(b))
-        return memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b), (size_t)n) == 0;
+        return bytes_eq(PyUnicode_DATA(a), PyUnicode_DATA(b), n);
     return PyUnicode_Compare(a, b) == 0;
 }
 
@@ -293,7 +295,7 @@ static inline int rl_cmp_str(PyObject *a, PyObject *b) {
     if (a == b) return 0;
     if (PyUnicode_IS_COMPACT_ASCII(a) && PyUnicode_IS_COMPACT_ASCII(b)) {
         Py_ssize_t na = PyUnicode_GET_LENGTH(a), nb = PyUnicode_GET_LENGTH(b);
-        int c = memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b), (size_t)(na < nb ? na : nb));
+        int c = bytes_cmp(PyUnicode_DATA(a), PyUnicode_DATA(b), na < nb ? na : nb);
         return c ? c : (na > nb) - (na < nb);
     }
     return PyUnicode_Compare(a, b);

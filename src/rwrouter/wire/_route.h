@@ -43,27 +43,33 @@ static void rt_clear_caches(void) {
 }
 
 /* The str of ASCII bytes ``p[0:n]`` (a new reference, or NULL with an exception set), from
- * ``table`` of ``slots`` (a power of 2) when it is there, else made and remembered. */
-static PyObject *rt_ascii(const char *p, Py_ssize_t n, PyObject **table, uint32_t slots) {
-    if (n > RT_CACHED_LEN) return PyUnicode_DecodeASCII(p, n, "strict");
+ * ``table`` of ``slots`` (a power of 2) when it is there, else made (and interned when
+ * ``intern``: the names, which rl_eq then compares by identity) and remembered. */
+static PyObject *rt_ascii(const char *p, Py_ssize_t n, PyObject **table, uint32_t slots,
+                          int intern) {
+    if (n > RT_CACHED_LEN) {
+        PyObject *long_str = PyUnicode_DecodeASCII(p, n, "strict");
+        if (long_str && intern) PyUnicode_InternInPlace(&long_str);
+        return long_str;
+    }
     uint64_t h = (uint64_t)n * 0x9E3779B97F4A7C15u, w;
     Py_ssize_t i = 0;
     for (; i + 8 <= n; i += 8) { /* 8 bytes a step, multiply-xorshift */
-        memcpy(&w, p + i, 8);
-        h = (h ^ w) * 0xFF51AFD7ED558CCDu;
+        h = (h ^ load64(p + i)) * 0xFF51AFD7ED558CCDu;
         h ^= h >> 29;
     }
     w = 0;
-    memcpy(&w, p + i, (size_t)(n - i));
+    for (Py_ssize_t j = 0; i + j < n; j++) w |= (uint64_t)(uint8_t)p[i + j] << (8 * j);
     h = (h ^ w) * 0xC4CEB9FE1A85EC53u;
     h ^= h >> 32;
     PyObject **slot = &table[h & (slots - 1)];
     PyObject *s = *slot;
-    if (s && PyUnicode_GET_LENGTH(s) == n && memcmp(PyUnicode_DATA(s), p, (size_t)n) == 0)
+    if (s && PyUnicode_GET_LENGTH(s) == n && bytes_eq(PyUnicode_DATA(s), p, n))
         return Py_NewRef(s);
     s = PyUnicode_New(n, 127);
     if (!s) return NULL;
     memcpy(PyUnicode_DATA(s), p, (size_t)n);
+    if (intern) PyUnicode_InternInPlace(&s);
     Py_XSETREF(*slot, Py_NewRef(s));
     return s;
 }
@@ -116,7 +122,7 @@ static int rt_decode(RLSet *s, PyObject *raw) {
         while (j > 0) {
             const RTSpan *q = &spans[j - 1];
             Py_ssize_t m = q->name_len < sp.name_len ? q->name_len : sp.name_len;
-            int c = memcmp(q->name, sp.name, (size_t)m);
+            int c = bytes_cmp(q->name, sp.name, m);
             if (c == 0 && q->name_len == sp.name_len) return 0;
             if (c < 0 || (c == 0 && q->name_len < sp.name_len)) break;
             spans[j] = spans[j - 1];
@@ -127,8 +133,9 @@ static int rt_decode(RLSet *s, PyObject *raw) {
     if (rl_reserve(s, n + 8) < 0) return -1;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (spans[i].value_len == 0) continue; /* empty = absent */
-        PyObject *name = rt_ascii(spans[i].name, spans[i].name_len, rt_names, RT_NAMES);
-        PyObject *value = name ? rt_ascii(spans[i].value, spans[i].value_len, rt_values, RT_VALUES) : NULL;
+        PyObject *name = rt_ascii(spans[i].name, spans[i].name_len, rt_names, RT_NAMES, 1);
+        PyObject *value =
+            name ? rt_ascii(spans[i].value, spans[i].value_len, rt_values, RT_VALUES, 0) : NULL;
         if (!value) {
             Py_XDECREF(name);
             rl_clear(s);

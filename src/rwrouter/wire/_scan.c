@@ -91,6 +91,37 @@ static inline char *put_u32(char *p, uint32_t v) {
     return p + 4;
 }
 
+/* Short byte strings compared inline, 8 bytes a step (the label names and values of the miss
+ * path: each a call into the C library's memcmp cost more than the compare itself). */
+static inline uint64_t load64(const char *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+/* Whether a[0:n] == b[0:n]. */
+static inline int bytes_eq(const char *a, const char *b, Py_ssize_t n) {
+    if (n >= 8) {
+        Py_ssize_t i = 0;
+        for (; i + 8 < n; i += 8)
+            if (load64(a + i) != load64(b + i)) return 0;
+        return load64(a + n - 8) == load64(b + n - 8); /* the last 8, overlapping */
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (a[i] != b[i]) return 0;
+    return 1;
+}
+
+/* memcmp(a, b, n): the sign of the first differing byte (unsigned), 0 when equal. */
+static inline int bytes_cmp(const char *a, const char *b, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        if (load64(a + i) != load64(b + i)) break;
+    for (; i < n; i++)
+        if (a[i] != b[i]) return (uint8_t)a[i] < (uint8_t)b[i] ? -1 : 1;
+    return 0;
+}
+
 static inline uint32_t get_u32(const uint8_t *p) {
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
