@@ -207,6 +207,15 @@ SHAPES = [
     ("unknown_field_in_a_label", _label(b"__name__", b"m", extra=b"\x18\x01")),
     ("repeated_value_field", _label(b"__name__", b"m", extra=_field(2, b"n"))),
     ("non_ascii_value", encode_labels((("__name__", "m"), ("pod", "é-1")))),
+    # the ASCII test reads 8 bytes a step, the last 8 overlapping, fewer than 8 in parts
+    ("non_ascii_last_byte_of_9", _label(b"__name__", b"m") + _label(b"pod", b"abcdefgh\xc3")),
+    ("non_ascii_first_byte_of_16", _label(b"__name__", b"m") + _label(b"pod", b"\xe9" + b"a" * 15)),
+    (
+        "non_ascii_middle_of_17",
+        _label(b"__name__", b"m") + _label(b"pod", b"a" * 8 + b"\xff" + b"a" * 8),
+    ),
+    ("non_ascii_byte_3_of_7", _label(b"__name__", b"m") + _label(b"pod", b"abc\x80efg")),
+    ("non_ascii_name_of_6", _label(b"__name__", b"m") + _label(b"podd\xc3\xa9", b"v")),
     ("invalid_utf8_value", _label(b"__name__", b"\xff")),
     (
         "repeated_name_empty_value",

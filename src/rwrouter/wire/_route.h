@@ -58,8 +58,10 @@ static PyObject *rt_ascii(const char *p, Py_ssize_t n, PyObject **table, uint32_
         h = (h ^ load64(p + i)) * 0xFF51AFD7ED558CCDu;
         h ^= h >> 29;
     }
-    w = 0;
-    for (Py_ssize_t j = 0; i + j < n; j++) w |= (uint64_t)(uint8_t)p[i + j] << (8 * j);
+    if (i < n) /* the tail: the last 8 bytes (overlapping), or the few there are */
+        w = n >= 8 ? load64(p + n - 8) : load_short(p, n);
+    else
+        w = 0;
     h = (h ^ w) * 0xC4CEB9FE1A85EC53u;
     h ^= h >> 32;
     PyObject **slot = &table[h & (slots - 1)];
@@ -80,13 +82,9 @@ typedef struct {
 } RTSpan;
 
 static int rt_ascii_only(const char *p, Py_ssize_t n) {
-    uint64_t acc = 0, w;
-    Py_ssize_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        memcpy(&w, p + i, 8);
-        acc |= w;
-    }
-    for (; i < n; i++) acc |= (uint8_t)p[i];
+    if (n < 8) return (load_short(p, n) & 0x8080808080808080u) == 0;
+    uint64_t acc = load64(p + n - 8); /* the last 8 bytes (overlapping) */
+    for (Py_ssize_t i = 0; i + 8 < n; i += 8) acc |= load64(p + i);
     return (acc & 0x8080808080808080u) == 0;
 }
 

@@ -99,6 +99,26 @@ static inline uint64_t load64(const char *p) {
     return v;
 }
 
+/* The n < 8 bytes at p as a little-endian word (the rest zero), in at most three loads. */
+static inline uint64_t load_short(const char *p, Py_ssize_t n) {
+    uint64_t w = 0;
+    uint32_t w4;
+    uint16_t w2;
+    Py_ssize_t i = 0;
+    if (n & 4) {
+        memcpy(&w4, p, 4);
+        w = w4;
+        i = 4;
+    }
+    if (n & 2) {
+        memcpy(&w2, p + i, 2);
+        w |= (uint64_t)w2 << (8 * i);
+        i += 2;
+    }
+    if (n & 1) w |= (uint64_t)(uint8_t)p[i] << (8 * i);
+    return w;
+}
+
 /* Whether a[0:n] == b[0:n]. */
 static inline int bytes_eq(const char *a, const char *b, Py_ssize_t n) {
     if (n >= 8) {
