@@ -8,12 +8,13 @@
 ARG BASE=debian:bookworm-slim
 
 FROM ${BASE} AS build
-# gcc and the Python headers build rwrouter.wire._scan (with ISA-L's CRC-32 for the shard hash);
-# the build fails below if it is missing.
+# gcc and the Python headers build rwrouter.wire._scan (with ISA-L's CRC-32 for the shard hash
+# and xxHash's XXH3 for the routing cache's digest, header-only); the build fails below if it
+# is missing.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends \
        python3=3.11.* python3-venv=3.11.* python3-dev=3.11.* gcc=4:12.* libc6-dev=2.36-* \
-       libisal-dev=2.30.* \
+       libisal-dev=2.30.* libxxhash-dev=0.8.* \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml setup.py MANIFEST.in README.md ./

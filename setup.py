@@ -27,8 +27,20 @@ def _crc32() -> dict[str, list]:
     return {}
 
 
+def _xxhash() -> list[tuple[str, str]]:
+    """Use xxHash's XXH3-128 for the routing cache's digest when ``xxhash.h`` is where the
+    compiler looks (Debian: libxxhash-dev; header-only, nothing to link), else the
+    extension's own MurmurHash3-style digest (the same role, more instructions)."""
+    dirs = [sysconfig.get_config_var("INCLUDEDIR") or "", "/usr/include", "/usr/local/include"]
+    if any(d and (Path(d) / "xxhash.h").is_file() for d in dirs):
+        return [("RWROUTER_XXH3", "1")]
+    return []
+
+
 extensions = []
 if not os.environ.get("RWROUTER_NO_EXTENSIONS"):
+    crc = _crc32()
+    macros = crc.pop("define_macros", []) + _xxhash()
     extensions.append(
         Extension(
             "rwrouter.wire._scan",
@@ -44,7 +56,8 @@ if not os.environ.get("RWROUTER_NO_EXTENSIONS"):
             ],
             optional=True,
             extra_compile_args=["-O2"],
-            **_crc32(),
+            define_macros=macros,
+            **crc,
         )
     )
 
