@@ -4,9 +4,10 @@ merge of several workers' counts, tiered monthly cost, the report and its table.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rwrouter.audit import (
@@ -22,11 +23,14 @@ from rwrouter.audit import (
     monthly_samples,
     rank,
 )
+from rwrouter.audit import active as active_module
+from rwrouter.audit import count as count_module
 from rwrouter.audit.report import Report
 from rwrouter.config import AuditConfig, PriceTier
 from rwrouter.config.model import AMP_PRICE_TIERS
 from rwrouter.routing import Route, Router
 from rwrouter.wire import decompress
+from rwrouter.wire.accelerator import compiled
 from rwrouter.wire.index import Frames
 from tests.support.series import Series, build_body
 
@@ -573,3 +577,76 @@ def test_counts_never_in_exponent_form(n: float, text: str) -> None:
     from rwrouter.audit.report import _count
 
     assert _count(n) == text
+
+
+# ---------------------------------------------------------------------------------------------
+# the compiled count: the same counts and state as the reference loop
+
+sighting_strategy = st.lists(
+    st.tuples(
+        st.floats(0, 3 * WINDOW),  # when
+        st.lists(
+            st.tuples(
+                st.sampled_from(["gpu", "net", "mem", "", "cpu", "disk"]),
+                st.integers(0, 9),
+                st.integers(1, 3),
+            ),
+            max_size=12,
+        ),
+    ),
+    max_size=8,
+)
+
+
+def _state(a: ActiveSeries) -> tuple[object, ...]:
+    return (
+        a._generations,
+        a._ids,
+        a._names,
+        a._active,
+        a._counted,
+        a._other,
+        a._held,
+        a._samples,
+        a._capped_until,
+        len(a),
+    )
+
+
+@pytest.mark.skipif(compiled("count_share") is None, reason="accelerator not built")
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(sightings=sighting_strategy, max_series=st.integers(1, 12))
+def test_the_compiled_count_equals_the_reference(
+    sightings: list[tuple[float, list[tuple[str, int, int]]]],
+    max_series: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Random shares, few enough series and names allowed that the bound and OTHER are met:
+    the compiled loop leaves the same counts and state as the pure one, share by share."""
+    shares = [(now, share(*series)) for now, series in sorted(sightings) if series]
+    compiled_state, pure = new(max_series=max_series), new(max_series=max_series)
+    for now, routed in shares:
+        compiled_state.observe(routed.body, routed.index, now)
+        with monkeypatch.context() as patched:
+            patched.setattr(active_module, "count_share", count_module.count_share_py)
+            pure.observe(routed.body, routed.index, now)
+        assert _state(compiled_state) == _state(pure)
+    end = 4 * WINDOW
+    assert compiled_state.snapshot(end) == pure.snapshot(end)
+
+
+@pytest.mark.skipif(compiled("count_share") is None, reason="accelerator not built")
+def test_the_compiled_count_hands_an_index_past_its_body_to_the_reference() -> None:
+    """An index whose frames run past the body (never a routed share): the reference answers,
+    the same way."""
+    routed = share(("gpu", 0, 1), ("net", 1, 2))
+    count_share = compiled("count_share")
+    assert count_share is not None
+
+    def run(count: Any) -> tuple[object, ...]:
+        state: tuple[Any, ...] = ({b"gpu": 0, b"net": 1}, {}, [], [0, 0], [0, 0], None, 0, 9)
+        return count(routed.body[:-1], bytes(routed.index), 0, *state), state
+
+    assert run(count_share) == run(count_module.count_share_py)

@@ -37,7 +37,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from rwrouter.wire.index import named_frames
+from rwrouter.audit.count import HASH_BITS, count_share
 
 __all__ = [
     "GENERATIONS",
@@ -56,8 +56,7 @@ GENERATIONS = 8  # a series last seen up to window/8 before the window may still
 RATE_BUCKETS = 5  # rate_window in buckets of rate_window / 5
 MIN_RATE_SECONDS = 15.0  # a rate is over at least this long (a usual scrape interval)
 OTHER = "(other names: audit.max_series reached)"
-_HASH_BITS = 32
-_HASH_MASK = (1 << _HASH_BITS) - 1
+_HASH_MASK = (1 << HASH_BITS) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,31 +182,34 @@ class ActiveSeries:
         self._mark(now)
         newest = self._generations[-1]
         older = self._generations[-2::-1]  # most recent first
-        ids, active, counted_of = self._ids, self._active, self._counted
-        counted = 0
-        for raw, samples, hashed in named_frames(body, index):
-            nid = ids.get(raw)
-            if nid is None:
-                nid = self._add_name(raw, now)
-            counted_of[nid] += samples
+        at = counted = 0
+        while True:  # count_share stops at a name it does not know: add it, go on from there
+            at, samples, self._held, capped, raw, frame_samples = count_share(
+                body,
+                index,
+                at,
+                self._ids,
+                newest,
+                older,
+                self._counted,
+                self._active,
+                self._other,
+                self._held,
+                self.max_series,
+            )
             counted += samples
-            key = nid << _HASH_BITS | hashed
-            if key in newest or nid == self._other:
-                continue
-            for generation in older:
-                if generation.pop(key, None) is not None:
-                    newest[key] = nid
-                    break
-            else:
-                if self._held >= self.max_series:
-                    self._capped_until = now + self.window
-                    continue
-                newest[key] = nid
-                active[nid] += 1
-                self._held += 1
+            if capped:
+                self._capped_until = now + self.window
+            if raw is None:
+                break
+            nid = self._add_name(raw, now)
+            if raw not in self._ids:  # names ran out: OTHER counts its samples, never series
+                self._counted[nid] += frame_samples
+                counted += frame_samples
+                at += 1
         self._samples += counted
         if self._first is None:
-            self._first, self._after_first = now, list(counted_of)
+            self._first, self._after_first = now, list(self._counted)
         elif now < self._first:  # a capture may hold earlier times later
             self._first = now
 

@@ -1452,6 +1452,28 @@ static PyObject *index_totals(PyObject *module, PyObject *index) {
     return Py_BuildValue("(LL)", nbytes, samples);
 }
 
+/* The metric name of the frame body[pos:end] as named_frames finds it (the first framed
+ * __name__ Label's value): 1 and *np, *nn; 0 for none (""). */
+static int frame_name(const char *body, Py_ssize_t pos, Py_ssize_t end, const char **np,
+                      Py_ssize_t *nn) {
+    static const char label[] = "\x0a\x08__name__\x12";
+    const Py_ssize_t llen = (Py_ssize_t)sizeof(label) - 1;
+    const char *at = end - pos >= llen ? memmem(body + pos, (size_t)(end - pos), label, (size_t)llen) : NULL;
+    if (!at) return 0;
+    Py_ssize_t start = at - body + llen, size = 0;
+    int shift = 0;
+    while (start < end && shift < 35) { /* the value's length: a varint */
+        uint8_t byte = (uint8_t)body[start++];
+        size |= (Py_ssize_t)(byte & 0x7F) << shift;
+        shift += 7;
+        if (byte < 0x80) break;
+    }
+    if (start + size > end) return 0;
+    *np = body + start;
+    *nn = size;
+    return 1;
+}
+
 /* Compiled rwrouter.wire.index.named_frames_py, as a list: per frame of (body, index), in
  * order, (its metric name as raw bytes, samples, shard hash). The same search (the first
  * framed __name__ Label in the frame) and the same varint read; an index that does not fit its
@@ -1459,8 +1481,6 @@ static PyObject *index_totals(PyObject *module, PyObject *index) {
  * bytes object. */
 static PyObject *named_frames(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    static const char label[] = "\x0a\x08__name__\x12";
-    const Py_ssize_t llen = (Py_ssize_t)sizeof(label) - 1;
     if (nargs != 2 || !PyBytes_CheckExact(args[0]) || !PyBytes_CheckExact(args[1]))
         return call_reference("rwrouter.wire.index", "named_frames_list", args, nargs);
     const char *body = PyBytes_AS_STRING(args[0]);
@@ -1476,21 +1496,9 @@ static PyObject *named_frames(PyObject *module, PyObject *const *args, Py_ssize_
     if (!out || !last) goto fail;
     Py_ssize_t pos = 0;
     for (Py_ssize_t i = 0; i < n; i += 12) {
-        Py_ssize_t end = pos + (Py_ssize_t)get_u32(x + i), start = -1, size = 0;
-        const char *at = end - pos >= llen ? memmem(body + pos, (size_t)(end - pos), label, (size_t)llen) : NULL;
-        if (at) {
-            start = at - body + llen;
-            int shift = 0;
-            while (start < end && shift < 35) { /* the value's length: a varint */
-                uint8_t byte = (uint8_t)body[start++];
-                size |= (Py_ssize_t)(byte & 0x7F) << shift;
-                shift += 7;
-                if (byte < 0x80) break;
-            }
-            if (start + size > end) start = -1;
-        }
-        const char *np = start >= 0 ? body + start : "";
-        Py_ssize_t nn = start >= 0 ? size : 0;
+        Py_ssize_t end = pos + (Py_ssize_t)get_u32(x + i), nn = 0;
+        const char *np = "";
+        frame_name(body, pos, end, &np, &nn);
         if (PyBytes_GET_SIZE(last) != nn || memcmp(PyBytes_AS_STRING(last), np, (size_t)nn)) {
             Py_SETREF(last, PyBytes_FromStringAndSize(np, nn));
             if (!last) goto fail;
@@ -1504,6 +1512,128 @@ static PyObject *named_frames(PyObject *module, PyObject *const *args, Py_ssize_
     return out;
 fail:
     Py_XDECREF(out);
+    Py_XDECREF(last);
+    return NULL;
+}
+
+/* list[i] += n for a list of int (new int objects; an item that is not an int raises). 0, or
+ * -1 with an exception set. */
+static int list_add(PyObject *list, Py_ssize_t i, long long n) {
+    long long v = PyLong_AsLongLong(PyList_GET_ITEM(list, i));
+    if (v == -1 && PyErr_Occurred()) return -1;
+    PyObject *sum = PyLong_FromLongLong(v + n);
+    return sum ? PyList_SetItem(list, i, sum) : -1; /* steals sum */
+}
+
+/* One frame counted (count_share_py's loop body) for the name id nid_obj: 0, or -1 with an
+ * exception set. */
+static int count_frame(PyObject *nid_obj, long long samples, uint32_t hashed, PyObject *newest,
+                       PyObject *older, PyObject *counted, PyObject *active, PyObject *other,
+                       long long *held, long long max_series, int *capped) {
+    Py_ssize_t nid = PyLong_AsSsize_t(nid_obj);
+    if (nid == -1 && PyErr_Occurred()) return -1;
+    if (nid < 0 || nid >= PyList_GET_SIZE(counted) || nid >= PyList_GET_SIZE(active)) {
+        PyErr_SetString(PyExc_IndexError, "a name id outside the counts");
+        return -1;
+    }
+    if (list_add(counted, nid, samples) < 0) return -1;
+    if (other != Py_None) {
+        Py_ssize_t oid = PyLong_AsSsize_t(other);
+        if (oid == -1 && PyErr_Occurred()) return -1;
+        if (oid == nid) return 0;
+    }
+    PyObject *key = PyLong_FromUnsignedLongLong((unsigned long long)nid << 32 | hashed);
+    if (!key) return -1;
+    int rc = -1, known = PyDict_Contains(newest, key);
+    if (known < 0) goto done;
+    rc = 0;
+    if (known) goto done;
+    for (Py_ssize_t g = 0; g < PyList_GET_SIZE(older); g++) {
+        PyObject *generation = PyList_GET_ITEM(older, g);
+        PyObject *was = PyDict_GetItemWithError(generation, key);
+        rc = -1;
+        if (!was && PyErr_Occurred()) goto done;
+        rc = 0;
+        if (!was || was == Py_None) continue; /* pop(key, None) is None: as if absent */
+        if (PyDict_DelItem(generation, key) < 0 || PyDict_SetItem(newest, key, nid_obj) < 0)
+            rc = -1;
+        goto done;
+    }
+    if (*held >= max_series) {
+        *capped = 1;
+        goto done;
+    }
+    if (PyDict_SetItem(newest, key, nid_obj) < 0 || list_add(active, nid, 1) < 0) {
+        rc = -1;
+        goto done;
+    }
+    (*held)++;
+done:
+    Py_DECREF(key);
+    return rc;
+}
+
+/* Compiled rwrouter.audit.count.count_share_py (same arguments, result and state changes):
+ * the audit's count of one share's frames, walked in place. Other argument types, or an index
+ * that does not fit its body, go to the reference. */
+static PyObject *count_share(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 11 || !PyBytes_CheckExact(args[0]) || !PyBytes_CheckExact(args[1]) ||
+        !PyDict_CheckExact(args[3]) || !PyDict_CheckExact(args[4]) ||
+        !PyList_CheckExact(args[5]) || !PyList_CheckExact(args[6]) ||
+        !PyList_CheckExact(args[7]))
+        return call_reference("rwrouter.audit.count", "count_share_py", args, nargs);
+    PyObject *ids = args[3], *newest = args[4], *older = args[5], *counted = args[6];
+    PyObject *active = args[7], *other = args[8];
+    for (Py_ssize_t g = 0; g < PyList_GET_SIZE(older); g++)
+        if (!PyDict_CheckExact(PyList_GET_ITEM(older, g)))
+            return call_reference("rwrouter.audit.count", "count_share_py", args, nargs);
+    const char *body = PyBytes_AS_STRING(args[0]);
+    const uint8_t *x = (const uint8_t *)PyBytes_AS_STRING(args[1]);
+    Py_ssize_t blen = PyBytes_GET_SIZE(args[0]), xlen = PyBytes_GET_SIZE(args[1]), total = 0;
+    if (xlen % 12) {
+        PyErr_SetString(PyExc_ValueError, "index length is not a multiple of 12");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < xlen; i += 12) total += get_u32(x + i);
+    if (total > blen) return call_reference("rwrouter.audit.count", "count_share_py", args, nargs);
+    Py_ssize_t start = PyLong_AsSsize_t(args[2]), frames = xlen / 12;
+    long long held = PyLong_AsLongLong(args[9]), max_series = PyLong_AsLongLong(args[10]);
+    if (PyErr_Occurred()) return NULL;
+    long long counted_total = 0;
+    int capped = 0;
+    PyObject *last = NULL, *last_id = NULL; /* the last name and its id (borrowed from ids) */
+    Py_ssize_t pos = 0, at = 0;
+    for (; at < frames && at < start; at++) pos += get_u32(x + 12 * at);
+    for (; at < frames; at++) {
+        const uint8_t *e = x + 12 * at;
+        Py_ssize_t end = pos + (Py_ssize_t)get_u32(e);
+        const char *np = "";
+        Py_ssize_t nn = 0;
+        frame_name(body, pos, end, &np, &nn);
+        pos = end;
+        if (!last || PyBytes_GET_SIZE(last) != nn || memcmp(PyBytes_AS_STRING(last), np, (size_t)nn)) {
+            Py_XSETREF(last, PyBytes_FromStringAndSize(np, nn));
+            if (!last) return NULL;
+            last_id = PyDict_GetItemWithError(ids, last);
+            if (!last_id && PyErr_Occurred()) goto fail;
+        }
+        long long samples = get_u32(e + 4);
+        if (!last_id) { /* a name not known yet: the caller adds it */
+            PyObject *out = Py_BuildValue("(nLLOOL)", at, counted_total, held,
+                                          capped ? Py_True : Py_False, last, samples);
+            Py_DECREF(last);
+            return out;
+        }
+        counted_total += samples;
+        if (count_frame(last_id, samples, get_u32(e + 8), newest, older, counted, active, other,
+                        &held, max_series, &capped) < 0)
+            goto fail;
+    }
+    Py_XDECREF(last);
+    return Py_BuildValue("(nLLOOi)", frames, counted_total, held, capped ? Py_True : Py_False,
+                         Py_None, 0);
+fail:
     Py_XDECREF(last);
     return NULL;
 }
@@ -1672,6 +1802,8 @@ static PyMethodDef methods[] = {
      "Compiled rwrouter.routing.scan.signature_py."},
     {"named_frames", (PyCFunction)(void (*)(void))named_frames, METH_FASTCALL,
      "Compiled rwrouter.wire.index.named_frames_list (same result, same errors)."},
+    {"count_share", (PyCFunction)(void (*)(void))count_share, METH_FASTCALL,
+     "Compiled rwrouter.audit.count.count_share_py (same arguments and result)."},
     {"index_totals", (PyCFunction)index_totals, METH_O,
      "Compiled rwrouter.wire.index.index_totals_py."},
     {"split_shards", (PyCFunction)(void (*)(void))split_shards, METH_FASTCALL,

@@ -262,4 +262,5 @@ split_shards: ShardSplitter = compiled("split_shards") or split_shards_py
 named_frames: NamedFrames = compiled("named_frames") or named_frames_list
 """The per-frame loops in use (compiled when :data:`rwrouter.wire.accelerator.ACCELERATED`),
 with the contracts of :func:`index_totals_py`, :func:`split_shards_py` and
-:func:`named_frames_list` (the audit counts every audited series with it)."""
+:func:`named_frames_list` (whose search for a frame's name the compiled audit count of
+:mod:`rwrouter.audit.count` shares)."""
