@@ -75,10 +75,15 @@ static inline uint64_t lc_fmix64(uint64_t k) {
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+/* XXH3's secret for inputs over 240 bytes, made from the process's seed once (lc_set_seed):
+ * XXH3_128bits_withSeed would derive it again for every such label set. */
+static XXH_ALIGN(64) unsigned char lc_secret[XXH3_SECRET_DEFAULT_SIZE];
+
 /* The 128-bit digest of a byte string: xxHash's XXH3-128, seeded per process (about a third of
  * the instructions of the fallback below on a 230-byte label set). */
 static Digest lc_digest(const uint8_t *p, Py_ssize_t n) {
-    XXH128_hash_t x = XXH3_128bits_withSeed(p, (size_t)n, lc_seed1);
+    XXH128_hash_t x =
+        XXH3_128bits_withSecretandSeed(p, (size_t)n, lc_secret, sizeof(lc_secret), lc_seed1);
     Digest d = {x.low64, x.high64 & ~LC_LENGTH_BITS};
     return d;
 }
@@ -113,6 +118,15 @@ static Digest lc_digest(const uint8_t *p, Py_ssize_t n) {
     return d;
 }
 #endif
+
+/* Seed the digest for this process (16 random bytes). */
+static void lc_set_seed(const char *random16) {
+    memcpy(&lc_seed1, random16, 8);
+    memcpy(&lc_seed2, random16 + 8, 8);
+#if defined(RWROUTER_XXH3)
+    XXH3_generateSecret_fromSeed(lc_secret, lc_seed1);
+#endif
+}
 
 /* The slot of a digest: a match, or the empty slot where it would go. */
 static inline LCSlot *lc_find(LabelCache *c, Digest g) {

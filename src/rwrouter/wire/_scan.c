@@ -1858,10 +1858,12 @@ static int seed_digest(void) {
     PyObject *random_bytes = PyObject_CallFunction(urandom, "i", 16);
     Py_DECREF(urandom);
     if (!random_bytes) return -1;
-    if (PyBytes_Check(random_bytes) && PyBytes_GET_SIZE(random_bytes) == 16) {
-        memcpy(&lc_seed1, PyBytes_AS_STRING(random_bytes), 8);
-        memcpy(&lc_seed2, PyBytes_AS_STRING(random_bytes) + 8, 8);
-    }
+    char seed[16];
+    memcpy(seed, &lc_seed1, 8); /* the built-in seeds, unless os.urandom gives 16 bytes */
+    memcpy(seed + 8, &lc_seed2, 8);
+    if (PyBytes_Check(random_bytes) && PyBytes_GET_SIZE(random_bytes) == 16)
+        memcpy(seed, PyBytes_AS_STRING(random_bytes), 16);
+    lc_set_seed(seed);
     Py_DECREF(random_bytes);
     return 0;
 }
