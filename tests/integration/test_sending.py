@@ -229,28 +229,10 @@ async def test_resharding_under_load_keeps_per_series_order(serve: Serve, tmp_pa
     """A slow destination makes the destination grow from 1 shard; samples keep their order
     through every resharding (frames re-hashed in order, one batch in flight per series)."""
     sink = OrderCheckingSink(seed=11)
-    sink_url = await serve(sink.handle)
-    config = parse_config(
-        f"""
-remote_write:
-  - name: tsdb
-    url: {sink_url}
-    queue_config:
-      {{min_shards: 1, max_shards: 6, max_samples_per_send: 20, batch_send_deadline: 5ms}}
-""",
-        env={},
-    )
     metrics = Metrics()
-    dest_config = config.remote_write[0]
+    queue = "min_shards: 1, max_shards: 6, max_samples_per_send: 20"
+    dest = _sharding_destination(await serve(sink.handle), tmp_path, queue, metrics)
     router = Router(global_rules=(), routes=[Route(name="tsdb")])
-    dest = make_destination(
-        dest_config,
-        storage=StorageConfig(path=str(tmp_path)),
-        transport=Transport(url=dest_config.url, timeout=10),
-        auth=NoAuth(),
-        metrics=metrics,
-        reshard_interval=0.2,
-    )
     await dest.start()
     shard_counts = set()
     try:
@@ -302,6 +284,8 @@ def _counting_decompress(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def _sharding_destination(url: str, tmp_path: Path, queue: str, metrics: Metrics) -> Destination:
+    """A destination of ``queue`` (queue_config keys, a flow mapping's inside) sending to
+    ``url``, resharding every 0.2 s."""
     config = parse_config(
         f"""
 remote_write:
@@ -323,6 +307,29 @@ remote_write:
     )
 
 
+async def _send_cut(
+    dest: Destination, sink: OrderCheckingSink, *, series: int, steps: int, pause: float
+) -> set[int]:
+    """``steps`` requests of ``series`` series each (one sample a series, newer each step),
+    every share cut for the destination's shard count of the moment, ``pause`` seconds apart;
+    waits until the sink holds them all and stops the destination. The counts cut for."""
+    router = Router(global_rules=(), routes=[Route(name="tsdb")])
+    labels = [(("__name__", "gpu_util"), ("gpu", str(g))) for g in range(series)]
+    counts = set()
+    await dest.start()
+    try:
+        for step in range(steps):
+            body = write_request([Series(one, ((1_000 + step, 1.0),)) for one in labels])
+            counts.add(dest.shard_count)
+            routed = router.route(body.SerializeToString())
+            await enqueue_cut(dest, routed.shares[0], dest.shard_count)
+            await asyncio.sleep(pause)
+        await eventually(lambda: sink.samples == steps * series, timeout=60)
+    finally:
+        await dest.stop(timeout=5)
+    return counts
+
+
 async def test_records_cut_for_the_running_shards_go_out_as_stored(
     serve: Serve, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -330,25 +337,10 @@ async def test_records_cut_for_the_running_shards_go_out_as_stored(
     decompressed on the way out (with one decompressed, the records would be split again);
     every sample arrives, in order."""
     sink = OrderCheckingSink(seed=5)
-    metrics = Metrics()
-    dest = _sharding_destination(
-        await serve(sink.handle),
-        tmp_path,
-        "min_shards: 4, max_shards: 4, max_samples_per_send: 2000",
-        metrics,
-    )
-    router = Router(global_rules=(), routes=[Route(name="tsdb")])
-    series = [(("__name__", "gpu_util"), ("gpu", str(g))) for g in range(600)]
-    steps = 6
+    queue = "min_shards: 4, max_shards: 4, max_samples_per_send: 2000"
+    dest = _sharding_destination(await serve(sink.handle), tmp_path, queue, Metrics())
     decompressed = _counting_decompress(monkeypatch)
-    await dest.start()
-    try:
-        for step in range(steps):
-            body = write_request([Series(labels, ((1_000 + step, 1.0),)) for labels in series])
-            await enqueue_cut(dest, router.route(body.SerializeToString()).shares[0], 4)
-        await eventually(lambda: sink.samples == steps * len(series), timeout=30)
-    finally:
-        await dest.stop(timeout=5)
+    assert await _send_cut(dest, sink, series=600, steps=6, pause=0) == {4}
     assert sink.rejected == 0 and sink.overlaps == 0
     assert decompressed == [0]
 
@@ -360,28 +352,9 @@ async def test_records_cut_for_other_shard_counts_keep_per_series_order(
     (records cut for 1, then 2, ... shards, read while another count runs): they are split
     again where the counts differ; samples keep their order through every resharding."""
     sink = OrderCheckingSink(seed=13)
-    metrics = Metrics()
-    dest = _sharding_destination(
-        await serve(sink.handle),
-        tmp_path,
-        "min_shards: 1, max_shards: 6, max_samples_per_send: 100",
-        metrics,
-    )
-    router = Router(global_rules=(), routes=[Route(name="tsdb")])
-    series = [(("__name__", "gpu_util"), ("gpu", str(g))) for g in range(800)]
-    await dest.start()
-    counts = set()
-    steps = 40
-    try:
-        for step in range(steps):
-            body = write_request([Series(labels, ((1_000 + step, 1.0),)) for labels in series])
-            routed = router.route(body.SerializeToString())
-            counts.add(dest.shard_count)
-            await enqueue_cut(dest, routed.shares[0], dest.shard_count)
-            await asyncio.sleep(0.02)
-        await eventually(lambda: sink.samples == steps * len(series), timeout=60)
-    finally:
-        await dest.stop(timeout=5)
+    queue = "min_shards: 1, max_shards: 6, max_samples_per_send: 100"
+    dest = _sharding_destination(await serve(sink.handle), tmp_path, queue, Metrics())
+    counts = await _send_cut(dest, sink, series=800, steps=40, pause=0.02)
     assert max(counts) > 1, "the load never made the destination reshard"
     assert sink.rejected == 0 and sink.overlaps == 0
 

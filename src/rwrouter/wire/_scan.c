@@ -269,6 +269,19 @@ static int add_drop(State *s, Py_ssize_t dest, PyObject *reason, long long n) {
     return 0;
 }
 
+/* Destination i's index entry for a frame of ``frame`` bytes just written (room for it
+ * grown by the caller), and its counts. */
+static inline void add_index(State *s, Py_ssize_t i, Py_ssize_t frame, long long kept,
+                             uint32_t hash) {
+    char *q = s->indexes[i].data + s->indexes[i].len;
+    q = put_u32(q, (uint32_t)frame);
+    q = put_u32(q, (uint32_t)kept);
+    put_u32(q, hash);
+    s->indexes[i].len += 12;
+    s->samples[i] += kept;
+    s->series[i] += 1;
+}
+
 static int write_frame(State *s, Py_ssize_t i, const char *labels, Py_ssize_t nlabels,
                        const char *rest, Py_ssize_t nrest, long long kept, uint32_t hash) {
     uint64_t inner = (uint64_t)nlabels + (uint64_t)nrest;
@@ -285,13 +298,7 @@ static int write_frame(State *s, Py_ssize_t i, const char *labels, Py_ssize_t nl
         memcpy(p + nlabels, rest, (size_t)nrest);
     }
     b->len += frame;
-    char *q = s->indexes[i].data + s->indexes[i].len;
-    q = put_u32(q, (uint32_t)frame);
-    q = put_u32(q, (uint32_t)kept);
-    put_u32(q, hash);
-    s->indexes[i].len += 12;
-    s->samples[i] += kept;
-    s->series[i] += 1;
+    add_index(s, i, frame, kept, hash);
     return 0;
 }
 
@@ -303,13 +310,7 @@ static int write_field(State *s, Py_ssize_t i, const char *frame, Py_ssize_t n, 
     if (buf_grow(b, n) < 0 || buf_grow(&s->indexes[i], 12) < 0) return -1;
     memcpy(b->data + b->len, frame, (size_t)n);
     b->len += n;
-    char *q = s->indexes[i].data + s->indexes[i].len;
-    q = put_u32(q, (uint32_t)n);
-    q = put_u32(q, (uint32_t)kept);
-    put_u32(q, hash);
-    s->indexes[i].len += 12;
-    s->samples[i] += kept;
-    s->series[i] += 1;
+    add_index(s, i, n, kept, hash);
     return 0;
 }
 
@@ -1474,6 +1475,19 @@ static int frame_name(const char *body, Py_ssize_t pos, Py_ssize_t end, const ch
     return 1;
 }
 
+/* Whether an index of xlen bytes fits a body of blen bytes: 1; 0 when its frames run past the
+ * body (the caller hands it to its reference); -1 with ValueError when it is not a whole
+ * number of entries. */
+static int index_fits(const uint8_t *x, Py_ssize_t xlen, Py_ssize_t blen) {
+    if (xlen % 12) {
+        PyErr_SetString(PyExc_ValueError, "index length is not a multiple of 12");
+        return -1;
+    }
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < xlen; i += 12) total += get_u32(x + i);
+    return total <= blen;
+}
+
 /* Compiled rwrouter.wire.index.named_frames_py, as a list: per frame of (body, index), in
  * order, (its metric name as raw bytes, samples, shard hash). The same search (the first
  * framed __name__ Label in the frame) and the same varint read; an index that does not fit its
@@ -1485,13 +1499,10 @@ static PyObject *named_frames(PyObject *module, PyObject *const *args, Py_ssize_
         return call_reference("rwrouter.wire.index", "named_frames_list", args, nargs);
     const char *body = PyBytes_AS_STRING(args[0]);
     const uint8_t *x = (const uint8_t *)PyBytes_AS_STRING(args[1]);
-    Py_ssize_t blen = PyBytes_GET_SIZE(args[0]), n = PyBytes_GET_SIZE(args[1]), total = 0;
-    if (n % 12) {
-        PyErr_SetString(PyExc_ValueError, "index length is not a multiple of 12");
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < n; i += 12) total += get_u32(x + i);
-    if (total > blen) return call_reference("rwrouter.wire.index", "named_frames_list", args, nargs);
+    Py_ssize_t n = PyBytes_GET_SIZE(args[1]);
+    int fits = index_fits(x, n, PyBytes_GET_SIZE(args[0]));
+    if (fits < 0) return NULL;
+    if (!fits) return call_reference("rwrouter.wire.index", "named_frames_list", args, nargs);
     PyObject *out = PyList_New(n / 12), *last = PyBytes_FromStringAndSize(NULL, 0);
     if (!out || !last) goto fail;
     Py_ssize_t pos = 0;
@@ -1590,13 +1601,10 @@ static PyObject *count_share(PyObject *module, PyObject *const *args, Py_ssize_t
             return call_reference("rwrouter.audit.count", "count_share_py", args, nargs);
     const char *body = PyBytes_AS_STRING(args[0]);
     const uint8_t *x = (const uint8_t *)PyBytes_AS_STRING(args[1]);
-    Py_ssize_t blen = PyBytes_GET_SIZE(args[0]), xlen = PyBytes_GET_SIZE(args[1]), total = 0;
-    if (xlen % 12) {
-        PyErr_SetString(PyExc_ValueError, "index length is not a multiple of 12");
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < xlen; i += 12) total += get_u32(x + i);
-    if (total > blen) return call_reference("rwrouter.audit.count", "count_share_py", args, nargs);
+    Py_ssize_t xlen = PyBytes_GET_SIZE(args[1]);
+    int fits = index_fits(x, xlen, PyBytes_GET_SIZE(args[0]));
+    if (fits < 0) return NULL;
+    if (!fits) return call_reference("rwrouter.audit.count", "count_share_py", args, nargs);
     Py_ssize_t start = PyLong_AsSsize_t(args[2]), frames = xlen / 12;
     long long held = PyLong_AsLongLong(args[9]), max_series = PyLong_AsLongLong(args[10]);
     if (PyErr_Occurred()) return NULL;
