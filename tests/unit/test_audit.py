@@ -646,7 +646,13 @@ def test_the_compiled_count_hands_an_index_past_its_body_to_the_reference() -> N
     assert count_share is not None
 
     def run(count: Any) -> tuple[object, ...]:
-        state: tuple[Any, ...] = ({b"gpu": 0, b"net": 1}, {}, [], [0, 0], [0, 0], None, 0, 9)
-        return count(routed.body[:-1], bytes(routed.index), 0, *state), state
+        added: list[bytes] = []
+
+        def add_name(raw: bytes) -> tuple[int, None]:
+            added.append(raw)
+            return 0, None
+
+        state: tuple[Any, ...] = ({b"gpu": 0}, {}, [], [0, 0], [0, 0], None, 0, 9)
+        return count(routed.body[:-1], bytes(routed.index), *state, add_name), state, added
 
     assert run(count_share) == run(count_module.count_share_py)

@@ -693,12 +693,19 @@ FRAMINGS = [
     ("padded_two_bytes", padded_series(LONG + ONE_SAMPLE, 1)),
     ("plain_two_bytes", padded_series(LONG + ONE_SAMPLE, 0)),
     ("padded_labels_only", padded_series(NODE, 1) + frame(NODE + ONE_SAMPLE)),
+    # a label after the samples: its key is all its labels, not the leading ones (the same
+    # leading labels as the series before it, whose outcome it once took)
+    (
+        "label_after_a_sample",
+        frame(GPU + ONE_SAMPLE) + frame(GPU + ONE_SAMPLE + codec.encode_labels((("job", "x"),))),
+    ),
 ]
 
 
 @needs_accelerator
 @pytest.mark.parametrize("data", [f[1] for f in FRAMINGS], ids=[f[0] for f in FRAMINGS])
 def test_unusual_framing_routes_identically(data: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(The routes of :func:`make_routes` include one that rewrites labels and drops some.)"""
     fast = route_with(compiled, data, monkeypatch)
     pure = route_with(scan_request_py, data, monkeypatch)
     assert fast == pure

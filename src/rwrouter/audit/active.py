@@ -180,33 +180,21 @@ class ActiveSeries:
         index that is not a whole number of entries."""
         self._advance(now)
         self._mark(now)
-        newest = self._generations[-1]
-        older = self._generations[-2::-1]  # most recent first
-        at = counted = 0
-        while True:  # count_share stops at a name it does not know: add it, go on from there
-            at, samples, self._held, capped, raw, frame_samples = count_share(
-                body,
-                index,
-                at,
-                self._ids,
-                newest,
-                older,
-                self._counted,
-                self._active,
-                self._other,
-                self._held,
-                self.max_series,
-            )
-            counted += samples
-            if capped:
-                self._capped_until = now + self.window
-            if raw is None:
-                break
-            nid = self._add_name(raw, now)
-            if raw not in self._ids:  # names ran out: OTHER counts its samples, never series
-                self._counted[nid] += frame_samples
-                counted += frame_samples
-                at += 1
+        counted, self._held, capped = count_share(
+            body,
+            index,
+            self._ids,
+            self._generations[-1],
+            self._generations[-2::-1],  # most recent first
+            self._counted,
+            self._active,
+            self._other,
+            self._held,
+            self.max_series,
+            lambda raw: (self._add_name(raw, now), self._other),
+        )
+        if capped:
+            self._capped_until = now + self.window
         self._samples += counted
         if self._first is None:
             self._first, self._after_first = now, list(self._counted)

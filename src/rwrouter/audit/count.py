@@ -13,15 +13,19 @@ from collections.abc import Callable, Mapping, Sequence
 from rwrouter.wire.accelerator import compiled
 from rwrouter.wire.index import named_frames_list
 
-__all__ = ["HASH_BITS", "CountShare", "count_share", "count_share_py"]
+__all__ = ["HASH_BITS", "AddName", "CountShare", "count_share", "count_share_py"]
 
 HASH_BITS = 32  # a series key: name id << 32 | shard hash (u32)
+
+
+AddName = Callable[[bytes], tuple[int, int | None]]
+"""``add_name(raw)``: the id a name new to the counts gets, and the id of
+:data:`~rwrouter.audit.active.OTHER` after it (None: names have not run out)."""
 
 
 def count_share_py(
     body: bytes,
     index: bytes,
-    start: int,
     ids: Mapping[bytes, int],
     newest: dict[int, int],
     older: Sequence[dict[int, int]],
@@ -30,26 +34,24 @@ def count_share_py(
     other: int | None,
     held: int,
     max_series: int,
-) -> tuple[int, int, int, bool, bytes | None, int]:
+    add_name: AddName,
+) -> tuple[int, int, bool]:
     """Count the frames of a share (``body`` + its :data:`~rwrouter.wire.index.INDEX`, names
-    as :func:`~rwrouter.wire.index.named_frames` finds them) from frame ``start`` into an
+    as :func:`~rwrouter.wire.index.named_frames` finds them) into an
     :class:`~rwrouter.audit.active.ActiveSeries`'s state: names by raw bytes ``ids``; series
     keys by generation, ``newest`` and the ``older`` ones most recent first; per name id the
     samples ``counted`` and the series ``active``; the id of the names past the bound
     (:data:`~rwrouter.audit.active.OTHER`) or None; the series ``held`` and their bound
-    ``max_series``. Stops at a frame whose name ``ids`` does not know. Returns (where it
-    stopped: that frame's number, or the number of frames; samples counted; series held now;
-    whether a series was left out for the bound; that frame's raw name and samples, or None
-    and 0). The reference of the compiled ``count_share``; raises ValueError for an index
-    that is not a whole number of entries."""
-    frames = named_frames_list(body, index)
+    ``max_series``. A name ``ids`` does not know gets its id from ``add_name``, which may add
+    it to ``ids``, grow the lists and make OTHER. Returns (samples counted, series held now,
+    whether a series was left out for the bound). The reference of the compiled
+    ``count_share``; raises ValueError for an index that is not a whole number of entries."""
     total = 0
     capped = False
-    for at in range(start, len(frames)):
-        raw, samples, hashed = frames[at]
+    for raw, samples, hashed in named_frames_list(body, index):
         nid = ids.get(raw)
         if nid is None:
-            return at, total, held, capped, raw, samples
+            nid, other = add_name(raw)
         counted[nid] += samples
         total += samples
         key = nid << HASH_BITS | hashed
@@ -66,14 +68,13 @@ def count_share_py(
             newest[key] = nid
             active[nid] += 1
             held += 1
-    return len(frames), total, held, capped, None, 0
+    return total, held, capped
 
 
 CountShare = Callable[
     [
         bytes,
         bytes,
-        int,
         Mapping[bytes, int],
         dict[int, int],
         Sequence[dict[int, int]],
@@ -82,8 +83,9 @@ CountShare = Callable[
         int | None,
         int,
         int,
+        AddName,
     ],
-    tuple[int, int, int, bool, bytes | None, int],
+    tuple[int, int, bool],
 ]
 count_share: CountShare = compiled("count_share") or count_share_py
 """The counting loop in use (compiled when :data:`rwrouter.wire.accelerator.ACCELERATED`:

@@ -12,8 +12,12 @@
  * (4 bits of the second lane say how the slot holds its value): with a million cached sets the
  * chance that any two collide is about 1e-25.
  *
- * The digest is xxHash's XXH3-128 when the build found xxhash.h (Debian libxxhash-dev, used
- * header-only), else a MurmurHash3-style one of its own.
+ * The digest is xxHash's XXH3-128 when the build found xxhash.h 0.8.1 or later (Debian
+ * libxxhash-dev, used header-only), else a MurmurHash3-style one of its own. Neither is a
+ * keyed cryptographic hash: the seed is random per process and never shown, and the 1e-25
+ * above is for label sets that are not chosen to collide (xxHash's maintainers report input
+ * pairs of 32-240 bytes that collide with about 2^-27 chance over random seeds). A
+ * collision gives one label set the other's routing outcome, in this process only.
  *
  * To Python it is a small mapping of bytes keys to bytes values (get, [], []=, in, len, clear,
  * items: the keys it gives back are the 16-byte digests): the pure-Python loop and the Router
@@ -74,6 +78,12 @@ static inline uint64_t lc_fmix64(uint64_t k) {
 #if defined(RWROUTER_XXH3) /* setup.py defines it when xxhash.h is there (libxxhash-dev) */
 #define XXH_INLINE_ALL
 #include <xxhash.h>
+#if XXH_VERSION_NUMBER < 801 /* XXH3_128bits_withSecretandSeed came with 0.8.1 */
+#undef RWROUTER_XXH3
+#endif
+#endif
+
+#if defined(RWROUTER_XXH3)
 
 /* XXH3's secret for inputs over 240 bytes, made from the process's seed once (lc_set_seed):
  * XXH3_128bits_withSeed would derive it again for every such label set. */

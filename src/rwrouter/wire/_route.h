@@ -42,11 +42,21 @@ static void rt_clear_caches(void) {
     for (int i = 0; i < RT_VALUES; i++) Py_CLEAR(rt_values[i]);
 }
 
+/* Label names are interned (rl_eq then compares two interned ones by identity) only where an
+ * interned str is freed once unused: CPython 3.11. Some 3.12 releases keep every interned str
+ * for good, and a sender can send any number of names. */
+#if PY_VERSION_HEX < 0x030C0000
+#define RT_INTERN_NAMES 1
+#else
+#define RT_INTERN_NAMES 0
+#endif
+
 /* The str of ASCII bytes ``p[0:n]`` (a new reference, or NULL with an exception set), from
  * ``table`` of ``slots`` (a power of 2) when it is there, else made (and interned when
- * ``intern``: the names, which rl_eq then compares by identity) and remembered. */
+ * ``intern`` and RT_INTERN_NAMES) and remembered. */
 static PyObject *rt_ascii(const char *p, Py_ssize_t n, PyObject **table, uint32_t slots,
                           int intern) {
+    intern = intern && RT_INTERN_NAMES;
     if (n > RT_CACHED_LEN) {
         PyObject *long_str = PyUnicode_DecodeASCII(p, n, "strict");
         if (long_str && intern) PyUnicode_InternInPlace(&long_str);

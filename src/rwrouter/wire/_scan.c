@@ -991,9 +991,11 @@ static int scan_prehashed(Scanner *r, Py_ssize_t k) {
     Series t;
     series_init(&t);
     int step = SCAN_OK;
+    const Digest *known = &h->digest;
     r->series_in++;
     if (!h->nsamples && labels_end != h->vend) {
         step = series_split(r, h->start, h->vend, &t); /* another shape */
+        known = NULL; /* its key is all its labels (a label may follow a sample), not the leading */
     } else {
         t.nsamples = h->nsamples;
         t.kp = (const char *)d + h->start;
@@ -1005,7 +1007,7 @@ static int scan_prehashed(Scanner *r, Py_ssize_t k) {
             t.nframe = h->vend - h->field;
         }
     }
-    if (step == SCAN_OK) step = route_series(r, k, &t, &h->digest);
+    if (step == SCAN_OK) step = route_series(r, k, &t, known);
     series_clear(&t);
     return step;
 }
@@ -1565,9 +1567,13 @@ static int count_frame(PyObject *nid_obj, long long samples, uint32_t hashed, Py
         rc = -1;
         if (!was && PyErr_Occurred()) goto done;
         rc = 0;
-        if (!was || was == Py_None) continue; /* pop(key, None) is None: as if absent */
-        if (PyDict_DelItem(generation, key) < 0 || PyDict_SetItem(newest, key, nid_obj) < 0)
+        if (!was) continue;
+        int none = was == Py_None; /* pop(key, None) gives None: removed, as if absent */
+        if (PyDict_DelItem(generation, key) < 0 || (!none && PyDict_SetItem(newest, key, nid_obj) < 0)) {
             rc = -1;
+            goto done;
+        }
+        if (none) continue;
         goto done;
     }
     if (*held >= max_series) {
@@ -1590,12 +1596,12 @@ done:
 static PyObject *count_share(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
     if (nargs != 11 || !PyBytes_CheckExact(args[0]) || !PyBytes_CheckExact(args[1]) ||
-        !PyDict_CheckExact(args[3]) || !PyDict_CheckExact(args[4]) ||
-        !PyList_CheckExact(args[5]) || !PyList_CheckExact(args[6]) ||
-        !PyList_CheckExact(args[7]))
+        !PyDict_CheckExact(args[2]) || !PyDict_CheckExact(args[3]) ||
+        !PyList_CheckExact(args[4]) || !PyList_CheckExact(args[5]) ||
+        !PyList_CheckExact(args[6]))
         return call_reference("rwrouter.audit.count", "count_share_py", args, nargs);
-    PyObject *ids = args[3], *newest = args[4], *older = args[5], *counted = args[6];
-    PyObject *active = args[7], *other = args[8];
+    PyObject *ids = args[2], *newest = args[3], *older = args[4], *counted = args[5];
+    PyObject *active = args[6], *add_name = args[10];
     for (Py_ssize_t g = 0; g < PyList_GET_SIZE(older); g++)
         if (!PyDict_CheckExact(PyList_GET_ITEM(older, g)))
             return call_reference("rwrouter.audit.count", "count_share_py", args, nargs);
@@ -1605,44 +1611,53 @@ static PyObject *count_share(PyObject *module, PyObject *const *args, Py_ssize_t
     int fits = index_fits(x, xlen, PyBytes_GET_SIZE(args[0]));
     if (fits < 0) return NULL;
     if (!fits) return call_reference("rwrouter.audit.count", "count_share_py", args, nargs);
-    Py_ssize_t start = PyLong_AsSsize_t(args[2]), frames = xlen / 12;
-    long long held = PyLong_AsLongLong(args[9]), max_series = PyLong_AsLongLong(args[10]);
+    long long held = PyLong_AsLongLong(args[8]), max_series = PyLong_AsLongLong(args[9]);
     if (PyErr_Occurred()) return NULL;
-    long long counted_total = 0;
+    long long total = 0;
     int capped = 0;
-    PyObject *last = NULL, *last_id = NULL; /* the last name and its id (borrowed from ids) */
-    Py_ssize_t pos = 0, at = 0;
-    for (; at < frames && at < start; at++) pos += get_u32(x + 12 * at);
-    for (; at < frames; at++) {
+    /* the last name, its id and OTHER's id (owned: add_name may change ids and OTHER) */
+    PyObject *last = NULL, *last_id = NULL, *other = Py_NewRef(args[7]);
+    Py_ssize_t pos = 0;
+    for (Py_ssize_t at = 0; at < xlen / 12; at++) {
         const uint8_t *e = x + 12 * at;
-        Py_ssize_t end = pos + (Py_ssize_t)get_u32(e);
+        Py_ssize_t end = pos + (Py_ssize_t)get_u32(e), nn = 0;
         const char *np = "";
-        Py_ssize_t nn = 0;
         frame_name(body, pos, end, &np, &nn);
         pos = end;
-        if (!last || PyBytes_GET_SIZE(last) != nn || memcmp(PyBytes_AS_STRING(last), np, (size_t)nn)) {
+        if (!last || PyBytes_GET_SIZE(last) != nn ||
+            memcmp(PyBytes_AS_STRING(last), np, (size_t)nn)) {
             Py_XSETREF(last, PyBytes_FromStringAndSize(np, nn));
-            if (!last) return NULL;
-            last_id = PyDict_GetItemWithError(ids, last);
+            if (!last) goto fail;
+            Py_XSETREF(last_id, Py_XNewRef(PyDict_GetItemWithError(ids, last)));
             if (!last_id && PyErr_Occurred()) goto fail;
         }
-        long long samples = get_u32(e + 4);
-        if (!last_id) { /* a name not known yet: the caller adds it */
-            PyObject *out = Py_BuildValue("(nLLOOL)", at, counted_total, held,
-                                          capped ? Py_True : Py_False, last, samples);
-            Py_DECREF(last);
-            return out;
+        if (!last_id) { /* not known: its id (and OTHER's) from add_name */
+            PyObject *got = PyObject_CallOneArg(add_name, last);
+            if (!got) goto fail;
+            if (!PyTuple_CheckExact(got) || PyTuple_GET_SIZE(got) != 2) {
+                Py_DECREF(got);
+                PyErr_SetString(PyExc_TypeError, "add_name gives (id, the id of OTHER)");
+                goto fail;
+            }
+            Py_XSETREF(other, Py_NewRef(PyTuple_GET_ITEM(got, 1)));
+            last_id = Py_NewRef(PyTuple_GET_ITEM(got, 0));
+            Py_DECREF(got);
+            Py_CLEAR(last); /* looked up again next frame: in ids now, or OTHER's again */
         }
-        counted_total += samples;
+        long long samples = get_u32(e + 4);
+        total += samples;
         if (count_frame(last_id, samples, get_u32(e + 8), newest, older, counted, active, other,
                         &held, max_series, &capped) < 0)
             goto fail;
     }
     Py_XDECREF(last);
-    return Py_BuildValue("(nLLOOi)", frames, counted_total, held, capped ? Py_True : Py_False,
-                         Py_None, 0);
+    Py_XDECREF(last_id);
+    Py_DECREF(other);
+    return Py_BuildValue("(LLO)", total, held, capped ? Py_True : Py_False);
 fail:
     Py_XDECREF(last);
+    Py_XDECREF(last_id);
+    Py_DECREF(other);
     return NULL;
 }
 
