@@ -69,8 +69,9 @@ SHARDS_SHIFT = 4  # flags >> 4: the shard count the record was cut for (0: none)
 MAX_ALIGNED_SHARDS = 0xFFF  # the most that fits those 12 bits
 MIN_ALIGNED_SERIES = 128
 """A share is cut by shard only if each shard's records average at least this many series:
-each record costs the queue and the sending side about as much as splitting ~100 series
-again (per record: a header, a checksum, Python objects on the sending side)."""
+every record costs the queue and the sending side something of its own (a header, a checksum,
+Python objects on the sending side), which a record of a few series would not save in
+splitting (a judgement from the profiles, not a measured break-even)."""
 HEADER = struct.Struct("<II")  # length of the rest, crc32 of the rest
 _META = struct.Struct("<BBHqIII")  # version, kind, flags, received_ms, series, samples, raw
 META_SIZE = _META.size  # bytes of the fixed part after the header
