@@ -18,17 +18,19 @@ from hypothesis import strategies as st
 from bench.rw2 import encode_body
 from bench.workload import generate
 from rwrouter.errors import DecodeError, TooLargeError
+from rwrouter.relabel import parse_relabel_configs
 from rwrouter.routing import Router
 from rwrouter.routing import router as router_module
 from rwrouter.routing import scan as scan_module
-from rwrouter.routing.outcome import REASONS
+from rwrouter.routing.escape import UNDERSCORES
+from rwrouter.routing.outcome import REASONS, Route
 from rwrouter.routing.scan import scan_request_py, scan_rw2_py
 from rwrouter.wire import write_v2_pb2
 from rwrouter.wire.rw2_in import to_rw1_py
 from rwrouter.wire.rw2_out import Meta
 from rwrouter.wire.walk import encode_varint
 from tests.unit.test_rw2_paths import TEXTS, build, ld, series_strategy, tables, vi
-from tests.unit.test_scan_paths import make_routes
+from tests.unit.test_scan_paths import KEEP_CRITICAL, make_routes
 
 try:
     from rwrouter.wire import _scan  # type: ignore[attr-defined]
@@ -102,6 +104,67 @@ def test_workload_routes_as_its_rw1_requests(metadata: bool) -> None:
         assert len(first.metadata[0]) == (1 if metadata else 0)
 
 
+# -- the routing cache's key space ----------------------------------------------------------------
+
+
+def _keep_routes() -> list[Route]:
+    """The benchmark routing: keep rules only (misses go the template shortcut's way)."""
+    return [
+        Route("workspace", parse_relabel_configs(KEEP_CRITICAL, "t")),
+        Route("s", fallback=True),
+    ]
+
+
+def _escaping_routes() -> list[Route]:
+    return [*_keep_routes(), Route("escaped", escaping=UNDERSCORES)]
+
+
+# (id, routes, dict generations, whether an RW 2.0 series finds the entry of its RW 1.0 form)
+KEY_SPACES = [
+    ("compiled_miss_path", make_routes, False, False),
+    ("template_shortcut", _keep_routes, False, False),
+    ("escaping_route", _escaping_routes, False, True),
+    ("dict_generations", make_routes, True, True),
+]
+
+
+@pytest.mark.parametrize(
+    ("routes", "dicts", "shared"), [k[1:] for k in KEY_SPACES], ids=[k[0] for k in KEY_SPACES]
+)
+def test_rw2_series_are_cached_by_their_folded_digest(
+    routes: Any, dicts: bool, shared: bool
+) -> None:
+    """A series of the usual shape is cached under the digest folded from its label pairs
+    (LabelCache generations, no escaping route): its second request is all hits, whichever
+    way the miss was answered; it does not find the entry its RW 1.0 form made, except where
+    the keys stay the bytes (an escaping route, dict generations)."""
+    body = generate(seed=5, nodes=1, scrapes=1).bodies[0]
+    rw1, rw2 = bytes(snappy.decompress(body)), encode_body(body, {}).request
+
+    def fresh() -> Router:
+        router = Router(global_rules=(), routes=routes())
+        if dicts:
+            young: dict[bytes, bytes] = {}
+            old: dict[bytes, bytes] = {}
+            router._young, router._old = young, old
+        return router
+
+    router = fresh()  # RW 2.0 first: misses answered by miss() (no template learnt yet) too
+    n = router.route(rw2, rw2=True).series_in
+    misses = router.misses
+    assert router.route(rw2, rw2=True).series_in == n and router.misses == misses
+    router = fresh()
+    assert router.route(rw1).series_in == n
+    misses = router.misses
+    first = router.route(rw2, rw2=True)
+    assert router.misses - misses == (0 if shared else n)
+    assert len(router._young) == (n if shared else 2 * n)
+    misses = router.misses
+    second = router.route(rw2, rw2=True)
+    assert router.misses == misses and second == first
+    assert first.shares == router.route(rw1).shares
+
+
 # -- named edge cases of the one-pass loop --------------------------------------------------------
 
 SAMPLE = ld(2, write_v2_pb2.Sample(value=1.5, timestamp=1_700_000_000_000).SerializeToString())
@@ -168,6 +231,30 @@ def _cases() -> Iterator[Any]:
     yield pytest.param(request(*long_values(12, 300)), None, id="labels_longer_than_a_copy")
     yield pytest.param(request(*long_values(2_500, 500)), None, id="more_labels_than_remembered")
     yield pytest.param(request(*long_values(10, 40)), None, id="labels_between_copy_sizes")
+    yield pytest.param(
+        request(SYMBOLS, [refs(1, 5, 6) + refs(7, 3, 4) + SAMPLE, *plain(3)]),
+        None,
+        id="pair_split_between_refs_fields",
+    )
+    unpacked = b"".join(vi(1, r) for r in (1, 5, 6, 7, 3, 4))
+    yield pytest.param(request(SYMBOLS, [unpacked + SAMPLE, *plain(3)]), None, id="unpacked_refs")
+    yield pytest.param(
+        request(SYMBOLS, [refs(1, 2, 3) + refs(4) + SAMPLE + refs(1, 2)]),
+        None,
+        id="refs_after_split_pair_and_samples",
+    )
+    yield pytest.param(request(*long_values(1, 3_000)), 1_000, id="labels_alone_over_max_bytes")
+    yield pytest.param(request(SYMBOLS, [SAMPLE, *plain(2)]), None, id="no_labels")
+    yield pytest.param(
+        request(SYMBOLS, [ld(5, vi(1, 2) + vi(3, 8)) + GPU + SAMPLE, *plain(2)]),
+        None,
+        id="metadata_before_refs",
+    )
+    yield pytest.param(
+        request([*SYMBOLS, ""], [refs(1, 9, 1, 5) + SAMPLE + ld(5, vi(1, 2))]),
+        None,
+        id="empty_name_value_then_a_name",
+    )
 
 
 @pytest.mark.parametrize(("data", "max_bytes"), list(_cases()))

@@ -40,11 +40,13 @@ typedef struct {
 typedef struct {
     uint32_t name, value; /* refs */
     uint32_t off, len;    /* the Label field in R2.labels (len 0: an empty entry) */
+    Digest hash;          /* its lc_hash128 (folded into series digests: scan_rw2) */
 } R2Pair;
 
 typedef struct {
     const uint8_t *d;
     R2Pair *pairs;   /* scan_rw2's Label fields by (name, value) refs, direct-mapped */
+    int fold;        /* scan_rw2: series digests folded from the pairs' (lc_fold) */
     Buf labels;      /* ... and their bytes */
     R2Spans sym, series, samples, hists, exemplars;
     R2Refs refs, xrefs;
@@ -70,10 +72,9 @@ static inline int r2_over(const R2 *c, Py_ssize_t more) {
 #define W(x) (1u << (x))
 
 static inline int r2_span(R2Spans *a, Py_ssize_t start, Py_ssize_t len) {
-    if (pb_reserve((void **)&a->items, &a->cap, a->n + 1, sizeof(R2Span)) < 0) return -1;
-    a->items[a->n].start = (uint32_t)start;
-    a->items[a->n].len = (uint32_t)len;
-    a->n++;
+    if (a->n == a->cap && pb_reserve((void **)&a->items, &a->cap, a->n + 1, sizeof(R2Span)) < 0)
+        return -1;
+    a->items[a->n++] = (R2Span){(uint32_t)start, (uint32_t)len};
     return 0;
 }
 
@@ -394,6 +395,39 @@ static int r2_series(R2 *c, Py_ssize_t pos, Py_ssize_t end, long long *counts, i
     return R2_OK;
 }
 
+/* One walk over the request's fields: with record 0, count its symbols and series fields
+ * into counts[2] (and check the framing); with 1, append their spans to c->sym and c->series
+ * (room reserved). A symbols or series field with a one-byte tag and length (the usual) is
+ * taken without the general walker. R2_OK or R2_BAIL. */
+static int r2_fields(R2 *c, Py_ssize_t end, int record, Py_ssize_t *counts) {
+    const uint8_t *d = c->d;
+    Py_ssize_t pos = 0, vstart, len;
+    PbField f;
+    while (pos < end) {
+        uint8_t tag = d[pos];
+        if ((tag == 0x22 || tag == 0x2A) && pos + 1 < end && d[pos + 1] < 0x80) {
+            vstart = pos + 2;
+            len = d[pos + 1];
+            if (len > end - vstart) return R2_BAIL;
+            pos = vstart + len;
+        } else {
+            int r = pb_next(d, &pos, end, &f);
+            if (r < 0) return R2_BAIL;
+            if (f.field != 4 && f.field != 5) continue;
+            if (f.wire != 2) return R2_BAIL;
+            tag = f.field == 4 ? 0x22 : 0x2A;
+            vstart = f.vstart;
+            len = f.vend - f.vstart;
+        }
+        R2Spans *into = tag == 0x22 ? &c->sym : &c->series;
+        if (!record)
+            counts[tag == 0x2A]++;
+        else
+            into->items[into->n++] = (R2Span){(uint32_t)vstart, (uint32_t)len};
+    }
+    return R2_OK;
+}
+
 /* Allocate exactly n spans (n > 0) for a: 0 ok, -1 MemoryError. */
 static int r2_exact(R2Spans *a, Py_ssize_t n) {
     a->items = PyMem_Malloc((size_t)n * sizeof(R2Span));
@@ -406,30 +440,16 @@ static int r2_exact(R2Spans *a, Py_ssize_t n) {
 }
 
 /* The request's symbols and series spans (symbols[0] empty): R2_OK, R2_BAIL, R2_ERR. A first
- * walk counts them (and checks the framing), a second one records them. */
+ * walk counts them (and checks the framing), a second one records them: the table takes at
+ * most 4 bytes a request byte (a field is at least 2), not what growing it would. */
 static int r2_request(R2 *c, Py_ssize_t end) {
-    Py_ssize_t pos = 0, nsym = 0, nseries = 0;
-    PbField f;
-    int r;
-    while ((r = pb_next(c->d, &pos, end, &f)) == 1) {
-        if (f.field != 4 && f.field != 5) continue;
-        if (f.wire != 2 || (f.field == 4 && !nsym && f.vend > f.vstart)) return R2_BAIL;
-        if (f.field == 4)
-            nsym++;
-        else
-            nseries++;
-    }
-    if (r < 0) return R2_BAIL;
-    if ((nsym && r2_exact(&c->sym, nsym) < 0) || (nseries && r2_exact(&c->series, nseries) < 0))
+    Py_ssize_t counts[2] = {0, 0};
+    if (r2_fields(c, end, 0, counts) != R2_OK) return R2_BAIL;
+    if ((counts[0] && r2_exact(&c->sym, counts[0]) < 0) ||
+        (counts[1] && r2_exact(&c->series, counts[1]) < 0))
         return R2_ERR;
-    pos = 0;
-    while ((r = pb_next(c->d, &pos, end, &f)) == 1) {
-        if (f.field != 4 && f.field != 5) continue;
-        if (f.wire != 2) return R2_BAIL;
-        if (r2_span(f.field == 4 ? &c->sym : &c->series, f.vstart, f.vend - f.vstart) < 0)
-            return R2_ERR;
-    }
-    if (r < 0 || (c->sym.n && c->sym.items[0].len)) return R2_BAIL;
+    r2_fields(c, end, 1, NULL);
+    if (c->sym.n && c->sym.items[0].len) return R2_BAIL;
     return R2_OK;
 }
 

@@ -9,13 +9,19 @@
  * The conversion writes every series out in the RW1 form (labels resolved from the symbols
  * table, ~5 times the RW 2.0 request) and scan_request then reads it all again. Here each
  * series of the usual shape (labels_refs, then Sample fields of the usual shapes, then an
- * optional Metadata) has only its RW1 labels written, into one scratch buffer: the routing
- * cache key (the same bytes, so the same entry, as the series sent as RW 1.0), and what a
- * destination keeping the labels gets; its samples go out as the request has them (RW 2.0
- * Sample fields 1 and 2 are RW 1.0's, the field number of the samples is 2 in both). A series
- * of another shape (histograms, exemplars, start timestamps, unknown fields) is converted on
- * its own, as rw2_to_rw1 converts it, and scanned as scan_request scans an RW 1.0 series. The
- * metadata become RW1 MetricMetadata entries as the conversion makes them, after the series.
+ * optional Metadata) has only its RW1 labels written, into one scratch buffer: what the miss
+ * path routes and a destination keeping the labels gets; its samples go out as the request has
+ * them (RW 2.0 Sample fields 1 and 2 are RW 1.0's, the field number of the samples is 2 in
+ * both). A series of another shape (histograms, exemplars, start timestamps, unknown fields)
+ * is converted on its own, as rw2_to_rw1 converts it, and scanned as scan_request scans an
+ * RW 1.0 series. The metadata become RW1 MetricMetadata entries as the conversion makes
+ * them, after the series.
+ *
+ * The routing cache digest of such a series is folded from its Label fields' hashes (each
+ * distinct field of a request hashed once, in the table of them the loop keeps: lc_fold), not
+ * hashed from its bytes: a key space of its own (the same label set sent as RW 1.0 has
+ * another entry). Not so with dict generations (keys are the bytes) or a route escaping
+ * names (its collision memory looks label sets up by their bytes' digest).
  *
  * Anything malformed, over max_bytes (the size of the RW1 form), or an error while routing
  * (e.g. invalid labels) hands the whole request back: the caller converts and scans it with
@@ -88,7 +94,9 @@ static R2Pair *r2_pair(R2 *c, R2Pair *e, uint32_t name_ref, uint32_t value_ref) 
     p = put_varint(p, (uint64_t)inner);
     p = r2_put_string(p, 0x0A, c->d + name->start, name->len);
     r2_put_string(p, 0x12, c->d + value->start, value->len);
-    *e = (R2Pair){name_ref, value_ref, (uint32_t)c->labels.len, (uint32_t)size};
+    Digest hash = {0, 0};
+    if (c->fold) hash = lc_hash128((const uint8_t *)c->labels.data + c->labels.len, size);
+    *e = (R2Pair){name_ref, value_ref, (uint32_t)c->labels.len, (uint32_t)size, hash};
     c->labels.len += size;
     return e;
 }
@@ -99,6 +107,7 @@ static int r2_plain_labels(R2 *c, R2Ahead *a) {
     char *p = a->key.data;
     const uint32_t *refs = c->refs.items;
     int named = !(a->meta[0] || a->meta[1] || a->meta[2]); /* no metadata: no name wanted */
+    Digest g = lc_fold_start();
     for (Py_ssize_t k = 0; k + 1 < c->refs.n; k += 2) {
         uint32_t name = refs[k], value = refs[k + 1];
         R2Pair *e = &c->pairs[(name * 0x9E3779B1u ^ value) & (R2_PAIRS - 1)];
@@ -112,6 +121,7 @@ static int r2_plain_labels(R2 *c, R2Ahead *a) {
         else
             memcpy(p, from, e->len);
         p += e->len;
+        lc_fold(&g, e->hash);
         if (!named && c->sym.items[name].len == 8 && !memcmp(c->d + c->sym.items[name].start,
                                                              "__name__", 8)) {
             a->metric = c->sym.items[value];
@@ -119,6 +129,7 @@ static int r2_plain_labels(R2 *c, R2Ahead *a) {
         }
     }
     a->key.len = p - a->key.data;
+    if (c->fold) a->g = lc_folded(g, c->refs.n / 2);
     return 0;
 }
 
@@ -176,7 +187,7 @@ static int r2_prepare(Scanner *r, R2 *c, R2Ahead *a, Py_ssize_t i) {
     a->step = r2_plain_series(r, c, a);
     if (a->step == SCAN_ERR) return SCAN_ERR;
     if (a->step == SCAN_OK && r->label_caches) {
-        a->g = lc_digest((const uint8_t *)a->t.kp, a->t.kn);
+        if (!c->fold) a->g = lc_digest((const uint8_t *)a->t.kp, a->t.kn);
         lc_prefetch_slot((LabelCache *)r->young, a->g);
         if (((LabelCache *)r->old)->used) lc_prefetch_slot((LabelCache *)r->old, a->g);
     } else if (a->step == SCAN_BAIL) {
@@ -208,7 +219,9 @@ static int r2_other_series(Scanner *r, R2 *c, Py_ssize_t pos, Py_ssize_t end, lo
 static int r2_route(Scanner *r, R2 *c, R2Ahead *a, long long *counts, int *start) {
     if (a->step != SCAN_OK) return r2_other_series(r, c, a->begin, a->end, counts, start);
     counts[0] += a->t.nsamples; /* (scan_series counts the other ones) */
+    r->folded = c->fold;
     int step = route_series(r, (Py_ssize_t)r->series_in++, &a->t, r->label_caches ? &a->g : NULL);
+    r->folded = 0;
     series_reset(&a->t);
     if (step != SCAN_OK || !(a->meta[0] || a->meta[1] || a->meta[2])) return step;
     int m = r2_add_metadata(c, a->meta, &a->metric);
@@ -281,6 +294,11 @@ static PyObject *scan_rw2(PyObject *module, PyObject *const *args, Py_ssize_t na
         (uint64_t)PyBytes_GET_SIZE(data) > UINT32_MAX)
         Py_RETURN_NONE;
     c.d = (const uint8_t *)PyBytes_AS_STRING(data);
+    /* the series of the usual shape get digests folded from their Label fields' (a key space
+     * of their own: the same label set sent as RW 1.0 has another entry) with LabelCache
+     * generations and no escaping route (its collision memory looks label sets up by their
+     * bytes: r.legacy) */
+    c.fold = r.label_caches && !r.legacy;
     if (!(c.pairs = PyMem_Calloc(R2_PAIRS, sizeof(R2Pair)))) return PyErr_NoMemory();
     R2Ahead ahead[R2_AHEAD];
     memset(ahead, 0, sizeof(ahead));

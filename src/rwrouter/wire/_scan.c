@@ -565,6 +565,7 @@ typedef struct {
     int legacy;        /* legacy names only (the template shortcut's signature) */
     int use_templates; /* templates a dict and names a tuple of bytes */
     int label_caches;  /* both generations LabelCache (else both dicts) */
+    int folded;        /* the series being routed has a folded digest (scan_rw2, lc_fold) */
     const uint8_t *d;  /* the request's bytes */
     State *s;          /* per-destination outputs and drops (PyMem) */
     PreHash *pre;      /* the leading series, found and hashed (PyMem), npre of them */
@@ -800,7 +801,17 @@ static int label_cache_miss(Scanner *r, Digest g, Series *t) {
                    ? template_entry(t->kp, t->kn, r->names, r->templates, r->legacy, &t->entry)
                    : 0;
     if (made < 0) return -1;
-    if (!made && !r->plan) return call_miss(r, t);
+    if (!made && !r->plan) {
+        if (call_miss(r, t) < 0) return -1;
+        if (!r->folded) return 0;
+        /* miss() cached the outcome under the digest of the bytes: under this one too (the
+         * first series of a template, a router of its own results: a few) */
+        if (series_entry(t) < 0 ||
+            lc_insert((LabelCache *)r->young, g, (const char *)t->ep, t->elen, t->entry) < 0)
+            return -1;
+        r->miss_bytes += t->kn + t->elen;
+        return 0;
+    }
     if (!made) {
         if (!t->key && !(t->key = PyBytes_FromStringAndSize(t->kp, t->kn))) return -1;
         PyObject *call[4] = {t->key, PyTuple_GET_ITEM(r->plan, 0), PyTuple_GET_ITEM(r->plan, 1),
