@@ -37,7 +37,7 @@
  * prehash does the same for RW 1.0). */
 typedef struct {
     Series t;
-    Buf key; /* t's key: the RW1 labels */
+    Buf key; /* R2_HEAD bytes of room, then t's key (the RW1 labels) and samples: t's frame */
     Digest g;
     int step; /* SCAN_OK: the usual shape; SCAN_BAIL: another (converted on its own) */
     Py_ssize_t begin, end;
@@ -76,6 +76,7 @@ static int r2_plain_refs(R2 *c, const PbField *f, Py_ssize_t *chars) {
 }
 
 #define R2_SHORT 64          /* bytes of a Label field copied at once (at most) */
+#define R2_HEAD 16           /* room for a series field's tag and length before its labels */
 #define R2_PAIRS 2048        /* Label fields remembered (a power of two) */
 #define R2_LABELS (1 << 20)  /* bytes of them: past it, they are forgotten */
 
@@ -101,35 +102,44 @@ static R2Pair *r2_pair(R2 *c, R2Pair *e, uint32_t name_ref, uint32_t value_ref) 
     return e;
 }
 
-/* The Label fields of c->refs written to a->key (room for them reserved, and R2_SHORT bytes
- * more); with metadata, the value of the first __name__ to a->metric. 0, or -1 (MemoryError). */
+/* The Label fields of c->refs written to a->key from R2_HEAD on (room for them reserved, and
+ * R2_SHORT bytes more), a->key.len their end; with metadata, the value of the first __name__
+ * to a->metric. 0, or -1 (MemoryError). */
 static int r2_plain_labels(R2 *c, R2Ahead *a) {
-    char *p = a->key.data;
+    /* in locals, not c's fields: every copy below may alias them */
+    char *p = a->key.data + R2_HEAD;
     const uint32_t *refs = c->refs.items;
+    const R2Span *sym = c->sym.items;
+    const uint8_t *d = c->d;
+    R2Pair *pairs = c->pairs;
+    const char *labels = c->labels.data;
+    Py_ssize_t nrefs = c->refs.n;
     int named = !(a->meta[0] || a->meta[1] || a->meta[2]); /* no metadata: no name wanted */
     Digest g = lc_fold_start();
-    for (Py_ssize_t k = 0; k + 1 < c->refs.n; k += 2) {
+    for (Py_ssize_t k = 0; k + 1 < nrefs; k += 2) {
         uint32_t name = refs[k], value = refs[k + 1];
-        R2Pair *e = &c->pairs[(name * 0x9E3779B1u ^ value) & (R2_PAIRS - 1)];
-        if ((e->name != name || e->value != value || !e->len) && !(e = r2_pair(c, e, name, value)))
-            return -1;
-        const char *from = c->labels.data + e->off; /* R2_SHORT bytes there (grown so) */
-        if (e->len <= R2_SHORT / 2) /* fixed sizes: a few vector moves, no call */
+        R2Pair *e = &pairs[(name * 0x9E3779B1u ^ value) & (R2_PAIRS - 1)];
+        if (e->name != name || e->value != value || !e->len) {
+            if (!(e = r2_pair(c, e, name, value))) return -1;
+            labels = c->labels.data;
+        }
+        Py_ssize_t len = e->len;
+        const char *from = labels + e->off; /* R2_SHORT bytes there (grown so) */
+        if (len <= R2_SHORT / 2) /* fixed sizes: a few vector moves, no call */
             memcpy(p, from, R2_SHORT / 2);
-        else if (e->len <= R2_SHORT)
+        else if (len <= R2_SHORT)
             memcpy(p, from, R2_SHORT);
         else
-            memcpy(p, from, e->len);
-        p += e->len;
+            memcpy(p, from, len);
+        p += len;
         lc_fold(&g, e->hash);
-        if (!named && c->sym.items[name].len == 8 && !memcmp(c->d + c->sym.items[name].start,
-                                                             "__name__", 8)) {
-            a->metric = c->sym.items[value];
-            named = a->metric.len > 0;
+        if (!named && sym[name].len == 8 && !memcmp(d + sym[name].start, "__name__", 8)) {
+            a->metric = sym[value];
+            named = sym[value].len > 0;
         }
     }
     a->key.len = p - a->key.data;
-    if (c->fold) a->g = lc_folded(g, c->refs.n / 2);
+    if (c->fold) a->g = lc_folded(g, nrefs / 2);
     return 0;
 }
 
@@ -163,14 +173,22 @@ static int r2_plain_series(Scanner *r, R2 *c, R2Ahead *a) {
     if (r2_over(c, bound + nrest) && r2_over(c, r2_labels_size(c, &c->refs) + nrest))
         return SCAN_BAIL; /* the conversion decides (TooLargeError) */
     a->key.len = 0;
-    if (buf_grow(&a->key, bound + R2_SHORT) < 0) return SCAN_ERR;
+    if (buf_grow(&a->key, R2_HEAD + bound + nrest + R2_SHORT) < 0) return SCAN_ERR;
     if (r2_plain_labels(c, a) < 0) return SCAN_ERR;
-    Py_ssize_t frame = r2_string_size(a->key.len + nrest);
+    Py_ssize_t nlabels = a->key.len - R2_HEAD, frame = r2_string_size(nlabels + nrest);
     if (r2_over(c, frame)) return SCAN_BAIL;
     c->limit -= frame;
-    t->kp = a->key.data;
-    t->kn = a->key.len;
+    /* the series field as a destination keeping the labels sends it (tag, length, labels,
+     * samples), written once here: a cached series is then one copy (write_field) */
+    char *labels = a->key.data + R2_HEAD, *head = labels - (frame - nlabels - nrest);
     t->rest = (const char *)d + (first >= 0 ? first : pos);
+    if (nrest) memcpy(labels + nlabels, t->rest, (size_t)nrest);
+    head[0] = 0x0A;
+    put_varint(head + 1, (uint64_t)(nlabels + nrest));
+    t->frame = head;
+    t->nframe = frame;
+    t->kp = labels;
+    t->kn = nlabels;
     t->nrest = nrest;
     if (!r->label_caches && !(t->key = PyBytes_FromStringAndSize(t->kp, t->kn)))
         return SCAN_ERR; /* a dict needs a key object */
