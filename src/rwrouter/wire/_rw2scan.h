@@ -58,8 +58,8 @@ static int r2_plain_refs(R2 *c, const PbField *f, Py_ssize_t *chars) {
         return R2_ERR;
     uint32_t *refs = c->refs.items;
     const R2Span *sym = c->sym.items;
-    Py_ssize_t n = c->refs.n, sum = 0;
-    while (p < f->vend) {
+    Py_ssize_t n = c->refs.n, sum = 0, vend = f->wire == 0 ? p + 1 : f->vend; /* 0: one */
+    while (p < vend) {
         uint64_t ref = d[p];
         if (ref < 0x80)
             p++;
@@ -68,7 +68,6 @@ static int r2_plain_refs(R2 *c, const PbField *f, Py_ssize_t *chars) {
         if (ref >= (uint64_t)nsym) return R2_BAIL;
         refs[n++] = (uint32_t)ref;
         sum += sym[ref].len;
-        if (f->wire == 0) break;
     }
     c->refs.n = n;
     *chars += sum;
