@@ -102,9 +102,10 @@ static R2Pair *r2_pair(R2 *c, R2Pair *e, uint32_t name_ref, uint32_t value_ref) 
 }
 
 /* The Label fields of c->refs written to a->key from R2_HEAD on (room for them reserved, and
- * R2_SHORT bytes more), a->key.len their end; with metadata, the value of the first __name__
- * to a->metric. 0, or -1 (MemoryError). */
-static int r2_plain_labels(R2 *c, R2Ahead *a) {
+ * R2_SHORT bytes more), a->key.len their end; with `named` 0, the value of the first __name__
+ * (with a non-empty value) to a->metric. 0, or -1 (MemoryError). Inlined twice: with and
+ * without the name wanted (it is wanted only with metadata), the loop without the test. */
+static inline __attribute__((always_inline)) int r2_put_pairs(R2 *c, R2Ahead *a, int named) {
     /* in locals, not c's fields: every copy below may alias them */
     char *p = a->key.data + R2_HEAD;
     const uint32_t *refs = c->refs.items;
@@ -113,7 +114,6 @@ static int r2_plain_labels(R2 *c, R2Ahead *a) {
     R2Pair *pairs = c->pairs;
     const char *labels = c->labels.data;
     Py_ssize_t nrefs = c->refs.n;
-    int named = !(a->meta[0] || a->meta[1] || a->meta[2]); /* no metadata: no name wanted */
     Digest g = lc_fold_start();
     for (Py_ssize_t k = 0; k + 1 < nrefs; k += 2) {
         uint32_t name = refs[k], value = refs[k + 1];
@@ -140,6 +140,11 @@ static int r2_plain_labels(R2 *c, R2Ahead *a) {
     a->key.len = p - a->key.data;
     if (c->fold) a->g = lc_folded(g, nrefs / 2);
     return 0;
+}
+
+static int r2_plain_labels(R2 *c, R2Ahead *a) {
+    if (!(a->meta[0] || a->meta[1] || a->meta[2])) return r2_put_pairs(c, a, 1); /* no name */
+    return r2_put_pairs(c, a, 0);
 }
 
 /* A series d[a->begin:a->end] of the usual shape (see above) prepared in a: its RW1 labels
