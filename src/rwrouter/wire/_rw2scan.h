@@ -177,7 +177,8 @@ static int r2_plain_series(Scanner *r, R2 *c, R2Ahead *a) {
     if (r2_over(c, bound + nrest) && r2_over(c, r2_labels_size(c, &c->refs) + nrest))
         return SCAN_BAIL; /* the conversion decides (TooLargeError) */
     a->key.len = 0;
-    if (buf_grow(&a->key, R2_HEAD + bound + nrest + R2_SHORT) < 0) return SCAN_ERR;
+    Py_ssize_t need = R2_HEAD + bound + nrest + R2_SHORT;
+    if ((!a->key.data || need > a->key.cap) && buf_grow(&a->key, need) < 0) return SCAN_ERR;
     if (r2_plain_labels(c, a) < 0) return SCAN_ERR;
     Py_ssize_t nlabels = a->key.len - R2_HEAD, frame = r2_string_size(nlabels + nrest);
     if (r2_over(c, frame)) return SCAN_BAIL;
@@ -186,7 +187,10 @@ static int r2_plain_series(Scanner *r, R2 *c, R2Ahead *a) {
      * samples), written once here: a cached series is then one copy (write_field) */
     char *labels = a->key.data + R2_HEAD, *head = labels - (frame - nlabels - nrest);
     t->rest = (const char *)d + (first >= 0 ? first : pos);
-    if (nrest) memcpy(labels + nlabels, t->rest, (size_t)nrest);
+    if (nrest && nrest <= R2_SHORT / 2 && first + R2_SHORT / 2 <= PyBytes_GET_SIZE(r->data))
+        memcpy(labels + nlabels, t->rest, R2_SHORT / 2); /* (room for R2_SHORT more) */
+    else if (nrest)
+        memcpy(labels + nlabels, t->rest, (size_t)nrest);
     head[0] = 0x0A;
     put_varint(head + 1, (uint64_t)(nlabels + nrest));
     t->frame = head;
