@@ -156,9 +156,21 @@ static int r2_plain_series(Scanner *r, R2 *c, R2Ahead *a) {
     Py_ssize_t pos = a->begin, end = a->end, first = -1, last = -1, at = pos, chars = 0;
     Series *t = &a->t;
     PbField f;
-    int more;
+    int more = 0;
     c->refs.n = 0;
-    while ((more = pb_next(d, &pos, end, &f)) == 1) {
+    while (pos < end) {
+        uint8_t tag = d[pos];
+        /* the usual fields (labels_refs, samples, metadata: one-byte tag and length) taken
+         * here, the others by the general walker */
+        if ((tag == 0x0A || tag == 0x12 || tag == 0x2A) && end - pos >= 2 && d[pos + 1] < 0x80 &&
+            d[pos + 1] <= end - pos - 2) {
+            f.field = tag >> 3;
+            f.wire = 2;
+            f.vstart = pos + 2;
+            f.vend = pos = pos + 2 + d[pos + 1];
+        } else if ((more = pb_next(d, &pos, end, &f)) != 1) {
+            break;
+        }
         if (f.field == 1 && first < 0) {
             int k = r2_plain_refs(c, &f, &chars);
             if (k != R2_OK) return k == R2_ERR ? SCAN_ERR : SCAN_BAIL;
