@@ -38,8 +38,8 @@ typedef struct {
 } R2Entry;
 
 typedef struct {
-    uint32_t name, value; /* refs */
-    uint32_t off, len;    /* the Label field in R2.labels (len 0: an empty entry) */
+    uint32_t name, value; /* refs (both UINT32_MAX: an empty entry; no table has 2^32 refs) */
+    uint32_t off, len;    /* the Label field in R2.labels */
     Digest hash;          /* its lc_hash128 (folded into series digests: scan_rw2) */
 } R2Pair;
 

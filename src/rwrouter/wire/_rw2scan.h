@@ -85,7 +85,7 @@ static R2Pair *r2_pair(R2 *c, R2Pair *e, uint32_t name_ref, uint32_t value_ref) 
     const R2Span *name = &c->sym.items[name_ref], *value = &c->sym.items[value_ref];
     Py_ssize_t inner = r2_label_inner(name, value), size = 1 + varint_size((uint64_t)inner) + inner;
     if (c->labels.len + size > R2_LABELS) { /* forget them all: the memory stays bounded */
-        memset(c->pairs, 0, sizeof(R2Pair) * R2_PAIRS);
+        memset(c->pairs, 0xFF, sizeof(R2Pair) * R2_PAIRS); /* all empty */
         c->labels.len = 0;
     }
     if (buf_grow(&c->labels, size + R2_SHORT) < 0) return NULL;
@@ -118,7 +118,11 @@ static inline __attribute__((always_inline)) int r2_put_pairs(R2 *c, R2Ahead *a,
     for (Py_ssize_t k = 0; k + 1 < nrefs; k += 2) {
         uint32_t name = refs[k], value = refs[k + 1];
         R2Pair *e = &pairs[(name * 0x9E3779B1u ^ value) & (R2_PAIRS - 1)];
-        if (e->name != name || e->value != value || !e->len) {
+        uint32_t refs2[2] = {name, value};
+        uint64_t want, have; /* the refs compared at once (an empty entry's match none) */
+        memcpy(&want, refs2, 8);
+        memcpy(&have, &e->name, 8);
+        if (have != want) {
             if (!(e = r2_pair(c, e, name, value))) return -1;
             labels = c->labels.data;
         }
@@ -337,7 +341,8 @@ static PyObject *scan_rw2(PyObject *module, PyObject *const *args, Py_ssize_t na
      * generations and no escaping route (its collision memory looks label sets up by their
      * bytes: r.legacy) */
     c.fold = r.label_caches && !r.legacy;
-    if (!(c.pairs = PyMem_Calloc(R2_PAIRS, sizeof(R2Pair)))) return PyErr_NoMemory();
+    if (!(c.pairs = PyMem_Malloc(R2_PAIRS * sizeof(R2Pair)))) return PyErr_NoMemory();
+    memset(c.pairs, 0xFF, R2_PAIRS * sizeof(R2Pair)); /* empty: refs no table has */
     R2Ahead ahead[R2_AHEAD];
     memset(ahead, 0, sizeof(ahead));
     long long counts[3] = {0, 0, 0};
