@@ -223,6 +223,12 @@ def _cases() -> Iterator[Any]:
     )
     yield pytest.param(request(SYMBOLS, [refs(1, 2, 3) + SAMPLE]), None, id="odd_refs")
     yield pytest.param(request(SYMBOLS, [refs(1, 99) + SAMPLE]), None, id="ref_outside_table")
+    large = [*SYMBOLS, *(f"v{i}" for i in range(200))]  # 209 symbols: one-byte refs all inside
+    yield pytest.param(
+        request(large, [*plain(3), refs(1, 200) + SAMPLE, refs(1, 300) + SAMPLE]),
+        None,
+        id="ref_outside_a_large_table",
+    )
     yield pytest.param(request([*SYMBOLS, "Grüße"], [refs(1, 9) + SAMPLE]), None, id="utf8_value")
     bad = b"".join(ld(4, s) for s in [b"", b"__name__", b"\xff\xfe"]) + ld(5, refs(1, 2) + SAMPLE)
     yield pytest.param(bad, None, id="invalid_utf8_label")

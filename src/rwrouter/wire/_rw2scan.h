@@ -59,6 +59,18 @@ static int r2_plain_refs(R2 *c, const PbField *f, Py_ssize_t *chars) {
     uint32_t *refs = c->refs.items;
     const R2Span *sym = c->sym.items;
     Py_ssize_t n = c->refs.n, sum = 0, vend = f->wire == 0 ? p + 1 : f->vend; /* 0: one */
+    if (nsym >= 0x80) { /* a one-byte ref is inside the table: only longer ones checked */
+        while (p < vend) {
+            uint64_t ref = d[p];
+            if (ref < 0x80) {
+                p++;
+            } else if (!read_varint(d, &p, f->vend, &ref) || ref >= (uint64_t)nsym) {
+                return R2_BAIL;
+            }
+            refs[n++] = (uint32_t)ref;
+            sum += sym[ref].len;
+        }
+    }
     while (p < vend) {
         uint64_t ref = d[p];
         if (ref < 0x80)
