@@ -140,10 +140,11 @@ static inline Digest lc_digest(const uint8_t *p, Py_ssize_t n) {
 /* The digest of a label set from the lc_hash128 of each of its Label fields, in order
  * (scan_rw2: an RW 2.0 series, whose fields a per-request table has hashed once each), not
  * from its bytes: lc_fold_start, lc_fold for each field, lc_folded with their count. Each
- * lane folds the fields' hashes of its own (the two 64-bit halves of lc_hash128)
- * multiplicatively, and lc_folded mixes the lanes with the count as lc_digest's fallback
- * finalizes: for label sets not chosen to collide, two agree with about the chance that
- * lc_digest's do. A label set so folded does not get the digest its bytes get: the two
+ * lane folds the fields' hashes of its own (the two 64-bit halves of lc_hash128, seeded per
+ * process): the first by xor and multiply, the second by rotate and add, both order-sensitive;
+ * lc_folded mixes the lanes with the count as lc_digest's fallback finalizes. For label sets
+ * not chosen to collide, two agree with about the chance that lc_digest's do (the first lane
+ * loses one bit between two orders of the same fields: its lowest is their parity). A label set so folded does not get the digest its bytes get: the two
  * are different key spaces (see scan_rw2). */
 #define LC_FOLD_1 0x9E3779B97F4A7C15ULL
 #define LC_FOLD_2 0xC2B2AE3D27D4EB4FULL
@@ -154,8 +155,8 @@ static inline Digest lc_fold_start(void) {
 }
 
 static inline void lc_fold(Digest *acc, Digest field) {
-    acc->h1 = (lc_rotl(acc->h1, 27) ^ field.h1) * LC_FOLD_1;
-    acc->h2 = (lc_rotl(acc->h2, 31) ^ field.h2) * LC_FOLD_2;
+    acc->h1 = (acc->h1 ^ field.h1) * LC_FOLD_1;
+    acc->h2 = lc_rotl(acc->h2, 29) + field.h2;
 }
 
 static inline Digest lc_folded(Digest acc, Py_ssize_t n) {
