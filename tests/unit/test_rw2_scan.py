@@ -165,6 +165,16 @@ def test_rw2_series_are_cached_by_their_folded_digest(
     assert first.shares == router.route(rw1).shares
 
 
+def test_folded_digest_tells_label_orders_apart() -> None:
+    """The same label pairs in another order are another label set (its RW1 bytes differ):
+    another cache entry, and the outcome the reference gives it."""
+    data = request(SYMBOLS, [refs(1, 5, 6, 7, 3, 4) + SAMPLE, refs(3, 4, 6, 7, 1, 5) + SAMPLE])
+    router = Router(global_rules=(), routes=make_routes())  # misses cached here only
+    first = router.route(data, rw2=True)
+    assert len(router._young) == 2
+    assert first == routed(data, None, reference=True)[0]
+
+
 # -- named edge cases of the one-pass loop --------------------------------------------------------
 
 SAMPLE = ld(2, write_v2_pb2.Sample(value=1.5, timestamp=1_700_000_000_000).SerializeToString())
