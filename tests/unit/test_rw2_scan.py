@@ -119,30 +119,43 @@ def _escaping_routes() -> list[Route]:
     return [*_keep_routes(), Route("escaped", escaping=UNDERSCORES)]
 
 
-# (id, routes, dict generations, whether an RW 2.0 series finds the entry of its RW 1.0 form)
+class _OwnResults(Router):
+    """A router with results of its own (as the per-tenant one): no compiled miss path."""
+
+    def _results(self, labels: Any) -> Any:
+        return super()._results(labels)
+
+
+# (id, routes, dict generations, whether an RW 2.0 series finds the entry of its RW 1.0 form,
+# router class)
 KEY_SPACES = [
-    ("compiled_miss_path", make_routes, False, False),
-    ("template_shortcut", _keep_routes, False, False),
-    ("escaping_route", _escaping_routes, False, True),
-    ("dict_generations", make_routes, True, True),
+    ("compiled_miss_path", make_routes, False, False, Router),
+    ("template_shortcut", _keep_routes, False, False, Router),
+    ("escaping_route", _escaping_routes, False, True, Router),
+    ("dict_generations", make_routes, True, True, Router),
+    ("every_miss_by_miss", make_routes, False, True, _OwnResults),
 ]
 
 
 @pytest.mark.parametrize(
-    ("routes", "dicts", "shared"), [k[1:] for k in KEY_SPACES], ids=[k[0] for k in KEY_SPACES]
+    ("routes", "dicts", "shared", "cls"),
+    [k[1:] for k in KEY_SPACES],
+    ids=[k[0] for k in KEY_SPACES],
 )
 def test_rw2_series_are_cached_by_their_folded_digest(
-    routes: Any, dicts: bool, shared: bool
+    routes: Any, dicts: bool, shared: bool, cls: type[Router]
 ) -> None:
     """A series of the usual shape is cached under the digest folded from its label pairs
-    (LabelCache generations, no escaping route): its second request is all hits, whichever
-    way the miss was answered; it does not find the entry its RW 1.0 form made, except where
-    the keys stay the bytes (an escaping route, dict generations)."""
+    (LabelCache generations, no escaping route, misses answered by the compiled loop: the
+    plan or templates): its second request is all hits, whichever way the miss was answered;
+    it does not find the entry its RW 1.0 form made, except where the keys stay the bytes (an
+    escaping route, dict generations, a router whose every miss ``miss()`` answers, which
+    would otherwise cache each under both digests)."""
     body = generate(seed=5, nodes=1, scrapes=1).bodies[0]
     rw1, rw2 = bytes(snappy.decompress(body)), encode_body(body, {}).request
 
     def fresh() -> Router:
-        router = Router(global_rules=(), routes=routes())
+        router = cls(global_rules=(), routes=routes())
         if dicts:
             young: dict[bytes, bytes] = {}
             old: dict[bytes, bytes] = {}

@@ -61,7 +61,9 @@ class Scan(NamedTuple):
     MetricMetadata payloads (checked), in order. ``hits``: cache lookups answered by ``young``
     or ``old``; ``promoted``/``promoted_bytes``: entries copied from ``old`` to ``young`` and
     their size (key and encoded labels, bytes). ``misses``/``miss_bytes``: label sets not
-    cached that the loop routed itself from ``templates`` (then ``miss`` was not called).
+    cached that the loop routed itself from ``templates`` (then ``miss`` was not called);
+    ``miss_bytes`` also counts the copy the compiled RW 2.0 loop caches under a series'
+    folded digest of an outcome ``miss`` gave (and cached under the bytes' digest).
     """
 
     bodies: list[bytes]

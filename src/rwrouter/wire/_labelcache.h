@@ -144,8 +144,9 @@ static inline Digest lc_digest(const uint8_t *p, Py_ssize_t n) {
  * process): the first by xor and multiply, the second by rotate and add, both order-sensitive;
  * lc_folded mixes the lanes with the count as lc_digest's fallback finalizes. For label sets
  * not chosen to collide, two agree with about the chance that lc_digest's do (the first lane
- * loses one bit between two orders of the same fields: its lowest is their parity). A label set so folded does not get the digest its bytes get: the two
- * are different key spaces (see scan_rw2). */
+ * loses one bit between two orders of the same fields: its lowest is their parity). A label
+ * set so folded does not get the digest its bytes get: the two are different key spaces (see
+ * scan_rw2). */
 #define LC_FOLD_1 0x9E3779B97F4A7C15ULL
 #define LC_FOLD_2 0xC2B2AE3D27D4EB4FULL
 

@@ -163,10 +163,11 @@ static int r2_plain_labels(R2 *c, R2Ahead *a) {
     return r2_put_pairs(c, a, 0);
 }
 
-/* A series d[a->begin:a->end] of the usual shape (see above) prepared in a: its RW1 labels
- * written to a->key (the Series' key), its samples d[first:last] as they are, its metadata
- * merged into a->meta. SCAN_OK, SCAN_BAIL (another shape: converted on its own; or
- * malformed), SCAN_ERR. */
+/* A series d[a->begin:a->end] of the usual shape (see above) prepared in a: its series field
+ * written to a->key (R2_HEAD bytes of room, then its RW1 labels: the Series' key, then its
+ * samples d[first:last] as they are; the tag and length just before the labels: the Series'
+ * frame), its metadata merged into a->meta. SCAN_OK, SCAN_BAIL (another shape: converted on
+ * its own; or malformed), SCAN_ERR. */
 static int r2_plain_series(Scanner *r, R2 *c, R2Ahead *a) {
     const uint8_t *d = c->d;
     Py_ssize_t pos = a->begin, end = a->end, first = -1, last = -1, at = pos, chars = 0;
@@ -343,16 +344,19 @@ static PyObject *scan_rw2(PyObject *module, PyObject *const *args, Py_ssize_t na
     int step = scan_arguments(&r, sargs, 11);
     if (step == SCAN_ERR) return NULL;
     /* the reference: types scan_request leaves to it, a limit rw2_to_rw1 leaves to it, a
-     * request of 4 GiB or more (32-bit spans) */
+     * request over 1 GiB (32-bit spans, and a Label field of two of its symbols under 4 GiB:
+     * R2Pair.len) */
     if (step == SCAN_BAIL || !r2_limit(args[1], &c.limit) || !PyBytes_CheckExact(data) ||
-        (uint64_t)PyBytes_GET_SIZE(data) > UINT32_MAX)
+        (uint64_t)PyBytes_GET_SIZE(data) > (UINT32_MAX >> 2))
         Py_RETURN_NONE;
     c.d = (const uint8_t *)PyBytes_AS_STRING(data);
     /* the series of the usual shape get digests folded from their Label fields' (a key space
      * of their own: the same label set sent as RW 1.0 has another entry) with LabelCache
-     * generations and no escaping route (its collision memory looks label sets up by their
-     * bytes: r.legacy) */
-    c.fold = r.label_caches && !r.legacy;
+     * generations, no escaping route (its collision memory looks label sets up by their
+     * bytes: r.legacy), and misses answered here (the plan, or templates: miss() answers
+     * only the first of each, and caches it under its bytes' digest, then this loop under
+     * the folded one; without either, every miss would take two entries) */
+    c.fold = r.label_caches && !r.legacy && (r.plan || r.use_templates);
     if (!(c.pairs = PyMem_Malloc(R2_PAIRS * sizeof(R2Pair)))) return PyErr_NoMemory();
     memset(c.pairs, 0xFF, R2_PAIRS * sizeof(R2Pair)); /* empty: refs no table has */
     R2Ahead ahead[R2_AHEAD];

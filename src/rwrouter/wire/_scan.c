@@ -573,7 +573,8 @@ typedef struct {
     Py_ssize_t pre_end; /* where the field after them starts */
     PyObject *metadata; /* list: the checked metadata entries */
     long long samples_in, series_in, hits, promoted, promoted_bytes;
-    long long misses, miss_bytes; /* misses answered here (a template, the plan) */
+    long long misses, miss_bytes; /* misses answered here (a template, the plan); miss_bytes
+                                   * also what a folded digest's copy of a miss() answer took */
 } Scanner;
 
 /* One series being routed: where its labels and other fields are, and what it holds. */
