@@ -20,8 +20,9 @@
  * The routing cache digest of such a series is folded from its Label fields' hashes (each
  * distinct field of a request hashed once, in the table of them the loop keeps: lc_fold), not
  * hashed from its bytes: a key space of its own (the same label set sent as RW 1.0 has
- * another entry). Not so with dict generations (keys are the bytes) or a route escaping
- * names (its collision memory looks label sets up by their bytes' digest).
+ * another entry). Not so with dict generations (keys are the bytes), a route escaping names
+ * (its collision memory looks label sets up by their bytes' digest), or where every miss is
+ * the caller's miss() (no plan, no templates: it caches under the bytes' digest).
  *
  * Anything malformed, over max_bytes (the size of the RW1 form), or an error while routing
  * (e.g. invalid labels) hands the whole request back: the caller converts and scans it with
