@@ -48,8 +48,10 @@ typedef struct {
 
 /* The refs of one labels_refs field (packed, or one varint) appended to c->refs, the bytes of
  * their names and values added to *chars. R2_OK, R2_BAIL (malformed, or a ref outside the
- * table), R2_ERR. */
-static int r2_plain_refs(R2 *c, const PbField *f, Py_ssize_t *chars) {
+ * table), R2_ERR. Inlined twice: with `large` (a table of 128 symbols or more, which every
+ * one-byte ref is inside) only the longer refs are checked against the table. */
+static inline __attribute__((always_inline)) int r2_read_refs(R2 *c, const PbField *f,
+                                                              Py_ssize_t *chars, int large) {
     const uint8_t *d = c->d;
     Py_ssize_t p = f->vstart, nsym = c->sym.n;
     if (f->wire != 0 && f->wire != 2) return R2_BAIL;
@@ -60,31 +62,24 @@ static int r2_plain_refs(R2 *c, const PbField *f, Py_ssize_t *chars) {
     uint32_t *refs = c->refs.items;
     const R2Span *sym = c->sym.items;
     Py_ssize_t n = c->refs.n, sum = 0, vend = f->wire == 0 ? p + 1 : f->vend; /* 0: one */
-    if (nsym >= 0x80) { /* a one-byte ref is inside the table: only longer ones checked */
-        while (p < vend) {
-            uint64_t ref = d[p];
-            if (ref < 0x80) {
-                p++;
-            } else if (!read_varint(d, &p, f->vend, &ref) || ref >= (uint64_t)nsym) {
-                return R2_BAIL;
-            }
-            refs[n++] = (uint32_t)ref;
-            sum += sym[ref].len;
-        }
-    }
     while (p < vend) {
         uint64_t ref = d[p];
-        if (ref < 0x80)
+        if (ref < 0x80) {
             p++;
-        else if (!read_varint(d, &p, f->vend, &ref))
+            if (!large && ref >= (uint64_t)nsym) return R2_BAIL;
+        } else if (!read_varint(d, &p, f->vend, &ref) || ref >= (uint64_t)nsym) {
             return R2_BAIL;
-        if (ref >= (uint64_t)nsym) return R2_BAIL;
+        }
         refs[n++] = (uint32_t)ref;
         sum += sym[ref].len;
     }
     c->refs.n = n;
     *chars += sum;
     return R2_OK;
+}
+
+static int r2_plain_refs(R2 *c, const PbField *f, Py_ssize_t *chars) {
+    return c->sym.n >= 0x80 ? r2_read_refs(c, f, chars, 1) : r2_read_refs(c, f, chars, 0);
 }
 
 #define R2_SHORT 64          /* bytes of a Label field copied at once (at most) */
