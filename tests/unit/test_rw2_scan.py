@@ -221,6 +221,14 @@ def long_values(n: int, size: int) -> tuple[list[str], list[bytes]]:
     return symbols, [refs(1, 2, 3, len(SYMBOLS) + 1 + i) + SAMPLE for i in range(n)]
 
 
+# a table of over 16384 symbols: refs of three bytes (the loop's slow way) among shorter ones
+HUGE_TABLE = [*SYMBOLS, *(f"v{i}" for i in range(17_000))]
+THREE_BYTE_REFS = (
+    HUGE_TABLE,
+    [*plain(2), refs(1, 2, 3, 16_500) + SAMPLE, refs(1, 5, 16_600, 300, 3, 4) + SAMPLE, *plain(2)],
+)
+
+
 def _cases() -> Iterator[Any]:
     for n in (0, 1, 4, 7, 8, 9, 17):  # around the look-ahead of R2_AHEAD = 8 series
         yield pytest.param(request(SYMBOLS, plain(n)), None, id=f"plain_{n}")
@@ -252,6 +260,10 @@ def _cases() -> Iterator[Any]:
         None,
         id="ref_outside_a_large_table",
     )
+    yield pytest.param(
+        request(large, [*plain(2), ld(1, bytes([1, 0x85])) + SAMPLE]), None, id="ref_cut_short"
+    )
+    yield pytest.param(request(*THREE_BYTE_REFS), None, id="three_byte_refs")
     yield pytest.param(request([*SYMBOLS, "Grüße"], [refs(1, 9) + SAMPLE]), None, id="utf8_value")
     bad = b"".join(ld(4, s) for s in [b"", b"__name__", b"\xff\xfe"]) + ld(5, refs(1, 2) + SAMPLE)
     yield pytest.param(bad, None, id="invalid_utf8_label")
@@ -297,6 +309,7 @@ ONE_PASS_CASES = [
     ("histogram", request(SYMBOLS, [*plain(3), GPU + HISTOGRAM]), None, True),
     ("exemplar", request(SYMBOLS, [*plain(3), UP + SAMPLE + EXEMPLAR]), None, True),
     ("metadata", request(SYMBOLS, [GPU + SAMPLE + ld(5, vi(1, 2) + vi(3, 8))]), None, True),
+    ("three_byte_refs", request(*THREE_BYTE_REFS), None, True),
     ("odd_refs", request(SYMBOLS, [*plain(3), refs(1, 2, 3) + SAMPLE]), None, False),
     ("over_max_bytes", request(SYMBOLS, plain(20)), 1_000, False),
     (

@@ -46,43 +46,8 @@ typedef struct {
     R2Span metric; /* the value of the first __name__ (len 0: none) */
 } R2Ahead;
 
-/* The refs of one labels_refs field (packed, or one varint) appended to c->refs, the bytes of
- * their names and values added to *chars. R2_OK, R2_BAIL (malformed, or a ref outside the
- * table), R2_ERR. Inlined twice: with `large` (a table of 128 symbols or more, which every
- * one-byte ref is inside) only the longer refs are checked against the table. */
-static inline __attribute__((always_inline)) int r2_read_refs(R2 *c, const PbField *f,
-                                                              Py_ssize_t *chars, int large) {
-    const uint8_t *d = c->d;
-    Py_ssize_t p = f->vstart, nsym = c->sym.n;
-    if (f->wire != 0 && f->wire != 2) return R2_BAIL;
-    /* at most one ref a byte */
-    if (pb_reserve((void **)&c->refs.items, &c->refs.cap, c->refs.n + (f->vend - p) + 1,
-                   sizeof(uint32_t)) < 0)
-        return R2_ERR;
-    uint32_t *refs = c->refs.items;
-    const R2Span *sym = c->sym.items;
-    Py_ssize_t n = c->refs.n, sum = 0, vend = f->wire == 0 ? p + 1 : f->vend; /* 0: one */
-    while (p < vend) {
-        uint64_t ref = d[p];
-        if (ref < 0x80) {
-            p++;
-            if (!large && ref >= (uint64_t)nsym) return R2_BAIL;
-        } else if (!read_varint(d, &p, f->vend, &ref) || ref >= (uint64_t)nsym) {
-            return R2_BAIL;
-        }
-        refs[n++] = (uint32_t)ref;
-        sum += sym[ref].len;
-    }
-    c->refs.n = n;
-    *chars += sum;
-    return R2_OK;
-}
-
-static int r2_plain_refs(R2 *c, const PbField *f, Py_ssize_t *chars) {
-    return c->sym.n >= 0x80 ? r2_read_refs(c, f, chars, 1) : r2_read_refs(c, f, chars, 0);
-}
-
 #define R2_SHORT 64          /* bytes of a Label field copied at once (at most) */
+_Static_assert(R2_SHORT == 64, "copy32 and copy64 copy the halves and the whole of R2_SHORT");
 #define R2_HEAD 16           /* room for a series field's tag and length before its labels */
 #define R2_PAIRS 2048        /* Label fields remembered (a power of two) */
 #define R2_LABELS (1 << 20)  /* bytes of them: past it, they are forgotten */
@@ -109,54 +74,136 @@ static R2Pair *r2_pair(R2 *c, R2Pair *e, uint32_t name_ref, uint32_t value_ref) 
     return e;
 }
 
-/* The Label fields of c->refs written to a->key from R2_HEAD on (room for them reserved, and
- * R2_SHORT bytes more), a->key.len their end; with `named` 0, the value of the first __name__
- * (with a non-empty value) to a->metric. 0, or -1 (MemoryError). Inlined twice: with and
- * without the name wanted (it is wanted only with metadata), the loop without the test. */
-static inline __attribute__((always_inline)) int r2_put_pairs(R2 *c, R2Ahead *a, int named) {
-    /* in locals, not c's fields: every copy below may alias them */
-    char *p = a->key.data + R2_HEAD;
-    const uint32_t *refs = c->refs.items;
+/* Where r2_put_pairs is: the refs' position, the pairs written and the end of them, the
+ * fold of their hashes, whether the metric name is known (or not wanted). */
+typedef struct {
+    Py_ssize_t pos, npairs;
+    char *p;
+    Digest g;
+    int named;
+} R2Put;
+
+/* With the name wanted and not known: the value of a Label field (name, value) named
+ * __name__ (a non-empty one) to a->metric; whether the name is known now. */
+static inline __attribute__((always_inline)) int r2_named(const R2 *c, R2Ahead *a,
+                                                          uint64_t name, uint64_t value) {
     const R2Span *sym = c->sym.items;
-    const uint8_t *d = c->d;
-    R2Pair *pairs = c->pairs;
-    const char *labels = c->labels.data;
-    Py_ssize_t nrefs = c->refs.n;
-    Digest g = lc_fold_start();
-    for (Py_ssize_t k = 0; k + 1 < nrefs; k += 2) {
-        uint32_t name = refs[k], value = refs[k + 1];
-        R2Pair *e = &pairs[(name * 0x9E3779B1u ^ value) & (R2_PAIRS - 1)];
-        uint32_t refs2[2] = {name, value};
-        uint64_t want, have; /* the refs compared at once (an empty entry's match none) */
-        memcpy(&want, refs2, 8);
-        memcpy(&have, &e->name, 8);
-        if (have != want) {
-            if (!(e = r2_pair(c, e, name, value))) return -1;
-            labels = c->labels.data;
-        }
-        Py_ssize_t len = e->len;
-        const char *from = labels + e->off; /* R2_SHORT bytes there (grown so) */
-        if (len <= R2_SHORT / 2) /* fixed sizes: a few vector moves, no call */
-            memcpy(p, from, R2_SHORT / 2);
-        else if (len <= R2_SHORT)
-            memcpy(p, from, R2_SHORT);
-        else
-            memcpy(p, from, len);
-        p += len;
-        lc_fold(&g, e->hash);
-        if (!named && sym[name].len == 8 && !memcmp(d + sym[name].start, "__name__", 8)) {
-            a->metric = sym[value];
-            named = sym[value].len > 0;
-        }
-    }
-    a->key.len = p - a->key.data;
-    if (c->fold) a->g = lc_folded(g, nrefs / 2);
-    return 0;
+    if (sym[name].len != 8 || memcmp(c->d + sym[name].start, "__name__", 8)) return 0;
+    a->metric = sym[value];
+    return sym[value].len > 0;
 }
 
-static int r2_plain_labels(R2 *c, R2Ahead *a) {
-    if (!(a->meta[0] || a->meta[1] || a->meta[2])) return r2_put_pairs(c, a, 1); /* no name */
-    return r2_put_pairs(c, a, 0);
+/* One Label field of r2_put_pairs (the pair of refs at s->pos), the slow way: what its loop
+ * leaves (a ref of three bytes or more, a pair not in the table yet, more room needed in
+ * a->key), and what it checks (refs outside the table, an odd number of them). R2_OK (s
+ * moved past it), R2_BAIL (malformed, or the labels over c->limit: the conversion decides),
+ * R2_ERR (MemoryError). */
+static __attribute__((noinline)) int r2_put_slow(R2 *c, R2Ahead *a, R2Put *s, Py_ssize_t to) {
+    const uint8_t *d = c->d;
+    uint64_t name, value, nsym = (uint64_t)c->sym.n;
+    if (!read_varint(d, &s->pos, to, &name) || name >= nsym || s->pos >= to ||
+        !read_varint(d, &s->pos, to, &value) || value >= nsym)
+        return R2_BAIL;
+    R2Pair *e = &c->pairs[((uint32_t)name * 0x9E3779B1u ^ (uint32_t)value) & (R2_PAIRS - 1)];
+    if ((e->name != name || e->value != value) &&
+        !(e = r2_pair(c, e, (uint32_t)name, (uint32_t)value)))
+        return R2_ERR;
+    Py_ssize_t len = e->len, at = s->p - a->key.data;
+    if (at + len + R2_SHORT > a->key.cap) { /* more room (R2_SHORT past the labels) */
+        if (r2_over(c, at - R2_HEAD + len)) return R2_BAIL;
+        a->key.len = at;
+        if (buf_grow(&a->key, len + R2_SHORT) < 0) return R2_ERR;
+        s->p = a->key.data + at;
+    }
+    memcpy(s->p, c->labels.data + e->off, (size_t)len);
+    s->p += len;
+    s->npairs++;
+    lc_fold(&s->g, e->hash);
+    if (!s->named) s->named = r2_named(c, a, name, value);
+    return R2_OK;
+}
+
+/* The Label fields of the refs of the labels_refs field d[from:to] (packed) written to a->key
+ * from R2_HEAD on (its room for R2_HEAD + R2_SHORT bytes reserved), read, looked up and
+ * copied in one pass; a->key.len their end, R2_SHORT bytes of room after it; with `named` 0,
+ * the value of the first __name__ (with a non-empty value) to a->metric; with c->fold, a->g
+ * folded from their hashes. R2_OK, R2_BAIL (a ref outside the table, an odd number of them,
+ * malformed, or the labels over c->limit: the conversion decides), R2_ERR (MemoryError).
+ *
+ * The loop makes no call: every value it keeps stays in a register (a call in it, even one
+ * rarely made, puts them on the stack, and each Label field waits on reloads). What it does
+ * not take (see r2_put_slow) ends it; r2_put_slow takes that one field, and the loop goes on
+ * from the next. Inlined four times: with and without the name wanted (only with metadata),
+ * for a table of 128 symbols or more (`large`: every one-byte ref is inside it) and a
+ * smaller one. */
+static inline __attribute__((always_inline)) int r2_put_pairs(R2 *c, R2Ahead *a,
+                                                              Py_ssize_t from, Py_ssize_t to,
+                                                              int named, int large) {
+    R2Put s = {from, 0, a->key.data + R2_HEAD, lc_fold_start(), named};
+    for (;;) {
+        const uint8_t *d = c->d;
+        const R2Pair *pairs = c->pairs;
+        const char *labels = c->labels.data, *room = a->key.data + a->key.cap - R2_SHORT;
+        uint64_t nsym = (uint64_t)c->sym.n;
+        Py_ssize_t pos = s.pos, npairs = s.npairs;
+        char *p = s.p;
+        Digest g = s.g;
+        int known = s.named;
+        while (pos < to) {
+            uint64_t name = d[pos], value;
+            Py_ssize_t next = pos + 1;
+            if (name >= 0x80) { /* two bytes (a table of up to 16384 symbols), else slow */
+                if (next >= to || d[next] >= 0x80) break;
+                name = (name & 0x7F) | (uint64_t)d[next++] << 7;
+                if (name >= nsym) break;
+            } else if (!large && name >= nsym) {
+                break;
+            }
+            if (next >= to) break;
+            value = d[next++];
+            if (value >= 0x80) {
+                if (next >= to || d[next] >= 0x80) break;
+                value = (value & 0x7F) | (uint64_t)d[next++] << 7;
+                if (value >= nsym) break;
+            } else if (!large && value >= nsym) {
+                break;
+            }
+            const R2Pair *e = &pairs[((uint32_t)name * 0x9E3779B1u ^ (uint32_t)value) &
+                                     (R2_PAIRS - 1)];
+            uint32_t refs2[2] = {(uint32_t)name, (uint32_t)value};
+            uint64_t want, have; /* the refs compared at once (an empty entry's match none) */
+            memcpy(&want, refs2, 8);
+            memcpy(&have, &e->name, 8);
+            Py_ssize_t len = e->len;
+            if (have != want || p + len > room) break;
+            const char *field = labels + e->off; /* R2_SHORT bytes there (grown so) */
+            if (len <= R2_SHORT / 2) /* fixed sizes: a few vector moves */
+                copy32(p, field);
+            else if (len <= R2_SHORT)
+                copy64(p, field);
+            else
+                break;
+            p += len;
+            npairs++;
+            lc_fold(&g, e->hash);
+            if (!named && !known) known = r2_named(c, a, name, value);
+            pos = next;
+        }
+        s = (R2Put){pos, npairs, p, g, known};
+        if (pos >= to) break;
+        int k = r2_put_slow(c, a, &s, to);
+        if (k != R2_OK) return k;
+    }
+    a->key.len = s.p - a->key.data;
+    if (c->fold) a->g = lc_folded(s.g, s.npairs);
+    return R2_OK;
+}
+
+static int r2_plain_labels(R2 *c, R2Ahead *a, Py_ssize_t from, Py_ssize_t to) {
+    int large = c->sym.n >= 0x80;
+    if (!(a->meta[0] || a->meta[1] || a->meta[2])) /* no name wanted */
+        return large ? r2_put_pairs(c, a, from, to, 1, 1) : r2_put_pairs(c, a, from, to, 1, 0);
+    return large ? r2_put_pairs(c, a, from, to, 0, 1) : r2_put_pairs(c, a, from, to, 0, 0);
 }
 
 /* A series d[a->begin:a->end] of the usual shape (see above) prepared in a: its series field
@@ -166,11 +213,11 @@ static int r2_plain_labels(R2 *c, R2Ahead *a) {
  * its own; or malformed), SCAN_ERR. */
 static int r2_plain_series(Scanner *r, R2 *c, R2Ahead *a) {
     const uint8_t *d = c->d;
-    Py_ssize_t pos = a->begin, end = a->end, first = -1, last = -1, at = pos, chars = 0;
+    Py_ssize_t pos = a->begin, end = a->end, first = -1, last = -1, at = pos;
+    Py_ssize_t from = -1, to = -1; /* the labels_refs field's value (packed refs) */
     Series *t = &a->t;
     PbField f;
     int more = 0;
-    c->refs.n = 0;
     while (pos < end) {
         uint8_t tag = d[pos];
         /* the usual fields (labels_refs, samples, metadata: one-byte tag and length) taken
@@ -184,9 +231,9 @@ static int r2_plain_series(Scanner *r, R2 *c, R2Ahead *a) {
         } else if ((more = pb_next(d, &pos, end, &f)) != 1) {
             break;
         }
-        if (f.field == 1 && first < 0) {
-            int k = r2_plain_refs(c, &f, &chars);
-            if (k != R2_OK) return k == R2_ERR ? SCAN_ERR : SCAN_BAIL;
+        if (f.field == 1 && f.wire == 2 && from < 0 && first < 0) { /* one, packed, first */
+            from = f.vstart;
+            to = f.vend;
         } else if (f.field == 2 && f.wire == 2 && (first < 0 || last == at)) {
             if (first < 0) first = at;
             last = pos;
@@ -195,16 +242,20 @@ static int r2_plain_series(Scanner *r, R2 *c, R2Ahead *a) {
         }
         at = pos;
     }
-    if (more < 0 || c->refs.n % 2) return SCAN_BAIL;
+    if (more < 0) return SCAN_BAIL;
     if (first >= 0 && !(t->nsamples = plain_samples(d, first, last))) return SCAN_BAIL;
-    /* a Label field takes at most 2 x 10 + 3 bytes besides its name and value */
-    Py_ssize_t nrest = first >= 0 ? last - first : 0, bound = chars + 12 * c->refs.n;
-    if (r2_over(c, bound + nrest) && r2_over(c, r2_labels_size(c, &c->refs) + nrest))
-        return SCAN_BAIL; /* the conversion decides (TooLargeError) */
-    a->key.len = 0;
-    Py_ssize_t need = R2_HEAD + bound + nrest + R2_SHORT;
+    Py_ssize_t nrest = first >= 0 ? last - first : 0;
+    a->key.len = 0; /* room for the head, R2_SHORT bytes, and labels of a usual size */
+    Py_ssize_t need = R2_HEAD + R2_SHORT + (from < 0 ? 0 : 24 * (to - from));
     if ((!a->key.data || need > a->key.cap) && buf_grow(&a->key, need) < 0) return SCAN_ERR;
-    if (r2_plain_labels(c, a) < 0) return SCAN_ERR;
+    if (from >= 0) {
+        int k = r2_plain_labels(c, a, from, to);
+        if (k != R2_OK) return k == R2_ERR ? SCAN_ERR : SCAN_BAIL;
+    } else {
+        a->key.len = R2_HEAD; /* no labels (the route refuses them) */
+    }
+    if (nrest + R2_SHORT > a->key.cap - a->key.len && buf_grow(&a->key, nrest + R2_SHORT) < 0)
+        return SCAN_ERR; /* the samples' room */
     Py_ssize_t nlabels = a->key.len - R2_HEAD, frame = r2_string_size(nlabels + nrest);
     if (r2_over(c, frame)) return SCAN_BAIL;
     c->limit -= frame;
@@ -213,7 +264,7 @@ static int r2_plain_series(Scanner *r, R2 *c, R2Ahead *a) {
     char *labels = a->key.data + R2_HEAD, *head = labels - (frame - nlabels - nrest);
     t->rest = (const char *)d + (first >= 0 ? first : pos);
     if (nrest && nrest <= R2_SHORT / 2 && first + R2_SHORT / 2 <= PyBytes_GET_SIZE(r->data))
-        memcpy(labels + nlabels, t->rest, R2_SHORT / 2); /* (room for R2_SHORT more) */
+        copy32(labels + nlabels, t->rest); /* (room for R2_SHORT more) */
     else if (nrest)
         memcpy(labels + nlabels, t->rest, (size_t)nrest);
     head[0] = 0x0A;
