@@ -395,13 +395,28 @@ static int r2_series(R2 *c, Py_ssize_t pos, Py_ssize_t end, long long *counts, i
     return R2_OK;
 }
 
-/* One walk over the request's fields: with record 0, count its symbols and series fields
- * into counts[2] (and check the framing); with 1, append their spans to c->sym and c->series
- * (room reserved). A symbols or series field with a one-byte tag and length (the usual) is
- * taken without the general walker. R2_OK or R2_BAIL. */
-static int r2_fields(R2 *c, Py_ssize_t end, int record, Py_ssize_t *counts) {
+/* Room for one more span in a, doubling it up to `most` spans (a->n < most): 0 ok, -1
+ * MemoryError. */
+static int r2_more(R2Spans *a, Py_ssize_t most) {
+    Py_ssize_t cap = a->cap ? 2 * a->cap : 256;
+    if (cap > most) cap = most;
+    R2Span *items = PyMem_Realloc(a->items, (size_t)cap * sizeof(R2Span));
+    if (!items) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    a->items = items;
+    a->cap = cap;
+    return 0;
+}
+
+/* The request's symbols and series spans (symbols[0] empty), in one walk over its fields:
+ * R2_OK, R2_BAIL (malformed), R2_ERR. A field takes at least two bytes, so neither table
+ * grows past one span per two request bytes (4 bytes a request byte, what an exact count
+ * would take at worst). */
+static int r2_request(R2 *c, Py_ssize_t end) {
     const uint8_t *d = c->d;
-    Py_ssize_t pos = 0, vstart, len;
+    Py_ssize_t pos = 0, vstart, len, most = end / 2 + 1;
     PbField f;
     while (pos < end) {
         uint8_t tag = d[pos];
@@ -420,35 +435,9 @@ static int r2_fields(R2 *c, Py_ssize_t end, int record, Py_ssize_t *counts) {
             len = f.vend - f.vstart;
         }
         R2Spans *into = tag == 0x22 ? &c->sym : &c->series;
-        if (!record)
-            counts[tag == 0x2A]++;
-        else
-            into->items[into->n++] = (R2Span){(uint32_t)vstart, (uint32_t)len};
+        if (into->n == into->cap && r2_more(into, most) < 0) return R2_ERR;
+        into->items[into->n++] = (R2Span){(uint32_t)vstart, (uint32_t)len};
     }
-    return R2_OK;
-}
-
-/* Allocate exactly n spans (n > 0) for a: 0 ok, -1 MemoryError. */
-static int r2_exact(R2Spans *a, Py_ssize_t n) {
-    a->items = PyMem_Malloc((size_t)n * sizeof(R2Span));
-    if (!a->items) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    a->cap = n;
-    return 0;
-}
-
-/* The request's symbols and series spans (symbols[0] empty): R2_OK, R2_BAIL, R2_ERR. A first
- * walk counts them (and checks the framing), a second one records them: the table takes at
- * most 4 bytes a request byte (a field is at least 2), not what growing it would. */
-static int r2_request(R2 *c, Py_ssize_t end) {
-    Py_ssize_t counts[2] = {0, 0};
-    if (r2_fields(c, end, 0, counts) != R2_OK) return R2_BAIL;
-    if ((counts[0] && r2_exact(&c->sym, counts[0]) < 0) ||
-        (counts[1] && r2_exact(&c->series, counts[1]) < 0))
-        return R2_ERR;
-    r2_fields(c, end, 1, NULL);
     if (c->sym.n && c->sym.items[0].len) return R2_BAIL;
     return R2_OK;
 }
