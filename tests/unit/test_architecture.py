@@ -134,6 +134,7 @@ def is_pure(name: str) -> bool:
         "rwrouter.auth.sigv4",
         "rwrouter.send.retry",
         "rwrouter.send.batching",
+        "rwrouter.send.pacing",
         "rwrouter.queue.records",
         "rwrouter.send.metabook",
         "rwrouter.send.encoding",
