@@ -181,6 +181,15 @@ BAD = {
     "queue_max_retry_duration_429_bare_number": [
         f"{RW0}.queue_config.max_retry_duration_on_http_429: not a valid duration string: '3600'"
     ],
+    # pacing (max_samples_per_second, burst_samples)
+    "queue_burst_without_rate": [f"{RW0}.queue_config.burst_samples: needs max_samples_per_second"],
+    "queue_negative_max_samples_per_second": [
+        f"{RW0}.queue_config.max_samples_per_second: must be >= 0, got -5"
+    ],
+    "queue_max_samples_per_second_not_an_integer": [
+        f"{RW0}.queue_config.max_samples_per_second: expected an integer, got the string '5k'"
+    ],
+    "queue_zero_burst_samples": [f"{RW0}.queue_config.burst_samples: must be >= 1, got 0"],
 }
 
 

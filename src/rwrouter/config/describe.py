@@ -243,9 +243,9 @@ def _storage(storage: StorageConfig) -> str:
 
 
 def _queue(queue: QueueConfig) -> list[str]:
-    """Three lines: the disk queue and its admission policy, what the senders read ahead and
-    send, the retry limits (``max_retry_duration`` 0 shows as ``unlimited``; the 429 limit only
-    when 429 is retried)."""
+    """Four lines: the disk queue and its admission policy, what the senders read ahead and
+    send, the retry limits (``max_retry_duration`` 0 shows as ``unlimited``; the 429 limit
+    only when 429 is retried), the pacing."""
     retry_for = (
         format_duration(queue.max_retry_duration) if queue.max_retry_duration else "unlimited"
     )
@@ -265,7 +265,21 @@ def _queue(queue: QueueConfig) -> list[str]:
         f" batch_send_deadline={format_duration(queue.batch_send_deadline)}"
         f" max_request_bytes={format_size(queue.max_request_bytes)}",
         f"    retries: {retries}",
+        f"    pacing: {_pacing(queue)}",
     ]
+
+
+def _pacing(queue: QueueConfig) -> str:
+    """``off``, or the rate and burst (and the batch cap when the burst lowers it)."""
+    if not queue.paced:
+        return "off"
+    text = (
+        f"max_samples_per_second={queue.max_samples_per_second:g}"
+        f" burst_samples={queue.burst_samples}"
+    )
+    if queue.batch_samples < queue.max_samples_per_send:
+        text += f" (batches cut at {queue.batch_samples} samples)"
+    return text
 
 
 def _rules(rules: tuple[RelabelConfig, ...], *, indent: str = "  ") -> list[str]:

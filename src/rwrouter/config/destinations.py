@@ -215,11 +215,26 @@ def _queue(f: Fields, *, sigv4: bool) -> QueueConfig:
             "max_retry_duration_on_http_429", d.max_retry_duration_on_http_429, positive=False
         ),
     )
+    queue = _pacing(f, queue)
     if queue.min_shards > queue.max_shards:
         raise ConfigError(f.at("min_shards"), f"must be <= max_shards ({queue.max_shards})")
     if queue.min_backoff > queue.max_backoff:
         raise ConfigError(f.at("min_backoff"), "must be <= max_backoff")
     return queue
+
+
+def _pacing(f: Fields, queue: QueueConfig) -> QueueConfig:
+    """``max_samples_per_second`` (0 or absent: not paced) and ``burst_samples`` (default:
+    one second's worth, at least ``max_samples_per_send``; only with a rate)."""
+    rate = f.integer("max_samples_per_second", 0, minimum=0)
+    if not rate:
+        if f.has("burst_samples"):
+            raise ConfigError(
+                f.at("burst_samples"), "needs max_samples_per_second (pacing is off without it)"
+            )
+        return queue
+    burst = f.integer("burst_samples", max(rate, queue.max_samples_per_send), minimum=1)
+    return dataclasses.replace(queue, max_samples_per_second=float(rate), burst_samples=burst)
 
 
 def _metadata(f: Fields) -> MetadataConfig:

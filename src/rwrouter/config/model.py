@@ -149,6 +149,7 @@ class QueueConfig:
     otherwise).
     ``max_retry_duration``: seconds a batch is retried after network errors and 5xx (0 = for
     ever); ``max_retry_duration_on_http_429``: the same for 429 (with ``retry_on_http_429``).
+    ``max_samples_per_second``/``burst_samples``: pacing (:mod:`rwrouter.send.pacing`; 0: off).
     """
 
     capacity: int = 10000
@@ -165,6 +166,19 @@ class QueueConfig:
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     max_retry_duration: float = 0.0
     max_retry_duration_on_http_429: float = 3600.0
+    max_samples_per_second: float = 0.0
+    burst_samples: int = 0
+
+    @property
+    def paced(self) -> bool:  # max_samples_per_second is set
+        return self.max_samples_per_second > 0
+
+    @property
+    def batch_samples(self) -> int:
+        """Samples a batch holds at most: ``max_samples_per_send``, ``burst_samples`` if less."""
+        if self.paced:
+            return max(1, min(self.max_samples_per_send, self.burst_samples))
+        return self.max_samples_per_send
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
