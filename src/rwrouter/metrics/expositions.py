@@ -75,6 +75,11 @@ _STATUS_FIELDS: dict[str, tuple[str, str]] = {
     "oldest_unsent_age_seconds": ("rwrouter_queue_oldest_unsent_age_seconds", "max"),
     "shards": ("rwrouter_shards", "sum"),
     "rejected_store_bytes": ("rwrouter_rejected_store_bytes", "sum"),
+    # pacing (absent: not paced); workers' shares add up to the configured values
+    "pacing_rate": ("rwrouter_pacing_rate", "sum"),
+    "pacing_max_samples_per_second": ("rwrouter_pacing_max_samples_per_second", "sum"),
+    "pacing_burst_samples": ("rwrouter_pacing_burst_samples", "sum"),
+    "pacing_delay_seconds_total": ("rwrouter_pacing_delay_seconds_sum", "sum"),
     "credentials_expiry_timestamp_seconds": (
         "rwrouter_credentials_expiry_timestamp_seconds",
         "min",

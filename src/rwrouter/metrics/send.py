@@ -22,6 +22,7 @@ from rwrouter.reasons import (
     listing,
 )
 
+PACING_BUCKETS = (0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)  # seconds
 SEND_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)  # seconds
 
 
@@ -35,6 +36,7 @@ class SendMetrics:
         self._dropped(registry)
         self._requests(registry)
         self._senders(registry)
+        self._pacing(registry)
 
     def _delivered(self, r: CollectorRegistry) -> None:
         """What was delivered."""
@@ -140,11 +142,56 @@ class SendMetrics:
             registry=r,
         )
 
+    def _pacing(self, r: CollectorRegistry) -> None:
+        """Pacing to an ingestion quota (``queue_config.max_samples_per_second``): only
+        destinations with it set have these series."""
+        self.pacing_delay = Histogram(
+            "rwrouter_pacing_delay_seconds",
+            "Seconds a request waited for its destination's pacing (max_samples_per_second, "
+            "burst_samples) before it was sent; every attempt.",
+            ["destination"],
+            buckets=PACING_BUCKETS,
+            registry=r,
+        )
+        self.pacing_rate = Gauge(
+            "rwrouter_pacing_rate",
+            "Samples (and metadata entries) per second a destination is paced at now: "
+            "max_samples_per_second, or less for a while after a 429.",
+            ["destination"],
+            registry=r,
+        )
+        self.pacing_limit = Gauge(
+            "rwrouter_pacing_max_samples_per_second",
+            "queue_config.max_samples_per_second (with --workers N: this worker's share, 1/N).",
+            ["destination"],
+            registry=r,
+        )
+        self.pacing_burst = Gauge(
+            "rwrouter_pacing_burst_samples",
+            "queue_config.burst_samples (with --workers N: this worker's share, 1/N).",
+            ["destination"],
+            registry=r,
+        )
+        self.pacing_decreases = Counter(
+            "rwrouter_pacing_decreases",
+            "429 answers that lowered a destination's paced rate (halved, at most once a "
+            "second, not below a tenth of max_samples_per_second).",
+            ["destination"],
+            registry=r,
+        )
+
     def forget(self, name: str) -> None:
         """Remove destination ``name``'s gauges (the counters stay)."""
+        self.forget_pacing(name)
         for gauge in (self.shards, self.destination_failed):
             with contextlib.suppress(KeyError):
                 gauge.remove(name)
         for message in MESSAGES:
             with contextlib.suppress(KeyError):
                 self.destination_protocol.remove(name, message)
+
+    def forget_pacing(self, name: str) -> None:
+        """Remove destination ``name``'s pacing gauges (removed, or no longer paced)."""
+        for gauge in (self.pacing_rate, self.pacing_limit, self.pacing_burst):
+            with contextlib.suppress(KeyError):
+                gauge.remove(name)

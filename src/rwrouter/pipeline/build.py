@@ -31,6 +31,7 @@ from rwrouter.queue.diskqueue import DiskQueue
 from rwrouter.send.delivery import Deliverer
 from rwrouter.send.metabook import MetadataBook
 from rwrouter.send.metadata import MetadataQueue
+from rwrouter.send.pacer import Pacer
 from rwrouter.send.reader import QueueReader
 from rwrouter.send.retry import RetryPolicy
 from rwrouter.send.shards import RESHARD_INTERVAL
@@ -63,6 +64,7 @@ def make_destination(
     randomness and sleep are injectable for tests; ``reshard_interval``: seconds between
     resharding decisions. Opens no file: the queue is opened by ``Destination.start``."""
     dead_letters = _dead_letters(config, storage=storage, metrics=metrics)
+    stopping = Stopping()  # shared by the appends, the reader, the senders and the pacer
     deliverer = _deliverer(
         config,
         transport=transport,
@@ -73,6 +75,7 @@ def make_destination(
         wall_clock=wall_clock,
         rand=rand,
         sleep=sleep,
+        pacer=_pacer(config, metrics=metrics, stopping=stopping, clock=clock),
     )
     reader = _reader(
         config,
@@ -81,6 +84,7 @@ def make_destination(
         dead_letters=dead_letters,
         metrics=metrics,
         clock=clock,
+        stopping=stopping,
         reshard_interval=reshard_interval,
     )
     return Destination(
@@ -118,9 +122,11 @@ def _deliverer(
     wall_clock: Callable[[], float],
     rand: Callable[[], float],
     sleep: Callable[[float], Coroutine[Any, Any, None]],
+    pacer: Pacer | None,
 ) -> Deliverer:
     """The destination's deliverer: its retry policy, its headers and protocol, the metadata
-    book of an RW 2.0 destination; what it rejects for good goes to ``dead_letters``."""
+    book of an RW 2.0 destination, its ``pacer``; what it rejects for good goes to
+    ``dead_letters``."""
     return Deliverer(
         name=config.name,
         transport=transport,
@@ -136,6 +142,29 @@ def _deliverer(
         rand=rand,
         sleep=sleep,
         on_rejected=dead_letters,
+        pacer=pacer,
+    )
+
+
+def _pacer(
+    config: DestinationConfig,
+    *,
+    metrics: Metrics,
+    stopping: Stopping,
+    clock: Callable[[], float],
+) -> Pacer | None:
+    """The destination's pacer (``max_samples_per_second``, ``burst_samples``), shared by its
+    shards and metadata sender; None when it is not paced."""
+    q_ = config.queue_config
+    if not q_.paced:
+        return None
+    return Pacer(
+        name=config.name,
+        rate=q_.max_samples_per_second,
+        burst=q_.burst_samples,
+        metrics=metrics.send,
+        stopping=stopping,
+        clock=clock,
     )
 
 
@@ -167,6 +196,7 @@ def _reader(
     dead_letters: DeadLetters,
     metrics: Metrics,
     clock: Callable[[], float],
+    stopping: Stopping,
     reshard_interval: float,
 ) -> QueueReader:
     """The reader of the destination's disk queue (``<storage.path>/queue/<name>``, bounded
@@ -181,7 +211,7 @@ def _reader(
         metrics=metrics.send,
         queue_metrics=metrics.queue,
         clock=clock,
-        stopping=Stopping(),
+        stopping=stopping,
         reshard_interval=reshard_interval,
     )
 

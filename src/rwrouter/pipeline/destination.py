@@ -117,6 +117,10 @@ class Destination:
         queue.disk_capacity_bytes.labels(name).set(q_.max_disk_bytes)
         send.shards.labels(name).set(len(self._shards))
         send.destination_failed.labels(name).set(0)
+        if self._deliverer.pacer is not None:
+            self._deliverer.pacer.show()
+        else:
+            send.forget_pacing(name)
         m.watch(queue.samples, lambda: self.pending, name)
         m.watch(queue.memory_bytes, lambda: self.pending_bytes + self._metadata.nbytes, name)
         m.watch(queue.disk_bytes, lambda: self.queue.size_bytes, name)

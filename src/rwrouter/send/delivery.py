@@ -38,6 +38,9 @@
   same part again at once as RW 1.0, and RW 1.0 from then on (``on_protocol``) until
   :meth:`Deliverer.use` (a reload). What a 2xx's Written headers say was not written is
   counted (``dropped_samples``, ``not_written``) and logged at most once per batch and minute.
+- With a :class:`~rwrouter.send.pacer.Pacer` (``queue_config.max_samples_per_second``),
+  every attempt first waits for its samples (metadata entries) in the destination's token
+  bucket, and every 429 lowers the paced rate (:mod:`rwrouter.send.pacing`).
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ from rwrouter.send.encoding import (
     not_written,
 )
 from rwrouter.send.metabook import MetadataBook
+from rwrouter.send.pacer import Pacer
 from rwrouter.send.refusals import Item, Kind, Refusal, RejectHook, is_out_of_order, reason_of
 from rwrouter.send.retry import RetryPolicy
 from rwrouter.send.stopping import HandedOver
@@ -116,6 +120,7 @@ class Deliverer:
     which the :class:`~rwrouter.pipeline.destination.Destination` owning the deliverer sets;
     ``abandon()``: whether to stop retrying (raise
     :class:`~rwrouter.send.stopping.HandedOver`), an attribute the shards set.
+    ``pacer``: the destination's pacing (None: not paced).
     ``clock``: monotonic seconds (durations, retry budget); ``wall_clock``: unix seconds
     (Retry-After dates). Clocks, randomness and sleep are injectable for tests.
     """
@@ -138,8 +143,10 @@ class Deliverer:
         sleep: Callable[[float], Coroutine[Any, Any, None]] = asyncio.sleep,
         on_rejected: RejectHook | None = None,
         on_protocol: Callable[[str], None] | None = None,
+        pacer: Pacer | None = None,
     ) -> None:
         self.name = name
+        self.pacer = pacer
         self.transport = transport
         self.auth = auth
         self.policy = policy
@@ -290,7 +297,7 @@ class Deliverer:
     ) -> int | Refusal | NotRW2:
         """Send one encoded request with retries and read the answer's Written headers."""
         answer = await self._post(
-            request.body, kind, request.message, delivery.started, delivery.tenant
+            request.body, kind, request.message, delivery.started, delivery.tenant, count
         )
         status = answer.status if isinstance(answer, Refusal) else 200
         written = None if isinstance(answer, Refusal) else Written.parse(answer)
@@ -382,15 +389,26 @@ class Deliverer:
         return result if isinstance(result, Refusal) else None
 
     async def _post(
-        self, body: bytes, kind: Kind, message: str, started: float | None, tenant: str | None
+        self,
+        body: bytes,
+        kind: Kind,
+        message: str,
+        started: float | None,
+        tenant: str | None,
+        count: int = 0,
     ) -> Refusal | Mapping[str, str]:
-        """POST ``body`` with retries: the headers of the 2xx answer, or the final refusal."""
+        """POST ``body`` (``count`` samples or metadata entries, for the pacing) with
+        retries: the headers of the 2xx answer, or the final refusal."""
         started = self._clock() if started is None else started
         attempt = 0
         refreshed = False
         while True:
+            if self.pacer is not None and count:
+                await self.pacer.wait(count)
             answer = await self._attempt(body, message, tenant)
             status = answer.status if isinstance(answer, Answer) else None
+            if status == 429 and self.pacer is not None:
+                self.pacer.throttled(status)
             if isinstance(answer, Answer) and 200 <= answer.status < 300:
                 return answer.headers
             text = answer.text if isinstance(answer, Answer) else str(answer)

@@ -2,10 +2,10 @@
 
 The reader (:mod:`rwrouter.send.reader`) owns a destination's shards: it hands each series
 read from the disk queue to its shard (:meth:`Shards.add`) and is told when a batch is done
-(``on_done``). Each shard sends batches of at most ``max_samples_per_send`` samples and
-``max_request_bytes`` bytes, cut when full or when the oldest frame waited
-``batch_send_deadline`` seconds (at once when stopping); refused parts are on disk in the
-dead-letter store before the batch is reported done.
+(``on_done``). Each shard sends batches of at most ``max_samples_per_send`` samples (or
+``burst_samples`` if paced and less) and ``max_request_bytes`` bytes, cut when full or when
+the oldest frame waited ``batch_send_deadline`` seconds (at once when stopping); refused
+parts are on disk in the dead-letter store before the batch is reported done.
 
 A bug in the send path (an exception that is not an answer: the deliverer turns every answer,
 network error and credential failure into a result) would fail the same way every time:
@@ -106,7 +106,7 @@ class Shards:
         ``on_done``)."""
         now = self._clock()
         buffers, wake = self.buffers, self._wake
-        max_samples = self._q.max_samples_per_send
+        max_samples = self._q.batch_samples
         whole = Chunk(
             record.decoded,
             record.index,
@@ -191,7 +191,7 @@ class Shards:
             now = self._clock()
             deadline = 0.0 if stopping.closing else q_.batch_send_deadline
             if not buf.ready(
-                max_samples=q_.max_samples_per_send,
+                max_samples=q_.batch_samples,
                 max_bytes=q_.max_request_bytes,
                 deadline=deadline,
                 now=now,
@@ -201,7 +201,7 @@ class Shards:
                     raise InvariantError("a buffer holding chunks knows when the first came")
                 await wait_event(wake, deadline - (now - buf.first_at))
                 continue
-            batch = buf.take(max_samples=q_.max_samples_per_send, max_bytes=q_.max_request_bytes)
+            batch = buf.take(max_samples=q_.batch_samples, max_bytes=q_.max_request_bytes)
             batch = self._without_undecodable(batch)
             if not batch.chunks:
                 continue

@@ -37,10 +37,11 @@ from aiohttp import web
 
 from rwrouter.audit import SORT_KEYS, Snapshot
 from rwrouter.audit.live import Audit, snapshots_from_json, snapshots_to_json
-from rwrouter.config import Config
+from rwrouter.config import Config, DestinationConfig
 from rwrouter.errors import RwrouterError
 from rwrouter.logs import LogfmtFormatter, kv
 from rwrouter.metrics import Metrics, merge_expositions
+from rwrouter.send.pacing import worker_share
 from rwrouter.server.reads import JSON_SLICE, KEYS_TTL, MAX_AUDIT_TOP, Reads, json_bytes
 
 log = logging.getLogger("rwrouter.workers")
@@ -82,7 +83,8 @@ def worker_storage(path: str, index: int) -> str:
 
 def worker_config(config: Config, spec: WorkerSpec) -> Config:
     """``config`` as worker ``spec.index`` runs it: its own storage path; the port the
-    supervisor picked if the configured one is 0."""
+    supervisor picked if the configured one is 0; each destination's pacing at its share
+    (:func:`~rwrouter.send.pacing.worker_share`: 1/``count`` of the rate and the burst)."""
     server = config.server
     if server.listen_port == 0:
         host = server.listen_address.rpartition(":")[0]
@@ -90,7 +92,19 @@ def worker_config(config: Config, spec: WorkerSpec) -> Config:
     storage = dataclasses.replace(
         config.storage, path=worker_storage(config.storage.path, spec.index)
     )
-    return dataclasses.replace(config, server=server, storage=storage)
+    destinations = tuple(_paced_share(d, spec.count) for d in config.remote_write)
+    return dataclasses.replace(config, server=server, storage=storage, remote_write=destinations)
+
+
+def _paced_share(dest: DestinationConfig, workers: int) -> DestinationConfig:
+    """``dest`` with its pacing divided between ``workers`` processes (unchanged if not
+    paced)."""
+    q_ = dest.queue_config
+    if not q_.paced:
+        return dest
+    rate, burst = worker_share(q_.max_samples_per_second, q_.burst_samples, workers)
+    queue = dataclasses.replace(q_, max_samples_per_second=rate, burst_samples=burst)
+    return dataclasses.replace(dest, queue_config=queue)
 
 
 def prepare_worker(spec: WorkerSpec) -> None:
