@@ -701,6 +701,41 @@ async def test_14_ingestion_rate_limit_rejects_whole_request(
     assert ws.sample_count("ws-1") == 3 and ws.rejections == {"rate_limited": 1}
 
 
+@pytest.mark.parametrize(
+    ("retry_after", "header"),
+    [
+        pytest.param(None, None, id="no Retry-After by default"),
+        pytest.param(2.0, "2", id="Retry-After in seconds"),
+        pytest.param(0.3, "1", id="a fraction rounds up to whole seconds"),
+    ],
+)
+async def test_14_rate_limit_retry_after_and_what_it_counts(
+    make_double: Callable[..., Any],
+    http: aiohttp.ClientSession,
+    clock: ManualClock,
+    retry_after: float | None,
+    header: str | None,
+) -> None:
+    """The rate limiter counts samples, exemplars and metadata (Cortex and Mimir
+    distributors), recorded per request (``counted``); its 429 carries Retry-After when
+    ``ingestion_retry_after`` is set."""
+    limits = Limits(ingestion_rate=1.0, ingestion_burst=4.0, ingestion_retry_after=retry_after)
+    ws = await make_double(limits)
+    ts = now_ms(clock)
+    request = write_request(((NAME,), [(ts, 1.0)]), metadata=[("gpu_util", 2, "GPU use")])
+    request.timeseries[0].exemplars.add(value=1.0, timestamp=ts)
+    body = body_of(request)
+    assert (await send(http, ws, body))[0] == 200  # 1 sample + 1 exemplar + 1 metadata
+    url = ws.url("ws-1")
+    two = body_of(write_request(((NAME,), [(ts + 1, 1.0), (ts + 2, 1.0)])))
+    skip = ("Accept", "Accept-Encoding")
+    async with http.post(url, data=two, headers=signed(url, two), skip_auto_headers=skip) as got:
+        assert got.status == 429
+        assert got.headers.get("Retry-After") == header
+    assert [(r.status, r.counted) for r in ws.requests] == [(200, 3), (429, 0)]
+    assert ws.rejections == {"rate_limited": 1}
+
+
 async def test_15_series_cap_keeps_existing_series(
     make_double: Callable[..., Any], http: aiohttp.ClientSession, clock: ManualClock
 ) -> None:

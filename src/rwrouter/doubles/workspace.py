@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import math
 import re
 import time
 import uuid
@@ -99,6 +100,7 @@ class RequestRecord:
     access_key: str | None
     check: int | None  # the spec's number of the failing check, None when accepted
     received_at: float = 0.0  # time.monotonic() when the request arrived
+    counted: int = 0  # samples+exemplars+metadata the rate limiter took (Outcome.counted)
 
 
 class WorkspaceDouble:
@@ -251,6 +253,7 @@ class WorkspaceDouble:
         if self._faults:
             return await self._fault(request, self._faults.popleft())
         rejection_or_outcome, signed, access_key = self._process(request, body)
+        counted = 0
         if isinstance(rejection_or_outcome, Rejection):
             rejection = rejection_or_outcome
             status, reason, message = rejection.status, rejection.reason, rejection.message
@@ -260,11 +263,20 @@ class WorkspaceDouble:
             outcome = rejection_or_outcome
             status, reason, message = outcome.status, outcome.reason, outcome.message
             check = _CHECK_OF_REASON.get(reason)
-            response = web.Response(status=status, text=message)
+            counted = outcome.counted
+            response = web.Response(status=status, text=message, headers=self._headers(reason))
         if reason:
             self.rejections[reason] += 1
-        self._record(request, status, reason, message, signed, access_key, check)
+        self._record(request, status, reason, message, signed, access_key, check, counted)
         return response
+
+    def _headers(self, reason: str) -> dict[str, str]:
+        """``Retry-After`` on the rate limiter's 429 when ``limits.ingestion_retry_after``
+        is set (delay-seconds, rounded up: RFC 9110 10.2.3 allows integers only)."""
+        after = self.limits.ingestion_retry_after
+        if reason != "rate_limited" or after is None:
+            return {}
+        return {"Retry-After": str(math.ceil(after))}
 
     def _process(
         self, request: web.Request, body: bytes
@@ -346,6 +358,7 @@ class WorkspaceDouble:
         signed: tuple[str, ...],
         access_key: str | None,
         check: int | None,
+        counted: int = 0,
     ) -> None:
         names = tuple(name.lower() for name in request.headers)
         self.requests.append(
@@ -360,6 +373,7 @@ class WorkspaceDouble:
                 access_key,
                 check,
                 time.monotonic(),
+                counted,
             )
         )
 

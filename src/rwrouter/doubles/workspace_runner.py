@@ -92,6 +92,19 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--secret", required=True)
     parser.add_argument("--session-token", default=None)
     parser.add_argument("--max-body-bytes", type=int, default=Limits().max_body_bytes)
+    parser.add_argument(
+        "--ingestion-rate",
+        type=float,
+        default=Limits().ingestion_rate,
+        help="samples+exemplars+metadata per second (token bucket refill)",
+    )
+    parser.add_argument("--ingestion-burst", type=float, default=Limits().ingestion_burst)
+    parser.add_argument(
+        "--ingestion-retry-after",
+        type=float,
+        default=None,
+        help="seconds sent in Retry-After with the rate limiter's 429 (default: no header)",
+    )
     return parser
 
 
@@ -101,7 +114,12 @@ async def _serve(args: argparse.Namespace) -> None:
         region=args.region,
         workspaces=args.workspace or ["ws-1"],
         credentials={args.access_key: key},
-        limits=Limits(max_body_bytes=args.max_body_bytes),
+        limits=Limits(
+            max_body_bytes=args.max_body_bytes,
+            ingestion_rate=args.ingestion_rate,
+            ingestion_burst=args.ingestion_burst,
+            ingestion_retry_after=args.ingestion_retry_after,
+        ),
         host=args.host,
         port=args.port,
     )

@@ -39,8 +39,9 @@ class Limits:
     max_labels: int = 70
     max_name_bytes: int = 1024
     max_value_bytes: int = 2048
-    ingestion_rate: float = 170_000.0  # samples+metadata per second (token bucket refill)
+    ingestion_rate: float = 170_000.0  # samples+exemplars+metadata a second (bucket refill)
     ingestion_burst: float = 1_000_000.0  # bucket size
+    ingestion_retry_after: float | None = None  # Retry-After seconds of its 429 (None: none)
     max_active_series: int = 50_000_000  # series ever accepted (the double never ages them out)
     max_metadata: int = 20_000  # metrics with metadata; more are silently dropped
     out_of_order_window_s: float = 60.0
@@ -82,13 +83,17 @@ class Series:
 @dataclass(frozen=True)
 class Outcome:
     """What a request did: HTTP ``status``, counter ``reason`` ("" when accepted), ``message``,
-    and what was stored (samples+histograms, metadata entries)."""
+    and what was stored (samples+histograms, metadata entries); ``counted``: the samples,
+    histograms, exemplars and metadata entries of its valid series the rate limiter took
+    (Cortex/Mimir distributors: ``validatedSamples + validatedExemplars +
+    len(validatedMetadata)``), 0 when it refused them."""
 
     status: int
     reason: str
     message: str
     stored_samples: int = 0
     stored_metadata: int = 0
+    counted: int = 0  # what the rate limiter counted (0 when the request did not reach it)
 
 
 def float_to_bits(value: float) -> int:
@@ -129,13 +134,15 @@ class WorkspaceStore:
             else:
                 valid.append((labels, ts))
         n_samples = sum(len(ts.samples) + len(ts.histograms) for _, ts in valid)
+        n_exemplars = sum(len(ts.exemplars) for _, ts in valid)
         n_metadata = len(request.metadata)
-        if not self._take(n_samples + n_metadata, now_s):
+        counted = n_samples + n_exemplars + n_metadata
+        if not self._take(counted, now_s):
             if 12 in errors:
                 return Outcome(400, *errors[12])
             message = (
                 f"ingestion rate limit ({self.limits.ingestion_rate:g}) exceeded while "
-                f"adding {n_samples} samples and {n_metadata} metadata"
+                f"adding {n_samples + n_exemplars} samples and {n_metadata} metadata"
             )
             return Outcome(429, "rate_limited", message)
         stored = 0
@@ -143,8 +150,8 @@ class WorkspaceStore:
             stored += self._append(labels, ts, now_ms=int(now_s * 1000), errors=errors)
         stored_metadata = self._store_metadata(request.metadata)
         if errors:
-            return Outcome(400, *errors[min(errors)], stored, stored_metadata)
-        return Outcome(200, "", "", stored, stored_metadata)
+            return Outcome(400, *errors[min(errors)], stored, stored_metadata, counted)
+        return Outcome(200, "", "", stored, stored_metadata, counted)
 
     def _take(self, tokens: int, now_s: float) -> bool:
         elapsed = max(0.0, now_s - self._refilled_at)
