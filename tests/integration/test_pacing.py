@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 import pytest
@@ -50,6 +50,10 @@ def _body(step: int) -> bytes:
     return build_body([Series((("__name__", "up"), ("job", "a")), ((1_000 + step, 1.0),))])
 
 
+def _stored(double: WorkspaceDouble, samples: int) -> Callable[[], bool]:
+    return lambda: double.sample_count("ws-1") == samples
+
+
 def _lines(caplog: pytest.LogCaptureFixture, text: str) -> int:
     return sum(1 for r in caplog.records if text in r.getMessage())
 
@@ -64,7 +68,10 @@ async def test_a_429_lowers_the_rate_and_the_log_says_so_once_per_episode(
     monkeypatch.setattr(pacing, "INCREASE", 1.0)  # back from 50 % in 0.5 s, not 10 s
     caplog.set_level(logging.INFO, logger="rwrouter.sending")
     router = await start_router(_config(double))
-    rate = lambda: metric_value(router, "rwrouter_pacing_rate", destination="workspace")  # noqa: E731
+
+    def rate() -> float:
+        return metric_value(router, "rwrouter_pacing_rate", destination="workspace")
+
     assert rate() == RATE
     assert metric_value(router, "rwrouter_pacing_burst_samples", destination="workspace") == RATE
 
@@ -81,7 +88,7 @@ async def test_a_429_lowers_the_rate_and_the_log_says_so_once_per_episode(
     step = 1
     while not _lines(caplog, BACK) and step < 40:
         assert (await post_write(http, router, _body(step)))[0] == 204
-        await eventually(lambda: double.sample_count("ws-1") == step + 1)
+        await eventually(_stored(double, step + 1))
         await asyncio.sleep(0.05)  # the recovery is time passing: nothing to poll for
         step += 1
     assert (_lines(caplog, LOWERED), _lines(caplog, BACK)) == (1, 1)
