@@ -26,6 +26,7 @@ __all__ = [
     "EscapingScheme",
     "Fsync",
     "GlobalConfig",
+    "HaDedupConfig",
     "MetadataConfig",
     "OnFull",
     "PriceTier",
@@ -254,6 +255,17 @@ class GlobalConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class HaDedupConfig:
+    """``ha_dedup`` (rwrouter's own): only the elected replica's samples per HA cluster (rule:
+    :mod:`rwrouter.routing.ha`); the labels naming a request's cluster and replica, and the
+    seconds the elected replica may stay silent before the next one to send is elected."""
+
+    cluster_label: str = "cluster"
+    replica_label: str = "__replica__"
+    failover_timeout: float = 30.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DestinationConfig:
     """One ``remote_write`` entry: where a copy of the (relabeled) series goes, and how.
 
@@ -270,6 +282,7 @@ class DestinationConfig:
     ``tenant_header``: the header (``X-Scope-OrgID`` for Mimir and Cortex) each request carries
     the tenant of its series in (:mod:`rwrouter.config.tenant`); batches never mix tenants, and
     series without a tenant get the ``headers`` value of that name, if any. None: not sent.
+    ``ha_dedup``: :class:`HaDedupConfig` (None: off).
     """
 
     name: str
@@ -290,6 +303,7 @@ class DestinationConfig:
     fallback: bool = False
     shadow: bool = False
     audit: bool = False
+    ha_dedup: HaDedupConfig | None = None
     protobuf_message: str = "prometheus.WriteRequest"
     """The protobuf message sent: ``prometheus.WriteRequest`` (RW 1.0) or
     ``io.prometheus.write.v2.Request`` (RW 2.0); Prometheus's key and values."""
