@@ -372,6 +372,7 @@ def decode_record(rest: bytes, *, decompress_body: bool = True) -> Record:
         compressed=compressed,
         flags=flags,
         tenant=tenant,
+        group=group,
     )
 
 
