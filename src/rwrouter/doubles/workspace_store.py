@@ -168,13 +168,12 @@ class WorkspaceStore:
         if not cluster or not replica:
             return True
         elected = self.elected.get(cluster)
-        if elected is not None and elected[0] != replica:
-            if now_s - elected[1] <= self.limits.ha_failover_timeout_s:
-                self._ha_message = (
-                    f"replicas did not match, rejecting sample: replica={replica}, "
-                    f"elected={elected[0]}"
-                )
-                return False
+        alive = elected is not None and now_s - elected[1] <= self.limits.ha_failover_timeout_s
+        if elected is not None and elected[0] != replica and alive:
+            self._ha_message = (
+                f"replicas did not match, rejecting sample: replica={replica}, elected={elected[0]}"
+            )
+            return False
         self.elected[cluster] = (replica, now_s)
         for ts in request.timeseries:
             kept = [label for label in ts.labels if label.name != self.limits.ha_replica_label]
