@@ -63,6 +63,8 @@ class DropReason(Reason):
     )
     NAME_COLLISION = "name_collision", "its escaped names equal a series seen first"
     FILTERED = "filtered", "only exemplars or histograms the destination does not take"
+    # HA pairs (rwrouter.routing.ha, ha_dedup): a request of a replica that is not elected.
+    HA_REPLICA = "ha_replica", "ha_dedup: sent by an HA replica other than the elected one"
     # Admission (rwrouter.pipeline.fanout): not queued.
     QUEUE_FULL = (
         "queue_full",
@@ -125,6 +127,7 @@ METADATA_DROP_REASONS = tuple(
         DropReason.RELABEL,
         DropReason.NAME_COLLISION,
         DropReason.FILTERED,
+        DropReason.HA_REPLICA,
         DropReason.DROP_OLDEST,
         DropReason.CORRUPT,
         DropReason.NOT_WRITTEN,

@@ -238,6 +238,12 @@ SCENARIOS: list[tuple[str, dict[str, Any], set[str]]] = [
     ),
 ]
 
+HA_DESTINATION = {
+    "name": "workspace",
+    "url": "http://prometheus:9090/api/v1/write",
+    "ha_dedup": {"failover_timeout": "30s"},
+}
+
 # (id, values, a fragment of the error)
 FAILING: list[tuple[str, dict[str, Any], str]] = [
     ("hpa_without_client_ip", HPA, "sessionAffinity: ClientIP"),
@@ -248,6 +254,16 @@ FAILING: list[tuple[str, dict[str, Any], str]] = [
         "sessionAffinity: ClientIP",
     ),
     ("bad_session_affinity", {"service": {"sessionAffinity": "Cookie"}}, "None or ClientIP"),
+    (
+        "ha_dedup_with_replicas",
+        merged(AFFINITY, {"replicaCount": 2, "config": {"remote_write": [HA_DESTINATION]}}),
+        "has ha_dedup: it needs replicaCount 1",
+    ),
+    (
+        "ha_dedup_with_hpa",
+        merged(HPA, AFFINITY, {"config": {"remote_write": [HA_DESTINATION]}}),
+        "has ha_dedup: it needs replicaCount 1",
+    ),
     (
         "grace_not_above_shutdown_timeout",
         {"terminationGracePeriodSeconds": 30},

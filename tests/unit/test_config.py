@@ -178,6 +178,15 @@ BAD = {
     "queue_max_retry_duration_not_a_duration": [
         f"{RW0}.queue_config.max_retry_duration: not a valid duration string: 'forever'"
     ],
+    # ha_dedup (HA pairs)
+    "ha_dedup_same_labels": [f"{RW0}.ha_dedup.replica_label: must differ from cluster_label"],
+    "ha_dedup_zero_failover_timeout": [
+        f"{RW0}.ha_dedup.failover_timeout: must be a positive duration, got 0"
+    ],
+    "ha_dedup_empty_label": [f"{RW0}.ha_dedup.replica_label: expected a label name, got ''"],
+    "ha_dedup_unknown_key": [
+        f"{RW0}.ha_dedup.failover: unknown key (did you mean 'failover_timeout'?)"
+    ],
     "queue_max_retry_duration_429_bare_number": [
         f"{RW0}.queue_config.max_retry_duration_on_http_429: not a valid duration string: '3600'"
     ],

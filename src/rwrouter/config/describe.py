@@ -15,6 +15,7 @@ from rwrouter.config.model import (
     DestinationConfig,
     EscapingScheme,
     Fsync,
+    HaDedupConfig,
     QueueConfig,
     StorageConfig,
     TLSConfig,
@@ -106,6 +107,14 @@ def _audit(audit: AuditConfig) -> str:
     )
 
 
+def _ha(ha: HaDedupConfig) -> str:
+    return (
+        f"cluster_label={ha.cluster_label} replica_label={ha.replica_label}"
+        f" failover_timeout={format_duration(ha.failover_timeout)}"
+        f" (only the elected replica's samples per cluster; {ha.replica_label} removed)"
+    )
+
+
 def _destination(dest: DestinationConfig) -> list[str]:
     role = (
         "yes: receives the series no non-fallback, non-shadow destination kept"
@@ -139,6 +148,8 @@ def _destination(dest: DestinationConfig) -> list[str]:
         lines.append(f"  headers: {names} (values not shown)")
     if dest.tenant_header is not None:
         lines.append(f"  tenant_header: {dest.tenant_header} (each request's tenant)")
+    if dest.ha_dedup is not None:
+        lines.append(f"  ha_dedup: {_ha(dest.ha_dedup)}")
     if dest.tls_config is not None:
         lines.append(f"  tls_config: {_tls(dest.tls_config)}")
     if dest.proxy_url is not None:

@@ -26,6 +26,7 @@ from rwrouter.config.model import (
     SIGV4_MAX_REQUEST_BYTES,
     DestinationConfig,
     EscapingScheme,
+    HaDedupConfig,
     MetadataConfig,
     OnFull,
     QueueConfig,
@@ -34,6 +35,7 @@ from rwrouter.config.values import Fields, field_names, kind_of, show
 from rwrouter.errors import ConfigError
 from rwrouter.protocol import MESSAGES
 from rwrouter.relabel import RelabelConfig, parse_relabel_configs
+from rwrouter.relabel.names import is_utf8_label_name
 
 __all__ = ["choice", "parse_destinations", "parse_rules"]
 
@@ -180,6 +182,7 @@ def _destination(f: Fields, ctx: Context, scheme: str) -> DestinationConfig:
         fallback=f.boolean("fallback", default.fallback),
         shadow=shadow,
         audit=f.boolean("audit", default.audit),
+        ha_dedup=_ha_dedup(f),
         protobuf_message=choice(f, "protobuf_message", default.protobuf_message, MESSAGES),
         # The managed workspace refuses UTF-8 names (400): a sigv4 destination escapes them.
         metric_name_escaping_scheme=enum_choice(
@@ -191,6 +194,32 @@ def _destination(f: Fields, ctx: Context, scheme: str) -> DestinationConfig:
             EscapingScheme,
         ),
         **auth_section,
+    )
+
+
+_HA_KEYS = field_names(HaDedupConfig)
+
+
+def _ha_dedup(dest: Fields) -> HaDedupConfig | None:
+    """The ``ha_dedup`` section (None when absent): two different, non-empty label names (any
+    UTF-8 name, as Prometheus ``external_labels`` may hold) and a positive
+    ``failover_timeout``."""
+    if not dest.has("ha_dedup"):
+        return None
+    f = Fields(dest.raw("ha_dedup"), dest.at("ha_dedup"), known=_HA_KEYS)
+    d = HaDedupConfig()
+    names = {}
+    for key, default in (("cluster_label", d.cluster_label), ("replica_label", d.replica_label)):
+        name = f.string(key, default) or ""
+        if not is_utf8_label_name(name):
+            raise ConfigError(f.at(key), f"expected a label name, got {show(name, f.at(key))}")
+        names[key] = name
+    if names["cluster_label"] == names["replica_label"]:
+        raise ConfigError(f.at("replica_label"), "must differ from cluster_label")
+    return HaDedupConfig(
+        cluster_label=names["cluster_label"],
+        replica_label=names["replica_label"],
+        failover_timeout=f.duration("failover_timeout", d.failover_timeout),
     )
 
 

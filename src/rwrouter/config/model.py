@@ -6,15 +6,14 @@ Units: durations are float seconds, sizes int bytes. Secrets are :class:`Secret`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from rwrouter.config.clientmodel import Authorization, BasicAuth, SigV4Config, TLSConfig
 from rwrouter.relabel.names import ValidationScheme
 
 if TYPE_CHECKING:
-    from rwrouter.config.values import Secret
     from rwrouter.relabel import RelabelConfig
 
 __all__ = [
@@ -26,6 +25,7 @@ __all__ = [
     "EscapingScheme",
     "Fsync",
     "GlobalConfig",
+    "HaDedupConfig",
     "MetadataConfig",
     "OnFull",
     "PriceTier",
@@ -191,69 +191,6 @@ class MetadataConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SigV4Config:
-    """AWS SigV4 signing (``sigv4``). ``sigv4: {}`` means the default credential chain.
-
-    ``region``: when absent it is taken from ``AWS_REGION``, ``AWS_DEFAULT_REGION``, or the
-    region of the AWS profile (``profile``, ``AWS_PROFILE``) in the shared config files.
-    ``access_key``/``secret_key``: both or neither. ``role_arn`` wraps the base credentials in an
-    STS AssumeRole. ``service`` is rwrouter's addition (``aps`` = Amazon Managed Prometheus).
-    """
-
-    region: str | None = None
-    access_key: str | None = None
-    secret_key: Secret | None = None
-    profile: str | None = None
-    role_arn: str | None = None
-    service: str = "aps"
-
-    def signing_region(self, env: Mapping[str, str]) -> str | None:
-        """``region``, else ``AWS_REGION``, else ``AWS_DEFAULT_REGION`` from ``env``."""
-        return self.region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None
-
-    @property
-    def credential_source(self) -> str:
-        """``static keys``, ``profile <name>`` or ``default chain``, plus ``+ role_arn <arn>``."""
-        if self.access_key is not None:
-            base = "static keys"
-        elif self.profile is not None:
-            base = f"profile {self.profile}"
-        else:
-            base = "default chain"
-        return f"{base} + role_arn {self.role_arn}" if self.role_arn else base
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BasicAuth:
-    """HTTP basic auth (``basic_auth``): ``password`` or ``password_file`` (at most one)."""
-
-    username: str
-    password: Secret | None = None
-    password_file: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Authorization:
-    """``Authorization: <type> <credentials>`` (``authorization``): credentials or a file."""
-
-    type: str = "Bearer"
-    credentials: Secret | None = None
-    credentials_file: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TLSConfig:
-    """Client TLS (``tls_config``); ``min_version`` is one of TLS10, TLS11, TLS12, TLS13."""
-
-    ca_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
-    server_name: str | None = None
-    insecure_skip_verify: bool = False
-    min_version: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class GlobalConfig:
     """Settings every rule of the file follows (YAML ``global``; Prometheus's key).
 
@@ -265,6 +202,17 @@ class GlobalConfig:
     """
 
     metric_name_validation_scheme: ValidationScheme = ValidationScheme.UTF8
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HaDedupConfig:
+    """``ha_dedup`` (rwrouter's own): only the elected replica's samples per HA cluster (rule:
+    :mod:`rwrouter.routing.ha`); the labels naming a request's cluster and replica, and the
+    seconds the elected replica may stay silent before the next one to send is elected."""
+
+    cluster_label: str = "cluster"
+    replica_label: str = "__replica__"
+    failover_timeout: float = 30.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -284,6 +232,7 @@ class DestinationConfig:
     ``tenant_header``: the header (``X-Scope-OrgID`` for Mimir and Cortex) each request carries
     the tenant of its series in (:mod:`rwrouter.config.tenant`); batches never mix tenants, and
     series without a tenant get the ``headers`` value of that name, if any. None: not sent.
+    ``ha_dedup``: :class:`HaDedupConfig` (None: off).
     """
 
     name: str
@@ -304,6 +253,7 @@ class DestinationConfig:
     fallback: bool = False
     shadow: bool = False
     audit: bool = False
+    ha_dedup: HaDedupConfig | None = None
     protobuf_message: str = "prometheus.WriteRequest"
     """The protobuf message sent: ``prometheus.WriteRequest`` (RW 1.0) or
     ``io.prometheus.write.v2.Request`` (RW 2.0); Prometheus's key and values."""

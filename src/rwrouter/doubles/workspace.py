@@ -10,7 +10,10 @@ workspace (404), 10 body over the limit (413), 11 a remote write 2.0 request (41
 workspace speaks RW 1.0 only), not snappy block / bad protobuf (400), 12 invalid series
 (names outside the legacy scheme included: the workspace refuses UTF-8 names), 13 out of
 order / duplicate / too new (400), 14 ingestion rate (429), 15 series cap (400). Nothing from
-a request failing checks 1-11 is stored.
+a request failing checks 1-11 is stored. With ``Limits(ha_dedup=True)`` the Cortex HA tracker
+runs before check 12: a request whose first series names a replica (``__replica__``) of a
+cluster (``cluster``) other than the elected one is answered 202 "replicas did not match" and
+not stored (reason ``ha_replica``); an accepted one is stored without its replica label.
 
 Use from async tests::
 

@@ -46,6 +46,11 @@ class Limits:
     max_metadata: int = 20_000  # metrics with metadata; more are silently dropped
     out_of_order_window_s: float = 60.0
     too_new_s: float = 600.0  # Cortex creation_grace_period: 10 min
+    # HA dedup (Cortex HA tracker, as the workspace applies it): off unless ha_dedup is set.
+    ha_dedup: bool = False
+    ha_cluster_label: str = "cluster"
+    ha_replica_label: str = "__replica__"
+    ha_failover_timeout_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,7 @@ class WorkspaceStore:
         self.metadata: dict[str, Metadata] = {}
         self._tokens = limits.ingestion_burst
         self._refilled_at = now_s
+        self.elected: dict[str, tuple[str, float]] = {}  # HA: cluster -> (replica, last seen)
 
     def ingest(self, request: remote_pb2.WriteRequest, *, now_s: float) -> Outcome:
         """Checks 12-15, storing what passes; the lowest-numbered failure is answered.
@@ -124,6 +130,8 @@ class WorkspaceStore:
         12 (invalid series) and 13 (out of order...) and 15 (series cap) reject only the
         offending series or samples; 14 (rate limit) rejects the whole request.
         """
+        if self.limits.ha_dedup and not self._ha_accepts(request, now_s):
+            return Outcome(202, "ha_replica", self._ha_message)
         errors: dict[int, tuple[str, str]] = {}
         valid = []
         for ts in request.timeseries:
@@ -152,6 +160,35 @@ class WorkspaceStore:
         if errors:
             return Outcome(400, *errors[min(errors)], stored, stored_metadata, counted)
         return Outcome(200, "", "", stored, stored_metadata, counted)
+
+    def _ha_accepts(self, request: remote_pb2.WriteRequest, now_s: float) -> bool:
+        """The Cortex HA tracker, written from its documented behaviour (not rwrouter's own
+        election): the first series' cluster and replica labels decide for the whole request;
+        without both it is taken as is; the first replica of a cluster is elected, another's
+        request is answered 202 and not stored until the elected one has sent nothing for
+        ``ha_failover_timeout_s``; an accepted request loses its replica label."""
+        if not request.timeseries:
+            return True
+        first = {label.name: label.value for label in request.timeseries[0].labels}
+        cluster = first.get(self.limits.ha_cluster_label, "")
+        replica = first.get(self.limits.ha_replica_label, "")
+        if not cluster or not replica:
+            return True
+        elected = self.elected.get(cluster)
+        alive = elected is not None and now_s - elected[1] <= self.limits.ha_failover_timeout_s
+        if elected is not None and elected[0] != replica and alive:
+            self._ha_message = (
+                f"replicas did not match, rejecting sample: replica={replica}, elected={elected[0]}"
+            )
+            return False
+        self.elected[cluster] = (replica, now_s)
+        for ts in request.timeseries:
+            kept = [label for label in ts.labels if label.name != self.limits.ha_replica_label]
+            del ts.labels[:]
+            ts.labels.extend(kept)
+        return True
+
+    _ha_message = ""
 
     def _take(self, tokens: int, now_s: float) -> bool:
         elapsed = max(0.0, now_s - self._refilled_at)

@@ -37,6 +37,7 @@ class SendMetrics:
         self._requests(registry)
         self._senders(registry)
         self._pacing(registry)
+        self._ha(registry)
 
     def _delivered(self, r: CollectorRegistry) -> None:
         """What was delivered."""
@@ -177,6 +178,18 @@ class SendMetrics:
             "429 answers that lowered a destination's paced rate (halved, at most once a "
             "second, not below a tenth of max_samples_per_second).",
             ["destination"],
+            registry=r,
+        )
+
+    def _ha(self, r: CollectorRegistry) -> None:
+        """HA pairs (``ha_dedup``): elections of a replica per cluster."""
+        self.ha_leader_changes = Counter(
+            "rwrouter_ha_leader_changes",
+            "Times a destination with ha_dedup elected a replica of an HA cluster: the first "
+            "one, and each failover after the elected one was silent for failover_timeout "
+            "(the replica not elected is dropped: rwrouter_samples_dropped_total"
+            '{reason="ha_replica"}). With --workers, counted by the worker that elected it.',
+            ["destination", "cluster"],
             registry=r,
         )
 

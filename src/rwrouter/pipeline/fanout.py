@@ -20,17 +20,20 @@ from dataclasses import dataclass
 
 from rwrouter.audit.live import Audit
 from rwrouter.config import Config
-from rwrouter.config.model import Fsync, OnFull
+from rwrouter.config.model import OnFull
 from rwrouter.errors import StorageError, TooLargeError
 from rwrouter.logs import kv
 from rwrouter.metrics import AuditMetrics, CacheMetrics, Metrics, SendMetrics
 from rwrouter.metrics.names import MetricNameShares
+from rwrouter.pipeline.appends import append_all, storage_error
 from rwrouter.pipeline.build import build_destination
 from rwrouter.pipeline.destination import Destination
+from rwrouter.pipeline.ha import ElectionTable, apply_ha
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written
 from rwrouter.queue.records import FLAG_START_TIMESTAMPS, EncodedShare, encode_share
 from rwrouter.reasons import DropReason
 from rwrouter.routing import RoutedRequest, Router, build_router
+from rwrouter.routing.ha import share_group
 from rwrouter.routing.tenants import DEFAULT_MAX_TENANTS, Tenants
 from rwrouter.wire import decompress
 
@@ -87,12 +90,16 @@ class FanOut:
         audit_metrics: AuditMetrics,
         audit: Audit | None = None,
         max_tenants: int = DEFAULT_MAX_TENANTS,
+        elections: ElectionTable | None = None,
     ) -> None:
         """``router``: its routes are ``destinations`` (in order) followed by the shadow
         destinations (counted by ``audit``, never sent). The fan-out counts the routing
         cache (``cache_metrics``), what admission and the rules dropped (``send_metrics``),
         and is the source of the audit's and the name shares' families (``audit_metrics``).
-        ``max_tenants``: routers for tenants at most (``relabel_cache.max_tenants``)."""
+        ``max_tenants``: routers for tenants at most (``relabel_cache.max_tenants``).
+        ``elections``: ``ha_dedup``'s (:mod:`rwrouter.pipeline.ha`; None: a new one)."""
+        self.elections = elections if elections is not None else ElectionTable()
+        self.elections.metrics = send_metrics
         tenants = Tenants(router, max_tenants=max_tenants)
         self._state = (0, tenants, destinations)  # swapped whole: decode threads read it
         self._send_metrics, self._cache_metrics = send_metrics, cache_metrics
@@ -187,6 +194,8 @@ class FanOut:
         now = time.monotonic()
         rw2 = message == RW2_MESSAGE  # its RW1 form bounded too
         routed = router.route(data, now=now, rw2=rw2, max_bytes=max_decoded_bytes)
+        if router.ha_dedup:  # HA pairs: only the elected replica's share goes on
+            apply_ha(routed, data, rw2=rw2, routes=router.routes, table=self.elections, now=now)
         written, flags = routed.written, FLAG_START_TIMESTAMPS if routed.start_timestamps else 0
         sent = routed.shares[: len(destinations)]  # then the shadow destinations' shares
         if self.names.due(now):  # one request a second: names for the status page
@@ -200,6 +209,7 @@ class FanOut:
                 flags=flags,
                 tenant=tenant if dest.config.tenant_header else None,
                 shards=dest.shard_count,
+                group=share_group(share),
             )
             for share, dest in zip(sent, destinations, strict=True)
         ]
@@ -270,8 +280,8 @@ class FanOut:
         except OSError as exc:  # making room failed: give back what was reserved
             for dest, share in reserved:
                 dest.release(share.nbytes)
-            raise self._storage_error(exc) from exc
-        results = await self._append_all(writes)
+            raise storage_error(exc) from exc
+        results = await append_all(writes)
         failed = [r for r in results if isinstance(r, BaseException)]
         if failed:
             for (dest, share), result in zip(writes, results, strict=True):
@@ -281,7 +291,7 @@ class FanOut:
             error = failed[0]
             if not isinstance(error, OSError | StorageError):
                 raise error
-            raise self._storage_error(error) from error
+            raise storage_error(error) from error
         if self.audit.audited:  # accepted: count the audited destinations' shares (shadow too)
             names = [route.name for route in self.router.routes]
             self.audit.observe(list(zip(names, routed.shares, strict=True)), time.monotonic())
@@ -303,32 +313,6 @@ class FanOut:
                 m.dropped_metadata.labels(dest.name, DropReason.INVALID).inc(
                     routed.metadata_invalid
                 )
-
-    @staticmethod
-    async def _append_all(
-        writes: list[tuple[Destination, EncodedShare]],
-    ) -> list[int | BaseException]:
-        """Append every share; the ticket or the exception of each, in order. Appends wait on
-        each other's fsync only with ``storage.fsync: always`` (then they run concurrently);
-        otherwise each is a page-cache write, done one after the other without tasks."""
-        if any(dest.storage.fsync == Fsync.ALWAYS for dest, _ in writes):
-            return await asyncio.gather(
-                *(dest.append(share) for dest, share in writes), return_exceptions=True
-            )
-        results: list[int | BaseException] = []
-        for dest, share in writes:
-            try:
-                results.append(await dest.append(share))
-            except Exception as exc:  # the caller takes back the others and refuses the request
-                results.append(exc)
-        return results
-
-    @staticmethod
-    def _storage_error(error: BaseException) -> StorageError:
-        log.error(kv(msg="could not write a disk queue: request refused", error=error))
-        if isinstance(error, StorageError):
-            return error
-        return StorageError(f"could not write the disk queue: {error}")
 
     def _count_cache(self) -> None:
         router, m = self.tenants, self._cache_metrics
@@ -377,8 +361,11 @@ class FanOut:
         await asyncio.gather(*(dest.stop(timeout=timeout) for dest in self.destinations))
 
 
-async def build_fanout(config: Config, metrics: Metrics) -> FanOut:
-    """Build the router and one :class:`Destination` per ``remote_write`` entry.
+async def build_fanout(
+    config: Config, metrics: Metrics, *, elections: ElectionTable | None = None
+) -> FanOut:
+    """Build the router and one :class:`Destination` per ``remote_write`` entry;
+    ``elections``: the HA election table (None: one in memory).
 
     Raises ConfigError / CredentialsError when a destination's auth cannot be set up.
     """
@@ -395,4 +382,5 @@ async def build_fanout(config: Config, metrics: Metrics) -> FanOut:
         audit_metrics=metrics.audit,
         audit=Audit(config, now=time.monotonic()),
         max_tenants=config.relabel_cache.max_tenants,
+        elections=elections,
     )

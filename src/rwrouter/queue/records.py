@@ -12,6 +12,7 @@ Layout (little-endian)::
     u8 version (1)  u8 kind (0 = samples)  u16 flags
     i64 received_ms (unix milliseconds)  u32 series  u32 samples  u32 raw body length
     [u8 tenant length, the tenant's ASCII bytes]     only with FLAG_TENANT
+    [u64 group]                                      only with FLAG_GROUP
     series x (u32 frame length, u32 samples, u32 shard hash)
     snappy block of the raw body
 
@@ -21,11 +22,16 @@ frame may carry what only remote write 2.0 can send (a start timestamp inside a 
 strips them instead of sending the stored block as it is. :data:`FLAG_TENANT`: the record
 carries the tenant of its series (:mod:`rwrouter.config.tenant`: at most 150 ASCII bytes), for
 a destination that sends it (``tenant_header``); records without a tenant are byte for byte
-what they were before tenants existed. Bits 4 to 15 (:func:`record_shards`): the number of
-shards N the record was cut for, 0 for none: every frame of such a record has the same shard
-hash modulo N, so while the destination runs N shards the record goes to its shard whole, as
-it is stored (no decompressing and compressing again to split it by shard). Readers that
-predate these bits ignore them, as they ignore any flag they do not know.
+what they were before tenants existed. :data:`FLAG_GROUP`: the record carries the batch group
+of its request (:func:`rwrouter.routing.ha.group_of`: the request is one replica's of an HA
+pair), and records of different groups never share an outgoing request; a record without
+one is byte for byte what it was before groups existed (a reader that predates the flag
+cannot read a record with it: it changes where the index starts). Bits 4 to 15
+(:func:`record_shards`): the number of shards N the record was cut for, 0 for none: every
+frame of such a record has the same shard hash modulo N, so while the destination runs N
+shards the record goes to its shard whole, as it is stored (no decompressing and compressing
+again to split it by shard). Readers that predate these bits ignore them, as they ignore any
+flag they do not know.
 
 A torn or corrupt record fails the length or checksum test (:func:`check_record`). A record's
 raw body never exceeds the destination's ``max_request_bytes``: :func:`encode_share` splits a
@@ -44,6 +50,7 @@ from rwrouter.wire.accelerator import crc32
 from rwrouter.wire.index import INDEX, Frames, index_totals, split_shards
 
 __all__ = [
+    "FLAG_GROUP",
     "FLAG_START_TIMESTAMPS",
     "FLAG_TENANT",
     "HEADER",
@@ -65,6 +72,8 @@ VERSION = 1
 KIND_SAMPLES = 0
 FLAG_START_TIMESTAMPS = 1  # some frame has a start timestamp (RW 2.0 only): strip for RW 1.0
 FLAG_TENANT = 2  # the tenant of the record's series follows the fixed part
+FLAG_GROUP = 4  # the batch group (u64, HA pairs) follows the fixed part (and the tenant)
+_GROUP = struct.Struct("<Q")
 SHARDS_SHIFT = 4  # flags >> 4: the shard count the record was cut for (0: none)
 MAX_ALIGNED_SHARDS = 0xFFF  # the most that fits those 12 bits
 MIN_ALIGNED_SERIES = 128
@@ -94,6 +103,7 @@ class EncodedShare:
     too_large_series: int = 0
     too_large_bytes: int = 0  # the largest frame left out, bytes
     tenant: bytes = b""  # the tenant field of every record (FLAG_TENANT), or nothing
+    group: bytes = b""  # the group field of every record (FLAG_GROUP), or nothing
 
     @property
     def total_samples(self) -> int:
@@ -108,13 +118,15 @@ def encode_share(
     flags: int = 0,
     tenant: str | None = None,
     shards: int = 1,
+    group: int = 0,
 ) -> EncodedShare:
     """Pack a destination's share (:class:`~rwrouter.wire.index.Frames`: framed series and
     their index) into records whose raw body is at most ``max_body_bytes`` bytes each,
     keeping the frames' order. A frame alone over the limit is refused (counted in
     ``too_large``). ``received_ms``: milliseconds since the epoch; ``flags``: set on every
     record (:data:`FLAG_START_TIMESTAMPS`); ``tenant``: stored in every record
-    (:data:`FLAG_TENANT`; a checked tenant ID, ASCII). ``shards``: the destination's shard
+    (:data:`FLAG_TENANT`; a checked tenant ID, ASCII); ``group``: stored in every record
+    when not 0 (:data:`FLAG_GROUP`, a u64). ``shards``: the destination's shard
     count now: with more than one (up to :data:`MAX_ALIGNED_SHARDS`, and
     :data:`MIN_ALIGNED_SERIES` series a shard on average), the frames are cut by shard (their
     shard hash modulo ``shards``, in order within each) into records marked with that count
@@ -126,6 +138,9 @@ def encode_share(
     if tenant is not None:
         flags |= FLAG_TENANT
         out.tenant = _tenant_field(tenant)
+    if group:
+        flags |= FLAG_GROUP
+        out.group = _GROUP.pack(group)
     if 1 < shards <= MAX_ALIGNED_SHARDS and share.series >= MIN_ALIGNED_SERIES * shards:
         aligned = flags | shards << SHARDS_SHIFT
         for body, index, samples, series in split_shards(share.body, share.index, shards):
@@ -213,6 +228,7 @@ def _emit(
         (
             _META.pack(VERSION, KIND_SAMPLES, flags, received_ms, series, samples, len(raw)),
             out.tenant,
+            out.group,
             index,
             compress(raw),
         )
@@ -258,9 +274,10 @@ class Record(Frames):
     (``received_ms``, milliseconds since the epoch), its ``flags``
     (:data:`FLAG_START_TIMESTAMPS`, :data:`FLAG_TENANT`) and ``tenant`` (None: none stored)."""
 
-    __slots__ = ("flags", "received_ms", "tenant")
+    __slots__ = ("flags", "group", "received_ms", "tenant")
 
     flags: int
+    group: int
     received_ms: int
     tenant: str | None
 
@@ -276,11 +293,13 @@ class Record(Frames):
         nbytes: int | None = None,
         flags: int = 0,
         tenant: str | None = None,
+        group: int = 0,
     ) -> None:
         super().__init__(body, index, samples, series, compressed=compressed, nbytes=nbytes)
         _set(self, "received_ms", received_ms)
         _set(self, "flags", flags)
         _set(self, "tenant", tenant)
+        _set(self, "group", group)
 
     @property
     def shards(self) -> int:
@@ -294,7 +313,7 @@ class Record(Frames):
         return INDEX.unpack_from(self.index)[2] if self.index else 0
 
     def _compared(self) -> tuple[object, ...]:
-        return (*super()._compared(), self.received_ms, self.flags, self.tenant)
+        return (*super()._compared(), self.received_ms, self.flags, self.tenant, self.group)
 
 
 def decode_record(rest: bytes, *, decompress_body: bool = True) -> Record:
@@ -308,9 +327,14 @@ def decode_record(rest: bytes, *, decompress_body: bool = True) -> Record:
     version, kind, flags, received_ms, series, samples, raw_len = _META.unpack_from(rest)
     if version != VERSION or kind != KIND_SAMPLES:
         raise DecodeError(f"queue record of version {version} kind {kind} is not supported")
-    index_start, tenant = _META.size, None
+    index_start, tenant, group = _META.size, None, 0
     if flags & FLAG_TENANT:
         index_start, tenant = _read_tenant(rest)
+    if flags & FLAG_GROUP:
+        if index_start + _GROUP.size > len(rest):
+            raise DecodeError("queue record group runs past its end")
+        (group,) = _GROUP.unpack_from(rest, index_start)
+        index_start += _GROUP.size
     index_end = index_start + series * INDEX.size
     if index_end > len(rest):
         raise DecodeError("queue record index runs past its end")
@@ -331,6 +355,7 @@ def decode_record(rest: bytes, *, decompress_body: bool = True) -> Record:
             nbytes=raw_len,
             flags=flags,
             tenant=tenant,
+            group=group,
         )
     try:
         raw = decompress(compressed, max_decoded_bytes=raw_len)
@@ -347,6 +372,7 @@ def decode_record(rest: bytes, *, decompress_body: bool = True) -> Record:
         compressed=compressed,
         flags=flags,
         tenant=tenant,
+        group=group,
     )
 
 

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
-from rwrouter.config import Config
+import re
+
+from rwrouter.config import Config, DestinationConfig
+from rwrouter.relabel import RelabelConfig, parse_relabel_configs
 from rwrouter.routing.outcome import Route
 from rwrouter.routing.router import Router
 
-__all__ = ["build_router"]
+__all__ = ["build_router", "route_rules"]
+
+
+def route_rules(dest: DestinationConfig) -> tuple[RelabelConfig, ...]:
+    """A destination's rules as its route applies them: its ``write_relabel_configs``, then,
+    with ``ha_dedup``, a ``labeldrop`` of the replica label (the HA tracker's removal of it:
+    :mod:`rwrouter.routing.ha`)."""
+    if dest.ha_dedup is None:
+        return dest.write_relabel_configs
+    drop = {"action": "labeldrop", "regex": re.escape(dest.ha_dedup.replica_label)}
+    return dest.write_relabel_configs + parse_relabel_configs([drop], "ha_dedup")
 
 
 def build_router(config: Config) -> Router:
@@ -16,12 +29,13 @@ def build_router(config: Config) -> Router:
     routes = [
         Route(
             name=d.name,
-            rules=d.write_relabel_configs,
+            rules=route_rules(d),
             fallback=d.fallback,
             shadow=d.shadow,
             send_exemplars=d.send_exemplars,
             send_native_histograms=d.send_native_histograms,
             escaping=d.metric_name_escaping_scheme,
+            ha_dedup=d.ha_dedup,
         )
         for d in ordered
     ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from rwrouter.config.model import EscapingScheme
+from rwrouter.config.model import EscapingScheme, HaDedupConfig
 from rwrouter.reasons import DropReason
 from rwrouter.relabel import FILTER_ACTIONS, Action, RelabelConfig, passes, process_compiled
 from rwrouter.routing.cache import DROPPED, KEPT_SAME, NOT_SENT, Slot
@@ -38,6 +38,9 @@ class Route:
     escaping: EscapingScheme = ALLOW_UTF8
     """``metric_name_escaping_scheme``: how its output names are written
     (:class:`~rwrouter.config.model.EscapingScheme`)."""
+    ha_dedup: HaDedupConfig | None = None
+    """``ha_dedup``: only the elected HA replica's requests reach it (:mod:`rwrouter.routing.ha`,
+    applied by the fan-out); its ``rules`` end with the replica label's removal."""
 
 
 class Renamed(NamedTuple):

@@ -85,6 +85,7 @@ class Router(Generations):
         )
         self.global_rules = tuple(global_rules)
         self.routes = tuple(routes)
+        self.ha_dedup = any(r.ha_dedup is not None for r in routes)  # some route has ha_dedup
         # Per route: does it filter out exemplars or native histograms?
         self._filters = tuple(not (r.send_exemplars and r.send_native_histograms) for r in routes)
         # Per route: are its rules only keep/drop (they never change the labels)?

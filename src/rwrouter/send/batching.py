@@ -34,10 +34,13 @@ class Owner:
     ``samples_left``: its series and samples not yet done (delivered, refused for good or
     dropped); the reader counts them down. ``tenant``: the tenant its record stores
     (:data:`~rwrouter.queue.records.FLAG_TENANT`; None: none), sent in the destination's
-    ``tenant_header``: chunks of different tenants never share a batch.
+    ``tenant_header``: chunks of different tenants never share a batch. ``group``: its
+    record's batch group (:data:`~rwrouter.queue.records.FLAG_GROUP`: one replica of an HA
+    pair; 0: none): chunks of different groups never share a batch either, so the first
+    series of a request speaks for all of it at a receiver's HA tracker.
     """
 
-    __slots__ = ("dropped", "recovered", "remaining", "samples_left", "tenant")
+    __slots__ = ("dropped", "group", "recovered", "remaining", "samples_left", "tenant")
 
     def __init__(
         self,
@@ -46,8 +49,10 @@ class Owner:
         series: int = 0,
         samples: int = 0,
         tenant: str | None = None,
+        group: int = 0,
     ) -> None:
         self.recovered = recovered
+        self.group = group
         self.dropped = False
         self.remaining = series
         self.samples_left = samples
@@ -207,7 +212,8 @@ class ShardBuffer:
         """Remove and return the next batch: whole chunks in order while the batch stays within
         ``max_samples`` samples and ``max_bytes`` bytes; a first chunk larger than that is cut
         (at least one frame goes). Chunks of recovered records (:attr:`Owner.recovered`) and
-        the others never share a batch, nor chunks of different tenants (:attr:`Owner.tenant`)."""
+        the others never share a batch, nor chunks of different tenants (:attr:`Owner.tenant`)
+        or batch groups (:attr:`Owner.group`)."""
         chunks = self.chunks
         out: list[Chunk] = []
         taken = size = 0
@@ -217,7 +223,11 @@ class ShardBuffer:
             if (
                 first is not None
                 and out
-                and (chunk.owner.recovered != first.recovered or chunk.owner.tenant != first.tenant)
+                and (
+                    chunk.owner.recovered != first.recovered
+                    or chunk.owner.tenant != first.tenant
+                    or chunk.owner.group != first.group
+                )
             ):
                 break
             if taken + chunk.samples > max_samples or size + chunk.nbytes > max_bytes:

@@ -59,8 +59,11 @@ class _Tracked(Owner):
         samples: int = 0,
         recovered: bool = False,
         tenant: str | None = None,
+        group: int = 0,
     ) -> None:
-        super().__init__(recovered=recovered, series=series, samples=samples, tenant=tenant)
+        super().__init__(
+            recovered=recovered, series=series, samples=samples, tenant=tenant, group=group
+        )
         self.end, self.received_ms = end, received_ms
 
 
@@ -276,6 +279,7 @@ class QueueReader:
             samples=record.samples,
             recovered=end <= self._resend_until,
             tenant=record.tenant,
+            group=record.group,
         )
         self._records.append(tracked)
         self.shards.add(record, tracked)

@@ -18,6 +18,7 @@ from rwrouter.errors import RwrouterError
 from rwrouter.logs import kv
 from rwrouter.metrics import Metrics
 from rwrouter.pipeline.fanout import FanOut, build_fanout
+from rwrouter.pipeline.ha import ElectionTable, elections_path
 from rwrouter.pipeline.reload import reconfigure
 from rwrouter.server.app import AUDIT, BALANCE, BODIES, EXPOSE, READY, RELOAD, make_app
 from rwrouter.server.balance import Balancer, Board, board_path
@@ -97,7 +98,13 @@ class RouterServer:
         self.front_door = door = FrontDoor(
             source=self._web_file, lifecycle=self.door.enable_lifecycle, metrics=receive
         )
-        self.fanout = await build_fanout(self.config, self.metrics)
+        # HA elections: one for all the workers (a file in their runtime directory).
+        elections = (
+            ElectionTable(elections_path(self.worker.runtime_dir))
+            if self.worker is not None
+            else None
+        )
+        self.fanout = await build_fanout(self.config, self.metrics, elections=elections)
         await self.fanout.start()
         self._app = make_app(
             fanout=self.fanout, metrics=self.metrics, settings=self.config.server, front_door=door
@@ -255,6 +262,7 @@ class RouterServer:
             self._balancer = None
         if self.fanout is not None:
             await self.fanout.stop(timeout=max(0.0, deadline - time.monotonic()))
+            self.fanout.elections.close()
             self.fanout = None
         if self._peers is not None:
             await self._peers.stop()

@@ -238,6 +238,12 @@ configuration (rwrouter.bounds) plus a quarter and 64Mi, in Mi.
 {{- $workers := include "rwrouter.workers" . | int64 }}
 {{- $_ := include "rwrouter.listenPort" . }}
 {{- $cfg := include "rwrouter.configMap" . | fromJson }}
+{{- /* HA pairs: one election per rwrouter (its workers share it; two pods do not) */}}
+{{- range $dest := default list (get $cfg "remote_write") }}
+{{- if and $scaled (kindIs "map" $dest) (get $dest "ha_dedup") }}
+{{- fail (printf "config.remote_write %q has ha_dedup: it needs replicaCount 1 and no autoscaling, since both Prometheus replicas of an HA pair must reach the same rwrouter for one election (the workers of one pod share it, two pods do not): see HA pairs in the chart README" (toString (get $dest "name"))) }}
+{{- end }}
+{{- end }}
 {{- $storage := default dict (get $cfg "storage") }}
 {{- $path := toString (default "data" (get $storage "path")) }}
 {{- $under := or (not (hasPrefix "/" $path)) (eq (trimSuffix "/" $path) "/var/lib/rwrouter") (hasPrefix "/var/lib/rwrouter/" $path) }}
