@@ -134,6 +134,7 @@ def is_pure(name: str) -> bool:
         "rwrouter.auth.sigv4",
         "rwrouter.send.retry",
         "rwrouter.send.batching",
+        "rwrouter.send.age",
         "rwrouter.queue.records",
         "rwrouter.send.metabook",
         "rwrouter.send.encoding",
@@ -343,6 +344,7 @@ def test_the_checker_sees_the_package() -> None:
         "rwrouter.routing",
         "rwrouter.send.retry",
         "rwrouter.send.batching",
+        "rwrouter.send.age",
         "rwrouter.errors",
         "rwrouter.relabel.engine",
     ):

@@ -149,6 +149,8 @@ class QueueConfig:
     otherwise).
     ``max_retry_duration``: seconds a batch is retried after network errors and 5xx (0 = for
     ever); ``max_retry_duration_on_http_429``: the same for 429 (with ``retry_on_http_429``).
+    ``sample_age_limit``: seconds; samples older than this when their batch is sent (or
+    retried) are dropped, never sent (Prometheus's key and semantics; 0 = off, its default).
     """
 
     capacity: int = 10000
@@ -165,6 +167,7 @@ class QueueConfig:
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     max_retry_duration: float = 0.0
     max_retry_duration_on_http_429: float = 3600.0
+    sample_age_limit: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -92,6 +92,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--secret", required=True)
     parser.add_argument("--session-token", default=None)
     parser.add_argument("--max-body-bytes", type=int, default=Limits().max_body_bytes)
+    parser.add_argument(
+        "--out-of-bounds-s",
+        type=float,
+        default=Limits().out_of_bounds_s,
+        help="answer 400 out of bounds for samples older than this many seconds (0: off)",
+    )
     return parser
 
 
@@ -101,7 +107,7 @@ async def _serve(args: argparse.Namespace) -> None:
         region=args.region,
         workspaces=args.workspace or ["ws-1"],
         credentials={args.access_key: key},
-        limits=Limits(max_body_bytes=args.max_body_bytes),
+        limits=Limits(max_body_bytes=args.max_body_bytes, out_of_bounds_s=args.out_of_bounds_s),
         host=args.host,
         port=args.port,
     )

@@ -45,6 +45,10 @@ class Limits:
     max_metadata: int = 20_000  # metrics with metadata; more are silently dropped
     out_of_order_window_s: float = 60.0
     too_new_s: float = 600.0  # Cortex creation_grace_period: 10 min
+    # Samples older than now - this are "out of bounds" (400): before the head's window,
+    # about an hour on Cortex (half a 2 h block). 0 (the double's default) turns it off, so
+    # tests may send fixed timestamps; set it where a test needs the bound.
+    out_of_bounds_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -201,9 +205,15 @@ class WorkspaceStore:
     ) -> int:
         """Store one point unless check 13 rejects it; returns 1 if a new point was stored."""
         window_ms = int(self.limits.out_of_order_window_s * 1000)
+        bound_ms = int(self.limits.out_of_bounds_s * 1000)
         problem: tuple[str, str] | None = None
         if timestamp > now_ms + int(self.limits.too_new_s * 1000):
             problem = ("too_new", f"timestamp too new: {timestamp} metric: {_name(labels)!r}")
+        elif bound_ms and timestamp < now_ms - bound_ms:
+            problem = (
+                "out_of_bounds",
+                f"out of bounds. timestamp={timestamp}, series={format_labels(labels)}",
+            )
         elif timestamp in points:
             if points[timestamp] == value:
                 return 0  # same timestamp, same value: accepted, nothing new
