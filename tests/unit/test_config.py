@@ -664,6 +664,8 @@ SHIPPED_ENV = {
     "AMP_WORKSPACE_ID": "ws-00000000-0000-0000-0000-000000000000",
     "TEAM_A_WORKSPACE_ID": "ws-team-a",
     "TEAM_B_WORKSPACE_ID": "ws-team-b",
+    "WORKSPACE_0_ID": "ws-shard-0",
+    "WORKSPACE_1_ID": "ws-shard-1",
 }
 SHIPPED = [ROOT / "config" / "rwrouter.yaml", *sorted((ROOT / "config" / "examples").glob("*"))]
 
