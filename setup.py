@@ -53,6 +53,7 @@ if not os.environ.get("RWROUTER_NO_EXTENSIONS"):
                 "src/rwrouter/wire/_rw2out.h",
                 "src/rwrouter/wire/_relabel.h",
                 "src/rwrouter/wire/_route.h",
+                "src/rwrouter/wire/_age.h",
             ],
             optional=True,
             extra_compile_args=["-O2"],

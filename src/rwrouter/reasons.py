@@ -78,6 +78,11 @@ class DropReason(Reason):
     # The queue (rwrouter.queue, rwrouter.send.reader): queued, then lost.
     DROP_OLDEST = "drop_oldest", "removed from a full disk queue, on_full: drop_oldest"
     CORRUPT = "corrupt", "a queue record that failed its checksum or does not decode"
+    # Sending (rwrouter.send.age): older than queue_config.sample_age_limit, never sent.
+    TOO_OLD = (
+        "too_old",
+        "older than queue_config.sample_age_limit when its batch was sent or retried",
+    )
     # Sending (rwrouter.send): refused by the destination for good, or never sent.
     RETRY_BUDGET = (
         "retry_budget",
@@ -130,6 +135,7 @@ METADATA_DROP_REASONS = tuple(
         DropReason.HA_REPLICA,
         DropReason.DROP_OLDEST,
         DropReason.CORRUPT,
+        DropReason.TOO_OLD,
         DropReason.NOT_WRITTEN,
         DropReason.ORPHAN_EXEMPLAR,
     }

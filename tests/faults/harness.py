@@ -33,7 +33,7 @@ from aiohttp import web
 
 from rwrouter.doubles.prometheus import PrometheusProcess, free_port
 from rwrouter.doubles.router import RouterProcess
-from rwrouter.doubles.workspace import Fault, Key, WorkspaceDouble
+from rwrouter.doubles.workspace import Fault, Key, Limits, WorkspaceDouble
 from rwrouter.doubles.workspace_runner import ThreadedWorkspace
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE
 from rwrouter.wire import remote_pb2
@@ -68,11 +68,15 @@ def wait_for(
 
 # -- the workspace, down on demand -----------------------------------------------------------
 class OutageWorkspace(WorkspaceDouble):
-    """The workspace double (one workspace, static key) with an outage window."""
+    """The workspace double (one workspace, static key) with an outage window; ``limits``:
+    the double's (default :class:`~rwrouter.doubles.workspace.Limits`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, limits: Limits | None = None) -> None:
         super().__init__(
-            region=REGION, workspaces=(WORKSPACE_ID,), credentials={ACCESS_KEY: Key(SECRET_KEY)}
+            region=REGION,
+            workspaces=(WORKSPACE_ID,),
+            credentials={ACCESS_KEY: Key(SECRET_KEY)},
+            limits=limits,
         )
         self._down_until = 0.0  # time.monotonic()
 

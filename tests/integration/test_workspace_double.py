@@ -683,6 +683,40 @@ async def test_13_ordering_rules(
     assert series.samples == expected
 
 
+BOUNDS_CASES = [
+    ("older_than_the_bound", 3600.0, -3_601_000, 400),
+    ("at_the_bound", 3600.0, -3_600_000, 200),
+    ("inside_the_bound", 3600.0, -60_000, 200),
+    ("off_by_default", 0.0, -86_400_000, 200),
+]
+
+
+@pytest.mark.parametrize(
+    ("bound_s", "offset_ms", "status"),
+    [c[1:] for c in BOUNDS_CASES],
+    ids=[c[0] for c in BOUNDS_CASES],
+)
+async def test_13_out_of_bounds(
+    make_double: Callable[..., Any],
+    http: aiohttp.ClientSession,
+    clock: ManualClock,
+    bound_s: float,
+    offset_ms: int,
+    status: int,
+) -> None:
+    """Samples older than now - ``out_of_bounds_s`` (the head window; 0: off) are refused
+    with 400 "out of bounds", Cortex's wording, even for a new series."""
+    ws = await make_double(Limits(out_of_bounds_s=bound_s))
+    ts = now_ms(clock) + offset_ms
+    got, text = await send(http, ws, up(ts_ms=ts))
+    assert got == status, text
+    if status == 400:
+        assert text.startswith(f"out of bounds. timestamp={ts}, series="), text
+        assert ws.rejections == {"out_of_bounds": 1} and ws.sample_count("ws-1") == 0
+    else:
+        assert ws.sample_count("ws-1") == 1
+
+
 async def test_14_ingestion_rate_limit_rejects_whole_request(
     make_double: Callable[..., Any], http: aiohttp.ClientSession, clock: ManualClock
 ) -> None:

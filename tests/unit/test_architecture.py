@@ -135,6 +135,7 @@ def is_pure(name: str) -> bool:
         "rwrouter.send.retry",
         "rwrouter.send.batching",
         "rwrouter.send.pacing",
+        "rwrouter.send.age",
         "rwrouter.queue.records",
         "rwrouter.send.metabook",
         "rwrouter.send.encoding",
@@ -344,6 +345,7 @@ def test_the_checker_sees_the_package() -> None:
         "rwrouter.routing",
         "rwrouter.send.retry",
         "rwrouter.send.batching",
+        "rwrouter.send.age",
         "rwrouter.errors",
         "rwrouter.relabel.engine",
     ):

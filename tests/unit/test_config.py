@@ -113,8 +113,8 @@ BAD = {
     ],
     "not_supported_oauth2": [f"{RW0}.oauth2: not supported by rwrouter"],
     "not_supported_follow_redirects": [f"{RW0}.follow_redirects: not supported by rwrouter"],
-    "not_supported_sample_age_limit": [
-        f"{RW0}.queue_config.sample_age_limit: not supported by rwrouter"
+    "queue_negative_sample_age_limit": [
+        f"{RW0}.queue_config.sample_age_limit: not a valid duration string: '-5m'"
     ],
     "not_supported_tls_inline_cert": [f"{RW0}.tls_config.ca: not supported by rwrouter"],
     "queue_max_shards_zero": [f"{RW0}.queue_config.max_shards: must be >= 1"],
@@ -583,6 +583,11 @@ QUEUE_VALUES = [
     ("on_full: drop_oldest", "on_full", "drop_oldest"),
     ("on_full: backpressure", "on_full", "backpressure"),
     ("on_full:", "on_full", "backpressure"),  # null: the default
+    ("sample_age_limit: 0s", "sample_age_limit", 0.0),  # off, Prometheus's default
+    ("sample_age_limit: 0", "sample_age_limit", 0.0),
+    ("sample_age_limit: 30m", "sample_age_limit", 1800.0),
+    ("sample_age_limit: 1h30m", "sample_age_limit", 5400.0),
+    ("sample_age_limit:", "sample_age_limit", 0.0),  # null: the default
 ]
 
 
@@ -612,6 +617,8 @@ def test_queue_disk_and_retry_values(queue: str, key: str, value: object) -> Non
         ("queue_config: {max_retry_duration: 1.5h}", "max_retry_duration: not a valid duration"),
         ("queue_config: {max_retry_duration: 60}", "max_retry_duration: not a valid duration"),
         ("queue_config: {max_retry_duration: true}", "max_retry_duration: expected a duration"),
+        ("queue_config: {sample_age_limit: 60}", "sample_age_limit: not a valid duration"),
+        ("queue_config: {sample_age_limit: 1.5h}", "sample_age_limit: not a valid duration"),
     ],
     ids=[
         "on-full-case",
@@ -622,6 +629,8 @@ def test_queue_disk_and_retry_values(queue: str, key: str, value: object) -> Non
         "retry-fraction",
         "retry-bare-number",
         "retry-bool",
+        "age-bare-number",
+        "age-fraction",
     ],
 )
 def test_queue_disk_and_retry_errors(snippet: str, message: str) -> None:
@@ -673,6 +682,8 @@ SHIPPED_ENV = {
     "AMP_WORKSPACE_ID": "ws-00000000-0000-0000-0000-000000000000",
     "TEAM_A_WORKSPACE_ID": "ws-team-a",
     "TEAM_B_WORKSPACE_ID": "ws-team-b",
+    "WORKSPACE_0_ID": "ws-shard-0",
+    "WORKSPACE_1_ID": "ws-shard-1",
 }
 SHIPPED = [ROOT / "config" / "rwrouter.yaml", *sorted((ROOT / "config" / "examples").glob("*"))]
 
@@ -940,6 +951,24 @@ def test_describe_config_shows_non_default_durable_settings() -> None:
     assert "max_retry_duration=6h retry_on_http_429=true max_retry_duration_on_http_429=30m" in out
     assert "    disk: max_disk_bytes=100MiB on_full=backpressure\n" in out
     assert "max_retry_duration=unlimited retry_on_http_429=false\n" in out
+
+
+@pytest.mark.parametrize(
+    ("queue", "shown"),
+    [("{}", None), ("{sample_age_limit: 0s}", None), ("{sample_age_limit: 90m}", "1h30m")],
+    ids=["default_off", "zero_off", "set"],
+)
+def test_describe_config_shows_sample_age_limit_when_set(queue: str, shown: str | None) -> None:
+    text = f"remote_write:\n  - url: http://x:1/w\n    queue_config: {queue}\n"
+    sending = next(
+        line
+        for line in describe_config(parse_config(text, env={})).splitlines()
+        if line.startswith("    sending: ")
+    )
+    if shown is None:
+        assert "sample_age_limit" not in sending
+    else:
+        assert sending.endswith(f" max_request_bytes=8MiB sample_age_limit={shown}")
 
 
 def test_describe_config_relative_storage_path() -> None:

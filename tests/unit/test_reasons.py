@@ -47,6 +47,7 @@ PINNED: list[tuple[str, type[StrEnum], set[str]]] = [
             "too_large",
             "drop_oldest",
             "corrupt",
+            "too_old",
             "retry_budget",
             "not_written",
             "orphan_exemplar",

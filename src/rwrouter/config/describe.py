@@ -255,8 +255,8 @@ def _storage(storage: StorageConfig) -> str:
 
 def _queue(queue: QueueConfig) -> list[str]:
     """Four lines: the disk queue and its admission policy, what the senders read ahead and
-    send, the retry limits (``max_retry_duration`` 0 shows as ``unlimited``; the 429 limit
-    only when 429 is retried), the pacing."""
+    send (``sample_age_limit`` only when set), the retry limits (``max_retry_duration`` 0
+    shows as ``unlimited``; the 429 limit only when 429 is retried), the pacing."""
     retry_for = (
         format_duration(queue.max_retry_duration) if queue.max_retry_duration else "unlimited"
     )
@@ -267,14 +267,19 @@ def _queue(queue: QueueConfig) -> list[str]:
     if queue.retry_on_http_429:
         limit = format_duration(queue.max_retry_duration_on_http_429)
         retries += f" max_retry_duration_on_http_429={limit}"
-    return [
-        "  queue_config:",
-        f"    disk: max_disk_bytes={format_size(queue.max_disk_bytes)} on_full={queue.on_full}",
+    sending = (
         f"    sending: shards={queue.min_shards}..{queue.max_shards} capacity={queue.capacity}"
         f" max_memory_bytes={format_size(queue.max_memory_bytes)}"
         f" max_samples_per_send={queue.max_samples_per_send}"
         f" batch_send_deadline={format_duration(queue.batch_send_deadline)}"
-        f" max_request_bytes={format_size(queue.max_request_bytes)}",
+        f" max_request_bytes={format_size(queue.max_request_bytes)}"
+    )
+    if queue.sample_age_limit:
+        sending += f" sample_age_limit={format_duration(queue.sample_age_limit)}"
+    return [
+        "  queue_config:",
+        f"    disk: max_disk_bytes={format_size(queue.max_disk_bytes)} on_full={queue.on_full}",
+        sending,
         f"    retries: {retries}",
         f"    pacing: {_pacing(queue)}",
     ]

@@ -168,7 +168,6 @@ def _destination(f: Fields, ctx: Context, scheme: str) -> DestinationConfig:
                 f.raw("queue_config"),
                 f.at("queue_config"),
                 known=field_names(QueueConfig),
-                unsupported={"sample_age_limit": NOT_SUPPORTED},
             ),
             sigv4="sigv4" in auth_section,
         ),
@@ -243,6 +242,8 @@ def _queue(f: Fields, *, sigv4: bool) -> QueueConfig:
         max_retry_duration_on_http_429=f.duration(
             "max_retry_duration_on_http_429", d.max_retry_duration_on_http_429, positive=False
         ),
+        # Prometheus's key: 0 (its default) turns it off
+        sample_age_limit=f.duration("sample_age_limit", d.sample_age_limit, positive=False),
     )
     queue = _pacing(f, queue)
     if queue.min_shards > queue.max_shards:

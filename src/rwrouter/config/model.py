@@ -150,6 +150,8 @@ class QueueConfig:
     ``max_retry_duration``: seconds a batch is retried after network errors and 5xx (0 = for
     ever); ``max_retry_duration_on_http_429``: the same for 429 (with ``retry_on_http_429``).
     ``max_samples_per_second``/``burst_samples``: pacing (:mod:`rwrouter.send.pacing`; 0: off).
+    ``sample_age_limit``: seconds; samples older than this when their batch is sent (or
+    retried) are dropped, never sent (Prometheus's key and semantics; 0 = off, its default).
     """
 
     capacity: int = 10000
@@ -168,6 +170,7 @@ class QueueConfig:
     max_retry_duration_on_http_429: float = 3600.0
     max_samples_per_second: float = 0.0
     burst_samples: int = 0
+    sample_age_limit: float = 0.0
 
     @property
     def paced(self) -> bool:  # max_samples_per_second is set

@@ -9,7 +9,8 @@ off, 7 unknown key / bad token / expired key, 8 signature mismatch (all 403), 9 
 workspace (404), 10 body over the limit (413), 11 a remote write 2.0 request (415: the
 workspace speaks RW 1.0 only), not snappy block / bad protobuf (400), 12 invalid series
 (names outside the legacy scheme included: the workspace refuses UTF-8 names), 13 out of
-order / duplicate / too new (400), 14 ingestion rate (429), 15 series cap (400). Nothing from
+order / duplicate / too new / out of bounds (400: older than ``Limits.out_of_bounds_s``, off
+by default), 14 ingestion rate (429), 15 series cap (400). Nothing from
 a request failing checks 1-11 is stored. With ``Limits(ha_dedup=True)`` the Cortex HA tracker
 runs before check 12: a request whose first series names a replica (``__replica__``) of a
 cluster (``cluster``) other than the elected one is answered 202 "replicas did not match" and
@@ -386,6 +387,7 @@ _CHECK_OF_REASON = {
     "out_of_order": 13,
     "duplicate_sample": 13,
     "too_new": 13,
+    "out_of_bounds": 13,
     "rate_limited": 14,
     "series_limit": 15,
 }

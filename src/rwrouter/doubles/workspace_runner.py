@@ -105,6 +105,12 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="seconds sent in Retry-After with the rate limiter's 429 (default: no header)",
     )
+    parser.add_argument(
+        "--out-of-bounds-s",
+        type=float,
+        default=Limits().out_of_bounds_s,
+        help="answer 400 out of bounds for samples older than this many seconds (0: off)",
+    )
     return parser
 
 
@@ -119,6 +125,7 @@ async def _serve(args: argparse.Namespace) -> None:
             ingestion_rate=args.ingestion_rate,
             ingestion_burst=args.ingestion_burst,
             ingestion_retry_after=args.ingestion_retry_after,
+            out_of_bounds_s=args.out_of_bounds_s,
         ),
         host=args.host,
         port=args.port,

@@ -21,10 +21,8 @@ from google.protobuf.message import (  # type: ignore[import-untyped,unused-igno
     DecodeError as ProtobufDecodeError,
 )
 
+from rwrouter.doubles.cortex_text import Labels, cortex_series, go_quote
 from rwrouter.wire import remote_pb2, types_pb2
-
-#: A series identity: (name, value) pairs in the order received (they are validated sorted).
-Labels = tuple[tuple[str, str], ...]
 
 _SNAPPY_FRAMED_MAGIC = b"\xff\x06\x00\x00sNaPpY"
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
@@ -51,6 +49,10 @@ class Limits:
     ha_cluster_label: str = "cluster"
     ha_replica_label: str = "__replica__"
     ha_failover_timeout_s: float = 30.0
+    # Samples older than now - this are "out of bounds" (400): before the head's window,
+    # about an hour on Cortex (half a 2 h block). 0 (the double's default) turns it off, so
+    # tests may send fixed timestamps; set it where a test needs the bound.
+    out_of_bounds_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -245,9 +247,15 @@ class WorkspaceStore:
     ) -> int:
         """Store one point unless check 13 rejects it; returns 1 if a new point was stored."""
         window_ms = int(self.limits.out_of_order_window_s * 1000)
+        bound_ms = int(self.limits.out_of_bounds_s * 1000)
         problem: tuple[str, str] | None = None
         if timestamp > now_ms + int(self.limits.too_new_s * 1000):
             problem = ("too_new", f"timestamp too new: {timestamp} metric: {_name(labels)!r}")
+        elif bound_ms and timestamp < now_ms - bound_ms:
+            problem = (
+                "out_of_bounds",
+                f"out of bounds. timestamp={timestamp}, series={format_labels(labels)}",
+            )
         elif timestamp in points:
             if points[timestamp] == value:
                 return 0  # same timestamp, same value: accepted, nothing new
@@ -316,53 +324,6 @@ def validate_labels(labels: Labels, limits: Limits) -> tuple[str, str] | None:
             return ("invalid_series", f"{problem}: {go_quote(cause)} metric {series}")
         previous = label_name
     return None
-
-
-_GO_SHORT = {
-    0x07: "\\a",
-    0x08: "\\b",
-    0x0C: "\\f",
-    0x0A: "\\n",
-    0x0D: "\\r",
-    0x09: "\\t",
-    0x0B: "\\v",
-    0x5C: "\\\\",
-    0x22: '\\"',
-}
-
-
-def go_quote(text: str, limit: int = 200) -> str:
-    """Go's ``fmt`` ``%.200q`` of ``text``: its first ``limit`` characters, double-quoted,
-    with Go's escapes (``strconv.Quote``: printable characters as they are)."""
-    out = ['"']
-    for char in text[:limit]:
-        code = ord(char)
-        if code in _GO_SHORT:
-            out.append(_GO_SHORT[code])
-        elif char.isprintable():
-            out.append(char)
-        elif code < 0x80:
-            out.append(f"\\x{code:02x}")
-        elif code < 0x10000:
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(f"\\U{code:08x}")
-    out.append('"')
-    return "".join(out)
-
-
-def cortex_series(labels: Labels) -> str:
-    """A series as Cortex's ``formatLabelSet`` writes it in validation messages:
-    ``name{a="x", b="y"}`` (labels in the order received, values Go-quoted)."""
-    name, rest = "", []
-    for label_name, value in labels:
-        if label_name == "__name__" and not name and value:
-            name = value
-        else:
-            rest.append(f"{label_name}={go_quote(value, limit=1 << 30)}")
-    if not rest:
-        return name or "{}"
-    return f"{name}{{{', '.join(rest)}}}"
 
 
 def _name(labels: Labels) -> str:

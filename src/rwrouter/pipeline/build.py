@@ -28,6 +28,7 @@ from rwrouter.metrics import Metrics
 from rwrouter.pipeline.destination import Destination
 from rwrouter.protocol import RW2_MESSAGE
 from rwrouter.queue.diskqueue import DiskQueue
+from rwrouter.send.age import SampleAgeLimit
 from rwrouter.send.delivery import Deliverer
 from rwrouter.send.metabook import MetadataBook
 from rwrouter.send.metadata import MetadataQueue
@@ -136,6 +137,7 @@ def _deliverer(
         tenant_header=config.tenant_header,
         message=config.protobuf_message,
         book=_metadata_book(config),
+        age=SampleAgeLimit(config.queue_config.sample_age_limit),
         metrics=metrics.send,
         clock=clock,
         wall_clock=wall_clock,

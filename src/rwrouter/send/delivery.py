@@ -41,6 +41,12 @@
 - With a :class:`~rwrouter.send.pacer.Pacer` (``queue_config.max_samples_per_second``),
   every attempt first waits for its samples (metadata entries) in the destination's token
   bucket, and every 429 lowers the paced rate (:mod:`rwrouter.send.pacing`).
+- With a sample age limit (``queue_config.sample_age_limit``, :mod:`rwrouter.send.age`), the
+  samples of a batch (or of a split half) too old at the wall clock's now are dropped before
+  it is encoded, counted (``dropped_samples``, ``too_old``; logged at most once a minute) and
+  never sent; a part left with none is done. Before each retry, once the oldest sample left
+  has become too old, the part is filtered and encoded again (Prometheus filters on every
+  attempt), keeping its retry budget and backoff. Without a limit nothing is walked.
 """
 
 from __future__ import annotations
@@ -60,6 +66,7 @@ from rwrouter.logs import kv
 from rwrouter.metrics import SendMetrics
 from rwrouter.protocol import MESSAGES, RW1_MESSAGE, RW2_MESSAGE, Written, request_headers
 from rwrouter.reasons import DropReason, FallbackReason, RetryReason
+from rwrouter.send.age import SampleAgeLimit
 from rwrouter.send.encoding import (
     FALLBACK_MESSAGES,
     NOT_WRITTEN_MESSAGE,
@@ -75,12 +82,15 @@ from rwrouter.send.refusals import Item, Kind, Refusal, RejectHook, is_out_of_or
 from rwrouter.send.retry import RetryPolicy
 from rwrouter.send.stopping import HandedOver
 from rwrouter.send.transport import Answer, WriteClient
+from rwrouter.wire.age import Recent
 
 log = logging.getLogger("rwrouter.sending")
 
 SPLITTABLE = frozenset((400, 409, 413, 422))  # refusals of the content, not of the request
 SPLIT_BUDGET = 64  # extra requests one batch may cost to isolate its refused series
 NOT_WRITTEN_LOG_INTERVAL = 60.0  # seconds between two "not written" log lines
+TOO_OLD_LOG_INTERVAL = 60.0  # seconds between two "too old" log lines
+TOO_OLD_MESSAGE = "samples older than sample_age_limit dropped, not sent"
 
 _MESSAGES = {
     DropReason.TOO_LARGE: "series larger than the destination accepts, not retried",
@@ -101,6 +111,15 @@ class _Delivery:
     start_timestamps: bool = False  # some record of it is flagged FLAG_START_TIMESTAMPS
     not_written_logged: bool = False
     tenant: str | None = None  # sent in the tenant header (None: the configured headers')
+    stale_at: float | None = None  # wall seconds when the part in flight holds too old samples
+    attempt: int = 0  # the attempts of a part filtered again while retried (its backoff)
+
+
+class _Stale:
+    """The part being retried now holds samples too old to send: filter it again."""
+
+
+STALE = _Stale()
 
 
 class Deliverer:
@@ -121,8 +140,10 @@ class Deliverer:
     ``abandon()``: whether to stop retrying (raise
     :class:`~rwrouter.send.stopping.HandedOver`), an attribute the shards set.
     ``pacer``: the destination's pacing (None: not paced).
-    ``clock``: monotonic seconds (durations, retry budget); ``wall_clock``: unix seconds
-    (Retry-After dates). Clocks, randomness and sleep are injectable for tests.
+    ``age``: the destination's sample age limit (``queue_config.sample_age_limit``; None or
+    0: off). ``clock``: monotonic seconds (durations, retry budget); ``wall_clock``: unix
+    seconds (Retry-After dates, the sample age limit). Clocks, randomness and sleep are
+    injectable for tests.
     """
 
     def __init__(
@@ -137,6 +158,7 @@ class Deliverer:
         tenant_header: str | None = None,
         message: str = RW1_MESSAGE,
         book: MetadataBook | None = None,
+        age: SampleAgeLimit | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         rand: Callable[[], float] = random.random,
@@ -161,6 +183,7 @@ class Deliverer:
         }
         self.message = message
         self.book = book
+        self.age = age if age is not None and age.active else None
         self.metrics = metrics
         self._clock, self._wall, self._rand, self._sleep = clock, wall_clock, rand, sleep
         self._on_rejected = on_rejected
@@ -168,11 +191,18 @@ class Deliverer:
         self.abandon: Callable[[], bool] = _never  # the shards: stop at a handover
         self.failures = 0  # retried attempts, for the resharding decision
         self._not_written_at: float | None = None  # when "not written" was last logged
+        self._too_old_at: float | None = None  # when "too old" was last logged
         self._not_sent_logged = False  # whether a request that could not be built was logged
 
     def use(self, message: str) -> None:
         """Send samples in ``message`` from now on (a reload tries RW 2.0 again)."""
         self.message = message
+
+    @property
+    def ages(self) -> bool:
+        """Whether samples too old are dropped (a sample age limit is set): then
+        :meth:`deliver_raw` needs the frames (``raw``) of every batch, stored ones too."""
+        return self.age is not None
 
     def sends_stored(self, *, start_timestamps: bool) -> bool:
         """Whether stored records go out as they are stored (RW 1.0, no start timestamps):
@@ -220,7 +250,8 @@ class Deliverer:
         ``count`` samples: the usual case costs no walk over its series; ``expand()`` gives
         the (frame, samples) items only when the batch is refused and must be split. With
         ``compressed`` (the batch already snappy-compressed, only when :meth:`sends_stored`),
-        that is sent as RW 1.0 and ``raw`` is not used."""
+        that is sent as RW 1.0 unless some of its samples are too old (:attr:`ages`: then
+        ``raw`` must be given too)."""
         delivery = _Delivery(
             started=self._clock(),
             splits=SPLIT_BUDGET,
@@ -228,13 +259,17 @@ class Deliverer:
             start_timestamps=start_timestamps,
             tenant=tenant,
         )
-        if compressed is not None:
-            stored = Request(compressed, RW1_MESSAGE)
-            result = await self._send_request(stored, count, kind, delivery)
-            if isinstance(result, NotRW2):
-                raise InvariantError("NotRW2 for a remote write 1.0 request (only 2.0 can be it)")
-        else:
-            result = await self._send(raw, count, kind, delivery)
+        if self.age is not None and count and not raw:
+            raise InvariantError("a sample age limit needs the frames of a stored batch")
+        result: int | Refusal | _Stale = STALE
+        while isinstance(result, _Stale):  # filtered again when retried past the age limit
+            recent = self._recent(raw, kind, delivery)
+            if recent is not None:
+                raw, count, compressed = recent.body, recent.kept, None
+                expand = _items_of(recent.items, expand)
+                if not count:
+                    return 0
+            result = await self._send_whole(raw, count, kind, delivery, compressed)
         if not isinstance(result, Refusal):
             return result
         items = expand()
@@ -242,12 +277,59 @@ class Deliverer:
             delivery.splits = 2 * len(items)
         return await self._refused_part(items, kind, delivery, result, count)
 
+    async def _send_whole(
+        self, raw: bytes, count: int, kind: Kind, delivery: _Delivery, compressed: bytes | None
+    ) -> int | Refusal | _Stale:
+        """:meth:`_send` of a whole batch, or its stored ``compressed`` body as it is."""
+        if compressed is None:
+            return await self._send(raw, count, kind, delivery)
+        result = await self._send_request(Request(compressed, RW1_MESSAGE), count, kind, delivery)
+        if isinstance(result, NotRW2):
+            raise InvariantError("NotRW2 for a remote write 1.0 request (only 2.0 can be it)")
+        return result
+
     async def _deliver_part(self, items: list[Item], kind: Kind, delivery: _Delivery) -> int:
         count = sum(n for _, n in items)
-        result = await self._send(b"".join(frame for frame, _ in items), count, kind, delivery)
+        raw = b"".join(frame for frame, _ in items)
+        result: int | Refusal | _Stale = STALE
+        while isinstance(result, _Stale):  # filtered again when retried past the age limit
+            recent = self._recent(raw, kind, delivery)
+            if recent is not None:
+                raw, count, items = recent.body, recent.kept, recent.items or items
+                if not count:
+                    return 0
+            result = await self._send(raw, count, kind, delivery)
         if not isinstance(result, Refusal):
             return result
         return await self._refused_part(items, kind, delivery, result, count)
+
+    def _recent(self, raw: bytes, kind: Kind, delivery: _Delivery) -> Recent | None:
+        """The part's frames without its samples too old now (counted and logged), and when
+        the oldest left becomes too old (``delivery.stale_at``); None without an age limit
+        (or for metadata), or when nothing was too old."""
+        age = self.age
+        if age is None or kind != Kind.SAMPLES:
+            return None
+        recent = age.recent(raw, now=self._wall())
+        if recent is None:
+            return None
+        delivery.stale_at = age.stale_at(recent.oldest_ms)
+        if not recent.dropped:
+            return None
+        self.metrics.dropped_samples.labels(self.name, DropReason.TOO_OLD).inc(recent.dropped)
+        now = self._clock()
+        if self._too_old_at is None or now - self._too_old_at >= TOO_OLD_LOG_INTERVAL:
+            self._too_old_at = now
+            log.warning(
+                kv(
+                    destination=self.name,
+                    dropped=recent.dropped,
+                    sample_age_limit=f"{age.limit:g}s",
+                    reason=DropReason.TOO_OLD,
+                    msg=TOO_OLD_MESSAGE,
+                )
+            )
+        return recent
 
     async def _refused_part(
         self, items: list[Item], kind: Kind, delivery: _Delivery, refusal: Refusal, count: int
@@ -276,7 +358,9 @@ class Deliverer:
         self._refused(items, kind, count, refusal, delivery.tenant)
         return 0
 
-    async def _send(self, raw: bytes, count: int, kind: Kind, delivery: _Delivery) -> int | Refusal:
+    async def _send(
+        self, raw: bytes, count: int, kind: Kind, delivery: _Delivery
+    ) -> int | Refusal | _Stale:
         """Send one part (``raw``: its frames, ``count`` samples) in the protocol in use,
         with retries: the samples delivered, or the final refusal. Samples that an RW 2.0
         destination does not take as RW 2.0 (see :func:`~rwrouter.send.encoding.not_rw2`)
@@ -294,11 +378,20 @@ class Deliverer:
 
     async def _send_request(
         self, request: Request, count: int, kind: Kind, delivery: _Delivery
-    ) -> int | Refusal | NotRW2:
-        """Send one encoded request with retries and read the answer's Written headers."""
+    ) -> int | Refusal | NotRW2 | _Stale:
+        """Send one encoded request with retries and read the answer's Written headers;
+        :data:`STALE` when, retried, it came to hold samples too old to send."""
         answer = await self._post(
-            request.body, kind, request.message, delivery.started, delivery.tenant, count
+            request.body,
+            kind,
+            request.message,
+            delivery.started,
+            delivery.tenant,
+            count,
+            delivery,
         )
+        if isinstance(answer, _Stale):
+            return answer
         status = answer.status if isinstance(answer, Refusal) else 200
         written = None if isinstance(answer, Refusal) else Written.parse(answer)
         if request.message == RW2_MESSAGE:
@@ -396,11 +489,16 @@ class Deliverer:
         started: float | None,
         tenant: str | None,
         count: int = 0,
-    ) -> Refusal | Mapping[str, str]:
+        delivery: _Delivery | None = None,
+    ) -> Refusal | Mapping[str, str] | _Stale:
         """POST ``body`` (``count`` samples or metadata entries, for the pacing) with
-        retries: the headers of the 2xx answer, or the final refusal."""
+        retries: the headers of the 2xx answer, or the final refusal; :data:`STALE` when,
+        before a retry, the wall clock passed ``delivery.stale_at`` (the attempts so far stay
+        in ``delivery.attempt``, for the backoff of the part sent again)."""
         started = self._clock() if started is None else started
         attempt = 0
+        if delivery is not None:
+            attempt, delivery.attempt = delivery.attempt, 0
         refreshed = False
         while True:
             if self.pacer is not None and count:
@@ -431,21 +529,31 @@ class Deliverer:
                 return Refusal(status, text, final)
             if self.abandon():
                 raise HandedOver(f"destination {self.name} handed over while retrying")
-            self.metrics.retries.labels(self.name, _retry_label(status)).inc()
-            self.failures += 1
-            if (attempt + 1) & attempt == 0:  # log attempts 1, 2, 4, 8, ...
-                log.warning(
-                    kv(
-                        destination=self.name,
-                        kind=kind,
-                        status=status or "none",
-                        attempt=attempt + 1,
-                        retry_in=f"{decision.delay:.3f}s",
-                        error=text[:200],
-                    )
-                )
+            self._retrying(kind, status, attempt, decision.delay, text)
             await self._sleep(decision.delay)
             attempt += 1
+            if delivery is not None and _stale(delivery.stale_at, self._wall()):
+                delivery.attempt = attempt
+                return STALE
+
+    def _retrying(
+        self, kind: Kind, status: int | None, attempt: int, delay: float, text: str
+    ) -> None:
+        """Count a failed attempt that will be retried in ``delay`` seconds, and log
+        attempts 1, 2, 4, 8, ..."""
+        self.metrics.retries.labels(self.name, _retry_label(status)).inc()
+        self.failures += 1
+        if (attempt + 1) & attempt == 0:
+            log.warning(
+                kv(
+                    destination=self.name,
+                    kind=kind,
+                    status=status or "none",
+                    attempt=attempt + 1,
+                    retry_in=f"{delay:.3f}s",
+                    error=text[:200],
+                )
+            )
 
     async def _attempt(self, body: bytes, message: str, tenant: str | None) -> Answer | Exception:
         """One signed POST of a ``message`` body (``tenant`` in the tenant header); the
@@ -536,6 +644,21 @@ class Deliverer:
 
 def _never() -> bool:
     return False
+
+
+def _stale(stale_at: float | None, now: float) -> bool:
+    """Whether a part whose oldest sample becomes too old at ``stale_at`` holds one at
+    ``now`` (unix seconds)."""
+    return stale_at is not None and now > stale_at
+
+
+def _items_of(
+    items: list[Item] | None, expand: Callable[[], list[Item]]
+) -> Callable[[], list[Item]]:
+    """``expand`` for a batch whose frames were filtered to ``items`` (None: unchanged)."""
+    if items is None:
+        return expand
+    return lambda: items
 
 
 def _retry_label(status: int | None) -> str:

@@ -220,8 +220,10 @@ class Shards:
             flagged = batch.start_timestamps  # RW 1.0 strips them: the frames are needed
             stored = self._deliverer.sends_stored(start_timestamps=flagged)
             compressed = batch.compressed if stored else None
+            # a sample age limit walks the frames of every batch, stored ones too
+            need_raw = compressed is None or self._deliverer.ages
             delivered = await self._deliverer.deliver_raw(
-                batch.raw if compressed is None else b"",
+                batch.raw if need_raw else b"",
                 batch.samples,
                 lambda: batch.items,
                 compressed=compressed,

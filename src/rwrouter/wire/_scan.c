@@ -1816,6 +1816,7 @@ static PyObject *blank_bytes(PyObject *module, PyObject *arg) {
 #include "_rw2in.h" /* rw2_to_rw1: remote write 2.0 in (rwrouter.wire.rw2_in) */
 #include "_rw2scan.h" /* scan_rw2: remote write 2.0 routed without its RW1 form */
 #include "_rw2out.h" /* encode_v2, strip_start_timestamps: remote write 2.0 out */
+#include "_age.h" /* sample_ages: the sample age limit (rwrouter.wire.age) */
 #include "_relabel.h" /* relabel_program: the relabel engine's rule loop */
 #include "_route.h" /* route_labels: the routing miss path */
 
@@ -1876,6 +1877,8 @@ static PyMethodDef methods[] = {
      "Compiled rwrouter.wire.rw2_out.encode_request_py (same arguments, same result)."},
     {"strip_start_timestamps", (PyCFunction)strip_start_timestamps, METH_O,
      "Compiled rwrouter.wire.rw2_out.strip_start_timestamps_py."},
+    {"sample_ages", (PyCFunction)sample_ages, METH_O,
+     "Compiled rwrouter.wire.age.sample_ages_py."},
     {"relabel_program", (PyCFunction)(void (*)(void))relabel_program, METH_FASTCALL,
      "Compiled rwrouter.relabel.engine.process (rules compiled by engine.program)."},
     {"blank_bytes", (PyCFunction)blank_bytes, METH_O,
