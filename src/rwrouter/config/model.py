@@ -58,6 +58,15 @@ class OnFull(StrEnum):
     DROP_OLDEST = "drop_oldest"
 
 
+class OnSeriesLimit(StrEnum):
+    """``on_series_limit``: what a new series past a destination's ``series_limit`` does:
+    ``fallback`` goes to the fallback destination (unless another destination keeps it),
+    ``drop`` is dropped (counted, reason ``series_limit``); :mod:`rwrouter.routing.budget`."""
+
+    FALLBACK = "fallback"
+    DROP = "drop"
+
+
 class EscapingScheme(StrEnum):
     """``metric_name_escaping_scheme``: how a destination's names outside the legacy
     character set are written (prometheus/common ``model.EscapingScheme``, the same names as
