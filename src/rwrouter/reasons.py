@@ -63,6 +63,10 @@ class DropReason(Reason):
     )
     NAME_COLLISION = "name_collision", "its escaped names equal a series seen first"
     FILTERED = "filtered", "only exemplars or histograms the destination does not take"
+    SERIES_LIMIT = (
+        "series_limit",
+        "a new series past the destination's series_limit (on_series_limit: fallback or drop)",
+    )
     # Admission (rwrouter.pipeline.fanout): not queued.
     QUEUE_FULL = (
         "queue_full",
@@ -125,6 +129,7 @@ METADATA_DROP_REASONS = tuple(
         DropReason.RELABEL,
         DropReason.NAME_COLLISION,
         DropReason.FILTERED,
+        DropReason.SERIES_LIMIT,
         DropReason.DROP_OLDEST,
         DropReason.CORRUPT,
         DropReason.NOT_WRITTEN,

@@ -42,6 +42,7 @@ PINNED: list[tuple[str, type[StrEnum], set[str]]] = [
             "invalid",
             "name_collision",
             "filtered",
+            "series_limit",
             "queue_full",
             "too_large",
             "drop_oldest",

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from rwrouter.config.budget import DEFAULT_SERIES_WINDOW, OnSeriesLimit
 from rwrouter.relabel.names import ValidationScheme
 
 if TYPE_CHECKING:
@@ -56,15 +57,6 @@ class OnFull(StrEnum):
 
     BACKPRESSURE = "backpressure"
     DROP_OLDEST = "drop_oldest"
-
-
-class OnSeriesLimit(StrEnum):
-    """``on_series_limit``: what a new series past a destination's ``series_limit`` does:
-    ``fallback`` goes to the fallback destination (unless another destination keeps it),
-    ``drop`` is dropped (counted, reason ``series_limit``); :mod:`rwrouter.routing.budget`."""
-
-    FALLBACK = "fallback"
-    DROP = "drop"
 
 
 class EscapingScheme(StrEnum):
@@ -299,6 +291,14 @@ class DestinationConfig:
     fallback: bool = False
     shadow: bool = False
     audit: bool = False
+    series_limit: int | None = None
+    """Active series this destination may hold (None: no budget); past it a new series goes
+    by ``on_series_limit``; active: a sample within ``series_window`` seconds. A sigv4
+    destination's limit within 10 % of ``audit.series_limit`` needs
+    ``series_limit_near_quota: true`` (:mod:`rwrouter.routing.budget`)."""
+    on_series_limit: OnSeriesLimit = OnSeriesLimit.FALLBACK
+    series_window: float = DEFAULT_SERIES_WINDOW
+    series_limit_near_quota: bool = False
     protobuf_message: str = "prometheus.WriteRequest"
     """The protobuf message sent: ``prometheus.WriteRequest`` (RW 1.0) or
     ``io.prometheus.write.v2.Request`` (RW 2.0); Prometheus's key and values."""

@@ -26,11 +26,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from rwrouter.audit.active import ActiveSeries
-from rwrouter.config.model import OnSeriesLimit
+from rwrouter.config.budget import DEFAULT_SERIES_WINDOW, OnSeriesLimit
 
 __all__ = ["DEFAULT_SERIES_WINDOW", "BudgetState", "OnSeriesLimit", "SeriesBudget"]
 
-DEFAULT_SERIES_WINDOW = 7200.0  # seconds: the workspace's "a sample in the last 2 h"
 MIN_OVER_KEYS = 10_000  # series over the budget remembered at least (else up to the limit)
 
 
@@ -86,6 +85,16 @@ class SeriesBudget:
                 self._over_names[text] = self._over_names.get(text, 0) + 1
                 self.limited += 1
             return False
+
+    def resize(self, *, limit: int, action: OnSeriesLimit) -> None:
+        """Take a new ``limit`` and ``action`` (a reload), keeping the counts. Raises
+        ValueError for a limit that is not positive."""
+        if limit < 1:
+            raise ValueError("series_limit must be positive")
+        with self._lock:
+            self.limit, self.action = limit, action
+            self._series.max_series = limit
+            self._max_over = max(limit, MIN_OVER_KEYS)
 
     def observe(self, body: bytes, index: bytes, now: float) -> None:
         """Count the framed series of one share sent to the destination (``body`` + its

@@ -82,7 +82,9 @@ def worker_storage(path: str, index: int) -> str:
 
 def worker_config(config: Config, spec: WorkerSpec) -> Config:
     """``config`` as worker ``spec.index`` runs it: its own storage path; the port the
-    supervisor picked if the configured one is 0."""
+    supervisor picked if the configured one is 0; its part of each destination's
+    ``series_limit`` (``series_limit // count``, at least 1: all the workers together never
+    hold more; :mod:`rwrouter.routing.budget`)."""
     server = config.server
     if server.listen_port == 0:
         host = server.listen_address.rpartition(":")[0]
@@ -90,7 +92,13 @@ def worker_config(config: Config, spec: WorkerSpec) -> Config:
     storage = dataclasses.replace(
         config.storage, path=worker_storage(config.storage.path, spec.index)
     )
-    return dataclasses.replace(config, server=server, storage=storage)
+    destinations = tuple(
+        dataclasses.replace(d, series_limit=max(1, d.series_limit // spec.count))
+        if d.series_limit is not None
+        else d
+        for d in config.remote_write
+    )
+    return dataclasses.replace(config, server=server, storage=storage, remote_write=destinations)
 
 
 def prepare_worker(spec: WorkerSpec) -> None:
