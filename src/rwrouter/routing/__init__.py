@@ -34,7 +34,7 @@ series is its re-encoded labels followed by the sender's raw bytes.
 """
 
 from rwrouter.routing.budget import BudgetState, SeriesBudget
-from rwrouter.routing.budgeted import BudgetedRouter
+from rwrouter.routing.budgeted import BudgetedRouter, budget_states
 from rwrouter.routing.build import build_router
 from rwrouter.routing.cache import DEFAULT_CACHE_BYTES, DEFAULT_CACHE_MAX_AGE, DEFAULT_CACHE_SIZE
 from rwrouter.routing.outcome import Route
@@ -51,6 +51,7 @@ __all__ = [
     "RoutedRequest",
     "Router",
     "SeriesBudget",
+    "budget_states",
     "build_router",
     "shard_hash",
 ]

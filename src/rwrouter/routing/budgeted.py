@@ -36,7 +36,7 @@ from rwrouter.routing.router import Router
 from rwrouter.wire.accelerator import compiled, decode_labels
 from rwrouter.wire.index import INDEX, named_frames_list
 
-__all__ = ["BudgetedRouter"]
+__all__ = ["BudgetedRouter", "budget_states"]
 
 _OVER = REASONS.index(DropReason.SERIES_LIMIT)
 _COLLIDED = REASONS.index(DropReason.NAME_COLLISION)
@@ -157,3 +157,9 @@ class BudgetedRouter(Router):
                 res = self._collide(j, res, key)
             slot: Slot = (res, shard_hash(res)) if isinstance(res, bytes) else REASONS.index(res)
             slots[j] = slot if j not in self.budgets or self._admitted(j, key, slot) else _OVER
+
+
+def budget_states(router: Router, now: float) -> dict[str, BudgetState]:
+    """``router``'s series budgets by destination at ``now`` (seconds; empty for a router
+    without one): :meth:`BudgetedRouter.budget_states`."""
+    return router.budget_states(now) if isinstance(router, BudgetedRouter) else {}
