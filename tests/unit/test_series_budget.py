@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rwrouter.config import OnSeriesLimit
+from rwrouter.metrics.audit import OTHER_NAMES, over_names
 from rwrouter.routing import shard_hash
 from rwrouter.routing.budget import SeriesBudget
 from rwrouter.wire.accelerator import encode_labels
@@ -113,3 +114,19 @@ def test_over_series_are_listed_by_name_once_and_forgotten_when_room_frees() -> 
 def test_bad_settings_raise(limit: int, window: float) -> None:
     with pytest.raises(ValueError, match="positive"):
         SeriesBudget(limit=limit, window=window, action=OnSeriesLimit.DROP, now=0.0)
+
+
+@pytest.mark.parametrize(
+    ("over", "expected"),
+    [
+        pytest.param({}, [], id="none"),
+        pytest.param({"b": 2, "a": 2, "c": 5}, [("c", 5), ("a", 2), ("b", 2)], id="most_first"),
+        pytest.param(
+            {f"m{i:02}": 20 - i for i in range(12)},
+            [(f"m{i:02}", 20 - i) for i in range(10)] + [(OTHER_NAMES, 9 + 10)],
+            id="the_rest_summed",
+        ),
+    ],
+)
+def test_over_names_exposed(over: dict[str, int], expected: list[tuple[str, int]]) -> None:
+    assert over_names(over) == expected

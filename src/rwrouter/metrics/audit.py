@@ -88,10 +88,23 @@ class AuditCollector(Collector):
         )
 
 
+OVER_NAMES = 10  # metric names of the series over a budget exposed (the rest summed)
+OTHER_NAMES = "(other names)"
+
+
+def over_names(over: Mapping[str, int]) -> list[tuple[str, int]]:
+    """The :data:`OVER_NAMES` metric names with the most series in ``over`` (largest first;
+    ties by name), then :data:`OTHER_NAMES` with the rest's sum when there is a rest."""
+    ranked = sorted(over.items(), key=lambda item: (-item[1], item[0]))
+    rest = sum(count for _, count in ranked[OVER_NAMES:])
+    return ranked[:OVER_NAMES] + ([(OTHER_NAMES, rest)] if rest else [])
+
+
 class BudgetCollector(Collector):
     """The series budgets (:mod:`rwrouter.routing.budget`), per destination with a
     ``series_limit``: ``rwrouter_series_limit``, ``rwrouter_series_limit_active_series``,
-    ``rwrouter_series_limit_over_series`` and ``rwrouter_series_limited_total{action}``.
+    ``rwrouter_series_limit_over_series{metric}`` (:func:`over_names`) and
+    ``rwrouter_series_limited_total{action}``.
     Absent without a budget. With ``--workers`` each worker has its part of the limit: the
     sums over the workers are the destination's."""
 
@@ -115,8 +128,9 @@ class BudgetCollector(Collector):
         )
         over = GaugeMetricFamily(
             "rwrouter_series_limit_over_series",
-            "New series past a destination's series_limit, not sent there until room frees up.",
-            labels=["destination"],
+            "New series past a destination's series_limit, not sent there until room frees "
+            f"up, for its {OVER_NAMES} metric names with the most (the rest: {OTHER_NAMES}).",
+            labels=["destination", "metric"],
         )
         limited = CounterMetricFamily(
             "rwrouter_series_limited",
@@ -127,6 +141,7 @@ class BudgetCollector(Collector):
         for name, state in states.items():
             limit.add_metric([name], state.limit)
             active.add_metric([name], state.active)
-            over.add_metric([name], sum(state.over.values()))
+            for metric, count in over_names(state.over):
+                over.add_metric([name, metric], count)
             limited.add_metric([name, state.action], state.limited)
         yield from (limit, active, over, limited)
