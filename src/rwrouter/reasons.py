@@ -65,6 +65,10 @@ class DropReason(Reason):
     FILTERED = "filtered", "only exemplars or histograms the destination does not take"
     # HA pairs (rwrouter.routing.ha, ha_dedup): a request of a replica that is not elected.
     HA_REPLICA = "ha_replica", "ha_dedup: sent by an HA replica other than the elected one"
+    SERIES_LIMIT = (
+        "series_limit",
+        "a new series past the destination's series_limit (on_series_limit: fallback or drop)",
+    )
     # Admission (rwrouter.pipeline.fanout): not queued.
     QUEUE_FULL = (
         "queue_full",
@@ -133,6 +137,7 @@ METADATA_DROP_REASONS = tuple(
         DropReason.NAME_COLLISION,
         DropReason.FILTERED,
         DropReason.HA_REPLICA,
+        DropReason.SERIES_LIMIT,
         DropReason.DROP_OLDEST,
         DropReason.CORRUPT,
         DropReason.TOO_OLD,

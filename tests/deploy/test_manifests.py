@@ -20,8 +20,10 @@ import yaml
 from kubernetes_validate.utils import latest_version  # type: ignore[import-untyped,unused-ignore]
 from prometheus_client.parser import text_string_to_metric_families
 
+from rwrouter.config import OnSeriesLimit
 from rwrouter.config.load import load_config
 from rwrouter.metrics import Metrics, merge_expositions
+from rwrouter.routing import BudgetState
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -94,10 +96,13 @@ def _promtool_run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[s
 def _exposed_names() -> set[str]:
     """Every sample name rwrouter's /metrics can show: a single process's registry and the
     merged view of `run --workers` (rwrouter_workers, rwrouter_worker_up, write connections),
-    with an audited destination (the rwrouter_audit_* metrics are absent without one)."""
+    with an audited destination and one with a series_limit (the rwrouter_audit_* and
+    rwrouter_series_limit* metrics are absent without one)."""
     metrics = Metrics()
     metrics.process.watch_write_connections(lambda: 0.0)
     metrics.audit.totals.source = lambda: ({"workspace": (1, 1)}, 50_000_000)
+    budget = BudgetState(1000, 1, {"gpu_util": 1}, 1, OnSeriesLimit.FALLBACK)
+    metrics.audit.budgets.source = lambda: {"workspace": budget}  # (absent without a budget)
     text = metrics.exposition()[0].decode()
     merged = merge_expositions({"0": text}, workers=2).decode()
     suffixes = {

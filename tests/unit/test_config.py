@@ -13,6 +13,7 @@ from rwrouter.config import (
     BasicAuth,
     Config,
     MetadataConfig,
+    OnSeriesLimit,
     PriceTier,
     QueueConfig,
     Secret,
@@ -130,6 +131,26 @@ BAD = {
     "all_destinations_fallback": [
         f"{RW0}.fallback: at least one destination must not be a fallback"
     ],
+    "series_limit_zero": [f"{RW0}.series_limit: must be >= 1"],
+    "series_limit_missing": [f"{RW0}.on_series_limit: needs series_limit"],
+    "series_limit_bad_action": [
+        f"{RW0}.on_series_limit: expected one of fallback, drop, got 'divert'"
+    ],
+    "series_limit_no_fallback": [
+        f"{RW0}.on_series_limit: fallback needs another destination with fallback: true"
+    ],
+    "series_limit_fallback_on_fallback": [
+        "remote_write[1].on_series_limit: fallback needs another destination"
+    ],
+    "series_limit_shadow": ["remote_write[1].series_limit: a shadow destination sends nothing"],
+    "series_limit_near_quota": [
+        f"{RW0}.series_limit: 46000000 is within 10% of the workspace's limit of 50000000",
+        "series_limit_near_quota: true",
+    ],
+    "series_limit_over_quota": [
+        f"{RW0}.series_limit: 1000001 is over the workspace's limit of 1000000"
+    ],
+    "series_window_zero": [f"{RW0}.series_window: must be"],
     "bad_listen_address": ["server.listen_address: expected host:port", "'9250'"],
     "bad_size": ["server.max_request_bytes: expected a size in bytes", "'32 megabytes'"],
     "authorization_credentials_and_file": [
@@ -205,6 +226,24 @@ BAD = {
 def test_every_bad_file_has_a_table_entry() -> None:
     stems = {path.name.removesuffix(".bad.yml") for path in TESTDATA.glob("*.bad.yml")}
     assert stems == set(BAD)
+
+
+def test_a_series_budget_is_read_with_its_keys() -> None:
+    dest = load_config(TESTDATA / "series_budget.good.yml", env={}).remote_write[0]
+    assert (dest.series_limit, dest.on_series_limit, dest.series_window) == (
+        950_000,
+        OnSeriesLimit.FALLBACK,
+        3600.0,
+    )
+    assert dest.series_limit_near_quota
+    plain = load_config(TESTDATA / "minimal.good.yml", env={}).remote_write[0]
+    assert plain.series_limit is None
+    out = describe_config(load_config(TESTDATA / "series_budget.good.yml", env={}))
+    assert (
+        "  series_limit: 950,000 active series (series_limit_near_quota) within "
+        "series_window=1h; a new series past it: the fallback destination "
+        "(on_series_limit=fallback)"
+    ) in out.splitlines()
 
 
 @pytest.mark.parametrize(("stem", "expected"), BAD.items(), ids=list(BAD))

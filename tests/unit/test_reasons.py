@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rwrouter.config import EscapingScheme, Fsync, OnFull
+from rwrouter.config import EscapingScheme, Fsync, OnFull, OnSeriesLimit
 from rwrouter.config.web import ClientAuth, Role
 from rwrouter.metrics import Metrics
 from rwrouter.reasons import (
@@ -43,6 +43,7 @@ PINNED: list[tuple[str, type[StrEnum], set[str]]] = [
             "name_collision",
             "filtered",
             "ha_replica",
+            "series_limit",
             "queue_full",
             "too_large",
             "drop_oldest",
@@ -95,6 +96,7 @@ PINNED: list[tuple[str, type[StrEnum], set[str]]] = [
     ("auth_reasons", AuthReason, {"missing", "wrong", "forbidden", "client_cert", "lifecycle"}),
     ("kinds", Kind, {"samples", "metadata"}),
     ("on_full", OnFull, {"backpressure", "drop_oldest"}),
+    ("on_series_limit", OnSeriesLimit, {"fallback", "drop"}),
     ("fsync", Fsync, {"always", "interval"}),
     ("escaping_schemes", EscapingScheme, {"allow-utf-8", "underscores", "dots", "values"}),
     ("validation_schemes", ValidationScheme, {"utf8", "legacy"}),

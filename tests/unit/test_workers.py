@@ -56,6 +56,28 @@ def test_worker_config(listen: str, expected: str) -> None:
     assert mine.remote_write == config.remote_write
 
 
+@pytest.mark.parametrize(
+    ("limit", "count", "expected"),
+    [
+        pytest.param(1000, 2, 500, id="halves"),
+        pytest.param(1001, 3, 333, id="rounded_down_never_more_together"),
+        pytest.param(2, 4, 1, id="at_least_one"),
+    ],
+)
+def test_each_worker_holds_its_part_of_a_series_limit(
+    limit: int, count: int, expected: int
+) -> None:
+    config = parse_config(
+        "remote_write:\n"
+        f"  - {{url: 'http://x/w', series_limit: {limit}, on_series_limit: drop}}\n"
+        "  - {url: 'http://y/w'}\n",
+        env={},
+    )
+    spec = WorkerSpec(index=0, count=count, port=1, runtime_dir="/r", ready_fd=5, lifeline_fd=6)
+    budgeted, plain = worker_config(config, spec).remote_write
+    assert (budgeted.series_limit, plain.series_limit) == (expected, None)
+
+
 def _exposition(requests: int, duration: float | None = None) -> str:
     metrics = Metrics()
     metrics.receive.requests.labels("204").inc(requests)

@@ -201,6 +201,42 @@ class ActiveSeries:
         elif now < self._first:  # a capture may hold earlier times later
             self._first = now
 
+    def holds(self, name: bytes, hashed: int, now: float) -> bool:
+        """Whether the series of metric name ``name`` (raw bytes) and shard hash ``hashed``
+        (u32) is active at ``now`` (counted within the window)."""
+        self._advance(now)
+        nid = self._ids.get(name)
+        if nid is None:
+            return False
+        key = nid << HASH_BITS | hashed
+        return any(key in generation for generation in self._generations)
+
+    def add(self, name: bytes, hashed: int, now: float) -> bool:
+        """Count the series of ``name`` and ``hashed`` as seen at ``now`` without samples (it
+        is about to be sent: a series budget admitted it). False when it was not remembered
+        (``max_series`` reached)."""
+        self._advance(now)
+        nid = self._ids.get(name)
+        if nid is None:
+            nid = self._add_name(name, now)
+            if nid == self._other:
+                return False
+        key = nid << HASH_BITS | hashed
+        newest = self._generations[-1]
+        if key in newest:
+            return True
+        for generation in self._generations[:-1]:
+            if generation.pop(key, None) is not None:
+                newest[key] = nid
+                return True
+        if self._held >= self.max_series:
+            self._capped_until = now + self.window
+            return False
+        newest[key] = nid
+        self._active[nid] += 1
+        self._held += 1
+        return True
+
     def counts(self, now: float) -> Counts:
         """A quick copy of the per-name state at ``now`` (series older than the window are
         forgotten first): :meth:`Counts.snapshot` does the rest, e.g. outside a lock."""

@@ -187,8 +187,45 @@ def cmd_audit(args: argparse.Namespace) -> int:
     except (urllib.error.URLError, OSError, ValueError) as exc:
         print(f"rwrouter audit: cannot read {address}: {exc}", file=sys.stderr)
         return 1
-    _print(report, args)
+    budgets = _budgets(f"{base}/-/status", args.http_config_file)
+    _print(report, args, budgets)
     return 0
+
+
+def _budgets(address: str, http_config_file: str | None) -> dict[str, Any]:
+    """The series budgets of the router's ``GET /-/status`` (every worker's), by destination
+    with a ``series_limit``: limit, active series, series over it by metric name (most
+    first) and the counter of series limited; {} when it cannot be read (the audit is
+    printed anyway)."""
+    request, context = _request(address, http_config_file)
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT, context=context) as response:
+            status = json.load(response)
+    except (urllib.error.URLError, OSError, ValueError):
+        return {}
+    return {
+        name: {
+            "series_limit": d["series_limit"],
+            "active_series": d.get("series_limit_active_series"),
+            "series_over": d.get("series_over", []),
+            "series_limited_total": d.get("series_limited_total"),
+        }
+        for name, d in status.get("destinations", {}).items()
+        if d.get("series_limit") is not None
+    }
+
+
+def _budget_lines(budgets: dict[str, Any]) -> list[str]:
+    """The series budgets as text: one line per destination, then its over series by name."""
+    lines = []
+    for name, b in budgets.items():
+        lines.append(
+            f"series budget {name}: {b['active_series'] or 0:,.0f} of {b['series_limit']:,.0f}"
+            f" active series; over it (fallback or dropped), by metric name:"
+            + ("" if b["series_over"] else " none")
+        )
+        lines += [f"  {metric}  {count:,.0f}" for metric, count in b["series_over"]]
+    return lines
 
 
 def _request(
@@ -209,15 +246,20 @@ def _request(
     return urllib.request.Request(address, headers=headers), context
 
 
-def _print(report: dict[str, Any], args: argparse.Namespace) -> None:
-    """The report as JSON (``--top`` names per destination by ``--sort``) or as tables."""
+def _print(
+    report: dict[str, Any], args: argparse.Namespace, budgets: dict[str, Any] | None = None
+) -> None:
+    """The report as JSON (``--top`` names per destination by ``--sort``) or as tables; then
+    the series ``budgets`` (:func:`_budgets`; JSON: ``series_budgets``), if any."""
     from rwrouter.audit import format_table, reranked
 
     if args.json:
-        print(json.dumps(reranked(report, args.sort, args.top), indent=2))
+        out = reranked(report, args.sort, args.top)
+        print(json.dumps({**out, "series_budgets": budgets} if budgets else out, indent=2))
     else:
         table = format_table(report, sort=args.sort, top=args.top)  # metric names: outside data
-        print("\n".join(map(escape, table.split("\n"))), end="")
+        lines = table.split("\n") + _budget_lines(budgets or {})
+        print("\n".join(map(escape, lines)), end="\n" if budgets else "")
 
 
 def _audit_capture(args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ Module layout: ``values`` (scalar syntax; ``show``, how an error shows a value: 
 destination directories' names and limits) <- ``load`` (files), ``describe`` (text).
 """
 
+from rwrouter.config.budget import OnSeriesLimit
 from rwrouter.config.describe import describe_config, describe_rule
 from rwrouter.config.load import check_files, load_config
 from rwrouter.config.model import (
@@ -61,6 +62,7 @@ __all__ = [
     "GlobalConfig",
     "MetadataConfig",
     "OnFull",
+    "OnSeriesLimit",
     "PriceTier",
     "QueueConfig",
     "Secret",

@@ -115,6 +115,17 @@ def _ha(ha: HaDedupConfig) -> str:
     )
 
 
+def _budget(dest: DestinationConfig) -> str:
+    """A destination's series budget on one line (``series_limit`` set)."""
+    where = "the fallback destination" if dest.on_series_limit == "fallback" else "dropped"
+    near = " (series_limit_near_quota)" if dest.series_limit_near_quota else ""
+    return (
+        f"{dest.series_limit:,} active series{near} within series_window="
+        f"{format_duration(dest.series_window)}; a new series past it: {where}"
+        f" (on_series_limit={dest.on_series_limit})"
+    )
+
+
 def _destination(dest: DestinationConfig) -> list[str]:
     role = (
         "yes: receives the series no non-fallback, non-shadow destination kept"
@@ -137,6 +148,8 @@ def _destination(dest: DestinationConfig) -> list[str]:
         ]
     if dest.audit:
         lines.append("  audit: yes: sent, and counted by the audit")
+    if dest.series_limit is not None:
+        lines.append(f"  series_limit: {_budget(dest)}")
     lines += [
         f"  auth: {_auth(dest)}",
         f"  protocol: {_protocol(dest)}",

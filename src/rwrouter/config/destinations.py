@@ -1,6 +1,7 @@
 """The ``remote_write`` section (pure): each destination's keys, validated with Prometheus's
 field semantics (``remote_write`` of the Prometheus configuration) plus rwrouter's own
-(``fallback``, ``shadow``, ``audit``, ``metric_name_escaping_scheme`` per destination), and
+(``fallback``, ``shadow``, ``audit``, ``metric_name_escaping_scheme``, the series budget per
+destination), and
 the names given to destinations without one. Raises ConfigError naming the key path.
 """
 
@@ -9,9 +10,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from rwrouter.config.budget import QUOTA_MARGIN, OnSeriesLimit
 from rwrouter.config.client import (
     NOT_SUPPORTED,
     Context,
@@ -37,7 +39,7 @@ from rwrouter.protocol import MESSAGES
 from rwrouter.relabel import RelabelConfig, parse_relabel_configs
 from rwrouter.relabel.names import is_utf8_label_name
 
-__all__ = ["choice", "parse_destinations", "parse_rules"]
+__all__ = ["check_budgets", "choice", "parse_destinations", "parse_rules"]
 
 _DEST_UNSUPPORTED = dict.fromkeys(
     (
@@ -183,6 +185,7 @@ def _destination(f: Fields, ctx: Context, scheme: str) -> DestinationConfig:
         audit=f.boolean("audit", default.audit),
         ha_dedup=_ha_dedup(f),
         protobuf_message=choice(f, "protobuf_message", default.protobuf_message, MESSAGES),
+        **_budget(f, default),
         # The managed workspace refuses UTF-8 names (400): a sigv4 destination escapes them.
         metric_name_escaping_scheme=enum_choice(
             f,
@@ -220,6 +223,63 @@ def _ha_dedup(dest: Fields) -> HaDedupConfig | None:
         replica_label=names["replica_label"],
         failover_timeout=f.duration("failover_timeout", d.failover_timeout),
     )
+
+
+def _budget(f: Fields, default: DestinationConfig) -> dict[str, Any]:
+    """The series budget keys (:mod:`rwrouter.routing.budget`); the others need
+    ``series_limit``."""
+    if not f.has("series_limit"):
+        for key in ("on_series_limit", "series_window", "series_limit_near_quota"):
+            if f.has(key):
+                raise ConfigError(f.at(key), "needs series_limit")
+        return {}
+    return {
+        "series_limit": f.integer("series_limit", 1, minimum=1),
+        "on_series_limit": enum_choice(
+            f, "on_series_limit", default.on_series_limit, OnSeriesLimit
+        ),
+        "series_window": f.duration("series_window", default.series_window),
+        "series_limit_near_quota": f.boolean(
+            "series_limit_near_quota", default.series_limit_near_quota
+        ),
+    }
+
+
+def check_budgets(destinations: Sequence[DestinationConfig], quota: int, path: str) -> None:
+    """The series budgets against the rest of the configuration: ``on_series_limit:
+    fallback`` needs a fallback destination to go to, a fallback destination's own budget
+    can only drop, a shadow destination sends nothing to budget; a sigv4 destination's
+    ``series_limit`` is at most ``quota`` (``audit.series_limit``: the workspace's
+    active-series limit, past which it answers 400 to a new series) and within
+    :data:`QUOTA_MARGIN` of it only with ``series_limit_near_quota: true``. Raises
+    ConfigError naming the key."""
+    has_fallback = any(d.fallback for d in destinations)
+    for i, dest in enumerate(destinations):
+        at = f"{path}[{i}]"
+        limit = dest.series_limit
+        if limit is None:
+            continue
+        if dest.shadow:
+            raise ConfigError(f"{at}.series_limit", "a shadow destination sends nothing to limit")
+        if dest.on_series_limit == OnSeriesLimit.FALLBACK and (dest.fallback or not has_fallback):
+            raise ConfigError(
+                f"{at}.on_series_limit",
+                "fallback needs another destination with fallback: true (or use drop)",
+            )
+        if dest.sigv4 is None:
+            continue
+        if limit > quota:
+            raise ConfigError(
+                f"{at}.series_limit",
+                f"{limit} is over the workspace's limit of {quota} (audit.series_limit)",
+            )
+        if limit > quota * (1 - QUOTA_MARGIN) and not dest.series_limit_near_quota:
+            raise ConfigError(
+                f"{at}.series_limit",
+                f"{limit} is within {QUOTA_MARGIN:.0%} of the workspace's limit of {quota} "
+                "(audit.series_limit), which refuses new series with 400: leave a margin "
+                "(other writers, collisions of the count) or set series_limit_near_quota: true",
+            )
 
 
 def _queue(f: Fields, *, sigv4: bool) -> QueueConfig:

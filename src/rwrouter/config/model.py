@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from rwrouter.config.budget import DEFAULT_SERIES_WINDOW, OnSeriesLimit
 from rwrouter.config.clientmodel import Authorization, BasicAuth, SigV4Config, TLSConfig
 from rwrouter.relabel.names import ValidationScheme
 
@@ -257,6 +258,14 @@ class DestinationConfig:
     shadow: bool = False
     audit: bool = False
     ha_dedup: HaDedupConfig | None = None
+    series_limit: int | None = None
+    """Active series this destination may hold (None: no budget); past it a new series goes
+    by ``on_series_limit``; active: a sample within ``series_window`` seconds. A sigv4
+    destination's limit within 10 % of ``audit.series_limit`` needs
+    ``series_limit_near_quota: true`` (:mod:`rwrouter.routing.budget`)."""
+    on_series_limit: OnSeriesLimit = OnSeriesLimit.FALLBACK
+    series_window: float = DEFAULT_SERIES_WINDOW
+    series_limit_near_quota: bool = False
     protobuf_message: str = "prometheus.WriteRequest"
     """The protobuf message sent: ``prometheus.WriteRequest`` (RW 1.0) or
     ``io.prometheus.write.v2.Request`` (RW 2.0); Prometheus's key and values."""

@@ -13,7 +13,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from rwrouter.config.client import NOT_SUPPORTED, Context
-from rwrouter.config.destinations import enum_choice, parse_destinations, parse_rules
+from rwrouter.config.destinations import (
+    check_budgets,
+    enum_choice,
+    parse_destinations,
+    parse_rules,
+)
 from rwrouter.config.document import load_yaml
 from rwrouter.config.model import (
     AuditConfig,
@@ -127,6 +132,7 @@ def parse_config(
         remote_write=parse_destinations(top.raw("remote_write"), "remote_write", ctx, scheme),
         source=source,
     )
+    check_budgets(config.remote_write, config.audit.series_limit, "remote_write")
     check_destination_paths(
         config.storage.path,
         (

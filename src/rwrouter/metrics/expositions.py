@@ -80,6 +80,9 @@ _STATUS_FIELDS: dict[str, tuple[str, str]] = {
     "pacing_max_samples_per_second": ("rwrouter_pacing_max_samples_per_second", "sum"),
     "pacing_burst_samples": ("rwrouter_pacing_burst_samples", "sum"),
     "pacing_delay_seconds_total": ("rwrouter_pacing_delay_seconds_sum", "sum"),
+    "series_limit": ("rwrouter_series_limit", "sum"),  # each worker holds its part
+    "series_limit_active_series": ("rwrouter_series_limit_active_series", "sum"),
+    "series_limited_total": ("rwrouter_series_limited_total", "sum"),
     "credentials_expiry_timestamp_seconds": (
         "rwrouter_credentials_expiry_timestamp_seconds",
         "min",
@@ -106,11 +109,14 @@ def status_snapshot(exposition: str) -> dict[str, object]:
          "destinations": {name: {<_STATUS_FIELDS keys>: float | None,
                                  "dropped_samples_total": {reason: float},
                                  "retries_total": {reason: float},
-                                 "top_names": [[metric name, share 0..1], ...]}}}
+                                 "top_names": [[metric name, share 0..1], ...],
+                                 "series_over": [[metric name, series], ...]}}}
 
     ``top_names``: the 10 largest estimated shares (``rwrouter_metric_name_share``; with
     workers, the mean over the workers reporting names for that destination, a name one of
-    them does not list counting 0 there), largest first.
+    them does not list counting 0 there), largest first. ``series_over``: the series over the
+    destination's ``series_limit`` by metric name (``rwrouter_series_limit_over_series``,
+    summed over the workers), most first; empty without a budget.
 
     Counters are totals since start; gauges as exposed (bytes, seconds, unix seconds for the
     credential expiry); a value that is not finite (NaN, e.g. a hit ratio before any lookup)
@@ -138,9 +144,11 @@ class _Destination:
         self.values = {k: 0.0 if k.endswith("_total") else None for k in _STATUS_FIELDS}
         self.by_reason: dict[str, dict[str, float]] = {key: {} for key in _STATUS_BY_REASON}
         self.top_names: list[tuple[str, float]] = []
+        self.over: dict[str, float] = {}
 
     def as_dict(self) -> dict[str, object]:
-        return {**self.values, **self.by_reason, "top_names": self.top_names}
+        over = sorted(self.over.items(), key=lambda item: (-item[1], item[0]))
+        return {**self.values, **self.by_reason, "top_names": self.top_names, "series_over": over}
 
 
 class _Snapshot:
@@ -178,6 +186,10 @@ class _Snapshot:
             per_metric = self.names.setdefault(destination, {})
             per_metric.setdefault(labels.get("metric", ""), []).append(value)
             self.reporters.setdefault(destination, set()).add(labels.get("worker", ""))
+        elif name == "rwrouter_series_limit_over_series":
+            over = self._destination(destination).over
+            metric = labels.get("metric", "")
+            over[metric] = over.get(metric, 0.0) + value
         elif name in _BY_REASON:
             reasons = self._destination(destination).by_reason[_BY_REASON[name]]
             reason = labels.get("reason", "")

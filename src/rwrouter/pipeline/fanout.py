@@ -32,7 +32,7 @@ from rwrouter.pipeline.ha import ElectionTable, apply_ha
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written
 from rwrouter.queue.records import FLAG_START_TIMESTAMPS, EncodedShare, encode_share
 from rwrouter.reasons import DropReason
-from rwrouter.routing import RoutedRequest, Router, build_router
+from rwrouter.routing import RoutedRequest, Router, budget_states, build_router
 from rwrouter.routing.ha import share_group
 from rwrouter.routing.tenants import DEFAULT_MAX_TENANTS, Tenants
 from rwrouter.wire import decompress
@@ -118,6 +118,7 @@ class FanOut:
         audit_metrics.name_shares.source = self.names.top
         self.audit = audit or Audit(Config(remote_write=()), now=time.monotonic())
         audit_metrics.totals.source = lambda: self.audit.totals(time.monotonic())
+        audit_metrics.budgets.source = lambda: budget_states(self.router, time.monotonic())
 
     @property
     def generation(self) -> int:

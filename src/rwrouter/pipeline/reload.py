@@ -31,7 +31,7 @@ from rwrouter.metrics import Metrics
 from rwrouter.pipeline.build import build_destination
 from rwrouter.pipeline.destination import Destination
 from rwrouter.pipeline.fanout import FanOut
-from rwrouter.routing import build_router
+from rwrouter.routing import BudgetedRouter, Router, build_router
 
 log = logging.getLogger("rwrouter.reload")
 
@@ -100,7 +100,7 @@ async def reconfigure(
             await _restore(fanout, running, retired, metrics)
             raise
         fanout.swap(
-            build_router(new),
+            _router(new, fanout.router),
             [dest if dest is not None else built[i] for i, dest in enumerate(wanted)],
             new,
         )
@@ -108,6 +108,15 @@ async def reconfigure(
         dest.try_configured_protocol()
     _log(summary)
     return summary
+
+
+def _router(config: Config, running: Router) -> Router:
+    """The router of ``config``, its series budgets' counts carried over from ``running``
+    (the series a destination has are still active at the workspace)."""
+    router = build_router(config)
+    if isinstance(router, BudgetedRouter):
+        router.adopt(running)
+    return router
 
 
 async def _plan(

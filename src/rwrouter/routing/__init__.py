@@ -23,11 +23,18 @@ Rules (rwrouter's routing semantics, built on Prometheus relabel semantics):
    family name, escaped as the destination escapes metric names). An entry without a family
    name is sent nowhere (counted as ``invalid``).
 
+7. A destination with a ``series_limit`` (:mod:`rwrouter.routing.budget`) takes a *new*
+   series only while it has room; one past it is not sent there (reason ``series_limit``) and
+   goes to the fallback destinations as if the destination had not kept it, or nowhere
+   (``on_series_limit``); :class:`BudgetedRouter`.
+
 The outcome of a label set depends only on its raw bytes, so it is computed once and cached (the
 same series return every scrape). Samples, exemplars and histograms are never decoded: a routed
 series is its re-encoded labels followed by the sender's raw bytes.
 """
 
+from rwrouter.routing.budget import BudgetState, SeriesBudget
+from rwrouter.routing.budgeted import BudgetedRouter, budget_states
 from rwrouter.routing.build import build_router
 from rwrouter.routing.cache import DEFAULT_CACHE_BYTES, DEFAULT_CACHE_MAX_AGE, DEFAULT_CACHE_SIZE
 from rwrouter.routing.outcome import Route
@@ -38,9 +45,13 @@ __all__ = [
     "DEFAULT_CACHE_BYTES",
     "DEFAULT_CACHE_MAX_AGE",
     "DEFAULT_CACHE_SIZE",
+    "BudgetState",
+    "BudgetedRouter",
     "Route",
     "RoutedRequest",
     "Router",
+    "SeriesBudget",
+    "budget_states",
     "build_router",
     "shard_hash",
 ]

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from rwrouter.config import Config, DestinationConfig
+from rwrouter.errors import ConfigError
 from rwrouter.relabel import RelabelConfig, parse_relabel_configs
+from rwrouter.routing.budget import SeriesBudget
+from rwrouter.routing.budgeted import BudgetedRouter
 from rwrouter.routing.outcome import Route
 from rwrouter.routing.router import Router
+from rwrouter.routing.tenants import mentions_tenant
 
 __all__ = ["build_router", "route_rules"]
 
@@ -24,7 +29,11 @@ def route_rules(dest: DestinationConfig) -> tuple[RelabelConfig, ...]:
 
 def build_router(config: Config) -> Router:
     """The router of a configuration: global rules, then one route per destination: those
-    that send (config order), then the shadow ones (config order)."""
+    that send (config order), then the shadow ones (config order). With a destination's
+    ``series_limit``: a :class:`~rwrouter.routing.budgeted.BudgetedRouter` (a worker of
+    ``rwrouter run --workers`` is given its part of the limit).
+    Raises ConfigError for a series budget with rules that read ``__tenant__`` (not
+    supported)."""
     ordered = sorted(config.remote_write, key=lambda d: d.shadow)  # stable
     routes = [
         Route(
@@ -40,10 +49,28 @@ def build_router(config: Config) -> Router:
         for d in ordered
     ]
     cache = config.relabel_cache
-    return Router(
-        global_rules=config.relabel_configs,
-        routes=routes,
-        cache_size=cache.max_entries,
-        cache_bytes=cache.max_bytes,
-        cache_max_age=cache.max_age,
-    )
+    args: dict[str, Any] = {
+        "global_rules": config.relabel_configs,
+        "routes": routes,
+        "cache_size": cache.max_entries,
+        "cache_bytes": cache.max_bytes,
+        "cache_max_age": cache.max_age,
+    }
+    budgets = {
+        d.name: SeriesBudget(
+            limit=d.series_limit,
+            window=d.series_window,
+            action=d.on_series_limit,
+            now=0.0,
+        )
+        for d in ordered
+        if d.series_limit is not None
+    }
+    if not budgets:
+        return Router(**args)
+    if mentions_tenant(config.relabel_configs, routes):
+        i = next(i for i, d in enumerate(config.remote_write) if d.series_limit is not None)
+        raise ConfigError(
+            f"remote_write[{i}].series_limit", "not supported with rules that read __tenant__"
+        )
+    return BudgetedRouter(budgets=budgets, **args)

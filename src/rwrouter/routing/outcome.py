@@ -19,7 +19,12 @@ from rwrouter.wire.accelerator import encode_labels
 
 # The drop reasons a cache entry holds, by index (its reason byte); the scan loop counts
 # DropReason.FILTERED itself (only exemplars or histograms the destination does not take).
-REASONS = (DropReason.RELABEL, DropReason.INVALID, DropReason.NAME_COLLISION)
+REASONS = (
+    DropReason.RELABEL,
+    DropReason.INVALID,
+    DropReason.NAME_COLLISION,
+    DropReason.SERIES_LIMIT,
+)
 
 _EXEMPLARS, _HISTOGRAMS = 3, 4
 

@@ -1,0 +1,207 @@
+"""A router with series budgets (rwrouter.routing.budgeted): a new series past a destination's
+series_limit goes to the fallback destination or is dropped, decided once per label set and
+cached; the compiled loop and the pure one agree."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from rwrouter.config import OnSeriesLimit
+from rwrouter.reasons import DropReason
+from rwrouter.relabel import parse_relabel_configs
+from rwrouter.routing import Route, RoutedRequest
+from rwrouter.routing import budgeted as budgeted_module
+from rwrouter.routing import router as router_module
+from rwrouter.routing import scan as scan_module
+from rwrouter.routing.budget import SeriesBudget
+from rwrouter.routing.budgeted import BudgetedRouter
+from rwrouter.routing.scan import scan_request_py, scan_rw2_py
+from rwrouter.wire import decompress, remote_pb2, write_v2_pb2
+from rwrouter.wire.accelerator import ACCELERATED
+from tests.support.series import Series, build_body
+
+WINDOW = 800.0  # generations of 100 s
+KEEP_GPU = parse_relabel_configs(
+    [{"source_labels": ["__name__"], "regex": "gpu_.*", "action": "keep"}], "test"
+)
+DROP = OnSeriesLimit.DROP
+FALLBACK = OnSeriesLimit.FALLBACK
+
+
+@pytest.fixture(params=["compiled", "pure"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    if request.param == "compiled" and not ACCELERATED:
+        pytest.skip("the accelerator is not built")
+    if request.param == "pure":
+        monkeypatch.setattr(router_module, "scan_request", scan_request_py)
+        monkeypatch.setattr(router_module, "scan_rw2", scan_rw2_py)
+        monkeypatch.setattr(scan_module, "scan_request", scan_request_py)
+        monkeypatch.setattr(budgeted_module, "_route_labels", None)
+    yield request.param
+
+
+def request(*names: str) -> bytes:
+    """A decompressed write request, one series (one sample) per ``name:pod``."""
+    series = [
+        Series((("__name__", n.split(":")[0]), ("pod", n.split(":")[1])), [(1000, 1.0)])
+        for n in names
+    ]
+    return decompress(build_body(series), max_decoded_bytes=1 << 24)
+
+
+def got(routed: RoutedRequest) -> list[list[str]]:
+    """Per destination, the ``name:pod`` of the series it gets."""
+    out = []
+    for share in routed.shares:
+        req = remote_pb2.WriteRequest()
+        req.ParseFromString(share.body)
+        out.append([":".join(lab.value for lab in ts.labels) for ts in req.timeseries])
+    return out
+
+
+def router(limit: int, action: OnSeriesLimit, *, other: bool = False) -> BudgetedRouter:
+    """``ws`` (GPU series, the budget), optionally ``other`` (every series), ``store``
+    (fallback)."""
+    routes = [Route(name="ws", rules=KEEP_GPU)]
+    if other:
+        routes.append(Route(name="other"))
+    routes.append(Route(name="store", fallback=True))
+    budget = SeriesBudget(limit=limit, window=WINDOW, action=action, now=0.0)
+    return BudgetedRouter(budgets={"ws": budget}, global_rules=(), routes=routes)
+
+
+# (series sent, time) per request, then per destination what the last request sent it
+Case = tuple[int, OnSeriesLimit, bool, list[tuple[list[str], float]], list[list[str]]]
+CASES = [
+    pytest.param(
+        2,
+        FALLBACK,
+        False,
+        [(["gpu_a:1", "gpu_a:2", "gpu_a:3", "cpu:1"], 0)],
+        [["gpu_a:1", "gpu_a:2"], ["gpu_a:3", "cpu:1"]],
+        id="over_to_the_fallback",
+    ),
+    pytest.param(
+        2,
+        DROP,
+        False,
+        [(["gpu_a:1", "gpu_a:2", "gpu_a:3", "cpu:1"], 0)],
+        [["gpu_a:1", "gpu_a:2"], ["cpu:1"]],
+        id="over_dropped",
+    ),
+    pytest.param(
+        1,
+        FALLBACK,
+        True,
+        [(["gpu_a:1", "gpu_a:2"], 0)],
+        [["gpu_a:1"], ["gpu_a:1", "gpu_a:2"], []],
+        id="another_destination_keeps_it",
+    ),
+    pytest.param(
+        2,
+        FALLBACK,
+        False,
+        [(["gpu_a:1", "gpu_a:2"], 0), (["gpu_a:3", "gpu_a:1", "gpu_a:2"], 10)],
+        [["gpu_a:1", "gpu_a:2"], ["gpu_a:3"]],
+        id="series_it_has_keep_flowing",
+    ),
+    pytest.param(
+        1,
+        FALLBACK,
+        False,
+        [(["gpu_a:1", "gpu_a:2"], 0), (["gpu_a:2"], 10), (["gpu_a:2"], 950)],
+        [["gpu_a:2"], []],
+        id="room_freed_the_cached_over_series_is_decided_again",
+    ),
+    pytest.param(
+        1,
+        FALLBACK,
+        False,
+        [(["gpu_a:1", "gpu_a:2"], 0)]
+        + [(["gpu_a:1", "gpu_a:2"], t) for t in range(100, 1700, 100)],
+        [["gpu_a:1"], ["gpu_a:2"]],
+        id="series_sent_keep_their_room",
+    ),
+]
+
+
+@pytest.mark.parametrize(("limit", "action", "other", "requests", "expected"), CASES)
+def test_routing_with_a_budget(
+    path: str,
+    limit: int,
+    action: OnSeriesLimit,
+    other: bool,
+    requests: list[tuple[list[str], float]],
+    expected: list[list[str]],
+) -> None:
+    r = router(limit, action, other=other)
+    routed = None
+    for names, now in requests:
+        routed = r.route(request(*names), now=now)
+    assert routed is not None
+    assert got(routed) == expected
+
+
+@pytest.mark.parametrize("action", [FALLBACK, DROP], ids=["fallback", "drop"])
+def test_over_series_are_counted_by_name_and_their_samples_dropped_there(
+    path: str, action: OnSeriesLimit
+) -> None:
+    r = router(1, action)
+    first = r.route(request("gpu_a:1", "gpu_a:2", "gpu_b:1"), now=0)
+    again = r.route(request("gpu_a:1", "gpu_a:2", "gpu_b:1"), now=1)
+    for routed in (first, again):  # the second from the cache: the same outcome
+        assert routed.dropped == {(0, DropReason.SERIES_LIMIT): 2}
+    assert again.shares[0].series == 1
+    state = r.budget_states(1)["ws"]
+    assert (state.active, state.limit, state.over, state.limited) == (
+        1,
+        1,
+        {"gpu_a": 1, "gpu_b": 1},
+        2,
+    )
+    assert r.hits == 3  # decided once per label set: hits stay hits
+
+
+def test_a_reload_keeps_the_counts_of_the_same_window(path: str) -> None:
+    old = router(2, FALLBACK)
+    old.route(request("gpu_a:1", "gpu_a:2"), now=0)
+    new = router(3, DROP)
+    new.adopt(old)
+    routed = new.route(request("gpu_a:9", "gpu_a:8", "gpu_a:1"), now=1)
+    assert got(routed) == [["gpu_a:9", "gpu_a:1"], []]
+    assert new.budget_states(1)["ws"].action == DROP
+
+
+def test_a_budget_for_an_unknown_destination_is_refused() -> None:
+    budget = SeriesBudget(limit=1, window=WINDOW, action=DROP, now=0.0)
+    with pytest.raises(ValueError, match="unknown destination 'nope'"):
+        BudgetedRouter(budgets={"nope": budget}, global_rules=(), routes=[Route(name="ws")])
+
+
+def request_rw2(*names: str) -> bytes:
+    """:func:`request` as a remote write 2.0 request."""
+    req = write_v2_pb2.Request()
+    symbols = [""]
+    for n in names:
+        ts = req.timeseries.add()
+        for text in ("__name__", n.split(":")[0], "pod", n.split(":")[1]):
+            if text not in symbols:
+                symbols.append(text)
+            ts.labels_refs.append(symbols.index(text))
+        ts.samples.add(value=1.0, timestamp=1000)
+    req.symbols.extend(symbols)
+    return bytes(req.SerializeToString())
+
+
+def test_remote_write_2_is_decided_the_same_and_again_when_room_frees(path: str) -> None:
+    r = router(1, FALLBACK)
+    steps = [(["gpu_a:1", "gpu_a:2"], 0.0), (["gpu_a:2"], 10.0), (["gpu_a:2"], 950.0)]
+    expected = [
+        [["gpu_a:1"], ["gpu_a:2"]],
+        [[], ["gpu_a:2"]],  # from the cache (both of the compiled loop's keys)
+        [["gpu_a:2"], []],
+    ]
+    for (names, now), want in zip(steps, expected, strict=True):
+        assert got(r.route(request_rw2(*names), now=now, rw2=True)) == want
