@@ -152,28 +152,30 @@ class ElectionTable:
     def leaders(self, now: float) -> list[Elected]:
         """Every (destination, cluster) in the table with its elected replica, in slot order,
         ``now``: monotonic seconds (a leader silent for longer than its timeout is listed
-        until another replica sends or its slot is reused). Reads under the locks; about
-        1 ms for the 4096 slots."""
-        found: list[Elected] = []
+        until another replica sends or its slot is reused). The table is copied under the
+        locks (2 MiB: about a millisecond) and read outside them (about 2 ms empty, 10 ms with
+        4,000 clusters), so a scrape holds up decisions for the copy only."""
         with self._lock:
             if self._fd is not None:
                 fcntl.flock(self._fd, fcntl.LOCK_SH)
             try:
-                for offset in range(0, self._slots * SLOT.size, SLOT.size):
-                    if self._map[offset : offset + 16] == _FREE:
-                        continue
-                    _, _, seen, _, _, nd, nc, nr, d, c, r = SLOT.unpack_from(self._map, offset)
-                    found.append(
-                        Elected(
-                            d[:nd].decode("utf-8", "replace"),
-                            c[:nc].decode("utf-8", "replace"),
-                            r[:nr].decode("utf-8", "replace"),
-                            max(0.0, now - seen),
-                        )
-                    )
+                table = self._map[:]
             finally:
                 if self._fd is not None:
                     fcntl.flock(self._fd, fcntl.LOCK_UN)
+        found: list[Elected] = []
+        for offset in range(0, len(table), SLOT.size):
+            if table[offset : offset + 16] == _FREE:
+                continue
+            _, _, seen, _, _, nd, nc, nr, d, c, r = SLOT.unpack_from(table, offset)
+            found.append(
+                Elected(
+                    d[:nd].decode("utf-8", "replace"),
+                    c[:nc].decode("utf-8", "replace"),
+                    r[:nr].decode("utf-8", "replace"),
+                    max(0.0, now - seen),
+                )
+            )
         return found
 
     def _decide(
