@@ -96,13 +96,16 @@ def _promtool_run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[s
 def _exposed_names() -> set[str]:
     """Every sample name rwrouter's /metrics can show: a single process's registry and the
     merged view of `run --workers` (rwrouter_workers, rwrouter_worker_up, write connections),
-    with an audited destination and one with a series_limit (the rwrouter_audit_* and
-    rwrouter_series_limit* metrics are absent without one)."""
+    with an audited destination, one with a series_limit and one with ha_dedup (the
+    rwrouter_audit_*, rwrouter_series_limit* and rwrouter_ha_* gauges are absent without
+    one)."""
     metrics = Metrics()
     metrics.process.watch_write_connections(lambda: 0.0)
     metrics.audit.totals.source = lambda: ({"workspace": (1, 1)}, 50_000_000)
     budget = BudgetState(1000, 1, {"gpu_util": 1}, 1, OnSeriesLimit.FALLBACK)
     metrics.audit.budgets.source = lambda: {"workspace": budget}  # (absent without a budget)
+    ha = ({"workspace": ("cluster", "__replica__", 30.0)}, [("workspace", "c", "a", 1.0)])
+    metrics.send.ha.source = lambda: ha  # (absent without ha_dedup)
     text = metrics.exposition()[0].decode()
     merged = merge_expositions({"0": text}, workers=2).decode()
     suffixes = {

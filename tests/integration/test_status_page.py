@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -480,3 +481,122 @@ async def test_index_is_plain_text_without_a_browser(
         status = await resp.json()
     assert set(status["destinations"]) == {"workspace", "selfhosted"}
     assert status["destinations"]["workspace"]["sent_samples_total"] == 0.0
+
+
+# -- HA pairs (ha_dedup) ---------------------------------------------------------------------
+HA_ROUTER = """
+remote_write:
+  - name: workspace
+    url: {url}/workspace
+    queue_config: {{batch_send_deadline: 20ms}}
+    ha_dedup: {{failover_timeout: 500ms}}
+  - name: selfhosted
+    url: {url}/selfhosted
+    queue_config: {{batch_send_deadline: 20ms}}
+"""
+HA_FAILOVER = 0.5  # seconds, as above
+
+# The status page's HA block of the workspace, once it lists both clusters.
+HA_JS = """() => {
+  const b = document.querySelector('[data-ha="workspace"]');
+  if (!b || b.querySelectorAll("tr[data-cluster]").length < 2) return null;
+  return {line: b.querySelector("p").textContent,
+          others: document.querySelectorAll("[data-ha]").length,
+          rows: Object.fromEntries([...b.querySelectorAll("tr[data-cluster]")].map(r => [
+            r.dataset.cluster, Object.fromEntries([...r.querySelectorAll("td")].map(
+              td => [td.dataset.field, td.textContent]))]))};
+}"""
+
+
+def _ha_body(cluster: str, replica: str, ms: int) -> bytes:
+    labels = (("__name__", "up"), ("cluster", cluster), ("__replica__", replica))
+    return build_body([Series(labels, ((ms, 1.0),))])
+
+
+def _browse_ha(url: str) -> tuple[dict[str, Any], list[str]]:
+    """The status page at ``url`` in headless Chromium: its workspace HA block (once it lists
+    two clusters) and the page's errors."""
+    from playwright.sync_api import sync_playwright
+
+    errors: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=_chromium(), args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(url, wait_until="load", timeout=15_000)
+            page.wait_for_function(HA_JS, timeout=15_000)
+            shown: dict[str, Any] = page.evaluate(HA_JS)
+            return shown, errors
+        finally:
+            browser.close()
+
+
+async def test_status_page_shows_ha_dedup_elected_replicas_and_elections(
+    start_router: StartRouter, fresh_capture: CaptureServer, http: aiohttp.ClientSession
+) -> None:
+    _chromium()
+    router = await start_router(HA_ROUTER.format(url=fresh_capture.url("").rstrip("/")))
+    ms = int(time.time() * 1000)
+    for cluster, replica in (("c1", "prom-a"), ("c1", "prom-b"), ("c2", "prom-x")):
+        assert (await post_write(http, router, _ha_body(cluster, replica, ms)))[0] == 204
+
+    async def status() -> dict[str, Any]:
+        async with http.get(router.url + "/-/status") as resp:
+            figures: dict[str, Any] = (await resp.json())["destinations"]
+            return figures
+
+    first = (await status())["workspace"]["ha_dedup"]
+    assert [(c["cluster"], c["replica"], c["elections_total"]) for c in first["clusters"]] == [
+        ("c1", "prom-a", 1.0),  # prom-b was dropped
+        ("c2", "prom-x", 1.0),
+    ]
+    # prom-a silent for longer than failover_timeout: prom-b's next request elects it.
+    started = time.monotonic()
+    await eventually(lambda: time.monotonic() - started > HA_FAILOVER, timeout=5)
+    assert (await post_write(http, router, _ha_body("c1", "prom-b", ms + 1000)))[0] == 204
+    labels = {"destination": "workspace", "cluster": "c1"}
+    assert metric_value(router, "rwrouter_ha_leader_changes_total", **labels) == 2
+    deadline = time.monotonic() + 5  # the server keeps a /-/status answer for 1 s
+    while (figures := await status())["workspace"]["ha_dedup"]["clusters"][0]["replica"] != (
+        "prom-b"
+    ):
+        assert time.monotonic() < deadline, figures
+        await asyncio.sleep(0.05)
+    assert figures["selfhosted"]["ha_dedup"] is None
+    ha = figures["workspace"]["ha_dedup"]
+    assert {k: ha[k] for k in ("cluster_label", "replica_label", "failover_timeout")} == {
+        "cluster_label": "cluster",
+        "replica_label": "__replica__",
+        "failover_timeout": HA_FAILOVER,
+    }
+    c1, c2 = ha["clusters"]
+    assert (c1["cluster"], c1["replica"], c1["elections_total"]) == ("c1", "prom-b", 2.0)
+    assert (c2["cluster"], c2["replica"], c2["elections_total"]) == ("c2", "prom-x", 1.0)
+    assert c1["last_seen"] - c2["last_seen"] > HA_FAILOVER  # prom-b sent after the silence
+    assert 0 <= time.time() - c1["last_seen"] < 5
+    assert metric_value(
+        router, "rwrouter_ha_elected_replica_timestamp_seconds", replica="prom-b", **labels
+    ) == pytest.approx(c1["last_seen"], abs=0.01)
+
+    shown, errors = await asyncio.to_thread(_browse_ha, router.url + "/")
+    assert errors == []
+    assert shown["others"] == 1  # selfhosted has no ha_dedup: no block
+    assert shown["line"] == (
+        "workspace: cluster_label cluster, replica_label __replica__, failover_timeout 0.5 s; "
+        "2 clusters"
+    )
+    rows = shown["rows"]
+    assert {c: (r["replica"], r["elections"]) for c, r in rows.items()} == {
+        "c1": ("prom-b", "2"),
+        "c2": ("prom-x", "1"),
+    }
+    for row in rows.values():
+        assert re.fullmatch(r"\d+(\.\d)? s ago", row["last_seen"]), row
+    # dropped: prom-b's first request at the workspace only; the rest sent
+    assert (
+        metric_value(
+            router, "rwrouter_samples_dropped_total", destination="workspace", reason="ha_replica"
+        )
+        == 1
+    )

@@ -4,6 +4,7 @@ in records and batches, and the workspace double's own tracker."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from rwrouter.config import parse_config
 from rwrouter.doubles.workspace_store import Limits, WorkspaceStore
 from rwrouter.metrics import Metrics
-from rwrouter.pipeline.ha import ElectionTable, apply_ha
+from rwrouter.pipeline.ha import ElectionTable, apply_ha, ha_state
 from rwrouter.queue.records import FLAG_GROUP, check_record, decode_record, encode_share
 from rwrouter.reasons import DropReason
 from rwrouter.routing import build_router
@@ -168,6 +169,60 @@ def test_full_table_reuses_stale_slots_else_takes_without_election() -> None:
     assert (full.verdict, full.full) == (Verdict.UNLABELED, True)
     reused = table.decide(destination="ws", cluster="c3", replica="a", now=31, failover_timeout=T)
     assert (reused.verdict, reused.full) == (Verdict.ELECTED, False)
+
+
+LEADERS = {
+    "one": ([("ws", "c", "a", 0.0)], [("ws", "c", "a", 10.0)]),
+    "failover-names-the-new-one": (
+        [("ws", "c", "a", -30.0), ("ws", "c", "b", 1.0)],
+        [("ws", "c", "b", 9.0)],
+    ),
+    "replica-dropped-changes-nothing": (
+        [("ws", "c", "a", 0.0), ("ws", "c", "b", 5.0)],
+        [("ws", "c", "a", 10.0)],
+    ),
+    "per-destination-and-cluster": (
+        [("ws", "c1", "a", 0.0), ("ws", "c2", "b", 2.0), ("other", "c1", "b", 4.0)],
+        [("other", "c1", "b", 6.0), ("ws", "c1", "a", 10.0), ("ws", "c2", "b", 8.0)],
+    ),
+    "long-names-cut-at-a-character": (
+        [("d" * 70, "é" * 100, "r" * 300, 0.0)],
+        [("d" * 64, "é" * 96, "r" * 193, 10.0)],
+    ),
+}
+
+
+@pytest.mark.parametrize(("decisions", "listed"), LEADERS.values(), ids=list(LEADERS))
+def test_table_leaders_lists_elected_replicas_and_silence(
+    decisions: list[tuple[str, str, str, float]], listed: list[tuple[str, str, str, float]]
+) -> None:
+    table = ElectionTable(slots=64)
+    for destination, cluster, replica, now in decisions:
+        table.decide(
+            destination=destination, cluster=cluster, replica=replica, now=now, failover_timeout=T
+        )
+    got = sorted((e.destination, e.cluster, e.replica, e.silent) for e in table.leaders(10.0))
+    assert got == sorted(listed)
+
+
+def test_ha_state_is_settings_and_leaders_in_unix_seconds() -> None:
+    config = parse_config(
+        "remote_write:\n"
+        "  - {name: ws, url: http://127.0.0.1:1/w, ha_dedup: {failover_timeout: 5s}}\n"
+        "  - {name: plain, url: http://127.0.0.1:1/p}\n",
+        env={},
+    )
+    router = build_router(config)
+    table = ElectionTable(slots=8)
+    now = time.monotonic()
+    table.decide(destination="ws", cluster="c", replica="a", now=now - 2, failover_timeout=5)
+    table.decide(destination="gone", cluster="c", replica="a", now=now, failover_timeout=5)
+    before = time.time()
+    settings, leaders = ha_state(router.routes, table)
+    assert settings == {"ws": ("cluster", "__replica__", 5.0)}
+    [(destination, cluster, replica, seen)] = leaders
+    assert (destination, cluster, replica) == ("ws", "c", "a")
+    assert before - 2 - 0.5 < seen <= time.time() - 2
 
 
 # -- the first series of a request ---------------------------------------------------------------

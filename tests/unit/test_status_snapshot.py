@@ -107,3 +107,63 @@ def test_status_snapshot_top_names_are_the_mean_share_over_workers() -> None:
     destinations = status_snapshot(text)["destinations"]
     assert isinstance(destinations, dict)
     assert destinations["ws"]["top_names"] == [("a", 0.5), ("c", 0.375), ("b", 0.125)]
+
+
+def _ha_worker(leaders: list[tuple[str, str, str, float]], elections: dict[str, int]) -> str:
+    m = Metrics()
+    settings = {"ws": ("cluster", "__replica__", 30.0)}
+    m.send.ha.source = lambda: (settings, leaders)
+    for cluster, count in elections.items():
+        m.send.ha_leader_changes.labels("ws", cluster).inc(count)
+    return m.exposition()[0].decode()
+
+
+HA_CASES = [
+    pytest.param(
+        [([("ws", "c1", "a", 1000.0)], {"c1": 1})],
+        [{"cluster": "c1", "replica": "a", "last_seen": 1000.0, "elections_total": 1.0}],
+        id="one_process",
+    ),
+    pytest.param(
+        [
+            ([("ws", "c1", "a", 1000.0), ("ws", "c2", "x", 990.0)], {"c1": 1}),
+            ([("ws", "c1", "b", 1003.0), ("ws", "c2", "x", 990.5)], {"c1": 1, "c2": 1}),
+        ],
+        [
+            {"cluster": "c1", "replica": "b", "last_seen": 1003.0, "elections_total": 2.0},
+            {"cluster": "c2", "replica": "x", "last_seen": 990.5, "elections_total": 1.0},
+        ],
+        id="workers_latest_leader_elections_summed",
+    ),
+    pytest.param(
+        [([], {"gone": 3})],
+        [{"cluster": "gone", "replica": None, "last_seen": None, "elections_total": 3.0}],
+        id="cluster_no_longer_in_the_table",
+    ),
+]
+
+
+@pytest.mark.parametrize(("workers", "clusters"), HA_CASES)
+def test_status_snapshot_ha_dedup(
+    workers: list[tuple[list[tuple[str, str, str, float]], dict[str, int]]],
+    clusters: list[dict[str, object]],
+) -> None:
+    parts = {str(i): _ha_worker(*w) for i, w in enumerate(workers)}
+    text = merge_expositions(parts, workers=len(parts)).decode()
+    destinations = status_snapshot(text)["destinations"]
+    assert isinstance(destinations, dict)
+    assert destinations["ws"]["ha_dedup"] == {
+        "cluster_label": "cluster",
+        "replica_label": "__replica__",
+        "failover_timeout": 30.0,
+        "clusters": clusters,
+    }
+    json.dumps(destinations, allow_nan=False)
+
+
+def test_status_snapshot_without_ha_dedup_has_none() -> None:
+    m = Metrics()
+    m.send.sent_samples.labels("ws").inc(1)
+    destinations = status_snapshot(m.exposition()[0].decode())["destinations"]
+    assert isinstance(destinations, dict)
+    assert destinations["ws"]["ha_dedup"] is None

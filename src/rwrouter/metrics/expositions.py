@@ -110,13 +110,22 @@ def status_snapshot(exposition: str) -> dict[str, object]:
                                  "dropped_samples_total": {reason: float},
                                  "retries_total": {reason: float},
                                  "top_names": [[metric name, share 0..1], ...],
-                                 "series_over": [[metric name, series], ...]}}}
+                                 "series_over": [[metric name, series], ...],
+                                 "ha_dedup": None | {"cluster_label": str,
+                                     "replica_label": str, "failover_timeout": seconds,
+                                     "clusters": [{"cluster": str, "replica": str | None,
+                                                   "last_seen": unix seconds | None,
+                                                   "elections_total": float}, ...]}}}}
 
     ``top_names``: the 10 largest estimated shares (``rwrouter_metric_name_share``; with
     workers, the mean over the workers reporting names for that destination, a name one of
     them does not list counting 0 there), largest first. ``series_over``: the series over the
     destination's ``series_limit`` by metric name (``rwrouter_series_limit_over_series``,
-    summed over the workers), most first; empty without a budget.
+    summed over the workers), most first; empty without a budget. ``ha_dedup``: None without
+    it, else its settings (``rwrouter_ha_failover_timeout_seconds``) and per cluster, by name,
+    the elected replica and when it last sent (``rwrouter_ha_elected_replica_timestamp_seconds``:
+    with workers, the latest of theirs) and the elections (``rwrouter_ha_leader_changes_total``,
+    summed over the workers); a cluster no longer in the election table has replica None.
 
     Counters are totals since start; gauges as exposed (bytes, seconds, unix seconds for the
     credential expiry); a value that is not finite (NaN, e.g. a hit ratio before any lookup)
@@ -145,10 +154,36 @@ class _Destination:
         self.by_reason: dict[str, dict[str, float]] = {key: {} for key in _STATUS_BY_REASON}
         self.top_names: list[tuple[str, float]] = []
         self.over: dict[str, float] = {}
+        self.ha: dict[str, object] | None = None  # ha_dedup's settings
+        self.leaders: dict[str, tuple[float, str]] = {}  # cluster -> (last seen, replica)
+        self.elections: dict[str, float] = {}  # cluster -> elections
 
     def as_dict(self) -> dict[str, object]:
         over = sorted(self.over.items(), key=lambda item: (-item[1], item[0]))
-        return {**self.values, **self.by_reason, "top_names": self.top_names, "series_over": over}
+        return {
+            **self.values,
+            **self.by_reason,
+            "top_names": self.top_names,
+            "series_over": over,
+            "ha_dedup": self._ha(),
+        }
+
+    def _ha(self) -> dict[str, object] | None:
+        if self.ha is None:
+            return None
+        clusters = []
+        for cluster in sorted(self.leaders.keys() | self.elections.keys()):
+            seen, replica = self.leaders.get(cluster, (None, None))
+            elections = self.elections.get(cluster, 0.0)
+            clusters.append(
+                {
+                    "cluster": cluster,
+                    "replica": replica,
+                    "last_seen": seen,
+                    "elections_total": elections,
+                }
+            )
+        return {**self.ha, "clusters": clusters}
 
 
 class _Snapshot:
@@ -190,10 +225,27 @@ class _Snapshot:
             over = self._destination(destination).over
             metric = labels.get("metric", "")
             over[metric] = over.get(metric, 0.0) + value
+        elif name.startswith("rwrouter_ha_"):
+            self._add_ha(self._destination(destination), name, labels, value)
         elif name in _BY_REASON:
             reasons = self._destination(destination).by_reason[_BY_REASON[name]]
             reason = labels.get("reason", "")
             reasons[reason] = reasons.get(reason, 0.0) + value
+
+    @staticmethod
+    def _add_ha(d: _Destination, name: str, labels: Mapping[str, str], value: float) -> None:
+        cluster = labels.get("cluster", "")
+        if name == "rwrouter_ha_failover_timeout_seconds":
+            d.ha = {
+                "cluster_label": labels.get("cluster_label", ""),
+                "replica_label": labels.get("replica_label", ""),
+                "failover_timeout": value,
+            }
+        elif name == "rwrouter_ha_elected_replica_timestamp_seconds":
+            latest = (value, labels.get("replica", ""))  # workers read one table: the latest
+            d.leaders[cluster] = max(d.leaders.get(cluster, latest), latest)
+        elif name == "rwrouter_ha_leader_changes_total":
+            d.elections[cluster] = d.elections.get(cluster, 0.0) + value
 
     def _destination(self, name: str) -> _Destination:
         return self.destinations.setdefault(name, _Destination())

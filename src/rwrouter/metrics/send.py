@@ -13,6 +13,7 @@ import contextlib
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from rwrouter.metrics.ha import HaCollector
 from rwrouter.protocol import MESSAGES
 from rwrouter.reasons import (
     METADATA_DROP_REASONS,
@@ -192,6 +193,8 @@ class SendMetrics:
             ["destination", "cluster"],
             registry=r,
         )
+        self.ha = HaCollector()  # settings and elected replicas (source: the fan-out)
+        r.register(self.ha)
 
     def forget(self, name: str) -> None:
         """Remove destination ``name``'s gauges (the counters stay)."""

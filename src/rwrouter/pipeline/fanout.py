@@ -28,7 +28,7 @@ from rwrouter.metrics.names import MetricNameShares
 from rwrouter.pipeline.appends import append_all, storage_error
 from rwrouter.pipeline.build import build_destination
 from rwrouter.pipeline.destination import Destination
-from rwrouter.pipeline.ha import ElectionTable, apply_ha
+from rwrouter.pipeline.ha import ElectionTable, apply_ha, ha_state
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written
 from rwrouter.queue.records import FLAG_START_TIMESTAMPS, EncodedShare, encode_share
 from rwrouter.reasons import DropReason
@@ -119,6 +119,7 @@ class FanOut:
         self.audit = audit or Audit(Config(remote_write=()), now=time.monotonic())
         audit_metrics.totals.source = lambda: self.audit.totals(time.monotonic())
         audit_metrics.budgets.source = lambda: budget_states(self.router, time.monotonic())
+        send_metrics.ha.source = lambda: ha_state(self.router.routes, self.elections)
 
     @property
     def generation(self) -> int:
