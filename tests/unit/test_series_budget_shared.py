@@ -70,7 +70,7 @@ def test_expired_keys_are_swept_when_the_table_is_full(tmp_path: Path) -> None:
     assert admitted == 3 * max_keys - 1, "the room of expired keys was always found"
 
 
-def _admit_all(path: str, keys: range, limit: int, out: multiprocessing.SimpleQueue) -> None:
+def _admit_all(path: str, keys: range, limit: int, out: multiprocessing.SimpleQueue[int]) -> None:
     t = SharedSeries(path, window=WINDOW, limit=limit)
     out.put(sum(t.admit(k, T0, limit) for k in keys))
 

@@ -122,12 +122,11 @@ class SharedSeries:
                 return True
             if self._active(ring, now) >= limit:
                 return False
-            if offset is None or seen is None:
-                if self._keys() >= self.max_keys:
-                    self._rebuild(ring, now)
-                    if self._keys() >= self.max_keys:  # all active: the table is full
-                        return False
-                    offset, seen = self._find(key)
+            if seen is None and self._keys() >= self.max_keys:
+                self._rebuild(ring, now)
+                if self._keys() >= self.max_keys:  # all active: the table is full
+                    return False
+                offset, seen = self._find(key)
             self._store(ring, offset, key, seen, now)
             self._save(ring)
             return True
@@ -184,9 +183,7 @@ class SharedSeries:
 
     def _active(self, ring: list[int], now: float) -> int:
         newest = self._bucket(now)
-        return sum(
-            ring[2 * p + 1] for p in range(_RING) if 0 <= newest - ring[2 * p] < _RING
-        )
+        return sum(ring[2 * p + 1] for p in range(_RING) if 0 <= newest - ring[2 * p] < _RING)
 
     def _count(self, ring: list[int], t: float, delta: int) -> None:
         """Count ``delta`` keys into the bucket of ``t`` (a bucket older than the ring's:
@@ -203,7 +200,8 @@ class SharedSeries:
     ) -> None:
         """Set ``key``'s last seen to ``now`` at ``offset`` (its slot: ``seen`` its last seen
         there, or None for the free slot it is to take)."""
-        assert offset is not None
+        if offset is None:  # cannot be: fewer keys than max_keys < capacity
+            raise ValueError("the series table is full")
         if seen is None:
             struct.pack_into("<Q", self._map, 24, self._keys() + 1)
         elif self._live(seen, now):

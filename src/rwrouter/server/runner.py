@@ -17,8 +17,8 @@ from rwrouter.config import Config, load_config
 from rwrouter.errors import RwrouterError
 from rwrouter.logs import kv
 from rwrouter.metrics import Metrics
-from rwrouter.pipeline.fanout import FanOut, build_fanout
 from rwrouter.pipeline.budgets import BudgetTables
+from rwrouter.pipeline.fanout import FanOut, build_fanout
 from rwrouter.pipeline.ha import ElectionTable, elections_path
 from rwrouter.pipeline.reload import reconfigure
 from rwrouter.server.app import AUDIT, BALANCE, BODIES, EXPOSE, READY, RELOAD, make_app
