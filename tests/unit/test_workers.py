@@ -59,12 +59,12 @@ def test_worker_config(listen: str, expected: str) -> None:
 @pytest.mark.parametrize(
     ("limit", "count", "expected"),
     [
-        pytest.param(1000, 2, 500, id="halves"),
-        pytest.param(1001, 3, 333, id="rounded_down_never_more_together"),
-        pytest.param(2, 4, 1, id="at_least_one"),
+        pytest.param(1000, 2, 1000, id="two_workers"),
+        pytest.param(1001, 3, 1001, id="three_workers"),
+        pytest.param(2, 4, 2, id="more_workers_than_the_limit"),
     ],
 )
-def test_each_worker_holds_its_part_of_a_series_limit(
+def test_every_worker_holds_the_whole_series_limit_they_share(
     limit: int, count: int, expected: int
 ) -> None:
     config = parse_config(

@@ -237,6 +237,13 @@ class ActiveSeries:
         self._held += 1
         return True
 
+    def recent(self, now: float, generations: int = 2) -> list[tuple[bytes, int]]:
+        """(raw name, shard hash) of the series of the newest ``generations`` at ``now``."""
+        self._advance(now)
+        gens, raw = self._generations[-generations:], self._raw
+        pairs = ((raw[i], k & _HASH_MASK) for g in gens for k, i in g.items())
+        return [(n, h) for n, h in pairs if n is not None]
+
     def counts(self, now: float) -> Counts:
         """A quick copy of the per-name state at ``now`` (series older than the window are
         forgotten first): :meth:`Counts.snapshot` does the rest, e.g. outside a lock."""

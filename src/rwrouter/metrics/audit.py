@@ -105,8 +105,9 @@ class BudgetCollector(Collector):
     ``series_limit``: ``rwrouter_series_limit``, ``rwrouter_series_limit_active_series``,
     ``rwrouter_series_limit_over_series{metric}`` (:func:`over_names`) and
     ``rwrouter_series_limited_total{action}``.
-    Absent without a budget. With ``--workers`` each worker has its part of the limit: the
-    sums over the workers are the destination's."""
+    Absent without a budget. With ``--workers`` the workers share one budget: each exposes
+    the whole limit and the shared count of active series (read at most a second ago), and
+    its own over series and decisions (summed over the workers)."""
 
     def __init__(self) -> None:
         self.source: Callable[[], Mapping[str, BudgetState]] | None = None

@@ -80,8 +80,8 @@ _STATUS_FIELDS: dict[str, tuple[str, str]] = {
     "pacing_max_samples_per_second": ("rwrouter_pacing_max_samples_per_second", "sum"),
     "pacing_burst_samples": ("rwrouter_pacing_burst_samples", "sum"),
     "pacing_delay_seconds_total": ("rwrouter_pacing_delay_seconds_sum", "sum"),
-    "series_limit": ("rwrouter_series_limit", "sum"),  # each worker holds its part
-    "series_limit_active_series": ("rwrouter_series_limit_active_series", "sum"),
+    "series_limit": ("rwrouter_series_limit", "max"),  # the workers share one budget
+    "series_limit_active_series": ("rwrouter_series_limit_active_series", "max"),
     "series_limited_total": ("rwrouter_series_limited_total", "sum"),
     "credentials_expiry_timestamp_seconds": (
         "rwrouter_credentials_expiry_timestamp_seconds",

@@ -33,6 +33,7 @@ from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written
 from rwrouter.queue.records import FLAG_START_TIMESTAMPS, EncodedShare, encode_share
 from rwrouter.reasons import DropReason
 from rwrouter.routing import RoutedRequest, Router, budget_states, build_router
+from rwrouter.routing.build import StoreOf
 from rwrouter.routing.ha import share_group
 from rwrouter.routing.tenants import DEFAULT_MAX_TENANTS, Tenants
 from rwrouter.wire import decompress
@@ -91,13 +92,18 @@ class FanOut:
         audit: Audit | None = None,
         max_tenants: int = DEFAULT_MAX_TENANTS,
         elections: ElectionTable | None = None,
+        stores: StoreOf | None = None,
     ) -> None:
         """``router``: its routes are ``destinations`` (in order) followed by the shadow
         destinations (counted by ``audit``, never sent). The fan-out counts the routing
         cache (``cache_metrics``), what admission and the rules dropped (``send_metrics``),
         and is the source of the audit's and the name shares' families (``audit_metrics``).
         ``max_tenants``: routers for tenants at most (``relabel_cache.max_tenants``).
-        ``elections``: ``ha_dedup``'s (:mod:`rwrouter.pipeline.ha`; None: a new one)."""
+        ``elections``: ``ha_dedup``'s (:mod:`rwrouter.pipeline.ha`; None: a new one).
+        ``stores``: where the series budgets are shared (the workers'
+        :class:`~rwrouter.pipeline.budgets.BudgetTables`; None: in this process), for the
+        routers of reloads."""
+        self.stores = stores
         self.elections = elections if elections is not None else ElectionTable()
         self.elections.metrics = send_metrics
         tenants = Tenants(router, max_tenants=max_tenants)
@@ -364,10 +370,15 @@ class FanOut:
 
 
 async def build_fanout(
-    config: Config, metrics: Metrics, *, elections: ElectionTable | None = None
+    config: Config,
+    metrics: Metrics,
+    *,
+    elections: ElectionTable | None = None,
+    stores: StoreOf | None = None,
 ) -> FanOut:
     """Build the router and one :class:`Destination` per ``remote_write`` entry;
-    ``elections``: the HA election table (None: one in memory).
+    ``elections``: the HA election table (None: one in memory); ``stores``: the series
+    budgets' shared tables (None: each budget in memory).
 
     Raises ConfigError / CredentialsError when a destination's auth cannot be set up.
     """
@@ -377,7 +388,7 @@ async def build_fanout(
         if not dest.shadow
     ]
     return FanOut(
-        router=build_router(config),
+        router=build_router(config, stores=stores),
         destinations=destinations,
         cache_metrics=metrics.cache,
         send_metrics=metrics.send,
@@ -385,4 +396,5 @@ async def build_fanout(
         audit=Audit(config, now=time.monotonic()),
         max_tenants=config.relabel_cache.max_tenants,
         elections=elections,
+        stores=stores,
     )

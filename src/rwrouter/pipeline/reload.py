@@ -32,6 +32,7 @@ from rwrouter.pipeline.build import build_destination
 from rwrouter.pipeline.destination import Destination
 from rwrouter.pipeline.fanout import FanOut
 from rwrouter.routing import BudgetedRouter, Router, build_router
+from rwrouter.routing.build import StoreOf
 
 log = logging.getLogger("rwrouter.reload")
 
@@ -100,7 +101,7 @@ async def reconfigure(
             await _restore(fanout, running, retired, metrics)
             raise
         fanout.swap(
-            _router(new, fanout.router),
+            _router(new, fanout.router, fanout.stores),
             [dest if dest is not None else built[i] for i, dest in enumerate(wanted)],
             new,
         )
@@ -110,10 +111,11 @@ async def reconfigure(
     return summary
 
 
-def _router(config: Config, running: Router) -> Router:
-    """The router of ``config``, its series budgets' counts carried over from ``running``
-    (the series a destination has are still active at the workspace)."""
-    router = build_router(config)
+def _router(config: Config, running: Router, stores: StoreOf | None) -> Router:
+    """The router of ``config`` (its budgets in ``stores``, if any), its series budgets'
+    counts carried over from ``running`` (the series a destination has are still active at
+    the workspace)."""
+    router = build_router(config, stores=stores)
     if isinstance(router, BudgetedRouter):
         router.adopt(running)
     return router

@@ -62,16 +62,21 @@ class BudgetedRouter(Router):
     def adopt(self, old: Router) -> None:
         """Carry the budgets' counts over from the router this one replaces (a reload), by
         destination name when its ``series_window`` is the same; the limit and action are
-        this one's. The series a destination has are still active at the workspace: counted
-        again from nothing, they would leave room that is not there."""
+        this one's (with another shared table, :meth:`SeriesBudget.carry`). The series a
+        destination has are still active at the workspace: counted again from nothing, they
+        would leave room that is not there."""
         if not isinstance(old, BudgetedRouter):
             return
         previous = {old.routes[i].name: budget for i, budget in old.budgets.items()}
         for i, budget in self.budgets.items():
             kept = previous.get(self.routes[i].name)
-            if kept is not None and kept.window == budget.window:
+            if kept is None or kept.window != budget.window:
+                continue
+            if kept.store is budget.store:  # None, or the same shared table
                 kept.resize(limit=budget.limit, action=budget.action)
                 self.budgets[i] = kept
+            else:  # another shared table (another size): it takes the counts
+                budget.carry(kept)
 
     def budget_states(self, now: float) -> dict[str, BudgetState]:
         """Each budgeted destination's :class:`BudgetState` at ``now``, by name."""

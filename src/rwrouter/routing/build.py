@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from rwrouter.config import Config, DestinationConfig
 from rwrouter.errors import ConfigError
 from rwrouter.relabel import RelabelConfig, parse_relabel_configs
-from rwrouter.routing.budget import SeriesBudget
+from rwrouter.routing.budget import SeriesBudget, SeriesStore
 from rwrouter.routing.budgeted import BudgetedRouter
 from rwrouter.routing.outcome import Route
 from rwrouter.routing.router import Router
@@ -27,11 +28,16 @@ def route_rules(dest: DestinationConfig) -> tuple[RelabelConfig, ...]:
     return dest.write_relabel_configs + parse_relabel_configs([drop], "ha_dedup")
 
 
-def build_router(config: Config) -> Router:
+StoreOf = Callable[[DestinationConfig], SeriesStore]
+"""The shared store of a budgeted destination's series (``rwrouter run --workers``)."""
+
+
+def build_router(config: Config, *, stores: StoreOf | None = None) -> Router:
     """The router of a configuration: global rules, then one route per destination: those
     that send (config order), then the shadow ones (config order). With a destination's
-    ``series_limit``: a :class:`~rwrouter.routing.budgeted.BudgetedRouter` (a worker of
-    ``rwrouter run --workers`` is given its part of the limit).
+    ``series_limit``: a :class:`~rwrouter.routing.budgeted.BudgetedRouter`, each budget in
+    the store ``stores`` gives for its destination (the workers of ``rwrouter run --workers``
+    share one), or this process's own (``stores`` None).
     Raises ConfigError for a series budget with rules that read ``__tenant__`` (not
     supported)."""
     ordered = sorted(config.remote_write, key=lambda d: d.shadow)  # stable
@@ -62,6 +68,7 @@ def build_router(config: Config) -> Router:
             window=d.series_window,
             action=d.on_series_limit,
             now=0.0,
+            store=stores(d) if stores is not None else None,
         )
         for d in ordered
         if d.series_limit is not None

@@ -17,6 +17,7 @@ from rwrouter.config import Config, load_config
 from rwrouter.errors import RwrouterError
 from rwrouter.logs import kv
 from rwrouter.metrics import Metrics
+from rwrouter.pipeline.budgets import BudgetTables
 from rwrouter.pipeline.fanout import FanOut, build_fanout
 from rwrouter.pipeline.ha import ElectionTable, elections_path
 from rwrouter.pipeline.reload import reconfigure
@@ -98,13 +99,15 @@ class RouterServer:
         self.front_door = door = FrontDoor(
             source=self._web_file, lifecycle=self.door.enable_lifecycle, metrics=receive
         )
-        # HA elections: one for all the workers (a file in their runtime directory).
-        elections = (
-            ElectionTable(elections_path(self.worker.runtime_dir))
-            if self.worker is not None
-            else None
+        # HA elections and series budgets: one for all the workers (files in their runtime
+        # directory).
+        elections, stores = None, None
+        if self.worker is not None:
+            elections = ElectionTable(elections_path(self.worker.runtime_dir))
+            stores = BudgetTables(self.worker.runtime_dir)
+        self.fanout = await build_fanout(
+            self.config, self.metrics, elections=elections, stores=stores
         )
-        self.fanout = await build_fanout(self.config, self.metrics, elections=elections)
         await self.fanout.start()
         self._app = make_app(
             fanout=self.fanout, metrics=self.metrics, settings=self.config.server, front_door=door
@@ -263,6 +266,8 @@ class RouterServer:
         if self.fanout is not None:
             await self.fanout.stop(timeout=max(0.0, deadline - time.monotonic()))
             self.fanout.elections.close()
+            if isinstance(self.fanout.stores, BudgetTables):
+                self.fanout.stores.close()
             self.fanout = None
         if self._peers is not None:
             await self._peers.stop()

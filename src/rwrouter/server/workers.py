@@ -84,9 +84,9 @@ def worker_storage(path: str, index: int) -> str:
 def worker_config(config: Config, spec: WorkerSpec) -> Config:
     """``config`` as worker ``spec.index`` runs it: its own storage path; the port the
     supervisor picked if the configured one is 0; each destination's pacing at its share
-    (:func:`~rwrouter.send.pacing.worker_share`: 1/``count`` of the rate and the burst), and
-    its part of each destination's ``series_limit`` (``series_limit // count``, at least 1:
-    all the workers together never hold more; :mod:`rwrouter.routing.budget`)."""
+    (:func:`~rwrouter.send.pacing.worker_share`: 1/``count`` of the rate and the burst). A
+    ``series_limit`` stays whole: the workers share one budget
+    (:mod:`rwrouter.pipeline.budgets`)."""
     server = config.server
     if server.listen_port == 0:
         host = server.listen_address.rpartition(":")[0]
@@ -99,15 +99,13 @@ def worker_config(config: Config, spec: WorkerSpec) -> Config:
 
 
 def _worker_share(dest: DestinationConfig, workers: int) -> DestinationConfig:
-    """``dest`` with its pacing and its series budget divided between ``workers`` processes
-    (unchanged if it has neither)."""
+    """``dest`` with its pacing divided between ``workers`` processes (unchanged if it is not
+    paced)."""
     q_ = dest.queue_config
     if q_.paced:
         rate, burst = worker_share(q_.max_samples_per_second, q_.burst_samples, workers)
         queue = dataclasses.replace(q_, max_samples_per_second=rate, burst_samples=burst)
         dest = dataclasses.replace(dest, queue_config=queue)
-    if dest.series_limit is not None:
-        dest = dataclasses.replace(dest, series_limit=max(1, dest.series_limit // workers))
     return dest
 
 
