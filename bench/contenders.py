@@ -212,9 +212,11 @@ def rwrouter_supports_workers(env: dict[str, str] | None = None) -> bool:
 class RwrouterOptions:
     """What a scenario changes in rwrouter's configuration: ``audit: true`` on destination A,
     ``relabel_cache.max_entries`` (None: the default), ``queue_config.batch_send_deadline``
-    of both destinations (None: the default, 5s)."""
+    of both destinations (None: the default, 5s), ``series_limit`` on destination A (None:
+    none; with ``on_series_limit: fallback``, so B must be the fallback)."""
 
     audit_a: bool = False
+    series_limit_a: int | None = None
     cache_entries: int | None = None
     batch_send_deadline: str | None = None
 
@@ -237,6 +239,8 @@ def rwrouter_config(
         b.update(fallback=True, write_relabel_configs=dests.fallback_b)
     if options.audit_a:
         a["audit"] = True
+    if options.series_limit_a is not None:
+        a.update(series_limit=options.series_limit_a, on_series_limit="fallback")
     config: dict[str, Any] = {
         "server": {"listen_address": f"127.0.0.1:{port}"},
         "storage": {"path": str(workdir / "rwrouter-data")},
@@ -308,7 +312,11 @@ def parse_router_metrics(text: str) -> dict[str, Any]:
     ``rwrouter_build_info``, write requests and samples received per worker (``"all"``
     without ``--workers``), requests by status code and by protocol (``1.0``, ``2.0``: of
     ``rwrouter_received_protocol_requests_total``), relabel cache entries/bytes per worker
-    and its lookups by result. Metrics this rwrouter does not expose are left out."""
+    and its lookups by result, and per destination with a ``series_limit``: its series
+    over the budget (``series_limited``: ``rwrouter_series_limited_total``), the samples
+    they carried (``series_limit_samples``: ``rwrouter_samples_dropped_total{reason=
+    "series_limit"}``) and its active series. Metrics this rwrouter does not expose are left
+    out."""
     from prometheus_client.parser import text_string_to_metric_families
 
     out: dict[str, Any] = {}
@@ -339,6 +347,15 @@ def parse_router_metrics(text: str) -> dict[str, Any]:
                 add("cache_lookups", s.labels.get("result", "?"), s.value)
             elif s.name == "rwrouter_worker_up":
                 add("worker_up", worker, s.value)
+            elif s.name == "rwrouter_series_limited_total":
+                add("series_limited", s.labels.get("destination", "?"), s.value)
+            elif (
+                s.name == "rwrouter_samples_dropped_total"
+                and s.labels.get("reason") == "series_limit"
+            ):
+                add("series_limit_samples", s.labels.get("destination", "?"), s.value)
+            elif s.name == "rwrouter_series_limit_active_series":
+                add("series_limit_active", s.labels.get("destination", "?"), s.value)
     return out
 
 
@@ -382,6 +399,17 @@ def metrics_summary(rm: dict[str, Any]) -> list[str]:
             "relabel cache: entries "
             + ", ".join(f"{w}={v:,.0f}" for w, v in sorted(ent.items()))
             + f"; lookups hit {lk.get('hit', 0):,.0f}, miss {lk.get('miss', 0):,.0f}"
+        )
+    if "series_limited" in rm or "series_limit_active" in rm:
+        active, over = rm.get("series_limit_active", {}), rm.get("series_limited", {})
+        samples = rm.get("series_limit_samples", {})
+        lines.append(
+            "series budget: "
+            + "; ".join(
+                f"{d}: {active.get(d, 0):,.0f} active, {over.get(d, 0):,.0f} series over it "
+                f"({samples.get(d, 0):,.0f} samples)"
+                for d in sorted(set(active) | set(over))
+            )
         )
     return lines
 

@@ -104,12 +104,16 @@ def wait_delivered(sinks: Sequence[Sink], expected: Sequence[int], deadline: flo
 class Check:
     """What the sinks must end with: samples at A and B (``expected``: whole run, ``prime``:
     after the first phase, or None for an unprimed run), the sample digests (A, B) when known
-    (None: not compared), and whether the sinks hash the samples (``hashing``)."""
+    (None: not compared), and whether the sinks hash the samples (``hashing``). ``split``:
+    each sink must hold its own digest; False: only A and B together must hold both (the
+    digest is a sum, so ``A + B`` then says every sample arrived once, wherever it went: the
+    ``budgeted`` run, whose split between A and B depends on the arrival order)."""
 
     expected: tuple[int, int]
     prime: tuple[int, int] | None = None
     digests: tuple[str, str] | None = None
     hashing: bool = False
+    split: bool = True
 
 
 def measure(
@@ -168,7 +172,9 @@ def measure(
             procs.stop(driver, timeout=5)
         m.exit_status = procs.stop(proc, descendants=monitor.processes())
         with contextlib.suppress(Exception):
-            read_sinks(m, sinks, check.digests)  # after stop: duplicates would show here
+            read_sinks(
+                m, sinks, check.digests, split=check.split
+            )  # after stop: duplicates would show here
         if m.delivered_a != m.expected_a or m.delivered_b != m.expected_b:
             m.ok = False
         if not m.ok:
@@ -287,10 +293,23 @@ def driver_ok(m: Measurement) -> bool:
     return not any(d.get(key) for key in problems)
 
 
-def read_sinks(m: Measurement, sinks: tuple[Sink, Sink], digests: tuple[str, str] | None) -> None:
+def digest_sum(digests: tuple[str, str]) -> str:
+    """The sample digest of A's and B's samples together (hex, the sinks' format): the
+    digests are sums of per-sample hashes modulo 2**64 (:func:`bench.sink.sample_digest`)."""
+    return f"{(int(digests[0], 16) + int(digests[1], 16)) & DIGEST_MASK:016x}"
+
+
+def read_sinks(
+    m: Measurement,
+    sinks: tuple[Sink, Sink],
+    digests: tuple[str, str] | None,
+    *,
+    split: bool = True,
+) -> None:
     """Fill ``m``'s sink figures from their ``/stats`` (samples, requests, refusals, content
-    types) and, with ``digests`` (A, B), whether they hold exactly those samples; a refused
-    request or another content makes ``m`` not ok."""
+    types) and, with ``digests`` (A, B), whether they hold exactly those samples (``split``
+    False: whether A and B together hold exactly the samples of both, content ``same (A+B)``);
+    a refused request or another content makes ``m`` not ok."""
     a, b = (s.stats() for s in sinks)
     m.delivered_a, m.delivered_b = a["samples"], b["samples"]
     m.requests_a, m.requests_b = a["requests"], b["requests"]
@@ -306,7 +325,7 @@ def read_sinks(m: Measurement, sinks: tuple[Sink, Sink], digests: tuple[str, str
         )
     if a.get("digest") is not None and b.get("digest") is not None:
         m.digests = (a["digest"], b["digest"])
-    if digests is not None:
+    if digests is not None and split:
         same = (a["digest"], b["digest"]) == digests
         m.content = "same" if same else "DIFFERENT"
         if not same:
@@ -314,6 +333,16 @@ def read_sinks(m: Measurement, sinks: tuple[Sink, Sink], digests: tuple[str, str
             m.notes.append(
                 f"sample digests A/B {a['digest']}/{b['digest']}, expected "
                 f"{digests[0]}/{digests[1]}"
+            )
+    elif digests is not None:
+        got = digest_sum((a["digest"], b["digest"])) if m.digests else None
+        same = got == digest_sum(digests)
+        m.content = "same (A+B)" if same else "DIFFERENT"
+        if not same:
+            m.ok = False
+            m.notes.append(
+                f"sample digest of A+B {got}, expected {digest_sum(digests)}: a sample lost "
+                "or sent twice"
             )
 
 

@@ -18,7 +18,15 @@ from bench import vmagent as vm
 from bench.contenders import VMAGENT_FLAGS, metrics_summary
 from bench.net import REPO
 from bench.report import Measurement, median_round, rounds_summary, table
-from bench.scenarios import WORKLOADS, Scenario, check_churn_content, line_figures, summary_table
+from bench.scenarios import (
+    RUNS,
+    WORKLOADS,
+    Scenario,
+    budget_expectation,
+    check_churn_content,
+    line_figures,
+    summary_table,
+)
 from bench.workload import Workload
 
 if TYPE_CHECKING:
@@ -45,6 +53,14 @@ def scenario_section(
                 f"{name}: primed: the first scrape alone (cold: rows), then the "
                 f"{workload.scrapes - 1} after it (the other rows); peak RSS over both"
             )
+    for key in (k for k in names if RUNS[k].budget):
+        budget = budget_expectation(setup.input_of(RUNS[key])[0])
+        lines.append(
+            f"{key}: series_limit {budget.limit:,} on A ({budget.limit / budget.series:.0%} of "
+            f"its {budget.series:,} series; on_series_limit: fallback), {budget.over:,} series "
+            f"over it to B; expected at the sinks A {budget.samples_a:,}, B "
+            f"{budget.samples_b:,} samples"
+        )
     figures = [line_figures(ln, rounds) for ln in scenario.lines]
     if results:
         lines.append(table(results, setup.floor["samples_per_cpu_second"], scenario.ratio_specs))

@@ -42,7 +42,15 @@ from bench.measure import Check, Sink, expected_digests, floor_in_child, measure
 from bench.output import print_report, write_json
 from bench.report import Measurement
 from bench.rw2 import as_rw2, sizes_line
-from bench.scenarios import RUNS, WORKLOADS, RunSpec, runs_of, select
+from bench.scenarios import (
+    RUNS,
+    WORKLOADS,
+    RunSpec,
+    budget_expectation,
+    budget_keys,
+    runs_of,
+    select,
+)
 from bench.workload import Workload, load_or_generate, save
 
 ROUTERS = ("vmagent", "rwrouter")
@@ -63,7 +71,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--scenarios",
         default="all",
-        help="all (default) or some of warm,rw2,million,churn,audited separated by commas",
+        help="all (default) or some of warm,rw2,million,churn,audited,budgeted separated by commas",
     )
     p.add_argument("--nodes", type=int, default=None, help="override every scenario's nodes")
     p.add_argument("--scrapes", type=int, default=None, help="override every scenario's scrapes")
@@ -127,6 +135,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.check_content = args.check_content or args.smoke
     if not run_keys(args):
         p.error("no run left: vmagent cannot take remote write 2.0 (--only vmagent --input rw2)")
+    if args.workers is not None and any(RUNS[k].budget for k in run_keys(args)):
+        p.error(
+            "budgeted: not run with --workers yet (the workers' shared budget is not checked "
+            "by this runner): run it without --workers"
+        )
     primed = {RUNS[k].workload for k in run_keys(args) if WORKLOADS[RUNS[k].workload].primed}
     if primed and args.scrapes is not None and args.scrapes < 2:
         p.error(f"--scrapes must be >= 2 for {', '.join(sorted(primed))} (primed)")
@@ -231,6 +244,20 @@ def prepare(args: argparse.Namespace, workdir: Path) -> Setup:
         print("rwrouter run --help has no --workers yet: running without it", file=sys.stderr)
         workers = None
     inputs, notes = load_inputs(args, runs, workdir)
+    for name in dict.fromkeys(RUNS[k].workload for k in runs if RUNS[k].budget):
+        distinct, series = budget_keys(inputs[name][0])
+        if distinct != series:  # the budget would count some twice-seen keys once
+            raise SystemExit(
+                f"budgeted: {series - distinct} of A's {series:,} series share a metric name "
+                "and crc32 with another, so what A must hold is not known: pick another --seed"
+            )
+        budget = budget_expectation(inputs[name][0])
+        notes.append(
+            f"budgeted: series_limit {budget.limit:,} on A ({budget.limit / series:.0%} of its "
+            f"{series:,} series), {budget.over:,} series to the fallback B; expected at the "
+            f"sinks A {budget.samples_a:,}, B {budget.samples_b:,} samples"
+        )
+        print(notes[-1], flush=True)
     digests = {}
     if args.check_content:
         digests = {n: expected_digests(w) for n, (w, _) in inputs.items() if n in WORKLOADS}
@@ -271,6 +298,7 @@ def contender_for(
     workload = setup.input_of(run)[0]
     options = RwrouterOptions(
         audit_a=run.audit,
+        series_limit_a=budget_expectation(workload).limit if run.budget else None,
         cache_entries=int(workload.extra["distinct_label_sets"]) // 2 if churning else None,
         batch_send_deadline=SMOKE_DEADLINE if args.smoke else None,
     )
@@ -296,12 +324,37 @@ def check_for(setup: Setup, run: RunSpec) -> Check:
     if spec.primed:
         prime = (workload.samples_a // workload.scrapes, workload.samples_b // workload.scrapes)
     digests = setup.digests.get(run.workload)
+    expected = (workload.samples_a, workload.samples_b)
+    if run.budget:
+        budget = budget_expectation(workload)
+        expected = (budget.samples_a, budget.samples_b)
     return Check(
-        (workload.samples_a, workload.samples_b),
+        expected,
         prime=prime,
         digests=digests,
         hashing=digests is not None or spec.churn,
+        split=not run.budget,
     )
+
+
+def check_budget(m: Measurement, workload: Workload) -> None:
+    """The ``budgeted`` run's own figures (rwrouter's ``/metrics``, read after delivery): A
+    must count exactly its series over the budget (``rwrouter_series_limited_total``), their
+    samples sent to the fallback (``rwrouter_samples_dropped_total{reason="series_limit"}``)
+    and ``limit`` active series; else ``m`` is not ok, with a note saying what differed."""
+    budget = budget_expectation(workload)
+    rm = m.router_metrics
+    got = tuple(
+        int(rm.get(key, {}).get("A", -1))
+        for key in ("series_limited", "series_limit_samples", "series_limit_active")
+    )
+    want = (budget.over, budget.over * workload.scrapes, budget.limit)
+    if got != want:
+        m.ok = False
+        m.notes.append(
+            "series budget of A: series over it, their samples, active series "
+            f"{got}, expected {want} (limit {budget.limit:,} of {budget.series:,} series)"
+        )
 
 
 def run_rounds(
@@ -325,6 +378,8 @@ def run_rounds(
             m = measure(
                 c, workload, path, sinks, args.senders, sub, timeout, check=check_for(setup, run)
             )
+            if run.budget and m.ok:
+                check_budget(m, workload)
             rounds[-1][key] = m
             status = "ok" if m.ok else f"FAILED {m.error or ''}"
             print(

@@ -19,6 +19,9 @@ round.
   sets of the run; primed (measured after the first scrape was delivered). The sinks hash
   every sample and vmagent's digests must equal rwrouter's (:func:`check_churn_content`).
 - ``audited``: rwrouter with ``audit: true`` on destination A / the same without it.
+- ``budgeted`` (issue 16): rwrouter with a ``series_limit`` on destination A of
+  :data:`BUDGET_FRACTION` of A's series (:func:`budget_limit`), the rest over it going to the
+  fallback B / the same without it. What the sinks must hold: :func:`budget_expectation`.
 """
 
 from __future__ import annotations
@@ -26,7 +29,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import snappy  # type: ignore[import-untyped,unused-ignore]
+
 from bench.report import Measurement, median, ratio_by_round
+from bench.workload import Workload, is_destination_a
+from rwrouter.routing import shard_hash
+from rwrouter.wire import remote_pb2, types_pb2
 
 
 @dataclass(frozen=True)
@@ -56,12 +64,14 @@ WORKLOADS = {
 @dataclass(frozen=True)
 class RunSpec:
     """One router fed one workload: ``key`` ``<workload>/<contender>``, the router
-    (``vmagent`` or ``rwrouter``), the input (``rw1``, ``rw2``), ``audit: true`` on A."""
+    (``vmagent`` or ``rwrouter``), the input (``rw1``, ``rw2``), ``audit: true`` on A,
+    ``budget``: a ``series_limit`` on A (:func:`budget_limit`)."""
 
     key: str
     router: str
     input: str = "rw1"
     audit: bool = False
+    budget: bool = False
 
     @property
     def workload(self) -> str:
@@ -76,6 +86,7 @@ RUNS = {
         RunSpec("fleet/rwrouter", "rwrouter"),
         RunSpec("fleet/rwrouter-rw2", "rwrouter", input="rw2"),
         RunSpec("fleet/rwrouter-audit", "rwrouter", audit=True),
+        RunSpec("fleet/rwrouter-budget", "rwrouter", budget=True),
         RunSpec("million/vmagent", "vmagent"),
         RunSpec("million/rwrouter", "rwrouter"),
         RunSpec("churn/vmagent", "vmagent"),
@@ -117,6 +128,7 @@ class Line:
     targets: tuple[Target, ...] = ()
     rate: str = "samples_per_cpu_second"
     p99: str = "p99_ms"
+    note: str = "(reference)"  # the target column of a line without a target
 
     def figures(self) -> dict[str, str]:
         """Figure name -> Measurement attribute."""
@@ -222,8 +234,83 @@ SCENARIOS = {
                 Line("audited (reference)", _RV, "fleet/rwrouter-audit", "fleet/vmagent"),
             ),
         ),
+        Scenario(
+            "budgeted",
+            "rwrouter with series_limit on destination A (90 % of its series fit, the rest "
+            "to the fallback B), against the same without it",
+            ("fleet/vmagent", "fleet/rwrouter", "fleet/rwrouter-budget"),
+            (
+                Line(
+                    "budgeted",
+                    "budget/plain",
+                    "fleet/rwrouter-budget",
+                    "fleet/rwrouter",
+                    note="(issue 16: measured)",
+                ),
+                Line("budgeted (reference)", _RV, "fleet/rwrouter-budget", "fleet/vmagent"),
+            ),
+        ),
     )
 }
+
+#: The ``budgeted`` run's ``series_limit`` on destination A, as a fraction of A's series.
+BUDGET_FRACTION = 0.9
+
+
+def budget_limit(series_a: int) -> int:
+    """The ``series_limit`` of destination A in the ``budgeted`` run: :data:`BUDGET_FRACTION`
+    of ``series_a`` (A's series per scrape), rounded down, at least 1."""
+    return max(1, int(series_a * BUDGET_FRACTION))
+
+
+@dataclass(frozen=True)
+class BudgetExpectation:
+    """What the ``budgeted`` run must deliver: A's ``limit`` (series), A's ``series`` per
+    scrape without a budget, and the samples at A and B over the run: A holds ``limit``
+    series for every scrape (the first ``limit`` it decided, in arrival order: which ones
+    depends on the senders' order, how many does not), B the rest. ``over``: A's series over
+    the budget (what ``rwrouter_series_limited_total{destination="A"}`` must count)."""
+
+    limit: int
+    series: int
+    samples_a: int
+    samples_b: int
+
+    @property
+    def over(self) -> int:
+        """Series of A over the budget (sent to the fallback B)."""
+        return self.series - self.limit
+
+
+def budget_expectation(workload: Workload) -> BudgetExpectation:
+    """The :class:`BudgetExpectation` of ``workload`` (one sample per series per scrape; no
+    series leaves the 2 h window in a run, so the same ``limit`` series stay at A). Exact
+    when A's series are distinct by metric name and crc32 of their labels, as the budget
+    counts them (:func:`budget_keys` checks it)."""
+    series = workload.samples_a // workload.scrapes
+    limit = budget_limit(series)
+    a = limit * workload.scrapes
+    return BudgetExpectation(limit, series, a, workload.samples - a)
+
+
+def budget_keys(workload: Workload) -> tuple[int, int]:
+    """(distinct budget keys, series) of destination A in the first scrape of ``workload``:
+    a budget counts a series by its metric name and the crc32 of its encoded output labels
+    (:func:`rwrouter.routing.shard_hash`; A's keep rule leaves the labels as they came), so
+    two of A's series with the same key would count once and :func:`budget_expectation`
+    would be one series short at A. Parses the RW 1.0 bodies (about 0.3 s at 280 nodes)."""
+    keys: set[tuple[str, int]] = set()
+    series = 0
+    for body in workload.bodies[: workload.requests_per_scrape]:
+        request = remote_pb2.WriteRequest()
+        request.ParseFromString(snappy.uncompress(body))
+        for ts in request.timeseries:
+            name = next(label.value for label in ts.labels if label.name == "__name__")
+            if is_destination_a(name):
+                series += 1
+                labels = types_pb2.TimeSeries(labels=ts.labels).SerializeToString()
+                keys.add((name, shard_hash(labels)))
+    return len(keys), series
 
 
 def select(text: str) -> list[Scenario]:
@@ -257,6 +344,7 @@ def line_figures(line: Line, rounds: list[dict[str, Measurement]]) -> dict[str, 
         out[figure] = median(values) if values else None
     out["targets"] = [{"target": t.text(), "met": t.met(out[t.figure])} for t in line.targets]
     out["met"] = all(t["met"] for t in out["targets"]) if line.targets else None
+    out["note"] = line.note
     return out
 
 
@@ -274,7 +362,7 @@ def summary_table(lines: list[dict[str, Any]]) -> str:
             cell(ln["rate"]),
             cell(ln["p99"]),
             cell(ln["rss"]),
-            ", ".join(t["target"] for t in ln["targets"]) or "(reference)",
+            ", ".join(t["target"] for t in ln["targets"]) or ln.get("note", "(reference)"),
             {True: "met", False: "NOT MET", None: "-"}[ln["met"]],
         )
         for ln in lines

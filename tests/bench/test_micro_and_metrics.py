@@ -126,6 +126,26 @@ def test_parse_router_metrics_single_process_pure_path() -> None:
     assert contenders.metrics_summary(rm)[0] == "accelerated (rwrouter_build_info): false"
 
 
+def test_parse_router_metrics_series_budget() -> None:
+    text = (
+        "# TYPE rwrouter_series_limited counter\n"
+        'rwrouter_series_limited_total{destination="A",action="fallback"} 20.0\n'
+        "# TYPE rwrouter_samples_dropped counter\n"
+        'rwrouter_samples_dropped_total{destination="A",reason="series_limit"} 40.0\n'
+        'rwrouter_samples_dropped_total{destination="A",reason="relabel"} 3996.0\n'
+        "# TYPE rwrouter_series_limit_active_series gauge\n"
+        'rwrouter_series_limit_active_series{destination="A"} 172.0\n'
+    )
+    rm = contenders.parse_router_metrics(text)
+    assert rm["series_limited"] == {"A": 20}
+    assert rm["series_limit_samples"] == {"A": 40}  # not the relabel drops
+    assert rm["series_limit_active"] == {"A": 172}
+    assert contenders.metrics_summary(rm) == [
+        "accelerated: not exposed by this rwrouter",
+        "series budget: A: 172 active, 20 series over it (40 samples)",
+    ]
+
+
 ROUND_CASES = [
     # id, (vmagent, rwrouter) samples per CPU-second by round, medians, ratio line
     ("one_round", [(1.0, 2.0)], (1.0, 2.0), "rwrouter/vmagent by round: 2.00 (median 2.00)"),

@@ -1,7 +1,7 @@
 """The scenarios of ``python -m bench`` without running a router: their selection and shared
 runs, the summary's ratios and targets, churn's content comparison, the churning workload
 (deterministic, a third new per scrape, what A and B get) and its rules in both routers'
-configurations."""
+configurations, the budgeted run's limit, expectation and checks."""
 
 from __future__ import annotations
 
@@ -13,14 +13,16 @@ import pytest
 import snappy  # type: ignore[import-untyped,unused-ignore]
 
 from bench import churn, contenders, runner, scenarios
+from bench.measure import digest_sum, expected_digests
 from bench.report import Measurement
-from bench.workload import SERIES_PER_NODE
+from bench.sink import DIGEST_MASK, sample_digest
+from bench.workload import SERIES_PER_NODE, generate, is_destination_a
 from rwrouter.config.load import load_config
 from rwrouter.relabel import parse_relabel_configs
 from rwrouter.wire import remote_pb2
 
 SELECT_CASES = [
-    ("all", "all", ["warm", "rw2", "million", "churn", "audited"]),
+    ("all", "all", ["warm", "rw2", "million", "churn", "audited", "budgeted"]),
     ("two", "churn,warm", ["warm", "churn"]),
     ("spaces", "audited, rw2", ["rw2", "audited"]),
 ]
@@ -47,6 +49,13 @@ RUNS_CASES = [
         ["fleet/vmagent", "fleet/rwrouter", "fleet/rwrouter-audit"],
     ),
     ("rw2", "rw2", None, ["fleet/rwrouter", "fleet/rwrouter-rw2"]),
+    (
+        "budgeted-shares-plain",
+        "budgeted,warm",
+        None,
+        ["fleet/vmagent", "fleet/rwrouter", "fleet/rwrouter-budget"],
+    ),
+    ("budgeted-only-rwrouter", "budgeted", "rwrouter", ["fleet/rwrouter", "fleet/rwrouter-budget"]),
     ("only-vmagent", "all", "vmagent", ["fleet/vmagent", "million/vmagent", "churn/vmagent"]),
     (
         "all",
@@ -61,6 +70,7 @@ RUNS_CASES = [
             "churn/vmagent",
             "churn/rwrouter",
             "fleet/rwrouter-audit",
+            "fleet/rwrouter-budget",
         ],
     ),
 ]
@@ -91,8 +101,12 @@ def test_parse_args(argv: list[str], rounds: int, text: str) -> None:
 
 @pytest.mark.parametrize(
     "argv",
-    [["--scenarios", "cold"], ["--scenarios", "million", "--scrapes", "1"]],
-    ids=["unknown-scenario", "primed-needs-two-scrapes"],
+    [
+        ["--scenarios", "cold"],
+        ["--scenarios", "million", "--scrapes", "1"],
+        ["--scenarios", "budgeted", "--workers", "2"],
+    ],
+    ids=["unknown-scenario", "primed-needs-two-scrapes", "budgeted-without-workers"],
 )
 def test_parse_args_refuses(argv: list[str]) -> None:
     with pytest.raises(SystemExit):
@@ -230,3 +244,132 @@ def test_rwrouter_config_of_a_scenario(tmp_path: Path) -> None:
         path.write_text(json.dumps(cfg))
         loaded = load_config(path)
         assert [d.name for d in loaded.remote_write] == ["A", "B"]
+
+
+# The budgeted scenario: A's series_limit, what the sinks and rwrouter's /metrics must show.
+A_PER_NODE = 64  # the allowlist's series per node (bench.workload.A_REGEX)
+BUDGET_CASES = [
+    # id, nodes, scrapes, limit (90 % of A's series, rounded down)
+    ("smoke", 3, 2, 172),  # 192 series
+    ("ten-nodes", 10, 3, 576),  # 640 series
+    ("one-node", 1, 1, 57),  # 64 series
+]
+
+
+@pytest.mark.parametrize(
+    ("nodes", "scrapes", "limit"), [c[1:] for c in BUDGET_CASES], ids=[c[0] for c in BUDGET_CASES]
+)
+def test_budget_expectation(nodes: int, scrapes: int, limit: int) -> None:
+    workload = generate(1, nodes, scrapes)
+    budget = scenarios.budget_expectation(workload)
+    assert (budget.series, budget.limit) == (nodes * A_PER_NODE, limit)
+    assert budget.over == nodes * A_PER_NODE - limit
+    assert budget.samples_a == limit * scrapes
+    assert budget.samples_a + budget.samples_b == nodes * SERIES_PER_NODE * scrapes
+    assert scenarios.budget_keys(workload) == (budget.series, budget.series)
+
+
+@pytest.mark.parametrize("copies", [1, 2], ids=["one-twin", "two-twins"])
+def test_budget_keys_finds_series_counted_once(copies: int) -> None:
+    """Two series of A with one metric name and crc32 would count once in the budget: the
+    runner refuses such a workload (here: a series of A sent twice in the first scrape)."""
+    workload = generate(1, 1, 1)
+    request = remote_pb2.WriteRequest()
+    request.ParseFromString(snappy.uncompress(workload.bodies[0]))
+    names = [
+        next(lb.value for lb in ts.labels if lb.name == "__name__") for ts in request.timeseries
+    ]
+    twins = [
+        ts for ts, name in zip(request.timeseries, names, strict=True) if is_destination_a(name)
+    ]
+    for ts in twins[:copies]:
+        request.timeseries.add().CopyFrom(ts)
+    workload.bodies[0] = snappy.compress(request.SerializeToString())
+    assert scenarios.budget_keys(workload) == (A_PER_NODE, A_PER_NODE + copies)
+
+
+def test_budget_run_config_loads_in_rwrouter(tmp_path: Path) -> None:
+    config = contenders.rwrouter_config(
+        1,
+        tmp_path,
+        ("http://a", "http://b"),
+        contenders.basic_destinations(3),
+        10_000,
+        contenders.RwrouterOptions(series_limit_a=172),
+    )
+    a, b = config["remote_write"]
+    assert (a["series_limit"], a["on_series_limit"]) == (172, "fallback")
+    assert b["fallback"] is True and "series_limit" not in b
+    path = tmp_path / "rwrouter.yaml"
+    path.write_text(json.dumps(config))
+    loaded = load_config(path)  # rwrouter's own validation: fallback B, limit >= 1
+    assert [d.series_limit for d in loaded.remote_write] == [172, None]
+
+
+def test_check_for_budget_run(tmp_path: Path) -> None:
+    workload = generate(1, 3, 2)
+    setup = runner.Setup(
+        runs=["fleet/rwrouter", "fleet/rwrouter-budget"],
+        peer=None,
+        rw_env=None,
+        workers=None,
+        inputs={"fleet": (workload, tmp_path / "w.pickle")},
+        digests={"fleet": ("aa", "bb")},
+        floor={},
+        timeouts={},
+    )
+    plain = runner.check_for(setup, scenarios.RUNS["fleet/rwrouter"])
+    budget = runner.check_for(setup, scenarios.RUNS["fleet/rwrouter-budget"])
+    assert plain.expected == (workload.samples_a, workload.samples_b) and plain.split
+    assert budget.expected == (172 * 2, workload.samples - 172 * 2)
+    assert not budget.split and budget.digests == ("aa", "bb")  # A + B must hold both
+
+
+METRICS_CASES = [
+    # id, series_limited, its samples, active series (A), ok
+    ("exact", 20, 40, 172, True),
+    ("one-more-over", 21, 42, 171, False),
+    ("samples-elsewhere", 20, 38, 172, False),
+    ("not-exposed", None, None, None, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("limited", "samples", "active", "ok"),
+    [c[1:] for c in METRICS_CASES],
+    ids=[c[0] for c in METRICS_CASES],
+)
+def test_check_budget_reads_rwrouters_metrics(
+    limited: int | None, samples: int | None, active: int | None, ok: bool
+) -> None:
+    workload = generate(1, 3, 2)  # 192 series of A, limit 172, 2 scrapes
+    own = {"series_limited": limited, "series_limit_samples": samples}
+    own["series_limit_active"] = active
+    m = Measurement("fleet/rwrouter-budget", ok=True)
+    m.router_metrics = {k: {"A": v} for k, v in own.items() if v is not None}
+    runner.check_budget(m, workload)
+    assert m.ok is ok
+    assert len(m.notes) == (0 if ok else 1)
+
+
+def test_digest_sum_is_every_sample_once() -> None:
+    workload = generate(1, 3, 2)
+    total = 0
+    for body in workload.bodies:
+        request = remote_pb2.WriteRequest()
+        request.ParseFromString(snappy.uncompress(body))
+        total += sum(sample_digest(ts) for ts in request.timeseries)
+    a, b = expected_digests(workload)
+    assert digest_sum((a, b)) == f"{total & DIGEST_MASK:016x}" != a
+    assert digest_sum((b, a)) == digest_sum((a, b))
+
+
+def test_budgeted_summary_line_is_measured() -> None:
+    line = scenarios.SCENARIOS["budgeted"].lines[0]
+    rounds = [{line.den: run(line.den, r), line.num: run(line.num, 0.9 * r)} for r in (1.0, 2.0)]
+    figures = scenarios.line_figures(line, rounds)
+    assert (line.num, line.den) == ("fleet/rwrouter-budget", "fleet/rwrouter")
+    assert figures["rate"] == pytest.approx(0.9) and figures["met"] is None
+    row = scenarios.summary_table([figures]).splitlines()[1]
+    assert row.split()[:3] == ["budgeted", "budget/plain", "0.90"]
+    assert row.endswith("(issue 16: measured)  -")

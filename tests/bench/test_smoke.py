@@ -1,14 +1,16 @@
 """The benchmark runner end to end in --smoke mode: every scenario, real vmagent, real rwrouter,
 real sinks.
 
-Asserts correctness only: every run of every scenario (warm, rw2, million, churn, audited)
-delivered exactly the expected samples to A and B as remote write 1.0, the same samples by
-the sinks' digests (churn: vmagent's digests equal rwrouter's, after the 10 mixed relabel
-rules); the primed runs measured their first scrape apart; every RW 2.0 answer carried exact
-Written headers; vmagent sent remote write 1.0 from its first request and retried nothing;
-the versions are recorded, every scenario has its section, its JSON entry and its summary
-line, and the run exits cleanly. Never speed (the targets may be met or not). The vmagent is
-the one scripts/build-peers built: without it the test skips locally and fails when ``CI`` is
+Asserts correctness only: every run of every scenario (warm, rw2, million, churn, audited,
+budgeted) delivered exactly the expected samples to A and B as remote write 1.0, the same
+samples by the sinks' digests (churn: vmagent's digests equal rwrouter's, after the 10 mixed
+relabel rules; budgeted: A and B together); the primed runs measured their first scrape
+apart; every RW 2.0 answer carried exact Written headers; vmagent sent remote write 1.0 from
+its first request and retried nothing; the budgeted run held A to its series_limit and sent
+the rest to B; the versions are recorded, every scenario has its section, its JSON entry and
+its summary line, and the run exits cleanly. Never speed (the targets may be met or not).
+The vmagent is the one scripts/build-peers built: without it the test skips locally and
+fails when ``CI`` is
 set (CI must not silently skip a real-peer test).
 """
 
@@ -34,7 +36,7 @@ ROWS = (
     "peak RSS MiB",
     "request bytes per sample (snappy)",
 )
-SCENARIOS = ["warm", "rw2", "million", "churn", "audited"]
+SCENARIOS = ["warm", "rw2", "million", "churn", "audited", "budgeted"]
 SUMMARY = [
     "warm",
     "rw2",
@@ -43,12 +45,15 @@ SUMMARY = [
     "churn",
     "audited",
     "audited (reference)",
+    "budgeted",
+    "budgeted (reference)",
 ]
 RUNS = [
     "fleet/vmagent",
     "fleet/rwrouter",
     "fleet/rwrouter-rw2",
     "fleet/rwrouter-audit",
+    "fleet/rwrouter-budget",
     "million/vmagent",
     "million/rwrouter",
     "churn/vmagent",
@@ -79,7 +84,9 @@ def check_run(name: str, m: dict[str, Any], requests: int) -> None:
     assert m["ok"], (name, m["error"], m["notes"])
     assert (m["delivered_a"], m["delivered_b"]) == (m["expected_a"], m["expected_b"]), name
     assert m["expected_a"] > 0 and m["expected_b"] > 0, name
-    assert m["content"] == "same", name  # the sinks' sample digests
+    # The sinks' sample digests (budgeted: A's share depends on the arrival order; together
+    # A and B hold every sample once).
+    assert m["content"] == ("same (A+B)" if name.endswith("-budget") else "same"), name
     assert m["digests"] is not None, name
     assert m["sink_errors"] == 0, name
     assert set(m["sink_content_types"]) == {RW1_CONTENT_TYPE}, name  # A and B are RW 1.0
@@ -163,3 +170,19 @@ def test_smoke_churn_routers_deliver_the_same(smoke: tuple[list[str], dict[str, 
     assert rw["expected_a"] + rw["expected_b"] < churned["samples_sent"]
     cache = rw["router_metrics"]["cache_entries_by_worker"]
     assert sum(cache.values()) <= churned["distinct_label_sets"] // 2  # the bounded cache
+
+
+def test_smoke_budget_holds_a_to_its_limit(smoke: tuple[list[str], dict[str, Any], str]) -> None:
+    _, report, _ = smoke
+    [runs] = report["rounds"]
+    fleet = report["workloads"]["fleet"]
+    plain, budget = runs["fleet/rwrouter"], runs["fleet/rwrouter-budget"]
+    series_a = plain["expected_a"] // fleet["scrapes"]  # A's series without a budget
+    limit = int(series_a * 0.9)
+    assert budget["delivered_a"] == limit * fleet["scrapes"] < plain["delivered_a"]
+    assert budget["delivered_a"] + budget["delivered_b"] == fleet["samples"]
+    own = budget["router_metrics"]
+    assert own["series_limited"] == {"A": series_a - limit}
+    assert own["series_limit_samples"] == {"A": (series_a - limit) * fleet["scrapes"]}
+    assert own["series_limit_active"] == {"A": limit}
+    assert "series_limited" not in plain["router_metrics"]
