@@ -260,6 +260,11 @@ FAILING: list[tuple[str, dict[str, Any], str]] = [
         "has ha_dedup: it needs replicaCount 1",
     ),
     (
+        "ha_dedup_defaults_with_replicas_without_client_ip",
+        {"replicaCount": 2, "config": {"remote_write": [{**HA_DESTINATION, "ha_dedup": {}}]}},
+        "has ha_dedup: it needs replicaCount 1",
+    ),
+    (
         "ha_dedup_with_hpa",
         merged(HPA, AFFINITY, {"config": {"remote_write": [HA_DESTINATION]}}),
         "has ha_dedup: it needs replicaCount 1",

@@ -57,6 +57,15 @@ CASES = [
         2,
         "remote_write[0].queue_config.max_shard: unknown key",
     ),
+    (
+        "series_limit_with_tenant_rules_refused_as_run_refuses_it",
+        "remote_write:\n  - url: http://a/x\n    series_limit: 10\n    on_series_limit: drop\n"
+        "    write_relabel_configs:\n"
+        "      - {source_labels: [__tenant__], regex: a, action: keep}\n",
+        {},
+        2,
+        "remote_write[0].series_limit: not supported with rules that read __tenant__",
+    ),
 ]
 
 
@@ -83,6 +92,27 @@ def test_check_config(
     assert result.returncode == code, result.stderr
     assert expected in result.stdout + result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "expected"),
+    [
+        pytest.param(
+            ["--config", str(ROOT / "config/examples/copy-to-both.yaml")], 0, "", id="flag"
+        ),
+        pytest.param([], 2, "give the configuration file: FILE or --config FILE", id="neither"),
+    ],
+)
+def test_check_config_takes_the_file_as_run_does(argv: list[str], code: int, expected: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "rwrouter", "check-config", *argv],
+        env={**os.environ, "AWS_REGION": "us-east-1", "AMP_WORKSPACE_ID": "ws-1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == code, result.stderr
+    assert expected in result.stderr
 
 
 def test_check_config_into_a_closed_pipe_is_not_an_error(tmp_path: Path) -> None:

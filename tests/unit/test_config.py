@@ -137,11 +137,15 @@ BAD = {
         f"{RW0}.on_series_limit: expected one of fallback, drop, got 'divert'"
     ],
     "series_limit_no_fallback": [
-        f"{RW0}.on_series_limit: fallback needs another destination with fallback: true"
+        f"{RW0}.on_series_limit: fallback needs a destination with fallback: true that is not"
     ],
     "series_limit_fallback_on_fallback": [
-        "remote_write[1].on_series_limit: fallback needs another destination"
+        "remote_write[1].on_series_limit: a fallback destination's budget can only drop"
     ],
+    "series_limit_fallback_only_shadow": [
+        f"{RW0}.on_series_limit: fallback needs a destination with fallback: true that is not"
+    ],
+    "series_limit_empty": [f"{RW0}.series_limit: is empty"],
     "series_limit_shadow": ["remote_write[1].series_limit: a shadow destination sends nothing"],
     "series_limit_near_quota": [
         f"{RW0}.series_limit: 46000000 is within 10% of the workspace's limit of 50000000",
@@ -205,6 +209,8 @@ BAD = {
         f"{RW0}.ha_dedup.failover_timeout: must be a positive duration, got 0"
     ],
     "ha_dedup_empty_label": [f"{RW0}.ha_dedup.replica_label: expected a label name, got ''"],
+    "ha_dedup_empty": [f"{RW0}.ha_dedup: is empty (write `ha_dedup: {{}}` for the defaults)"],
+    "ha_dedup_name_label": [f"{RW0}.ha_dedup.replica_label: must not be __name__"],
     "ha_dedup_unknown_key": [
         f"{RW0}.ha_dedup.failover: unknown key (did you mean 'failover_timeout'?)"
     ],
@@ -1247,6 +1253,13 @@ MEMORY = [
         "  - {name: candidate, shadow: true}\n",
         "memory: about 1078MiB per process (per worker with --workers) = bodies 512MiB"
         " + relabel_cache 256MiB + read_ahead 64MiB + audit 96MiB + base 150MiB",
+    ),
+    (
+        "series_budget",
+        "remote_write:\n"
+        "  - {url: 'http://p:9090/w', series_limit: 1000000, on_series_limit: drop}\n",
+        "memory: about 1654MiB per process (per worker with --workers) = bodies 128MiB"
+        " + relabel_cache 1024MiB + read_ahead 256MiB + series_budget 96MiB + base 150MiB",
     ),
 ]
 

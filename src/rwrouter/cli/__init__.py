@@ -144,8 +144,12 @@ def _workers(text: str) -> int:
 def cmd_check_config(args: argparse.Namespace) -> int:
     from rwrouter.auth.schemes import sigv4_region
     from rwrouter.config import describe_config, load_config
+    from rwrouter.routing import build_router
 
-    config = load_config(args.file)
+    if (args.file is None) == (args.config_file is None):
+        raise ConfigError("check-config", "give the configuration file: FILE or --config FILE")
+    config = load_config(args.file or args.config_file)
+    build_router(config)  # what only the router refuses (a series budget with __tenant__ rules)
     for i, dest in enumerate(config.remote_write):
         if dest.sigv4 is not None and not sigv4_region(dest.sigv4):
             raise ConfigError(
@@ -209,7 +213,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--worker", help=argparse.SUPPRESS)  # set by the supervisor of --workers
     run.set_defaults(func=cmd_run)
     check = sub.add_parser("check-config", help="validate a configuration and describe it")
-    check.add_argument("file")
+    check.add_argument("file", nargs="?", help="YAML configuration file")
+    check.add_argument(
+        "--config", dest="config_file", metavar="FILE", help="the same, as run takes it"
+    )
     _web_flags(check, lifecycle=False)
     check.set_defaults(func=cmd_check_config)
     demo = sub.add_parser(

@@ -71,7 +71,9 @@ def memory_estimate(config: Config) -> dict[str, int]:
     ``bodies`` (``server.max_buffered_body_bytes``), ``relabel_cache``
     (``relabel_cache.max_bytes``), ``read_ahead`` (the ``max_memory_bytes`` of the
     destinations that are not shadow), ``audit`` (``audit.max_series`` x
-    :data:`AUDIT_SERIES_BYTES` per audited destination) and ``base`` (:data:`BASE_MEMORY`).
+    :data:`AUDIT_SERIES_BYTES` per audited destination), ``series_budget`` (``series_limit``
+    x :data:`AUDIT_SERIES_BYTES` per destination with a series budget: its active series) and
+    ``base`` (:data:`BASE_MEMORY`).
     The same sum as the Helm chart's (``rwrouter.bounds`` in deploy/helm's _helpers.tpl)."""
     dests = config.remote_write
     return {
@@ -79,6 +81,7 @@ def memory_estimate(config: Config) -> dict[str, int]:
         "relabel_cache": config.relabel_cache.max_bytes,
         "read_ahead": sum(d.queue_config.max_memory_bytes for d in dests if not d.shadow),
         "audit": sum(d.audited for d in dests) * config.audit.max_series * AUDIT_SERIES_BYTES,
+        "series_budget": sum(d.series_limit or 0 for d in dests) * AUDIT_SERIES_BYTES,
         "base": BASE_MEMORY,
     }
 

@@ -206,6 +206,8 @@ def _ha_dedup(dest: Fields) -> HaDedupConfig | None:
     """The ``ha_dedup`` section (None when absent): two different, non-empty label names (any
     UTF-8 name, as Prometheus ``external_labels`` may hold) and a positive
     ``failover_timeout``."""
+    if "ha_dedup" in dest.nulls:  # `ha_dedup:` alone would silently turn it off
+        raise ConfigError(dest.at("ha_dedup"), "is empty (write `ha_dedup: {}` for the defaults)")
     if not dest.has("ha_dedup"):
         return None
     f = Fields(dest.raw("ha_dedup"), dest.at("ha_dedup"), known=_HA_KEYS)
@@ -215,6 +217,8 @@ def _ha_dedup(dest: Fields) -> HaDedupConfig | None:
         name = f.string(key, default) or ""
         if not is_utf8_label_name(name):
             raise ConfigError(f.at(key), f"expected a label name, got {show(name, f.at(key))}")
+        if name == "__name__":  # the replica label is dropped: every series would lose its name
+            raise ConfigError(f.at(key), "must not be __name__")
         names[key] = name
     if names["cluster_label"] == names["replica_label"]:
         raise ConfigError(f.at("replica_label"), "must differ from cluster_label")
@@ -228,6 +232,8 @@ def _ha_dedup(dest: Fields) -> HaDedupConfig | None:
 def _budget(f: Fields, default: DestinationConfig) -> dict[str, Any]:
     """The series budget keys (:mod:`rwrouter.routing.budget`); the others need
     ``series_limit``."""
+    if "series_limit" in f.nulls:  # `series_limit:` alone would silently turn it off
+        raise ConfigError(f.at("series_limit"), "is empty (give the active series it may hold)")
     if not f.has("series_limit"):
         for key in ("on_series_limit", "series_window", "series_limit_near_quota"):
             if f.has(key):
@@ -253,7 +259,7 @@ def check_budgets(destinations: Sequence[DestinationConfig], quota: int, path: s
     active-series limit, past which it answers 400 to a new series) and within
     :data:`QUOTA_MARGIN` of it only with ``series_limit_near_quota: true``. Raises
     ConfigError naming the key."""
-    has_fallback = any(d.fallback for d in destinations)
+    has_fallback = any(d.fallback and not d.shadow for d in destinations)  # a shadow sends none
     for i, dest in enumerate(destinations):
         at = f"{path}[{i}]"
         limit = dest.series_limit
@@ -261,10 +267,16 @@ def check_budgets(destinations: Sequence[DestinationConfig], quota: int, path: s
             continue
         if dest.shadow:
             raise ConfigError(f"{at}.series_limit", "a shadow destination sends nothing to limit")
-        if dest.on_series_limit == OnSeriesLimit.FALLBACK and (dest.fallback or not has_fallback):
+        if dest.on_series_limit == OnSeriesLimit.FALLBACK and dest.fallback:
             raise ConfigError(
                 f"{at}.on_series_limit",
-                "fallback needs another destination with fallback: true (or use drop)",
+                "a fallback destination's budget can only drop (on_series_limit: drop)",
+            )
+        if dest.on_series_limit == OnSeriesLimit.FALLBACK and not has_fallback:
+            raise ConfigError(
+                f"{at}.on_series_limit",
+                "fallback needs a destination with fallback: true that is not a shadow "
+                "(or use drop)",
             )
         if dest.sigv4 is None:
             continue

@@ -166,7 +166,8 @@ What the configuration may use, as JSON {"disk": bytes, "memory": bytes} for the
            + server.max_buffered_body_bytes [128MiB] + 150MiB base)
 A queued destination is one without `shadow: true` (a shadow destination has no queue, no disk,
 no read-ahead); an audited one has `shadow: true` or `audit: true` (bench/RESULTS.md measured
-83 bytes per series remembered; 100 is the margin).
+83 bytes per series remembered; 100 is the margin); a destination with a series budget
+`series_limit` x 100 bytes more (its active series, remembered as the audit's).
 */}}
 {{- define "rwrouter.bounds" -}}
 {{- $cfg := include "rwrouter.configMap" . | fromJson }}
@@ -185,6 +186,9 @@ no read-ahead); an audited one has `shadow: true` or `audit: true` (bench/RESULT
 {{- $shadow := eq (toString (get $d "shadow")) "true" }}
 {{- if or $shadow (eq (toString (get $d "audit")) "true") }}
 {{- $memory = add $memory $auditMemory }}
+{{- end }}
+{{- with (get $d "series_limit") }}
+{{- $memory = add $memory (mul (int64 .) 100) }}
 {{- end }}
 {{- if not $shadow }}
 {{- $queue := default dict (get $d "queue_config") }}
@@ -229,6 +233,13 @@ configuration (rwrouter.bounds) plus a quarter and 64Mi, in Mi.
 {{- define "rwrouter.validate" -}}
 {{- include "rwrouter.validateWeb" . }}
 {{- $scaled := or .Values.autoscaling.enabled (gt (int .Values.replicaCount) 1) }}
+{{- $cfg := include "rwrouter.configMap" . | fromJson }}
+{{- /* HA pairs: one election per rwrouter (its workers share it; two pods do not) */}}
+{{- range $dest := default list (get $cfg "remote_write") }}
+{{- if and $scaled (kindIs "map" $dest) (hasKey $dest "ha_dedup") }}
+{{- fail (printf "config.remote_write %q has ha_dedup: it needs replicaCount 1 and no autoscaling, since both Prometheus replicas of an HA pair must reach the same rwrouter for one election (the workers of one pod share it, two pods do not): see HA pairs in the chart README" (toString (get $dest "name"))) }}
+{{- end }}
+{{- end }}
 {{- if and $scaled (ne (toString .Values.service.sessionAffinity) "ClientIP") }}
 {{- fail "replicaCount > 1 or autoscaling.enabled needs service.sessionAffinity: ClientIP, so that each Prometheus always reaches the same replica and its series keep their order (or run rwrouter as a sidecar of each Prometheus): see Scaling in the chart README" }}
 {{- end }}
@@ -237,13 +248,6 @@ configuration (rwrouter.bounds) plus a quarter and 64Mi, in Mi.
 {{- end }}
 {{- $workers := include "rwrouter.workers" . | int64 }}
 {{- $_ := include "rwrouter.listenPort" . }}
-{{- $cfg := include "rwrouter.configMap" . | fromJson }}
-{{- /* HA pairs: one election per rwrouter (its workers share it; two pods do not) */}}
-{{- range $dest := default list (get $cfg "remote_write") }}
-{{- if and $scaled (kindIs "map" $dest) (get $dest "ha_dedup") }}
-{{- fail (printf "config.remote_write %q has ha_dedup: it needs replicaCount 1 and no autoscaling, since both Prometheus replicas of an HA pair must reach the same rwrouter for one election (the workers of one pod share it, two pods do not): see HA pairs in the chart README" (toString (get $dest "name"))) }}
-{{- end }}
-{{- end }}
 {{- $storage := default dict (get $cfg "storage") }}
 {{- $path := toString (default "data" (get $storage "path")) }}
 {{- $under := or (not (hasPrefix "/" $path)) (eq (trimSuffix "/" $path) "/var/lib/rwrouter") (hasPrefix "/var/lib/rwrouter/" $path) }}
