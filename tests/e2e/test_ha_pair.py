@@ -28,7 +28,8 @@ from rwrouter.doubles.workspace import Key, WorkspaceDouble
 from rwrouter.doubles.workspace_runner import ThreadedWorkspace, run_in_thread
 from rwrouter.doubles.workspace_store import bits_to_float
 from tests.support.polling import wait_for
-from tests.support.prometheus import PrometheusProcess, free_port, prometheus_binary
+from tests.support.prometheus import PrometheusProcess, prometheus_binary
+from tests.support.router import running_router
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(60)]
 
@@ -70,9 +71,8 @@ def double() -> Iterator[ThreadedWorkspace]:
 
 @pytest.fixture
 def router(tmp_path: Path, double: ThreadedWorkspace) -> Iterator[RouterProcess]:
-    port = free_port()
-    config = tmp_path / "rwrouter.yml"
-    config.write_text(f"""
+    def configure(port: int) -> str:
+        return f"""
 server: {{listen_address: "127.0.0.1:{port}"}}
 storage: {{path: {tmp_path / "queues"}}}
 remote_write:
@@ -81,13 +81,10 @@ remote_write:
     sigv4: {{region: us-east-1, access_key: AKID, secret_key: secret}}
     ha_dedup: {{cluster_label: cluster, replica_label: __replica__, failover_timeout: 3s}}
     queue_config: {{batch_send_deadline: 100ms}}
-""")
-    process = RouterProcess(config_path=config, port=port, log_path=tmp_path / "rwrouter.log")
-    try:
-        process.wait_ready(timeout_s=30)
-        yield process
-    finally:
-        process.stop()
+"""
+
+    with running_router(tmp_path, configure) as router:
+        yield router
 
 
 def _prometheus(

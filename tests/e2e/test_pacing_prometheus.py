@@ -23,12 +23,12 @@ import pytest
 import yaml
 
 from rwrouter.demo.exporter import ExporterFleet
-from rwrouter.doubles.router import RouterProcess
 from rwrouter.doubles.workspace import Key, Limits, WorkspaceDouble
 from rwrouter.doubles.workspace_runner import run_in_thread
 from tests.support.ledger import prometheus_keys, workspace_keys
 from tests.support.polling import wait_for
-from tests.support.prometheus import PrometheusProcess, free_port
+from tests.support.prometheus import PrometheusProcess, sender_yaml
+from tests.support.router import running_router
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(90)]
 
@@ -64,24 +64,6 @@ def router_yaml(*, port: int, storage: Path, url: str) -> str:
     return yaml.safe_dump(config, sort_keys=False)
 
 
-def sender_yaml(*, targets: list[str], router_url: str) -> str:
-    config = {
-        "global": {
-            "scrape_interval": "1s",
-            "scrape_timeout": "1s",
-            "external_labels": {"sender": SENDER},
-        },
-        "scrape_configs": [{"job_name": "gpu-node", "static_configs": [{"targets": targets}]}],
-        "remote_write": [
-            {
-                "url": f"{router_url}/api/v1/write",
-                "queue_config": {"batch_send_deadline": "500ms", "max_backoff": "1s"},
-            }
-        ],
-    }
-    return yaml.safe_dump(config, sort_keys=False)
-
-
 @pytest.fixture
 def fleet() -> Iterator[ExporterFleet]:
     exporters = ExporterFleet(nodes=2, seed=5, cluster="pacing")
@@ -109,14 +91,20 @@ def test_paced_below_the_senders_rate_the_quota_holds_and_all_arrives(
         credentials={ACCESS_KEY: Key(SECRET)},
         limits=Limits(ingestion_rate=RATE, ingestion_burst=BURST * 1.25),
     )
-    port, config = free_port(), tmp_path / "rwrouter.yaml"
     with run_in_thread(double):  # listening: its URL has its port
         url = double.url("ws-1")
-        config.write_text(router_yaml(port=port, storage=tmp_path / "data", url=url))
-        router = RouterProcess(config_path=config, port=port, log_path=tmp_path / "rwrouter.log")
-        try:
-            router.wait_ready(timeout_s=20)
-            sender_config = sender_yaml(targets=fleet.targets, router_url=router.url)
+
+        def configure(port: int) -> str:
+            return router_yaml(port=port, storage=tmp_path / "data", url=url)
+
+        with running_router(tmp_path, configure) as router:
+            sender_config = sender_yaml(
+                job="gpu-node",
+                targets=fleet.targets,
+                write_url=f"{router.url}/api/v1/write",
+                queue={"batch_send_deadline": "500ms", "max_backoff": "1s"},
+                external_labels={"sender": SENDER},
+            )
             with PrometheusProcess.start(sender_config, workdir=tmp_path / "sender") as sender:
                 wait_for(lambda: workspace_keys(double), timeout=20, what="first samples")
                 started = time.monotonic()
@@ -144,8 +132,6 @@ def test_paced_below_the_senders_rate_the_quota_holds_and_all_arrives(
             dropped = sum(
                 m.value for m in router.metrics() if m.name == "rwrouter_samples_dropped_total"
             )
-        finally:
-            router.stop()
     accepted = [(r.received_at, r.counted) for r in list(double.requests) if r.status == 200]
     print(
         f"\nPACING sender~{scrape_rate:.0f}/s paced {RATE}/s: {len(scraped)} samples, "

@@ -23,7 +23,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rwrouter.doubles.router import RouterProcess
 from rwrouter.doubles.workspace import Limits
 from rwrouter.doubles.workspace_runner import run_in_thread
 from tests.faults.harness import (
@@ -35,7 +34,8 @@ from tests.faults.harness import (
     wait_drained,
     wait_for,
 )
-from tests.support.prometheus import PrometheusProcess, free_port
+from tests.support.prometheus import PrometheusProcess, sender_yaml
+from tests.support.router import running_router
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(90)]
 
@@ -67,22 +67,6 @@ def router_yaml(port: int, storage: Path, workspace_url: str) -> str:
     return yaml.safe_dump(config, sort_keys=False)
 
 
-def sender_yaml(router_port: int) -> str:
-    config = {
-        "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
-        "scrape_configs": [
-            {"job_name": "rwrouter", "static_configs": [{"targets": [f"127.0.0.1:{router_port}"]}]}
-        ],
-        "remote_write": [
-            {
-                "url": f"http://127.0.0.1:{router_port}/api/v1/write",
-                "queue_config": {"batch_send_deadline": "500ms", "max_backoff": "500ms"},
-            }
-        ],
-    }
-    return yaml.safe_dump(config, sort_keys=False)
-
-
 @pytest.fixture
 def double() -> Iterator[OutageWorkspace]:
     workspace = OutageWorkspace(limits=Limits(out_of_bounds_s=BOUND_S))
@@ -99,13 +83,17 @@ def up_timestamps(double: OutageWorkspace) -> list[float]:
 def test_samples_older_than_the_limit_are_dropped_after_an_outage_not_refused(
     double: OutageWorkspace, tmp_path: Path
 ) -> None:
-    port = free_port()
-    config = tmp_path / "rwrouter.yaml"
-    config.write_text(router_yaml(port, tmp_path / "storage", double.url(WORKSPACE_ID)))
-    router = RouterProcess(config_path=config, port=port, log_path=tmp_path / "rwrouter.log")
-    try:
-        router.wait_ready(timeout_s=20)
-        with PrometheusProcess.start(sender_yaml(port), workdir=tmp_path / "prometheus"):
+    def configure(port: int) -> str:
+        return router_yaml(port, tmp_path / "storage", double.url(WORKSPACE_ID))
+
+    with running_router(tmp_path, configure) as router:
+        sender = sender_yaml(  # scrapes rwrouter's own /metrics
+            job="rwrouter",
+            targets=[router.url.removeprefix("http://")],
+            write_url=f"{router.url}/api/v1/write",
+            queue={"batch_send_deadline": "500ms", "max_backoff": "500ms"},
+        )
+        with PrometheusProcess.start(sender, workdir=tmp_path / "prometheus"):
             wait_for(lambda: up_timestamps(double), timeout_s=15, what="first samples")
             outage_start = time.time()
             double.down(OUTAGE_S)
@@ -126,8 +114,6 @@ def test_samples_older_than_the_limit_are_dropped_after_an_outage_not_refused(
 
         too_old = dropped("too_old")
         refused = {r: dropped(r) for r in ("4xx", "retry_budget", "too_large")}
-    finally:
-        router.stop()
     assert too_old > 0
     assert refused == {"4xx": 0, "retry_budget": 0, "too_large": 0}
     assert double.rejections.get("out_of_bounds", 0) == 0

@@ -20,7 +20,8 @@ from rwrouter.doubles.prometheus import free_port
 from rwrouter.doubles.router import RouterProcess
 from rwrouter.server.reads import MAX_AUDIT_TOP
 from tests.integration.test_cheap_reads import NAMES, READERS, bodies, p99
-from tests.integration.test_workers import children, poll, send
+from tests.support.polling import poll
+from tests.support.workers import children, send
 
 CONFIG = """
 server: {{listen_address: "127.0.0.1:{port}", shutdown_timeout: 2s}}

@@ -18,16 +18,15 @@ import asyncio
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import aiohttp
 import pytest
 
-from rwrouter.doubles.prometheus import free_port
 from rwrouter.doubles.router import RouterProcess
-from tests.integration.test_workers import WORKERS, all_up, per_worker, poll
 from tests.support.capture import CaptureServer
+from tests.support.polling import poll
 from tests.support.series import HEADERS, Series, build_body
+from tests.support.workers import WORKERS, per_worker, running_workers
 
 FAILOVER = 1.0  # seconds: failover_timeout below
 CONFIG = """
@@ -48,19 +47,9 @@ PERIOD = 0.02  # seconds between two requests of one sender
 def router(
     tmp_path_factory: pytest.TempPathFactory, capture: CaptureServer
 ) -> Iterator[RouterProcess]:
-    tmp = tmp_path_factory.mktemp("ha-workers")
-    port = free_port()
-    config = tmp / "rwrouter.yaml"
-    config.write_text(CONFIG.format(port=port, url=capture.url(PATH)))
-    router = RouterProcess(
-        config_path=config, port=port, log_path=tmp / "rwrouter.log", args=["--workers", "2"]
-    )
-    try:
-        poll(lambda: all_up(router) or router.process.poll() is not None, what="workers up")
-        assert router.process.poll() is None, Path(router.log_path).read_text()
+    configure = lambda port: CONFIG.format(port=port, url=capture.url(PATH))  # noqa: E731
+    with running_workers(tmp_path_factory.mktemp("ha-workers"), configure) as router:
         yield router
-    finally:
-        router.stop(timeout_s=15)
 
 
 @dataclass

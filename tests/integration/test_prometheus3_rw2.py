@@ -24,7 +24,8 @@ from rwrouter.protocol import RW2_MESSAGE, message_of
 from rwrouter.wire.rw2_in import to_rw1
 from tests.support.capture import CaptureServer
 from tests.support.peers import peer_binary
-from tests.support.prometheus import PrometheusProcess, free_port
+from tests.support.prometheus import PrometheusProcess
+from tests.support.router import running_router
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(120)]
 
@@ -91,22 +92,19 @@ def capture() -> Iterator[CaptureServer]:
 def router(tmp_path: Path, capture: CaptureServer) -> Iterator[RouterProcess]:
     """``rwrouter run`` sending everything to the capture server's ``/out``."""
     capture.clear()
-    port = free_port()
-    config = tmp_path / "rwrouter.yml"
-    config.write_text(f"""
+
+    def configure(port: int) -> str:
+        return f"""
 server: {{listen_address: "127.0.0.1:{port}"}}
 storage: {{path: {tmp_path / "queues"}}}
 remote_write:
   - name: out
     url: {capture.url("/out")}
     queue_config: {{batch_send_deadline: 100ms}}
-""")
-    process = RouterProcess(config_path=config, port=port, log_path=tmp_path / "rwrouter.log")
-    try:
-        process.wait_ready(timeout_s=30)
-        yield process
-    finally:
-        process.stop()
+"""
+
+    with running_router(tmp_path, configure) as router:
+        yield router
 
 
 PROMETHEUS = """

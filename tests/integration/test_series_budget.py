@@ -20,7 +20,6 @@ import json
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
-from typing import Any
 
 import aiohttp
 import pytest
@@ -31,7 +30,7 @@ from rwrouter.doubles.workspace_store import Limits
 from rwrouter.routing import budget_states
 from tests.integration.conftest import StartRouter, eventually, metric_value
 from tests.integration.test_audit import run_cli
-from tests.integration.test_status_page import _chromium
+from tests.support.browser import page_shows
 from tests.support.prometheus import prometheus_binary
 from tests.support.series import Series, build_body
 
@@ -96,25 +95,6 @@ BUDGET_JS = """() => {
 }"""
 
 
-def page_budget(url: str) -> tuple[dict[str, Any], list[str]]:
-    """The status page at ``url`` in headless Chromium: its workspace budget block (once
-    shown) and the page's errors."""
-    from playwright.sync_api import sync_playwright
-
-    errors: list[str] = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=_chromium(), args=["--no-sandbox"])
-        try:
-            page = browser.new_page()
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(url, wait_until="load", timeout=15_000)
-            page.wait_for_function(BUDGET_JS, timeout=15_000)
-            shown: dict[str, Any] = page.evaluate(BUDGET_JS)
-            return shown, errors
-        finally:
-            browser.close()
-
-
 def in_store(store: PrometheusProcess) -> set[tuple[str, str]]:
     rows = store.query('last_over_time({__name__=~"budget_.*"}[10m])')
     return {(r["metric"]["__name__"], r["metric"]["gpu"]) for r in rows}
@@ -174,7 +154,7 @@ async def test_a_budget_of_1000_sends_500_of_1500_series_to_the_fallback(
     assert figures["series_limit"] == LIMIT
     assert figures["series_limit_active_series"] == LIMIT
     assert dict(figures["series_over"]) == state.over
-    shown, errors = await asyncio.to_thread(page_budget, f"{router.url}/")
+    shown, errors = await asyncio.to_thread(page_shows, f"{router.url}/", BUDGET_JS)
     assert shown["line"] == (
         "workspace: 1,000 of 1,000 active series (100 %); 500 new series over the budget "
         "since start"

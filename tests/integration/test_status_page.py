@@ -25,13 +25,13 @@ import pytest
 
 from rwrouter.server.runner import RouterServer
 from tests.integration.conftest import StartRouter, eventually, metric_value, post_write
+from tests.support.browser import chromium, page_shows
 from tests.support.capture import CaptureServer
 from tests.support.series import Series, build_body
 
 if TYPE_CHECKING:
     from playwright.sync_api import Route
 
-CHROMIUM = "/usr/bin/chromium"
 
 ROUTER = """
 remote_write:
@@ -55,14 +55,6 @@ remote_write:
     url: {url}/selfhosted
     queue_config: {{batch_send_deadline: 20ms}}
 """
-
-
-def _chromium() -> str:
-    if os.access(CHROMIUM, os.X_OK):
-        return CHROMIUM
-    if os.environ.get("CI"):
-        pytest.fail("Debian's chromium is missing: .ci/run installs it")
-    pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
 
 
 Cells = dict[str, dict[str, str]]
@@ -109,7 +101,7 @@ def _browse(url: str, shot: Path, expected: dict[str, str]) -> Seen:
     errors: list[str] = []
     audits: list[Response] = []
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=_chromium(), args=["--no-sandbox"])
+        browser = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 600})
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
@@ -302,7 +294,7 @@ async def test_status_page_in_chromium_shows_what_metrics_shows(
     top_names: Names,
     audited: Audited,
 ) -> None:
-    _chromium()
+    chromium()
     router: RouterServer = await start_router(ROUTER.format(url=fresh_capture.url("").rstrip("/")))
     series = [
         Series((("__name__", "DCGM_FI_DEV_GPU_UTIL"), ("gpu", str(g))), ((1_000, 50.0),))
@@ -416,7 +408,7 @@ def _browse_audit_states(url: str) -> States:
     thrown: list[str] = []
     paths: list[str] = []
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=_chromium(), args=["--no-sandbox"])
+        browser = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
         try:
             page = browser.new_page()
             page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
@@ -453,7 +445,7 @@ def _browse_audit_states(url: str) -> States:
 async def test_audit_section_without_audited_destination_or_audit(
     start_router: StartRouter, fresh_capture: CaptureServer, http: aiohttp.ClientSession
 ) -> None:
-    _chromium()
+    chromium()
     router = await start_router(NOT_AUDITED.format(url=fresh_capture.url("").rstrip("/")))
     async with http.get(router.url + "/-/audit") as resp:
         assert (await resp.json())["destinations"] == []
@@ -513,29 +505,10 @@ def _ha_body(cluster: str, replica: str, ms: int) -> bytes:
     return build_body([Series(labels, ((ms, 1.0),))])
 
 
-def _browse_ha(url: str) -> tuple[dict[str, Any], list[str]]:
-    """The status page at ``url`` in headless Chromium: its workspace HA block (once it lists
-    two clusters) and the page's errors."""
-    from playwright.sync_api import sync_playwright
-
-    errors: list[str] = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=_chromium(), args=["--no-sandbox"])
-        try:
-            page = browser.new_page()
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(url, wait_until="load", timeout=15_000)
-            page.wait_for_function(HA_JS, timeout=15_000)
-            shown: dict[str, Any] = page.evaluate(HA_JS)
-            return shown, errors
-        finally:
-            browser.close()
-
-
 async def test_status_page_shows_ha_dedup_elected_replicas_and_elections(
     start_router: StartRouter, fresh_capture: CaptureServer, http: aiohttp.ClientSession
 ) -> None:
-    _chromium()
+    chromium()
     router = await start_router(HA_ROUTER.format(url=fresh_capture.url("").rstrip("/")))
     ms = int(time.time() * 1000)
     for cluster, replica in (("c1", "prom-a"), ("c1", "prom-b"), ("c2", "prom-x")):
@@ -579,7 +552,7 @@ async def test_status_page_shows_ha_dedup_elected_replicas_and_elections(
         router, "rwrouter_ha_elected_replica_timestamp_seconds", replica="prom-b", **labels
     ) == pytest.approx(c1["last_seen"], abs=0.01)
 
-    shown, errors = await asyncio.to_thread(_browse_ha, router.url + "/")
+    shown, errors = await asyncio.to_thread(page_shows, router.url + "/", HA_JS)
     assert errors == []
     assert shown["others"] == 1  # selfhosted has no ha_dedup: no block
     assert shown["line"] == (

@@ -9,17 +9,28 @@ import os
 import signal
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from rwrouter.doubles.prometheus import free_port
 from rwrouter.doubles.router import RouterProcess
 from rwrouter.server.balance import board_path
 from rwrouter.server.workers import WorkerSpec
 from tests.support.capture import CaptureServer
+from tests.support.polling import poll
+from tests.support.router import Configure
 from tests.support.series import HEADERS, Series, build_body
+from tests.support.workers import (
+    WORKERS,
+    alive,
+    all_up,
+    children,
+    per_worker,
+    running_workers,
+    send,
+    start_workers,
+)
 
 CONFIG = """
 server: {{listen_address: "127.0.0.1:{port}", shutdown_timeout: 2s}}
@@ -32,93 +43,27 @@ remote_write:
     shadow: true
     write_relabel_configs: [{{source_labels: [__name__], regex: "audit_.*", action: keep}}]
 """
-WORKERS = ("0", "1")
 CONNECTIONS = 32  # the kernel picks a worker per connection: 2 * 2**-32 that one gets none
 
 
-def poll(predicate: Callable[[], bool], *, timeout: float = 15.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(0.05)
+LIFECYCLE = ("--web.enable-lifecycle",)  # POST /-/reload
 
 
-def per_worker(router: RouterProcess, name: str, **labels: str) -> dict[str, float]:
-    """``name`` (with ``labels``) summed per ``worker`` label, from the merged /metrics."""
-    values: dict[str, float] = {}
-    for sample in router.metrics():
-        if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-            worker = sample.labels["worker"]
-            values[worker] = values.get(worker, 0.0) + sample.value
-    return values
-
-
-def all_up(router: RouterProcess) -> bool:
-    try:
-        return per_worker(router, "rwrouter_worker_up") == dict.fromkeys(WORKERS, 1.0)
-    except OSError:
-        return False
-
-
-def children(pid: int) -> list[int]:
-    """Processes whose parent is ``pid`` (from /proc)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rpartition(")")[2].split()[1]) == pid:
-                found.append(int(entry))
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return False
+def configure(capture: CaptureServer, path: str) -> Configure:
+    return lambda port: CONFIG.format(port=port, url=capture.url(path))
 
 
 def start(tmp: Path, capture: CaptureServer, path: str) -> RouterProcess:
-    port = free_port()
-    config = tmp / "rwrouter.yaml"
-    config.write_text(CONFIG.format(port=port, url=capture.url(path)))
-    router = RouterProcess(
-        config_path=config,
-        port=port,
-        log_path=tmp / "rwrouter.log",
-        args=["--workers", "2", "--web.enable-lifecycle"],  # POST /-/reload
-    )
-    try:
-        poll(lambda: all_up(router) or router.process.poll() is not None, what="workers up")
-        assert router.process.poll() is None, router.log_path.read_text()
-    except BaseException:
-        router.stop()
-        raise
-    return router
+    return start_workers(tmp, configure(capture, path), args=LIFECYCLE)
 
 
 @pytest.fixture(scope="module")
 def router(
     tmp_path_factory: pytest.TempPathFactory, capture: CaptureServer
 ) -> Iterator[RouterProcess]:
-    router = start(tmp_path_factory.mktemp("workers"), capture, "/workers")
-    yield router
-    router.stop(timeout_s=15)
-
-
-def send(router: RouterProcess, body: bytes) -> int:
-    """POST ``body`` on a new connection; returns the status."""
-    host, port = router.url.removeprefix("http://").split(":")
-    connection = http.client.HTTPConnection(host, int(port), timeout=10)
-    try:
-        connection.request("POST", "/api/v1/write", body=body, headers=HEADERS)
-        return connection.getresponse().status
-    finally:
-        connection.close()
+    tmp = tmp_path_factory.mktemp("workers")
+    with running_workers(tmp, configure(capture, "/workers"), args=LIFECYCLE) as router:
+        yield router
 
 
 def test_each_worker_has_its_own_queue(router: RouterProcess) -> None:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from rwrouter.doubles.prometheus import free_port
 from rwrouter.doubles.router import RouterProcess
-from tests.integration.test_workers import WORKERS, all_up, per_worker, poll, send
 from tests.support.capture import CaptureServer
+from tests.support.polling import poll
 from tests.support.series import Series, build_body
+from tests.support.workers import WORKERS, per_worker, running_workers, send
 
 LIMIT = 11  # odd: two halves of it (the old split per worker) would hold 10
 CONNECTIONS = 32  # one new series each (binomial(32, 1/2): a worker gets < 4 about 1e-6)
@@ -36,25 +36,16 @@ remote_write:
 
 @pytest.fixture
 def router(tmp_path: Path, capture: CaptureServer) -> Iterator[RouterProcess]:
-    port = free_port()
-    config = tmp_path / "rwrouter.yaml"
-    config.write_text(
-        CONFIG.format(
+    def configure(port: int) -> str:
+        return CONFIG.format(
             port=port,
             workspace=capture.url("/budget-workspace"),
             fallback=capture.url("/budget-fallback"),
             limit=LIMIT,
         )
-    )
-    router = RouterProcess(
-        config_path=config, port=port, log_path=tmp_path / "rwrouter.log", args=["--workers", "2"]
-    )
-    try:
-        poll(lambda: all_up(router) or router.process.poll() is not None, what="workers up")
-        assert router.process.poll() is None, router.log_path.read_text()
+
+    with running_workers(tmp_path, configure) as router:
         yield router
-    finally:
-        router.stop(timeout_s=15)
 
 
 def names(capture: CaptureServer, path: str) -> set[str]:

@@ -26,3 +26,11 @@ def wait_for(
             return last
         time.sleep(interval)
     pytest.fail(f"timed out after {timeout} s waiting for {what} (last: {last!r:.2000})")
+
+
+def poll(
+    predicate: Callable[[], bool], *, timeout: float = 15.0, what: str = "", interval: float = 0.05
+) -> None:
+    """:func:`wait_for` a condition: until ``predicate()`` is true, checked every
+    ``interval`` seconds (50 ms), for at most ``timeout`` seconds."""
+    wait_for(predicate, timeout=timeout, what=what or "a condition", interval=interval)

@@ -13,9 +13,11 @@ skip the real-peer suites::
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 import pytest
+import yaml
 
 from rwrouter.doubles import prometheus as _runner
 from rwrouter.doubles.prometheus import (
@@ -31,6 +33,7 @@ __all__ = [
     "free_port",
     "missing_prometheus",
     "prometheus_binary",
+    "sender_yaml",
 ]
 
 
@@ -62,3 +65,25 @@ class PrometheusProcess(_runner.PrometheusProcess):
             missing_prometheus(exc)
         assert isinstance(prom, PrometheusProcess)
         return prom
+
+
+def sender_yaml(
+    *,
+    job: str,
+    targets: Sequence[str],
+    write_url: str,
+    queue: Mapping[str, object],
+    external_labels: Mapping[str, str] | None = None,
+) -> str:
+    """The configuration of a sender Prometheus: scrape ``targets`` as job ``job`` every
+    second (timeout 1 s), with ``external_labels`` (if any), and remote-write what it scrapes
+    to ``write_url`` with ``queue`` as its ``queue_config``."""
+    scrape: dict[str, object] = {"scrape_interval": "1s", "scrape_timeout": "1s"}
+    if external_labels:
+        scrape["external_labels"] = dict(external_labels)
+    config = {
+        "global": scrape,
+        "scrape_configs": [{"job_name": job, "static_configs": [{"targets": list(targets)}]}],
+        "remote_write": [{"url": write_url, "queue_config": dict(queue)}],
+    }
+    return yaml.safe_dump(config, sort_keys=False)

@@ -6,7 +6,7 @@ sample whose timestamp is before ``now - L`` is dropped instead of being sent, c
 reason ``too_old`` (``isSampleOld``), when a batch is built and again before every retry of
 it; L = 0 (the default) turns it off. rwrouter applies it to samples, exemplars and native
 histograms alike (each by its own timestamp), when a batch read from the disk queue is sent
-and before each retry (:class:`~rwrouter.send.delivery.Deliverer`), and counts all three as
+and before each retry (:mod:`rwrouter.send.too_old`, its shell), and counts all three as
 samples (``rwrouter_samples_dropped_total{reason="too_old"}``).
 """
 

@@ -41,12 +41,9 @@
 - With a :class:`~rwrouter.send.pacer.Pacer` (``queue_config.max_samples_per_second``),
   every attempt first waits for its samples (metadata entries) in the destination's token
   bucket, and every 429 lowers the paced rate (:mod:`rwrouter.send.pacing`).
-- With a sample age limit (``queue_config.sample_age_limit``, :mod:`rwrouter.send.age`), the
-  samples of a batch (or of a split half) too old at the wall clock's now are dropped before
-  it is encoded, counted (``dropped_samples``, ``too_old``; logged at most once a minute) and
-  never sent; a part left with none is done. Before each retry, once the oldest sample left
-  has become too old, the part is filtered and encoded again (Prometheus filters on every
-  attempt), keeping its retry budget and backoff. Without a limit nothing is walked.
+- With a sample age limit (``queue_config.sample_age_limit``), every part goes without its
+  samples too old at the wall clock's now, and is filtered and encoded again when a retry
+  finds it holding some (:mod:`rwrouter.send.too_old`); a part left with none is done.
 """
 
 from __future__ import annotations
@@ -81,6 +78,7 @@ from rwrouter.send.pacer import Pacer
 from rwrouter.send.refusals import Item, Kind, Refusal, RejectHook, is_out_of_order, reason_of
 from rwrouter.send.retry import RetryPolicy
 from rwrouter.send.stopping import HandedOver
+from rwrouter.send.too_old import STALE, Stale, TooOld
 from rwrouter.send.transport import Answer, WriteClient
 from rwrouter.wire.age import Recent
 
@@ -89,8 +87,6 @@ log = logging.getLogger("rwrouter.sending")
 SPLITTABLE = frozenset((400, 409, 413, 422))  # refusals of the content, not of the request
 SPLIT_BUDGET = 64  # extra requests one batch may cost to isolate its refused series
 NOT_WRITTEN_LOG_INTERVAL = 60.0  # seconds between two "not written" log lines
-TOO_OLD_LOG_INTERVAL = 60.0  # seconds between two "too old" log lines
-TOO_OLD_MESSAGE = "samples older than sample_age_limit dropped, not sent"
 
 _MESSAGES = {
     DropReason.TOO_LARGE: "series larger than the destination accepts, not retried",
@@ -115,11 +111,22 @@ class _Delivery:
     attempt: int = 0  # the attempts of a part filtered again while retried (its backoff)
 
 
-class _Stale:
-    """The part being retried now holds samples too old to send: filter it again."""
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """A part as it is sent: its frames (``raw``) carrying ``count`` samples, its (frame,
+    samples) items on demand (``expand``: walked only when it is refused), and its stored
+    snappy block (``compressed``: sent as it is, RW 1.0) or None."""
 
+    raw: bytes
+    count: int
+    expand: Callable[[], list[Item]]
+    compressed: bytes | None = None
 
-STALE = _Stale()
+    def recent(self, recent: Recent) -> _Part:
+        """This part with only the frames a sample age limit left (``recent``)."""
+        items = recent.items
+        expand = self.expand if items is None else lambda: items
+        return _Part(recent.body, recent.kept, expand)
 
 
 class Deliverer:
@@ -141,9 +148,9 @@ class Deliverer:
     :class:`~rwrouter.send.stopping.HandedOver`), an attribute the shards set.
     ``pacer``: the destination's pacing (None: not paced).
     ``age``: the destination's sample age limit (``queue_config.sample_age_limit``; None or
-    0: off). ``clock``: monotonic seconds (durations, retry budget); ``wall_clock``: unix
-    seconds (Retry-After dates, the sample age limit). Clocks, randomness and sleep are
-    injectable for tests.
+    0: off; :class:`~rwrouter.send.too_old.TooOld` applies it). ``clock``: monotonic
+    seconds (durations, retry budget); ``wall_clock``: unix seconds (Retry-After dates, the
+    sample age limit). Clocks, randomness and sleep are injectable for tests.
     """
 
     def __init__(
@@ -183,15 +190,18 @@ class Deliverer:
         }
         self.message = message
         self.book = book
-        self.age = age if age is not None and age.active else None
         self.metrics = metrics
+        self.too_old = (
+            TooOld(name=name, limit=age, metrics=metrics, clock=clock, wall_clock=wall_clock)
+            if age is not None and age.active
+            else None
+        )
         self._clock, self._wall, self._rand, self._sleep = clock, wall_clock, rand, sleep
         self._on_rejected = on_rejected
         self.on_protocol = on_protocol
         self.abandon: Callable[[], bool] = _never  # the shards: stop at a handover
         self.failures = 0  # retried attempts, for the resharding decision
         self._not_written_at: float | None = None  # when "not written" was last logged
-        self._too_old_at: float | None = None  # when "too old" was last logged
         self._not_sent_logged = False  # whether a request that could not be built was logged
 
     def use(self, message: str) -> None:
@@ -202,7 +212,7 @@ class Deliverer:
     def ages(self) -> bool:
         """Whether samples too old are dropped (a sample age limit is set): then
         :meth:`deliver_raw` needs the frames (``raw``) of every batch, stored ones too."""
-        return self.age is not None
+        return self.too_old is not None
 
     def sends_stored(self, *, start_timestamps: bool) -> bool:
         """Whether stored records go out as they are stored (RW 1.0, no start timestamps):
@@ -234,6 +244,13 @@ class Deliverer:
         )
         return await self._deliver_part(items, kind, delivery)
 
+    async def _deliver_part(self, items: list[Item], kind: Kind, delivery: _Delivery) -> int:
+        part = _Part(b"".join(frame for frame, _ in items), sum(n for _, n in items), lambda: items)
+        part, result = await self._send_part(part, kind, delivery)
+        if not isinstance(result, Refusal):
+            return result
+        return await self._refused_part(part.expand(), kind, delivery, result, part.count)
+
     async def deliver_raw(
         self,
         raw: bytes,
@@ -259,77 +276,48 @@ class Deliverer:
             start_timestamps=start_timestamps,
             tenant=tenant,
         )
-        if self.age is not None and count and not raw:
+        if self.too_old is not None and count and not raw:
             raise InvariantError("a sample age limit needs the frames of a stored batch")
-        result: int | Refusal | _Stale = STALE
-        while isinstance(result, _Stale):  # filtered again when retried past the age limit
-            recent = self._recent(raw, kind, delivery)
-            if recent is not None:
-                raw, count, compressed = recent.body, recent.kept, None
-                expand = _items_of(recent.items, expand)
-                if not count:
-                    return 0
-            result = await self._send_whole(raw, count, kind, delivery, compressed)
+        part = _Part(raw, count, expand, compressed)
+        part, result = await self._send_part(part, kind, delivery)
         if not isinstance(result, Refusal):
             return result
-        items = expand()
+        items = part.expand()
         if resent:
             delivery.splits = 2 * len(items)
-        return await self._refused_part(items, kind, delivery, result, count)
+        return await self._refused_part(items, kind, delivery, result, part.count)
+
+    async def _send_part(
+        self, part: _Part, kind: Kind, delivery: _Delivery
+    ) -> tuple[_Part, int | Refusal]:
+        """Send ``part`` with retries (:meth:`_send_whole`): the part as last sent and the
+        samples delivered, or the final refusal. With a sample age limit (samples only), its
+        samples too old now go first, and again whenever a retry finds it stale; a part left
+        with none is done (0 delivered)."""
+        too_old = self.too_old if kind == Kind.SAMPLES else None
+        while True:
+            if too_old is not None:
+                recent = too_old.recent(part.raw)
+                delivery.stale_at = too_old.stale_at(recent)
+                if recent.dropped:
+                    part = part.recent(recent)
+                    if not part.count:
+                        return part, 0
+            result = await self._send_whole(part, kind, delivery)
+            if not isinstance(result, Stale):
+                return part, result
 
     async def _send_whole(
-        self, raw: bytes, count: int, kind: Kind, delivery: _Delivery, compressed: bytes | None
-    ) -> int | Refusal | _Stale:
-        """:meth:`_send` of a whole batch, or its stored ``compressed`` body as it is."""
-        if compressed is None:
-            return await self._send(raw, count, kind, delivery)
-        result = await self._send_request(Request(compressed, RW1_MESSAGE), count, kind, delivery)
+        self, part: _Part, kind: Kind, delivery: _Delivery
+    ) -> int | Refusal | Stale:
+        """:meth:`_send` of a part, or its stored ``compressed`` body as it is."""
+        if part.compressed is None:
+            return await self._send(part.raw, part.count, kind, delivery)
+        request = Request(part.compressed, RW1_MESSAGE)
+        result = await self._send_request(request, part.count, kind, delivery)
         if isinstance(result, NotRW2):
             raise InvariantError("NotRW2 for a remote write 1.0 request (only 2.0 can be it)")
         return result
-
-    async def _deliver_part(self, items: list[Item], kind: Kind, delivery: _Delivery) -> int:
-        count = sum(n for _, n in items)
-        raw = b"".join(frame for frame, _ in items)
-        result: int | Refusal | _Stale = STALE
-        while isinstance(result, _Stale):  # filtered again when retried past the age limit
-            recent = self._recent(raw, kind, delivery)
-            if recent is not None:
-                raw, count, items = recent.body, recent.kept, recent.items or items
-                if not count:
-                    return 0
-            result = await self._send(raw, count, kind, delivery)
-        if not isinstance(result, Refusal):
-            return result
-        return await self._refused_part(items, kind, delivery, result, count)
-
-    def _recent(self, raw: bytes, kind: Kind, delivery: _Delivery) -> Recent | None:
-        """The part's frames without its samples too old now (counted and logged), and when
-        the oldest left becomes too old (``delivery.stale_at``); None without an age limit
-        (or for metadata), or when nothing was too old."""
-        age = self.age
-        if age is None or kind != Kind.SAMPLES:
-            return None
-        recent = age.recent(raw, now=self._wall())
-        if recent is None:
-            return None
-        delivery.stale_at = age.stale_at(recent.oldest_ms)
-        if not recent.dropped:
-            return None
-        self.metrics.dropped_samples.labels(self.name, DropReason.TOO_OLD).inc(recent.dropped)
-        now = self._clock()
-        if self._too_old_at is None or now - self._too_old_at >= TOO_OLD_LOG_INTERVAL:
-            self._too_old_at = now
-            log.warning(
-                kv(
-                    destination=self.name,
-                    dropped=recent.dropped,
-                    sample_age_limit=f"{age.limit:g}s",
-                    reason=DropReason.TOO_OLD,
-                    msg=TOO_OLD_MESSAGE,
-                )
-            )
-        return recent
 
     async def _refused_part(
         self, items: list[Item], kind: Kind, delivery: _Delivery, refusal: Refusal, count: int
@@ -360,7 +348,7 @@ class Deliverer:
 
     async def _send(
         self, raw: bytes, count: int, kind: Kind, delivery: _Delivery
-    ) -> int | Refusal | _Stale:
+    ) -> int | Refusal | Stale:
         """Send one part (``raw``: its frames, ``count`` samples) in the protocol in use,
         with retries: the samples delivered, or the final refusal. Samples that an RW 2.0
         destination does not take as RW 2.0 (see :func:`~rwrouter.send.encoding.not_rw2`)
@@ -378,7 +366,7 @@ class Deliverer:
 
     async def _send_request(
         self, request: Request, count: int, kind: Kind, delivery: _Delivery
-    ) -> int | Refusal | NotRW2 | _Stale:
+    ) -> int | Refusal | NotRW2 | Stale:
         """Send one encoded request with retries and read the answer's Written headers;
         :data:`STALE` when, retried, it came to hold samples too old to send."""
         answer = await self._post(
@@ -390,7 +378,7 @@ class Deliverer:
             count,
             delivery,
         )
-        if isinstance(answer, _Stale):
+        if isinstance(answer, Stale):
             return answer
         status = answer.status if isinstance(answer, Refusal) else 200
         written = None if isinstance(answer, Refusal) else Written.parse(answer)
@@ -490,7 +478,7 @@ class Deliverer:
         tenant: str | None,
         count: int = 0,
         delivery: _Delivery | None = None,
-    ) -> Refusal | Mapping[str, str] | _Stale:
+    ) -> Refusal | Mapping[str, str] | Stale:
         """POST ``body`` (``count`` samples or metadata entries, for the pacing) with
         retries: the headers of the 2xx answer, or the final refusal; :data:`STALE` when,
         before a retry, the wall clock passed ``delivery.stale_at`` (the attempts so far stay
@@ -532,7 +520,11 @@ class Deliverer:
             self._retrying(kind, status, attempt, decision.delay, text)
             await self._sleep(decision.delay)
             attempt += 1
-            if delivery is not None and _stale(delivery.stale_at, self._wall()):
+            if (
+                delivery is not None
+                and self.too_old is not None
+                and self.too_old.stale(delivery.stale_at)
+            ):
                 delivery.attempt = attempt
                 return STALE
 
@@ -644,21 +636,6 @@ class Deliverer:
 
 def _never() -> bool:
     return False
-
-
-def _stale(stale_at: float | None, now: float) -> bool:
-    """Whether a part whose oldest sample becomes too old at ``stale_at`` holds one at
-    ``now`` (unix seconds)."""
-    return stale_at is not None and now > stale_at
-
-
-def _items_of(
-    items: list[Item] | None, expand: Callable[[], list[Item]]
-) -> Callable[[], list[Item]]:
-    """``expand`` for a batch whose frames were filtered to ``items`` (None: unchanged)."""
-    if items is None:
-        return expand
-    return lambda: items
 
 
 def _retry_label(status: int | None) -> str:
