@@ -43,6 +43,10 @@ BAD = {
     "unknown_destination_key": [f"{RW0}.urll: unknown key", "did you mean 'url'"],
     "unknown_server_key": ["server.listen_port: unknown key"],
     "unknown_queue_key": [f"{RW0}.queue_config.max_retries: unknown key"],
+    "misplaced_queue_key": [
+        f"{RW0}.max_samples_per_second: unknown key here",
+        "`max_samples_per_second` belongs in `queue_config`",
+    ],
     "prometheus_top_level_key": ["scrape_configs: a Prometheus setting, not read by rwrouter"],
     "global_scrape_interval": ["global.scrape_interval: a Prometheus setting, not read by"],
     "global_bad_validation_scheme": [
@@ -684,6 +688,142 @@ def test_queue_disk_and_retry_errors(snippet: str, message: str) -> None:
         parse_config(text, env={})
     assert str(info.value).startswith(f"{RW0}.queue_config.")
     assert message in str(info.value)
+
+
+_HERE = "unknown key here:"
+_ON_DEST = "on the destination (a `remote_write` entry)"
+MISPLACED_CASES = [
+    # ("dest": the snippet is a destination's key, "top": a top-level one; the error)
+    pytest.param(
+        "dest",
+        "max_samples_per_second: 5",
+        f"{RW0}.max_samples_per_second: {_HERE} `max_samples_per_second` belongs in `queue_config`",
+        id="pacing-on-destination",
+    ),
+    pytest.param(
+        "dest",
+        "sample_age_limit: 1h",
+        f"{RW0}.sample_age_limit: {_HERE} `sample_age_limit` belongs in `queue_config`",
+        id="age-limit-on-destination",
+    ),
+    pytest.param(
+        "dest",
+        "queue_config: {series_limit: 5}",
+        f"{RW0}.queue_config.series_limit: {_HERE} `series_limit` belongs {_ON_DEST} or in `audit`",
+        id="budget-in-queue-config",
+    ),
+    pytest.param(
+        "dest",
+        "queue_config: {ha_dedup: {}}",
+        f"{RW0}.queue_config.ha_dedup: {_HERE} `ha_dedup` belongs {_ON_DEST}",
+        id="ha-dedup-in-queue-config",
+    ),
+    pytest.param(
+        "dest",
+        "ha_dedup: {series_window: 1h}",
+        f"{RW0}.ha_dedup.series_window: {_HERE} `series_window` belongs {_ON_DEST}",
+        id="budget-window-in-ha-dedup",
+    ),
+    pytest.param(
+        "dest",
+        "metadata_config: {capacity: 5}",
+        f"{RW0}.metadata_config.capacity: {_HERE} `capacity` belongs in `queue_config`",
+        id="queue-key-in-metadata-config",
+    ),
+    pytest.param(
+        "dest",
+        "max_request_bytes: 1MiB",
+        f"{RW0}.max_request_bytes: {_HERE} `max_request_bytes` belongs in `queue_config` "
+        "or in `server`",
+        id="two-homes-nearest-first",
+    ),
+    pytest.param(
+        "dest",
+        "region: eu-west-1",
+        f"{RW0}.region: {_HERE} `region` belongs in `sigv4`",
+        id="sigv4-key-on-destination",
+    ),
+    pytest.param(
+        "dest",
+        "fsync: always",
+        f"{RW0}.fsync: {_HERE} `fsync` belongs in `storage`",
+        id="storage-key-on-destination",
+    ),
+    pytest.param(
+        "dest",
+        "relabel_configs: []",
+        f"{RW0}.relabel_configs: {_HERE} `relabel_configs` belongs at the top level "
+        "(or did you mean 'write_relabel_configs'?)",
+        id="top-key-on-destination-and-close-match",
+    ),
+    pytest.param(
+        "top",
+        "remote_timeout: 1s",
+        f"remote_timeout: {_HERE} `remote_timeout` belongs {_ON_DEST}",
+        id="destination-key-at-top",
+    ),
+    pytest.param(
+        "top",
+        "global: {series_limit: 5}",
+        f"global.series_limit: {_HERE} `series_limit` belongs in `audit` or {_ON_DEST}",
+        id="budget-in-global-file-sections-first",
+    ),
+    pytest.param(
+        "top",
+        "server: {max_disk_bytes: 1GiB}",
+        f"server.max_disk_bytes: {_HERE} `max_disk_bytes` belongs in `queue_config`",
+        id="queue-key-in-server",
+    ),
+    pytest.param(
+        "top",
+        "storage: {max_age: 1h}",
+        f"storage.max_age: {_HERE} `max_age` belongs in `relabel_cache`",
+        id="cache-key-in-storage",
+    ),
+    pytest.param(
+        "top",
+        "relabel_cache: {window: 1h}",
+        f"relabel_cache.window: {_HERE} `window` belongs in `audit`",
+        id="audit-key-in-relabel-cache",
+    ),
+    pytest.param(
+        "top",
+        "audit: {path: /data}",
+        f"audit.path: {_HERE} `path` belongs in `storage`",
+        id="storage-key-in-audit",
+    ),
+    pytest.param(
+        "top",
+        "audit: {price_tiers: [{per_million: 1, currency: EUR}]}",
+        f"audit.price_tiers[0].currency: {_HERE} `currency` belongs in `audit`",
+        id="audit-key-in-price-tier",
+    ),
+    pytest.param(
+        "dest",
+        "queue_config: {max_retries: 3}",
+        f"{RW0}.queue_config.max_retries: unknown key (did you mean 'max_retry_duration'?)",
+        id="unknown-everywhere-close-match",
+    ),
+    pytest.param(
+        "top",
+        "server: {port: 9250}",
+        "server.port: unknown key",
+        id="unknown-everywhere-no-hint",
+    ),
+]
+
+
+@pytest.mark.parametrize(("where", "snippet", "message"), MISPLACED_CASES)
+def test_a_misplaced_key_says_where_it_belongs(where: str, snippet: str, message: str) -> None:
+    """An unknown key known in another section says where it belongs
+    (rwrouter.config.sections), in every section pair it can be misplaced in."""
+    if where == "dest":
+        text = f"remote_write:\n  - url: http://x:1/w\n    {snippet}\n"
+    else:
+        text = f"{snippet}\nremote_write: [{{url: http://x:1/w}}]\n"
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, env={})
+    assert str(info.value) == message
 
 
 @pytest.mark.parametrize(
