@@ -222,7 +222,16 @@ BAD = {
         f"{RW0}.queue_config.max_retry_duration_on_http_429: not a valid duration string: '3600'"
     ],
     # pacing (max_samples_per_second, burst_samples)
-    "queue_burst_without_rate": [f"{RW0}.queue_config.burst_samples: needs max_samples_per_second"],
+    "queue_burst_without_rate": [
+        f"{RW0}.queue_config.burst_samples: does nothing: pacing is off, "
+        "max_samples_per_second is not set; set max_samples_per_second to the samples a "
+        "second to pace at, or remove burst_samples"
+    ],
+    "queue_burst_with_zero_rate": [
+        f"{RW0}.queue_config.burst_samples: does nothing: pacing is off, "
+        "max_samples_per_second is 0 (off); set max_samples_per_second to the samples a "
+        "second to pace at, or remove burst_samples"
+    ],
     "queue_negative_max_samples_per_second": [
         f"{RW0}.queue_config.max_samples_per_second: must be >= 0, got -5"
     ],

@@ -331,8 +331,12 @@ def _pacing(f: Fields, queue: QueueConfig) -> QueueConfig:
     rate = f.integer("max_samples_per_second", 0, minimum=0)
     if not rate:
         if f.has("burst_samples"):
+            why = "is 0 (off)" if f.has("max_samples_per_second") else "is not set"
             raise ConfigError(
-                f.at("burst_samples"), "needs max_samples_per_second (pacing is off without it)"
+                f.at("burst_samples"),
+                f"does nothing: pacing is off, max_samples_per_second {why}; set "
+                "max_samples_per_second to the samples a second to pace at, or remove "
+                "burst_samples",
             )
         return queue
     burst = f.integer("burst_samples", max(rate, queue.max_samples_per_send), minimum=1)
