@@ -1417,3 +1417,51 @@ MEMORY = [
 def test_describe_config_ends_with_the_memory_estimate(text: str, line: str) -> None:
     # The Helm chart's sum (tests/deploy/test_helm.py: 1558Mi for rwrouter's defaults).
     assert describe_config(parse_config(text, env={})).splitlines()[-1] == line
+
+
+DESCRIBED_NAMES = [
+    pytest.param(
+        "ha_dedup: {}",
+        "  ha_dedup: cluster_label=cluster replica_label=__replica__ failover_timeout=30s"
+        " (only the elected replica's samples per cluster; __replica__ removed)",
+        id="ha-legacy-names-as-they-are",
+    ),
+    pytest.param(
+        "ha_dedup: {cluster_label: my cluster, replica_label: service.replica}",
+        '  ha_dedup: cluster_label="my cluster" replica_label="service.replica"'
+        " failover_timeout=30s"
+        ' (only the elected replica\'s samples per cluster; "service.replica" removed)',
+        id="ha-utf8-names-quoted",
+    ),
+    pytest.param(
+        "ha_dedup: {cluster_label: 1st, replica_label: 'say \"hi\"'}",
+        '  ha_dedup: cluster_label="1st" replica_label="say \\"hi\\"" failover_timeout=30s'
+        ' (only the elected replica\'s samples per cluster; "say \\"hi\\"" removed)',
+        id="ha-digit-first-and-quotes-escaped",
+    ),
+    pytest.param(
+        "write_relabel_configs: [{source_labels: [my label, job, 2x], regex: a, action: keep}]",
+        '    [0] action=keep source_labels=["my label", job, "2x"] regex=\'a\'',
+        id="rule-source-labels",
+    ),
+    pytest.param(
+        "write_relabel_configs: [{source_labels: [job], target_label: my target, replacement: x}]",
+        "    [0] action=replace source_labels=[job] regex='(.*)' target_label=\"my target\""
+        " replacement='x'",
+        id="rule-target-label-quoted",
+    ),
+    pytest.param(
+        "write_relabel_configs: [{source_labels: [job], target_label: '${1}_total'}]",
+        "    [0] action=replace source_labels=[job] regex='(.*)' target_label=${1}_total"
+        " replacement='$1'",
+        id="rule-target-label-template-as-it-is",
+    ),
+]
+
+
+@pytest.mark.parametrize(("snippet", "line"), DESCRIBED_NAMES)
+def test_describe_quotes_utf8_label_names_as_prometheus_3(snippet: str, line: str) -> None:
+    """check-config prints a label name that is not a legacy one as Prometheus 3 prints it
+    ({"my label"="v"}): ha_dedup's labels and the rules' source and target labels."""
+    text = f"remote_write:\n  - url: http://x:1/w\n    {snippet}\n"
+    assert line in describe_config(parse_config(text, env={})).splitlines()
