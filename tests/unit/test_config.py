@@ -4,6 +4,7 @@ configs, ${VAR} expansion, value syntax, and describe_config never printing a se
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,14 @@ from rwrouter.config import (
     parse_duration,
     parse_size,
 )
-from rwrouter.config.model import Fsync, OnFull
+from rwrouter.config.model import (
+    AuditConfig,
+    DestinationConfig,
+    Fsync,
+    HaDedupConfig,
+    OnFull,
+    RelabelCacheConfig,
+)
 from rwrouter.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -1465,3 +1473,68 @@ def test_describe_quotes_utf8_label_names_as_prometheus_3(snippet: str, line: st
     ({"my label"="v"}): ha_dedup's labels and the rules' source and target labels."""
     text = f"remote_write:\n  - url: http://x:1/w\n    {snippet}\n"
     assert line in describe_config(parse_config(text, env={})).splitlines()
+
+
+URL = "url: http://x:1/w"
+# section as the docs name it -> (its dataclass, the file with {kv} in that section)
+DURATION_SECTIONS = {
+    "server": (ServerConfig, "server: {{{kv}}}\nremote_write: [{{" + URL + "}}]"),
+    "storage": (StorageConfig, "storage: {{{kv}}}\nremote_write: [{{" + URL + "}}]"),
+    "relabel_cache": (
+        RelabelCacheConfig,
+        "relabel_cache: {{{kv}}}\nremote_write: [{{" + URL + "}}]",
+    ),
+    "audit": (AuditConfig, "audit: {{{kv}}}\nremote_write: [{{" + URL + "}}]"),
+    "remote_write[]": (
+        DestinationConfig,
+        "remote_write: [{{" + URL + ", series_limit: 1, on_series_limit: drop, {kv}}}]",
+    ),
+    "queue_config": (QueueConfig, "remote_write: [{{" + URL + ", queue_config: {{{kv}}}}}]"),
+    "metadata_config": (
+        MetadataConfig,
+        "remote_write: [{{" + URL + ", metadata_config: {{{kv}}}}}]",
+    ),
+    "ha_dedup": (HaDedupConfig, "remote_write: [{{" + URL + ", ha_dedup: {{{kv}}}}}]"),
+}
+
+
+def _accepts(template: str, key: str, value: str) -> str | None:
+    """None when the file with ``key: value`` parses, else its error."""
+    try:
+        parse_config(template.format(kv=f"{key}: {value}"), env={})
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
+def _durations_where_zero_is_allowed() -> tuple[set[str], set[str]]:
+    """Every duration key of the file (the keys refusing ``1x`` as a duration) and those
+    accepting ``0``, found by parsing, as ``section.key``."""
+    durations, zero = set(), set()
+    for section, (model, template) in DURATION_SECTIONS.items():
+        for field in dataclasses.fields(model):
+            if "not a valid duration" not in (_accepts(template, field.name, "1x") or ""):
+                continue
+            durations.add(f"{section}.{field.name}")
+            if _accepts(template, field.name, "0") is None:
+                zero.add(f"{section}.{field.name}")
+    return durations, zero
+
+
+def test_the_docs_list_exactly_the_durations_where_zero_is_allowed() -> None:
+    """docs/configuration.md "Durations": "0 is refused everywhere except in <list>": the list
+    is the code's truth."""
+    durations, zero = _durations_where_zero_is_allowed()
+    assert len(durations) >= 20  # the search found the duration keys
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    paragraph = text.split("### Durations", 1)[1].split("###", 1)[0]
+    listed = paragraph.split("everywhere except in", 1)[1].split(", where", 1)[0]
+    documented = set(re.findall(r"`([a-z_\[\]]+\.[a-z_0-9]+)`", listed))
+    assert documented == zero
+    assert zero == {
+        "server.shutdown_timeout",
+        "audit.refresh",
+        "queue_config.max_retry_duration",
+        "queue_config.max_retry_duration_on_http_429",
+        "queue_config.sample_age_limit",
+    }
