@@ -315,8 +315,9 @@ def parse_router_metrics(text: str) -> dict[str, Any]:
     and its lookups by result, and per destination with a ``series_limit``: its series
     over the budget (``series_limited``: ``rwrouter_series_limited_total``), the samples
     they carried (``series_limit_samples``: ``rwrouter_samples_dropped_total{reason=
-    "series_limit"}``) and its active series. Metrics this rwrouter does not expose are left
-    out."""
+    "series_limit"}``) and its active series (``series_limit_active``: with ``--workers``
+    every worker exposes the one shared count, so the largest, not the sum; the others are
+    summed over the workers). Metrics this rwrouter does not expose are left out."""
     from prometheus_client.parser import text_string_to_metric_families
 
     out: dict[str, Any] = {}
@@ -354,8 +355,10 @@ def parse_router_metrics(text: str) -> dict[str, Any]:
                 and s.labels.get("reason") == "series_limit"
             ):
                 add("series_limit_samples", s.labels.get("destination", "?"), s.value)
-            elif s.name == "rwrouter_series_limit_active_series":
-                add("series_limit_active", s.labels.get("destination", "?"), s.value)
+            elif s.name == "rwrouter_series_limit_active_series":  # shared: the largest
+                active = out.setdefault("series_limit_active", {})
+                dest = s.labels.get("destination", "?")
+                active[dest] = max(active.get(dest, 0), s.value)
     return out
 
 

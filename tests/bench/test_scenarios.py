@@ -104,9 +104,8 @@ def test_parse_args(argv: list[str], rounds: int, text: str) -> None:
     [
         ["--scenarios", "cold"],
         ["--scenarios", "million", "--scrapes", "1"],
-        ["--scenarios", "budgeted", "--workers", "2"],
     ],
-    ids=["unknown-scenario", "primed-needs-two-scrapes", "budgeted-without-workers"],
+    ids=["unknown-scenario", "primed-needs-two-scrapes"],
 )
 def test_parse_args_refuses(argv: list[str]) -> None:
     with pytest.raises(SystemExit):
@@ -330,6 +329,7 @@ METRICS_CASES = [
     ("exact", 20, 40, 172, True),
     ("one-more-over", 21, 42, 171, False),
     ("samples-elsewhere", 20, 38, 172, False),
+    ("one-process-counts-each-once", 40, 40, 172, False),
     ("not-exposed", None, None, None, False),
 ]
 
@@ -350,6 +350,80 @@ def test_check_budget_reads_rwrouters_metrics(
     runner.check_budget(m, workload)
     assert m.ok is ok
     assert len(m.notes) == (0 if ok else 1)
+
+
+def _two_workers(
+    limited: tuple[int, int], samples: tuple[int, int], active: tuple[int, int]
+) -> str:
+    """rwrouter's /metrics with --workers 2 (merged: a worker label on every sample)."""
+    lines = ["# TYPE rwrouter_worker_up gauge"]
+    lines += [f'rwrouter_worker_up{{worker="{w}"}} 1.0' for w in (0, 1)]
+    lines.append("# TYPE rwrouter_series_limited counter")
+    lines += [
+        f'rwrouter_series_limited_total{{action="fallback",destination="A",worker="{w}"}} {v}'
+        for w, v in enumerate(limited)
+    ]
+    lines.append("# TYPE rwrouter_samples_dropped counter")
+    lines += [
+        f'rwrouter_samples_dropped_total{{destination="A",reason="series_limit",worker="{w}"}} {v}'
+        for w, v in enumerate(samples)
+    ]
+    lines.append("# TYPE rwrouter_series_limit_active_series gauge")
+    lines += [
+        f'rwrouter_series_limit_active_series{{destination="A",worker="{w}"}} {v}'
+        for w, v in enumerate(active)
+    ]
+    return "\n".join(lines) + "\n"
+
+
+WORKERS_CASES = [
+    # 192 series of A, limit 172 (20 over), 2 scrapes; per worker: series over the budget it
+    # decided, the samples it sent to B for them, the shared active count it read
+    pytest.param((12, 8), (24, 16), (172, 172), True, id="split-between-workers"),
+    pytest.param((20, 20), (24, 16), (172, 172), True, id="every-series-over-in-both"),
+    pytest.param((20, 0), (40, 0), (172, 172), True, id="all-in-one-worker"),
+    pytest.param((12, 7), (24, 16), (172, 172), False, id="a-series-over-counted-nowhere"),
+    pytest.param((21, 20), (24, 16), (172, 172), False, id="more-than-twice-over"),
+    pytest.param((12, 8), (24, 18), (172, 172), False, id="samples-not-exact"),
+    pytest.param((12, 8), (24, 16), (172, 171), True, id="a-worker-read-it-a-second-ago"),
+    pytest.param((12, 8), (24, 16), (171, 171), False, id="shared-count-below-the-limit"),
+    pytest.param((12, 8), (24, 16), (173, 172), False, id="over-the-limit"),
+]
+
+
+@pytest.mark.parametrize(("limited", "samples", "active", "ok"), WORKERS_CASES)
+def test_check_budget_with_workers_reads_the_merged_metrics(
+    limited: tuple[int, int], samples: tuple[int, int], active: tuple[int, int], ok: bool
+) -> None:
+    """With --workers the exposition is merged over the workers: the samples over the budget
+    are summed (exact), the active series are the one shared count each worker exposes (the
+    largest, not the sum), and a series over the budget counts once per worker that met it."""
+    workload = generate(1, 3, 2)
+    m = Measurement("fleet/rwrouter-budget", ok=True)
+    m.router_metrics = contenders.parse_router_metrics(_two_workers(limited, samples, active))
+    assert m.router_metrics["series_limit_active"] == {"A": max(active)}
+    runner.check_budget(m, workload, 2)
+    assert m.ok is ok, m.notes
+    assert len(m.notes) == (0 if ok else 1)
+
+
+def test_check_budget_with_workers_needs_every_worker() -> None:
+    workload = generate(1, 3, 2)
+    m = Measurement("fleet/rwrouter-budget", ok=True)
+    text = _two_workers((12, 8), (24, 16), (172, 172)).replace(
+        'rwrouter_worker_up{worker="1"} 1.0', 'rwrouter_worker_up{worker="1"} 0.0'
+    )
+    m.router_metrics = contenders.parse_router_metrics(text)
+    runner.check_budget(m, workload, 2)
+    assert not m.ok and m.notes == [
+        "series budget of A: not every worker's /metrics answered: {'0': 1.0, '1': 0.0}"
+    ]
+
+
+def test_budgeted_runs_with_workers() -> None:
+    """The runner takes the budgeted scenario with --workers (the workers share one budget)."""
+    args = runner.parse_args(["--scenarios", "budgeted", "--workers", "2", "--only", "rwrouter"])
+    assert (args.workers, runner.run_keys(args)) == (2, ["fleet/rwrouter", "fleet/rwrouter-budget"])
 
 
 def test_digest_sum_is_every_sample_once() -> None:

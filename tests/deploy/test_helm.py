@@ -24,6 +24,9 @@ import yaml
 
 import rwrouter
 from rwrouter.config.values import parse_size
+from rwrouter.pipeline.budgets import table_bytes
+from rwrouter.pipeline.ha import MAX_CLUSTERS as ELECTION_SLOTS
+from rwrouter.pipeline.ha import SLOT as ELECTION_SLOT
 from rwrouter.server.runner import REQUEST_GRACE
 from rwrouter.server.supervisor import KILL_GRACE
 
@@ -331,7 +334,7 @@ FAILING: list[tuple[str, dict[str, Any], str]] = [
     (
         "empty_dir_too_small_for_workers",
         {"workers": 2, "emptyDir": {"sizeLimit": "4Gi"}},
-        "emptyDir.sizeLimit (4Gi) is smaller than the queues may use: 4352Mi = workers (2)",
+        "emptyDir.sizeLimit (4Gi) is smaller than the queues may use: 4354Mi = workers (2)",
     ),
     (
         "empty_dir_too_small_for_bounds",
@@ -341,7 +344,7 @@ FAILING: list[tuple[str, dict[str, Any], str]] = [
     (
         "claim_too_small_for_workers",
         merged(PERSISTENT, {"workers": 2, "persistence": {"size": "4Gi"}}),
-        "persistence.size (4Gi) is smaller than the queues may use: 4352Mi = workers (2)",
+        "persistence.size (4Gi) is smaller than the queues may use: 4354Mi = workers (2)",
     ),
     (
         "claim_too_small_for_bounds",
@@ -636,10 +639,19 @@ def quantity(text: str) -> int:
     return int(text[:-2]) * units[text[-2:]]
 
 
+def shared_tables(config: dict[str, Any], workers: int) -> int:
+    """Bytes of the files the workers share on the queue volume (none for one process): the
+    HA election table and each budgeted destination's series table, as rwrouter sizes them."""
+    if workers == 1:
+        return 0
+    limits = [d["series_limit"] for d in config["remote_write"] if d.get("series_limit")]
+    return ELECTION_SLOTS * ELECTION_SLOT.size + sum(map(table_bytes, limits))
+
+
 def bounds(config: dict[str, Any], workers: int = 1) -> tuple[int, int]:
     """(disk, memory) the chart's documented formulas give for ``config``: a shadow destination
     has no queue (no disk, no read-ahead); an audited one (shadow or audit) remembers up to
-    audit.max_series series."""
+    audit.max_series series; with workers > 1 the shared tables take disk once per pod."""
     rejected = parse_size((config.get("storage") or {}).get("rejected_max_bytes") or "64MiB", "")
     cache = parse_size((config.get("relabel_cache") or {}).get("max_bytes") or "1GiB", "")
     max_series = (config.get("audit") or {}).get("max_series", DEFAULT_MAX_SERIES)
@@ -653,7 +665,8 @@ def bounds(config: dict[str, Any], workers: int = 1) -> tuple[int, int]:
         queue = dest.get("queue_config") or {}
         disk += parse_size(queue.get("max_disk_bytes") or "1GiB", "") + rejected
         memory += parse_size(queue.get("max_memory_bytes") or "256MiB", "")
-    return disk * workers, memory * workers
+        memory += (dest.get("series_limit") or 0) * SERIES_BYTES
+    return disk * workers + shared_tables(config, workers), memory * workers
 
 
 def test_default_config_fits_the_default_memory_limit(chart: Any) -> None:
@@ -696,8 +709,8 @@ def test_default_config_fits_the_default_memory_limit(chart: Any) -> None:
     ("values", "size_limit"),
     [
         ({}, "2784Mi"),  # 2 x (1GiB + 64MiB) = 2176Mi, + a quarter + 64Mi
-        ({"workers": 2}, "5504Mi"),
-        ({"workers": 3}, "8224Mi"),
+        ({"workers": 2}, "5507Mi"),  # 2 x 2176Mi + the 2MiB HA election table, + ...
+        ({"workers": 3}, "8227Mi"),
         ({"config": {"storage": {"rejected_max_bytes": "1GiB"}}}, "5184Mi"),
         ({"emptyDir": {"sizeLimit": "8Gi"}}, "8Gi"),
         ({"emptyDir": {"sizeLimit": "1.5Gi"}}, "1.5Gi"),  # not parsed by the chart: not checked
@@ -794,7 +807,8 @@ def test_estimate_counts_audits_and_no_shadow_queue(
     chart: Any, values: dict[str, Any], disk_added: int, memory_added: int
 ) -> None:
     workers = values.get("workers", 1)
-    disk = (DEFAULT_DISK + disk_added) * workers
+    elections = ELECTION_SLOTS * ELECTION_SLOT.size if workers > 1 else 0  # shared, 2MiB
+    disk = (DEFAULT_DISK + disk_added) * workers + elections
     memory = (DEFAULT_MEMORY + memory_added) * workers
     docs = render(chart, merged(WORKSPACE, values))
     assert bounds(yaml.safe_load(config_text(docs)), workers) == (disk, memory)
@@ -813,6 +827,71 @@ def test_estimate_counts_audits_and_no_shadow_queue(
     assert warned == (memory > 1024 * MIB)
 
     # Its disk estimate to the byte: a claim of exactly that is accepted, a byte less refused.
+    def claim(size: int) -> dict[str, Any]:
+        return merged(WORKSPACE, values, PERSISTENT, {"persistence": {"size": str(size)}})
+
+    render(chart, claim(disk))
+    with pytest.raises(helm.HelmError, match=r"persistence\.size \(\d+\) is smaller"):
+        render(chart, claim(disk - 1))
+
+
+def budgeted(*limits: int) -> dict[str, Any]:
+    """The default config with ``series_limit`` on its first destinations (the workspace, then
+    the fallback with on_series_limit: drop, the only action a fallback's budget may take)."""
+    dests = copy.deepcopy(DEFAULT_DESTINATIONS)
+    for dest, limit in zip(dests, limits, strict=False):
+        dest["series_limit"] = limit
+        if dest.get("fallback"):
+            dest["on_series_limit"] = "drop"
+    return {"config": {"remote_write": dests}}
+
+
+# (values, bytes the workers' shared tables take on the queue volume, once per pod)
+SHARED_TABLES = [
+    pytest.param(budgeted(1_000_000), 0, id="one-process-no-table"),
+    pytest.param({"workers": 2}, 2 * MIB, id="workers-2-election-table-only"),
+    pytest.param(
+        merged(budgeted(1_000_000), {"workers": 2}),
+        2 * MIB + 64 * MIB + 4096,
+        id="workers-2-budget-1M",
+    ),
+    pytest.param(
+        merged(budgeted(1_000_000, 100_000), {"workers": 4}),
+        2 * MIB + (64 * MIB + 4096) + (4 * MIB + 4096),
+        id="workers-4-two-budgets",
+    ),
+    # 1,676,903 series: 2 x (limit + limit // 4 + 1024) slots = 4,194,304 exactly; one more
+    # needs the next power of two
+    pytest.param(
+        merged(budgeted(1_676_903), {"workers": 2}),
+        2 * MIB + 64 * MIB + 4096,
+        id="workers-2-last-of-a-power-of-two",
+    ),
+    pytest.param(
+        merged(budgeted(1_676_904), {"workers": 2}),
+        2 * MIB + 128 * MIB + 4096,
+        id="workers-2-next-power-of-two",
+    ),
+]
+
+
+@pytest.mark.parametrize(("values", "shared"), SHARED_TABLES)
+def test_disk_bound_counts_the_tables_the_workers_share(
+    chart: Any, values: dict[str, Any], shared: int
+) -> None:
+    """With workers > 1 the HA election table and each series budget's table live in the
+    supervisor's runtime directory on the queue volume (TMPDIR=/var/lib/rwrouter): the chart's
+    disk bound, emptyDir.sizeLimit "auto" and the claim check count them once per pod, to
+    the byte as rwrouter sizes the files."""
+    workers = values.get("workers", 1)
+    docs = render(chart, merged(WORKSPACE, values))
+    config = yaml.safe_load(config_text(docs))
+    assert shared_tables(config, workers) == shared  # the figures of values.yaml and the docs
+    disk = DEFAULT_DISK * workers + shared
+    assert bounds(config, workers)[0] == disk
+    volumes = {v["name"]: v for v in workload(docs)["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["data"]["emptyDir"]["sizeLimit"] == f"{-(-disk * 5 // (4 * MIB)) + 64}Mi"
+
     def claim(size: int) -> dict[str, Any]:
         return merged(WORKSPACE, values, PERSISTENT, {"persistence": {"size": str(size)}})
 

@@ -66,6 +66,14 @@ CASES = [
         2,
         "remote_write[0].series_limit: not supported with rules that read __tenant__",
     ),
+    (
+        "sample_age_limit_below_the_deadline_is_a_warning_not_an_error",
+        "remote_write:\n  - url: http://a/x\n    queue_config: {sample_age_limit: 1s}\n",
+        {},
+        0,
+        "rwrouter: configuration warning: remote_write[0].queue_config.sample_age_limit: "
+        "1s is not above batch_send_deadline (5s)",
+    ),
 ]
 
 

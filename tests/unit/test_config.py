@@ -4,6 +4,7 @@ configs, ${VAR} expansion, value syntax, and describe_config never printing a se
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,14 @@ from rwrouter.config import (
     parse_duration,
     parse_size,
 )
-from rwrouter.config.model import Fsync, OnFull
+from rwrouter.config.model import (
+    AuditConfig,
+    DestinationConfig,
+    Fsync,
+    HaDedupConfig,
+    OnFull,
+    RelabelCacheConfig,
+)
 from rwrouter.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,6 +51,10 @@ BAD = {
     "unknown_destination_key": [f"{RW0}.urll: unknown key", "did you mean 'url'"],
     "unknown_server_key": ["server.listen_port: unknown key"],
     "unknown_queue_key": [f"{RW0}.queue_config.max_retries: unknown key"],
+    "misplaced_queue_key": [
+        f"{RW0}.max_samples_per_second: unknown key here",
+        "`max_samples_per_second` belongs in `queue_config`",
+    ],
     "prometheus_top_level_key": ["scrape_configs: a Prometheus setting, not read by rwrouter"],
     "global_scrape_interval": ["global.scrape_interval: a Prometheus setting, not read by"],
     "global_bad_validation_scheme": [
@@ -218,7 +230,16 @@ BAD = {
         f"{RW0}.queue_config.max_retry_duration_on_http_429: not a valid duration string: '3600'"
     ],
     # pacing (max_samples_per_second, burst_samples)
-    "queue_burst_without_rate": [f"{RW0}.queue_config.burst_samples: needs max_samples_per_second"],
+    "queue_burst_without_rate": [
+        f"{RW0}.queue_config.burst_samples: does nothing: pacing is off, "
+        "max_samples_per_second is not set; set max_samples_per_second to the samples a "
+        "second to pace at, or remove burst_samples"
+    ],
+    "queue_burst_with_zero_rate": [
+        f"{RW0}.queue_config.burst_samples: does nothing: pacing is off, "
+        "max_samples_per_second is 0 (off); set max_samples_per_second to the samples a "
+        "second to pace at, or remove burst_samples"
+    ],
     "queue_negative_max_samples_per_second": [
         f"{RW0}.queue_config.max_samples_per_second: must be >= 0, got -5"
     ],
@@ -684,6 +705,142 @@ def test_queue_disk_and_retry_errors(snippet: str, message: str) -> None:
         parse_config(text, env={})
     assert str(info.value).startswith(f"{RW0}.queue_config.")
     assert message in str(info.value)
+
+
+_HERE = "unknown key here:"
+_ON_DEST = "on the destination (a `remote_write` entry)"
+MISPLACED_CASES = [
+    # ("dest": the snippet is a destination's key, "top": a top-level one; the error)
+    pytest.param(
+        "dest",
+        "max_samples_per_second: 5",
+        f"{RW0}.max_samples_per_second: {_HERE} `max_samples_per_second` belongs in `queue_config`",
+        id="pacing-on-destination",
+    ),
+    pytest.param(
+        "dest",
+        "sample_age_limit: 1h",
+        f"{RW0}.sample_age_limit: {_HERE} `sample_age_limit` belongs in `queue_config`",
+        id="age-limit-on-destination",
+    ),
+    pytest.param(
+        "dest",
+        "queue_config: {series_limit: 5}",
+        f"{RW0}.queue_config.series_limit: {_HERE} `series_limit` belongs {_ON_DEST} or in `audit`",
+        id="budget-in-queue-config",
+    ),
+    pytest.param(
+        "dest",
+        "queue_config: {ha_dedup: {}}",
+        f"{RW0}.queue_config.ha_dedup: {_HERE} `ha_dedup` belongs {_ON_DEST}",
+        id="ha-dedup-in-queue-config",
+    ),
+    pytest.param(
+        "dest",
+        "ha_dedup: {series_window: 1h}",
+        f"{RW0}.ha_dedup.series_window: {_HERE} `series_window` belongs {_ON_DEST}",
+        id="budget-window-in-ha-dedup",
+    ),
+    pytest.param(
+        "dest",
+        "metadata_config: {capacity: 5}",
+        f"{RW0}.metadata_config.capacity: {_HERE} `capacity` belongs in `queue_config`",
+        id="queue-key-in-metadata-config",
+    ),
+    pytest.param(
+        "dest",
+        "max_request_bytes: 1MiB",
+        f"{RW0}.max_request_bytes: {_HERE} `max_request_bytes` belongs in `queue_config` "
+        "or in `server`",
+        id="two-homes-nearest-first",
+    ),
+    pytest.param(
+        "dest",
+        "region: eu-west-1",
+        f"{RW0}.region: {_HERE} `region` belongs in `sigv4`",
+        id="sigv4-key-on-destination",
+    ),
+    pytest.param(
+        "dest",
+        "fsync: always",
+        f"{RW0}.fsync: {_HERE} `fsync` belongs in `storage`",
+        id="storage-key-on-destination",
+    ),
+    pytest.param(
+        "dest",
+        "relabel_configs: []",
+        f"{RW0}.relabel_configs: {_HERE} `relabel_configs` belongs at the top level "
+        "(or did you mean 'write_relabel_configs'?)",
+        id="top-key-on-destination-and-close-match",
+    ),
+    pytest.param(
+        "top",
+        "remote_timeout: 1s",
+        f"remote_timeout: {_HERE} `remote_timeout` belongs {_ON_DEST}",
+        id="destination-key-at-top",
+    ),
+    pytest.param(
+        "top",
+        "global: {series_limit: 5}",
+        f"global.series_limit: {_HERE} `series_limit` belongs in `audit` or {_ON_DEST}",
+        id="budget-in-global-file-sections-first",
+    ),
+    pytest.param(
+        "top",
+        "server: {max_disk_bytes: 1GiB}",
+        f"server.max_disk_bytes: {_HERE} `max_disk_bytes` belongs in `queue_config`",
+        id="queue-key-in-server",
+    ),
+    pytest.param(
+        "top",
+        "storage: {max_age: 1h}",
+        f"storage.max_age: {_HERE} `max_age` belongs in `relabel_cache`",
+        id="cache-key-in-storage",
+    ),
+    pytest.param(
+        "top",
+        "relabel_cache: {window: 1h}",
+        f"relabel_cache.window: {_HERE} `window` belongs in `audit`",
+        id="audit-key-in-relabel-cache",
+    ),
+    pytest.param(
+        "top",
+        "audit: {path: /data}",
+        f"audit.path: {_HERE} `path` belongs in `storage`",
+        id="storage-key-in-audit",
+    ),
+    pytest.param(
+        "top",
+        "audit: {price_tiers: [{per_million: 1, currency: EUR}]}",
+        f"audit.price_tiers[0].currency: {_HERE} `currency` belongs in `audit`",
+        id="audit-key-in-price-tier",
+    ),
+    pytest.param(
+        "dest",
+        "queue_config: {max_retries: 3}",
+        f"{RW0}.queue_config.max_retries: unknown key (did you mean 'max_retry_duration'?)",
+        id="unknown-everywhere-close-match",
+    ),
+    pytest.param(
+        "top",
+        "server: {port: 9250}",
+        "server.port: unknown key",
+        id="unknown-everywhere-no-hint",
+    ),
+]
+
+
+@pytest.mark.parametrize(("where", "snippet", "message"), MISPLACED_CASES)
+def test_a_misplaced_key_says_where_it_belongs(where: str, snippet: str, message: str) -> None:
+    """An unknown key known in another section says where it belongs
+    (rwrouter.config.sections), in every section pair it can be misplaced in."""
+    if where == "dest":
+        text = f"remote_write:\n  - url: http://x:1/w\n    {snippet}\n"
+    else:
+        text = f"{snippet}\nremote_write: [{{url: http://x:1/w}}]\n"
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, env={})
+    assert str(info.value) == message
 
 
 @pytest.mark.parametrize(
@@ -1268,3 +1425,116 @@ MEMORY = [
 def test_describe_config_ends_with_the_memory_estimate(text: str, line: str) -> None:
     # The Helm chart's sum (tests/deploy/test_helm.py: 1558Mi for rwrouter's defaults).
     assert describe_config(parse_config(text, env={})).splitlines()[-1] == line
+
+
+DESCRIBED_NAMES = [
+    pytest.param(
+        "ha_dedup: {}",
+        "  ha_dedup: cluster_label=cluster replica_label=__replica__ failover_timeout=30s"
+        " (only the elected replica's samples per cluster; __replica__ removed)",
+        id="ha-legacy-names-as-they-are",
+    ),
+    pytest.param(
+        "ha_dedup: {cluster_label: my cluster, replica_label: service.replica}",
+        '  ha_dedup: cluster_label="my cluster" replica_label="service.replica"'
+        " failover_timeout=30s"
+        ' (only the elected replica\'s samples per cluster; "service.replica" removed)',
+        id="ha-utf8-names-quoted",
+    ),
+    pytest.param(
+        "ha_dedup: {cluster_label: 1st, replica_label: 'say \"hi\"'}",
+        '  ha_dedup: cluster_label="1st" replica_label="say \\"hi\\"" failover_timeout=30s'
+        ' (only the elected replica\'s samples per cluster; "say \\"hi\\"" removed)',
+        id="ha-digit-first-and-quotes-escaped",
+    ),
+    pytest.param(
+        "write_relabel_configs: [{source_labels: [my label, job, 2x], regex: a, action: keep}]",
+        '    [0] action=keep source_labels=["my label", job, "2x"] regex=\'a\'',
+        id="rule-source-labels",
+    ),
+    pytest.param(
+        "write_relabel_configs: [{source_labels: [job], target_label: my target, replacement: x}]",
+        "    [0] action=replace source_labels=[job] regex='(.*)' target_label=\"my target\""
+        " replacement='x'",
+        id="rule-target-label-quoted",
+    ),
+    pytest.param(
+        "write_relabel_configs: [{source_labels: [job], target_label: '${1}_total'}]",
+        "    [0] action=replace source_labels=[job] regex='(.*)' target_label=${1}_total"
+        " replacement='$1'",
+        id="rule-target-label-template-as-it-is",
+    ),
+]
+
+
+@pytest.mark.parametrize(("snippet", "line"), DESCRIBED_NAMES)
+def test_describe_quotes_utf8_label_names_as_prometheus_3(snippet: str, line: str) -> None:
+    """check-config prints a label name that is not a legacy one as Prometheus 3 prints it
+    ({"my label"="v"}): ha_dedup's labels and the rules' source and target labels."""
+    text = f"remote_write:\n  - url: http://x:1/w\n    {snippet}\n"
+    assert line in describe_config(parse_config(text, env={})).splitlines()
+
+
+URL = "url: http://x:1/w"
+# section as the docs name it -> (its dataclass, the file with {kv} in that section)
+DURATION_SECTIONS = {
+    "server": (ServerConfig, "server: {{{kv}}}\nremote_write: [{{" + URL + "}}]"),
+    "storage": (StorageConfig, "storage: {{{kv}}}\nremote_write: [{{" + URL + "}}]"),
+    "relabel_cache": (
+        RelabelCacheConfig,
+        "relabel_cache: {{{kv}}}\nremote_write: [{{" + URL + "}}]",
+    ),
+    "audit": (AuditConfig, "audit: {{{kv}}}\nremote_write: [{{" + URL + "}}]"),
+    "remote_write[]": (
+        DestinationConfig,
+        "remote_write: [{{" + URL + ", series_limit: 1, on_series_limit: drop, {kv}}}]",
+    ),
+    "queue_config": (QueueConfig, "remote_write: [{{" + URL + ", queue_config: {{{kv}}}}}]"),
+    "metadata_config": (
+        MetadataConfig,
+        "remote_write: [{{" + URL + ", metadata_config: {{{kv}}}}}]",
+    ),
+    "ha_dedup": (HaDedupConfig, "remote_write: [{{" + URL + ", ha_dedup: {{{kv}}}}}]"),
+}
+
+
+def _accepts(template: str, key: str, value: str) -> str | None:
+    """None when the file with ``key: value`` parses, else its error."""
+    try:
+        parse_config(template.format(kv=f"{key}: {value}"), env={})
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
+def _durations_where_zero_is_allowed() -> tuple[set[str], set[str]]:
+    """Every duration key of the file (the keys refusing ``1x`` as a duration) and those
+    accepting ``0``, found by parsing, as ``section.key``."""
+    durations, zero = set(), set()
+    for section, (model, template) in DURATION_SECTIONS.items():
+        for field in dataclasses.fields(model):
+            if "not a valid duration" not in (_accepts(template, field.name, "1x") or ""):
+                continue
+            durations.add(f"{section}.{field.name}")
+            if _accepts(template, field.name, "0") is None:
+                zero.add(f"{section}.{field.name}")
+    return durations, zero
+
+
+def test_the_docs_list_exactly_the_durations_where_zero_is_allowed() -> None:
+    """docs/configuration.md "Durations": "0 is refused everywhere except in <list>": the list
+    is the code's truth."""
+    durations, zero = _durations_where_zero_is_allowed()
+    assert len(durations) >= 20  # the search found the duration keys
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    paragraph = text.split("### Durations", 1)[1].split("###", 1)[0]
+    listed = paragraph.split("everywhere except in", 1)[1].split(", where", 1)[0]
+    documented = set(re.findall(r"`([a-z_\[\]]+\.[a-z_0-9]+)`", listed))
+    assert documented == zero
+    assert zero == {
+        "server.shutdown_timeout",
+        "audit.refresh",
+        "queue_config.max_retry_duration",
+        "queue_config.max_retry_duration_on_http_429",
+        "queue_config.sample_age_limit",
+    }

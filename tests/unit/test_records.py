@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from rwrouter.errors import DecodeError
 from rwrouter.queue.records import (
+    FLAG_GROUP,
     FLAG_START_TIMESTAMPS,
     HEADER,
     MAX_ALIGNED_SHARDS,
@@ -462,3 +463,83 @@ def test_a_cut_record_is_laid_out_as_any_other() -> None:
         assert plain[HEADER.size :] == (
             rest[: flags_at - HEADER.size] + b"\0\0" + rest[flags_at - HEADER.size + 2 :]
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# compatibility: records of an rwrouter from before FLAG_GROUP
+
+# Records written by rwrouter at f387046~1 (the last commit before FLAG_GROUP) for the share
+# of _COMPAT_FRAMES: its own encode_share's output, kept as written (hex).
+_COMPAT_FRAMES = [b"\x0a\x01a" * 5, b"\x0a\x01b" * 5, b"\x0a\x01c" * 5]
+_BEFORE_GROUPS = {
+    "plain": (
+        {},
+        "58000000fed52f02010000007b68e5cf8b01000003000000060000002d0000000f0000000100000043beb7e8"
+        "0f00000002000000f9efbe710f000000030000006fdfb9062d080a016136030004620a32030030630a0163"
+        "0a01630a01630a0163",
+    ),
+    "tenant": (
+        {"tenant": "team-a"},
+        "5f000000633bb6b8010002007b68e5cf8b01000003000000060000002d000000067465616d2d610f000000"
+        "0100000043beb7e80f00000002000000f9efbe710f000000030000006fdfb9062d080a0161360300046"
+        "20a32030030630a01630a01630a01630a0163",
+    ),
+    "start_timestamps": (
+        {"flags": FLAG_START_TIMESTAMPS},
+        "5800000094e79b98010001007b68e5cf8b01000003000000060000002d0000000f0000000100000043beb7e8"
+        "0f00000002000000f9efbe710f000000030000006fdfb9062d080a016136030004620a32030030630a0163"
+        "0a01630a01630a0163",
+    ),
+}
+
+
+def _compat_share(**kwargs: object) -> bytes:
+    share = encode_share(
+        pack_frames(_COMPAT_FRAMES, [b"a", b"b", b"c"], [1, 2, 3]),
+        received_ms=1_700_000_000_123,
+        max_body_bytes=1000,
+        **kwargs,  # type: ignore[arg-type]
+    )
+    (record,) = share.records
+    return record
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "old_hex"), list(_BEFORE_GROUPS.values()), ids=list(_BEFORE_GROUPS)
+)
+def test_a_record_without_group_is_byte_identical_to_the_old_layout(
+    kwargs: dict[str, object], old_hex: str
+) -> None:
+    """A record without a group (group 0) is what an rwrouter from before FLAG_GROUP wrote,
+    so such a version reads it after a downgrade; and this version reads the old record."""
+    old = bytes.fromhex(old_hex)
+    new = _compat_share(**kwargs, group=0)
+    tenant = kwargs.get("tenant")
+    tenant_bytes = 0 if tenant is None else 1 + len(str(tenant))
+    block_at = HEADER.size + META_SIZE + tenant_bytes + len(_COMPAT_FRAMES) * INDEX.size
+    # what follows the header up to the block: the same bytes (fixed part, tenant, index)
+    assert new[HEADER.size : block_at] == old[HEADER.size : block_at]
+    assert snappy.uncompress(new[block_at:]) == snappy.uncompress(old[block_at:])
+    if new[block_at:] == old[block_at:]:  # the same snappy output: the very same record
+        assert new == old
+    decoded = decode_record(old[HEADER.size :])
+    assert (decoded.frames, decoded.group, decoded.tenant) == (
+        _COMPAT_FRAMES,
+        0,
+        kwargs.get("tenant"),
+    )
+
+
+@pytest.mark.parametrize("tenant", [None, "team-a"], ids=["plain", "tenant"])
+def test_a_group_moves_the_index_as_the_docstring_says(tenant: str | None) -> None:
+    """With a group, FLAG_GROUP is set and 8 bytes (u64 little-endian) come after the fixed
+    part and the tenant: the index starts 8 bytes later, where a reader from before the flag
+    (which ignores unknown flags) reads garbage: such records need the queue drained before
+    a downgrade (CHANGELOG, docs/configuration.md "Upgrades and downgrades")."""
+    plain = _compat_share(tenant=tenant)[HEADER.size :]
+    grouped = _compat_share(tenant=tenant, group=0x0102030405060708)[HEADER.size :]
+    at = META_SIZE + (0 if tenant is None else 1 + len(tenant))
+    flags = META.unpack_from(plain)[2]
+    assert META.unpack_from(grouped)[2] == flags | FLAG_GROUP
+    assert grouped[at : at + 8] == (0x0102030405060708).to_bytes(8, "little")
+    assert grouped[4:at] == plain[4:at] and grouped[at + 8 :] == plain[at:]

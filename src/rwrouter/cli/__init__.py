@@ -144,6 +144,7 @@ def _workers(text: str) -> int:
 def cmd_check_config(args: argparse.Namespace) -> int:
     from rwrouter.auth.schemes import sigv4_region
     from rwrouter.config import describe_config, load_config
+    from rwrouter.config.advice import config_warnings
     from rwrouter.routing import build_router
 
     if (args.file is None) == (args.config_file is None):
@@ -155,6 +156,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
             raise ConfigError(
                 f"remote_write[{i}].sigv4.region", "not set, nor in AWS_REGION or the AWS profile"
             )
+    for warning in config_warnings(config):  # valid, but works against another setting
+        print(f"rwrouter: configuration warning: {escape(warning)}", file=sys.stderr)
     text = describe_config(config)  # names and rules may hold control characters
     if args.web_config_file is not None:
         from rwrouter.config.webmodel import describe_web_config

@@ -22,9 +22,9 @@ from rwrouter.config.model import (
 )
 from rwrouter.config.values import format_duration, format_size, redact_url
 from rwrouter.relabel import RelabelConfig
-from rwrouter.relabel.names import go_quote
+from rwrouter.relabel.names import go_quote, is_legacy_label_name
 
-__all__ = ["describe_config", "describe_rule", "memory_estimate"]
+__all__ = ["describe_config", "describe_rule", "label_name", "memory_estimate"]
 
 
 def describe_config(config: Config) -> str:
@@ -111,10 +111,12 @@ def _audit(audit: AuditConfig) -> str:
 
 
 def _ha(ha: HaDedupConfig) -> str:
+    """The HA labels quoted as Prometheus 3 prints a UTF-8 name (:func:`label_name`)."""
+    replica = label_name(ha.replica_label)
     return (
-        f"cluster_label={ha.cluster_label} replica_label={ha.replica_label}"
+        f"cluster_label={label_name(ha.cluster_label)} replica_label={replica}"
         f" failover_timeout={format_duration(ha.failover_timeout)}"
-        f" (only the elected replica's samples per cluster; {ha.replica_label} removed)"
+        f" (only the elected replica's samples per cluster; {replica} removed)"
     )
 
 
@@ -325,12 +327,12 @@ def describe_rule(rule: RelabelConfig) -> str:
     action = rule.action.value
     parts = [f"action={action}"]
     if rule.source_labels:
-        parts.append(f"source_labels=[{', '.join(map(_name, rule.source_labels))}]")
+        parts.append(f"source_labels=[{', '.join(map(label_name, rule.source_labels))}]")
         if rule.separator != ";":
             parts.append(f"separator={rule.separator!r}")
     parts.append(f"regex={_text(rule.regex.text)}")
     if rule.target_label:
-        parts.append(f"target_label={_name(rule.target_label)}")
+        parts.append(f"target_label={_target(rule.target_label)}")
     if action in ("replace", "labelmap"):
         parts.append(f"replacement={_text(rule.replacement)}")
     if action == "hashmod":
@@ -346,11 +348,18 @@ def _text(text: str) -> str:
     return f"'{text}'"
 
 
-def _name(name: str) -> str:
-    """A label name as Prometheus 3 prints one: as it is when made of legacy characters
-    (``$`` references included: template text), else quoted (``"service.name"``)."""
-    plain = name.replace("$", "_").replace("{", "_").replace("}", "_")
-    return name if plain.isascii() and plain.replace("_", "a").isalnum() else go_quote(name)
+def label_name(name: str) -> str:
+    """A label name as Prometheus 3 prints one (``{"my label"="v"}``, model/labels'
+    ``String``): as it is when a legacy name (``[a-zA-Z_][a-zA-Z0-9_]*``), else quoted with Go's
+    ``strconv.Quote`` (``"service.name"``, ``"my label"``, ``"1st"``)."""
+    return name if is_legacy_label_name(name) else go_quote(name)
+
+
+def _target(text: str) -> str:
+    """A ``target_label`` (template text): as it is when a legacy name with ``$`` references
+    (``${1}_total``), else quoted as :func:`label_name` quotes."""
+    plain = text.replace("$", "_").replace("{", "_").replace("}", "_")
+    return text if is_legacy_label_name(plain) else go_quote(text)
 
 
 def _flag(value: bool) -> str:

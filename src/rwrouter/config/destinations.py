@@ -33,6 +33,7 @@ from rwrouter.config.model import (
     OnFull,
     QueueConfig,
 )
+from rwrouter.config.sections import misplaced
 from rwrouter.config.values import Fields, field_names, kind_of, show
 from rwrouter.errors import ConfigError
 from rwrouter.protocol import MESSAGES
@@ -103,6 +104,7 @@ def parse_destinations(
                 f"{path}[{i}]",
                 known=field_names(DestinationConfig),
                 unsupported=_DEST_UNSUPPORTED,
+                elsewhere=misplaced("destination"),
             ),
             ctx,
             scheme,
@@ -166,18 +168,9 @@ def _destination(f: Fields, ctx: Context, scheme: str) -> DestinationConfig:
         tls_config=tls(f, ctx) if f.has("tls_config") else None,
         proxy_url=None if proxy is None else http_url(proxy, f.at("proxy_url"), userinfo=True),
         queue_config=_queue(
-            Fields(
-                f.raw("queue_config"),
-                f.at("queue_config"),
-                known=field_names(QueueConfig),
-            ),
-            sigv4="sigv4" in auth_section,
+            _section(f, "queue_config", QueueConfig), sigv4="sigv4" in auth_section
         ),
-        metadata_config=_metadata(
-            Fields(
-                f.raw("metadata_config"), f.at("metadata_config"), known=field_names(MetadataConfig)
-            )
-        ),
+        metadata_config=_metadata(_section(f, "metadata_config", MetadataConfig)),
         send_exemplars=f.boolean("send_exemplars", default.send_exemplars),
         send_native_histograms=f.boolean("send_native_histograms", default.send_native_histograms),
         fallback=f.boolean("fallback", default.fallback),
@@ -199,6 +192,11 @@ def _destination(f: Fields, ctx: Context, scheme: str) -> DestinationConfig:
     )
 
 
+def _section(dest: Fields, key: str, model: type) -> Fields:
+    """The destination's section ``key``, whose keys are the fields of ``model``."""
+    return Fields(dest.raw(key), dest.at(key), known=field_names(model), elsewhere=misplaced(key))
+
+
 _HA_KEYS = field_names(HaDedupConfig)
 
 
@@ -210,7 +208,9 @@ def _ha_dedup(dest: Fields) -> HaDedupConfig | None:
         raise ConfigError(dest.at("ha_dedup"), "is empty (write `ha_dedup: {}` for the defaults)")
     if not dest.has("ha_dedup"):
         return None
-    f = Fields(dest.raw("ha_dedup"), dest.at("ha_dedup"), known=_HA_KEYS)
+    f = Fields(
+        dest.raw("ha_dedup"), dest.at("ha_dedup"), known=_HA_KEYS, elsewhere=misplaced("ha_dedup")
+    )
     d = HaDedupConfig()
     names = {}
     for key, default in (("cluster_label", d.cluster_label), ("replica_label", d.replica_label)):
@@ -331,8 +331,12 @@ def _pacing(f: Fields, queue: QueueConfig) -> QueueConfig:
     rate = f.integer("max_samples_per_second", 0, minimum=0)
     if not rate:
         if f.has("burst_samples"):
+            why = "is 0 (off)" if f.has("max_samples_per_second") else "is not set"
             raise ConfigError(
-                f.at("burst_samples"), "needs max_samples_per_second (pacing is off without it)"
+                f.at("burst_samples"),
+                f"does nothing: pacing is off, max_samples_per_second {why}; set "
+                "max_samples_per_second to the samples a second to pace at, or remove "
+                "burst_samples",
             )
         return queue
     burst = f.integer("burst_samples", max(rate, queue.max_samples_per_send), minimum=1)

@@ -32,6 +32,7 @@ from rwrouter.config.model import (
     ValidationScheme,
 )
 from rwrouter.config.paths import check_destination_paths
+from rwrouter.config.sections import TOP_KEYS, misplaced
 from rwrouter.config.values import Fields, field_names, format_size, kind_of, show
 from rwrouter.errors import ConfigError
 
@@ -100,16 +101,9 @@ def parse_config(
     top = Fields(
         load_yaml(text, source),
         "",
-        known=(
-            "global",
-            "server",
-            "storage",
-            "relabel_cache",
-            "audit",
-            "relabel_configs",
-            "remote_write",
-        ),
+        known=TOP_KEYS,
         unsupported=_TOP_UNSUPPORTED,
+        elsewhere=misplaced("top"),
     )
     ctx = Context(env=env, base_dir=base_dir)
     global_fields = Fields(
@@ -117,17 +111,16 @@ def parse_config(
         "global",
         known=field_names(GlobalConfig),
         unsupported=_GLOBAL_UNSUPPORTED,
+        elsewhere=misplaced("global"),
     )
     global_ = _global(global_fields)
     scheme = global_.metric_name_validation_scheme
     config = Config(
         global_=global_,
-        server=_server(Fields(top.raw("server"), "server", known=field_names(ServerConfig))),
-        storage=_storage(Fields(top.raw("storage"), "storage", known=field_names(StorageConfig))),
-        relabel_cache=_relabel_cache(
-            Fields(top.raw("relabel_cache"), "relabel_cache", known=field_names(RelabelCacheConfig))
-        ),
-        audit=_audit(Fields(top.raw("audit"), "audit", known=field_names(AuditConfig))),
+        server=_server(_section(top, "server", ServerConfig)),
+        storage=_storage(_section(top, "storage", StorageConfig)),
+        relabel_cache=_relabel_cache(_section(top, "relabel_cache", RelabelCacheConfig)),
+        audit=_audit(_section(top, "audit", AuditConfig)),
         relabel_configs=parse_rules(top.raw("relabel_configs"), "relabel_configs", scheme),
         remote_write=parse_destinations(top.raw("remote_write"), "remote_write", ctx, scheme),
         source=source,
@@ -142,6 +135,11 @@ def parse_config(
         ),
     )
     return config
+
+
+def _section(top: Fields, key: str, model: type) -> Fields:
+    """The top-level section ``key``, whose keys are the fields of ``model``."""
+    return Fields(top.raw(key), key, known=field_names(model), elsewhere=misplaced(key))
 
 
 def _global(f: Fields) -> GlobalConfig:
@@ -245,7 +243,9 @@ def _price_tiers(raw: object, path: str) -> tuple[PriceTier, ...]:
         raise ConfigError(path, f"expected a non-empty list of tiers, got {got}")
     tiers, bound = [], 0
     for i, item in enumerate(raw):
-        f = Fields(item, f"{path}[{i}]", known=field_names(PriceTier))
+        f = Fields(
+            item, f"{path}[{i}]", known=field_names(PriceTier), elsewhere=misplaced("price_tiers")
+        )
         price = f.raw("per_million")
         if price is None:
             raise ConfigError(f.at("per_million"), "required (price per million samples)")

@@ -250,12 +250,25 @@ def kind_of(value: object, path: str) -> str:
     return f"{name} {shown}".rstrip()
 
 
+def _unknown(key: str, known: tuple[str, ...], elsewhere: Mapping[str, str]) -> str:
+    """The reason of an unknown ``key``: where it belongs (``elsewhere``), with a close
+    match among ``known`` when very close (cutoff 0.8), else the close match (cutoff 0.6)."""
+    if key in elsewhere:
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
+        also = f" (or did you mean {close[0]!r}?)" if close else ""
+        return f"unknown key here: {elsewhere[key]}{also}"
+    close = difflib.get_close_matches(key, known, n=1)
+    return f"unknown key (did you mean {close[0]!r}?)" if close else "unknown key"
+
+
 class Fields:
     """The keys of one YAML mapping, read with type checks; errors name ``path.key``.
 
-    Construction rejects a non-mapping, unknown keys ("unknown key", with a close match when there
-    is one) and keys in ``unsupported`` (Prometheus options rwrouter does not implement yet). A key
-    whose value is null counts as absent.
+    Construction rejects a non-mapping, unknown keys and keys in ``unsupported`` (Prometheus
+    options rwrouter does not implement yet). An unknown key's error says where it belongs when
+    ``elsewhere`` (key -> hint, :func:`rwrouter.config.sections.misplaced`) knows it (and adds a
+    very close match: ``relabel_configs`` on a destination), else gives a close match when there
+    is one ("did you mean"). A key whose value is null counts as absent.
     """
 
     def __init__(
@@ -265,6 +278,7 @@ class Fields:
         *,
         known: tuple[str, ...],
         unsupported: Mapping[str, str] | None = None,
+        elsewhere: Mapping[str, str] | None = None,
     ) -> None:
         if raw is None:
             raw = {}
@@ -276,9 +290,7 @@ class Fields:
             if unsupported is not None and key in unsupported:
                 raise ConfigError(self._join(path, key), unsupported[key])
             if key not in known:
-                close = difflib.get_close_matches(key, known, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ConfigError(self._join(path, key), f"unknown key{hint}")
+                raise ConfigError(self._join(path, key), _unknown(key, known, elsewhere or {}))
         self._raw: dict[str, object] = {k: v for k, v in raw.items() if v is not None}
         self.nulls = frozenset(k for k, v in raw.items() if v is None)
         self.path = path

@@ -42,7 +42,7 @@ from collections.abc import Iterable
 from rwrouter.audit.active import GENERATIONS
 from rwrouter.config import DestinationConfig
 
-__all__ = ["SLOT", "BudgetTables", "SharedSeries", "budget_path"]
+__all__ = ["SLOT", "BudgetTables", "SharedSeries", "budget_path", "table_bytes"]
 
 SLOT = struct.Struct("<Qd")  # key (0: free), last seen (monotonic seconds)
 _RING = GENERATIONS + 1  # buckets counted: a key seen up to window / 8 before it still counts
@@ -58,6 +58,13 @@ def table_size(limit: int) -> tuple[int, int]:
     """(max keys, capacity in slots) of the table of a budget of ``limit`` series."""
     max_keys = limit + limit // 4 + _SLACK
     return max_keys, 1 << (2 * max_keys - 1).bit_length()
+
+
+def table_bytes(limit: int) -> int:
+    """Bytes of the file of a budget of ``limit`` series: a 4,096-byte header and 16 bytes a
+    slot (67,112,960 for 1,000,000 series: 4,194,304 slots). The Helm chart counts it on the
+    queue volume (deploy/helm's ``rwrouter.bounds``)."""
+    return _HEADER_BYTES + table_size(limit)[1] * SLOT.size
 
 
 def budget_path(runtime_dir: str, *, destination: str, window: float, limit: int) -> str:
@@ -81,7 +88,7 @@ class SharedSeries:
         self.span = window / GENERATIONS
         self.max_keys, self.capacity = table_size(limit)
         self._shift = 64 - (self.capacity.bit_length() - 1)
-        size = _HEADER_BYTES + self.capacity * SLOT.size
+        size = table_bytes(limit)
         self._lock = threading.Lock()
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:

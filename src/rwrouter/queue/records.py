@@ -26,7 +26,9 @@ what they were before tenants existed. :data:`FLAG_GROUP`: the record carries th
 of its request (:func:`rwrouter.routing.ha.group_of`: the request is one replica's of an HA
 pair), and records of different groups never share an outgoing request; a record without
 one is byte for byte what it was before groups existed (a reader that predates the flag
-cannot read a record with it: it changes where the index starts). Bits 4 to 15
+cannot read a record with it: it changes where the index starts; so can a reader that
+predates tenants not read one with a tenant: drain the queue before a downgrade,
+docs/configuration.md "Upgrades and downgrades"). Bits 4 to 15
 (:func:`record_shards`): the number of shards N the record was cut for, 0 for none: every
 frame of such a record has the same shard hash modulo N, so while the destination runs N
 shards the record goes to its shard whole, as it is stored (no decompressing and compressing

@@ -168,6 +168,13 @@ A queued destination is one without `shadow: true` (a shadow destination has no 
 no read-ahead); an audited one has `shadow: true` or `audit: true` (bench/RESULTS.md measured
 83 bytes per series remembered; 100 is the margin); a destination with a series budget
 `series_limit` x 100 bytes more (its active series, remembered as the audit's).
+With workers > 1, disk also holds the tables the workers share, once per pod, in the
+supervisor's runtime directory (TMPDIR, /var/lib/rwrouter: the queue volume):
+  + 2MiB, the HA election table (4096 slots x 512 bytes, src/rwrouter/pipeline/ha.py)
+  + per destination with series_limit, its series budget's table (pipeline/budgets.py
+    table_bytes): 4096 + 16 x the smallest power of two >= 2 x (series_limit
+    + series_limit / 4 + 1024) bytes: 64MiB + 4KiB for series_limit 1000000
+(the connection board, 8 bytes a worker, is left out).
 */}}
 {{- define "rwrouter.bounds" -}}
 {{- $cfg := include "rwrouter.configMap" . | fromJson }}
@@ -181,6 +188,10 @@ no read-ahead); an audited one has `shadow: true` or `audit: true` (bench/RESULT
 {{- $memory = add $memory (include "rwrouter.configBytes" (list (default "128MiB" (get $server "max_buffered_body_bytes")) "server.max_buffered_body_bytes") | int64) }}
 {{- $auditMemory := mul (include "rwrouter.auditMaxSeries" $cfg | int64) 100 }}
 {{- $disk := 0 }}
+{{- $shared := 0 }}
+{{- if gt $workers 1 }}
+{{- $shared = 2097152 }}
+{{- end }}
 {{- range $i, $dest := (default list (get $cfg "remote_write")) }}
 {{- $d := default dict $dest }}
 {{- $shadow := eq (toString (get $d "shadow")) "true" }}
@@ -189,6 +200,12 @@ no read-ahead); an audited one has `shadow: true` or `audit: true` (bench/RESULT
 {{- end }}
 {{- with (get $d "series_limit") }}
 {{- $memory = add $memory (mul (int64 .) 100) }}
+{{- if gt $workers 1 }}
+{{- $slots := mul 2 (add (int64 .) (div (int64 .) 4) 1024) }}
+{{- $capacity := 1 }}
+{{- range until 64 }}{{ if lt $capacity $slots }}{{ $capacity = mul $capacity 2 }}{{ end }}{{ end }}
+{{- $shared = add $shared 4096 (mul $capacity 16) }}
+{{- end }}
 {{- end }}
 {{- if not $shadow }}
 {{- $queue := default dict (get $d "queue_config") }}
@@ -196,7 +213,7 @@ no read-ahead); an audited one has `shadow: true` or `audit: true` (bench/RESULT
 {{- $memory = add $memory (include "rwrouter.configBytes" (list (default "256MiB" (get $queue "max_memory_bytes")) (printf "remote_write[%d].queue_config.max_memory_bytes" $i)) | int64) }}
 {{- end }}
 {{- end }}
-{{- dict "disk" (mul $disk $workers) "memory" (mul $memory $workers) | toJson }}
+{{- dict "disk" (add (mul $disk $workers) $shared) "memory" (mul $memory $workers) | toJson }}
 {{- end }}
 
 {{/*
@@ -275,7 +292,7 @@ configuration (rwrouter.bounds) plus a quarter and 64Mi, in Mi.
 {{- end }}
 {{- $volumeBytes := include "rwrouter.quantityBytes" $volume }}
 {{- if and $volumeBytes (lt (int64 $volumeBytes) $disk) }}
-{{- fail (printf "%s (%s) is smaller than the queues may use: %dMi = workers (%d) x the sum over destinations of queue_config.max_disk_bytes + storage.rejected_max_bytes (shadow destinations: none, they have no queue); raise it (emptyDir: \"auto\" sizes it) or lower those bounds" $what $volume (div (add $disk 1048575) 1048576) $workers) }}
+{{- fail (printf "%s (%s) is smaller than the queues may use: %dMi = workers (%d) x the sum over destinations of queue_config.max_disk_bytes + storage.rejected_max_bytes (shadow destinations: none, they have no queue), + with workers > 1 the tables they share (2MiB, and 64MiB per 1000000 series_limit); raise it (emptyDir: \"auto\" sizes it) or lower those bounds" $what $volume (div (add $disk 1048575) 1048576) $workers) }}
 {{- end }}
 {{- end }}
 
