@@ -132,6 +132,30 @@ async def test_bad_config_keeps_the_running_one(
     assert metric_value(router, "rwrouter_config_last_reload_successful") == 1
 
 
+async def test_start_and_reload_log_what_check_config_warns_about(
+    start_from_file: Start,
+    fresh_capture: CaptureServer,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = tmp_path / "rwrouter.yaml"
+    write_config(config, fresh_capture, extra_a=", sample_age_limit: 1ms")
+    with caplog.at_level("WARNING", logger="rwrouter.server"):
+        router = await start_from_file(config)
+    warned = [r.getMessage() for r in caplog.records if "configuration warning" in r.getMessage()]
+    assert len(warned) == 1 and "remote_write[0].queue_config.sample_age_limit" in warned[0]
+    caplog.clear()
+    write_config(config, fresh_capture)  # the warning gone: nothing logged
+    with caplog.at_level("WARNING", logger="rwrouter.server"):
+        assert (await reload(http, router))[0] == 200
+    assert not [r for r in caplog.records if "configuration warning" in r.getMessage()]
+    write_config(config, fresh_capture, extra_a=", sample_age_limit: 2ms")
+    with caplog.at_level("WARNING", logger="rwrouter.server"):
+        assert (await reload(http, router))[0] == 200
+    assert [r for r in caplog.records if "configuration warning" in r.getMessage()]
+
+
 async def test_reload_under_load_loses_nothing(
     start_from_file: Start,
     fresh_capture: CaptureServer,

@@ -14,6 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from rwrouter.config import Config, load_config
+from rwrouter.config.advice import config_warnings
 from rwrouter.errors import RwrouterError
 from rwrouter.logs import kv
 from rwrouter.metrics import Metrics
@@ -92,6 +93,7 @@ class RouterServer:
         """Read the web configuration file, start the destinations' senders, then listen.
         Raises ConfigError for a bad web configuration, OSError if the port is taken."""
         receive = self.metrics.receive
+        self._warn(self.config)
         if self.door.web_config_file is not None:
             self._web_file = WebConfigFile(
                 self.door.web_config_file, on_loaded=lambda ok: receive.web_config_ok.set(ok)
@@ -200,6 +202,15 @@ class RouterServer:
                 )
             )
 
+    def _warn(self, config: Config) -> None:
+        """Log what ``check-config`` warns about (:func:`rwrouter.config.advice.config_warnings`:
+        valid settings that work against each other), once per process (by the first
+        worker of ``--workers``)."""
+        if self.worker is not None and self.worker.index != 0:
+            return
+        for warning in config_warnings(config):
+            log.warning(kv(msg="configuration warning", key=warning.path, reason=warning.reason))
+
     async def reload(self) -> str:
         """Re-read ``config_path`` and apply it (:mod:`rwrouter.pipeline.reload`); returns
         a one-line summary. On any error the running configuration stays, the error is logged
@@ -215,6 +226,7 @@ class RouterServer:
                 if self.worker is not None:  # its own storage.path, as when it started
                     new = worker_config(new, self.worker)
                 summary = await reconfigure(self.fanout, self.config, new, metrics=self.metrics)
+                self._warn(new)
             except (RwrouterError, OSError) as exc:
                 self.metrics.process.config_reload_ok.set(0)
                 log.error(
