@@ -17,9 +17,11 @@ from rwrouter.routing import router as router_module
 from rwrouter.routing import scan as scan_module
 from rwrouter.routing.budget import SeriesBudget
 from rwrouter.routing.budgeted import BudgetedRouter
+from rwrouter.routing.cache import unpack_entry
+from rwrouter.routing.outcome import REASONS
 from rwrouter.routing.scan import scan_request_py, scan_rw2_py
 from rwrouter.wire import decompress, remote_pb2, write_v2_pb2
-from rwrouter.wire.accelerator import ACCELERATED
+from rwrouter.wire.accelerator import ACCELERATED, encode_labels
 from tests.support.series import Series, build_body
 
 WINDOW = 800.0  # generations of 100 s
@@ -319,3 +321,47 @@ def test_compiled_misses_decide_as_the_pure_path(
     assert second.shares[0].series == min(limit, 90)
     assert third.shares[0].series == min(limit, 60)  # room freed: decided again
     assert fast_states[0].limited == over
+
+
+def labels_of(name: str) -> tuple[tuple[str, str], ...]:
+    """The sorted labels of a ``name:pod`` series."""
+    metric, pod = name.split(":")
+    return (("__name__", metric), ("pod", pod))
+
+
+@pytest.mark.parametrize(
+    ("action", "second"),
+    [
+        pytest.param(FALLBACK, (DropReason.SERIES_LIMIT, "store"), id="fallback"),
+        pytest.param(DROP, (DropReason.SERIES_LIMIT, DropReason.SERIES_LIMIT), id="drop"),
+    ],
+)
+def test_the_relabel_tool_path_decides_per_series(
+    path: str, action: OnSeriesLimit, second: tuple[object, object]
+) -> None:
+    """Router.route_series (what `rwrouter relabel` shows) asks the budget as a request does:
+    two series of one template (same metric name), a budget of 1: the first is kept, the
+    second is over."""
+    r = router(1, action)
+    first = r.route_series(labels_of("gpu_a:1"))
+    over = r.route_series(labels_of("gpu_a:2"))
+    assert isinstance(first[0], bytes) and first[1] is None
+    assert over[0] == second[0]
+    if second[1] == "store":
+        assert isinstance(over[1], bytes)
+    else:
+        assert over[1] is None  # dropped: the fallback does not take it
+    assert r.route_series(labels_of("gpu_a:2")) == over  # cached
+
+
+def test_a_collision_recheck_is_decided_by_the_budget(path: str) -> None:
+    """Router._route_again (a collision loser routed again after a rotation) caches the
+    budget's decision, not the rules' outcome alone."""
+    r = router(1, FALLBACK)
+    r.route(request("gpu_a:1"), now=0)
+    key = encode_labels(labels_of("gpu_a:2"))
+    r._route_again(key)
+    entry = r._young.get(key)
+    assert entry is not None
+    assert unpack_entry(key, entry)[0] == REASONS.index(DropReason.SERIES_LIMIT)
+    assert isinstance(unpack_entry(key, entry)[1], tuple)  # the fallback takes it
