@@ -20,7 +20,12 @@ now=...)`` on the decompressed body, ``len(router)``, ``cached_bytes``; cache bo
   ``pod`` and ``UUID`` values), cache size and RSS (MiB) over time with a bounded cache;
 - (e) the audit (``rwrouter.audit.ActiveSeries``, what a ``shadow: true`` or ``audit: true``
   destination costs): CPU per series counted (first sight, seen again) next to a warm route's,
-  and memory per series remembered (``tracemalloc``).
+  and memory per series remembered (``tracemalloc``);
+- (f) a series budget (``rwrouter.routing.BudgetedRouter`` with a
+  ``rwrouter.routing.budget.SeriesBudget``: ``series_limit`` on A, 90 % of A's series,
+  ``on_series_limit: fallback``): CPU per series of routing alone (the bodies decompressed
+  first) with and without it, cold (every label set new: a miss) and warm (scrape 1: hits),
+  rounds alternated, medians.
 """
 
 from __future__ import annotations
@@ -50,9 +55,11 @@ from bench.workload import (
 from rwrouter.audit import ActiveSeries
 from rwrouter.auth.credentials import load_source
 from rwrouter.auth.schemes import SigV4
+from rwrouter.config import OnSeriesLimit
 from rwrouter.protocol import RW1_MESSAGE, request_headers
 from rwrouter.relabel import RelabelConfig, parse_relabel_configs
-from rwrouter.routing import Route, Router
+from rwrouter.routing import BudgetedRouter, Route, Router
+from rwrouter.routing.budget import SeriesBudget
 from rwrouter.wire import decompress
 from rwrouter.wire.accelerator import ACCELERATED
 
@@ -170,6 +177,55 @@ def bench_audit(nodes: int, seed: int) -> dict[str, Any]:
         "seen_again_us_per_series": times[1] / series * 1e6,
         "warm_route_us_per_series": route / series * 1e6,
         "bytes_per_series": held / series,
+    }
+
+
+def bench_budget(nodes: int, seed: int, rounds: int) -> dict[str, Any]:
+    """(f): us of CPU per series routed (``Router.route`` on decompressed bodies), without a
+    budget and with one on A (90 % of A's series, fallback to B), cold (scrape 0 through a new
+    router) and warm (scrape 1 after it); ``rounds`` of both, alternated, medians."""
+    workload, _ = load_or_generate(seed, nodes, 2)
+    per = len(workload.bodies) // workload.scrapes
+    scrapes = [
+        [
+            decompress(b, max_decoded_bytes=MAX_DECODED)
+            for b in workload.bodies[i * per : (i + 1) * per]
+        ]
+        for i in range(2)
+    ]
+    series = workload.series_per_scrape
+    probe = make_router(1)
+    a_series = sum(probe.route(data, now=0.0).shares[0].series for data in scrapes[0])
+    limit = a_series * 9 // 10
+
+    def router(budgeted: bool) -> Router:
+        plain = make_router(1)
+        if not budgeted:
+            return plain
+        budget = SeriesBudget(limit=limit, window=7200.0, action=OnSeriesLimit.FALLBACK, now=0.0)
+        return BudgetedRouter(budgets={"A": budget}, global_rules=(), routes=plain.routes)
+
+    times: dict[str, list[float]] = {
+        f"{k}_{p}": [] for k in ("plain", "budget") for p in ("cold", "warm")
+    }
+    for r in range(rounds):
+        for kind in ("plain", "budget") if r % 2 == 0 else ("budget", "plain"):
+            rt = router(kind == "budget")
+            gc.collect()
+            for phase, bodies in zip(("cold", "warm"), scrapes, strict=True):
+                t0 = time.process_time()
+                for data in bodies:
+                    rt.route(data, now=1.0)
+                times[f"{kind}_{phase}"].append((time.process_time() - t0) / series * 1e6)
+    med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+    return {
+        "series": series,
+        "a_series": a_series,
+        "series_limit": limit,
+        "us_per_series": med,
+        "rounds": times,
+        "cold_ratio": med["plain_cold"] / med["budget_cold"],
+        "warm_ratio": med["plain_warm"] / med["budget_warm"],
     }
 
 
@@ -324,10 +380,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="(d) cache_max_age seconds (max_age) of the second churn run",
     )
     p.add_argument("--audit-nodes", type=int, default=140, help="(e) nodes")
-    p.add_argument("--only", choices=["route", "sigv4", "memory", "churn", "audit"], nargs="+")
+    p.add_argument("--budget-nodes", type=int, default=280, help="(f) nodes")
+    p.add_argument("--budget-rounds", type=int, default=5, help="(f) rounds")
+    p.add_argument(
+        "--only", choices=["route", "sigv4", "memory", "churn", "audit", "budget"], nargs="+"
+    )
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     args = p.parse_args(argv)
-    parts = set(args.only or ["route", "sigv4", "memory", "churn", "audit"])
+    parts = set(args.only or ["route", "sigv4", "memory", "churn", "audit", "budget"])
     report: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "accelerated": ACCELERATED,
@@ -460,6 +520,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{audit['seen_again_us_per_series']:.2f} us seen again (a warm route: "
             f"{audit['warm_route_us_per_series']:.2f} us), "
             f"{audit['bytes_per_series']:.0f} bytes per series remembered"
+        )
+        print()
+    if "budget" in parts:
+        budget = bench_budget(args.budget_nodes, args.seed, args.budget_rounds)
+        report["budget"] = budget
+        us = budget["us_per_series"]
+        print(
+            f"(f) series budget on A ({budget['series_limit']:,} of A's {budget['a_series']:,} "
+            f"series; {budget['series']:,} series a scrape), us CPU per series routed, "
+            f"median of {args.budget_rounds} rounds: cold {us['plain_cold']:.3f} without, "
+            f"{us['budget_cold']:.3f} with (plain/budgeted {budget['cold_ratio']:.2f}); warm "
+            f"{us['plain_warm']:.3f} without, {us['budget_warm']:.3f} with "
+            f"({budget['warm_ratio']:.2f})"
         )
         print()
     if args.json:

@@ -28,8 +28,10 @@ from rwrouter.routing.cache import (
     DEFAULT_CACHE_SIZE,
     Cache,
     Entry,
+    keeps_at,
     new_cache,
     pack_entry,
+    slot_at,
     unpack_entry,
 )
 from rwrouter.routing.outcome import REASONS
@@ -412,6 +414,20 @@ def test_entry_round_trips(key: bytes, raw_items: list[Any]) -> None:
         for item in items
     )
     assert same >= raw_items.count("same")
+
+
+@settings(max_examples=300, deadline=None)
+@given(key=st.binary(max_size=30), raw_items=entry_items, mask=st.integers(0, 2**6 - 1))
+def test_one_slot_and_kept_at_equal_the_unpacked_entry(
+    key: bytes, raw_items: list[Any], mask: int
+) -> None:
+    """slot_at and keeps_at (a series budget's review of misses) read what unpack_entry
+    reads, without unpacking the whole entry."""
+    items = [(key, 7) if item == "same" else item for item in raw_items]
+    entry = pack_entry(key, items)
+    assert [slot_at(key, entry, i) for i in range(len(items))] == items
+    kept = any(isinstance(item, tuple) for i, item in enumerate(items) if mask >> i & 1)
+    assert keeps_at(entry, mask) is kept
 
 
 # -- the miss path's shortcut for canonical label sets -------------------------------------------

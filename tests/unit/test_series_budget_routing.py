@@ -5,6 +5,7 @@ cached; the compiled loop and the pure one agree."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -12,14 +13,15 @@ from rwrouter.config import OnSeriesLimit
 from rwrouter.reasons import DropReason
 from rwrouter.relabel import parse_relabel_configs
 from rwrouter.routing import Route, RoutedRequest
-from rwrouter.routing import budgeted as budgeted_module
 from rwrouter.routing import router as router_module
 from rwrouter.routing import scan as scan_module
 from rwrouter.routing.budget import SeriesBudget
 from rwrouter.routing.budgeted import BudgetedRouter
+from rwrouter.routing.cache import unpack_entry
+from rwrouter.routing.outcome import REASONS
 from rwrouter.routing.scan import scan_request_py, scan_rw2_py
 from rwrouter.wire import decompress, remote_pb2, write_v2_pb2
-from rwrouter.wire.accelerator import ACCELERATED
+from rwrouter.wire.accelerator import ACCELERATED, encode_labels
 from tests.support.series import Series, build_body
 
 WINDOW = 800.0  # generations of 100 s
@@ -38,7 +40,7 @@ def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Ite
         monkeypatch.setattr(router_module, "scan_request", scan_request_py)
         monkeypatch.setattr(router_module, "scan_rw2", scan_rw2_py)
         monkeypatch.setattr(scan_module, "scan_request", scan_request_py)
-        monkeypatch.setattr(budgeted_module, "_route_labels", None)
+        monkeypatch.setattr(router_module, "_route_labels", None)
     yield request.param
 
 
@@ -205,3 +207,161 @@ def test_remote_write_2_is_decided_the_same_and_again_when_room_frees(path: str)
     ]
     for (names, now), want in zip(steps, expected, strict=True):
         assert got(r.route(request_rw2(*names), now=now, rw2=True)) == want
+
+
+# -- the compiled miss path decides the same (issue 16: the hot path stays compiled) ----------
+
+ADD_CLUSTER = parse_relabel_configs(
+    [
+        {"source_labels": ["__name__"], "regex": "gpu_.*", "action": "keep"},
+        {"target_label": "cluster", "replacement": "c9"},
+    ],
+    "test",
+)
+
+
+def fleet(pods: range) -> list[str]:
+    """``name:pod`` of 3 GPU metric names per pod (the budget's) and one CPU one."""
+    return [f"{name}:{pod}" for pod in pods for name in ("gpu_a", "gpu_b", "gpu_c", "cpu")]
+
+
+def spied(r: BudgetedRouter) -> tuple[list[bytes], list[bytes]]:
+    """The label sets ``r`` reviews (its budget's decision) and those its Python ``_miss``
+    routes, from now on (both lists grow; the calls are still answered)."""
+    reviewed: list[bytes] = []
+    missed: list[bytes] = []
+    assert r._review is not None
+    mask, review = r._review
+    python_miss = r._miss
+
+    def counted_review(key: bytes, entry: bytes) -> bytes:
+        reviewed.append(key)
+        return review(key, entry)
+
+    def counted_miss(raw_labels: bytes) -> bytes:
+        missed.append(raw_labels)
+        return python_miss(raw_labels)
+
+    r._review = (mask, counted_review)
+    r._miss = counted_miss  # type: ignore[method-assign]
+    return reviewed, missed
+
+
+def run_steps(
+    rules: tuple[Any, ...], limit: int, action: OnSeriesLimit, other: bool, rw2: bool
+) -> tuple[list[RoutedRequest], list[Any], int, int]:
+    """Three requests through a new router (ws with ``rules`` and the budget, optionally
+    ``other``, the fallback ``store``): 20 pods at 0 s, those and 10 more at 10 s, then after
+    the window 20 other pods; the results, the budget's state after each, and how many label
+    sets were reviewed and missed in Python."""
+    routes = [Route(name="ws", rules=rules)]
+    if other:
+        routes.append(Route(name="other"))
+    routes.append(Route(name="store", fallback=True))
+    budget = SeriesBudget(limit=limit, window=WINDOW, action=action, now=0.0)
+    r = BudgetedRouter(budgets={"ws": budget}, global_rules=(), routes=routes)
+    reviewed, missed = spied(r)
+    outs, states = [], []
+    for pods, now in ((range(20), 0.0), (range(30), 10.0), (range(100, 120), 950.0)):
+        names = fleet(pods)
+        data = request_rw2(*names) if rw2 else request(*names)
+        outs.append(r.route(data, now=now, rw2=rw2))
+        states.append(r.budget_states(now)["ws"])
+    return outs, states, len(reviewed), len(missed)
+
+
+EQUIVALENCE = [
+    pytest.param(KEEP_GPU, 40, FALLBACK, False, False, id="rw1-template-over-fallback"),
+    pytest.param(KEEP_GPU, 40, DROP, False, False, id="rw1-template-over-drop"),
+    pytest.param(KEEP_GPU, 1000, FALLBACK, False, False, id="rw1-template-under"),
+    pytest.param(KEEP_GPU, 40, FALLBACK, True, False, id="rw1-template-another-keeps"),
+    pytest.param(ADD_CLUSTER, 40, FALLBACK, False, False, id="rw1-plan-over-fallback"),
+    pytest.param(ADD_CLUSTER, 40, DROP, False, False, id="rw1-plan-over-drop"),
+    pytest.param(ADD_CLUSTER, 1000, DROP, False, False, id="rw1-plan-under"),
+    pytest.param(KEEP_GPU, 40, FALLBACK, False, True, id="rw2-template-over-fallback"),
+    pytest.param(KEEP_GPU, 40, DROP, False, True, id="rw2-template-over-drop"),
+    pytest.param(ADD_CLUSTER, 40, FALLBACK, False, True, id="rw2-plan-over-fallback"),
+    pytest.param(ADD_CLUSTER, 1000, FALLBACK, False, True, id="rw2-plan-under"),
+]
+
+
+@pytest.mark.skipif(not ACCELERATED, reason="the accelerator is not built")
+@pytest.mark.parametrize(("rules", "limit", "action", "other", "rw2"), EQUIVALENCE)
+def test_compiled_misses_decide_as_the_pure_path(
+    rules: tuple[Any, ...],
+    limit: int,
+    action: OnSeriesLimit,
+    other: bool,
+    rw2: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The compiled loop routes the misses itself (template shortcut or plan) and asks the
+    budget only about the label sets ws keeps: the same requests, budget and counters as the
+    pure path, which routes every miss in Python."""
+    fast, fast_states, fast_reviewed, fast_missed = run_steps(rules, limit, action, other, rw2)
+    with monkeypatch.context() as m:
+        m.setattr(router_module, "scan_request", scan_request_py)
+        m.setattr(router_module, "scan_rw2", scan_rw2_py)
+        m.setattr(scan_module, "scan_request", scan_request_py)
+        m.setattr(router_module, "_route_labels", None)
+        pure, pure_states, pure_reviewed, pure_missed = run_steps(rules, limit, action, other, rw2)
+    assert fast == pure
+    assert fast_states == pure_states
+    # Reviewed: each label set ws keeps, once (then cached): 60 + 30, then 60 after the window
+    assert fast_reviewed == pure_reviewed == 60 + 30 + 60
+    assert pure_missed == 4 * (20 + 10 + 20)  # every miss in Python
+    assert fast_missed <= 4 * 3  # compiled: at most the first of each template, per request
+    first, second, third = fast
+    kept = min(limit, 60)
+    assert first.shares[0].series == kept
+    over = 60 - kept
+    assert first.dropped.get((0, DropReason.SERIES_LIMIT), 0) == over
+    store = first.shares[-1].series
+    assert store == (0 if other else 20 + (over if action == FALLBACK else 0))
+    assert second.shares[0].series == min(limit, 90)
+    assert third.shares[0].series == min(limit, 60)  # room freed: decided again
+    assert fast_states[0].limited == over
+
+
+def labels_of(name: str) -> tuple[tuple[str, str], ...]:
+    """The sorted labels of a ``name:pod`` series."""
+    metric, pod = name.split(":")
+    return (("__name__", metric), ("pod", pod))
+
+
+@pytest.mark.parametrize(
+    ("action", "second"),
+    [
+        pytest.param(FALLBACK, (DropReason.SERIES_LIMIT, "store"), id="fallback"),
+        pytest.param(DROP, (DropReason.SERIES_LIMIT, DropReason.SERIES_LIMIT), id="drop"),
+    ],
+)
+def test_the_relabel_tool_path_decides_per_series(
+    path: str, action: OnSeriesLimit, second: tuple[object, object]
+) -> None:
+    """Router.route_series (what `rwrouter relabel` shows) asks the budget as a request does:
+    two series of one template (same metric name), a budget of 1: the first is kept, the
+    second is over."""
+    r = router(1, action)
+    first = r.route_series(labels_of("gpu_a:1"))
+    over = r.route_series(labels_of("gpu_a:2"))
+    assert isinstance(first[0], bytes) and first[1] is None
+    assert over[0] == second[0]
+    if second[1] == "store":
+        assert isinstance(over[1], bytes)
+    else:
+        assert over[1] is None  # dropped: the fallback does not take it
+    assert r.route_series(labels_of("gpu_a:2")) == over  # cached
+
+
+def test_a_collision_recheck_is_decided_by_the_budget(path: str) -> None:
+    """Router._route_again (a collision loser routed again after a rotation) caches the
+    budget's decision, not the rules' outcome alone."""
+    r = router(1, FALLBACK)
+    r.route(request("gpu_a:1"), now=0)
+    key = encode_labels(labels_of("gpu_a:2"))
+    r._route_again(key)
+    entry = r._young.get(key)
+    assert entry is not None
+    assert unpack_entry(key, entry)[0] == REASONS.index(DropReason.SERIES_LIMIT)
+    assert isinstance(unpack_entry(key, entry)[1], tuple)  # the fallback takes it

@@ -29,6 +29,7 @@ they are neither listed nor counted) until room frees up.
 
 from __future__ import annotations
 
+import math
 import threading
 import zlib
 from collections.abc import Iterable, Mapping
@@ -74,6 +75,19 @@ class SeriesStore(Protocol):
         ...
 
 
+class _Series(ActiveSeries):
+    """A budget's :class:`ActiveSeries`: its generations advanced once per time (a budget asks
+    about each new series of a request, at the request's time; again at the same time,
+    advancing changes nothing)."""
+
+    _advanced = math.nan  # the time advanced to last
+
+    def _advance(self, now: float) -> None:
+        if now != self._advanced:
+            self._advanced = now
+            super()._advance(now)
+
+
 @dataclass(frozen=True, slots=True)
 class BudgetState:
     """One destination's budget at one time: ``limit`` and ``active`` series, ``over``
@@ -111,7 +125,7 @@ class SeriesBudget:
         if limit < 1 or window <= 0:
             raise ValueError("series_limit and series_window must be positive")
         self.limit, self.window, self.action = limit, window, action
-        self._series = ActiveSeries(window=window, max_series=limit, rate_window=window, now=now)
+        self._series = _Series(window=window, max_series=limit, rate_window=window, now=now)
         self._lock = threading.Lock()
         self._over: dict[bytes, str] = {}  # raw label key (routing cache key) -> metric name
         self._over_names: dict[str, int] = {}

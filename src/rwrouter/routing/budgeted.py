@@ -2,11 +2,14 @@
 destination's ``series_limit`` goes to the fallback destination instead, or is dropped
 (:mod:`rwrouter.routing.budget` has the policy).
 
-The decision is made once per label set, when it is routed the full way (a routing-cache
-miss), and cached with the rest of its outcome: cache hits stay in the compiled loop and cost
-nothing more. So that every miss reaches :meth:`BudgetedRouter._miss`, the loop is given no
-template shortcut and no plan of its own (it calls ``miss``; the miss itself is still routed
-by the compiled ``route_labels`` when the accelerator is built). After each request, the
+The decision is made once per label set, on a routing-cache miss, and cached with the rest of
+its outcome: cache hits stay in the compiled loop and cost nothing more. Misses stay compiled
+too (the template shortcut and the plan of :class:`~rwrouter.routing.Router`): the loop calls
+back into Python (:meth:`BudgetedRouter._budgeted`, the router's ``review`` of
+:func:`~rwrouter.routing.scan.scan_request_py`) only for a miss whose outcome a budgeted
+destination keeps; a miss it drops or leaves to others costs nothing more. A template's
+outcome (rules that only filter) is reviewed for each label set that takes it, with the label
+set's own shard hash: a budget decides per series, never per template. After each request, the
 budgeted destinations' shares are counted into their budgets (the series sent stay active).
 When room frees up while series are over a budget (series left the window), the routing cache
 is forgotten once: every label set is decided again as it arrives (those the destination
@@ -28,19 +31,17 @@ from rwrouter.config.budget import OnSeriesLimit
 from rwrouter.reasons import DropReason
 from rwrouter.relabel import process_compiled
 from rwrouter.routing.budget import BudgetState, SeriesBudget
-from rwrouter.routing.cache import Entry, Slot, pack_entry, unpack_entry
+from rwrouter.routing.cache import Entry, Slot, keeps_at, pack_entry, slot_at, unpack_entry
 from rwrouter.routing.escape import ALLOW_UTF8
 from rwrouter.routing.outcome import REASONS, Renamed, RuleCopies
 from rwrouter.routing.routed import RoutedRequest, shard_hash
 from rwrouter.routing.router import Router
-from rwrouter.wire.accelerator import compiled, decode_labels
-from rwrouter.wire.index import INDEX, named_frames_list
+from rwrouter.wire.accelerator import decode_labels
 
 __all__ = ["BudgetedRouter", "budget_states"]
 
 _OVER = REASONS.index(DropReason.SERIES_LIMIT)
 _COLLIDED = REASONS.index(DropReason.NAME_COLLISION)
-_route_labels = compiled("route_labels")  # the miss path in C (wire/_route.h), when built
 
 
 class BudgetedRouter(Router):
@@ -54,10 +55,9 @@ class BudgetedRouter(Router):
         if unknown := sorted(set(budgets) - set(names)):
             raise ValueError(f"a series budget for an unknown destination {unknown[0]!r}")
         self.budgets = {i: budgets[name] for i, name in enumerate(names) if name in budgets}
-        # Every miss to _miss, decided there: no template shortcut, no plan for the loop
-        # (the plan still routes the miss itself, compiled, in _route_raw).
-        self._miss_plan, self._plan = self._plan, None
-        self._signature_names = None
+        # Each miss a budgeted destination keeps is decided by _budgeted: by the compiled
+        # loop for the misses it routes itself, by _miss for the others.
+        self._review = (sum(1 << i for i in self.budgets), self._budgeted)
 
     def adopt(self, old: Router) -> None:
         """Carry the budgets' counts over from the router this one replaces (a reload), by
@@ -98,22 +98,47 @@ class BudgetedRouter(Router):
                 budget.observe(share.body, share.index, now)
         return out
 
-    def _route_raw(self, raw_labels: bytes) -> Entry:
-        """:meth:`Router._route_raw` (compiled when built), then the budgets' decision."""
-        if self._miss_plan is not None and _route_labels is not None:
-            entry: Entry = _route_labels(raw_labels, *self._miss_plan, self._drop_after)
-        else:
-            entry = self._route_raw_py(raw_labels)
-        return self._budgeted(raw_labels, entry)
+    def _miss(self, raw_labels: bytes) -> Entry:
+        """:meth:`Router._miss` (template shortcut or the full way, cached), then the budgets'
+        decision, cached instead."""
+        return self._decided(raw_labels, super()._miss(raw_labels))
+
+    def _route_again(self, key: bytes) -> None:
+        """:meth:`Router._route_again` (a collision loser), then the budgets' decision."""
+        super()._route_again(key)
+        entry = self._young.get(key)
+        if entry is not None:
+            self._decided(key, entry)
+
+    def _decided(self, key: bytes, entry: Entry) -> Entry:
+        """``entry``, just cached in the young generation under ``key``, as the budgets decide
+        it when a budgeted destination keeps it (:meth:`_budgeted`; replaced in the cache when
+        that changes it)."""
+        review = self._review  # (mask, _budgeted)
+        if review is None or not keeps_at(entry, review[0]):
+            return entry
+        decided = review[1](key, entry)
+        if decided is not entry:
+            self._young[key] = decided
+            self._young_bytes += len(decided) - len(entry)
+        return decided
 
     def _budgeted(self, key: bytes, entry: Entry) -> Entry:
-        """``entry`` with each budgeted destination over its budget dropped (``series_limit``)
-        and, for ``on_series_limit: fallback`` when no other destination keeps the series,
-        the fallback destinations' outcomes."""
-        slots = unpack_entry(key, entry)
-        over = [i for i in self.budgets if not self._admitted(i, key, slots[i])]
+        """The miss ``entry`` of the label set ``key`` (raw label bytes) with each budgeted
+        destination over its budget dropped (``series_limit``) and, for ``on_series_limit:
+        fallback`` when no other destination keeps the series, the fallback destinations'
+        outcomes; ``entry`` itself when every budget admits the series (admitted, it counts
+        from now on: :meth:`SeriesBudget.decide` at the time of the request)."""
+        over = []
+        for i, budget in self.budgets.items():
+            slot = slot_at(key, entry, i)
+            if isinstance(slot, tuple) and not budget.decide(
+                key=key, name=metric_name(slot[0]), hashed=slot[1], now=self._now
+            ):
+                over.append(i)
         if not over:
             return entry
+        slots = unpack_entry(key, entry)
         for i in over:
             slots[i] = _OVER
         divert = any(self.budgets[i].action == OnSeriesLimit.FALLBACK for i in over)
@@ -127,9 +152,9 @@ class BudgetedRouter(Router):
         if not isinstance(slot, tuple):
             return True
         labels, hashed = slot
-        # The metric name as the audit's count finds it in a frame (the same raw bytes).
-        name = named_frames_list(labels, INDEX.pack(len(labels), 0, 0))[0][0]
-        return self.budgets[i].decide(key=key, name=name, hashed=hashed, now=self._now)
+        return self.budgets[i].decide(
+            key=key, name=metric_name(labels), hashed=hashed, now=self._now
+        )
 
     def _kept(self, slots: list[Slot]) -> bool:
         """Whether a non-fallback, non-shadow destination keeps the series (a collision
@@ -162,6 +187,29 @@ class BudgetedRouter(Router):
                 res = self._collide(j, res, key)
             slot: Slot = (res, shard_hash(res)) if isinstance(res, bytes) else REASONS.index(res)
             slots[j] = slot if j not in self.budgets or self._admitted(j, key, slot) else _OVER
+
+
+_NAME_LABEL = b"\x0a\x08__name__\x12"  # Label{name: "__name__", value: <follows>}, framed
+
+
+def metric_name(labels: bytes) -> bytes:
+    """The metric name (raw bytes; ``b""`` without one) of encoded output labels ``labels``
+    (Label fields, RW 1.0 wire schema) as the audit's count finds it in a frame of them:
+    the value of the first Label field encoded ``0a 08 "__name__" 12`` (what
+    :func:`~rwrouter.wire.index.named_frames_py` gives for one frame of them)."""
+    at = labels.find(_NAME_LABEL)
+    if at < 0:
+        return b""
+    start, end = at + len(_NAME_LABEL), len(labels)
+    size = shift = 0
+    while start < end and shift < 35:  # the value's length: a varint
+        byte = labels[start]
+        size |= (byte & 0x7F) << shift
+        start += 1
+        shift += 7
+        if byte < 0x80:
+            break
+    return labels[start : start + size] if start + size <= end else b""
 
 
 def budget_states(router: Router, now: float) -> dict[str, BudgetState]:

@@ -35,8 +35,10 @@ __all__ = [
     "Generations",
     "Slot",
     "entry_bytes",
+    "keeps_at",
     "new_cache",
     "pack_entry",
+    "slot_at",
     "unpack_entry",
 ]
 
@@ -98,6 +100,53 @@ def unpack_entry(key: bytes, entry: Entry) -> list[Slot]:
             slots.append((entry[pos + 9 : pos + 9 + length], hashed))
             pos += 9 + length
     return slots
+
+
+def slot_at(key: bytes, entry: Entry, i: int) -> Slot:
+    """Destination ``i``'s slot of an :data:`Entry` (``unpack_entry(key, entry)[i]``, without
+    unpacking the others). Raises IndexError when the entry has no slot ``i``."""
+    pos = 0
+    for _ in range(i):
+        kind = entry[pos]
+        pos += (
+            1
+            if kind == NOT_SENT
+            else 2
+            if kind == DROPPED
+            else 5
+            if kind == KEPT_SAME
+            else 9 + _U32.unpack_from(entry, pos + 5)[0]
+        )
+    kind = entry[pos]
+    if kind == NOT_SENT:
+        return None
+    if kind == DROPPED:
+        return entry[pos + 1]
+    if kind == KEPT_SAME:
+        return (key, _U32.unpack_from(entry, pos + 1)[0])
+    hashed, length = _U32X2.unpack_from(entry, pos + 1)
+    return (entry[pos + 9 : pos + 9 + length], hashed)
+
+
+def keeps_at(entry: Entry, mask: int) -> bool:
+    """Whether ``entry`` keeps its series (a slot of kind ``01`` or ``02``) at a destination
+    ``i`` whose bit ``1 << i`` is set in ``mask``. The compiled loop's ``entry_keeps``
+    (wire/_scan.c) is the same test."""
+    pos, i = 0, 0
+    while pos < len(entry) and mask >> i:
+        kind = entry[pos]
+        if kind in (KEPT_SAME, KEPT) and mask >> i & 1:
+            return True
+        if kind == NOT_SENT:
+            pos += 1
+        elif kind == KEPT_SAME:
+            pos += 5
+        elif kind == DROPPED:
+            pos += 2
+        else:
+            pos += 9 + _U32.unpack_from(entry, pos + 5)[0]
+        i += 1
+    return False
 
 
 class Cache(Protocol):

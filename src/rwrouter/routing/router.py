@@ -35,7 +35,7 @@ from rwrouter.routing.outcome import (
     template_parts,
 )
 from rwrouter.routing.routed import RoutedRequest, shard_hash
-from rwrouter.routing.scan import scan_request, scan_rw2, signature
+from rwrouter.routing.scan import Review, scan_request, scan_rw2, signature
 from rwrouter.wire import RawSeries, frame_metadata, metadata_family
 from rwrouter.wire.accelerator import compiled, decode_labels, encode_labels
 from rwrouter.wire.index import Frames
@@ -205,6 +205,7 @@ class Router(Generations):
         return tuple(r.escaped if isinstance(r, Renamed) else r for r in self._results(labels))
 
     _drop_after: str | None = None  # a label removed after the rules (a tenant's __tenant__)
+    _review: Review | None = None  # the compiled loop's review of its misses (BudgetedRouter)
 
     def _results(self, labels: tuple[tuple[str, str], ...]) -> list[Result | None]:
         base = process_compiled(labels, self.global_rules) if self.global_rules else labels
@@ -342,9 +343,9 @@ class Router(Generations):
         args = (self._young, self._old, self._miss, self._filters, self._filter, REASONS)
         shortcut = (templates, self._signature_names or (), self._claims is not None, plan)
         if rw2:  # one pass over the RW 2.0 request, its RW1 form not written out
-            scan, *counts, starts = scan_rw2(data, max_bytes, *args, *shortcut)
+            scan, *counts, starts = scan_rw2(data, max_bytes, *args, *shortcut, self._review)
         else:
-            scan, counts, starts = scan_request(data, *args, *shortcut), [], False
+            scan, counts, starts = scan_request(data, *args, *shortcut, self._review), [], False
         self.hits += scan.hits
         self.misses += scan.misses
         self._young_bytes += scan.miss_bytes + scan.promoted_bytes

@@ -41,6 +41,10 @@ __all__ = [
 ]
 
 Miss = Callable[[bytes], Entry]
+Review = tuple[int, Callable[[bytes, Entry], Entry]]
+"""A review of misses: (mask: bit ``i`` set for destination ``i``, ``review(raw_labels, entry)
+-> entry``), the caller's decision over an outcome that keeps the series at one of those
+destinations (a series budget: :class:`rwrouter.routing.BudgetedRouter`)."""
 Templates = dict[tuple[bytes | None, ...], tuple[bytes, ...]]
 """The miss path's templates: values of the labels the rules read -> entry pieces around
 the shard hash (``hash.join(pieces)`` is the entry)."""
@@ -93,6 +97,7 @@ def scan_request_py(
     names: tuple[bytes, ...] = (),
     legacy: bool = False,
     plan: tuple[object, object, object] | None = None,
+    review: Review | None = None,
 ) -> Scan:
     """Split a decompressed write request (RW 1.0) into per-destination shares.
 
@@ -105,6 +110,11 @@ def scan_request_py(
     entries). ``plan``: ``route_labels``' arguments after the key (``Router._route_raw``):
     the compiled loop then routes a miss itself without the template shortcut, caching and
     counting it; ``miss`` must give the same entry. This loop calls ``miss``.
+    ``review``: None, or (mask, ``review(raw_labels, entry)``): the compiled loop gives an
+    entry it made itself (template shortcut, plan) that keeps the series at a destination of
+    ``mask`` (:func:`~rwrouter.routing.cache.keeps_at`) to ``review`` and caches and applies
+    what it returns (a series budget's decision, per label set); ``miss`` must give the entry
+    so reviewed. This loop calls ``miss`` for every miss, so it does not call ``review``.
     ``filters[i]``: destination ``i`` takes only some of exemplars/histograms; then
     ``filt(i, raw_series)`` gives (the series' remaining raw fields, samples left). A series
     without samples, exemplars or histograms is looked up (its labels are checked) but not

@@ -2,7 +2,7 @@
  * Remote write 2.0 routed without its RW1 form, compiled: rwrouter.routing.scan.scan_rw2_py
  * (convert with rw2_in.to_rw1, then scan_request) as
  * scan_rw2(data, max_bytes, young, old, miss, filters, filt, reasons, templates, names, legacy,
- * plan) -> (scan tuple, samples, histograms, exemplars, start_timestamps), or None when the
+ * plan, review) -> (scan tuple, samples, histograms, exemplars, start_timestamps), or None when the
  * reference is to decide (then nothing of this call is kept but what it cached). Included by
  * _scan.c after _rw2in.h: it uses the Scanner of scan_request and the R2 of rw2_to_rw1.
  *
@@ -377,18 +377,18 @@ static int r2_limit(PyObject *max_bytes, Py_ssize_t *limit) {
 
 static PyObject *scan_rw2(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 12) {
-        PyErr_SetString(PyExc_TypeError, "scan_rw2 takes 12 arguments");
+    if (nargs != 12 && nargs != 13) {
+        PyErr_SetString(PyExc_TypeError, "scan_rw2 takes 12 or 13 arguments");
         return NULL;
     }
-    PyObject *data = args[0], *sargs[11];
+    PyObject *data = args[0], *sargs[12];
     sargs[0] = data;
-    for (Py_ssize_t i = 1; i < 11; i++) sargs[i] = args[i + 1];
+    for (Py_ssize_t i = 1; i < nargs - 1; i++) sargs[i] = args[i + 1];
     Scanner r;
     R2 c;
     memset(&r, 0, sizeof(r));
     memset(&c, 0, sizeof(c));
-    int step = scan_arguments(&r, sargs, 11);
+    int step = scan_arguments(&r, sargs, nargs - 1);
     if (step == SCAN_ERR) return NULL;
     /* the reference: types scan_request leaves to it, a limit rw2_to_rw1 leaves to it, a
      * request over 1 GiB (32-bit spans, and a Label field of two of its symbols under 4 GiB:

@@ -9,7 +9,9 @@
  *   - a series of another shape: rwrouter.wire.codec.split_series (exemplars, histograms,
  *     interleaved labels, unusual sample encodings);
  *   - a metadata entry: rwrouter.wire.validate.check_metadata;
- *   - a label set not in the cache: the caller's ``miss`` callable;
+ *   - a label set not in the cache: the caller's ``miss`` callable, unless the template
+ *     shortcut or the plan routes it here; then, when it is kept at a destination the
+ *     caller reviews (a series budget), the caller's ``review`` callable decides it;
  *   - a destination that filters exemplars or histograms: the caller's ``filt`` callable;
  *   - malformed framing anywhere: the whole request is scanned again by the pure-Python
  *     function, which raises the reference DecodeError (so both paths give the same errors).
@@ -583,6 +585,9 @@ static Py_ssize_t prehash(const uint8_t *d, Py_ssize_t end, LabelCache *young, L
 typedef struct {
     PyObject *data, *young, *old, *miss, *filters, *filt, *reasons, *templates, *names;
     PyObject *plan;    /* route_labels' (global_program, routes, drop) for misses, or NULL */
+    PyObject *review;  /* review(key, entry) -> entry for a miss made here that a destination
+                        * of review_mask keeps, or NULL */
+    uint64_t review_mask; /* bit i: destination i's kept series are reviewed */
     int legacy;        /* legacy names only (the template shortcut's signature) */
     int use_templates; /* templates a dict and names a tuple of bytes */
     int label_caches;  /* both generations LabelCache (else both dicts) */
@@ -673,8 +678,8 @@ static inline void series_reset(Series *t) {
 /* The arguments of scan_request_py: SCAN_OK, SCAN_BAIL (types this loop does not take: the
  * reference), SCAN_ERR. */
 static int scan_arguments(Scanner *r, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7 && nargs != 9 && nargs != 10 && nargs != 11) {
-        PyErr_SetString(PyExc_TypeError, "scan_request takes 7, 9, 10 or 11 arguments");
+    if (nargs != 7 && nargs != 9 && nargs != 10 && nargs != 11 && nargs != 12) {
+        PyErr_SetString(PyExc_TypeError, "scan_request takes 7, 9, 10, 11 or 12 arguments");
         return SCAN_ERR;
     }
     r->data = args[0];
@@ -690,9 +695,22 @@ static int scan_arguments(Scanner *r, PyObject *const *args, Py_ssize_t nargs) {
     r->legacy = nargs >= 10 ? PyObject_IsTrue(args[9]) : 0;
     if (r->legacy < 0) return SCAN_ERR;
     /* The compiled miss path: route_labels(key, *plan) answers a miss instead of miss(key) */
-    r->plan = nargs == 11 && PyTuple_CheckExact(args[10]) && PyTuple_GET_SIZE(args[10]) == 3
+    r->plan = nargs >= 11 && PyTuple_CheckExact(args[10]) && PyTuple_GET_SIZE(args[10]) == 3
                   ? args[10]
                   : NULL;
+    /* The review of misses made here: None, or (mask of destinations: int, callable) */
+    if (nargs == 12 && args[11] != Py_None) {
+        PyObject *review = args[11];
+        if (!PyTuple_CheckExact(review) || PyTuple_GET_SIZE(review) != 2 ||
+            !PyLong_Check(PyTuple_GET_ITEM(review, 0)) ||
+            !PyCallable_Check(PyTuple_GET_ITEM(review, 1))) {
+            PyErr_SetString(PyExc_TypeError, "review is None or (mask: int, callable)");
+            return SCAN_ERR;
+        }
+        r->review_mask = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(review, 0));
+        if (r->review_mask == (uint64_t)-1 && PyErr_Occurred()) return SCAN_ERR;
+        r->review = r->review_mask ? PyTuple_GET_ITEM(review, 1) : NULL;
+    }
     r->use_templates = PyDict_CheckExact(r->templates) && PyTuple_CheckExact(r->names);
     for (Py_ssize_t i = 0; r->use_templates && i < PyTuple_GET_SIZE(r->names); i++)
         r->use_templates = PyBytes_CheckExact(PyTuple_GET_ITEM(r->names, i));
@@ -815,9 +833,45 @@ static int call_miss(Scanner *r, Series *t) {
 
 static PyObject *route_labels(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
+/* Whether the entry e[:n] keeps its series (kind 1 or 2) at a destination whose bit is set in
+ * mask (bit i: destination i). A malformed entry: 0 (apply_entry reports it). */
+static int entry_keeps(const uint8_t *e, Py_ssize_t n, uint64_t mask) {
+    Py_ssize_t at = 0;
+    for (int i = 0; i < MAX_DESTINATIONS && (mask >> i) && at < n; i++) {
+        uint8_t kind = e[at];
+        if ((kind == 1 || kind == 2) && (mask >> i & 1)) return 1;
+        if (kind == 0)
+            at += 1;
+        else if (kind == 1)
+            at += 5;
+        else if (kind == 3)
+            at += 2;
+        else if (kind == 2 && at + 9 <= n)
+            at += 9 + (Py_ssize_t)get_u32(e + at + 5);
+        else
+            return 0;
+    }
+    return 0;
+}
+
+/* A miss made here (t->entry, bytes): replaced by review(key, entry) when a destination of
+ * review_mask keeps the series (a series budget decides it). 0, or -1 with an exception set. */
+static int review_miss(Scanner *r, Series *t) {
+    if (!r->review || !PyBytes_CheckExact(t->entry) ||
+        !entry_keeps((const uint8_t *)PyBytes_AS_STRING(t->entry), PyBytes_GET_SIZE(t->entry),
+                     r->review_mask))
+        return 0;
+    if (!t->key && !(t->key = PyBytes_FromStringAndSize(t->kp, t->kn))) return -1;
+    PyObject *decided = PyObject_CallFunctionObjArgs(r->review, t->key, t->entry, NULL);
+    if (!decided) return -1;
+    Py_SETREF(t->entry, decided);
+    return 0;
+}
+
 /* A label set in neither LabelCache generation: the template shortcut's entry when it applies,
- * else route_labels' when there is a plan (either cached in young here, and counted), else
- * miss(). 0, or -1 with an exception set. */
+ * else route_labels' when there is a plan (either reviewed, review_miss, then cached in young
+ * here, and counted), else miss() (which decides and caches it itself). 0, or -1 with an
+ * exception set. */
 static int label_cache_miss(Scanner *r, Digest g, Series *t) {
     int made = r->use_templates && t->kn > 0
                    ? template_entry(t->kp, t->kn, r->names, r->templates, r->legacy, &t->entry)
@@ -840,7 +894,7 @@ static int label_cache_miss(Scanner *r, Digest g, Series *t) {
                              PyTuple_GET_ITEM(r->plan, 2)};
         if (!(t->entry = route_labels(NULL, call, 4))) return -1;
     }
-    if (series_entry(t) < 0) return -1;
+    if (review_miss(r, t) < 0 || series_entry(t) < 0) return -1;
     if (lc_insert((LabelCache *)r->young, g, (const char *)t->ep, t->elen, t->entry) < 0)
         return -1;
     r->misses++;
