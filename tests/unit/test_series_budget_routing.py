@@ -22,6 +22,7 @@ from rwrouter.routing.outcome import REASONS
 from rwrouter.routing.scan import scan_request_py, scan_rw2_py
 from rwrouter.wire import decompress, remote_pb2, write_v2_pb2
 from rwrouter.wire.accelerator import ACCELERATED, encode_labels
+from rwrouter.wire.index import INDEX, label_name, named_frames_list, named_frames_py
 from tests.support.series import Series, build_body
 
 WINDOW = 800.0  # generations of 100 s
@@ -365,3 +366,45 @@ def test_a_collision_recheck_is_decided_by_the_budget(path: str) -> None:
     assert entry is not None
     assert unpack_entry(key, entry)[0] == REASONS.index(DropReason.SERIES_LIMIT)
     assert isinstance(unpack_entry(key, entry)[1], tuple)  # the fallback takes it
+
+
+@pytest.mark.parametrize(
+    ("labels", "name"),
+    [
+        pytest.param((("__name__", "gpu_util"), ("gpu", "0")), b"gpu_util", id="first"),
+        pytest.param((("A", "x"), ("__name__", "m")), b"m", id="after_another_label"),
+        pytest.param((("gpu", "0"),), b"", id="no_name"),
+        pytest.param((("__name__", ""),), b"", id="empty_name"),
+        pytest.param((("__name__", "é" * 100),), "é".encode() * 100, id="long_utf8_name"),
+        pytest.param(
+            (("A", "\n\x08__name__\x12\x04fake"), ("__name__", "real")),
+            b"real",
+            id="a_value_holding_the_name_field_bytes",
+        ),
+    ],
+)
+def test_label_name_is_the_audits_name_of_the_encoded_labels(
+    labels: tuple[tuple[str, str], ...], name: bytes
+) -> None:
+    encoded = encode_labels(labels)
+    assert label_name(encoded) == name
+    # The audit's count finds the same name in a frame of them (compiled and reference).
+    frame = b"\x0a" + bytes([len(encoded)]) + encoded if len(encoded) < 128 else None
+    if frame is not None:
+        index = INDEX.pack(len(frame), 1, 7)
+        assert named_frames_list(frame, index) == [(name, 1, 7)]
+        assert list(named_frames_py(frame, index)) == [(name, 1, 7)]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(b"\x0a", id="length_missing"),
+        pytest.param(b"\x0a\x40\x0a\x08__name__", id="label_cut_short"),
+        pytest.param(b"\x0a\x0c\x0a\x08__name__\x12\x7f", id="value_past_its_label"),
+        pytest.param(b"\x0a\xff\xff\xff\xff\xff\xff", id="length_never_ends"),
+    ],
+)
+def test_label_name_of_malformed_labels_is_empty(data: bytes) -> None:
+
+    assert label_name(data) == b""

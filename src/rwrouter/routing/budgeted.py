@@ -37,6 +37,7 @@ from rwrouter.routing.outcome import REASONS, Renamed, RuleCopies
 from rwrouter.routing.routed import RoutedRequest, shard_hash
 from rwrouter.routing.router import Router
 from rwrouter.wire.accelerator import decode_labels
+from rwrouter.wire.index import label_name
 
 __all__ = ["BudgetedRouter", "budget_states"]
 
@@ -133,7 +134,7 @@ class BudgetedRouter(Router):
         for i, budget in self.budgets.items():
             slot = slot_at(key, entry, i)
             if isinstance(slot, tuple) and not budget.decide(
-                key=key, name=metric_name(slot[0]), hashed=slot[1], now=self._now
+                key=key, name=label_name(slot[0]), hashed=slot[1], now=self._now
             ):
                 over.append(i)
         if not over:
@@ -153,7 +154,7 @@ class BudgetedRouter(Router):
             return True
         labels, hashed = slot
         return self.budgets[i].decide(
-            key=key, name=metric_name(labels), hashed=hashed, now=self._now
+            key=key, name=label_name(labels), hashed=hashed, now=self._now
         )
 
     def _kept(self, slots: list[Slot]) -> bool:
@@ -187,29 +188,6 @@ class BudgetedRouter(Router):
                 res = self._collide(j, res, key)
             slot: Slot = (res, shard_hash(res)) if isinstance(res, bytes) else REASONS.index(res)
             slots[j] = slot if j not in self.budgets or self._admitted(j, key, slot) else _OVER
-
-
-_NAME_LABEL = b"\x0a\x08__name__\x12"  # Label{name: "__name__", value: <follows>}, framed
-
-
-def metric_name(labels: bytes) -> bytes:
-    """The metric name (raw bytes; ``b""`` without one) of encoded output labels ``labels``
-    (Label fields, RW 1.0 wire schema) as the audit's count finds it in a frame of them:
-    the value of the first Label field encoded ``0a 08 "__name__" 12`` (what
-    :func:`~rwrouter.wire.index.named_frames_py` gives for one frame of them)."""
-    at = labels.find(_NAME_LABEL)
-    if at < 0:
-        return b""
-    start, end = at + len(_NAME_LABEL), len(labels)
-    size = shift = 0
-    while start < end and shift < 35:  # the value's length: a varint
-        byte = labels[start]
-        size |= (byte & 0x7F) << shift
-        start += 1
-        shift += 7
-        if byte < 0x80:
-            break
-    return labels[start : start + size] if start + size <= end else b""
 
 
 def budget_states(router: Router, now: float) -> dict[str, BudgetState]:

@@ -1542,26 +1542,43 @@ static PyObject *index_totals(PyObject *module, PyObject *index) {
     return Py_BuildValue("(LL)", nbytes, samples);
 }
 
-/* The metric name of the frame body[pos:end] as named_frames finds it (the first framed
- * __name__ Label's value): 1 and *np, *nn; 0 for none (""). */
+/* The varint at body[*at:end]: 1 and *at past it; 0 for one cut short. */
+static int name_varint(const char *body, Py_ssize_t *at, Py_ssize_t end, Py_ssize_t *out) {
+    Py_ssize_t value = 0;
+    for (int shift = 0; *at < end && shift < 35; shift += 7) {
+        uint8_t byte = (uint8_t)body[(*at)++];
+        value |= (Py_ssize_t)(byte & 0x7F) << shift;
+        if (byte < 0x80) {
+            *out = value;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The metric name of the frame body[pos:end] (a framed TimeSeries) as named_frames_py finds
+ * it: the value of the first Label whose name is __name__, its Label fields walked (a value
+ * holding those bytes is never taken for the name): 1 and *np, *nn; 0 for none (""). */
 static int frame_name(const char *body, Py_ssize_t pos, Py_ssize_t end, const char **np,
                       Py_ssize_t *nn) {
-    static const char label[] = "\x0a\x08__name__\x12";
-    const Py_ssize_t llen = (Py_ssize_t)sizeof(label) - 1;
-    const char *at = end - pos >= llen ? memmem(body + pos, (size_t)(end - pos), label, (size_t)llen) : NULL;
-    if (!at) return 0;
-    Py_ssize_t start = at - body + llen, size = 0;
-    int shift = 0;
-    while (start < end && shift < 35) { /* the value's length: a varint */
-        uint8_t byte = (uint8_t)body[start++];
-        size |= (Py_ssize_t)(byte & 0x7F) << shift;
-        shift += 7;
-        if (byte < 0x80) break;
+    static const char field[] = "\x0a\x08__name__\x12";
+    const Py_ssize_t flen = (Py_ssize_t)sizeof(field) - 1;
+    Py_ssize_t at = pos + 1, size;
+    if (pos >= end || body[pos] != 0x0a || !name_varint(body, &at, end, &size)) return 0;
+    while (at < end && body[at] == 0x0a) {
+        at++;
+        if (!name_varint(body, &at, end, &size) || size > end - at) return 0;
+        Py_ssize_t label_end = at + size;
+        if (size >= flen && !memcmp(body + at, field, (size_t)flen)) {
+            Py_ssize_t value = at + flen, vlen;
+            if (!name_varint(body, &value, label_end, &vlen) || vlen > label_end - value) return 0;
+            *np = body + value;
+            *nn = vlen;
+            return 1;
+        }
+        at = label_end;
     }
-    if (start + size > end) return 0;
-    *np = body + start;
-    *nn = size;
-    return 1;
+    return 0;
 }
 
 /* Whether an index of xlen bytes fits a body of blen bytes: 1; 0 when its frames run past the

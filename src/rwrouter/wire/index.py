@@ -197,36 +197,59 @@ def split_shards_py(body: bytes, index: bytes, shards: int) -> list[tuple[bytes,
     return [(bytes(b), bytes(x), n, k) for b, x, n, k in parts]
 
 
-_NAME_LABEL = b"\x0a\x08__name__\x12"  # Label{name: "__name__", value: <follows>}, framed
+_NAME_FIELD = b"\x0a\x08__name__\x12"  # Label.name = "__name__", then Label.value's tag
+
+
+def _varint(data: bytes, at: int, end: int) -> tuple[int, int]:
+    """The varint at ``at`` of ``data[:end]`` and where it ends (-1 for one cut short)."""
+    value = shift = 0
+    while at < end and shift < 35:
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        at += 1
+        shift += 7
+        if byte < 0x80:
+            return value, at
+    return 0, -1
+
+
+def label_name(data: bytes, at: int = 0, end: int | None = None) -> bytes:
+    """The metric name (raw bytes; ``b""`` without one) of the Label fields (RW 1.0 wire
+    schema: field 1, Label{name=1, value=2}, as the router encodes them) that start at ``at``
+    of ``data`` and end at ``end`` or a field of another kind: the value of the first Label
+    whose name is ``__name__``. The fields are walked, so a label value holding those bytes
+    is never taken for the name."""
+    end = len(data) if end is None else end
+    while at < end and data[at] == 0x0A:
+        size, start = _varint(data, at + 1, end)
+        if start < 0 or start + size > end:
+            return b""
+        if data.startswith(_NAME_FIELD, start, start + size):
+            value_size, value = _varint(data, start + len(_NAME_FIELD), start + size)
+            if value < 0 or value + value_size > start + size:
+                return b""
+            return data[value : value + value_size]
+        at = start + size
+    return b""
 
 
 def named_frames_py(body: bytes, index: bytes) -> Iterator[tuple[bytes, int, int]]:
     """Per framed series of a share (``body`` + :data:`INDEX`), in order: (its metric name as
     raw bytes, its samples, its shard hash): the status page and the audit.
 
-    A frame's name is the value of its ``__name__`` Label (RW 1.0 wire schema: TimeSeries
-    field 1 = Label{name=1, value=2}), found by its encoding; a frame without one gives
+    A frame (a framed TimeSeries, field 1 of WriteRequest) names its series with the value of
+    its ``__name__`` Label (:func:`label_name` of its labels); a frame without one gives
     ``b""``. Raises ValueError when the index is not a whole number of entries."""
     if len(index) % INDEX.size:
         raise ValueError("index length is not a multiple of 12")
-    find = body.find
     pos = 0
     for length, samples, hashed in INDEX.iter_unpack(index):
         end = pos + length
         name = b""
-        at = find(_NAME_LABEL, pos, end)
-        if at >= 0:
-            start = at + len(_NAME_LABEL)
-            size = shift = 0
-            while start < end and shift < 35:  # the value's length: a varint
-                byte = body[start]
-                size |= (byte & 0x7F) << shift
-                start += 1
-                shift += 7
-                if byte < 0x80:
-                    break
-            if start + size <= end:
-                name = body[start : start + size]
+        if pos < end and body[pos] == 0x0A:
+            _, inner = _varint(body, pos + 1, end)
+            if inner >= 0:
+                name = label_name(body, inner, end)
         yield name, samples, hashed
         pos = end
 
