@@ -19,13 +19,14 @@ handover); this module decides what the requests are:
 - Every part refused for good is counted (``dropped_samples``/``dropped_metadata`` by
   :attr:`~rwrouter.send.refusals.Refusal.reason`), logged, and handed to the ``on_rejected``
   hook (the dead-letter store), once per part, with the batch's tenant (batches never mix
-  tenants; it goes in the destination's ``tenant_header``).
+  tenants; it goes in the destination's ``tenant_header``): :mod:`rwrouter.send.drops`.
 - Samples go out in :attr:`Deliverer.message` (``protobuf_message``), each part (a split
   half too) encoded for it by :mod:`rwrouter.send.encoding`; metadata requests are RW 1.0.
   An RW 2.0 destination that does not speak it (415, or a 2xx that wrote nothing) gets the
   same part again at once as RW 1.0, and RW 1.0 from then on (``on_protocol``) until
   :meth:`Deliverer.use` (a reload). What a 2xx's Written headers say was not written is
-  counted (``dropped_samples``, ``not_written``) and logged at most once per batch and minute.
+  counted (``dropped_samples``, ``not_written``) and logged at most once per batch and minute
+  (:mod:`rwrouter.send.drops`).
 - With a sample age limit (``queue_config.sample_age_limit``), every part goes without its
   samples too old at the wall clock's now, and is filtered and encoded again when a retry
   finds it holding some (:mod:`rwrouter.send.too_old`); a part left with none is done.
@@ -44,9 +45,9 @@ from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written
 from rwrouter.reasons import DropReason, FallbackReason
 from rwrouter.send.age import SampleAgeLimit
 from rwrouter.send.attempts import Attempts
+from rwrouter.send.drops import Drops
 from rwrouter.send.encoding import (
     FALLBACK_MESSAGES,
-    NOT_WRITTEN_MESSAGE,
     NotRW2,
     Request,
     encode_part,
@@ -62,12 +63,6 @@ log = logging.getLogger("rwrouter.sending")
 
 SPLITTABLE = frozenset((400, 409, 413, 422))  # refusals of the content, not of the request
 SPLIT_BUDGET = 64  # extra requests one batch may cost to isolate its refused series
-NOT_WRITTEN_LOG_INTERVAL = 60.0  # seconds between two "not written" log lines
-
-_MESSAGES = {
-    DropReason.TOO_LARGE: "series larger than the destination accepts, not retried",
-    DropReason.RETRY_BUDGET: "retry budget spent, not retried further",
-}
 
 
 @dataclass(slots=True)
@@ -112,8 +107,8 @@ class Deliverer:
 
     ``message``: the protobuf message samples go out in (``protobuf_message``); ``book``:
     the metadata of an RW 2.0 destination. ``on_rejected(items, kind, refusal, tenant)``:
-    called on the event loop, synchronously, once for every part refused for good (it must
-    not block: file writes go to a thread); an exception it raises is logged, not propagated.
+    the dead-letter hook, called once for every part refused for good
+    (:meth:`~rwrouter.send.drops.Drops.rejected`).
     ``on_protocol(message)``: called when the destination turned out not to speak RW 2.0
     (now RW 1.0); an attribute, which the
     :class:`~rwrouter.pipeline.destination.Destination` owning the deliverer sets.
@@ -146,9 +141,10 @@ class Deliverer:
             if age is not None and age.active
             else None
         )
-        self._on_rejected = on_rejected
+        self._drops = Drops(
+            name=self.name, metrics=self.metrics, clock=attempts.clock, on_rejected=on_rejected
+        )
         self.on_protocol = on_protocol
-        self._not_written_at: float | None = None  # when "not written" was last logged
 
     async def start(self) -> None:
         """Open the destination's HTTP client (before the first batch)."""
@@ -303,7 +299,7 @@ class Deliverer:
             return 0
         if refusal.status == 413 and len(items) == 1:
             refusal = replace(refusal, reason=DropReason.TOO_LARGE)
-        self._refused(items, kind, count, refusal, delivery.tenant)
+        self._drops.rejected(items, kind, count, refusal, delivery.tenant)
         return 0
 
     async def _send(
@@ -363,7 +359,8 @@ class Deliverer:
             count -= min(count, request.orphans)
         missing = not_written(count=count, carried=request.carried, written=written)
         if missing.total:
-            self._not_written(missing, delivery)
+            logged = delivery.not_written_logged
+            delivery.not_written_logged |= self._drops.not_written(missing, logged=logged)
         return count - min(count, missing.total)
 
     def _fall_back(self, reason: FallbackReason) -> None:
@@ -383,28 +380,6 @@ class Deliverer:
         if self.on_protocol is not None:
             self.on_protocol(RW1_MESSAGE)
 
-    def _not_written(self, missing: Written, delivery: _Delivery) -> None:
-        """Count (``not_written``) and log (at most once per batch and a minute) what a 2xx
-        said was not written."""
-        self.metrics.dropped_samples.labels(self.name, DropReason.NOT_WRITTEN).inc(missing.total)
-        now = self._clock()
-        last = self._not_written_at
-        recent = last is not None and now - last < NOT_WRITTEN_LOG_INTERVAL
-        if delivery.not_written_logged or recent:
-            return
-        delivery.not_written_logged = True
-        self._not_written_at = now
-        log.warning(
-            kv(
-                destination=self.name,
-                samples=missing.samples,
-                histograms=missing.histograms,
-                exemplars=missing.exemplars,
-                reason=DropReason.NOT_WRITTEN,
-                msg=NOT_WRITTEN_MESSAGE,
-            )
-        )
-
     async def send_frames(
         self, raw: bytes, count: int, kind: Kind = Kind.SAMPLES, *, tenant: str | None = None
     ) -> Refusal | None:
@@ -415,30 +390,3 @@ class Deliverer:
         delivery = _Delivery(self._clock(), start_timestamps=True, tenant=tenant)
         result = await self._send(raw, count, kind, delivery)
         return result if isinstance(result, Refusal) else None
-
-    def _refused(
-        self, items: list[Item], kind: Kind, count: int, refusal: Refusal, tenant: str | None
-    ) -> None:
-        """Count, log and hand to ``on_rejected`` a part refused for good (of ``tenant``)."""
-        if kind == Kind.SAMPLES:
-            self.metrics.dropped_samples.labels(self.name, refusal.reason).inc(count)
-        else:
-            self.metrics.dropped_metadata.labels(self.name, refusal.reason).inc(count)
-        message = _MESSAGES.get(refusal.reason, "refused by destination, not retried")
-        log.error(
-            kv(
-                destination=self.name,
-                kind=kind,
-                status=refusal.status,
-                reason=refusal.reason,
-                dropped=count,
-                msg=message,
-                body=refusal.text[:1024],
-            )
-        )
-        if self._on_rejected is None:
-            return
-        try:
-            self._on_rejected(items, kind, refusal, tenant)
-        except Exception:  # a broken hook must not stop the sender of this destination
-            log.exception(kv(destination=self.name, kind=kind, msg="on_rejected hook failed"))
