@@ -142,6 +142,48 @@ def test_replay(
         assert f"kept      {entries[i].name}: {refusal}: scripted {refusal}" in out
 
 
+METADATA_REPLAYS = [
+    # id, scripted statuses, exit code, kept, requests received
+    ("accepted", [], 0, False, 1),
+    ("server_error_retried_then_accepted", [503, 502], 0, False, 3),
+    ("refused_kept", [400], 1, True, 1),
+]
+
+
+@pytest.mark.parametrize(
+    ("statuses", "code", "kept", "requests"),
+    [c[1:] for c in METADATA_REPLAYS],
+    ids=[c[0] for c in METADATA_REPLAYS],
+)
+def test_replay_metadata_sends_the_stored_body(
+    tmp_path: Path,
+    capture: CaptureServer,
+    statuses: list[int],
+    code: int,
+    kept: bool,
+    requests: int,
+) -> None:
+    """A rejected metadata batch goes out as it is stored (RW 1.0), retried as any request."""
+    from rwrouter.wire import types_pb2
+
+    path = f"/{tmp_path.name}"
+    capture.script(path, statuses)
+    store = DeadLetterStore(
+        dead_letter_dir(str(tmp_path / "data"), "self-hosted"), max_bytes=1 << 20
+    )
+    up = types_pb2.MetricMetadata(type=types_pb2.MetricMetadata.GAUGE, metric_family_name="up")
+    raw = bytes(write_request([], metadata=[up]).SerializeToString())
+    store.add(raw=raw, kind="metadata", status=400, reason="4xx", series=1, samples=1, response="")
+    (entry,) = store.entries()
+    body = store.body(entry)
+    config = write_config(tmp_path, capture.url(path))
+    assert main(["replay", "--config", str(config), "self-hosted"]) == code
+    received = capture.requests(path)
+    assert [r.body for r in received] == [body] * requests  # the stored bytes, each attempt
+    assert received[0].headers["X-Prometheus-Remote-Write-Version"] == "0.1.0"
+    assert store.entries() == ([entry] if kept else [])
+
+
 def test_replay_stops_when_the_destination_is_unreachable(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -20,6 +20,7 @@ from rwrouter.auth.credentials import CredentialsSource, FrozenCredentials
 from rwrouter.auth.schemes import Authenticator, HeaderAuth, NoAuth, SigV4
 from rwrouter.errors import CredentialsError, TransportError
 from rwrouter.metrics import Metrics
+from rwrouter.send.attempts import Attempts
 from rwrouter.send.delivery import SPLIT_BUDGET, Deliverer
 from rwrouter.send.refusals import Item, Kind, Refusal, RejectHook
 from rwrouter.send.retry import RetryPolicy
@@ -161,27 +162,31 @@ def rig(
     on_rejected: RejectHook | None = None,
     record: bool = True,
     answer_headers: Mapping[str, str] | None = None,
+    clock: Clock | None = None,
+    transport: FakeTransport | None = None,
+    abandon: Callable[[], bool] | None = None,
 ) -> Rig:
     """A deliverer on fakes; ``on_rejected`` replaces the recording hook, ``record=False``
-    leaves the hook out."""
-    clock = Clock()
-    transport = FakeTransport(reply, clock, answer_headers or {})
+    leaves the hook out; ``transport`` (on ``clock``) replaces the one answering ``reply``."""
+    clock = clock or Clock()
+    transport = transport or FakeTransport(reply, clock, answer_headers or {})
     metrics = Metrics()
     rejected = Rejected()
     hook = on_rejected or (rejected if record else None)
-    deliverer = Deliverer(
+    attempts = Attempts(
         name=NAME,
         transport=transport,
         auth=auth if auth is not None else NoAuth(),
         policy=policy,
         headers={"X-Team": "gpu"},
         metrics=metrics.send,
+        abandon=abandon,
         clock=clock,
         wall_clock=lambda: WALL,
         rand=lambda: 0.0,
         sleep=clock.sleep,
-        on_rejected=hook,
     )
+    deliverer = Deliverer(attempts=attempts, on_rejected=hook)
     return Rig(deliverer, transport, clock, metrics, rejected)
 
 
@@ -587,7 +592,8 @@ async def test_retries_label_values(
     r = rig(script(*replies), policy=policy)
     assert await r.deliverer.deliver([item(0)], Kind.SAMPLES) == 1
     assert r.retries() == expected
-    assert r.deliverer.failures == sum(expected.values())
+    assert r.deliverer.take_failures() == sum(expected.values())
+    assert r.deliverer.take_failures() == 0  # taken
 
 
 # ---------------------------------------------------------------------------------------------
@@ -631,9 +637,9 @@ RESENT_CASES = [
 async def test_resent_batch_isolates_samples_the_destination_already_has(
     n: int, stored: set[int]
 ) -> None:
-    r = rig(forever(200))
-    transport = RollbackTransport(stored, r.clock)
-    r.deliverer.transport = transport
+    clock = Clock()
+    transport = RollbackTransport(stored, clock)
+    r = rig(forever(200), clock=clock, transport=transport)
     batch = [item(i) for i in range(n)]
     delivered = await r.deliverer.deliver(batch, Kind.SAMPLES, resent=True)
     fresh = [i for i in range(n) if i not in stored]
@@ -647,9 +653,9 @@ async def test_resent_batch_isolates_samples_the_destination_already_has(
 async def test_out_of_order_of_a_first_send_is_a_refusal_not_a_delivery() -> None:
     """Outside a re-send an out-of-order answer is the destination's word against the data:
     refused (bounded split), counted as 4xx and kept in the dead-letter store."""
-    r = rig(forever(200))
-    transport = RollbackTransport({5}, r.clock)
-    r.deliverer.transport = transport
+    clock = Clock()
+    transport = RollbackTransport({5}, clock)
+    r = rig(forever(200), clock=clock, transport=transport)
     delivered = await r.deliverer.deliver([item(i) for i in range(8)], Kind.SAMPLES)
     assert delivered == sum(i + 1 for i in range(8) if i != 5)
     assert r.value("rwrouter_samples_already_delivered_total") == 0
@@ -673,8 +679,7 @@ HANDOVER_CASES = [
 async def test_a_handover_stops_the_retries(
     reply: Callable[[bytes, int], Reply], attempts: int
 ) -> None:
-    r = rig(reply)
-    r.deliverer.abandon = lambda: len(r.transport.sent) >= attempts
+    r = rig(reply, abandon=lambda: len(r.transport.sent) >= attempts)
     with pytest.raises(HandedOver):
         await r.deliverer.deliver([item(i) for i in range(3)], Kind.SAMPLES)
     assert len(r.transport.sent) == attempts

@@ -17,6 +17,7 @@ from rwrouter.auth.schemes import NoAuth
 from rwrouter.errors import InvariantError
 from rwrouter.metrics import Metrics
 from rwrouter.send.age import SampleAgeLimit
+from rwrouter.send.attempts import Attempts
 from rwrouter.send.delivery import Deliverer
 from rwrouter.send.refusals import Item
 from rwrouter.send.retry import RetryPolicy
@@ -68,18 +69,18 @@ def frame(name: str, *timestamps: int) -> Item:
 
 
 def deliverer(transport: Scripted, clocks: Clocks, metrics: Metrics, limit: float) -> Deliverer:
-    return Deliverer(
+    attempts = Attempts(
         name=NAME,
         transport=transport,
         auth=NoAuth(),
         policy=RetryPolicy(min_backoff=4.0, max_backoff=4.0),  # rand 0: 2 s a retry
         metrics=metrics.send,
-        age=SampleAgeLimit(limit),
         clock=lambda: clocks.mono,
         wall_clock=lambda: clocks.wall,
         rand=lambda: 0.0,
         sleep=clocks.sleep,
     )
+    return Deliverer(attempts=attempts, age=SampleAgeLimit(limit))
 
 
 def too_old(metrics: Metrics) -> float:

@@ -13,6 +13,7 @@ import pytest
 from rwrouter.auth.schemes import NoAuth
 from rwrouter.metrics import Metrics
 from rwrouter.reasons import DropReason
+from rwrouter.send.attempts import Attempts
 from rwrouter.send.delivery import Deliverer
 from rwrouter.send.refusals import Item, Kind, Refusal
 from rwrouter.send.retry import RetryPolicy
@@ -66,7 +67,7 @@ async def test_an_unbuildable_request_is_given_up_after_max_retry_duration(
 
     rejected: list[tuple[list[Item], str, Refusal]] = []
     metrics = Metrics()
-    deliverer = Deliverer(
+    requests = Attempts(
         name="d",
         transport=FakeClient(raise_error),
         auth=NoAuth(),
@@ -75,6 +76,9 @@ async def test_an_unbuildable_request_is_given_up_after_max_retry_duration(
         clock=clock,
         rand=lambda: 0.0,
         sleep=clock.sleep,
+    )
+    deliverer = Deliverer(
+        attempts=requests,
         on_rejected=lambda items, kind, refusal, _tenant: rejected.append((items, kind, refusal)),
     )
     items: list[Item] = [(b"frame-a", 2), (b"frame-b", 3)]

@@ -22,6 +22,7 @@ from rwrouter.auth.schemes import Authenticator, NoAuth, SigV4
 from rwrouter.doubles.sigv4_verify import Key, Verified, verify
 from rwrouter.metrics import Metrics
 from rwrouter.protocol import RW1_MESSAGE, RW2_MESSAGE, Written, message_of
+from rwrouter.send.attempts import Attempts
 from rwrouter.send.delivery import Deliverer
 from rwrouter.send.metabook import MetadataBook
 from rwrouter.send.refusals import Item, Kind, Refusal
@@ -127,19 +128,22 @@ def rig(
     transport = ProtocolTransport(reply)
     metrics = Metrics()
     r = Rig(None, transport, metrics)  # type: ignore[arg-type]
-    r.deliverer = Deliverer(
+    attempts = Attempts(
         name=NAME,
         transport=transport,
         auth=auth or NoAuth(),
         policy=RetryPolicy(min_backoff=1.0, max_backoff=4.0),
         metrics=metrics.send,
         headers={"X-Team": "gpu"},
-        message=message,
-        book=book,
         clock=clock,
         wall_clock=lambda: 1_700_000_000.0,
         rand=lambda: 0.0,
         sleep=clock.sleep,
+    )
+    r.deliverer = Deliverer(
+        attempts=attempts,
+        message=message,
+        book=book,
         on_rejected=lambda items, _kind, refusal, _tenant: r.rejected.append((items, refusal)),
         on_protocol=r.protocols.append,
     )

@@ -16,6 +16,7 @@ from rwrouter.cli import main
 from rwrouter.deadletter.store import DeadLetterStore, dead_letter_dir
 from rwrouter.logs import LogfmtFormatter, escape, kv, q
 from rwrouter.metrics import Metrics
+from rwrouter.send.attempts import Attempts
 from rwrouter.send.delivery import Deliverer
 from rwrouter.send.refusals import Kind
 from rwrouter.send.retry import RetryPolicy
@@ -71,13 +72,14 @@ async def test_a_destination_answer_is_logged_escaped(
     def refuse(_body: bytes, _headers: Mapping[str, str]) -> Answer:
         return Answer(400, {}, _answer(char).encode("utf-8", "surrogatepass"))
 
-    deliverer = Deliverer(
+    attempts = Attempts(
         name="d",
         transport=FakeClient(refuse),
         auth=NoAuth(),
         policy=RetryPolicy(),
         metrics=Metrics().send,
     )
+    deliverer = Deliverer(attempts=attempts)
     with caplog.at_level(logging.ERROR, logger="rwrouter.sending"):
         assert await deliverer.deliver([(b"frame", 1)], Kind.SAMPLES) == 0
     (record,) = [r for r in caplog.records if "refused by destination" in r.getMessage()]

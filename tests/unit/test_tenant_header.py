@@ -26,6 +26,7 @@ from rwrouter.queue.records import (
     encode_share,
 )
 from rwrouter.reasons import DropReason
+from rwrouter.send.attempts import Attempts
 from rwrouter.send.batching import Chunk, Owner, ShardBuffer
 from rwrouter.send.delivery import Deliverer
 from rwrouter.send.metadata import MetadataQueue
@@ -209,7 +210,7 @@ def deliverer(
     def hook(_items: list[Item], _kind: Kind, _refusal: Refusal, tenant: str | None) -> None:
         rejected.append(tenant)
 
-    d = Deliverer(
+    attempts = Attempts(
         name="mimir",
         transport=transport,
         auth=NoAuth(),
@@ -221,8 +222,8 @@ def deliverer(
         wall_clock=lambda: WALL,
         rand=lambda: 0.0,
         sleep=clock.sleep,
-        on_rejected=hook,
     )
+    d = Deliverer(attempts=attempts, on_rejected=hook)
     return d, transport, rejected
 
 

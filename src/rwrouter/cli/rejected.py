@@ -35,6 +35,7 @@ from rwrouter.logs import escape
 if TYPE_CHECKING:
     from rwrouter.config import Config, DestinationConfig
     from rwrouter.deadletter.store import DeadLetter, DeadLetterStore
+    from rwrouter.send.attempts import Attempts
     from rwrouter.send.delivery import Deliverer
 
 REPLAY_RETRIES = 3  # retries of one entry after network errors / 5xx before it stays
@@ -218,12 +219,13 @@ async def _replay(
 ) -> _Tally:
     from rwrouter.auth.schemes import authenticator_for
     from rwrouter.metrics import Metrics
+    from rwrouter.send.attempts import Attempts
     from rwrouter.send.delivery import Deliverer
     from rwrouter.send.retry import RetryPolicy
     from rwrouter.send.transport import transport_for  # as `rwrouter run` builds it
 
     q = dest.queue_config
-    sender = Deliverer(  # the sender `rwrouter run` uses, with a few retries per entry
+    attempts = Attempts(  # the requests `rwrouter run` sends, with a few retries per entry
         name=dest.name,
         transport=transport_for(dest),
         auth=await authenticator_for(dest, path=f"remote_write[{index}]"),
@@ -235,23 +237,23 @@ async def _replay(
         ),
         headers=dict(dest.headers),
         tenant_header=dest.tenant_header,
-        message=dest.protobuf_message,
         metrics=Metrics().send,
     )
+    sender = Deliverer(attempts=attempts, message=dest.protobuf_message)
     tally = _Tally()
-    await sender.transport.start()
+    await sender.start()
     try:
         for i, entry in enumerate(entries):
-            if not await _replay_one(sender, store, entry, tally):
+            if not await _replay_one(sender, attempts, store, entry, tally):
                 tally.not_attempted = len(entries) - i - 1
                 break
     finally:
-        await sender.transport.close()
+        await sender.close()
     return tally
 
 
 async def _replay_one(
-    sender: Deliverer, store: DeadLetterStore, entry: DeadLetter, tally: _Tally
+    sender: Deliverer, attempts: Attempts, store: DeadLetterStore, entry: DeadLetter, tally: _Tally
 ) -> bool:
     """Send one entry and account for it; False when the destination is unreachable."""
     from rwrouter.errors import RwrouterError
@@ -273,7 +275,7 @@ async def _replay_one(
     if entry.samples_kind:  # in the destination's protocol, as `rwrouter run` sends
         refusal = await sender.send_frames(raw, entry.samples, tenant=entry.tenant)
     else:
-        refusal = await sender.send_body(body, Kind.METADATA)
+        refusal = await attempts.send_body(body, Kind.METADATA)
     if refusal is None:
         await asyncio.to_thread(store.remove, entry)
         tally.delivered += 1

@@ -3,8 +3,9 @@
 :func:`make_destination` builds a :class:`~rwrouter.pipeline.destination.Destination` from its
 configuration, the storage settings, its HTTP client, its authenticator and the metrics: the
 disk queue (``<storage.path>/queue/<name>``), the dead-letter store
-(``<storage.path>/rejected/<name>``) and its writer, the metadata book (RW 2.0 only), the
-deliverer with its retry policy, the reader with its shards, and the metadata queue.
+(``<storage.path>/rejected/<name>``) and its writer, the pacer, the requests' attempts
+(retry policy, headers), the metadata book (RW 2.0 only), the deliverer, the reader with its
+shards, and the metadata queue.
 :func:`build_destination` sets up the authenticator and the transport of a ``remote_write``
 entry first (what ``rwrouter run`` and a reload do).
 """
@@ -29,6 +30,7 @@ from rwrouter.pipeline.destination import Destination
 from rwrouter.protocol import RW2_MESSAGE
 from rwrouter.queue.diskqueue import DiskQueue
 from rwrouter.send.age import SampleAgeLimit
+from rwrouter.send.attempts import Attempts
 from rwrouter.send.delivery import Deliverer
 from rwrouter.send.metabook import MetadataBook
 from rwrouter.send.metadata import MetadataQueue
@@ -66,18 +68,20 @@ def make_destination(
     resharding decisions. Opens no file: the queue is opened by ``Destination.start``."""
     dead_letters = _dead_letters(config, storage=storage, metrics=metrics)
     stopping = Stopping()  # shared by the appends, the reader, the senders and the pacer
-    deliverer = _deliverer(
+    pacer = _pacer(config, metrics=metrics, stopping=stopping, clock=clock)
+    attempts = _attempts(
         config,
         transport=transport,
         auth=auth,
-        dead_letters=dead_letters,
         metrics=metrics,
+        pacer=pacer,
+        stopping=stopping,
         clock=clock,
         wall_clock=wall_clock,
         rand=rand,
         sleep=sleep,
-        pacer=_pacer(config, metrics=metrics, stopping=stopping, clock=clock),
     )
+    deliverer = _deliverer(config, attempts=attempts, dead_letters=dead_letters)
     reader = _reader(
         config,
         storage=storage,
@@ -93,6 +97,8 @@ def make_destination(
         storage=storage,
         reader=reader,
         deliverer=deliverer,
+        auth=auth,
+        pacer=pacer,
         dead_letters=dead_letters,
         metadata=_metadata_queue(config, metrics),
         metrics=metrics,
@@ -112,39 +118,51 @@ def _dead_letters(
     return DeadLetters(name=config.name, store=store, metrics=metrics.deadletter)
 
 
-def _deliverer(
+def _attempts(
     config: DestinationConfig,
     *,
     transport: WriteClient,
     auth: Authenticator,
-    dead_letters: DeadLetters,
     metrics: Metrics,
+    pacer: Pacer | None,
+    stopping: Stopping,
     clock: Callable[[], float],
     wall_clock: Callable[[], float],
     rand: Callable[[], float],
     sleep: Callable[[float], Coroutine[Any, Any, None]],
-    pacer: Pacer | None,
-) -> Deliverer:
-    """The destination's deliverer: its retry policy, its headers and protocol, the metadata
-    book of an RW 2.0 destination, its ``pacer``; what it rejects for good goes to
-    ``dead_letters``."""
-    return Deliverer(
+) -> Attempts:
+    """The destination's requests: signed by ``auth``, sent by ``transport`` with its
+    headers, retried by its retry policy, paced by ``pacer``; a request being retried stops
+    when ``stopping`` is a handover (the batch is the successor's)."""
+    return Attempts(
         name=config.name,
         transport=transport,
         auth=auth,
         policy=_retry_policy(config.queue_config),
+        metrics=metrics.send,
         headers=dict(config.headers),
         tenant_header=config.tenant_header,
-        message=config.protobuf_message,
-        book=_metadata_book(config),
-        age=SampleAgeLimit(config.queue_config.sample_age_limit),
-        metrics=metrics.send,
+        pacer=pacer,
+        abandon=lambda: stopping.handover,
         clock=clock,
         wall_clock=wall_clock,
         rand=rand,
         sleep=sleep,
+    )
+
+
+def _deliverer(
+    config: DestinationConfig, *, attempts: Attempts, dead_letters: DeadLetters
+) -> Deliverer:
+    """The destination's deliverer, sending through ``attempts`` (its requests with their
+    retry policy, headers and pacing): its protocol, the metadata book of an RW 2.0
+    destination, its sample age limit; what it rejects for good goes to ``dead_letters``."""
+    return Deliverer(
+        attempts=attempts,
+        message=config.protobuf_message,
+        book=_metadata_book(config),
+        age=SampleAgeLimit(config.queue_config.sample_age_limit),
         on_rejected=dead_letters,
-        pacer=pacer,
     )
 
 
@@ -179,7 +197,7 @@ def _metadata_book(config: DestinationConfig) -> MetadataBook | None:
 
 
 def _retry_policy(q_: QueueConfig) -> RetryPolicy:
-    """The deliverer's retry policy from the ``queue_config`` entry (backoff seconds, 429
+    """The destination's retry policy from the ``queue_config`` entry (backoff seconds, 429
     handling, retry budgets in seconds)."""
     return RetryPolicy(
         min_backoff=q_.min_backoff,

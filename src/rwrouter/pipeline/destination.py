@@ -36,6 +36,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from rwrouter.auth.schemes import Authenticator
 from rwrouter.config import DestinationConfig, StorageConfig
 from rwrouter.config.model import Fsync, OnFull
 from rwrouter.deadletter.writer import DeadLetters
@@ -47,6 +48,7 @@ from rwrouter.queue.records import EncodedShare
 from rwrouter.reasons import DropReason
 from rwrouter.send.delivery import Deliverer
 from rwrouter.send.metadata import MetadataQueue
+from rwrouter.send.pacer import Pacer
 from rwrouter.send.reader import QueueReader
 
 log = logging.getLogger("rwrouter.sending")
@@ -56,8 +58,10 @@ class Destination:
     """A remote_write destination's durable queue and senders (see the module docstring),
     from its parts (:func:`rwrouter.pipeline.build.make_destination` builds them): the
     ``reader`` (its disk queue, its shards and their stop), the ``deliverer`` (its HTTP
-    client, authenticator and metadata book), the ``dead_letters`` writer (its store) and
-    the ``metadata`` queue. The destination subscribes to the deliverer's protocol changes.
+    client, opened and closed with it, and its metadata book), ``auth`` (its authenticator:
+    the credentials' expiry is shown), the ``pacer`` (None: not paced; its settings are
+    shown), the ``dead_letters`` writer (its store) and the ``metadata`` queue. The
+    destination subscribes to the deliverer's protocol changes.
 
     Admission (event loop): :meth:`fits`, :meth:`has_room`, :meth:`make_room`, :meth:`reserve`,
     then ``await`` :meth:`append`. ``clock``: monotonic seconds (the stop's deadline);
@@ -73,6 +77,8 @@ class Destination:
         storage: StorageConfig,
         reader: QueueReader,
         deliverer: Deliverer,
+        auth: Authenticator,
+        pacer: Pacer | None,
         dead_letters: DeadLetters,
         metadata: MetadataQueue,
         metrics: Metrics,
@@ -82,7 +88,7 @@ class Destination:
         self.config, self.name, self.storage = config, config.name, storage
         self.queue, self.dead_letter_store = reader.queue, dead_letters.store
         self.capacity_bytes = reader.capacity_bytes
-        self.auth, self.book = deliverer.auth, deliverer.book
+        self.auth, self.book, self._pacer = auth, deliverer.book, pacer
         self._reader, self._shards, self._stopping = reader, reader.shards, reader.stopping
         self._deliverer, self._dead_letters, self._metadata = deliverer, dead_letters, metadata
         self._metrics, self._send_metrics = metrics, metrics.send
@@ -117,8 +123,8 @@ class Destination:
         queue.disk_capacity_bytes.labels(name).set(q_.max_disk_bytes)
         send.shards.labels(name).set(len(self._shards))
         send.destination_failed.labels(name).set(0)
-        if self._deliverer.pacer is not None:
-            self._deliverer.pacer.show()
+        if self._pacer is not None:
+            self._pacer.show()
         else:
             send.forget_pacing(name)
         m.watch(queue.samples, lambda: self.pending, name)
@@ -304,7 +310,7 @@ class Destination:
         await self._reader.open()
         self._started = True
         self._register_metrics()
-        await self._deliverer.transport.start()
+        await self._deliverer.start()
         self._shards.start()
         self._tasks = [
             asyncio.create_task(self._reader.run()),
@@ -338,7 +344,7 @@ class Destination:
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
         await self._dead_letters.flush()
-        await self._deliverer.transport.close()
+        await self._deliverer.close()
 
     async def close(self) -> int:
         """The second half of :meth:`stop`: close the disk queue (appends now fail with

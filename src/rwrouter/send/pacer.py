@@ -1,8 +1,8 @@
 """A destination's pacer: the shell around :class:`~rwrouter.send.pacing.Pacing`.
 
 One per destination (``queue_config.max_samples_per_second``), shared by its shards and its
-metadata sender through the :class:`~rwrouter.send.delivery.Deliverer`: before every attempt
-the deliverer awaits :meth:`Pacer.wait` with the request's samples (metadata entries), and
+metadata sender through the destination's :class:`~rwrouter.send.attempts.Attempts`: before
+every attempt it awaits :meth:`Pacer.wait` with the request's samples (metadata entries), and
 tells :meth:`Pacer.throttled` of every 429. The wait sleeps on the event loop (other
 destinations and the receive side go on); the backlog waits in the disk queue, nothing is
 dropped for pacing.

@@ -94,7 +94,6 @@ class Shards:
         self._input_done = False  # stopping, and the reader will add nothing more
         self.failed = False  # the senders stopped on a bug (see _fail)
         self._stats = _IntervalStats()
-        deliverer.abandon = lambda: stopping.handover  # a retried batch: the successor's
 
     def __len__(self) -> int:
         """The number of shards (concurrent senders) now."""
@@ -319,7 +318,7 @@ class Shards:
         while not stopping.closing and not self.failed:
             await stopping.sleep(self._reshard_interval)
             stats, self._stats = self._stats, _IntervalStats()
-            failures, self._deliverer.failures = self._deliverer.failures, 0
+            failures = self._deliverer.take_failures()
             if failures or stopping.closing or self.failed:
                 continue  # more senders do not help a failing destination
             wanted = desired_shards(

@@ -9,8 +9,9 @@ One per destination with a limit, held by its :class:`~rwrouter.send.delivery.De
   logged at most once a minute (:data:`TOO_OLD_LOG_INTERVAL`) and never sent; a part left
   with none is done;
 - :meth:`TooOld.stale_at` says when the oldest sample left becomes too old; a part still
-  being retried then is stale (:meth:`TooOld.stale`): the deliverer stops retrying it as it
-  is (:data:`STALE`) and filters and encodes it again, keeping its retry budget and backoff.
+  being retried then is stale (:meth:`TooOld.stale`): its request stops retrying as it is
+  (:class:`Stale`) and the deliverer filters and encodes it again, keeping its retry budget
+  and backoff.
 
 Source: Prometheus ``storage/remote/queue_manager.go`` (``isSampleOld``, checked when a batch
 is built and again before every retry of ``sendSamplesWithBackoff``). Without a limit the
@@ -22,6 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from rwrouter.errors import InvariantError
 from rwrouter.logs import kv
@@ -30,7 +32,7 @@ from rwrouter.reasons import DropReason
 from rwrouter.send.age import SampleAgeLimit
 from rwrouter.wire.age import Recent
 
-__all__ = ["STALE", "TOO_OLD_LOG_INTERVAL", "TOO_OLD_MESSAGE", "Stale", "TooOld"]
+__all__ = ["TOO_OLD_LOG_INTERVAL", "TOO_OLD_MESSAGE", "Stale", "TooOld"]
 
 log = logging.getLogger("rwrouter.sending")
 
@@ -38,11 +40,12 @@ TOO_OLD_LOG_INTERVAL = 60.0  # seconds between two "too old" log lines
 TOO_OLD_MESSAGE = "samples older than sample_age_limit dropped, not sent"
 
 
+@dataclass(frozen=True, slots=True)
 class Stale:
-    """The part being retried now holds samples too old to send: filter it again."""
+    """The part being retried now holds samples too old to send: filter it again.
+    ``attempt``: the attempts of its request that failed so far (the backoff of the next)."""
 
-
-STALE = Stale()
+    attempt: int
 
 
 class TooOld:

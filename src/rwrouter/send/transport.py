@@ -46,8 +46,8 @@ class Answer:
 
 
 class WriteClient(Protocol):
-    """The HTTP client of one destination, as the deliverer
-    (:class:`~rwrouter.send.delivery.Deliverer`) and the destination's lifecycle use it:
+    """The HTTP client of one destination, as its requests
+    (:class:`~rwrouter.send.attempts.Attempts`) and the destination's lifecycle use it:
     :class:`Transport` in the router, test clients in the tests (``tests/support``).
 
     ``url``: the destination's URL (requests are signed for it). :meth:`post` sends one
