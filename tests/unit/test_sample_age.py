@@ -54,12 +54,12 @@ def test_fractional_now_rounds_the_cutoff_up() -> None:
 
 
 @pytest.mark.parametrize(
-    ("limit", "oldest_ms", "stale_at"),
+    ("limit", "oldest_ms", "aged_at"),
     [(60.0, NOW_MS, NOW + 60.0), (60.0, None, None), (0.0, NOW_MS, None)],
     ids=["oldest_plus_limit", "nothing_left", "off"],
 )
-def test_stale_at(limit: float, oldest_ms: int | None, stale_at: float | None) -> None:
-    assert SampleAgeLimit(limit).stale_at(oldest_ms) == stale_at
+def test_aged_at(limit: float, oldest_ms: int | None, aged_at: float | None) -> None:
+    assert SampleAgeLimit(limit).aged_at(oldest_ms) == aged_at
 
 
 def test_off_walks_nothing() -> None:

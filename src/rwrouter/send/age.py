@@ -52,7 +52,7 @@ class SampleAgeLimit:
         cutoff = self.cutoff_ms(now=now)
         return None if cutoff is None else drop_older(body, cutoff)
 
-    def stale_at(self, oldest_ms: int | None) -> float | None:
+    def aged_at(self, oldest_ms: int | None) -> float | None:
         """When (unix seconds) the sample at ``oldest_ms`` becomes too old, so that a batch
         still being retried must be filtered again; None when off or nothing is left."""
         if not self.active or oldest_ms is None:

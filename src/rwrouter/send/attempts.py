@@ -24,8 +24,8 @@ answered 2xx or refused for good:
 - With a :class:`~rwrouter.send.pacer.Pacer` (``queue_config.max_samples_per_second``),
   every attempt first waits for its samples (metadata entries) in the destination's token
   bucket, and every 429 lowers the paced rate (:mod:`rwrouter.send.pacing`).
-- With a ``stale`` check (the sample age limit, :mod:`rwrouter.send.too_old`), a request
-  that it finds stale after a backoff stops (:class:`~rwrouter.send.too_old.Stale`, with its
+- With an ``aged`` check (the sample age limit, :mod:`rwrouter.send.too_old`), a request
+  that it finds aged after a backoff stops (:class:`~rwrouter.send.too_old.Aged`, with its
   attempts so far) so that its part is filtered and encoded again.
 
 Every attempt is counted (``rwrouter_sent_requests_total`` by status code,
@@ -53,7 +53,7 @@ from rwrouter.send.pacer import Pacer
 from rwrouter.send.refusals import Kind, Refusal, reason_of
 from rwrouter.send.retry import RetryPolicy
 from rwrouter.send.stopping import HandedOver
-from rwrouter.send.too_old import Stale
+from rwrouter.send.too_old import Aged
 from rwrouter.send.transport import Answer, WriteClient
 
 __all__ = ["Attempts"]
@@ -141,14 +141,14 @@ class Attempts:
         tenant: str | None = None,
         count: int = 0,
         attempt: int = 0,
-        stale: Callable[[], bool] | None = None,
-    ) -> Refusal | Mapping[str, str] | Stale:
+        aged: Callable[[], bool] | None = None,
+    ) -> Refusal | Mapping[str, str] | Aged:
         """POST ``body`` (a ``message`` request of ``kind``, ``count`` samples or metadata
         entries for the pacing, ``tenant`` in the tenant header) with retries, the retry
         budget counted from ``started`` (clock seconds; None: now) and the backoff from
         ``attempt`` (attempts failed before). Returns the headers of the 2xx answer, or the
-        final refusal; a :class:`~rwrouter.send.too_old.Stale` with the attempts so far when
-        ``stale()`` says so after a backoff. Raises HandedOver when ``abandon()`` says so
+        final refusal; a :class:`~rwrouter.send.too_old.Aged` with the attempts so far when
+        ``aged()`` says so after a backoff. Raises HandedOver when ``abandon()`` says so
         before a retry."""
         started = self.clock() if started is None else started
         refreshed = False
@@ -184,8 +184,8 @@ class Attempts:
             self._retrying(kind, status, attempt, decision.delay, text)
             await self._sleep(decision.delay)
             attempt += 1
-            if stale is not None and stale():
-                return Stale(attempt)
+            if aged is not None and aged():
+                return Aged(attempt)
 
     def _retrying(
         self, kind: Kind, status: int | None, attempt: int, delay: float, text: str

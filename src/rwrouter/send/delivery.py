@@ -56,7 +56,7 @@ from rwrouter.send.encoding import (
 )
 from rwrouter.send.metabook import MetadataBook
 from rwrouter.send.refusals import Item, Kind, Refusal, RejectHook, is_out_of_order
-from rwrouter.send.too_old import Stale, TooOld
+from rwrouter.send.too_old import Aged, TooOld
 from rwrouter.wire.age import Recent
 
 log = logging.getLogger("rwrouter.sending")
@@ -78,7 +78,7 @@ class _Delivery:
     start_timestamps: bool = False  # some record of it is flagged FLAG_START_TIMESTAMPS
     not_written_logged: bool = False
     tenant: str | None = None  # sent in the tenant header (None: the configured headers')
-    stale_at: float | None = None  # wall seconds when the part in flight holds too old samples
+    aged_at: float | None = None  # wall seconds when the part in flight holds too old samples
     attempt: int = 0  # the attempts of a part filtered again while retried (its backoff)
 
 
@@ -247,25 +247,25 @@ class Deliverer:
     ) -> tuple[_Part, int | Refusal]:
         """Send ``part`` with retries (:meth:`_send_whole`): the part as last sent and the
         samples delivered, or the final refusal. With a sample age limit (samples only), its
-        samples too old now go first, and again whenever a retry finds it stale; a part left
+        samples too old now go first, and again whenever a retry finds it aged; a part left
         with none is done (0 delivered)."""
         too_old = self.too_old if kind == Kind.SAMPLES else None
         while True:
             if too_old is not None:
                 recent = too_old.recent(part.raw)
-                delivery.stale_at = too_old.stale_at(recent)
+                delivery.aged_at = too_old.aged_at(recent)
                 if recent.dropped:
                     part = part.recent(recent)
                     if not part.count:
                         return part, 0
             result = await self._send_whole(part, kind, delivery)
-            if not isinstance(result, Stale):
+            if not isinstance(result, Aged):
                 return part, result
             delivery.attempt = result.attempt
 
     async def _send_whole(
         self, part: _Part, kind: Kind, delivery: _Delivery
-    ) -> int | Refusal | Stale:
+    ) -> int | Refusal | Aged:
         """:meth:`_send` of a part, or its stored ``compressed`` body as it is."""
         if part.compressed is None:
             return await self._send(part.raw, part.count, kind, delivery)
@@ -304,7 +304,7 @@ class Deliverer:
 
     async def _send(
         self, raw: bytes, count: int, kind: Kind, delivery: _Delivery
-    ) -> int | Refusal | Stale:
+    ) -> int | Refusal | Aged:
         """Send one part (``raw``: its frames, ``count`` samples) in the protocol in use,
         with retries: the samples delivered, or the final refusal. Samples that an RW 2.0
         destination does not take as RW 2.0 (see :func:`~rwrouter.send.encoding.not_rw2`)
@@ -322,9 +322,9 @@ class Deliverer:
 
     async def _send_request(
         self, request: Request, count: int, kind: Kind, delivery: _Delivery
-    ) -> int | Refusal | NotRW2 | Stale:
+    ) -> int | Refusal | NotRW2 | Aged:
         """Send one encoded request with retries and read the answer's Written headers;
-        :class:`~rwrouter.send.too_old.Stale` when, retried, it came to hold samples too old
+        :class:`~rwrouter.send.too_old.Aged` when, retried, it came to hold samples too old
         to send (the backoff goes on from ``delivery.attempt``)."""
         attempt, delivery.attempt = delivery.attempt, 0
         too_old = self.too_old
@@ -336,9 +336,9 @@ class Deliverer:
             tenant=delivery.tenant,
             count=count,
             attempt=attempt,
-            stale=None if too_old is None else partial(too_old.stale, delivery.stale_at),
+            aged=None if too_old is None else partial(too_old.aged, delivery.aged_at),
         )
-        if isinstance(answer, Stale):
+        if isinstance(answer, Aged):
             return answer
         status = answer.status if isinstance(answer, Refusal) else 200
         written = None if isinstance(answer, Refusal) else Written.parse(answer)

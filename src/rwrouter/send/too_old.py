@@ -8,9 +8,9 @@ One per destination with a limit, held by its :class:`~rwrouter.send.delivery.De
   wall clock's now; they are counted (``rwrouter_samples_dropped_total{reason="too_old"}``),
   logged at most once a minute (:data:`TOO_OLD_LOG_INTERVAL`) and never sent; a part left
   with none is done;
-- :meth:`TooOld.stale_at` says when the oldest sample left becomes too old; a part still
-  being retried then is stale (:meth:`TooOld.stale`): its request stops retrying as it is
-  (:class:`Stale`) and the deliverer filters and encodes it again, keeping its retry budget
+- :meth:`TooOld.aged_at` says when the oldest sample left becomes too old; a part still
+  being retried then is aged (:meth:`TooOld.aged`): its request stops retrying as it is
+  (:class:`Aged`) and the deliverer filters and encodes it again, keeping its retry budget
   and backoff.
 
 Source: Prometheus ``storage/remote/queue_manager.go`` (``isSampleOld``, checked when a batch
@@ -32,7 +32,7 @@ from rwrouter.reasons import DropReason
 from rwrouter.send.age import SampleAgeLimit
 from rwrouter.wire.age import Recent
 
-__all__ = ["TOO_OLD_LOG_INTERVAL", "TOO_OLD_MESSAGE", "Stale", "TooOld"]
+__all__ = ["TOO_OLD_LOG_INTERVAL", "TOO_OLD_MESSAGE", "Aged", "TooOld"]
 
 log = logging.getLogger("rwrouter.sending")
 
@@ -41,7 +41,7 @@ TOO_OLD_MESSAGE = "samples older than sample_age_limit dropped, not sent"
 
 
 @dataclass(frozen=True, slots=True)
-class Stale:
+class Aged:
     """The part being retried now holds samples too old to send: filter it again.
     ``attempt``: the attempts of its request that failed so far (the backoff of the next)."""
 
@@ -84,15 +84,15 @@ class TooOld:
             self._dropped(recent.dropped)
         return recent
 
-    def stale_at(self, recent: Recent) -> float | None:
+    def aged_at(self, recent: Recent) -> float | None:
         """When (unix seconds) the oldest sample ``recent`` left becomes too old; None when
         it left none."""
-        return self.limit.stale_at(recent.oldest_ms)
+        return self.limit.aged_at(recent.oldest_ms)
 
-    def stale(self, stale_at: float | None) -> bool:
-        """Whether a part whose oldest sample becomes too old at ``stale_at`` (unix seconds,
-        :meth:`stale_at`; None: never) holds one now."""
-        return stale_at is not None and self._wall() > stale_at
+    def aged(self, aged_at: float | None) -> bool:
+        """Whether a part whose oldest sample becomes too old at ``aged_at`` (unix seconds,
+        :meth:`aged_at`; None: never) holds one now."""
+        return aged_at is not None and self._wall() > aged_at
 
     def _dropped(self, dropped: int) -> None:
         self.metrics.dropped_samples.labels(self.name, DropReason.TOO_OLD).inc(dropped)
