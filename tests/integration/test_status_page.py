@@ -481,7 +481,7 @@ remote_write:
   - name: workspace
     url: {url}/workspace
     queue_config: {{batch_send_deadline: 20ms}}
-    ha_dedup: {{failover_timeout: 500ms}}
+    ha_dedup: {{cluster_label: "k8s cluster", failover_timeout: 500ms}}
   - name: selfhosted
     url: {url}/selfhosted
     queue_config: {{batch_send_deadline: 20ms}}
@@ -501,7 +501,7 @@ HA_JS = """() => {
 
 
 def _ha_body(cluster: str, replica: str, ms: int) -> bytes:
-    labels = (("__name__", "up"), ("cluster", cluster), ("__replica__", replica))
+    labels = (("__name__", "up"), ("__replica__", replica), ("k8s cluster", cluster))
     return build_body([Series(labels, ((ms, 1.0),))])
 
 
@@ -539,7 +539,7 @@ async def test_status_page_shows_ha_dedup_elected_replicas_and_elections(
     assert figures["selfhosted"]["ha_dedup"] is None
     ha = figures["workspace"]["ha_dedup"]
     assert {k: ha[k] for k in ("cluster_label", "replica_label", "failover_timeout")} == {
-        "cluster_label": "cluster",
+        "cluster_label": "k8s cluster",  # a UTF-8 name (Prometheus 3): quoted on the page
         "replica_label": "__replica__",
         "failover_timeout": HA_FAILOVER,
     }
@@ -556,7 +556,8 @@ async def test_status_page_shows_ha_dedup_elected_replicas_and_elections(
     assert errors == []
     assert shown["others"] == 1  # selfhosted has no ha_dedup: no block
     assert shown["line"] == (
-        "workspace: cluster_label cluster, replica_label __replica__, failover_timeout 0.5 s; "
+        'workspace: cluster_label "k8s cluster", replica_label __replica__, '
+        "failover_timeout 0.5 s; "
         "2 clusters"
     )
     rows = shown["rows"]
