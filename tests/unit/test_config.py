@@ -124,12 +124,21 @@ BAD = {
     "metadata_bad_send_interval": [
         f"{RW0}.metadata_config.send_interval: not a valid duration string: '1 minute'"
     ],
-    "not_supported_oauth2": [f"{RW0}.oauth2: not supported by rwrouter"],
-    "not_supported_follow_redirects": [f"{RW0}.follow_redirects: not supported by rwrouter"],
+    "not_supported_oauth2": [
+        f"{RW0}.oauth2: OAuth 2.0 is not supported by rwrouter",
+        "credentials_file",
+    ],
+    "prometheus_proxy_from_environment": [
+        f"{RW0}.proxy_from_environment: rwrouter does not read HTTP_PROXY",
+        "proxy_url",
+    ],
     "queue_negative_sample_age_limit": [
         f"{RW0}.queue_config.sample_age_limit: not a valid duration string: '-5m'"
     ],
-    "not_supported_tls_inline_cert": [f"{RW0}.tls_config.ca: not supported by rwrouter"],
+    "not_supported_tls_inline_cert": [
+        f"{RW0}.tls_config.ca: inline PEM is not supported by rwrouter",
+        "ca_file",
+    ],
     "queue_max_shards_zero": [f"{RW0}.queue_config.max_shards: must be >= 1"],
     "queue_min_shards_over_max": [f"{RW0}.queue_config.min_shards: must be <= max_shards (5)"],
     "queue_min_backoff_over_max": [f"{RW0}.queue_config.min_backoff: must be <= max_backoff"],

@@ -156,6 +156,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
             raise ConfigError(
                 f"remote_write[{i}].sigv4.region", "not set, nor in AWS_REGION or the AWS profile"
             )
+    for note in config.notes:  # a Prometheus key accepted, with what applies here
+        print(f"rwrouter: configuration note: {escape(note)}", file=sys.stderr)
     for warning in config_warnings(config):  # valid, but works against another setting
         print(f"rwrouter: configuration warning: {escape(warning)}", file=sys.stderr)
     text = describe_config(config)  # names and rules may hold control characters

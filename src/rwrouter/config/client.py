@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from rwrouter.config.model import Authorization, BasicAuth, SigV4Config, TLSConfig
+from rwrouter.config.promkeys import GO_TLS_VERSIONS, REFUSED, flag_keys, read_flags
 from rwrouter.config.values import (
     SECRET,
     Fields,
@@ -208,9 +209,10 @@ def _sigv4(parent: Fields, ctx: Context) -> SigV4Config:
     f = Fields(
         parent.raw("sigv4"),
         parent.at("sigv4"),
-        known=field_names(SigV4Config),
-        unsupported=dict.fromkeys(("external_id", "use_fips_sts_endpoint"), NOT_SUPPORTED),
+        known=(*field_names(SigV4Config), "service_name", *flag_keys("sigv4")),
+        unsupported=REFUSED["sigv4"],
     )
+    read_flags(f, "sigv4")
     values = {
         key: env_string(f, key, ctx) for key in ("region", "access_key", "profile", "role_arn")
     }
@@ -221,12 +223,22 @@ def _sigv4(parent: Fields, ctx: Context) -> SigV4Config:
     if values["access_key"] is not None and values["profile"] is not None:
         raise ConfigError(f.at("profile"), "profile and access_key are mutually exclusive")
     secret = values.pop("secret_key")
-    service = f.string("service", SigV4Config().service)
-    if not service:
-        raise ConfigError(f.at("service"), "must not be empty")
+    service = _service(f)
     return SigV4Config(
         secret_key=None if secret is None else Secret(secret), service=service, **values
     )
+
+
+def _service(f: Fields) -> str:
+    """``service``, or Prometheus's ``service_name`` (prometheus/sigv4 0.5; the same
+    setting: at most one of them), else ``aps``."""
+    key = "service_name" if f.has("service_name") else "service"
+    if f.has("service") and f.has("service_name"):
+        raise ConfigError(f.at("service_name"), "at most one of service and service_name")
+    service = f.string(key, SigV4Config().service)
+    if not service:
+        raise ConfigError(f.at(key), "must not be empty")
+    return service
 
 
 def _basic_auth(parent: Fields, ctx: Context) -> BasicAuth:
@@ -234,7 +246,7 @@ def _basic_auth(parent: Fields, ctx: Context) -> BasicAuth:
         parent.raw("basic_auth"),
         parent.at("basic_auth"),
         known=field_names(BasicAuth),
-        unsupported=dict.fromkeys(("username_file", "username_ref", "password_ref"), NOT_SUPPORTED),
+        unsupported=REFUSED["basic_auth"],
     )
     username = env_string(f, "username", ctx)
     if not username:
@@ -255,7 +267,7 @@ def _authorization(parent: Fields, ctx: Context) -> Authorization:
         parent.raw("authorization"),
         parent.at("authorization"),
         known=field_names(Authorization),
-        unsupported={"credentials_ref": NOT_SUPPORTED},
+        unsupported=REFUSED["authorization"],
     )
     kind = f.string("type", Authorization().type) or ""
     if kind.lower() == "basic":
@@ -279,16 +291,16 @@ def tls(parent: Fields, ctx: Context) -> TLSConfig:
         parent.raw("tls_config"),
         parent.at("tls_config"),
         known=field_names(TLSConfig),
-        unsupported=dict.fromkeys(
-            ("ca", "cert", "key", "ca_ref", "cert_ref", "key_ref", "max_version"), NOT_SUPPORTED
-        ),
+        unsupported=REFUSED["tls_config"],
     )
     if f.has("cert_file") != f.has("key_file"):
         missing, other = (
             ("key_file", "cert_file") if f.has("cert_file") else ("cert_file", "key_file")
         )
         raise ConfigError(f.at(missing), f"is required with {other}")
-    version = f.string("min_version")
+    number = f.raw("min_version")  # Prometheus 2.x dumps Go's number (771 = TLS12): a note
+    go_name = GO_TLS_VERSIONS.get(number) if type(number) is int else None
+    version = go_name or f.string("min_version")
     if version is not None and version not in _TLS_VERSIONS:
         raise ConfigError(
             f.at("min_version"),

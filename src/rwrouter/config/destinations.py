@@ -2,7 +2,9 @@
 field semantics (``remote_write`` of the Prometheus configuration) plus rwrouter's own
 (``fallback``, ``shadow``, ``audit``, ``metric_name_escaping_scheme``, the series budget per
 destination), and
-the names given to destinations without one. Raises ConfigError naming the key path.
+the names given to destinations without one. The Prometheus keys without an rwrouter
+setting (``follow_redirects``, ``oauth2``, ...) are read or refused as
+:mod:`rwrouter.config.promkeys` says. Raises ConfigError naming the key path.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from urllib.parse import urlsplit
 
 from rwrouter.config.budget import QUOTA_MARGIN, OnSeriesLimit
 from rwrouter.config.client import (
-    NOT_SUPPORTED,
     Context,
     auth,
     env_string,
@@ -33,6 +34,7 @@ from rwrouter.config.model import (
     OnFull,
     QueueConfig,
 )
+from rwrouter.config.promkeys import REFUSED, flag_keys, read_flags
 from rwrouter.config.sections import misplaced
 from rwrouter.config.values import Fields, field_names, kind_of, show
 from rwrouter.errors import ConfigError
@@ -41,25 +43,6 @@ from rwrouter.relabel import RelabelConfig, parse_relabel_configs
 from rwrouter.relabel.names import is_utf8_label_name
 
 __all__ = ["check_budgets", "choice", "parse_destinations", "parse_rules"]
-
-_DEST_UNSUPPORTED = dict.fromkeys(
-    (
-        "oauth2",
-        "azuread",
-        "google_iam",
-        "follow_redirects",
-        "enable_http2",
-        "no_proxy",
-        "proxy_from_environment",
-        "proxy_connect_header",
-        "http_headers",
-        "round_robin_dns",
-        "bearer_token",
-        "bearer_token_file",
-        "enable_compression",
-    ),
-    NOT_SUPPORTED,
-)
 
 
 def choice(f: Fields, key: str, default: str, choices: Sequence[str]) -> str:
@@ -102,8 +85,8 @@ def parse_destinations(
             Fields(
                 item,
                 f"{path}[{i}]",
-                known=field_names(DestinationConfig),
-                unsupported=_DEST_UNSUPPORTED,
+                known=field_names(DestinationConfig) + flag_keys("destination"),
+                unsupported=REFUSED["destination"],
                 elsewhere=misplaced("destination"),
             ),
             ctx,
@@ -156,6 +139,7 @@ def _destination(f: Fields, ctx: Context, scheme: str) -> DestinationConfig:
     )
     auth_section = auth(f, ctx)
     proxy = env_string(f, "proxy_url", ctx)
+    read_flags(f, "destination")  # follow_redirects, enable_http2, ...: notes or refusals
     return DestinationConfig(
         name=name or "",
         url=url,

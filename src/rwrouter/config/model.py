@@ -22,6 +22,7 @@ __all__ = [
     "Authorization",
     "BasicAuth",
     "Config",
+    "ConfigNote",
     "DestinationConfig",
     "EscapingScheme",
     "Fsync",
@@ -345,12 +346,26 @@ class AuditConfig:
     refresh: float = 10.0  # the status page reads the audit every 15 s
 
 
+@dataclass(frozen=True, slots=True)
+class ConfigNote:
+    """What ``check-config`` notes about a Prometheus key it accepted whose value means
+    something else here (:mod:`rwrouter.config.promkeys`): the YAML key path and the one-line
+    note saying what applies. A note never refuses the file."""
+
+    path: str
+    note: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.note}"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Config:
     """The whole file: ``global`` (``global_``: a Python keyword), ``server``, ``storage``,
     ``relabel_cache``, ``audit``, global ``relabel_configs``
     (applied to every series before fan-out), ``remote_write`` (at least one destination).
-    ``source`` names where it came from."""
+    ``source`` names where it came from; ``notes``: the Prometheus keys accepted with a
+    note, in the order of the file."""
 
     global_: GlobalConfig = field(default_factory=GlobalConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -360,3 +375,4 @@ class Config:
     relabel_configs: tuple[RelabelConfig, ...] = ()
     remote_write: tuple[DestinationConfig, ...]
     source: str = "<string>"
+    notes: tuple[ConfigNote, ...] = ()

@@ -32,6 +32,7 @@ from rwrouter.config.model import (
     ValidationScheme,
 )
 from rwrouter.config.paths import check_destination_paths
+from rwrouter.config.promkeys import notes
 from rwrouter.config.sections import TOP_KEYS, misplaced
 from rwrouter.config.values import Fields, field_names, format_size, kind_of, show
 from rwrouter.errors import ConfigError
@@ -124,6 +125,7 @@ def parse_config(
         relabel_configs=parse_rules(top.raw("relabel_configs"), "relabel_configs", scheme),
         remote_write=parse_destinations(top.raw("remote_write"), "remote_write", ctx, scheme),
         source=source,
+        notes=notes(top.raw("remote_write"), "remote_write"),
     )
     check_budgets(config.remote_write, config.audit.series_limit, "remote_write")
     check_destination_paths(

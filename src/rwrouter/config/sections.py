@@ -31,6 +31,7 @@ from rwrouter.config.model import (
     StorageConfig,
     TLSConfig,
 )
+from rwrouter.config.promkeys import flag_keys
 from rwrouter.config.values import field_names
 
 __all__ = ["TOP_KEYS", "misplaced"]
@@ -56,11 +57,14 @@ _SECTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "relabel_cache": ("in `relabel_cache`", field_names(RelabelCacheConfig)),
     "audit": ("in `audit`", field_names(AuditConfig)),
     "price_tiers": ("in `audit.price_tiers[]`", field_names(PriceTier)),
-    "destination": ("on the destination (a `remote_write` entry)", field_names(DestinationConfig)),
+    "destination": (
+        "on the destination (a `remote_write` entry)",
+        field_names(DestinationConfig) + flag_keys("destination"),
+    ),
     "queue_config": ("in `queue_config`", field_names(QueueConfig)),
     "metadata_config": ("in `metadata_config`", field_names(MetadataConfig)),
     "ha_dedup": ("in `ha_dedup`", field_names(HaDedupConfig)),
-    "sigv4": ("in `sigv4`", field_names(SigV4Config)),
+    "sigv4": ("in `sigv4`", (*field_names(SigV4Config), "service_name", *flag_keys("sigv4"))),
     "basic_auth": ("in `basic_auth`", field_names(BasicAuth)),
     "authorization": ("in `authorization`", field_names(Authorization)),
     "tls_config": ("in `tls_config`", field_names(TLSConfig)),

@@ -204,10 +204,13 @@ class RouterServer:
 
     def _warn(self, config: Config) -> None:
         """Log what ``check-config`` warns about (:func:`rwrouter.config.advice.config_warnings`:
-        valid settings that work against each other), once per process (by the first
-        worker of ``--workers``)."""
+        valid settings that work against each other) and notes (``Config.notes``: Prometheus
+        keys accepted, with what applies here, at info level), once per process (by the
+        first worker of ``--workers``)."""
         if self.worker is not None and self.worker.index != 0:
             return
+        for note in config.notes:
+            log.info(kv(msg="configuration note", key=note.path, note=note.note))
         for warning in config_warnings(config):
             log.warning(kv(msg="configuration warning", key=warning.path, reason=warning.reason))
 
