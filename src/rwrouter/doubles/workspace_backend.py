@@ -31,6 +31,7 @@ import snappy  # type: ignore[import-untyped,unused-ignore]
 import yaml  # type: ignore[import-untyped,unused-ignore]
 
 from rwrouter.doubles.sigv4_verify import Rejection
+from rwrouter.errors import WorkspaceBackendError as BackendError
 from rwrouter.wire import remote_pb2
 
 __all__ = [
@@ -66,16 +67,6 @@ _RW1_HEADERS = {
     "Content-Type": "application/x-protobuf",
     "X-Prometheus-Remote-Write-Version": "0.1.0",
 }
-
-
-class BackendError(Exception):
-    """The backend did not take a write or did not answer a query. ``status``: its HTTP status
-    (0 when it did not answer); ``timed_out``: ``timeout_s`` passed first."""
-
-    def __init__(self, message: str, *, status: int = 0, timed_out: bool = False) -> None:
-        super().__init__(message)
-        self.status = status
-        self.timed_out = timed_out
 
 
 @dataclass(frozen=True)
