@@ -163,6 +163,12 @@ class WorkspaceDouble:
         return f"{self.base_url}/workspaces/{workspace_id}/api/v1/query"
 
     # -- configuration at runtime ----------------------------------------------------------
+    def add_backend(self, workspace_id: str, url: str, *, timeout_s: float = 30.0) -> None:
+        """Give ``workspace_id`` a backend Prometheus at ``url``; before :meth:`start` only."""
+        if self._runner is not None:
+            raise RuntimeError("add_backend: the double is already started")
+        self.backends[workspace_id] = Backend(url, timeout_s=timeout_s)
+
     def add_key(
         self,
         access_key: str,
