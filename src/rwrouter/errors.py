@@ -17,6 +17,7 @@ built-in base as well, so code that caught them by it still does::
     ├── TransportError           a destination gave no answer (connection, TLS, DNS, timeout)
     ├── CaptureError             (also ValueError) not an rwrouter capture file
     ├── SeriesError              (also ValueError) an unparsable ``rwrouter relabel --series``
+    ├── WorkspaceBackendError    the workspace double's backend Prometheus took no write/answer
     └── PrometheusNotFoundError  (also RuntimeError) no ``prometheus`` binary for the demo
 
 A :class:`RequestError` never becomes a 5xx answer, and it never affects the next request.
@@ -146,6 +147,18 @@ class CaptureError(RwrouterError, ValueError):
 class SeriesError(RwrouterError, ValueError):
     """An unparsable ``--series`` of ``rwrouter relabel`` (:func:`rwrouter.relabel.series.
     parse_series`): the message says what and where. The command exits 2."""
+
+
+class WorkspaceBackendError(RwrouterError):
+    """The Prometheus behind a workspace of the demo's workspace double did not take a write
+    or did not answer a query (:mod:`rwrouter.doubles.workspace_backend`). ``status``: its
+    HTTP status, 0 when it did not answer; ``timed_out``: its time bound passed first. The
+    double turns it into an AWS-style 503/504 (400 when it refused a write)."""
+
+    def __init__(self, message: str, *, status: int = 0, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.timed_out = timed_out
 
 
 class PrometheusNotFoundError(RwrouterError, RuntimeError):

@@ -4,15 +4,32 @@ workspace double keeps getting 1.0. One pipeline of one node, 1 s scrapes; bound
 
 from __future__ import annotations
 
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import re2  # type: ignore[import-untyped]
+from botocore.auth import SigV4Auth  # type: ignore[import-untyped,unused-ignore]
+from botocore.awsrequest import AWSRequest  # type: ignore[import-untyped,unused-ignore]
+from botocore.credentials import Credentials  # type: ignore[import-untyped,unused-ignore]
 
+from rwrouter.demo.binaries import prometheus_version
 from rwrouter.demo.configs import ALLOWLIST
 from rwrouter.demo.fleet import DCGM_FIELDS, GPUS_PER_NODE
-from rwrouter.demo.pipeline import DemoPipeline, prometheus_version, run_demo
+from rwrouter.demo.pipeline import (
+    ACCESS_KEY,
+    COMPARE_QUERY,
+    REGION,
+    SECRET_KEY,
+    WORKSPACE_ID,
+    DemoPipeline,
+    run_demo,
+)
 from rwrouter.demo.summary import format_summary, names_of
 from rwrouter.protocol import RW2_MESSAGE
 from tests.support.peers import peer_binary
@@ -71,6 +88,51 @@ def test_the_sender_writes_2_0_and_the_self_hosted_store_gets_2_0(
     assert summary.rejections == {}  # the double (RW 1.0 only) refused nothing
     text = format_summary(summary)
     assert "self-hosted: remote write 2.0" in text and "2.0: " in text
+
+
+def signed_get(url: str) -> tuple[int, dict[str, Any]]:
+    """GET ``url`` signed with the demo's keys (botocore SigV4, service aps)."""
+    request = AWSRequest(method="GET", url=url)
+    SigV4Auth(Credentials(ACCESS_KEY, SECRET_KEY), "aps", REGION).add_auth(request)
+    get = urllib.request.Request(url, headers=dict(request.headers.items()))
+    try:
+        with urllib.request.urlopen(get, timeout=10) as answer:
+            return int(answer.status), json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, json.loads(exc.read() or b"{}")
+
+
+def test_the_workspace_answers_queries_signed_and_they_are_no_rejections(
+    pipeline: DemoPipeline,
+) -> None:
+    url = pipeline.double.query_url(WORKSPACE_ID)
+    assert pipeline.urls["workspace query (SigV4, service aps)"] == url
+    # Spaces as %20 (botocore's encoding), not '+'.
+    query = (
+        f"{url}?{urllib.parse.urlencode({'query': COMPARE_QUERY}, quote_via=urllib.parse.quote)}"
+    )
+
+    def hosts() -> set[str] | None:
+        status, payload = signed_get(query)
+        assert status == 200, payload
+        return {row["metric"]["Hostname"] for row in payload["data"]["result"]} or None
+
+    assert len(wait_for(hosts, timeout=30, what="the DCGM query answered by the workspace")) == 1
+
+
+def test_unsigned_queries_are_query_rejections_not_write_rejections(
+    pipeline: DemoPipeline,
+) -> None:
+    url = f"{pipeline.double.query_url(WORKSPACE_ID)}?query=up"
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(url, timeout=10)
+    refused.value.close()
+    assert refused.value.code == 403
+    summary = pipeline.summary()
+    assert summary.rejections == {}
+    assert summary.query_rejections.get("missing_auth", 0) >= 1
+    assert "queries: " in format_summary(summary)
 
 
 def test_a_binary_that_is_no_prometheus_is_refused(

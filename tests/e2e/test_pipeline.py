@@ -78,7 +78,7 @@ def test_cli_demo_runs_prints_summary_and_leaves_no_process(tmp_path: Path) -> N
             "rwrouter",
             "demo",
             "--duration",
-            "20",
+            "12",
             "--nodes",
             "1",
             "--workdir",
@@ -101,7 +101,22 @@ def test_cli_demo_runs_prints_summary_and_leaves_no_process(tmp_path: Path) -> N
     for text in expected:
         assert text in out, out[-3000:]
     assert "rejected: none" in out, out[-3000:]
-    assert _demo_processes(str(workdir)) == []
+    # Where to look, once (not after every summary): each store's query URL, a compare command.
+    once = (
+        "  workspace query (SigV4, service aps): http://127.0.0.1:",
+        "  self-hosted query: http://127.0.0.1:",
+        f"  compare the stores: rwrouter compare --config {workdir / 'rwrouter.yaml'} "
+        "--query 'avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)'",
+        "  rwrouter status page: http://127.0.0.1:",
+    )
+    assert [out.count(text) for text in once] == [1] * len(once), out[-3000:]
+    # One periodic summary (t=10 s), then drain, the final figures, and the stopped line last.
+    assert out.count("── rwrouter demo, t=") == 2, out[-3000:]
+    drained = out.index("rwrouter demo: drained; final figures:")
+    assert out.rindex("── rwrouter demo, t=") > drained
+    assert out.rstrip().splitlines()[-1] == "rwrouter demo: stopped"
+    final = out[drained:]
+    assert "not delivered: none" in final and "rejected: none" in final, final
     assert (workdir / "rwrouter.yaml").is_file()
 
 

@@ -27,6 +27,7 @@ from rwrouter.errors import (
     TooLargeError,
     TransportError,
     UnsupportedError,
+    WorkspaceBackendError,
 )
 
 PACKAGE = Path(errors.__file__).resolve().parent
@@ -47,6 +48,7 @@ TREE: list[tuple[type[BaseException], tuple[type[BaseException], ...], int | Non
     (TransportError, (RwrouterError,), None),
     (CaptureError, (RwrouterError, ValueError), None),
     (SeriesError, (RwrouterError, ValueError), None),
+    (WorkspaceBackendError, (RwrouterError,), None),
     (PrometheusNotFoundError, (RwrouterError, RuntimeError), None),
     (InvariantError, (RuntimeError,), None),  # a bug: deliberately not an RwrouterError
 ]

@@ -1,23 +1,24 @@
 """The local demo pipeline: a synthetic GPU fleet, a real Prometheus, rwrouter and two stores.
 
     exporter nodes --scrape--> sender Prometheus --remote_write--> rwrouter (subprocess)
-        --SigV4--> workspace double (allowlisted DCGM series)
+        --SigV4--> workspace double (allowlisted DCGM series) --> its backend Prometheus
         --fallback--> self-hosted Prometheus (everything else)
 
-Everything listens on 127.0.0.1 with free ports. :class:`DemoPipeline` starts (and stops) the
-parts, usable from tests with a short scrape interval; :func:`run_demo` is ``rwrouter demo``:
-it prints a summary every ~10 s until Ctrl-C, SIGTERM or ``duration`` seconds, then stops
-everything (terminate, wait, kill after a timeout) and returns 0.
+Everything listens on 127.0.0.1 with free ports. The workspace double stores what it accepts
+in a Prometheus of its own (its backend) and answers the workspace's query API from it, so
+both stores can be queried (``rwrouter compare``). :class:`DemoPipeline` starts (and stops)
+the parts, usable from tests with a short scrape interval; :func:`run_demo` is ``rwrouter
+demo``: it prints where to look once, the figures every ~10 s until Ctrl-C, SIGTERM or
+``duration`` seconds, then drains (the sender stops, rwrouter sends what it holds), prints the
+final figures, stops everything (terminate, wait, kill after a timeout), prints a "stopped"
+line and returns 0.
 """
 
 from __future__ import annotations
 
 import functools
-import os
-import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
+from rwrouter.demo.binaries import ensure_prometheus, prometheus_version
 from rwrouter.demo.configs import router_config, self_hosted_config, sender_config
 from rwrouter.demo.exporter import ExporterFleet
 from rwrouter.demo.summary import (
@@ -36,15 +38,10 @@ from rwrouter.demo.summary import (
     router_counters,
     series_by_name,
 )
-from rwrouter.doubles.prometheus import (
-    INSTALL_HINT,
-    PrometheusNotFoundError,
-    PrometheusProcess,
-    free_port,
-    prometheus_binary,
-)
+from rwrouter.doubles.prometheus import PrometheusProcess, free_port
 from rwrouter.doubles.router import RouterProcess
 from rwrouter.doubles.workspace import INSPECT_PATH, Key, WorkspaceDouble
+from rwrouter.doubles.workspace_backend import backend_config
 from rwrouter.doubles.workspace_runner import ThreadedWorkspace, run_in_thread
 from rwrouter.errors import InvariantError
 
@@ -54,6 +51,9 @@ WORKSPACE_ID = "ws-demo"
 ACCESS_KEY = "AKIAIOSFODNN7DEMOKEY"
 SECRET_KEY = "demo-secret-key-not-for-aws"
 SUMMARY_EVERY_S = 10.0
+DRAIN_TIMEOUT_S = 30.0  # how long the stop waits for rwrouter to send what it holds
+#: The query the demo suggests for ``rwrouter compare`` (a family the workspace gets).
+COMPARE_QUERY = "avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)"
 RW2_SINCE = (3, 8)  # the first Prometheus whose sender speaks remote write 2.0 rc.4
 
 #: A series' label set as the double keys it, and its samples {timestamp ms: value bits}.
@@ -64,8 +64,9 @@ class DemoPipeline:
     """All the demo's parts; ``start()`` (all or nothing), ``summary()``, ``stop()``.
 
     ``workdir`` receives ``rwrouter.yaml``, ``rwrouter.log`` and one directory per Prometheus
-    (``sender/``, ``self-hosted/``: config, TSDB, log). ``scrape_interval_s`` is the sender's
-    scrape interval (5 in the demo, 1 in tests); batching deadlines follow it (at most 2 s).
+    (``sender/``, ``self-hosted/``, ``workspace-backend/``: config, TSDB, log).
+    ``scrape_interval_s`` is the sender's scrape interval (5 in the demo, 1 in tests);
+    batching deadlines follow it (at most 2 s).
     ``prometheus``: the Prometheus binary both Prometheus processes run (default Debian's);
     ``remote_write_2``: it is a Prometheus >= 3.8, so the sender writes remote write 2.0 (with
     each series' metadata: ``--enable-feature=metadata-wal-records``) and rwrouter sends 2.0
@@ -93,6 +94,7 @@ class DemoPipeline:
             region=REGION, workspaces=(WORKSPACE_ID,), credentials={ACCESS_KEY: Key(SECRET_KEY)}
         )
         self.workspace: ThreadedWorkspace | None = None
+        self.workspace_backend: PrometheusProcess | None = None
         self.self_hosted: PrometheusProcess | None = None
         self.router: RouterProcess | None = None
         self.sender: PrometheusProcess | None = None
@@ -111,6 +113,14 @@ class DemoPipeline:
 
     def _start_parts(self) -> None:
         self.fleet.start()
+        self.workspace_backend = PrometheusProcess.start(
+            backend_config(out_of_order_window_s=self.double.limits.out_of_order_window_s),
+            workdir=self.workdir / "workspace-backend",
+            ready_timeout=self.ready_timeout_s,
+            new_session=True,
+            binary=self.prometheus,
+        )
+        self.double.add_backend(WORKSPACE_ID, self.workspace_backend.url)
         self.workspace = run_in_thread(self.double)
         self.self_hosted = PrometheusProcess.start(
             self_hosted_config(),
@@ -152,6 +162,24 @@ class DemoPipeline:
             extra_args=features,
         )
 
+    def drain(self, *, timeout_s: float = DRAIN_TIMEOUT_S) -> bool:
+        """Stop the sender (no new data; it flushes what it holds), then wait until rwrouter
+        holds nothing unsent (``rwrouter_queue_blocks`` 0 for every destination), polling its
+        ``/metrics`` for at most ``timeout_s`` seconds. True when drained."""
+        if self.sender is not None:
+            self.sender.stop(timeout=timeout_s)
+        if self.router is None:
+            return True
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if self.router.metric_value("rwrouter_queue_blocks") == 0:
+                    return True
+            except OSError:
+                return False  # rwrouter is gone: nothing more will be sent
+            time.sleep(0.2)
+        return False
+
     def stop(self, *, timeout_s: float = 10.0) -> None:
         """Stop the sender first (no new data), then rwrouter (drains), the stores and the
         exporters. Idempotent; every part is stopped even if another fails to."""
@@ -164,6 +192,8 @@ class DemoPipeline:
             parts.append(functools.partial(self.self_hosted.stop, timeout=timeout_s))
         if self.workspace is not None:
             parts.append(functools.partial(self.workspace.stop, timeout_s=timeout_s))
+        if self.workspace_backend is not None:
+            parts.append(functools.partial(self.workspace_backend.stop, timeout=timeout_s))
         parts.append(self.fleet.stop)
         errors: list[Exception] = []
         for stop_part in parts:
@@ -186,9 +216,11 @@ class DemoPipeline:
         urls = {
             "workspace double state": f"{self.double.base_url}{INSPECT_PATH}",
             "workspace remote write": self.double.url(WORKSPACE_ID),
+            "workspace query (SigV4, service aps)": self.double.query_url(WORKSPACE_ID),
         }
         if self.self_hosted is not None:
             urls["self-hosted Prometheus UI"] = f"{self.self_hosted.url}/graph"
+            urls["self-hosted query"] = f"{self.self_hosted.url}/api/v1/query"
         if self.sender is not None:
             urls["sender Prometheus UI"] = f"{self.sender.url}/targets"
         if self.router is not None:
@@ -197,6 +229,13 @@ class DemoPipeline:
             urls["rwrouter audit (or: rwrouter audit --url ...)"] = f"{self.router.url}/-/audit"
         urls["rwrouter config"] = str(self.workdir / "rwrouter.yaml")
         return urls
+
+    @property
+    def compare_command(self) -> str:
+        """A ready command that runs one DCGM query against both stores (the workspace's
+        signed with the demo's keys from its config)."""
+        config = self.workdir / "rwrouter.yaml"
+        return f"rwrouter compare --config {config} --query '{COMPARE_QUERY}'"
 
     def summary(self) -> Summary:
         """Gather the numbers the demo prints (bounded HTTP calls)."""
@@ -215,49 +254,14 @@ class DemoPipeline:
             verified_signatures=self.double.verified_signatures,
             requests=self.double.request_count,
             rejections=dict(self.double.rejections),
+            queries=len(self.double.queries),
+            query_rejections=dict(self.double.query_rejections),
             self_hosted_by_name=by_name,
             self_hosted_error=error,
             router=router_counters(f"{self.router.url}/metrics")
             if self.router
             else router_counters("http://127.0.0.1:1/metrics"),
-            urls=self.urls,
         )
-
-
-def ensure_prometheus() -> bool:
-    """True when ``prometheus`` is on PATH, installing it with apt-get when running as root."""
-    try:
-        prometheus_binary()
-        return True
-    except PrometheusNotFoundError:
-        pass
-    if os.geteuid() != 0:
-        print(
-            f"rwrouter demo: the 'prometheus' binary is missing; install it with:\n"
-            f"  sudo sh -c '{INSTALL_HINT}'",
-            file=sys.stderr,
-        )
-        return False
-    print(f"rwrouter demo: 'prometheus' is missing; running: {INSTALL_HINT}", flush=True)
-    for command in (["apt-get", "update"], ["apt-get", "install", "-y", "prometheus"]):
-        print("+ " + " ".join(command), flush=True)
-        if subprocess.run(command, check=False).returncode != 0:
-            print(f"rwrouter demo: {' '.join(command)} failed", file=sys.stderr)
-            return False
-    return shutil.which("prometheus") is not None
-
-
-def prometheus_version(binary: str) -> tuple[int, int] | None:
-    """(major, minor) of what ``binary --version`` prints first (``prometheus, version
-    3.16.0 ...``); None when it prints no such version or does not run."""
-    try:
-        done = subprocess.run(
-            [binary, "--version"], capture_output=True, text=True, timeout=30, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    match = re.search(r"version (\d+)\.(\d+)\.", done.stdout or done.stderr)
-    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 def run_demo(
@@ -305,6 +309,8 @@ def run_demo(
     code = 1
     try:
         code = _run(pipeline, stop, duration)
+        if code == 0:
+            _final(pipeline)
     finally:
         try:
             pipeline.stop()
@@ -327,6 +333,7 @@ def _run(pipeline: DemoPipeline, stop: threading.Event, duration: float | None) 
     print("rwrouter demo: running; Ctrl-C to stop", flush=True)
     for name, url in pipeline.urls.items():
         print(f"  {name}: {url}", flush=True)
+    print(f"  compare the stores: {pipeline.compare_command}", flush=True)
     deadline = None if duration is None else time.monotonic() + duration
     while not stop.is_set():
         left = SUMMARY_EVERY_S if deadline is None else deadline - time.monotonic()
@@ -335,8 +342,18 @@ def _run(pipeline: DemoPipeline, stop: threading.Event, duration: float | None) 
         ):
             break
         print(format_summary(pipeline.summary()), flush=True)
-    print(format_summary(pipeline.summary()), flush=True)
     return 0
+
+
+def _final(pipeline: DemoPipeline) -> None:
+    """Drain, then print the final figures (everything sent is counted)."""
+    print(
+        "rwrouter demo: stopping: draining (the sender stops, rwrouter sends what it holds)",
+        flush=True,
+    )
+    drained = pipeline.drain()
+    print(f"rwrouter demo: {'drained' if drained else 'not drained'}; final figures:", flush=True)
+    print(format_summary(pipeline.summary()), flush=True)
 
 
 def _on_signals(stop: threading.Event) -> Callable[[], None]:

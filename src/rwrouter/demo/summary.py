@@ -46,7 +46,9 @@ class Summary:
     self_hosted_by_name: Mapping[str, int]
     self_hosted_error: str
     router: RouterCounters
-    urls: Mapping[str, str]
+    queries: int = 0
+    """Requests to the workspace's query API (not write requests: never counted as refused)."""
+    query_rejections: Mapping[str, int] = field(default_factory=dict)
 
 
 def series_by_name(result: list[dict[str, object]]) -> dict[str, int]:
@@ -109,7 +111,8 @@ def format_summary(summary: Summary, *, top: int = 10) -> str:
         f"── rwrouter demo, t={summary.elapsed_s:.0f}s ──",
         f"workspace double: {sum(summary.workspace_by_name.values()):,} series, "
         f"{summary.workspace_samples:,} samples, {summary.requests:,} requests, "
-        f"{summary.verified_signatures:,} signatures verified, rejected: {rejected}",
+        f"{summary.verified_signatures:,} signatures verified, rejected: {rejected}"
+        + _queries(summary),
         *_by_name(summary.workspace_by_name, top),
     ]
     if summary.self_hosted_error:
@@ -121,9 +124,15 @@ def format_summary(summary: Summary, *, top: int = 10) -> str:
             f"{len(summary.self_hosted_by_name)} metric names (top {top}):"
         )
         lines += _by_name(summary.self_hosted_by_name, top)
-    lines += [_router_line(summary.router), "queryable at:"]
-    lines += [f"  {name}: {url}" for name, url in summary.urls.items()]
+    lines.append(_router_line(summary.router))
     return "\n".join(lines)
+
+
+def _queries(summary: Summary) -> str:
+    if not summary.queries:
+        return ""
+    refused = ", ".join(f"{r}={n}" for r, n in sorted(summary.query_rejections.items()))
+    return f"; queries: {summary.queries:,}" + (f" (refused: {refused})" if refused else "")
 
 
 def _by_name(counts: Mapping[str, int], top: int) -> list[str]:
