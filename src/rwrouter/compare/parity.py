@@ -53,6 +53,7 @@ class Histogram:
 
 Value = float | Histogram
 Matrix = dict[Labels, dict[int, Value]]  # label set -> timestamp (ms) -> value
+Series = Mapping[Labels, Mapping[int, Value]]  # what compare reads: a Matrix, or a literal
 
 NO_NAME = "(no __name__)"  # the family of a series without a metric name (an aggregation)
 
@@ -211,8 +212,8 @@ Expected = Callable[[Labels], Labels | None]
 
 
 def compare(
-    self_hosted: Matrix,
-    workspace: Matrix,
+    self_hosted: Series,
+    workspace: Series,
     *,
     tolerance: float,
     expected: Expected | None = None,
