@@ -305,14 +305,14 @@ TIMEOUT = [Outcome(None, timed_out=True, error="timed out after 1s")] * 2
             [report(TIMEOUT, FAST, None)],
             EXIT_NOT_COMPARED,
             "not compared",
-            "self-hosted: 1 queries timed out",
+            "self-hosted timed out on 1 query",
             id="self_hosted_timed_out",
         ),
         pytest.param(
             [report(SLOW, [Outcome(0.1), TIMEOUT[0]], BOTH)],
             EXIT_NOT_COMPARED,
             "parity",
-            "workspace: 1 queries timed out",
+            "workspace timed out on 1 query",
             id="one_run_timed_out",
         ),
     ],
@@ -321,7 +321,7 @@ def test_report(reports: list[QueryReport], code: int, status: str, in_summary: 
     assert exit_code(reports) == code
     assert reports[0].status == status
     summary = summary_line(reports, when="2026-12-07T10:00:00Z")
-    assert summary.startswith("rwrouter compare 2026-12-07T10:00:00Z: 1 queries")
+    assert summary.startswith("rwrouter compare 2026-12-07T10:00:00Z: 1 query")
     assert in_summary in summary and "\n" not in summary
     text = format_report(reports, tolerance=1e-9, summary=summary)
     assert text.endswith(summary) and "  parity: " in text

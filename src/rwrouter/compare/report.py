@@ -221,7 +221,7 @@ def summary_line(reports: Sequence[QueryReport], *, when: str) -> str:
     p50 = {
         side: [s.p50 for r in reports if (s := _stats(r, side)).p50 is not None] for side in SIDES
     }
-    parts = [f"rwrouter compare {when}: {len(reports)} queries"]
+    parts = [f"rwrouter compare {when}: {_queries(len(reports))}"]
     if speedups:
         parts.append(
             f"workspace p50 {_seconds(statistics.median(p50['workspace']))} vs self-hosted "
@@ -232,9 +232,18 @@ def summary_line(reports: Sequence[QueryReport], *, when: str) -> str:
     for side in SIDES:
         timeouts = sum(_stats(r, side).timeouts > 0 for r in reports)
         errors = sum(_stats(r, side).errors > 0 for r in reports)
-        if timeouts or errors:
-            parts.append(f"{side}: {timeouts} queries timed out, {errors} failed")
+        failures = [
+            f"{what} on {_queries(n)}"
+            for what, n in (("timed out", timeouts), ("failed", errors))
+            if n
+        ]
+        if failures:
+            parts.append(f"{side} {' and '.join(failures)}")
     return "; ".join(parts)
+
+
+def _queries(n: int) -> str:
+    return f"{n} query" if n == 1 else f"{n} queries"
 
 
 def _stats(report: QueryReport, side: str) -> SideStats:
