@@ -16,6 +16,13 @@ runs before check 12: a request whose first series names a replica (``__replica_
 cluster (``cluster``) other than the elected one is answered 202 "replicas did not match" and
 not stored (reason ``ha_replica``); an accepted one is stored without its replica label.
 
+A backend (``backends={workspace id: Prometheus URL}``,
+:mod:`rwrouter.doubles.workspace_backend`) stores for real: the accepted part of a write request
+(nothing of a refused request, series or sample) is written into that Prometheus before the
+double answers; 16: when the backend does not take it, the answer is 503 ``backend_unavailable``
+(the sender retries) or 400 ``backend_refused``. The workspace's query API is answered by the
+backend (:mod:`rwrouter.doubles.workspace_query`; ``queries``, ``query_rejections``).
+
 Use from async tests::
 
     ws = WorkspaceDouble(credentials={"AKID": Key("secret")}, clock=clock)
@@ -23,7 +30,7 @@ Use from async tests::
 
 or in a thread (:func:`rwrouter.doubles.workspace_runner.run_in_thread`), or standalone:
 ``python -m rwrouter.doubles.workspace_runner --port 9095 --region us-east-1 --workspace ws-1
---access-key AKID --secret SECRET``.
+--access-key AKID --secret SECRET [--backend http://127.0.0.1:9090]``.
 """
 
 from __future__ import annotations
@@ -33,13 +40,22 @@ import collections
 import math
 import re
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from rwrouter.doubles.sigv4_verify import Key, Rejection, verify
+from rwrouter.doubles.sigv4_verify import Key, Rejection, Verified, verify
+from rwrouter.doubles.workspace_backend import QUERY_PATH, Backend, BackendError, write_failure
+from rwrouter.doubles.workspace_query import QueryAPI
+from rwrouter.doubles.workspace_records import (
+    CHECK_OF_REASON,
+    MISSING_AUTH,
+    Fault,
+    ManualClock,
+    RequestRecord,
+    aws_error,
+    record_of,
+)
 from rwrouter.doubles.workspace_store import (
     Limits,
     Metadata,
@@ -64,49 +80,6 @@ _PATH = re.compile(r"/workspaces/([^/]+)/api/v1/remote_write")
 INSPECT_PATH = "/_double/state"
 
 
-class ManualClock:
-    """A settable clock for the double: ``clock()`` returns ``now`` (unix seconds)."""
-
-    def __init__(self, now: float = 1_700_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-@dataclass(frozen=True)
-class Fault:
-    """A scripted answer given instead of the normal processing (nothing is stored):
-    ``status`` with ``body`` and ``headers`` (e.g. ``{"Retry-After": "2"}``), after ``delay_s``
-    seconds; ``hang=True`` never answers and drops the connection when the double stops."""
-
-    status: int = 503
-    body: str = ""
-    headers: Mapping[str, str] = field(default_factory=dict)
-    delay_s: float = 0.0
-    hang: bool = False
-
-
-@dataclass(frozen=True)
-class RequestRecord:
-    """One request as the double saw it. Header names are lower-case, in arrival order."""
-
-    method: str
-    path: str
-    status: int
-    reason: str  # "" when accepted, "fault" for a scripted answer, else the rejection reason
-    message: str
-    header_names: tuple[str, ...]
-    signed_headers: tuple[str, ...]
-    access_key: str | None
-    check: int | None  # the spec's number of the failing check, None when accepted
-    received_at: float = 0.0  # time.monotonic() when the request arrived
-    counted: int = 0  # samples+exemplars+metadata the rate limiter took (Outcome.counted)
-
-
 class WorkspaceDouble:
     """The workspace double. Not thread-safe: use it from the loop that started it.
 
@@ -126,6 +99,8 @@ class WorkspaceDouble:
         service: str = "aps",
         host: str = "127.0.0.1",
         port: int = 0,
+        backends: Mapping[str, str] | None = None,
+        backend_timeout_s: float = 30.0,
     ) -> None:
         self.region, self.service, self.clock = region, service, clock
         self.limits = limits or Limits()
@@ -135,8 +110,16 @@ class WorkspaceDouble:
         now = clock()
         self.stores = {ws: WorkspaceStore(limits=self.limits, now_s=now) for ws in workspaces}
         self.latency_s = 0.0
-        self.requests: list[RequestRecord] = []
+        self.requests: list[RequestRecord] = []  # write requests (and unknown paths)
         self.rejections: collections.Counter[str] = collections.Counter()
+        self.backends = {
+            ws: Backend(url, timeout_s=backend_timeout_s) for ws, url in (backends or {}).items()
+        }
+        self.query_api = QueryAPI(
+            workspaces=self.stores, backends=self.backends, verify=self._verify
+        )
+        #: Requests to the query API (:mod:`rwrouter.doubles.workspace_query`), by reason.
+        self.queries, self.query_rejections = self.query_api.records, self.query_api.rejections
         self.verified_signatures = 0
         self._faults: collections.deque[Fault] = collections.deque()
         self._host, self._port = host, port
@@ -150,6 +133,8 @@ class WorkspaceDouble:
         app.router.add_get(INSPECT_PATH, self._inspect)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._stopping = asyncio.Event()
+        for backend in self.backends.values():
+            await backend.start()
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port)
@@ -162,6 +147,8 @@ class WorkspaceDouble:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        for backend in self.backends.values():
+            await backend.stop()
 
     @property
     def base_url(self) -> str:
@@ -170,6 +157,10 @@ class WorkspaceDouble:
     def url(self, workspace_id: str = "ws-1") -> str:
         """The remote write URL of a workspace (it need not exist: check 9 answers 404)."""
         return f"{self.base_url}/workspaces/{workspace_id}/api/v1/remote_write"
+
+    def query_url(self, workspace_id: str = "ws-1") -> str:
+        """The instant query URL of a workspace (``.../api/v1/query``; SigV4, service aps)."""
+        return f"{self.base_url}/workspaces/{workspace_id}/api/v1/query"
 
     # -- configuration at runtime ----------------------------------------------------------
     def add_key(
@@ -227,6 +218,12 @@ class WorkspaceDouble:
             "requests": self.request_count,
             "verified_signatures": self.verified_signatures,
             "rejections": dict(self.rejections),
+            "queries": len(self.queries),
+            "query_rejections": dict(self.query_rejections),
+            "backends": {
+                ws: {"url": b.url, "writes": b.writes, "series": b.written_series}
+                for ws, b in self.backends.items()
+            },
             "workspaces": {
                 ws: {
                     "series": len(store.series),
@@ -254,19 +251,24 @@ class WorkspaceDouble:
         body = await request.read()
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
+        query = QUERY_PATH.fullmatch(request.path)
         if self._faults:
-            return await self._fault(request, self._faults.popleft())
+            return await self._fault(request, self._faults.popleft(), query=query is not None)
+        if query is not None:
+            return await self.query_api.answer(request, body, query.group(1), query.group(2))
         rejection_or_outcome, signed, access_key = self._process(request, body)
+        if isinstance(rejection_or_outcome, Outcome) and rejection_or_outcome.accepted:
+            rejection_or_outcome = await self._forward(request.path, rejection_or_outcome)
         counted = 0
         if isinstance(rejection_or_outcome, Rejection):
             rejection = rejection_or_outcome
             status, reason, message = rejection.status, rejection.reason, rejection.message
             check: int | None = rejection.check
-            response = _aws_error(rejection.status, rejection.error_type, rejection.message)
+            response = aws_error(rejection.status, rejection.error_type, rejection.message)
         else:
             outcome = rejection_or_outcome
             status, reason, message = outcome.status, outcome.reason, outcome.message
-            check = _CHECK_OF_REASON.get(reason)
+            check = CHECK_OF_REASON.get(reason)
             counted = outcome.counted
             response = web.Response(status=status, text=message, headers=self._headers(reason))
         if reason:
@@ -287,19 +289,22 @@ class WorkspaceDouble:
     ) -> tuple[Rejection | Outcome, tuple[str, ...], str | None]:
         match = _PATH.fullmatch(request.path)
         if request.method != "POST" or match is None:
-            rejection = Rejection(
-                1,
-                403,
-                "missing_auth",
-                "Missing Authentication Token",
-                "MissingAuthenticationTokenException",
-            )
-            return rejection, (), None
+            return MISSING_AUTH, (), None
+        verdict = self._verify(request, body)
+        if isinstance(verdict, Rejection):
+            return verdict, (), None
+        self.verified_signatures += 1
+        content_type = request.headers.get("Content-Type", "")
+        outcome = self._ingest(match.group(1), body, content_type)
+        return outcome, verdict.signed_headers, verdict.access_key
+
+    def _verify(self, request: web.Request, body: bytes) -> Verified | Rejection:
+        """Checks 2-8 (SigV4) of the bytes and headers received."""
         raw_path, _, raw_query = request.raw_path.partition("?")
         headers: dict[str, list[str]] = {}
         for name, value in request.headers.items():
             headers.setdefault(name.lower(), []).append(value)
-        verdict = verify(
+        return verify(
             method=request.method,
             raw_path=raw_path,
             raw_query=raw_query,
@@ -310,12 +315,6 @@ class WorkspaceDouble:
             service=self.service,
             now_s=self.clock(),
         )
-        if isinstance(verdict, Rejection):
-            return verdict, (), None
-        self.verified_signatures += 1
-        content_type = request.headers.get("Content-Type", "")
-        outcome = self._ingest(match.group(1), body, content_type)
-        return outcome, verdict.signed_headers, verdict.access_key
 
     def _ingest(self, workspace_id: str, body: bytes, content_type: str) -> Rejection | Outcome:
         store = self.stores.get(workspace_id)
@@ -338,12 +337,27 @@ class WorkspaceDouble:
         decoded = decode_request(body)
         if isinstance(decoded, str):
             return Rejection(11, 400, "bad_body", decoded, "ValidationException")
-        return store.ingest(decoded, now_s=self.clock())
+        return store.ingest(decoded, now_s=self.clock(), collect=workspace_id in self.backends)
 
-    async def _fault(self, request: web.Request, fault: Fault) -> web.StreamResponse:
+    async def _forward(self, path: str, outcome: Outcome) -> Outcome | Rejection:
+        """Check 16: write what the store accepted (``outcome.accepted``) into the backend."""
+        match = _PATH.fullmatch(path)
+        backend = self.backends.get(match.group(1)) if match else None
+        if backend is None or outcome.accepted is None:
+            return outcome
+        try:
+            await backend.write(outcome.accepted)
+        except BackendError as exc:
+            return write_failure(exc)
+        return outcome
+
+    async def _fault(
+        self, request: web.Request, fault: Fault, *, query: bool = False
+    ) -> web.StreamResponse:
         status = 0 if fault.hang else fault.status  # 0: never answered
-        self._record(request, status, "fault", fault.body, (), None, None)
-        self.rejections["fault"] += 1
+        record = record_of(request, status, "fault", fault.body, (), None, None)
+        (self.queries if query else self.requests).append(record)
+        (self.query_rejections if query else self.rejections)["fault"] += 1
         if fault.delay_s:
             await asyncio.sleep(fault.delay_s)
         if fault.hang:
@@ -364,35 +378,5 @@ class WorkspaceDouble:
         check: int | None,
         counted: int = 0,
     ) -> None:
-        names = tuple(name.lower() for name in request.headers)
-        self.requests.append(
-            RequestRecord(
-                request.method,
-                request.path,
-                status,
-                reason,
-                message,
-                names,
-                signed,
-                access_key,
-                check,
-                time.monotonic(),
-                counted,
-            )
-        )
-
-
-_CHECK_OF_REASON = {
-    "invalid_series": 12,
-    "out_of_order": 13,
-    "duplicate_sample": 13,
-    "too_new": 13,
-    "out_of_bounds": 13,
-    "rate_limited": 14,
-    "series_limit": 15,
-}
-
-
-def _aws_error(status: int, error_type: str, message: str) -> web.Response:
-    headers = {"x-amzn-ErrorType": error_type, "x-amzn-RequestId": str(uuid.uuid4())}
-    return web.json_response({"message": message}, status=status, headers=headers)
+        record = record_of(request, status, reason, message, signed, access_key, check, counted)
+        self.requests.append(record)

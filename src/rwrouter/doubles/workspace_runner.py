@@ -2,7 +2,10 @@
 
 ``python -m rwrouter.doubles.workspace_runner --port 9095 --region us-east-1 --workspace ws-1
 --access-key AKID --secret SECRET`` serves until SIGINT/SIGTERM; GET ``/_double/state`` shows
-what it accepted.
+what it accepted. ``--backend URL`` (a Prometheus started with
+``--web.enable-remote-write-receiver``, best with :func:`rwrouter.doubles.workspace_backend.
+backend_config`) stores what the double accepts and answers the workspace's query API;
+``--backend WS=URL`` gives one workspace its own.
 """
 
 from __future__ import annotations
@@ -91,6 +94,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--access-key", required=True)
     parser.add_argument("--secret", required=True)
     parser.add_argument("--session-token", default=None)
+    parser.add_argument(
+        "--backend",
+        action="append",
+        default=[],
+        metavar="[WS=]URL",
+        help="Prometheus that stores what a workspace accepts and answers its queries "
+        "(URL alone: every workspace; repeatable)",
+    )
     parser.add_argument("--max-body-bytes", type=int, default=Limits().max_body_bytes)
     parser.add_argument(
         "--ingestion-rate",
@@ -114,11 +125,29 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def backends_of(values: Sequence[str], workspaces: Sequence[str]) -> dict[str, str]:
+    """``--backend`` values -> {workspace id: URL}: ``WS=URL`` for one workspace, a bare
+    ``URL`` (it has ``://`` before any ``=``) for every workspace. ``ValueError`` naming a
+    workspace that is not served."""
+    backends: dict[str, str] = {}
+    for value in values:
+        workspace, sep, url = value.partition("=")
+        if not sep or "://" in workspace:
+            backends.update(dict.fromkeys(workspaces, value))
+        elif workspace not in workspaces:
+            raise ValueError(f"--backend {value}: workspace {workspace!r} is not served")
+        else:
+            backends[workspace] = url
+    return backends
+
+
 async def _serve(args: argparse.Namespace) -> None:
     key = Key(args.secret, args.session_token)
+    workspaces = args.workspace or ["ws-1"]
     double = WorkspaceDouble(
         region=args.region,
-        workspaces=args.workspace or ["ws-1"],
+        workspaces=workspaces,
+        backends=backends_of(args.backend, workspaces),
         credentials={args.access_key: key},
         limits=Limits(
             max_body_bytes=args.max_body_bytes,
@@ -133,6 +162,8 @@ async def _serve(args: argparse.Namespace) -> None:
     await double.start()
     for workspace_id in double.stores:
         print(f"workspace {workspace_id}: {double.url(workspace_id)}", flush=True)
+        if workspace_id in double.backends:
+            print(f"  query: {double.query_url(workspace_id)}", flush=True)
     print(f"state: {double.base_url}{INSPECT_PATH}", flush=True)
     done = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -146,8 +177,15 @@ async def _serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m rwrouter.doubles.workspace_runner``; returns the exit status."""
-    asyncio.run(_serve(_parser().parse_args(argv)))
+    """Entry point of ``python -m rwrouter.doubles.workspace_runner``; returns the exit status
+    (2 for a ``--backend`` naming a workspace that is not served)."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        backends_of(args.backend, args.workspace or ["ws-1"])
+    except ValueError as exc:
+        parser.error(str(exc))
+    asyncio.run(_serve(args))
     return 0
 
 

@@ -93,7 +93,10 @@ class Outcome:
     and what was stored (samples+histograms, metadata entries); ``counted``: the samples,
     histograms, exemplars and metadata entries of its valid series the rate limiter took
     (Cortex/Mimir distributors: ``validatedSamples + validatedExemplars +
-    len(validatedMetadata)``), 0 when it refused them."""
+    len(validatedMetadata)``), 0 when it refused them. ``accepted`` (only when
+    :meth:`WorkspaceStore.ingest` was asked to ``collect``): the request's part that passed
+    every check, as a WriteRequest (a point it already held with the same value included:
+    accepting it again is no error), ``None`` when nothing passed."""
 
     status: int
     reason: str
@@ -101,6 +104,7 @@ class Outcome:
     stored_samples: int = 0
     stored_metadata: int = 0
     counted: int = 0  # what the rate limiter counted (0 when the request did not reach it)
+    accepted: remote_pb2.WriteRequest | None = field(default=None, compare=False, repr=False)
 
 
 def float_to_bits(value: float) -> int:
@@ -126,11 +130,14 @@ class WorkspaceStore:
         self._refilled_at = now_s
         self.elected: dict[str, tuple[str, float]] = {}  # HA: cluster -> (replica, last seen)
 
-    def ingest(self, request: remote_pb2.WriteRequest, *, now_s: float) -> Outcome:
+    def ingest(
+        self, request: remote_pb2.WriteRequest, *, now_s: float, collect: bool = False
+    ) -> Outcome:
         """Checks 12-15, storing what passes; the lowest-numbered failure is answered.
 
         12 (invalid series) and 13 (out of order...) and 15 (series cap) reject only the
-        offending series or samples; 14 (rate limit) rejects the whole request.
+        offending series or samples; 14 (rate limit) rejects the whole request. ``collect``:
+        also return what passed (``Outcome.accepted``), to be written elsewhere.
         """
         if self.limits.ha_dedup and not self._ha_accepts(request, now_s):
             return Outcome(202, "ha_replica", self._ha_message)
@@ -156,12 +163,19 @@ class WorkspaceStore:
             )
             return Outcome(429, "rate_limited", message)
         stored = 0
+        accepted = remote_pb2.WriteRequest() if collect else None
         for labels, ts in valid:
-            stored += self._append(labels, ts, now_ms=int(now_s * 1000), errors=errors)
-        stored_metadata = self._store_metadata(request.metadata)
+            out = accepted.timeseries.add() if accepted is not None else None
+            stored += self._append(labels, ts, now_ms=int(now_s * 1000), errors=errors, out=out)
+            if accepted is not None and out is not None and not (out.samples or out.histograms):
+                del accepted.timeseries[-1]  # nothing of it passed (exemplars alone: none)
+        stored_metadata = self._store_metadata(request.metadata, out=accepted)
+        if accepted is not None and not (accepted.timeseries or accepted.metadata):
+            accepted = None
         if errors:
-            return Outcome(400, *errors[min(errors)], stored, stored_metadata, counted)
-        return Outcome(200, "", "", stored, stored_metadata, counted)
+            reason, message = errors[min(errors)]
+            return Outcome(400, reason, message, stored, stored_metadata, counted, accepted)
+        return Outcome(200, "", "", stored, stored_metadata, counted, accepted)
 
     def _ha_accepts(self, request: remote_pb2.WriteRequest, now_s: float) -> bool:
         """The Cortex HA tracker, written from its documented behaviour (not rwrouter's own
@@ -209,7 +223,10 @@ class WorkspaceStore:
         *,
         now_ms: int,
         errors: dict[int, tuple[str, str]],
+        out: types_pb2.TimeSeries | None = None,
     ) -> int:
+        """Store what of ``ts`` passes checks 13 and 15; returns the new points stored. ``out``
+        receives the labels, the points that passed and the exemplars (when any point did)."""
         series = self.series.get(labels)
         if series is None:
             if len(self.series) >= self.limits.max_active_series:
@@ -222,12 +239,21 @@ class WorkspaceStore:
         stored = 0
         for sample in ts.samples:
             bits = float_to_bits(sample.value)
-            stored += self._admit(series.samples, sample.timestamp, bits, labels, now_ms, errors)
+            admitted = self._admit(series.samples, sample.timestamp, bits, labels, now_ms, errors)
+            stored += admitted is True
+            if out is not None and admitted is not None:
+                out.samples.append(sample)
         for histogram in ts.histograms:
             encoded = histogram.SerializeToString(deterministic=True)
-            stored += self._admit(
+            admitted = self._admit(
                 series.histograms, histogram.timestamp, encoded, labels, now_ms, errors
             )
+            stored += admitted is True
+            if out is not None and admitted is not None:
+                out.histograms.append(histogram)
+        if out is not None:
+            out.labels.extend(types_pb2.Label(name=n, value=v) for n, v in labels)
+            out.exemplars.extend(ts.exemplars)
         for exemplar in ts.exemplars:
             exemplar_labels = tuple((label.name, label.value) for label in exemplar.labels)
             value_bits = float_to_bits(exemplar.value)
@@ -244,8 +270,10 @@ class WorkspaceStore:
         labels: Labels,
         now_ms: int,
         errors: dict[int, tuple[str, str]],
-    ) -> int:
-        """Store one point unless check 13 rejects it; returns 1 if a new point was stored."""
+    ) -> bool | None:
+        """Store one point unless check 13 rejects it: True when a new point was stored,
+        False when the same point was already there (accepted, nothing new), None when
+        refused."""
         window_ms = int(self.limits.out_of_order_window_s * 1000)
         bound_ms = int(self.limits.out_of_bounds_s * 1000)
         problem: tuple[str, str] | None = None
@@ -258,7 +286,7 @@ class WorkspaceStore:
             )
         elif timestamp in points:
             if points[timestamp] == value:
-                return 0  # same timestamp, same value: accepted, nothing new
+                return False  # same timestamp, same value: accepted, nothing new
             problem = (
                 "duplicate_sample",
                 "duplicate sample for timestamp. "
@@ -271,11 +299,16 @@ class WorkspaceStore:
             )
         if problem:
             errors.setdefault(13, problem)
-            return 0
+            return None
         points[timestamp] = value  # type: ignore[assignment]
-        return 1
+        return True
 
-    def _store_metadata(self, entries: Iterable[types_pb2.MetricMetadata]) -> int:
+    def _store_metadata(
+        self,
+        entries: Iterable[types_pb2.MetricMetadata],
+        *,
+        out: remote_pb2.WriteRequest | None = None,
+    ) -> int:
         stored = 0
         for entry in entries:
             name = entry.metric_family_name
@@ -283,6 +316,8 @@ class WorkspaceStore:
                 continue  # silently dropped, like the managed workspace
             self.metadata[name] = Metadata(int(entry.type), entry.help, entry.unit)
             stored += 1
+            if out is not None:
+                out.metadata.append(entry)
         return stored
 
 

@@ -1,0 +1,195 @@
+"""The real Prometheus behind a workspace of the double: what the double accepts is written
+into it through its remote-write receiver, and the workspace's query API is answered by it.
+
+A :class:`Backend` holds one aiohttp client session (opened by :meth:`Backend.start`, closed by
+:meth:`Backend.stop`) and bounds every call by ``timeout_s`` seconds:
+
+- :meth:`Backend.write` POSTs an accepted remote write 1.0 request (snappy block) to
+  ``<url>/api/v1/write`` (Prometheus ``--web.enable-remote-write-receiver``); writes of one
+  workspace go one at a time, in the order the double accepted them.
+- :meth:`Backend.query` forwards a query (method, ``api/v1/...`` path, raw query string, form
+  body) to ``<url>/api/v1/...`` and returns the backend's status, body and content type.
+
+Both raise :class:`BackendError` when the backend does not answer (refused connection,
+``timeout_s`` passed); :meth:`Backend.write` also when it answers other than 2xx.
+
+:func:`backend_config` is the ``prometheus.yml`` such a backend needs: no scraping, and an
+out-of-order window as wide as the double's (``Limits.out_of_order_window_s``, the workspace's
+1 min), so that what the double accepts out of order is not refused by the backend.
+Source: managed-workspace.md "Quotas that matter" (out-of-order window), Prometheus
+``storage.tsdb.out_of_order_time_window`` (since 2.39).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass
+
+import aiohttp
+import snappy  # type: ignore[import-untyped,unused-ignore]
+import yaml  # type: ignore[import-untyped,unused-ignore]
+
+from rwrouter.doubles.sigv4_verify import Rejection
+from rwrouter.wire import remote_pb2
+
+__all__ = [
+    "QUERY_PATH",
+    "Backend",
+    "BackendError",
+    "QueryAnswer",
+    "backend_config",
+    "no_backend",
+    "query_failure",
+    "query_methods",
+    "write_failure",
+]
+
+#: The workspace's query API (managed-workspace.md "Query API"; AMP QueryMetrics, GetSeries,
+#: GetLabels): ``/workspaces/<id>/api/v1/<query|query_range|series|labels|label/<name>/values>``.
+QUERY_PATH = re.compile(
+    r"/workspaces/([^/]+)/(api/v1/(?:query|query_range|series|labels|label/[^/]+/values))"
+)
+
+
+def query_methods(api_path: str) -> frozenset[str]:
+    """The methods the workspace answers on ``api_path`` (``api/v1/...``): GET and POST (a
+    form body), but GET only for ``api/v1/label/<name>/values`` (AMP GetLabels)."""
+    if api_path.startswith("api/v1/label/"):
+        return frozenset({"GET"})
+    return frozenset({"GET", "POST"})
+
+
+#: Remote write 1.0 request headers (remote-write.md).
+_RW1_HEADERS = {
+    "Content-Encoding": "snappy",
+    "Content-Type": "application/x-protobuf",
+    "X-Prometheus-Remote-Write-Version": "0.1.0",
+}
+
+
+class BackendError(Exception):
+    """The backend did not take a write or did not answer a query. ``status``: its HTTP status
+    (0 when it did not answer); ``timed_out``: ``timeout_s`` passed first."""
+
+    def __init__(self, message: str, *, status: int = 0, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.timed_out = timed_out
+
+
+@dataclass(frozen=True)
+class QueryAnswer:
+    """The backend's answer to a query: HTTP status, body bytes, ``Content-Type``."""
+
+    status: int
+    body: bytes
+    content_type: str
+
+
+def backend_config(*, out_of_order_window_s: float = 60.0) -> str:
+    """``prometheus.yml`` text of a backend: no scrape targets (data arrives by remote write
+    only) and ``storage.tsdb.out_of_order_time_window`` of ``out_of_order_window_s`` seconds."""
+    config = {
+        "global": {"external_labels": {"prometheus": "workspace-double-backend"}},
+        "storage": {"tsdb": {"out_of_order_time_window": f"{round(out_of_order_window_s)}s"}},
+    }
+    body = yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
+    return f"# The workspace double's backend: stores what the double accepted.\n{body}"
+
+
+class Backend:
+    """The Prometheus at ``url`` (``http://host:port``, no trailing path) behind a workspace.
+    Use from the loop that started it."""
+
+    def __init__(self, url: str, *, timeout_s: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.writes = 0  # requests it took
+        self.written_series = 0  # series in them
+        self._session: aiohttp.ClientSession | None = None
+        self._write_lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+        self._session = aiohttp.ClientSession(timeout=timeout)
+        self._write_lock = asyncio.Lock()
+
+    async def stop(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise BackendError(f"backend {self.url}: not started")
+        return self._session
+
+    async def write(self, request: remote_pb2.WriteRequest) -> None:
+        """Write ``request`` (remote write 1.0) into the backend; :class:`BackendError` unless
+        it answers 2xx within ``timeout_s``."""
+        body = bytes(snappy.compress(request.SerializeToString()))
+        url = f"{self.url}/api/v1/write"
+        async with self._write_lock:
+            try:
+                async with self._client().post(url, data=body, headers=_RW1_HEADERS) as answer:
+                    text = (await answer.text(errors="replace")).strip()
+                    status = answer.status
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                raise _unreachable(url, exc, self.timeout_s) from exc
+        if not 200 <= status < 300:
+            raise BackendError(f"{url} answered {status}: {text[:500]}", status=status)
+        self.writes += 1
+        self.written_series += len(request.timeseries)
+
+    async def query(
+        self, *, method: str, api_path: str, raw_query: str, body: bytes, content_type: str
+    ) -> QueryAnswer:
+        """Forward one query: ``method`` (GET/POST) to ``<url>/<api_path>?<raw_query>`` with
+        ``body`` (a POST's form) and its ``content_type``. Any answer is returned as is;
+        :class:`BackendError` when none comes within ``timeout_s``."""
+        url = f"{self.url}/{api_path}" + (f"?{raw_query}" if raw_query else "")
+        headers = {"Content-Type": content_type} if body and content_type else {}
+        try:
+            async with self._client().request(
+                method, url, data=body or None, headers=headers
+            ) as answer:
+                payload = await answer.read()
+                kind = answer.headers.get("Content-Type", "application/json")
+                return QueryAnswer(answer.status, payload, kind)
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise _unreachable(url, exc, self.timeout_s) from exc
+
+
+def _unreachable(url: str, exc: BaseException, timeout_s: float) -> BackendError:
+    if isinstance(exc, TimeoutError):
+        return BackendError(f"{url}: no answer within {timeout_s:g} s", timed_out=True)
+    return BackendError(f"{url}: {type(exc).__name__}: {exc}")
+
+
+def write_failure(exc: BackendError) -> Rejection:
+    """Check 16 of a write: the backend did not store what the double accepted. 400
+    ``backend_refused`` when it refused it (4xx: its rules are narrower than the double's, e.g.
+    a sample older than its head), else 503 ``backend_unavailable`` (the sender retries)."""
+    if 400 <= exc.status < 500:
+        message = f"the double's backend Prometheus refused what the double accepted: {exc}"
+        return Rejection(16, 400, "backend_refused", message, "ValidationException")
+    message = f"the double's backend Prometheus did not store it (send again): {exc}"
+    return Rejection(16, 503, "backend_unavailable", message, "ServiceUnavailableException")
+
+
+def query_failure(exc: BackendError) -> Rejection:
+    """Check 16 of a query: the backend did not answer; 504 after the timeout, else 503."""
+    message = f"the double's backend Prometheus did not answer: {exc}"
+    status = 504 if exc.timed_out else 503
+    return Rejection(16, status, "backend_unavailable", message, "ServiceUnavailableException")
+
+
+def no_backend(workspace_id: str) -> Rejection:
+    """A query of a workspace that has no backend: 501 ``no_backend``, saying how to get one."""
+    message = (
+        f"the workspace double answers no queries for {workspace_id}: it has no backend "
+        "Prometheus (WorkspaceDouble(backends=...), or --backend URL of python -m "
+        "rwrouter.doubles.workspace_runner; `rwrouter demo` starts one)"
+    )
+    return Rejection(16, 501, "no_backend", message, "NotImplementedException")
