@@ -1,30 +1,30 @@
 """``rwrouter compare`` against two real Prometheus processes holding the same data: Debian's
-2.42 as the self-hosted store, a Prometheus 3 behind a SigV4-verifying workspace front
-(``/workspaces/<id>/api/v1/query_range`` verified with :mod:`rwrouter.doubles.sigv4_verify`,
-then forwarded) — with a deliberately missing family, a value that differs, a front too slow
-for ``--timeout`` and credentials it refuses. The command runs as a process, as an operator
-runs it."""
+2.42 as the self-hosted store, and a Prometheus 3 behind the workspace double
+(:mod:`rwrouter.doubles.workspace`: it stores what it accepts there and answers the
+workspace's query API from it, SigV4-verified) — with a deliberately missing family, a value
+that differs, a workspace too slow for ``--timeout`` and credentials it refuses. The command
+runs as a process, as an operator runs it."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
 import sys
-import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 import snappy  # type: ignore[import-untyped,unused-ignore]
-from aiohttp import web
 
-from rwrouter.doubles.sigv4_verify import Key, Rejection, verify
+from rwrouter.auth.credentials import FrozenCredentials, sign
+from rwrouter.doubles.workspace import Key, WorkspaceDouble
+from rwrouter.doubles.workspace_backend import backend_config
+from rwrouter.doubles.workspace_runner import ThreadedWorkspace, run_in_thread
 from rwrouter.wire import remote_pb2
 from tests.support.peers import peer_binary
 from tests.support.prometheus import PrometheusProcess
@@ -33,12 +33,12 @@ pytestmark = pytest.mark.timeout(90)
 
 REGION = "us-east-1"
 WORKSPACE = "ws-compare"
-ACCESS_KEY, SECRET = "AKIDCOMPARE", "compare-secret"
+KEY = FrozenCredentials("AKIDCOMPARE", "compare-secret")
 STEP_MS = 15_000
-PROM_CONFIG = "global: {scrape_interval: 1m}\n"
 ROOT = Path(__file__).resolve().parents[2]
 
 Labels = tuple[tuple[str, str], ...]
+Samples = dict[Labels, list[tuple[int, float]]]
 
 
 def series() -> list[Labels]:
@@ -50,139 +50,92 @@ def series() -> list[Labels]:
     return out
 
 
-def write(prom: PrometheusProcess, samples: dict[Labels, list[tuple[int, float]]]) -> None:
+def body_of(samples: Samples) -> bytes:
     request = remote_pb2.WriteRequest()
     for labels, points in samples.items():
         ts = request.timeseries.add()
-        for name, text in labels:
+        for name, text in sorted(labels):  # as Prometheus sends them
             ts.labels.add(name=name, value=text)
         for timestamp, value in points:
             ts.samples.add(timestamp=timestamp, value=value)
-    status, body = prom.write(bytes(snappy.compress(request.SerializeToString())))
-    assert status == 204, body
+    return bytes(snappy.compress(request.SerializeToString()))
 
 
-@dataclass
-class WorkspaceFront:
-    """A SigV4-verifying front of a real Prometheus, as the managed workspace's query API:
-    ``GET /workspaces/<id>/api/v1/query_range`` verified (403 otherwise), then forwarded.
-    ``delay``: seconds to wait before forwarding (a slow workspace)."""
+def write_signed(url: str, body: bytes) -> None:
+    """A remote write 1.0 request to the double, signed as rwrouter signs them."""
+    headers = sign(
+        method="POST", url=url, headers={}, body=body, credentials=KEY, region=REGION, service="aps"
+    )
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, body, headers), timeout=10):
+            pass
+    except urllib.error.HTTPError as exc:
+        raise AssertionError(f"the double answered {exc.code}: {exc.read()!r}") from None
 
-    backend: str  # the Prometheus behind it
-    self_hosted: str  # the other Prometheus (the self-hosted store), for the configuration
-    end: float  # the data's last timestamp (unix seconds)
-    delay: float = 0.0
-    verified: int = 0
-    rejected: list[str] = field(default_factory=list)
-    url: str = ""  # where it listens
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        raw_path, _, raw_query = request.raw_path.partition("?")
-        headers: dict[str, list[str]] = {}
-        for name, value in request.headers.items():
-            headers.setdefault(name.lower(), []).append(value)
-        verdict = verify(
-            method=request.method,
-            raw_path=raw_path,
-            raw_query=raw_query,
-            headers=headers,
-            body=await request.read(),
-            keys={ACCESS_KEY: Key(SECRET)},
-            region=REGION,
-            service="aps",
-            now_s=time.time(),
-        )
-        if isinstance(verdict, Rejection):
-            self.rejected.append(verdict.reason)
-            return web.json_response({"message": verdict.message}, status=verdict.status)
-        if request.match_info["ws"] != WORKSPACE:
-            return web.json_response({"message": "workspace not found"}, status=404)
-        self.verified += 1
-        await asyncio.sleep(self.delay)
-        async with aiohttp.ClientSession() as session:
-            target = f"{self.backend}/api/v1/query_range?{raw_query}"
-            async with session.get(target) as answer:
-                return web.Response(
-                    status=answer.status, body=await answer.read(), content_type="application/json"
-                )
+class Stores:
+    """The self-hosted Prometheus and the workspace double (its Prometheus 3 behind it),
+    holding the same series but for the DCGM_FI_DEV_FB_USED family (missing in the
+    workspace) and one GPU_UTIL value of n2/gpu 1 (1 more in the workspace): 41 samples 15 s
+    apart, the last one (``end``, unix seconds) a minute ago."""
+
+    def __init__(self, self_hosted: str, threaded: ThreadedWorkspace, end: float) -> None:
+        self.self_hosted, self.threaded, self.end = self_hosted, threaded, end
+        self.double = threaded.double
+
+    def queries_verified(self) -> int:
+        return sum(r.reason == "" for r in self.double.queries)
 
 
 @pytest.fixture(scope="module")
-def front() -> Iterator[WorkspaceFront]:
-    """Two real Prometheus processes holding the same series, but the workspace's lacks the
-    DCGM_FI_DEV_FB_USED family and has one GPU_UTIL value of n2/gpu 1 different (41 samples
-    15 s apart, the last one a minute ago: ``front.end``)."""
+def stores() -> Iterator[Stores]:
     end_ms = (int(time.time() * 1000) // STEP_MS - 4) * STEP_MS
     points = [(end_ms - i * STEP_MS, float(i % 7) + 0.25) for i in range(40, -1, -1)]
+    changed = [(t, v + 1.0 if t == end_ms - 10 * STEP_MS else v) for t, v in points]
     with (
-        PrometheusProcess.start(PROM_CONFIG) as self_hosted,
-        PrometheusProcess.start(PROM_CONFIG, binary=peer_binary("prometheus")) as workspace,
+        PrometheusProcess.start(backend_config()) as self_hosted,
+        PrometheusProcess.start(backend_config(), binary=peer_binary("prometheus")) as backend,
     ):
-        all_series = {labels: points for labels in series()}
-        write(self_hosted, all_series)
-        changed = [(t, v + 1.0 if t == end_ms - 10 * STEP_MS else v) for t, v in points]
-        write(
-            workspace,
-            {
+        status, answer = self_hosted.write(body_of({labels: points for labels in series()}))
+        assert status == 204, answer
+        double = WorkspaceDouble(
+            region=REGION,
+            workspaces=(WORKSPACE,),
+            credentials={KEY.access_key: Key(KEY.secret_key)},
+            backends={WORKSPACE: backend.url},
+            backend_timeout_s=10.0,
+        )
+        threaded = run_in_thread(double)
+        try:
+            sent = {
                 labels: changed if labels[1:] == (("Hostname", "n2"), ("gpu", "1")) else points
                 for labels in series()
                 if labels[0][1] == "DCGM_FI_DEV_GPU_UTIL"
-            },
-        )
-        state = WorkspaceFront(
-            backend=workspace.url, self_hosted=self_hosted.url, end=end_ms / 1000
-        )
-        with _serve(state) as port:
-            state.url = f"http://127.0.0.1:{port}"
-            yield state
+            }
+            write_signed(double.url(WORKSPACE), body_of(sent))
+            yield Stores(self_hosted.url, threaded, end_ms / 1000)
+        finally:
+            threaded.stop()
 
 
-class _serve:
-    """Serve ``state`` on 127.0.0.1 from a thread with its own loop (the command under test
-    runs as a process, the fixture is synchronous)."""
-
-    def __init__(self, state: WorkspaceFront) -> None:
-        self.state = state
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-
-    def __enter__(self) -> int:
-        self.thread.start()
-        app = web.Application()
-        app.router.add_get("/workspaces/{ws}/api/v1/query_range", self.state.handle)
-        self.runner = web.AppRunner(app)
-        asyncio.run_coroutine_threadsafe(self.runner.setup(), self.loop).result(10)
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        asyncio.run_coroutine_threadsafe(site.start(), self.loop).result(10)
-        server = site._server
-        assert server is not None
-        return int(server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
-
-    def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
-
-
-def config(tmp_path: Path, front: WorkspaceFront, *, keep: str, secret: str = SECRET) -> Path:
+def config(tmp_path: Path, stores: Stores, *, keep: str, secret: str = KEY.secret_key) -> Path:
     path = tmp_path / "rwrouter.yaml"
     path.write_text(
         f"""
 remote_write:
   - name: workspace
-    url: {front.url}/workspaces/{WORKSPACE}/api/v1/remote_write
-    sigv4: {{region: {REGION}, access_key: {ACCESS_KEY}, secret_key: {secret}}}
+    url: {stores.double.url(WORKSPACE)}
+    sigv4: {{region: {REGION}, access_key: {KEY.access_key}, secret_key: {secret}}}
     write_relabel_configs:
       - {{source_labels: [__name__], regex: "{keep}", action: keep}}
   - name: self-hosted
-    url: {front.self_hosted}/api/v1/write
+    url: {stores.self_hosted}/api/v1/write
 """
     )
     return path
 
 
-def compare(front: WorkspaceFront, path: Path, *args: str) -> tuple[int, dict[str, Any]]:
+def compare(stores: Stores, path: Path, *args: str) -> tuple[int, dict[str, Any]]:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     for name in ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         env.pop(name, None)
@@ -199,7 +152,7 @@ def compare(front: WorkspaceFront, path: Path, *args: str) -> tuple[int, dict[st
             "--step",
             "15s",
             "--end",
-            f"{front.end:.3f}",
+            f"{stores.end:.3f}",
             "--repeat",
             "3",
             "--json",
@@ -249,29 +202,28 @@ BOTH = "DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_FB_USED"
 )
 def test_compare(
     tmp_path: Path,
-    front: WorkspaceFront,
+    stores: Stores,
     keep: str,
     query: str,
     code: int,
     status: str,
     parity: dict[str, int],
 ) -> None:
-    verified = front.verified
-    exit_code, report = compare(front, config(tmp_path, front, keep=keep), "--query", query)
+    verified, refused = stores.queries_verified(), len(stores.double.query_rejections)
+    exit_code, report = compare(stores, config(tmp_path, stores, keep=keep), "--query", query)
     (result,) = report["queries"]
     assert (exit_code, report["exit_code"], result["status"]) == (code, code, status), report
     assert {k: result["parity"][k] for k in parity} == parity
     for side in ("self_hosted", "workspace"):
         assert result[side]["answered"] == 3 and result[side]["p95_seconds"] > 0
-    assert front.verified - verified == 3 and not front.rejected
+    assert stores.queries_verified() - verified == 3  # every run signed and verified
+    assert len(stores.double.query_rejections) == refused
     assert report["summary"].startswith("rwrouter compare ")
 
 
-def test_compare_names_the_missing_family_and_the_value(
-    tmp_path: Path, front: WorkspaceFront
-) -> None:
+def test_compare_names_the_missing_family_and_the_value(tmp_path: Path, stores: Stores) -> None:
     _, report = compare(
-        front, config(tmp_path, front, keep=BOTH), "--query", '{__name__=~"DCGM_FI_DEV_.*"}'
+        stores, config(tmp_path, stores, keep=BOTH), "--query", '{__name__=~"DCGM_FI_DEV_.*"}'
     )
     parity = report["queries"][0]["parity"]
     assert parity["families"]["DCGM_FI_DEV_FB_USED"]["missing_in_workspace"] == 4
@@ -292,7 +244,7 @@ def test_compare_names_the_missing_family_and_the_value(
     [
         pytest.param(
             3.0,
-            SECRET,
+            KEY.secret_key,
             ("--timeout", "1s"),
             "timed out after 1s",
             "workspace timed out on 1 query",
@@ -310,18 +262,18 @@ def test_compare_names_the_missing_family_and_the_value(
 )
 def test_a_store_that_does_not_answer_is_reported(
     tmp_path: Path,
-    front: WorkspaceFront,
+    stores: Stores,
     delay: float,
     secret: str,
     args: Sequence[str],
     error: str,
     summary: str,
 ) -> None:
-    front.delay = delay
+    stores.double.latency_s = delay
     try:
         code, report = compare(
-            front,
-            config(tmp_path, front, keep=BOTH, secret=secret),
+            stores,
+            config(tmp_path, stores, keep=BOTH, secret=secret),
             "--query",
             "count(DCGM_FI_DEV_GPU_UTIL)",
             "--repeat",
@@ -329,8 +281,7 @@ def test_a_store_that_does_not_answer_is_reported(
             *args,
         )
     finally:
-        front.delay = 0.0
-        front.rejected.clear()
+        stores.double.latency_s = 0.0
     (result,) = report["queries"]
     assert (code, result["status"], result["parity"]) == (3, "not compared", None)
     assert result["self_hosted"]["answered"] == 1
