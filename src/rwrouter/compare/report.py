@@ -10,6 +10,7 @@ answer of each store. :func:`exit_code` is the command's status.
 
 from __future__ import annotations
 
+import datetime as dt
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -137,6 +138,11 @@ def exit_code(reports: Sequence[QueryReport]) -> int:
     return EXIT_PARITY
 
 
+def _utc(unix_s: float) -> str:
+    """RFC 3339 in UTC, to the second (a conversion of the value given: no clock read)."""
+    return dt.datetime.fromtimestamp(unix_s, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}s"
 
@@ -199,8 +205,8 @@ def format_report(
     for i, r in enumerate(reports, 1):
         lines.append(f"query {i}: {r.query}")
         lines.append(
-            f"  range {format_duration(r.end - r.start)} ending at {r.end:g} "
-            f"(unix seconds), step {format_duration(r.step)}"
+            f"  range {format_duration(r.end - r.start)} ending at {_utc(r.end)}, "
+            f"step {format_duration(r.step)}"
         )
         lines.append(f"  {'store':<12} {'p50':>10} {'p95':>10}  answered")
         lines.append(_side_line("self-hosted", r.self_hosted))
