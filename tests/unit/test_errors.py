@@ -11,6 +11,7 @@ import pytest
 
 from rwrouter import errors
 from rwrouter.errors import (
+    AnswerError,
     CaptureError,
     ConfigError,
     CredentialsError,
@@ -47,6 +48,7 @@ TREE: list[tuple[type[BaseException], tuple[type[BaseException], ...], int | Non
     (TransportError, (RwrouterError,), None),
     (CaptureError, (RwrouterError, ValueError), None),
     (SeriesError, (RwrouterError, ValueError), None),
+    (AnswerError, (RwrouterError, ValueError), None),
     (PrometheusNotFoundError, (RwrouterError, RuntimeError), None),
     (InvariantError, (RuntimeError,), None),  # a bug: deliberately not an RwrouterError
 ]

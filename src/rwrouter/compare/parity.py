@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rwrouter.errors import AnswerError
 from rwrouter.relabel.series import format_labels
 
 __all__ = [
@@ -56,10 +57,6 @@ Matrix = dict[Labels, dict[int, Value]]  # label set -> timestamp (ms) -> value
 Series = Mapping[Labels, Mapping[int, Value]]  # what compare reads: a Matrix, or a literal
 
 NO_NAME = "(no __name__)"  # the family of a series without a metric name (an aggregation)
-
-
-class AnswerError(ValueError):
-    """An answer that is not a Prometheus API range query result (the text says what)."""
 
 
 def parse_matrix(document: object) -> Matrix:
