@@ -18,6 +18,8 @@ built-in base as well, so code that caught them by it still does::
     ├── CaptureError             (also ValueError) not an rwrouter capture file
     ├── SeriesError              (also ValueError) an unparsable ``rwrouter relabel --series``
     ├── WorkspaceBackendError    the workspace double's backend Prometheus took no write/answer
+    ├── AnswerError              (also ValueError) a store's answer to ``rwrouter compare`` is
+    │                            not a Prometheus range query result (or an error answer)
     └── PrometheusNotFoundError  (also RuntimeError) no ``prometheus`` binary for the demo
 
 A :class:`RequestError` never becomes a 5xx answer, and it never affects the next request.
@@ -159,6 +161,13 @@ class WorkspaceBackendError(RwrouterError):
         super().__init__(message)
         self.status = status
         self.timed_out = timed_out
+
+
+class AnswerError(RwrouterError, ValueError):
+    """A store's answer to a ``rwrouter compare`` query that is not a Prometheus API range
+    query result: an error answer (its ``errorType`` and ``error``), another result type, a
+    malformed one, or one over the size bound. The text says which
+    (:mod:`rwrouter.compare.parity`); the command reports it as that store's failure."""
 
 
 class PrometheusNotFoundError(RwrouterError, RuntimeError):

@@ -7,7 +7,8 @@
   (nor reads the clock another way) nor a rwrouter module outside the pure core.
 - Only ``auth/credentials.py`` imports botocore; only ``metrics/`` imports prometheus_client
   (besides the demo and its doubles, which are not the router); only ``server/``, ``doubles/``
-  and ``demo/`` import ``aiohttp.web`` (``send/transport.py`` may use the aiohttp client); only
+  and ``demo/`` import ``aiohttp.web`` (``send/transport.py`` and ``compare/client.py`` may use
+  the aiohttp client); only
   ``demo/`` imports the doubles.
 - A size budget: functions of at most 60 lines, modules of at most 400, but for a short list.
 - Every module imports on its own in a fresh interpreter, without side effects.
@@ -118,8 +119,9 @@ def under(name: str, *prefixes: str) -> bool:
 PURE_ROOTS = ("rwrouter", "rwrouter.auth", "rwrouter.queue", "rwrouter.send")
 
 
-# The live audit (a lock, a log line) sits in audit/ beside the pure core it drives.
-SHELL_IN_CORE = ("rwrouter.audit.live",)
+# The live audit (a lock, a log line) sits in audit/ beside the pure core it drives; so does
+# compare's HTTP client (rwrouter compare) beside its pure parity and report.
+SHELL_IN_CORE = ("rwrouter.audit.live", "rwrouter.compare.client")
 
 
 def is_pure(name: str) -> bool:
@@ -129,6 +131,7 @@ def is_pure(name: str) -> bool:
         name,
         "rwrouter.wire",
         "rwrouter.audit",
+        "rwrouter.compare",
         "rwrouter.relabel",
         "rwrouter.routing",
         "rwrouter.auth.sigv4",
@@ -182,7 +185,9 @@ def _aiohttp_web_offence(imp: Import) -> bool:
 
 
 def _aiohttp_offence(imp: Import) -> bool:
-    allowed = under(imp.importer, *WEB_SERVER_SIDE, "rwrouter.send.transport")
+    allowed = under(
+        imp.importer, *WEB_SERVER_SIDE, "rwrouter.send.transport", "rwrouter.compare.client"
+    )
     return top(imp.target) == "aiohttp" and not allowed
 
 
@@ -294,6 +299,30 @@ RULE_CASES = [
         _doubles_offence,
         "rwrouter.demo.pipeline",
         "rwrouter.doubles.workspace",
+        False,
+        False,
+    ),
+    (
+        "aiohttp_client_in_compare_client",
+        _aiohttp_offence,
+        "rwrouter.compare.client",
+        "aiohttp",
+        False,
+        False,
+    ),
+    (
+        "compare_core_imports_aiohttp",
+        _pure_offence,
+        "rwrouter.compare.parity",
+        "aiohttp",
+        False,
+        True,
+    ),
+    (
+        "compare_client_imports_asyncio",
+        _pure_offence,
+        "rwrouter.compare.client",
+        "asyncio",
         False,
         False,
     ),
@@ -465,6 +494,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("rwrouter.auth", "rwrouter.routing", "rwrouter.audit", "rwrouter.metrics"),
     ("rwrouter.queue",),
     ("rwrouter.send",),
+    ("rwrouter.compare",),
     ("rwrouter.deadletter",),
     ("rwrouter.pipeline",),
     ("rwrouter.server",),

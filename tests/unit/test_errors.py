@@ -11,6 +11,7 @@ import pytest
 
 from rwrouter import errors
 from rwrouter.errors import (
+    AnswerError,
     CaptureError,
     ConfigError,
     CredentialsError,
@@ -49,6 +50,7 @@ TREE: list[tuple[type[BaseException], tuple[type[BaseException], ...], int | Non
     (CaptureError, (RwrouterError, ValueError), None),
     (SeriesError, (RwrouterError, ValueError), None),
     (WorkspaceBackendError, (RwrouterError,), None),
+    (AnswerError, (RwrouterError, ValueError), None),
     (PrometheusNotFoundError, (RwrouterError, RuntimeError), None),
     (InvariantError, (RuntimeError,), None),  # a bug: deliberately not an RwrouterError
 ]

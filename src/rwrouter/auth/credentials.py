@@ -212,6 +212,7 @@ def sign(
     credentials: FrozenCredentials,
     region: str,
     service: str,
+    fixed: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Sign one request; returns every header to send except ``User-Agent`` (the caller adds
     it, unsigned) and ``Content-Length`` (the HTTP client adds it).
@@ -220,10 +221,12 @@ def sign(
     and the set is filtered by :func:`rwrouter.auth.sigv4.headers_to_sign`, then ``Host``
     (:func:`rwrouter.auth.sigv4.host_header`). The result adds ``X-Amz-Date``,
     ``X-Amz-Security-Token`` (temporary credentials) and ``Authorization``; every header in it
-    is signed. ``body`` must be the exact bytes sent (its sha256 is signed). Reads the clock.
+    is signed. ``body`` must be the exact bytes sent (its sha256 is signed). ``fixed``: the
+    protocol's headers (default: remote write's; ``{}`` for a query of the workspace's query
+    API, ``rwrouter compare``). Reads the clock.
     Source: managed-workspace.md "Endpoint and headers"; botocore ``SigV4Auth``.
     """
-    to_sign = sigv4.headers_to_sign(configured=headers)
+    to_sign = sigv4.headers_to_sign(configured=headers, fixed=fixed)
     to_sign["Host"] = sigv4.host_header(url)
     request = AWSRequest(method=method.upper(), url=url, data=body, headers=to_sign)
     boto_credentials = BotoCredentials(

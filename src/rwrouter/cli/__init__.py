@@ -2,7 +2,8 @@
 
 The commands: ``rwrouter run``, ``rwrouter check-config``, ``rwrouter demo``,
 ``rwrouter rejected list|replay``, ``rwrouter relabel`` (the relabel debugger), ``rwrouter
-audit`` and ``rwrouter capture``.
+audit``, ``rwrouter capture`` and ``rwrouter compare`` (the same PromQL on the self-hosted
+store and the workspace).
 
 ``rwrouter run --config FILE`` runs the router (SIGHUP reloads FILE; SIGTERM drains for
 ``server.shutdown_timeout``); ``--workers N`` runs N router processes sharing the port
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from rwrouter import __version__
 from rwrouter.cli.audit import register as register_audit
+from rwrouter.cli.compare import register as register_compare
 from rwrouter.cli.rejected import register as register_rejected
 from rwrouter.cli.relabel import register as register_relabel
 from rwrouter.errors import ConfigError, RwrouterError
@@ -247,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_rejected(sub)  # rwrouter rejected list|replay (rwrouter.cli.rejected)
     register_relabel(sub)  # rwrouter relabel --config FILE --series S (rwrouter.cli.relabel)
     register_audit(sub)  # rwrouter audit [--url URL] (rwrouter.cli.audit)
+    register_compare(sub)  # rwrouter compare --config FILE --query Q (rwrouter.cli.compare)
     return parser
 
 
