@@ -5,6 +5,9 @@ workspace double keeps getting 1.0. One pipeline of one node, 1 s scrapes; bound
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -119,6 +122,26 @@ def test_the_workspace_answers_queries_signed_and_they_are_no_rejections(
         return {row["metric"]["Hostname"] for row in payload["data"]["result"]} or None
 
     assert len(wait_for(hosts, timeout=30, what="the DCGM query answered by the workspace")) == 1
+
+
+def test_the_printed_compare_command_finds_parity(pipeline: DemoPipeline) -> None:
+    """The command the demo prints, run as printed (its own rwrouter), once both stores hold
+    a few scrapes of the query's family: every query answered, the same results (exit 0)."""
+    command = shlex.split(pipeline.compare_command)
+    assert command[:2] == ["rwrouter", "compare"]
+    run = [sys.executable, "-m", "rwrouter", *command[1:], "--range", "30s", "--step", "1s"]
+    run += ["--json", "--repeat", "2", "--timeout", "10s"]
+
+    def parity() -> dict[str, Any] | None:
+        done = subprocess.run(run, capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode in (0, 1), done.stderr
+        report: dict[str, Any] = json.loads(done.stdout)
+        return report if done.returncode == 0 else None
+
+    report = wait_for(parity, timeout=40, interval=2, what="parity of the demo's compare query")
+    (query,) = report["queries"]
+    assert query["parity"]["equal"] and query["parity"]["series_compared"] == 1  # one node
+    assert query["parity"]["points_compared"] > 0
 
 
 def test_unsigned_queries_are_query_rejections_not_write_rejections(

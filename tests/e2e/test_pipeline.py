@@ -105,8 +105,8 @@ def test_cli_demo_runs_prints_summary_and_leaves_no_process(tmp_path: Path) -> N
     once = (
         "  workspace query (SigV4, service aps): http://127.0.0.1:",
         "  self-hosted query: http://127.0.0.1:",
-        f"  compare the stores: rwrouter compare --config {workdir / 'rwrouter.yaml'} "
-        "--query 'avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)'",
+        "  compare the workspace with the sender's own copy: rwrouter compare --config "
+        f"{workdir / 'rwrouter.yaml'} --self-hosted http://127.0.0.1:",
         "  rwrouter status page: http://127.0.0.1:",
     )
     assert [out.count(text) for text in once] == [1] * len(once), out[-3000:]

@@ -232,10 +232,18 @@ class DemoPipeline:
 
     @property
     def compare_command(self) -> str:
-        """A ready command that runs one DCGM query against both stores (the workspace's
-        signed with the demo's keys from its config)."""
+        """A ready command that runs one DCGM query against the workspace (signed with the
+        demo's keys from its config) and the Prometheus the team queries today: the sender,
+        whose own storage holds every series it scrapes (the demo's self-hosted store is the
+        fallback, so it never gets the families the workspace keeps: docs/migration.md, step
+        3). Raises RuntimeError before :meth:`start`."""
+        if self.sender is None:
+            raise RuntimeError("the demo is not running")
         config = self.workdir / "rwrouter.yaml"
-        return f"rwrouter compare --config {config} --query '{COMPARE_QUERY}'"
+        return (
+            f"rwrouter compare --config {config} --self-hosted {self.sender.url} "
+            f"--query '{COMPARE_QUERY}'"
+        )
 
     def summary(self) -> Summary:
         """Gather the numbers the demo prints (bounded HTTP calls)."""
@@ -333,7 +341,10 @@ def _run(pipeline: DemoPipeline, stop: threading.Event, duration: float | None) 
     print("rwrouter demo: running; Ctrl-C to stop", flush=True)
     for name, url in pipeline.urls.items():
         print(f"  {name}: {url}", flush=True)
-    print(f"  compare the stores: {pipeline.compare_command}", flush=True)
+    print(
+        f"  compare the workspace with the sender's own copy: {pipeline.compare_command}",
+        flush=True,
+    )
     deadline = None if duration is None else time.monotonic() + duration
     while not stop.is_set():
         left = SUMMARY_EVERY_S if deadline is None else deadline - time.monotonic()
