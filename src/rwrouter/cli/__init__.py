@@ -10,6 +10,7 @@ audit`` and ``rwrouter capture``.
 would send nothing anywhere and still look healthy, so ``rwrouter run`` alone (or
 ``rwrouter`` with no command) is a usage error; the local demo pipeline is ``rwrouter demo``.
 Exit codes: 0 clean stop, 1 runtime failure, 2 bad configuration or usage.
+``rwrouter --help`` shows :data:`DESCRIPTION` and :data:`EPILOG` (this text, for a terminal).
 """
 
 from __future__ import annotations
@@ -38,6 +39,18 @@ if TYPE_CHECKING:
     from rwrouter.server.workers import WorkerSpec
 
 log = logging.getLogger("rwrouter")
+
+DESCRIPTION = """\
+rwrouter: a remote write router for Prometheus (remote write 1.0 and 2.0):
+Prometheus-exact relabel rules, fan-out to a SigV4-signed managed workspace and
+a self-hosted store, durable disk queues."""
+EPILOG = """\
+`rwrouter run --config FILE` runs the router (SIGHUP or `rwrouter reload`
+reloads FILE; SIGTERM drains for server.shutdown_timeout); `--workers N` runs
+N router processes sharing the port. --config is required: the local demo
+pipeline is `rwrouter demo`. `rwrouter COMMAND --help` describes each command.
+
+Exit codes: 0 clean stop, 1 runtime failure, 2 bad configuration or usage."""
 
 
 async def serve(
@@ -196,13 +209,25 @@ def _web_flags(parser: argparse.ArgumentParser, *, lifecycle: bool) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rwrouter", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="rwrouter",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"rwrouter {__version__}")
     parser.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
     )
     sub = parser.add_subparsers(dest="command")
-    run = sub.add_parser("run", help="run the router (needs --config FILE)")
+    run = sub.add_parser(
+        "run",
+        help="run the router (needs --config FILE)",
+        description="Serve the configuration in FILE: receive remote write on "
+        "server.listen_address, relabel, queue on disk and send to every destination. SIGHUP "
+        "(or `rwrouter reload`) reloads FILE; SIGTERM or Ctrl-C drains for "
+        "server.shutdown_timeout, what is left stays on disk.",
+    )
     run.add_argument("--config", metavar="FILE", help="YAML configuration file (required)")
     run.add_argument(
         "--workers",
@@ -215,7 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
     _web_flags(run, lifecycle=True)
     run.add_argument("--worker", help=argparse.SUPPRESS)  # set by the supervisor of --workers
     run.set_defaults(func=cmd_run)
-    check = sub.add_parser("check-config", help="validate a configuration and describe it")
+    check = sub.add_parser(
+        "check-config",
+        help="validate a configuration and describe it",
+        description="Validate a configuration file (every mistake, one line each, exit 2) "
+        "or describe each destination as the router would run it (exit 0).",
+    )
     check.add_argument("file", nargs="?", help="YAML configuration file")
     check.add_argument(
         "--config", dest="config_file", metavar="FILE", help="the same, as run takes it"
@@ -223,7 +253,12 @@ def build_parser() -> argparse.ArgumentParser:
     _web_flags(check, lifecycle=False)
     check.set_defaults(func=cmd_check_config)
     demo = sub.add_parser(
-        "demo", help="run the local demo pipeline (needs Debian's prometheus, or --prometheus)"
+        "demo",
+        help="run the local demo pipeline (needs Debian's prometheus, or --prometheus)",
+        description="Run the local demo pipeline on 127.0.0.1: a synthetic DCGM fleet, a "
+        "real Prometheus remote-writing to rwrouter, a SigV4-verifying double of the managed "
+        "workspace and a second Prometheus as the self-hosted store; prints what each store "
+        "received every ten seconds until Ctrl-C (or --duration).",
     )
     demo.add_argument("--nodes", type=int, default=2, help="simulated GPU nodes (8 GPUs each)")
     demo.add_argument(
