@@ -220,6 +220,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
     )
     sub = parser.add_subparsers(dest="command")
+    _register_run(sub)
+    _register_check_config(sub)
+    _register_demo(sub)
+    register_rejected(sub)  # rwrouter rejected list|replay (rwrouter.cli.rejected)
+    register_relabel(sub)  # rwrouter relabel --config FILE --series S (rwrouter.cli.relabel)
+    register_audit(sub)  # rwrouter audit [--url URL] (rwrouter.cli.audit)
+    return parser
+
+
+def _register_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run = sub.add_parser(
         "run",
         help="run the router (needs --config FILE)",
@@ -240,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     _web_flags(run, lifecycle=True)
     run.add_argument("--worker", help=argparse.SUPPRESS)  # set by the supervisor of --workers
     run.set_defaults(func=cmd_run)
+
+
+def _register_check_config(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     check = sub.add_parser(
         "check-config",
         help="validate a configuration and describe it",
@@ -252,6 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _web_flags(check, lifecycle=False)
     check.set_defaults(func=cmd_check_config)
+
+
+def _register_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo = sub.add_parser(
         "demo",
         help="run the local demo pipeline (needs Debian's prometheus, or --prometheus)",
@@ -277,10 +293,6 @@ def build_parser() -> argparse.ArgumentParser:
         "(scripts/build-peers builds 3.16)",
     )
     demo.set_defaults(func=cmd_demo)
-    register_rejected(sub)  # rwrouter rejected list|replay (rwrouter.cli.rejected)
-    register_relabel(sub)  # rwrouter relabel --config FILE --series S (rwrouter.cli.relabel)
-    register_audit(sub)  # rwrouter audit [--url URL] (rwrouter.cli.audit)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
