@@ -159,9 +159,9 @@ def router_url(url: str | None, config_path: str | None) -> str:
         return url if "://" in url else f"http://{url}"  # host:port alone
     if config_path is None:
         return DEFAULT_URL
-    from rwrouter.config import load_config
+    from rwrouter.config import load_config_offline
 
-    server = load_config(config_path).server
+    server = load_config_offline(config_path)[0].server  # no credentials, no ${VAR} needed
     host = server.listen_host or "127.0.0.1"
     host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     host = f"[{host}]" if ":" in host else host
@@ -265,12 +265,12 @@ def _print(
 def _audit_capture(args: argparse.Namespace) -> int:
     from rwrouter.audit.capture import CaptureError
     from rwrouter.audit.live import audit_capture
-    from rwrouter.config import load_config
+    from rwrouter.config import load_config_offline
 
     if args.config is None:
         print("rwrouter audit: --capture needs --config (the rules to apply)", file=sys.stderr)
         return 2
-    config = load_config(args.config)
+    config, _ = load_config_offline(args.config)  # counts only: no URL or credential used
     try:
         with open(args.capture, "rb") as stream:
             result = audit_capture(config, stream, top=None)
