@@ -14,6 +14,7 @@ built-in base as well, so code that caught them by it still does::
     ├── CredentialsError         no usable credentials for a destination (AWS, or a secret file)
     ├── StorageError             a durable queue could not be written (503: nothing acknowledged)
     ├── QueueInUseError          (also OSError) another process holds a queue directory
+    ├── ListenError              (also OSError) the listen address cannot be bound
     ├── TransportError           a destination gave no answer (connection, TLS, DNS, timeout)
     ├── CaptureError             (also ValueError) not an rwrouter capture file
     ├── SeriesError              (also ValueError) an unparsable ``rwrouter relabel --series``
@@ -129,6 +130,13 @@ class QueueInUseError(RwrouterError, OSError):
     """Another process holds the lock of a queue directory (:func:`rwrouter.queue.segments.
     take_lock`): each rwrouter process needs its own ``storage.path``. ``rwrouter run`` exits
     1; a reload that adds the destination fails (500) and keeps the running configuration."""
+
+
+class ListenError(RwrouterError, OSError):
+    """``server.listen_address`` cannot be bound (the port is taken, the address is not the
+    host's, a privileged port): :meth:`rwrouter.server.runner.RouterServer.start` raises it
+    with the address and the reason in one line, after stopping what it had started;
+    ``rwrouter run`` exits 1. The OSError of the bind is the ``__cause__``."""
 
 
 class TransportError(RwrouterError):
