@@ -225,3 +225,25 @@ def test_run_on_a_port_in_use_says_so_in_one_line_and_closes_what_it_opened(
     )
     assert "Unclosed" not in result.stderr and "Traceback" not in result.stderr
     assert [line for line in result.stderr.splitlines() if "level=error" in line] == []
+
+
+def test_check_config_reports_every_mistake_one_line_each() -> None:
+    bad = ROOT / "tests/testdata/config/several_mistakes.bad.yml"
+    result = subprocess.run(
+        [sys.executable, "-m", "rwrouter", "check-config", str(bad)],
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2 and result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert [line.split(": ", 3)[2] for line in lines] == [
+        "server.listen_adress",
+        "server.read_timout",
+        "storage.fsync",
+        "relabel_configs[0].regex",
+        "remote_write[0].queue_config.max_shard",
+        "remote_write[1].url",
+    ], result.stderr
+    assert all(line.startswith("rwrouter: configuration error: ") for line in lines)

@@ -30,7 +30,7 @@ from rwrouter import __version__
 from rwrouter.cli.audit import register as register_audit
 from rwrouter.cli.rejected import register as register_rejected
 from rwrouter.cli.relabel import register as register_relabel
-from rwrouter.errors import ConfigError, RwrouterError
+from rwrouter.errors import ConfigError, ConfigErrors, RwrouterError
 from rwrouter.logs import escape, kv, setup_logging
 
 if TYPE_CHECKING:
@@ -100,6 +100,9 @@ async def serve(
     return 0
 
 
+#: Why check-config refuses a sigv4 destination without a region (the signer needs one).
+REGION_NOT_SET = "not set, nor in AWS_REGION or the AWS profile"
+
 #: What ``rwrouter run`` without ``--config`` (and ``rwrouter`` alone) says (exit status 2).
 RUN_NEEDS_CONFIG = "rwrouter run needs --config FILE (the demo is `rwrouter demo`)"
 
@@ -164,11 +167,13 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         raise ConfigError("check-config", "give the configuration file: FILE or --config FILE")
     config = load_config(args.file or args.config_file)
     build_router(config)  # what only the router refuses (a series budget with __tenant__ rules)
-    for i, dest in enumerate(config.remote_write):
-        if dest.sigv4 is not None and not sigv4_region(dest.sigv4):
-            raise ConfigError(
-                f"remote_write[{i}].sigv4.region", "not set, nor in AWS_REGION or the AWS profile"
-            )
+    regionless = [
+        ConfigError(f"remote_write[{i}].sigv4.region", REGION_NOT_SET)
+        for i, dest in enumerate(config.remote_write)
+        if dest.sigv4 is not None and not sigv4_region(dest.sigv4)
+    ]
+    if regionless:
+        raise ConfigErrors.of(regionless)
     for warning in config_warnings(config):  # valid, but works against another setting
         print(f"rwrouter: configuration warning: {escape(warning)}", file=sys.stderr)
     text = describe_config(config)  # names and rules may hold control characters
@@ -304,8 +309,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(args.log_level)
     try:
         code: int = args.func(args)
-    except ConfigError as exc:
-        print(f"rwrouter: configuration error: {escape(exc)}", file=sys.stderr)
+    except ConfigError as exc:  # every mistake found, one line each (ConfigErrors)
+        for error in getattr(exc, "errors", (exc,)):
+            print(f"rwrouter: configuration error: {escape(error)}", file=sys.stderr)
         return 2
     except RwrouterError as exc:
         print(f"rwrouter: {escape(exc)}", file=sys.stderr)
