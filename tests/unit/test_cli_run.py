@@ -98,6 +98,7 @@ def test_top_level_help_is_whole(capsys: pytest.CaptureFixture[str]) -> None:
         pytest.param("demo", id="demo"),
         pytest.param("audit", id="audit"),
         pytest.param("capture", id="capture"),
+        pytest.param("reload", id="reload"),
     ],
 )
 def test_each_command_help_has_a_whole_description(

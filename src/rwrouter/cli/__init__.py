@@ -2,7 +2,7 @@
 
 The commands: ``rwrouter run``, ``rwrouter check-config``, ``rwrouter demo``,
 ``rwrouter rejected list|replay``, ``rwrouter relabel`` (the relabel debugger), ``rwrouter
-audit`` and ``rwrouter capture``.
+audit``, ``rwrouter capture`` and ``rwrouter reload``.
 
 ``rwrouter run --config FILE`` runs the router (SIGHUP reloads FILE; SIGTERM drains for
 ``server.shutdown_timeout``); ``--workers N`` runs N router processes sharing the port
@@ -30,6 +30,7 @@ from rwrouter import __version__
 from rwrouter.cli.audit import register as register_audit
 from rwrouter.cli.rejected import register as register_rejected
 from rwrouter.cli.relabel import register as register_relabel
+from rwrouter.cli.reload import register as register_reload
 from rwrouter.errors import ConfigError, ConfigErrors, RwrouterError
 from rwrouter.logs import escape, kv, setup_logging
 
@@ -231,6 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_rejected(sub)  # rwrouter rejected list|replay (rwrouter.cli.rejected)
     register_relabel(sub)  # rwrouter relabel --config FILE --series S (rwrouter.cli.relabel)
     register_audit(sub)  # rwrouter audit [--url URL] (rwrouter.cli.audit)
+    register_reload(sub)  # rwrouter reload [--url URL | --pid PID] (rwrouter.cli.reload)
     return parser
 
 

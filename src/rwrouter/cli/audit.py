@@ -176,7 +176,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     base = router_url(args.url, args.config)
     # The router ranks (and lists at most 1000 names per destination: top_capped says so).
     address = f"{base}/-/audit?top={args.top}&sort={args.sort}"
-    request, context = _request(address, args.http_config_file)
+    request, context = router_request(address, args.http_config_file)
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT, context=context) as response:
             report = json.load(response)
@@ -197,7 +197,7 @@ def _budgets(address: str, http_config_file: str | None) -> dict[str, Any]:
     with a ``series_limit``: limit, active series, series over it by metric name (most
     first) and the counter of series limited; {} when it cannot be read (the audit is
     printed anyway)."""
-    request, context = _request(address, http_config_file)
+    request, context = router_request(address, http_config_file)
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT, context=context) as response:
             status = json.load(response)
@@ -228,7 +228,7 @@ def _budget_lines(budgets: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _request(
+def router_request(
     address: str, path: str | None
 ) -> tuple[urllib.request.Request, ssl.SSLContext | None]:
     """The request for ``address`` with the ``Authorization`` and the TLS context of the HTTP
