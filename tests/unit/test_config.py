@@ -1580,3 +1580,21 @@ def test_the_docs_list_exactly_the_durations_where_zero_is_allowed() -> None:
         "queue_config.max_retry_duration_on_http_429",
         "queue_config.sample_age_limit",
     }
+
+
+@pytest.mark.parametrize(
+    ("word", "expected"),
+    [
+        *(pytest.param(w, True, id=f"true_{w}") for w in ("true", "True", "TRUE", "yes", "On")),
+        *(pytest.param(w, False, id=f"false_{w}") for w in ("false", "no", "NO", "off", "Off")),
+        *(pytest.param(w, None, id=f"refused_{w}") for w in ('"true"', "1", "y", "n", "tRue")),
+    ],
+)
+def test_booleans_are_yaml_1_1_as_documented(word: str, expected: bool | None) -> None:
+    """docs/configuration.md ("Types are checked"): YAML 1.1's boolean words, nothing else."""
+    text = f"remote_write:\n  - url: http://a/x\n    send_exemplars: {word}\n"
+    if expected is None:
+        with pytest.raises(ConfigError, match="expected true or false"):
+            parse_config(text, env={})
+    else:
+        assert parse_config(text, env={}).remote_write[0].send_exemplars is expected
