@@ -5,6 +5,7 @@ built-in base as well, so code that caught them by it still does::
 
     RwrouterError
     ├── ConfigError              the configuration is invalid; names the YAML key path
+    │   └── ConfigErrors         several of them, each its own ConfigError (check-config)
     ├── RequestError             the sender's mistake; carries the HTTP status to answer (4xx)
     │   ├── DecodeError          400: not a valid snappy-block remote write 1.0 or 2.0 request
     │   ├── TenantError          400: an X-Scope-OrgID header that is not a valid tenant ID
@@ -14,6 +15,7 @@ built-in base as well, so code that caught them by it still does::
     ├── CredentialsError         no usable credentials for a destination (AWS, or a secret file)
     ├── StorageError             a durable queue could not be written (503: nothing acknowledged)
     ├── QueueInUseError          (also OSError) another process holds a queue directory
+    ├── ListenError              (also OSError) the listen address cannot be bound
     ├── TransportError           a destination gave no answer (connection, TLS, DNS, timeout)
     ├── CaptureError             (also ValueError) not an rwrouter capture file
     ├── SeriesError              (also ValueError) an unparsable ``rwrouter relabel --series``
@@ -63,6 +65,27 @@ class ConfigError(RwrouterError):
         self.path = path
         self.reason = reason
         super().__init__(f"{path}: {reason}" if path else reason)
+
+
+class ConfigErrors(ConfigError):
+    """Several independent mistakes in one configuration (:mod:`rwrouter.config` collects
+    them per section, per destination and per mapping's unknown keys), in the order of the
+    file: ``errors`` holds each as its own ConfigError (never a ConfigErrors). ``path`` and
+    ``reason`` are the first one's; ``str()`` joins all with ``"; "`` (one log line);
+    ``rwrouter check-config`` and ``rwrouter run`` print one line each."""
+
+    def __init__(self, errors: list[ConfigError]) -> None:
+        flat = [e for error in errors for e in getattr(error, "errors", (error,))]
+        if not flat:
+            raise InvariantError("ConfigErrors needs at least one error")
+        self.errors: tuple[ConfigError, ...] = tuple(flat)
+        RwrouterError.__init__(self, "; ".join(map(str, flat)))
+        self.path, self.reason = flat[0].path, flat[0].reason
+
+    @staticmethod
+    def of(errors: list[ConfigError]) -> ConfigError:
+        """The one error itself, or a ConfigErrors of several (``errors`` not empty)."""
+        return errors[0] if len(errors) == 1 else ConfigErrors(errors)
 
 
 class RequestError(RwrouterError):
@@ -132,6 +155,13 @@ class QueueInUseError(RwrouterError, OSError):
     """Another process holds the lock of a queue directory (:func:`rwrouter.queue.segments.
     take_lock`): each rwrouter process needs its own ``storage.path``. ``rwrouter run`` exits
     1; a reload that adds the destination fails (500) and keeps the running configuration."""
+
+
+class ListenError(RwrouterError, OSError):
+    """``server.listen_address`` cannot be bound (the port is taken, the address is not the
+    host's, a privileged port): :meth:`rwrouter.server.runner.RouterServer.start` raises it
+    with the address and the reason in one line, after stopping what it had started;
+    ``rwrouter run`` exits 1. The OSError of the bind is the ``__cause__``."""
 
 
 class TransportError(RwrouterError):

@@ -1,7 +1,8 @@
 """Fixtures of the fault tests: one self-hosted Prometheus for the package (each test uses its
 own metric names), a workspace double per test, rwrouter as a real subprocess, and the figures
-the README's "Guarantees" section quotes (printed as ``FAULT-FIGURES {json}`` lines and written
-to ``<pytest basetemp>/fault-figures.json``)."""
+the README's "Guarantees" section quotes: written to ``<pytest basetemp>/fault-figures.json``
+and shown in a "fault figures" section of pytest's terminal summary (not in the progress
+output)."""
 
 from __future__ import annotations
 
@@ -47,27 +48,45 @@ def routers(tmp_path: Path) -> Iterator[Routers]:
         router.kill()
 
 
+FIGURES = pytest.StashKey[dict[str, Any]]()  # test name -> its figures, for the whole run
+FIGURES_PATH = pytest.StashKey[Path]()  # where they were written
+
+
+def _figures(config: pytest.Config) -> dict[str, Any]:
+    return config.stash.setdefault(FIGURES, {})
+
+
 @pytest.fixture(scope="package")
-def _figures_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    collected: dict[str, Any] = {}
+def _figures_file(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    collected = _figures(request.config)
     yield collected
     path = tmp_path_factory.getbasetemp() / "fault-figures.json"
     path.write_text(json.dumps(collected, indent=2, sort_keys=True) + "\n")
+    request.config.stash[FIGURES_PATH] = path
 
 
 @pytest.fixture
-def report(
-    request: pytest.FixtureRequest,
-    capsys: pytest.CaptureFixture[str],
-    _figures_file: dict[str, Any],
-) -> Report:
-    """``report(figures)``: print ``FAULT-FIGURES {json}`` (uncaptured) and keep it for the
-    package's ``fault-figures.json``."""
+def report(request: pytest.FixtureRequest, _figures_file: dict[str, Any]) -> Report:
+    """``report(figures)``: keep the test's figures for ``fault-figures.json`` and the
+    terminal summary (:func:`pytest_terminal_summary`)."""
 
     def emit(figures: dict[str, Any]) -> None:
-        line = json.dumps({"test": request.node.name, **figures}, sort_keys=True)
         _figures_file[request.node.name] = figures
-        with capsys.disabled():
-            print(f"\nFAULT-FIGURES {line}", flush=True)
 
     return emit
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config
+) -> None:
+    """The fault tests' figures, one line per test, after the run (the README quotes them)."""
+    figures = config.stash.get(FIGURES, {})
+    if not figures:
+        return
+    terminalreporter.section("fault figures (README, Guarantees)")
+    for name, values in figures.items():
+        terminalreporter.write_line(f"{name}: {json.dumps(values, sort_keys=True)}")
+    if FIGURES_PATH in config.stash:
+        terminalreporter.write_line(f"(also in {config.stash[FIGURES_PATH]})")

@@ -191,3 +191,59 @@ def test_run_without_config_exits_2_with_a_hint(tmp_path: Path, argv: list[str])
     )
     assert result.stdout == "" and "Traceback" not in result.stderr
     assert list(tmp_path.iterdir()) == []  # nothing written where it ran
+
+
+def test_run_on_a_port_in_use_says_so_in_one_line_and_closes_what_it_opened(
+    tmp_path: Path,
+) -> None:
+    """The destinations' senders start before the listener: when the bind fails they are
+    stopped too, so no "Unclosed client session" follows the one-line error (exit 1)."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        (tmp_path / "c.yaml").write_text(
+            f"server: {{listen_address: '127.0.0.1:{port}'}}\n"
+            "remote_write:\n"
+            "  - {name: a, url: 'http://127.0.0.1:9/api/v1/write'}\n"
+            "  - {name: b, url: 'http://127.0.0.1:9/api/v1/write', fallback: true}\n"
+        )
+        result = subprocess.run(
+            [sys.executable, "-m", "rwrouter", "run", "--config", "c.yaml"],
+            cwd=tmp_path,
+            env=dict(os.environ),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        f"rwrouter: cannot listen on 127.0.0.1:{port} (server.listen_address): "
+        "address already in use"
+    )
+    assert "Unclosed" not in result.stderr and "Traceback" not in result.stderr
+    assert [line for line in result.stderr.splitlines() if "level=error" in line] == []
+
+
+def test_check_config_reports_every_mistake_one_line_each() -> None:
+    bad = ROOT / "tests/testdata/config/several_mistakes.bad.yml"
+    result = subprocess.run(
+        [sys.executable, "-m", "rwrouter", "check-config", str(bad)],
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2 and result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert [line.split(": ", 3)[2] for line in lines] == [
+        "server.listen_adress",
+        "server.read_timout",
+        "storage.fsync",
+        "relabel_configs[0].regex",
+        "remote_write[0].queue_config.max_shard",
+        "remote_write[1].url",
+    ], result.stderr
+    assert all(line.startswith("rwrouter: configuration error: ") for line in lines)

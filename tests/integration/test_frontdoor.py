@@ -410,3 +410,85 @@ async def test_rwrouter_audit_reaches_a_router_with_tls_and_credentials(
     assert status == code, err
     assert fragment in out + err
     assert PASSWORD not in out + err and "nope" not in out + err
+
+
+def _run_reload(*args: str) -> tuple[int, str, str]:
+    import subprocess
+
+    result = subprocess.run(
+        [sys.executable, "-m", "rwrouter", "reload", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return result.returncode, result.stdout, result.stderr
+
+
+RELOAD_CLI = [
+    # id, lifecycle, http config file (None: none), exit code, what it prints
+    ("admin_reloads", True, "basic_auth: {username: alice, password: s3cret-pw}\n", 0,
+     "configuration reloaded: kept a"),
+    ("reader_refused", True, "basic_auth: {username: bob, password: s3cret-pw}\n", 1,
+     "answered 403"),
+    ("no_credential", True, None, 1, "answered 401"),
+    ("lifecycle_off", False, "basic_auth: {username: alice, password: s3cret-pw}\n", 1,
+     "answered 403: Lifecycle API is not enabled."),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("lifecycle", "http_config", "code", "expected"),
+    [c[1:] for c in RELOAD_CLI],
+    ids=[c[0] for c in RELOAD_CLI],
+)
+async def test_rwrouter_reload_posts_with_the_credentials_it_is_given(
+    start: Start,
+    tmp_path: Path,
+    lifecycle: bool,
+    http_config: str | None,
+    code: int,
+    expected: str,
+) -> None:
+    """``rwrouter reload`` (no ``kill`` in the image) POSTs /-/reload through the front door:
+    the admin role and ``--web.enable-lifecycle`` both needed, as for any client."""
+    router = await start(ROLES, lifecycle=lifecycle)
+    args = ["--url", router.url]
+    if http_config is not None:
+        (tmp_path / "client.yml").write_text(http_config)
+        args += ["--http.config.file", str(tmp_path / "client.yml")]
+    got, out, err = await asyncio.to_thread(_run_reload, *args)
+    assert got == code, err
+    assert expected in (out if code == 0 else err)
+    assert "Traceback" not in err
+
+
+def test_rwrouter_reload_pid_sends_sighup(tmp_path: Path) -> None:
+    """``rwrouter reload --pid PID`` is ``kill -HUP PID`` without ``kill``."""
+    import subprocess
+
+    marker = tmp_path / "hup"
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, sys, pathlib\n"
+            f"signal.signal(signal.SIGHUP, lambda *_: (pathlib.Path({str(marker)!r})"
+            ".write_text('hup'), sys.exit(0)))\n"
+            "print('ready', flush=True)\n"
+            "signal.pause()\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        code, out, err = _run_reload("--pid", str(child.pid))
+        assert code == 0 and f"SIGHUP sent to process {child.pid}" in out, err
+        assert child.wait(timeout=10) == 0 and marker.read_text() == "hup"
+    finally:
+        child.kill()
+        child.wait()
+        assert child.stdout is not None
+        child.stdout.close()
+    code, _, err = _run_reload("--pid", str(child.pid))  # gone now
+    assert code == 1 and f"cannot signal process {child.pid}" in err

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import pytest
 
+from rwrouter.metrics.expositions import KEPT_OUT_REASONS
 from rwrouter.server.runner import RouterServer
 from tests.integration.conftest import StartRouter, eventually, metric_value, post_write
 from tests.support.browser import chromium, page_shows
@@ -229,15 +230,28 @@ def _png_height(shot: Path) -> int:
     return int.from_bytes(data[20:24], "big")
 
 
-def _by_reason(router: RouterServer, sample: str, destination: str) -> str:
-    """What the page shows for a counter by reason: "reason: n, ..." sorted, or "0"."""
-    found = {
+def _counts(router: RouterServer, sample: str, destination: str) -> dict[str, float]:
+    return {
         s.labels["reason"]: s.value
         for family in router.metrics.registry.collect()
         for s in family.samples
         if s.name == sample and s.labels.get("destination") == destination
     }
+
+
+def _by_reason(router: RouterServer, sample: str, destination: str) -> str:
+    """What the page shows for a counter by reason: "reason: n, ..." sorted, or "0"; for
+    drops, only the losses (the reasons the rules decide are shown as kept out)."""
+    found = _counts(router, sample, destination)
+    if sample == "rwrouter_samples_dropped_total":
+        found = {r: n for r, n in found.items() if r not in KEPT_OUT_REASONS}
     return ", ".join(f"{r}: {v:,.0f}" for r, v in sorted(found.items())) or "0"
+
+
+def _kept_out(router: RouterServer, destination: str) -> str:
+    """What the page shows as kept out by rules: "N samples by its rules", or "0"."""
+    kept = _counts(router, "rwrouter_samples_dropped_total", destination).get("relabel", 0.0)
+    return f"{kept:,.0f} samples by its rules" if kept else "0"
 
 
 Audited = dict[str, tuple[bool, int, list[tuple[str, int]]]]  # see AUDITED
@@ -324,8 +338,12 @@ async def test_status_page_in_chromium_shows_what_metrics_shows(
         assert row["sent_samples_total"] == f"{sent(name):,.0f}"
         assert row["shards"] == f"{metric_value(router, 'rwrouter_shards', destination=name):,.0f}"
         assert row["dropped"] == _by_reason(router, "rwrouter_samples_dropped_total", name)
+        assert row["kept_out"] == _kept_out(router, name)
+        assert row["unsent"] == "nothing: all sent"  # whatever the disk's segment files hold
         assert row["retries"] == _by_reason(router, "rwrouter_retries_total", name)
         assert row["sent_rate"] == "0"  # nothing more was sent between the last two refreshes
+    if requests:  # the workspace's keep rule routes node_* away: shown, not as a loss
+        assert seen.cells["workspace"]["kept_out"] != "0"
     # The Audit section: the answer the page received, every figure formatted as the page does
     # (rates and costs change with time: the same answer); the counts also as /-/audit says now.
     assert seen.audit == _audit_shown(seen.report)

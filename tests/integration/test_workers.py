@@ -231,6 +231,10 @@ def test_sigterm_stops_every_process(tmp_path: Path, capture: CaptureServer) -> 
 def test_workers_stop_when_the_supervisor_is_killed(tmp_path: Path, capture: CaptureServer) -> None:
     router = start(tmp_path, capture, "/orphans")
     workers = children(router.process.pid)
+    runtime_dir = Path(spec_of(workers[0]).runtime_dir)
+    assert runtime_dir.is_dir()
     router.kill()
     poll(lambda: not any(alive(pid) for pid in workers), timeout=10, what="workers gone")
     assert router.log_path.read_text().count("the supervisor is gone: stopping") == 2
+    # The supervisor removes its runtime directory; killed, it cannot: its workers do.
+    assert not runtime_dir.exists()

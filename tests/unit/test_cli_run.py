@@ -73,3 +73,38 @@ def test_run_help_names_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert info.value.code == 0
     out = capsys.readouterr().out
     assert "--config FILE" in out and "(required)" in out and "--workers N" in out
+
+
+def _help(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as info:
+        cli.main([*argv, "--help"])
+    assert info.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_top_level_help_is_whole(capsys: pytest.CaptureFixture[str]) -> None:
+    """``rwrouter --help`` once showed only the docstring's first line: the whole text now."""
+    out = _help([], capsys)
+    assert cli.DESCRIPTION in out and cli.EPILOG in out
+    assert "Exit codes: 0 clean stop, 1 runtime failure, 2 bad configuration or usage." in out
+    assert "``" not in out and ":mod:" not in out  # no reStructuredText in a terminal
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param("run", id="run"),
+        pytest.param("check-config", id="check_config"),
+        pytest.param("demo", id="demo"),
+        pytest.param("audit", id="audit"),
+        pytest.param("capture", id="capture"),
+        pytest.param("reload", id="reload"),
+    ],
+)
+def test_each_command_help_has_a_whole_description(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _help([command], capsys)
+    description = out.split("\n\n")[1]
+    assert not description.startswith(("options:", "positional arguments:")), out
+    assert description.rstrip().endswith("."), description

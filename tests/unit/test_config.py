@@ -38,7 +38,7 @@ from rwrouter.config.model import (
     OnFull,
     RelabelCacheConfig,
 )
-from rwrouter.errors import ConfigError
+from rwrouter.errors import ConfigError, ConfigErrors
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTDATA = ROOT / "tests" / "testdata" / "config"
@@ -256,7 +256,49 @@ BAD = {
         f"{RW0}.queue_config.max_samples_per_second: expected an integer, got the string '5k'"
     ],
     "queue_zero_burst_samples": [f"{RW0}.queue_config.burst_samples: must be >= 1, got 0"],
+    "several_mistakes": ["server.listen_adress: unknown key", "remote_write[1].url: expected"],
 }
+
+SEVERAL = [  # several_mistakes.bad.yml: every independent mistake, in the order of the file
+    "server.listen_adress",
+    "server.read_timout",
+    "storage.fsync",
+    "relabel_configs[0].regex",
+    f"{RW0}.queue_config.max_shard",
+    "remote_write[1].url",
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "paths"),
+    [
+        pytest.param(
+            (TESTDATA / "several_mistakes.bad.yml").read_text(), SEVERAL, id="every_section"
+        ),
+        pytest.param(
+            "remote_write:\n  - {url: http://a/x, shards: 2, retries: 1}\n",
+            [f"{RW0}.shards", f"{RW0}.retries"],
+            id="unknown_keys_of_one_mapping",
+        ),
+        pytest.param(
+            "remote_write:\n  - {url: http://a/x, fallback: true}\n  - {url: http://b/x,"
+            " fallback: true}\n",
+            [f"{RW0}.fallback"],
+            id="checks_across_destinations_once",
+        ),
+        pytest.param(
+            "storage: {path: ''}\nremote_write:\n  - {url: http://a/x}\n",
+            ["storage.path"],
+            id="a_single_mistake_is_a_plain_config_error",
+        ),
+    ],
+)
+def test_every_independent_mistake_is_reported(text: str, paths: list[str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, env=ENV)
+    errors = getattr(info.value, "errors", (info.value,))
+    assert [e.path for e in errors] == paths
+    assert isinstance(info.value, ConfigErrors) == (len(paths) > 1)
 
 
 def test_every_bad_file_has_a_table_entry() -> None:
@@ -1547,3 +1589,21 @@ def test_the_docs_list_exactly_the_durations_where_zero_is_allowed() -> None:
         "queue_config.max_retry_duration_on_http_429",
         "queue_config.sample_age_limit",
     }
+
+
+@pytest.mark.parametrize(
+    ("word", "expected"),
+    [
+        *(pytest.param(w, True, id=f"true_{w}") for w in ("true", "True", "TRUE", "yes", "On")),
+        *(pytest.param(w, False, id=f"false_{w}") for w in ("false", "no", "NO", "off", "Off")),
+        *(pytest.param(w, None, id=f"refused_{w}") for w in ('"true"', "1", "y", "n", "tRue")),
+    ],
+)
+def test_booleans_are_yaml_1_1_as_documented(word: str, expected: bool | None) -> None:
+    """docs/configuration.md ("Types are checked"): YAML 1.1's boolean words, nothing else."""
+    text = f"remote_write:\n  - url: http://a/x\n    send_exemplars: {word}\n"
+    if expected is None:
+        with pytest.raises(ConfigError, match="expected true or false"):
+            parse_config(text, env={})
+    else:
+        assert parse_config(text, env={}).remote_write[0].send_exemplars is expected

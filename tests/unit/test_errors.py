@@ -14,9 +14,11 @@ from rwrouter.errors import (
     AnswerError,
     CaptureError,
     ConfigError,
+    ConfigErrors,
     CredentialsError,
     DecodeError,
     InvariantError,
+    ListenError,
     PrometheusNotFoundError,
     QueueInUseError,
     RequestError,
@@ -37,6 +39,7 @@ TREE: list[tuple[type[BaseException], tuple[type[BaseException], ...], int | Non
     # class, its bases (in order), the status it answers (a RequestError) or None
     (RwrouterError, (Exception,), None),
     (ConfigError, (RwrouterError,), None),
+    (ConfigErrors, (ConfigError,), None),
     (RequestError, (RwrouterError,), 400),
     (DecodeError, (RequestError,), 400),
     (TenantError, (RequestError,), 400),
@@ -46,6 +49,7 @@ TREE: list[tuple[type[BaseException], tuple[type[BaseException], ...], int | Non
     (CredentialsError, (RwrouterError,), None),
     (StorageError, (RwrouterError,), None),
     (QueueInUseError, (RwrouterError, OSError), None),
+    (ListenError, (RwrouterError, OSError), None),
     (TransportError, (RwrouterError,), None),
     (CaptureError, (RwrouterError, ValueError), None),
     (SeriesError, (RwrouterError, ValueError), None),
@@ -174,3 +178,17 @@ def test_no_exception_class_outside_errors_py() -> None:
             outside[rel] = sorted(found - allowed)
     assert outside == {}, "define exceptions in rwrouter/errors.py (and draw them in its tree)"
     assert control_flow == CONTROL_FLOW  # moved or gone: update the list and errors' docstring
+
+
+def test_config_errors_flatten_and_keep_each_line() -> None:
+    a, b, c = ConfigError("x", "one"), ConfigError("y.z", "two"), ConfigError("", "three")
+    nested = ConfigErrors([a, ConfigErrors([b, c])])
+    assert nested.errors == (a, b, c)
+    assert (nested.path, nested.reason) == ("x", "one")
+    assert str(nested) == "x: one; y.z: two; three"
+    assert ConfigErrors.of([a]) is a
+
+
+def test_config_errors_of_nothing_is_a_bug() -> None:
+    with pytest.raises(InvariantError):
+        ConfigErrors([])

@@ -97,6 +97,7 @@ FORGOTTEN = (
     "rwrouter_queue_disk_capacity_bytes",
     "rwrouter_queue_oldest_unsent_age_seconds",
     "rwrouter_queue_samples",
+    "rwrouter_queue_unsent_samples",
     "rwrouter_rejected_store_bytes",
     "rwrouter_rejected_store_entries",
     "rwrouter_shards",

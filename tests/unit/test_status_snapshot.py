@@ -167,3 +167,22 @@ def test_status_snapshot_without_ha_dedup_has_none() -> None:
     destinations = status_snapshot(m.exposition()[0].decode())["destinations"]
     assert isinstance(destinations, dict)
     assert destinations["ws"]["ha_dedup"] is None
+
+
+def test_kept_out_by_rules_is_not_a_loss_and_unsent_is_not_disk_use() -> None:
+    """``relabel`` and ``filtered`` drops are routing decisions: /-/status lists them as kept
+    out, apart from the losses; what is unsent comes from its own gauges, not from the disk
+    use (which counts whole segment files, sent records included)."""
+    m = Metrics()
+    for reason, n in (("relabel", 40), ("filtered", 2), ("queue_full", 3), ("4xx", 1)):
+        m.send.dropped_samples.labels("ws", reason).inc(n)
+    m.queue.disk_bytes.labels("ws").set(4096)
+    m.queue.unsent_samples.labels("ws").set(0)
+    m.queue.blocks.labels("ws").set(0)
+    snapshot = status_snapshot(m.exposition()[0].decode())
+    destinations = snapshot["destinations"]
+    assert isinstance(destinations, dict)
+    ws = destinations["ws"]
+    assert ws["kept_out_samples_total"] == {"relabel": 40.0, "filtered": 2.0}
+    assert ws["dropped_samples_total"] == {"queue_full": 3.0, "4xx": 1.0}
+    assert (ws["unsent_samples"], ws["unsent_records"], ws["queue_disk_bytes"]) == (0, 0, 4096)

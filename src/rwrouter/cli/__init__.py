@@ -2,8 +2,8 @@
 
 The commands: ``rwrouter run``, ``rwrouter check-config``, ``rwrouter demo``,
 ``rwrouter rejected list|replay``, ``rwrouter relabel`` (the relabel debugger), ``rwrouter
-audit``, ``rwrouter capture`` and ``rwrouter compare`` (the same PromQL on the self-hosted
-store and the workspace).
+audit``, ``rwrouter capture``, ``rwrouter compare`` (the same PromQL on the self-hosted
+store and the workspace) and ``rwrouter reload``.
 
 ``rwrouter run --config FILE`` runs the router (SIGHUP reloads FILE; SIGTERM drains for
 ``server.shutdown_timeout``); ``--workers N`` runs N router processes sharing the port
@@ -11,6 +11,7 @@ store and the workspace).
 would send nothing anywhere and still look healthy, so ``rwrouter run`` alone (or
 ``rwrouter`` with no command) is a usage error; the local demo pipeline is ``rwrouter demo``.
 Exit codes: 0 clean stop, 1 runtime failure, 2 bad configuration or usage.
+``rwrouter --help`` shows :data:`DESCRIPTION` and :data:`EPILOG` (this text, for a terminal).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from rwrouter.cli.audit import register as register_audit
 from rwrouter.cli.compare import register as register_compare
 from rwrouter.cli.rejected import register as register_rejected
 from rwrouter.cli.relabel import register as register_relabel
-from rwrouter.errors import ConfigError, RwrouterError
+from rwrouter.cli.reload import register as register_reload
+from rwrouter.errors import ConfigError, ConfigErrors, RwrouterError
 from rwrouter.logs import escape, kv, setup_logging
 
 if TYPE_CHECKING:
@@ -40,6 +42,18 @@ if TYPE_CHECKING:
     from rwrouter.server.workers import WorkerSpec
 
 log = logging.getLogger("rwrouter")
+
+DESCRIPTION = """\
+rwrouter: a remote write router for Prometheus (remote write 1.0 and 2.0):
+Prometheus-exact relabel rules, fan-out to a SigV4-signed managed workspace and
+a self-hosted store, durable disk queues."""
+EPILOG = """\
+`rwrouter run --config FILE` runs the router (SIGHUP or `rwrouter reload`
+reloads FILE; SIGTERM drains for server.shutdown_timeout); `--workers N` runs
+N router processes sharing the port. --config is required: the local demo
+pipeline is `rwrouter demo`. `rwrouter COMMAND --help` describes each command.
+
+Exit codes: 0 clean stop, 1 runtime failure, 2 bad configuration or usage."""
 
 
 async def serve(
@@ -88,6 +102,9 @@ async def serve(
     await server.stop(drain_timeout=timeout)
     return 0
 
+
+#: Why check-config refuses a sigv4 destination without a region (the signer needs one).
+REGION_NOT_SET = "not set, nor in AWS_REGION or the AWS profile"
 
 #: What ``rwrouter run`` without ``--config`` (and ``rwrouter`` alone) says (exit status 2).
 RUN_NEEDS_CONFIG = "rwrouter run needs --config FILE (the demo is `rwrouter demo`)"
@@ -153,11 +170,13 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         raise ConfigError("check-config", "give the configuration file: FILE or --config FILE")
     config = load_config(args.file or args.config_file)
     build_router(config)  # what only the router refuses (a series budget with __tenant__ rules)
-    for i, dest in enumerate(config.remote_write):
-        if dest.sigv4 is not None and not sigv4_region(dest.sigv4):
-            raise ConfigError(
-                f"remote_write[{i}].sigv4.region", "not set, nor in AWS_REGION or the AWS profile"
-            )
+    regionless = [
+        ConfigError(f"remote_write[{i}].sigv4.region", REGION_NOT_SET)
+        for i, dest in enumerate(config.remote_write)
+        if dest.sigv4 is not None and not sigv4_region(dest.sigv4)
+    ]
+    if regionless:
+        raise ConfigErrors.of(regionless)
     for note in config.notes:  # a Prometheus key accepted, with what applies here
         print(f"rwrouter: configuration note: {escape(note)}", file=sys.stderr)
     for warning in config_warnings(config):  # valid, but works against another setting
@@ -200,13 +219,37 @@ def _web_flags(parser: argparse.ArgumentParser, *, lifecycle: bool) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rwrouter", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="rwrouter",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"rwrouter {__version__}")
     parser.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
     )
     sub = parser.add_subparsers(dest="command")
-    run = sub.add_parser("run", help="run the router (needs --config FILE)")
+    _register_run(sub)
+    _register_check_config(sub)
+    _register_demo(sub)
+    register_rejected(sub)  # rwrouter rejected list|replay (rwrouter.cli.rejected)
+    register_relabel(sub)  # rwrouter relabel --config FILE --series S (rwrouter.cli.relabel)
+    register_audit(sub)  # rwrouter audit [--url URL] (rwrouter.cli.audit)
+    register_reload(sub)  # rwrouter reload [--url URL | --pid PID] (rwrouter.cli.reload)
+    register_compare(sub)  # rwrouter compare --config FILE --query Q (rwrouter.cli.compare)
+    return parser
+
+
+def _register_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    run = sub.add_parser(
+        "run",
+        help="run the router (needs --config FILE)",
+        description="Serve the configuration in FILE: receive remote write on "
+        "server.listen_address, relabel, queue on disk and send to every destination. SIGHUP "
+        "(or `rwrouter reload`) reloads FILE; SIGTERM or Ctrl-C drains for "
+        "server.shutdown_timeout, what is left stays on disk.",
+    )
     run.add_argument("--config", metavar="FILE", help="YAML configuration file (required)")
     run.add_argument(
         "--workers",
@@ -219,15 +262,31 @@ def build_parser() -> argparse.ArgumentParser:
     _web_flags(run, lifecycle=True)
     run.add_argument("--worker", help=argparse.SUPPRESS)  # set by the supervisor of --workers
     run.set_defaults(func=cmd_run)
-    check = sub.add_parser("check-config", help="validate a configuration and describe it")
+
+
+def _register_check_config(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    check = sub.add_parser(
+        "check-config",
+        help="validate a configuration and describe it",
+        description="Validate a configuration file (every mistake, one line each, exit 2) "
+        "or describe each destination as the router would run it (exit 0).",
+    )
     check.add_argument("file", nargs="?", help="YAML configuration file")
     check.add_argument(
         "--config", dest="config_file", metavar="FILE", help="the same, as run takes it"
     )
     _web_flags(check, lifecycle=False)
     check.set_defaults(func=cmd_check_config)
+
+
+def _register_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo = sub.add_parser(
-        "demo", help="run the local demo pipeline (needs Debian's prometheus, or --prometheus)"
+        "demo",
+        help="run the local demo pipeline (needs Debian's prometheus, or --prometheus)",
+        description="Run the local demo pipeline on 127.0.0.1: a synthetic DCGM fleet, a "
+        "real Prometheus remote-writing to rwrouter, a SigV4-verifying double of the managed "
+        "workspace and a second Prometheus as the self-hosted store; prints what each store "
+        "received every ten seconds until Ctrl-C (or --duration).",
     )
     demo.add_argument("--nodes", type=int, default=2, help="simulated GPU nodes (8 GPUs each)")
     demo.add_argument(
@@ -246,11 +305,6 @@ def build_parser() -> argparse.ArgumentParser:
         "(scripts/build-peers builds 3.16)",
     )
     demo.set_defaults(func=cmd_demo)
-    register_rejected(sub)  # rwrouter rejected list|replay (rwrouter.cli.rejected)
-    register_relabel(sub)  # rwrouter relabel --config FILE --series S (rwrouter.cli.relabel)
-    register_audit(sub)  # rwrouter audit [--url URL] (rwrouter.cli.audit)
-    register_compare(sub)  # rwrouter compare --config FILE --query Q (rwrouter.cli.compare)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -262,8 +316,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(args.log_level)
     try:
         code: int = args.func(args)
-    except ConfigError as exc:
-        print(f"rwrouter: configuration error: {escape(exc)}", file=sys.stderr)
+    except ConfigError as exc:  # every mistake found, one line each (ConfigErrors)
+        for error in getattr(exc, "errors", (exc,)):
+            print(f"rwrouter: configuration error: {escape(error)}", file=sys.stderr)
         return 2
     except RwrouterError as exc:
         print(f"rwrouter: {escape(exc)}", file=sys.stderr)

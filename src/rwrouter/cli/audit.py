@@ -159,9 +159,9 @@ def router_url(url: str | None, config_path: str | None) -> str:
         return url if "://" in url else f"http://{url}"  # host:port alone
     if config_path is None:
         return DEFAULT_URL
-    from rwrouter.config import load_config
+    from rwrouter.config import load_config_offline
 
-    server = load_config(config_path).server
+    server = load_config_offline(config_path)[0].server  # no credentials, no ${VAR} needed
     host = server.listen_host or "127.0.0.1"
     host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     host = f"[{host}]" if ":" in host else host
@@ -176,7 +176,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     base = router_url(args.url, args.config)
     # The router ranks (and lists at most 1000 names per destination: top_capped says so).
     address = f"{base}/-/audit?top={args.top}&sort={args.sort}"
-    request, context = _request(address, args.http_config_file)
+    request, context = router_request(address, args.http_config_file)
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT, context=context) as response:
             report = json.load(response)
@@ -197,7 +197,7 @@ def _budgets(address: str, http_config_file: str | None) -> dict[str, Any]:
     with a ``series_limit``: limit, active series, series over it by metric name (most
     first) and the counter of series limited; {} when it cannot be read (the audit is
     printed anyway)."""
-    request, context = _request(address, http_config_file)
+    request, context = router_request(address, http_config_file)
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT, context=context) as response:
             status = json.load(response)
@@ -228,7 +228,7 @@ def _budget_lines(budgets: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _request(
+def router_request(
     address: str, path: str | None
 ) -> tuple[urllib.request.Request, ssl.SSLContext | None]:
     """The request for ``address`` with the ``Authorization`` and the TLS context of the HTTP
@@ -265,12 +265,12 @@ def _print(
 def _audit_capture(args: argparse.Namespace) -> int:
     from rwrouter.audit.capture import CaptureError
     from rwrouter.audit.live import audit_capture
-    from rwrouter.config import load_config
+    from rwrouter.config import load_config_offline
 
     if args.config is None:
         print("rwrouter audit: --capture needs --config (the rules to apply)", file=sys.stderr)
         return 2
-    config = load_config(args.config)
+    config, _ = load_config_offline(args.config)  # counts only: no URL or credential used
     try:
         with open(args.capture, "rb") as stream:
             result = audit_capture(config, stream, top=None)

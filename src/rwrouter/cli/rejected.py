@@ -61,10 +61,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 # list ----------------------------------------------------------------------------------------
 def cmd_list(args: argparse.Namespace) -> int:
-    """``rwrouter rejected list``: print the stores; 0, or 2 for an unknown destination."""
-    from rwrouter.config import load_config
+    """``rwrouter rejected list``: print the stores; 0, or 2 for an unknown destination.
+    Sends nothing, so the config loads without the environment its URLs and credentials
+    name (:func:`rwrouter.config.load_config_offline`)."""
+    from rwrouter.config import load_config_offline
 
-    config = load_config(args.config)
+    config, _ = load_config_offline(args.config)
     chosen = _select(config, args.destination)
     if chosen is None:
         return 2

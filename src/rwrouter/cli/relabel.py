@@ -35,9 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from rwrouter.errors import InvariantError
@@ -52,11 +50,9 @@ from rwrouter.relabel.series import (
 )
 
 if TYPE_CHECKING:
-    from rwrouter.config import Config
     from rwrouter.relabel import Step
     from rwrouter.routing.explain import Decision, Explanation
 
-UNSET = "0"  # what an unset ${VAR} stands for (valid in a host name, a port, a path, a region)
 
 __all__ = ["SeriesError", "format_labels", "parse_series", "register"]  # the first three:
 # rwrouter.relabel.series (the --series text format), re-exported
@@ -87,6 +83,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def cmd_relabel(args: argparse.Namespace) -> int:
     """``rwrouter relabel``: 0 when traced, 2 for an unparsable --series or an invalid
     --tenant (ConfigError: 2 too, from ``main``)."""
+    from rwrouter.config import UNSET, load_config_offline
     from rwrouter.config.tenant import check_tenant
     from rwrouter.errors import TenantError
     from rwrouter.routing import build_router
@@ -106,10 +103,9 @@ def cmd_relabel(args: argparse.Namespace) -> int:
         except TenantError as exc:
             print(f"rwrouter: invalid --tenant: {str(exc).split(': ', 1)[-1]}", file=sys.stderr)
             return 2
-    env = _LenientEnv(os.environ)
-    config = _load(args.config, env)
-    if env.unset:
-        names = ", ".join(sorted(env.unset))
+    config, unset = load_config_offline(args.config)
+    if unset:
+        names = ", ".join(sorted(unset))
         print(
             f"rwrouter: note: unset environment variables taken as {UNSET!r}: {names} "
             "(URLs and credentials are not used here)",
@@ -141,44 +137,6 @@ def cmd_relabel(args: argparse.Namespace) -> int:
     else:
         print("\n\n".join(_as_text(text, e) for text, e in results))
     return 0
-
-
-# configuration --------------------------------------------------------------------------------
-class _LenientEnv(Mapping[str, str]):
-    """``os.environ`` where an unset variable stands for :data:`UNSET` (and is remembered)."""
-
-    def __init__(self, env: Mapping[str, str]) -> None:
-        self._env = env
-        self.unset: set[str] = set()
-
-    def __getitem__(self, name: str) -> str:
-        if name in self._env:
-            return self._env[name]
-        self.unset.add(name)
-        return UNSET
-
-    def __contains__(self, name: object) -> bool:
-        return True
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._env)
-
-    def __len__(self) -> int:
-        return len(self._env)
-
-
-def _load(path: str, env: Mapping[str, str]) -> Config:
-    """:func:`rwrouter.config.load_config` (what ``check-config`` reads) without its check that
-    ``*_file`` credentials are readable: relabeling does not use them."""
-    from rwrouter.config import parse_config
-    from rwrouter.errors import ConfigError
-
-    try:
-        with open(path, encoding="utf-8") as file:
-            text = file.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError("", f"cannot read config file {path!r}: {exc}") from None
-    return parse_config(text, env=env, source=path, base_dir=os.path.dirname(os.path.abspath(path)))
 
 
 def _changes(before: Labels, after: Labels) -> dict[str, Any]:

@@ -6,7 +6,9 @@ Public API:
   ``env``; raises ``rwrouter.errors.ConfigError`` whose ``path`` is the YAML key path, e.g.
   ``remote_write[1].queue_config.max_shards``.
 - ``load_config(path, *, env=None) -> Config``: reads the file (env defaults to ``os.environ``)
-  and checks that every ``*_file`` is readable (``check_files``).
+  and checks that every ``*_file`` is readable (``check_files``);
+  ``load_config_offline(path) -> (Config, unset names)``: the same for commands that send
+  nothing (an unset ``${VAR}`` stands for ``UNSET``, ``*_file`` paths are not checked).
 - ``describe_config(config) -> str``: what ``rwrouter check-config FILE`` prints; no secrets.
 - The dataclasses (``Config``, ``GlobalConfig``, ``ServerConfig``, ``StorageConfig``,
   ``DestinationConfig``, ``AuditConfig``, ``PriceTier``, ``QueueConfig``, ``MetadataConfig``,
@@ -22,7 +24,7 @@ destination directories' names and limits) <- ``load`` (files), ``describe`` (te
 
 from rwrouter.config.budget import OnSeriesLimit
 from rwrouter.config.describe import describe_config, describe_rule
-from rwrouter.config.load import check_files, load_config
+from rwrouter.config.load import UNSET, check_files, load_config, load_config_offline
 from rwrouter.config.model import (
     AuditConfig,
     Authorization,
@@ -52,6 +54,7 @@ from rwrouter.config.values import (
 )
 
 __all__ = [
+    "UNSET",
     "AuditConfig",
     "Authorization",
     "BasicAuth",
@@ -76,6 +79,7 @@ __all__ = [
     "format_duration",
     "format_size",
     "load_config",
+    "load_config_offline",
     "parse_config",
     "parse_duration",
     "parse_listen_address",

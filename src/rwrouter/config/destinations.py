@@ -25,6 +25,7 @@ from rwrouter.config.client import (
     tenant_header,
     tls,
 )
+from rwrouter.config.collect import Collector
 from rwrouter.config.model import (
     SIGV4_MAX_REQUEST_BYTES,
     DestinationConfig,
@@ -80,20 +81,32 @@ def parse_destinations(
         raise ConfigError(path, "at least one destination is required")
     if not isinstance(raw, list):
         raise ConfigError(path, f"expected a list of destinations, got {kind_of(raw, path)}")
-    parsed = [
-        _destination(
-            Fields(
-                item,
-                f"{path}[{i}]",
-                known=field_names(DestinationConfig) + flag_keys("destination"),
-                unsupported=REFUSED["destination"],
-                elsewhere=misplaced("destination"),
-            ),
-            ctx,
-            scheme,
-        )
-        for i, item in enumerate(raw)
-    ]
+    errors = Collector()  # each destination's mistakes, then the next destination's
+    parsed: list[DestinationConfig] = []
+    for i, item in enumerate(raw):
+
+        def one(item: object = item, at: str = f"{path}[{i}]") -> DestinationConfig:
+            return _destination(
+                errors.fields(
+                    item,
+                    at,
+                    known=field_names(DestinationConfig) + flag_keys("destination"),
+                    unsupported=REFUSED["destination"],
+                    elsewhere=misplaced("destination"),
+                ),
+                ctx,
+                scheme,
+            )
+
+        dest = errors.attempt(one, None)
+        if dest is not None:
+            parsed.append(dest)
+    errors.check()
+    return _checked(parsed, path)
+
+
+def _checked(parsed: list[DestinationConfig], path: str) -> tuple[DestinationConfig, ...]:
+    """What holds across destinations: one that is not a fallback, unique names."""
     if all(d.fallback for d in parsed):
         raise ConfigError(f"{path}[0].fallback", "at least one destination must not be a fallback")
     return _named(parsed, path)

@@ -10,7 +10,9 @@ from rwrouter.config.model import Config
 from rwrouter.config.parse import parse_config
 from rwrouter.errors import ConfigError
 
-__all__ = ["check_files", "load_config"]
+__all__ = ["UNSET", "LenientEnv", "check_files", "load_config", "load_config_offline"]
+
+UNSET = "0"  # what an unset ${VAR} stands for offline (valid in a host, a port, a path, a region)
 
 
 def load_config(path: str | os.PathLike[str], *, env: Mapping[str, str] | None = None) -> Config:
@@ -18,20 +20,59 @@ def load_config(path: str | os.PathLike[str], *, env: Mapping[str, str] | None =
 
     Relative ``*_file`` paths are taken from the file's directory, and each must be a readable
     file now (the transport reads them at send time). Raises ConfigError naming the key path.
+    For the commands that send (``run``, ``rejected replay``) and ``check-config``.
     """
+    config = _parse_file(path, os.environ if env is None else env)
+    check_files(config)
+    return config
+
+
+class LenientEnv(Mapping[str, str]):
+    """An environment where an unset variable stands for :data:`UNSET`; the names it stood
+    in for are collected in :attr:`unset`."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self._env = env
+        self.unset: set[str] = set()
+
+    def __getitem__(self, name: str) -> str:
+        if name in self._env:
+            return self._env[name]
+        self.unset.add(name)
+        return UNSET
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._env)
+
+    def __len__(self) -> int:
+        return len(self._env)
+
+
+def load_config_offline(
+    path: str | os.PathLike[str], *, env: Mapping[str, str] | None = None
+) -> tuple[Config, frozenset[str]]:
+    """:func:`load_config` for the commands that send nothing (``audit --config``,
+    ``rejected list``, ``relabel``): a ``${VAR}`` unset in ``env`` (default ``os.environ``)
+    stands for :data:`UNSET` instead of being an error, and ``*_file`` credentials are not
+    checked, as URLs and credentials are not used there. Returns the config and the names of
+    the unset variables. Raises ConfigError for everything else ``check-config`` refuses."""
+    lenient = LenientEnv(os.environ if env is None else env)
+    config = _parse_file(path, lenient)
+    return config, frozenset(lenient.unset)
+
+
+def _parse_file(path: str | os.PathLike[str], env: Mapping[str, str]) -> Config:
     try:
         with open(path, encoding="utf-8") as file:
             text = file.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError("", f"cannot read config file {os.fspath(path)!r}: {exc}") from None
-    config = parse_config(
-        text,
-        env=os.environ if env is None else env,
-        source=os.fspath(path),
-        base_dir=os.path.dirname(os.path.abspath(path)),
+    return parse_config(
+        text, env=env, source=os.fspath(path), base_dir=os.path.dirname(os.path.abspath(path))
     )
-    check_files(config)
-    return config
 
 
 SECRET_FILE_KEYS = frozenset(("password_file", "credentials_file"))

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rwrouter.config.client import NOT_SUPPORTED, Context
+from rwrouter.config.collect import Collector
 from rwrouter.config.destinations import (
     check_budgets,
     enum_choice,
@@ -99,7 +100,8 @@ def parse_config(
     ``env`` supplies ``${VAR}`` values; ``base_dir``, when given, is joined to relative ``*_file``
     paths (as Prometheus resolves them against the config file's directory). Reads no files.
     """
-    top = Fields(
+    errors = Collector()  # every independent mistake, not only the first (check-config)
+    top = errors.fields(
         load_yaml(text, source),
         "",
         known=TOP_KEYS,
@@ -107,26 +109,51 @@ def parse_config(
         elsewhere=misplaced("top"),
     )
     ctx = Context(env=env, base_dir=base_dir)
-    global_fields = Fields(
-        top.raw("global"),
-        "global",
-        known=field_names(GlobalConfig),
-        unsupported=_GLOBAL_UNSUPPORTED,
-        elsewhere=misplaced("global"),
-    )
-    global_ = _global(global_fields)
+    global_ = errors.attempt(lambda: _global_section(errors, top), GlobalConfig())
     scheme = global_.metric_name_validation_scheme
     config = Config(
         global_=global_,
-        server=_server(_section(top, "server", ServerConfig)),
-        storage=_storage(_section(top, "storage", StorageConfig)),
-        relabel_cache=_relabel_cache(_section(top, "relabel_cache", RelabelCacheConfig)),
-        audit=_audit(_section(top, "audit", AuditConfig)),
-        relabel_configs=parse_rules(top.raw("relabel_configs"), "relabel_configs", scheme),
-        remote_write=parse_destinations(top.raw("remote_write"), "remote_write", ctx, scheme),
+        server=errors.attempt(
+            lambda: _server(_section(errors, top, "server", ServerConfig)), ServerConfig()
+        ),
+        storage=errors.attempt(
+            lambda: _storage(_section(errors, top, "storage", StorageConfig)), StorageConfig()
+        ),
+        relabel_cache=errors.attempt(
+            lambda: _relabel_cache(_section(errors, top, "relabel_cache", RelabelCacheConfig)),
+            RelabelCacheConfig(),
+        ),
+        audit=errors.attempt(
+            lambda: _audit(_section(errors, top, "audit", AuditConfig)), AuditConfig()
+        ),
+        relabel_configs=errors.attempt(
+            lambda: parse_rules(top.raw("relabel_configs"), "relabel_configs", scheme), ()
+        ),
+        remote_write=errors.attempt(
+            lambda: parse_destinations(top.raw("remote_write"), "remote_write", ctx, scheme), ()
+        ),
         source=source,
         notes=notes(top.raw("remote_write"), "remote_write"),
     )
+    errors.check()  # the checks below read several sections: only once each is valid
+    _check_across(config)
+    return config
+
+
+def _global_section(errors: Collector, top: Fields) -> GlobalConfig:
+    return _global(
+        errors.fields(
+            top.raw("global"),
+            "global",
+            known=field_names(GlobalConfig),
+            unsupported=_GLOBAL_UNSUPPORTED,
+            elsewhere=misplaced("global"),
+        )
+    )
+
+
+def _check_across(config: Config) -> None:
+    """What holds across sections: series budgets within the audit's quota, queue paths."""
     check_budgets(config.remote_write, config.audit.series_limit, "remote_write")
     check_destination_paths(
         config.storage.path,
@@ -136,12 +163,12 @@ def parse_config(
             if not d.shadow
         ),
     )
-    return config
 
 
-def _section(top: Fields, key: str, model: type) -> Fields:
-    """The top-level section ``key``, whose keys are the fields of ``model``."""
-    return Fields(top.raw(key), key, known=field_names(model), elsewhere=misplaced(key))
+def _section(errors: Collector, top: Fields, key: str, model: type) -> Fields:
+    """The top-level section ``key``, whose keys are the fields of ``model`` (unknown keys
+    kept in ``errors``)."""
+    return errors.fields(top.raw(key), key, known=field_names(model), elsewhere=misplaced(key))
 
 
 def _global(f: Fields) -> GlobalConfig:

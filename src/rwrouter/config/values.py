@@ -16,7 +16,7 @@ import difflib
 import re
 from collections.abc import Mapping
 
-from rwrouter.errors import ConfigError
+from rwrouter.errors import ConfigError, ConfigErrors
 
 __all__ = [
     "Fields",
@@ -265,10 +265,11 @@ class Fields:
     """The keys of one YAML mapping, read with type checks; errors name ``path.key``.
 
     Construction rejects a non-mapping, unknown keys and keys in ``unsupported`` (Prometheus
-    options rwrouter does not implement yet). An unknown key's error says where it belongs when
-    ``elsewhere`` (key -> hint, :func:`rwrouter.config.sections.misplaced`) knows it (and adds a
-    very close match: ``relabel_configs`` on a destination), else gives a close match when there
-    is one ("did you mean"). A key whose value is null counts as absent.
+    options rwrouter does not implement yet), all of them at once (ConfigErrors). An unknown
+    key's error says where it belongs when ``elsewhere`` (key -> hint,
+    :func:`rwrouter.config.sections.misplaced`) knows it (and adds a very close match:
+    ``relabel_configs`` on a destination), else gives a close match when there is one ("did
+    you mean"). A key whose value is null counts as absent.
     """
 
     def __init__(
@@ -284,13 +285,17 @@ class Fields:
             raw = {}
         if not isinstance(raw, dict):
             raise ConfigError(path, f"expected a mapping, got {kind_of(raw, path)}")
+        refused: list[ConfigError] = []  # every unknown or unsupported key, in order
         for key in raw:
             if not isinstance(key, str):
                 raise ConfigError(path, f"keys must be strings, got {kind_of(key, '')}")
             if unsupported is not None and key in unsupported:
-                raise ConfigError(self._join(path, key), unsupported[key])
-            if key not in known:
-                raise ConfigError(self._join(path, key), _unknown(key, known, elsewhere or {}))
+                refused.append(ConfigError(self._join(path, key), unsupported[key]))
+            elif key not in known:
+                reason = _unknown(key, known, elsewhere or {})
+                refused.append(ConfigError(self._join(path, key), reason))
+        if refused:
+            raise ConfigErrors.of(refused)
         self._raw: dict[str, object] = {k: v for k, v in raw.items() if v is not None}
         self.nulls = frozenset(k for k, v in raw.items() if v is None)
         self.path = path

@@ -12,6 +12,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
+from rwrouter.reasons import DropReason
+
 
 def merge_expositions(parts: Mapping[str, str | None], *, workers: int) -> bytes:
     """One text exposition of several worker processes' own expositions (``rwrouter run
@@ -72,6 +74,9 @@ _STATUS_FIELDS: dict[str, tuple[str, str]] = {
     "queue_disk_capacity_bytes": ("rwrouter_queue_disk_capacity_bytes", "sum"),
     "queue_memory_bytes": ("rwrouter_queue_bytes", "sum"),
     "queue_samples": ("rwrouter_queue_samples", "sum"),
+    # what is not sent yet, whatever the disk holds: samples, and records (requests' shares)
+    "unsent_samples": ("rwrouter_queue_unsent_samples", "sum"),
+    "unsent_records": ("rwrouter_queue_blocks", "sum"),
     "oldest_unsent_age_seconds": ("rwrouter_queue_oldest_unsent_age_seconds", "max"),
     "shards": ("rwrouter_shards", "sum"),
     "rejected_store_bytes": ("rwrouter_rejected_store_bytes", "sum"),
@@ -97,6 +102,10 @@ _STATUS_BY_REASON = {
     "dropped_samples_total": "rwrouter_samples_dropped_total",
     "retries_total": "rwrouter_retries_total",
 }
+#: The drop reasons that are routing decisions, not losses: the destination's rules kept the
+#: series out (or it carried only what the destination does not take). The status page and
+#: ``/-/status`` show them as ``kept_out_samples_total``, apart from ``dropped_samples_total``.
+KEPT_OUT_REASONS = frozenset((DropReason.RELABEL.value, DropReason.FILTERED.value))
 
 
 def status_snapshot(exposition: str) -> dict[str, object]:
@@ -108,6 +117,7 @@ def status_snapshot(exposition: str) -> dict[str, object]:
          "relabel_cache_hit_ratio": float | None,
          "destinations": {name: {<_STATUS_FIELDS keys>: float | None,
                                  "dropped_samples_total": {reason: float},
+                                 "kept_out_samples_total": {reason: float},
                                  "retries_total": {reason: float},
                                  "top_names": [[metric name, share 0..1], ...],
                                  "series_over": [[metric name, series], ...],
@@ -126,6 +136,13 @@ def status_snapshot(exposition: str) -> dict[str, object]:
     the elected replica and when it last sent (``rwrouter_ha_elected_replica_timestamp_seconds``:
     with workers, the latest of theirs) and the elections (``rwrouter_ha_leader_changes_total``,
     summed over the workers); a cluster no longer in the election table has replica None.
+
+    ``dropped_samples_total`` holds the reasons that lose samples the destination would
+    have got; ``kept_out_samples_total`` those of :data:`KEPT_OUT_REASONS` (``relabel``: its
+    rules kept the series out, as routing does on purpose; ``filtered``), both from
+    ``rwrouter_samples_dropped_total``. ``unsent_samples`` and ``unsent_records`` are what
+    is queued and not sent yet (``rwrouter_queue_unsent_samples``, ``rwrouter_queue_blocks``);
+    ``queue_disk_bytes`` is disk usage (whole segment files, sent records included).
 
     Counters are totals since start; gauges as exposed (bytes, seconds, unix seconds for the
     credential expiry); a value that is not finite (NaN, e.g. a hit ratio before any lookup)
@@ -160,9 +177,14 @@ class _Destination:
 
     def as_dict(self) -> dict[str, object]:
         over = sorted(self.over.items(), key=lambda item: (-item[1], item[0]))
+        dropped = self.by_reason["dropped_samples_total"]
         return {
             **self.values,
             **self.by_reason,
+            "dropped_samples_total": {
+                r: n for r, n in dropped.items() if r not in KEPT_OUT_REASONS
+            },
+            "kept_out_samples_total": {r: n for r, n in dropped.items() if r in KEPT_OUT_REASONS},
             "top_names": self.top_names,
             "series_over": over,
             "ha_dedup": self._ha(),

@@ -36,6 +36,14 @@ class QueueMetrics:
             ["destination"],
             registry=r,
         )
+        self.unsent_samples = Gauge(
+            "rwrouter_queue_unsent_samples",
+            "Samples queued for a destination and not yet sent: on disk not yet read, plus "
+            "read and waiting or in flight in memory (0: everything accepted was sent). "
+            "rwrouter_queue_disk_bytes counts whole segment files, sent records included.",
+            ["destination"],
+            registry=r,
+        )
         self.oldest_age = Gauge(
             "rwrouter_queue_oldest_unsent_age_seconds",
             "Age of the oldest record read for sending and not yet done, since it was "
@@ -85,6 +93,7 @@ class QueueMetrics:
             self.disk_bytes,
             self.disk_capacity_bytes,
             self.blocks,
+            self.unsent_samples,
             self.oldest_age,
             self.samples,
             self.capacity_samples,

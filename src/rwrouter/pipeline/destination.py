@@ -131,6 +131,7 @@ class Destination:
         m.watch(queue.memory_bytes, lambda: self.pending_bytes + self._metadata.nbytes, name)
         m.watch(queue.disk_bytes, lambda: self.queue.size_bytes, name)
         m.watch(queue.blocks, lambda: self.queue.unread_records + self._reader.in_memory, name)
+        m.watch(queue.unsent_samples, lambda: self.queue.unread_samples + self.pending, name)
         m.watch(queue.oldest_age, self.oldest_unsent_age, name)
         m.watch(rejected.store_bytes, lambda: self.dead_letter_store.size_bytes, name)
         m.watch(rejected.store_entries, lambda: len(self.dead_letter_store), name)

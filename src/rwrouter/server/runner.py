@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import time
 from typing import Any
 
@@ -15,7 +16,7 @@ from aiohttp import web
 
 from rwrouter.config import Config, load_config
 from rwrouter.config.advice import config_warnings
-from rwrouter.errors import RwrouterError
+from rwrouter.errors import ListenError, RwrouterError
 from rwrouter.logs import kv
 from rwrouter.metrics import Metrics
 from rwrouter.pipeline.budgets import BudgetTables
@@ -91,7 +92,16 @@ class RouterServer:
 
     async def start(self) -> None:
         """Read the web configuration file, start the destinations' senders, then listen.
-        Raises ConfigError for a bad web configuration, OSError if the port is taken."""
+        Raises ConfigError for a bad web configuration, ListenError (an OSError) if the
+        address cannot be bound; on any failure what was started is stopped first (senders,
+        their HTTP sessions, the queues' locks), nothing drained."""
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop(drain_timeout=0)
+            raise
+
+    async def _start(self) -> None:
         receive = self.metrics.receive
         self._warn(self.config)
         if self.door.web_config_file is not None:
@@ -148,15 +158,23 @@ class RouterServer:
         if self._runner.server is None:
             raise RwrouterError("the web application runner did not set up its server")
         tls = self._web_file is not None and self._web_file.context is not None
-        self._listener = await listen(
-            self._runner.server,
-            self._bound(app),
-            host=settings.listen_host or None,
-            port=settings.listen_port,
-            reuse_port=self.worker is not None,
-            ssl_context=ReloadingContext(self._web_file) if tls and self._web_file else None,
-            **HANDLER_ARGS,
-        )
+        try:
+            self._listener = await listen(
+                self._runner.server,
+                self._bound(app),
+                host=settings.listen_host or None,
+                port=settings.listen_port,
+                reuse_port=self.worker is not None,
+                ssl_context=ReloadingContext(self._web_file) if tls and self._web_file else None,
+                **HANDLER_ARGS,
+            )
+        except OSError as exc:
+            reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+            error = ListenError(
+                f"cannot listen on {settings.listen_address} (server.listen_address): {reason}"
+            )
+            error.errno = exc.errno
+            raise error from exc
         sockets = self._listener.sockets or ()
         port: int = sockets[0].getsockname()[1] if sockets else settings.listen_port
         return port

@@ -25,6 +25,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import signal
 import time
 from collections.abc import Awaitable, Callable, Hashable
@@ -179,15 +180,17 @@ class Peers:
         await web.UnixSite(self._runner, str(path)).start()
 
     async def stop(self) -> None:
-        """Close the socket and remove its file (and the runtime directory, if empty, when the
-        supervisor is gone: it cannot)."""
+        """Close the socket and remove its file; when the supervisor is gone (killed: it
+        cannot clean up), remove the runtime directory with the files the workers share
+        (connection board, HA elections, series budgets). A worker still stopping keeps what
+        it has open or mapped: removing a name does not take the file from it."""
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
         with contextlib.suppress(OSError):
             socket_path(self.spec.runtime_dir, self.spec.index).unlink()
-            if os.getppid() != self._supervisor:
-                os.rmdir(self.spec.runtime_dir)
+        if os.getppid() != self._supervisor:
+            shutil.rmtree(self.spec.runtime_dir, ignore_errors=True)
 
     async def exposition(self) -> tuple[bytes, str]:
         """Every worker's metrics, merged with a ``worker`` label (``rwrouter_worker_up`` 0

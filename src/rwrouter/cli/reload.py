@@ -1,0 +1,88 @@
+"""``rwrouter reload``: make a running router re-read its configuration file, from inside its
+container too (the image has no ``kill``).
+
+By default it POSTs ``/-/reload`` to the router (``--url``; by default the listen address of
+``--config``, else ``http://127.0.0.1:9250``), which serves it only when started with
+``--web.enable-lifecycle`` and, behind a web configuration file, only to a credential with the
+``admin`` role: ``--http.config.file FILE`` gives the credentials and TLS settings (as
+``rwrouter audit`` and ``promtool --http.config.file`` take them). With ``--pid PID`` it sends
+SIGHUP to that process instead (``kill -HUP PID``; SIGHUP always reloads; in the image the
+router is PID 1).
+
+Prints the router's answer (what the reload changed) or why it failed. Exit 0 when the
+configuration was reloaded (or the signal sent); 1 when the router refused (403: lifecycle
+off or no admin role; 500: the new file is bad and the running configuration stays),
+cannot be reached, or the process does not exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import urllib.error
+import urllib.request
+
+from rwrouter.cli.audit import DEFAULT_URL, TIMEOUT, router_request, router_url
+from rwrouter.logs import escape
+
+__all__ = ["register"]
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``rwrouter reload`` (:func:`cmd_reload`) to the ``rwrouter`` subcommands."""
+    reload = sub.add_parser(
+        "reload",
+        help="make a running router re-read its configuration file",
+        description="POST /-/reload to a running rwrouter (served with --web.enable-lifecycle, "
+        "to the admin role), or send it SIGHUP with --pid. Unchanged destinations keep "
+        "running; a bad file keeps the running configuration (exit 1, the reason printed).",
+    )
+    where = reload.add_mutually_exclusive_group()
+    where.add_argument(
+        "--url",
+        help=f"the running router (default: the listen address of --config, else {DEFAULT_URL})",
+    )
+    where.add_argument(
+        "--pid",
+        type=int,
+        metavar="PID",
+        help="send SIGHUP to this process instead of POSTing (in the image: 1)",
+    )
+    reload.add_argument("--config", help="rwrouter's configuration (its listen address)")
+    reload.add_argument(
+        "--http.config.file",
+        dest="http_config_file",
+        metavar="FILE",
+        help="how to reach the router: basic_auth or authorization (admin role), and "
+        "tls_config (the HTTP client configuration promtool reads)",
+    )
+    reload.set_defaults(func=cmd_reload)
+
+
+def cmd_reload(args: argparse.Namespace) -> int:
+    """``rwrouter reload``: 0 reloaded (or signalled), 1 refused or unreachable."""
+    if args.pid is not None:
+        try:
+            os.kill(args.pid, signal.SIGHUP)
+        except OSError as exc:
+            print(f"rwrouter reload: cannot signal process {args.pid}: {exc}", file=sys.stderr)
+            return 1
+        print(f"rwrouter reload: SIGHUP sent to process {args.pid} (its log says the outcome)")
+        return 0
+    address = f"{router_url(args.url, args.config)}/-/reload"
+    request, context = router_request(address, args.http_config_file)
+    request.method, request.data = "POST", b""
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT, context=context) as response:
+            answer = response.read().decode(errors="replace").strip()
+    except urllib.error.HTTPError as exc:
+        reason = exc.read().decode(errors="replace").strip() or exc.reason
+        print(f"rwrouter reload: {address} answered {exc.code}: {escape(reason)}", file=sys.stderr)
+        return 1
+    except (urllib.error.URLError, OSError) as exc:
+        print(f"rwrouter reload: cannot reach {address}: {exc}", file=sys.stderr)
+        return 1
+    print(escape(answer) or "configuration reloaded")
+    return 0
