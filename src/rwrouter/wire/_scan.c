@@ -1542,20 +1542,6 @@ static PyObject *index_totals(PyObject *module, PyObject *index) {
     return Py_BuildValue("(LL)", nbytes, samples);
 }
 
-/* The varint at body[*at:end]: 1 and *at past it; 0 for one cut short. */
-static int name_varint(const char *body, Py_ssize_t *at, Py_ssize_t end, Py_ssize_t *out) {
-    Py_ssize_t value = 0;
-    for (int shift = 0; *at < end && shift < 35; shift += 7) {
-        uint8_t byte = (uint8_t)body[(*at)++];
-        value |= (Py_ssize_t)(byte & 0x7F) << shift;
-        if (byte < 0x80) {
-            *out = value;
-            return 1;
-        }
-    }
-    return 0;
-}
-
 /* The metric name of the frame body[pos:end] (a framed TimeSeries) as named_frames_py finds
  * it: the value of the first Label whose name is __name__, its Label fields walked (a value
  * holding those bytes is never taken for the name): 1 and *np, *nn; 0 for none (""). */
@@ -1563,17 +1549,21 @@ static int frame_name(const char *body, Py_ssize_t pos, Py_ssize_t end, const ch
                       Py_ssize_t *nn) {
     static const char field[] = "\x0a\x08__name__\x12";
     const Py_ssize_t flen = (Py_ssize_t)sizeof(field) - 1;
-    Py_ssize_t at = pos + 1, size;
-    if (pos >= end || body[pos] != 0x0a || !name_varint(body, &at, end, &size)) return 0;
-    while (at < end && body[at] == 0x0a) {
+    const uint8_t *d = (const uint8_t *)body;
+    Py_ssize_t at = pos + 1;
+    uint64_t size;
+    if (pos >= end || d[pos] != 0x0a || !read_varint(d, &at, end, &size)) return 0;
+    while (at < end && d[at] == 0x0a) {
         at++;
-        if (!name_varint(body, &at, end, &size) || size > end - at) return 0;
-        Py_ssize_t label_end = at + size;
-        if (size >= flen && !memcmp(body + at, field, (size_t)flen)) {
-            Py_ssize_t value = at + flen, vlen;
-            if (!name_varint(body, &value, label_end, &vlen) || vlen > label_end - value) return 0;
+        if (!read_varint(d, &at, end, &size) || size > (uint64_t)(end - at)) return 0;
+        Py_ssize_t label_end = at + (Py_ssize_t)size;
+        if ((Py_ssize_t)size >= flen && !memcmp(body + at, field, (size_t)flen)) {
+            Py_ssize_t value = at + flen;
+            uint64_t vlen;
+            if (!read_varint(d, &value, label_end, &vlen) || vlen > (uint64_t)(label_end - value))
+                return 0;
             *np = body + value;
-            *nn = vlen;
+            *nn = (Py_ssize_t)vlen;
             return 1;
         }
         at = label_end;

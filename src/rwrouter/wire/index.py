@@ -17,9 +17,10 @@ import itertools
 import struct
 from collections.abc import Callable, Iterator
 
-from rwrouter.errors import InvariantError
+from rwrouter.errors import DecodeError, InvariantError
 from rwrouter.wire.accelerator import compiled
 from rwrouter.wire.block import decompress
+from rwrouter.wire.walk import read_varint
 
 __all__ = [
     "INDEX",
@@ -200,19 +201,6 @@ def split_shards_py(body: bytes, index: bytes, shards: int) -> list[tuple[bytes,
 _NAME_FIELD = b"\x0a\x08__name__\x12"  # Label.name = "__name__", then Label.value's tag
 
 
-def _varint(data: bytes, at: int, end: int) -> tuple[int, int]:
-    """The varint at ``at`` of ``data[:end]`` and where it ends (-1 for one cut short)."""
-    value = shift = 0
-    while at < end and shift < 35:
-        byte = data[at]
-        value |= (byte & 0x7F) << shift
-        at += 1
-        shift += 7
-        if byte < 0x80:
-            return value, at
-    return 0, -1
-
-
 def label_name(data: bytes, at: int = 0, end: int | None = None) -> bytes:
     """The metric name (raw bytes; ``b""`` without one) of the Label fields (RW 1.0 wire
     schema: field 1, Label{name=1, value=2}, as the router encodes them) that start at ``at``
@@ -220,16 +208,19 @@ def label_name(data: bytes, at: int = 0, end: int | None = None) -> bytes:
     whose name is ``__name__``. The fields are walked, so a label value holding those bytes
     is never taken for the name."""
     end = len(data) if end is None else end
-    while at < end and data[at] == 0x0A:
-        size, start = _varint(data, at + 1, end)
-        if start < 0 or start + size > end:
-            return b""
-        if data.startswith(_NAME_FIELD, start, start + size):
-            value_size, value = _varint(data, start + len(_NAME_FIELD), start + size)
-            if value < 0 or value + value_size > start + size:
+    try:
+        while at < end and data[at] == 0x0A:
+            size, start = read_varint(data, at + 1, end)
+            if start + size > end:
                 return b""
-            return data[value : value + value_size]
-        at = start + size
+            if data.startswith(_NAME_FIELD, start, start + size):
+                value_size, value = read_varint(data, start + len(_NAME_FIELD), start + size)
+                if value + value_size > start + size:
+                    return b""
+                return data[value : value + value_size]
+            at = start + size
+    except DecodeError:  # a length cut short
+        return b""
     return b""
 
 
@@ -247,9 +238,10 @@ def named_frames_py(body: bytes, index: bytes) -> Iterator[tuple[bytes, int, int
         end = pos + length
         name = b""
         if pos < end and body[pos] == 0x0A:
-            _, inner = _varint(body, pos + 1, end)
-            if inner >= 0:
-                name = label_name(body, inner, end)
+            try:
+                name = label_name(body, read_varint(body, pos + 1, end)[1], end)
+            except DecodeError:  # the frame's length cut short
+                name = b""
         yield name, samples, hashed
         pos = end
 
