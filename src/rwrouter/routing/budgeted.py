@@ -130,13 +130,7 @@ class BudgetedRouter(Router):
         fallback`` when no other destination keeps the series, the fallback destinations'
         outcomes; ``entry`` itself when every budget admits the series (admitted, it counts
         from now on: :meth:`SeriesBudget.decide` at the time of the request)."""
-        over = []
-        for i, budget in self.budgets.items():
-            slot = slot_at(key, entry, i)
-            if isinstance(slot, tuple) and not budget.decide(
-                key=key, name=label_name(slot[0]), hashed=slot[1], now=self._now
-            ):
-                over.append(i)
+        over = [i for i in self.budgets if not self._admitted(i, key, slot_at(key, entry, i))]
         if not over:
             return entry
         slots = unpack_entry(key, entry)
