@@ -1,12 +1,10 @@
 """Result parity of one range query answered by two stores (pure; ``rwrouter compare``).
 
-A store's answer is the Prometheus HTTP API's JSON for ``GET /api/v1/query_range``
-(``{"status": "success", "data": {"resultType": "matrix", "result": [...]}}``; the managed
-workspace answers the same API). :func:`parse_matrix` turns it into series by label set, each
-a mapping of timestamps (ms since epoch) to values (a float, or a native histogram as
-:class:`Histogram`). :func:`compare` then says which series are in one store only, and which
-points differ: at a timestamp one store has and the other has not, or with values not equal
-within a relative tolerance (:func:`close`).
+Each store's answer is read by :func:`~rwrouter.compare.answer.parse_matrix` (re-exported
+here) into series by label set, each a mapping of timestamps (ms since epoch) to values (a
+float, or a native histogram as :class:`Histogram`). :func:`compare` then says which
+series are in one store only, and which points differ: at a timestamp one store has and
+the other has not, or with values not equal within a relative tolerance (:func:`close`).
 
 Sources: Prometheus HTTP API docs ("Range queries", "Expression query result formats":
 ``values`` as ``[<unix seconds>, "<value>"]``, ``histograms`` as ``[<unix seconds>,
@@ -17,11 +15,10 @@ values as strings, ``NaN``, ``+Inf`` and ``-Inf`` included).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from rwrouter.errors import AnswerError
+from rwrouter.compare.answer import AnswerError, Histogram, Labels, Matrix, Value, parse_matrix
 from rwrouter.relabel.series import format_labels
 
 __all__ = [
@@ -38,88 +35,9 @@ __all__ = [
     "parse_matrix",
 ]
 
-Labels = tuple[tuple[str, str], ...]  # sorted (name, value) pairs
-
-
-@dataclass(frozen=True, slots=True)
-class Histogram:
-    """A native histogram point: ``count``, ``sum`` and its buckets, each ``(boundary rule,
-    left, right, count)`` with the boundaries as the API writes them (Prometheus HTTP API,
-    "Native histograms")."""
-
-    count: float
-    sum: float
-    buckets: tuple[tuple[int, str, str, float], ...]
-
-
-Value = float | Histogram
-Matrix = dict[Labels, dict[int, Value]]  # label set -> timestamp (ms) -> value
 Series = Mapping[Labels, Mapping[int, Value]]  # what compare reads: a Matrix, or a literal
 
 NO_NAME = "(no __name__)"  # the family of a series without a metric name (an aggregation)
-
-
-def parse_matrix(document: object) -> Matrix:
-    """The series of a ``query_range`` answer (the decoded JSON), by label set (sorted pairs).
-
-    Raises :class:`AnswerError` for an error answer (``status`` not ``success``: its
-    ``errorType`` and ``error``), a result that is not a ``matrix``, or a malformed one.
-    """
-    if not isinstance(document, Mapping):
-        raise AnswerError("the answer is not a JSON object")
-    if document.get("status") != "success":
-        kind = document.get("errorType") or "error"
-        raise AnswerError(f"{kind}: {document.get('error') or document.get('message') or '?'}")
-    data = document.get("data")
-    if not isinstance(data, Mapping) or data.get("resultType") != "matrix":
-        kind = data.get("resultType") if isinstance(data, Mapping) else None
-        raise AnswerError(f"expected a matrix result, got {kind!r}")
-    matrix: Matrix = {}
-    for entry in _list(data.get("result"), "data.result"):
-        metric = entry.get("metric") if isinstance(entry, Mapping) else None
-        if not isinstance(metric, Mapping):
-            raise AnswerError("a result entry has no metric object")
-        labels = tuple(sorted((str(k), str(v)) for k, v in metric.items()))
-        points: dict[int, Value] = {}
-        for ts, raw in _pairs(entry.get("values"), "values"):
-            points[ts] = _float(raw)
-        for ts, raw in _pairs(entry.get("histograms"), "histograms"):
-            points[ts] = _histogram(raw)
-        matrix[labels] = points
-    return matrix
-
-
-def _list(value: object, where: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise AnswerError(f"{where} is not a list")
-    return value
-
-
-def _pairs(value: object, where: str) -> Iterable[tuple[int, object]]:
-    for pair in _list(value, where):
-        if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], int | float)):
-            raise AnswerError(f"a point of {where} is not [<unix seconds>, <value>]")
-        yield round(pair[0] * 1000), pair[1]
-
-
-def _float(raw: object) -> float:
-    try:
-        return float(str(raw))  # "NaN", "+Inf", "-Inf" included
-    except ValueError:
-        raise AnswerError(f"not a sample value: {raw!r}") from None
-
-
-def _histogram(raw: object) -> Histogram:
-    if not isinstance(raw, Mapping):
-        raise AnswerError("a histogram point is not an object")
-    buckets = []
-    for bucket in _list(raw.get("buckets"), "buckets"):
-        if not (isinstance(bucket, list) and len(bucket) == 4):
-            raise AnswerError("a histogram bucket is not [rule, left, right, count]")
-        buckets.append((int(bucket[0]), str(bucket[1]), str(bucket[2]), _float(bucket[3])))
-    return Histogram(_float(raw.get("count")), _float(raw.get("sum")), tuple(buckets))
 
 
 def close(a: Value, b: Value, *, tolerance: float) -> bool:
