@@ -1,14 +1,39 @@
 """``rwrouter compare``: answers read strictly (every malformed one an AnswerError with a
-one-line reason, never another exception)."""
+one-line reason, never another exception), and the verdicts that are not parity: no data,
+series in the workspace the rules do not send there, self-hosted series the rules merge."""
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
-from rwrouter.compare.parity import AnswerError, close, parse_matrix
+from rwrouter.cli.compare import expected_in_workspace
+from rwrouter.compare.parity import (
+    AnswerError,
+    Collision,
+    Expected,
+    Labels,
+    close,
+    compare,
+    parse_matrix,
+)
+from rwrouter.compare.report import (
+    EXIT_DIFFERENCES,
+    EXIT_NOT_COMPARED,
+    EXIT_PARITY,
+    Outcome,
+    QueryReport,
+    exit_code,
+    format_report,
+    side_stats,
+    summary_line,
+    to_json,
+)
+from rwrouter.config import parse_config
 
 
 def matrix_text(result: str) -> str:
@@ -123,3 +148,162 @@ def test_histogram_bounds_compare_as_numbers() -> None:
     (a,) = parse_matrix(json.loads(hist('[[0, "0.1", "1e0", "1"]]'))).values()
     (b,) = parse_matrix(json.loads(hist('[[0, "0.10", "1", "1.0"]]'))).values()
     assert close(a[1000], b[1000], tolerance=0.0)
+
+
+# --------------------------------------------------------------------------------------------
+# verdicts
+
+UP_A: Labels = (("__name__", "up"), ("job", "a"))
+UP_B: Labels = (("__name__", "up"), ("job", "b"))
+UP: Labels = (("__name__", "up"),)
+GPU: Labels = (("__name__", "gpu_util"), ("pod", "p1"))
+POINTS = {1000: 1.0}
+Answer = Mapping[Labels, Mapping[int, float]]
+
+CONFIG = """
+remote_write:
+  - name: workspace
+    url: https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write
+    sigv4: {region: us-east-1}
+    write_relabel_configs:
+      - {source_labels: [__name__], regex: "up|gpu[.]util", action: keep}
+      - {regex: job, action: labeldrop}
+  - name: self-hosted
+    url: http://prometheus:9090/api/v1/write
+"""
+
+
+def rules() -> Expected:
+    """The workspace keeps ``up`` (without its ``job`` label) and ``gpu.util`` (escaped to
+    ``gpu_util``); nothing else."""
+    return expected_in_workspace(parse_config(CONFIG, env={}), "workspace")
+
+
+@pytest.mark.parametrize(
+    ("self_hosted", "workspace", "found"),
+    [
+        pytest.param({}, {}, {"no_data": True, "equal": True}, id="both_empty"),
+        pytest.param(
+            {(("__name__", "node_load1"),): POINTS},
+            {},
+            {"no_data": True, "not_migrated": 1},
+            id="only_series_not_migrated",
+        ),
+        pytest.param({UP_A: POINTS}, {UP: POINTS}, {"no_data": False, "equal": True}, id="eq"),
+        pytest.param(
+            {UP_A: POINTS, UP_B: {1000: 2.0}},
+            {UP: POINTS},
+            {"collisions": (Collision(UP, (UP_A, UP_B)),), "equal": False, "compared": 0},
+            id="labeldrop_merges_two_series",
+        ),
+        pytest.param(
+            {(("__name__", "node_load1"),): POINTS},
+            {(("__name__", "node_load1"),): POINTS},
+            {"unexpected": 1, "missing_sh": 0, "not_migrated": 1, "equal": False},
+            id="in_both_but_not_routed_there",
+        ),
+        pytest.param(
+            {},
+            {(("__name__", "node_load1"),): POINTS},
+            {"unexpected": 1, "missing_sh": 0, "equal": False},
+            id="only_in_workspace_not_routed_there",
+        ),
+        pytest.param(
+            {UP_A: POINTS},
+            {UP: POINTS, UP_A: POINTS},
+            {"unexpected": 1, "missing_sh": 0, "compared": 1},
+            id="in_workspace_under_labels_the_rules_do_not_give",
+        ),
+        pytest.param(
+            {(("__name__", "gpu.util"), ("pod", "p0")): POINTS},
+            {(("__name__", "gpu_util"), ("pod", "p0")): POINTS, GPU: POINTS},
+            {"unexpected": 0, "missing_sh": 1, "compared": 1},
+            id="escaped_family_missing_in_self_hosted",
+        ),
+        pytest.param(
+            {}, {(("__name__", "up"),): POINTS}, {"unexpected": 0, "missing_sh": 1}, id="routed"
+        ),
+    ],
+)
+def test_compare_verdicts(self_hosted: Answer, workspace: Answer, found: dict[str, Any]) -> None:
+    p = compare(self_hosted, workspace, tolerance=1e-9, expected=rules())
+    got = {
+        "no_data": p.no_data,
+        "equal": p.equal,
+        "not_migrated": len(p.not_migrated),
+        "collisions": p.collisions,
+        "compared": p.series_compared,
+        "unexpected": len(p.unexpected_in_workspace),
+        "missing_sh": len(p.missing_in_self_hosted),
+    }
+    assert {k: got[k] for k in found} == found
+
+
+def test_a_collision_names_the_merged_series_by_family() -> None:
+    p = compare({UP_A: POINTS, UP_B: POINTS}, {UP: POINTS}, tolerance=1e-9, expected=rules())
+    (collision,) = p.collisions
+    assert collision.text() == 'up <- up{job="a"}, up{job="b"}'
+    assert (p.families["up"].colliding, p.families["up"].in_both) == (2, 0)
+
+
+def report_of(self_hosted: Answer, workspace: Answer) -> QueryReport:
+    parity = compare(self_hosted, workspace, tolerance=1e-9, expected=rules())
+    runs = side_stats([Outcome(0.1)])
+    urls = {"self-hosted": "http://a", "workspace": "http://b"}
+    return QueryReport("up{job='typo'}", 0.0, 60.0, 15.0, runs, runs, parity, urls)
+
+
+@pytest.mark.parametrize(
+    ("reports", "code", "statuses", "in_text"),
+    [
+        pytest.param(
+            [report_of({}, {})],
+            EXIT_DIFFERENCES,
+            ["no data"],
+            "NO DATA: neither store has a series for this query in the range",
+            id="no_data_is_not_parity",
+        ),
+        pytest.param(
+            [report_of({(("__name__", "node_load1"),): POINTS}, {})],
+            EXIT_DIFFERENCES,
+            ["no data"],
+            "the 1 self-hosted series are not migrated",
+            id="only_not_migrated",
+        ),
+        pytest.param(
+            [report_of({UP_A: POINTS}, {UP: POINTS}), report_of({}, {})],
+            EXIT_DIFFERENCES,
+            ["parity", "no data"],
+            "parity 1/2, differences 0, no data 1",
+            id="one_of_two",
+        ),
+        pytest.param(
+            [report_of({UP_A: POINTS, UP_B: POINTS}, {UP: POINTS})],
+            EXIT_DIFFERENCES,
+            ["differences"],
+            "1 workspace series each made of several self-hosted series (2 in all",
+            id="collision",
+        ),
+        pytest.param(
+            [report_of({}, {(("__name__", "node_load1"),): POINTS})],
+            EXIT_DIFFERENCES,
+            ["differences"],
+            "1 series in the workspace but not routed there by the rules (unexpected)",
+            id="unexpected",
+        ),
+        pytest.param(
+            [report_of({UP_A: POINTS}, {UP: POINTS})], EXIT_PARITY, ["parity"], "equal", id="ok"
+        ),
+    ],
+)
+def test_report_of_the_verdicts(
+    reports: list[QueryReport], code: int, statuses: list[str], in_text: str
+) -> None:
+    assert code != EXIT_NOT_COMPARED
+    summary = summary_line(reports, when="2026-12-07T10:00:00Z")
+    text = format_report(reports, tolerance=1e-9, summary=summary)
+    document = to_json(reports, tolerance=1e-9, summary=summary)
+    assert (exit_code(reports), [r.status for r in reports]) == (code, statuses)
+    assert in_text in text
+    assert [q["status"] for q in document["queries"]] == statuses
+    assert document["exit_code"] == code
