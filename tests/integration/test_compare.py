@@ -118,7 +118,9 @@ def stores() -> Iterator[Stores]:
             threaded.stop()
 
 
-def config(tmp_path: Path, stores: Stores, *, keep: str, secret: str = KEY.secret_key) -> Path:
+def config(
+    tmp_path: Path, stores: Stores, *, keep: str, secret: str = KEY.secret_key, drop: str = "x"
+) -> Path:
     path = tmp_path / "rwrouter.yaml"
     path.write_text(
         f"""
@@ -128,6 +130,7 @@ remote_write:
     sigv4: {{region: {REGION}, access_key: {KEY.access_key}, secret_key: {secret}}}
     write_relabel_configs:
       - {{source_labels: [__name__], regex: "{keep}", action: keep}}
+      - {{regex: "{drop}", action: labeldrop}}
   - name: self-hosted
     url: {stores.self_hosted}/api/v1/write
 """
@@ -172,10 +175,11 @@ BOTH = "DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_FB_USED"
 
 
 @pytest.mark.parametrize(
-    ("keep", "query", "code", "status", "parity"),
+    ("keep", "drop", "query", "code", "status", "parity"),
     [
         pytest.param(
             BOTH,
+            "x",
             'avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL{Hostname="n1"})',
             0,
             "parity",
@@ -184,6 +188,7 @@ BOTH = "DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_FB_USED"
         ),
         pytest.param(
             BOTH,
+            "x",
             '{__name__=~"DCGM_FI_DEV_.*"}',
             1,
             "differences",
@@ -192,11 +197,39 @@ BOTH = "DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_FB_USED"
         ),
         pytest.param(
             "DCGM_FI_DEV_GPU_UTIL",
+            "x",
             'DCGM_FI_DEV_FB_USED{Hostname="n1"}',
-            0,
-            "parity",
+            1,
+            "no data",
             {"series_compared": 0, "not_migrated": 2, "missing_in_workspace": 0},
-            id="family_not_migrated",
+            id="family_not_migrated_is_no_data",
+        ),
+        pytest.param(
+            BOTH,
+            "x",
+            'DCGM_FI_DEV_GPU_UTILL{Hostname="n1"}',
+            1,
+            "no data",
+            {"series_compared": 0, "not_migrated": 0, "equal": True, "no_data": True},
+            id="typo_is_no_data",
+        ),
+        pytest.param(
+            "DCGM_FI_DEV_FB_USED",
+            "x",
+            'DCGM_FI_DEV_GPU_UTIL{Hostname="n1"}',
+            1,
+            "differences",
+            {"not_migrated": 2, "unexpected_in_workspace": 2, "missing_in_self_hosted": 0},
+            id="in_the_workspace_but_not_routed_there",
+        ),
+        pytest.param(
+            BOTH,
+            "gpu",
+            'DCGM_FI_DEV_GPU_UTIL{Hostname="n1"}',
+            1,
+            "differences",
+            {"collisions": 1, "series_compared": 0, "missing_in_workspace": 2},
+            id="labeldrop_collision",
         ),
     ],
 )
@@ -204,13 +237,15 @@ def test_compare(
     tmp_path: Path,
     stores: Stores,
     keep: str,
+    drop: str,
     query: str,
     code: int,
     status: str,
     parity: dict[str, int],
 ) -> None:
     verified, refused = stores.queries_verified(), len(stores.double.query_rejections)
-    exit_code, report = compare(stores, config(tmp_path, stores, keep=keep), "--query", query)
+    path = config(tmp_path, stores, keep=keep, drop=drop)
+    exit_code, report = compare(stores, path, "--query", query)
     (result,) = report["queries"]
     assert (exit_code, report["exit_code"], result["status"]) == (code, code, status), report
     assert {k: result["parity"][k] for k in parity} == parity
@@ -231,6 +266,8 @@ def test_compare_names_the_missing_family_and_the_value(tmp_path: Path, stores: 
         "in_both": 4,
         "missing_in_workspace": 0,
         "missing_in_self_hosted": 0,
+        "unexpected_in_workspace": 0,
+        "colliding": 0,
         "differing": 1,
         "not_migrated": 0,
     }

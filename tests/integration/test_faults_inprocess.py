@@ -356,7 +356,7 @@ remote_write:
 
     assert dropped(router, "workspace") == {}, "samples given up after the refresh"
     assert double_points(double) == points(sent)
-    requests = double.requests
+    requests = list(double.requests)
     refused = [i for i, r in enumerate(requests) if r.status == 403]
     assert refused, "the expired key was never refused"
     assert all("expired" in requests[i].message for i in refused)

@@ -238,6 +238,20 @@ async def test_a_signed_write_is_queryable_through_the_workspace(
         pytest.param(
             "no backend", 501, "no_backend", "has no backend", id="workspace without backend"
         ),
+        pytest.param(  # the signature first: an unsigned request learns no workspace
+            "no backend, unsigned",
+            403,
+            "missing_auth",
+            "Missing Authentication Token",
+            id="workspace without backend, unsigned",
+        ),
+        pytest.param(
+            "no backend, wrong secret",
+            403,
+            "signature_mismatch",
+            "The request signature we calculated does not match",
+            id="workspace without backend, badly signed",
+        ),
     ],
 )
 async def test_a_query_that_fails_a_check_is_refused(
@@ -265,6 +279,8 @@ async def test_a_query_that_fails_a_check_is_refused(
         ws = "ws-9"
     else:
         ws = "ws-2"
+        headers = {} if how.endswith("unsigned") else None
+        signing = {"secret": "not-the-secret"} if how.endswith("secret") else {}
     answer = await query(
         http, double, api, params, method=method, ws=ws, headers=headers, **signing
     )
@@ -323,3 +339,37 @@ async def test_a_backend_that_is_down_gives_aws_style_errors(
     assert status == 503 and "send again" in text  # retryable: the sender keeps it
     assert double.rejections == {"backend_unavailable": 1}
     assert double.query_rejections == {"backend_unavailable": 1}
+
+
+@pytest.mark.parametrize(
+    ("cap", "status", "rejections"),
+    [
+        pytest.param(64 << 20, 200, {}, id="within the cap: as the backend answers"),
+        pytest.param(300, 422, {"too_large": 1}, id="over the cap: 422, not buffered"),
+    ],
+)
+async def test_an_answer_over_the_cap_is_refused_as_the_workspace_does(
+    make_double: Callable[..., Any],
+    http: aiohttp.ClientSession,
+    cap: int,
+    status: int,
+    rejections: dict[str, int],
+) -> None:
+    double = await make_double(limits=Limits(max_query_answer_bytes=cap))
+    ts = now_ms()
+    nodes = [("q_big_answer", {"node": f"gpu-{i}"}, float(i)) for i in range(20)]
+    assert await write(http, double, write_body(*nodes, ts_ms=ts)) == (200, "")
+    answer = await query(
+        http, double, "query", [("query", "q_big_answer"), ("time", str(ts / 1000))]
+    )
+    assert (answer[0], double.query_rejections) == (status, rejections)
+    if status == 200:
+        assert len(answer[1]["data"]["result"]) == 20
+    else:
+        assert answer[1] == {
+            "status": "error",
+            "errorType": "execution",
+            "error": "expanding series: the query hit the aggregated data size limit "
+            f"(limit: {cap} bytes)",
+        }
+    assert (double.query_count, double.queries[-1].status) == (1, status)

@@ -89,7 +89,7 @@ def answer(*series: tuple[dict[str, str], list[list[Any]]]) -> dict[str, Any]:
                     ],
                 },
             },
-            {(("__name__", "h"),): {1000: Histogram(3.0, 1.5, ((0, "0", "1", 3.0),))}},
+            {(("__name__", "h"),): {1000: Histogram(3.0, 1.5, ((0, 0.0, 1.0, 3.0),))}},
             id="native_histogram",
         ),
     ],
@@ -124,7 +124,9 @@ def test_parse_matrix_keeps_nan() -> None:
         ),
         pytest.param([], "not a JSON object", id="not_an_object"),
         pytest.param(answer(({}, [[1]])), "not [<unix seconds>, <value>]", id="short_point"),
-        pytest.param(answer(({}, [[1, "x"]])), "not a sample value: 'x'", id="bad_value"),
+        pytest.param(
+            answer(({}, [[1, "x"]])), "a sample value is not a number: 'x'", id="bad_value"
+        ),
     ],
 )
 def test_parse_matrix_refuses(document: object, message: str) -> None:
@@ -149,15 +151,15 @@ def test_parse_matrix_refuses(document: object, message: str) -> None:
         pytest.param(math.inf, math.inf, 1e-9, True, id="inf_inf"),
         pytest.param(math.inf, -math.inf, 1e-9, False, id="inf_minus_inf"),
         pytest.param(
-            Histogram(3, 1.5, ((0, "0", "1", 3),)),
-            Histogram(3, 1.5 + 1e-12, ((0, "0", "1", 3),)),
+            Histogram(3, 1.5, ((0, 0.0, 1.0, 3),)),
+            Histogram(3, 1.5 + 1e-12, ((0, 0.0, 1.0, 3),)),
             1e-9,
             True,
             id="histograms_close",
         ),
         pytest.param(
-            Histogram(3, 1.5, ((0, "0", "1", 3),)),
-            Histogram(3, 1.5, ((0, "0", "2", 3),)),
+            Histogram(3, 1.5, ((0, 0.0, 1.0, 3),)),
+            Histogram(3, 1.5, ((0, 0.0, 2.0, 3),)),
             1e-9,
             False,
             id="histograms_other_buckets",

@@ -110,6 +110,12 @@ BAD = {
         "256 bytes",
         "NAME_MAX",
     ],
+    # headers: not a mapping (0, false, "" were read as no headers)
+    "headers_zero": [f"{RW0}.headers: expected a mapping of header name to value, got an integer"],
+    "headers_false": [f"{RW0}.headers: expected a mapping of header name to value, got a boolean"],
+    "headers_empty_string": [f"{RW0}.headers: expected a mapping", "got the string"],
+    "headers_list": [f"{RW0}.headers: expected a mapping of header name to value, got a list"],
+    "headers_false_pasted_prometheus_block": [f"{RW0}.headers: expected a mapping", "a boolean"],
     "header_value_not_a_string": [
         f"{RW0}.headers.X-Scope-OrgID: expected a string, got an integer <secret> (quote it)"
     ],

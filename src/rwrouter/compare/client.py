@@ -137,7 +137,7 @@ async def run_once(
         if status != 200 and not isinstance(document, Mapping):
             raise ValueError
         matrix = parse_matrix(document)
-    except (ValueError, AnswerError) as exc:  # JSONDecodeError is a ValueError
+    except (ValueError, AnswerError, RecursionError) as exc:  # JSONDecodeError: a ValueError
         reason = str(exc) if isinstance(exc, AnswerError) else body[:200].decode(errors="replace")
         return Outcome(None, error=_one_line(f"HTTP {status}: {reason}")), None
     if status != 200:

@@ -1,31 +1,33 @@
 """Result parity of one range query answered by two stores (pure; ``rwrouter compare``).
 
-A store's answer is the Prometheus HTTP API's JSON for ``GET /api/v1/query_range``
-(``{"status": "success", "data": {"resultType": "matrix", "result": [...]}}``; the managed
-workspace answers the same API). :func:`parse_matrix` turns it into series by label set, each
-a mapping of timestamps (ms since epoch) to values (a float, or a native histogram as
-:class:`Histogram`). :func:`compare` then says which series are in one store only, and which
-points differ: at a timestamp one store has and the other has not, or with values not equal
-within a relative tolerance (:func:`close`).
+Each store's answer is read by :func:`~rwrouter.compare.answer.parse_matrix` (re-exported
+here) into series by label set, each a mapping of timestamps (ms since epoch) to values (a
+float, or a native histogram as :class:`Histogram`). :func:`compare` then says which series
+are in one store only, which are in the workspace although the configuration's rules do
+not send them there (unexpected), which self-hosted series the rules merge into one
+workspace series (a :class:`Collision`), and which points differ: at a timestamp one store
+has and the other has not, or with values not equal within a relative tolerance
+(:func:`close`). Equal with nothing compared is *no data* (:attr:`Parity.no_data`), not
+parity.
 
-Sources: Prometheus HTTP API docs ("Range queries", "Expression query result formats":
-``values`` as ``[<unix seconds>, "<value>"]``, ``histograms`` as ``[<unix seconds>,
-{count, sum, buckets: [[<boundary rule>, "<left>", "<right>", "<count>"], ...]}]``; float
-values as strings, ``NaN``, ``+Inf`` and ``-Inf`` included).
+Sources: Prometheus HTTP API docs ("Range queries", "Expression query result formats");
+the router's own rules (:func:`rwrouter.routing.explain.explain`) for what the workspace
+should hold.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from rwrouter.errors import AnswerError
+from rwrouter.compare.answer import AnswerError, Histogram, Labels, Matrix, Value, parse_matrix
 from rwrouter.relabel.series import format_labels
 
 __all__ = [
+    "NO_NAME",
     "AnswerError",
+    "Collision",
     "Difference",
     "FamilyCounts",
     "Histogram",
@@ -38,88 +40,9 @@ __all__ = [
     "parse_matrix",
 ]
 
-Labels = tuple[tuple[str, str], ...]  # sorted (name, value) pairs
-
-
-@dataclass(frozen=True, slots=True)
-class Histogram:
-    """A native histogram point: ``count``, ``sum`` and its buckets, each ``(boundary rule,
-    left, right, count)`` with the boundaries as the API writes them (Prometheus HTTP API,
-    "Native histograms")."""
-
-    count: float
-    sum: float
-    buckets: tuple[tuple[int, str, str, float], ...]
-
-
-Value = float | Histogram
-Matrix = dict[Labels, dict[int, Value]]  # label set -> timestamp (ms) -> value
 Series = Mapping[Labels, Mapping[int, Value]]  # what compare reads: a Matrix, or a literal
 
 NO_NAME = "(no __name__)"  # the family of a series without a metric name (an aggregation)
-
-
-def parse_matrix(document: object) -> Matrix:
-    """The series of a ``query_range`` answer (the decoded JSON), by label set (sorted pairs).
-
-    Raises :class:`AnswerError` for an error answer (``status`` not ``success``: its
-    ``errorType`` and ``error``), a result that is not a ``matrix``, or a malformed one.
-    """
-    if not isinstance(document, Mapping):
-        raise AnswerError("the answer is not a JSON object")
-    if document.get("status") != "success":
-        kind = document.get("errorType") or "error"
-        raise AnswerError(f"{kind}: {document.get('error') or document.get('message') or '?'}")
-    data = document.get("data")
-    if not isinstance(data, Mapping) or data.get("resultType") != "matrix":
-        kind = data.get("resultType") if isinstance(data, Mapping) else None
-        raise AnswerError(f"expected a matrix result, got {kind!r}")
-    matrix: Matrix = {}
-    for entry in _list(data.get("result"), "data.result"):
-        metric = entry.get("metric") if isinstance(entry, Mapping) else None
-        if not isinstance(metric, Mapping):
-            raise AnswerError("a result entry has no metric object")
-        labels = tuple(sorted((str(k), str(v)) for k, v in metric.items()))
-        points: dict[int, Value] = {}
-        for ts, raw in _pairs(entry.get("values"), "values"):
-            points[ts] = _float(raw)
-        for ts, raw in _pairs(entry.get("histograms"), "histograms"):
-            points[ts] = _histogram(raw)
-        matrix[labels] = points
-    return matrix
-
-
-def _list(value: object, where: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise AnswerError(f"{where} is not a list")
-    return value
-
-
-def _pairs(value: object, where: str) -> Iterable[tuple[int, object]]:
-    for pair in _list(value, where):
-        if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], int | float)):
-            raise AnswerError(f"a point of {where} is not [<unix seconds>, <value>]")
-        yield round(pair[0] * 1000), pair[1]
-
-
-def _float(raw: object) -> float:
-    try:
-        return float(str(raw))  # "NaN", "+Inf", "-Inf" included
-    except ValueError:
-        raise AnswerError(f"not a sample value: {raw!r}") from None
-
-
-def _histogram(raw: object) -> Histogram:
-    if not isinstance(raw, Mapping):
-        raise AnswerError("a histogram point is not an object")
-    buckets = []
-    for bucket in _list(raw.get("buckets"), "buckets"):
-        if not (isinstance(bucket, list) and len(bucket) == 4):
-            raise AnswerError("a histogram bucket is not [rule, left, right, count]")
-        buckets.append((int(bucket[0]), str(bucket[1]), str(bucket[2]), _float(bucket[3])))
-    return Histogram(_float(raw.get("count")), _float(raw.get("sum")), tuple(buckets))
 
 
 def close(a: Value, b: Value, *, tolerance: float) -> bool:
@@ -166,28 +89,52 @@ class Difference:
 
 
 @dataclass(frozen=True, slots=True)
+class Collision:
+    """Several self-hosted series (``self_hosted``, sorted) that the configuration sends to
+    the workspace under one label set (``workspace``): its rules make them one series
+    there (a ``labeldrop``, a ``replace`` that loses what told them apart), so the
+    workspace holds one series where the self-hosted store has several and their samples
+    collide (the workspace keeps one value per timestamp, refuses the others)."""
+
+    workspace: Labels
+    self_hosted: tuple[Labels, ...]
+
+    def text(self) -> str:
+        """``<workspace series> <- <self-hosted series>, <self-hosted series>, ...``."""
+        return f"{format_labels(self.workspace)} <- " + ", ".join(
+            format_labels(labels) for labels in self.self_hosted
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class FamilyCounts:
     """Series of one family (metric name): in both stores, only in the self-hosted store
-    (missing in the workspace), only in the workspace, with differing points, and in the
-    self-hosted store but not migrated (the configuration does not send them to the
-    workspace: not a difference)."""
+    (missing in the workspace), only in the workspace, in the workspace but not routed there
+    by the rules (unexpected), self-hosted series in a :class:`Collision`, with differing
+    points, and in the self-hosted store but not migrated (the configuration does not send
+    them to the workspace: not a difference)."""
 
     in_both: int = 0
     missing_in_workspace: int = 0
     missing_in_self_hosted: int = 0
+    unexpected_in_workspace: int = 0
+    colliding: int = 0
     differing: int = 0
     not_migrated: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class Parity:
-    """What :func:`compare` found. ``differences`` holds the first ``limit`` differing points
+    """What :func:`compare` found. ``series_compared``: series whose points were compared
+    (``points_compared``); ``differences`` holds the first ``limit`` differing points
     (``differing_points`` counts them all); ``families`` the counts by metric name."""
 
     series_compared: int
     points_compared: int
     missing_in_workspace: tuple[Labels, ...]
     missing_in_self_hosted: tuple[Labels, ...]
+    unexpected_in_workspace: tuple[Labels, ...]
+    collisions: tuple[Collision, ...]
     not_migrated: tuple[Labels, ...]
     differing_series: int
     differing_points: int
@@ -196,16 +143,56 @@ class Parity:
 
     @property
     def equal(self) -> bool:
-        """No series missing on either side and no differing point (series not migrated
-        do not count)."""
+        """No series missing on either side, none unexpected, no collision and no differing
+        point (series not migrated do not count)."""
         return not (
-            self.missing_in_workspace or self.missing_in_self_hosted or self.differing_series
+            self.missing_in_workspace
+            or self.missing_in_self_hosted
+            or self.unexpected_in_workspace
+            or self.collisions
+            or self.differing_series
         )
+
+    @property
+    def no_data(self) -> bool:
+        """Equal, but with nothing compared: neither store has a series the configuration
+        sends to the workspace (both answers empty, or only series not migrated). Not
+        parity: a mistyped query looks like this."""
+        return self.equal and self.series_compared == 0
 
 
 #: How the workspace names a self-hosted series: its label set there, or None when the
 #: configuration does not send it to the workspace (not migrated).
 Expected = Callable[[Labels], Labels | None]
+
+
+class _Tally:
+    """What :func:`compare` finds, as it goes."""
+
+    def __init__(self, tolerance: float, limit: int) -> None:
+        self.tolerance, self.limit = tolerance, limit
+        self.families: dict[str, dict[str, int]] = {}
+        self.missing_ws: list[Labels] = []
+        self.not_migrated: list[Labels] = []
+        self.collisions: list[Collision] = []
+        self.differences: list[Difference] = []
+        self.compared = self.points = self.differing_series = self.differing_points = 0
+
+    def count(self, labels: Labels, field: str) -> None:
+        counts = self.families.setdefault(family_of(labels), {})
+        counts[field] = counts.get(field, 0) + 1
+
+    def pair(self, labels: Labels, mine: Mapping[int, Value], theirs: Mapping[int, Value]) -> None:
+        """Compare one series present in both stores, point by point."""
+        self.compared += 1
+        self.count(labels, "in_both")
+        self.points += len(mine.keys() | theirs.keys())
+        found = _point_differences(labels, mine, theirs, self.tolerance)
+        if found:
+            self.differing_series += 1
+            self.differing_points += len(found)
+            self.count(labels, "differing")
+            self.differences.extend(found[: max(0, self.limit - len(self.differences))])
 
 
 def compare(
@@ -219,50 +206,69 @@ def compare(
     """Compare two answers of the same query. ``expected`` maps a self-hosted series to the
     label set the workspace holds it under (its rules and name escaping applied), or None
     when it is not migrated; by default every series is expected under its own labels.
-    ``tolerance``: relative (:func:`close`); ``limit``: differing points kept as examples."""
-    families: dict[str, dict[str, int]] = {}
+    ``tolerance``: relative (:func:`close`); ``limit``: differing points kept as examples.
 
-    def count(labels: Labels, field: str) -> None:
-        counts = families.setdefault(family_of(labels), {})
-        counts[field] = counts.get(field, 0) + 1
-
-    missing_ws, not_migrated, seen = [], [], set()
-    differences: list[Difference] = []
-    points = differing_series = differing_points = 0
-    for labels, mine in sorted(self_hosted.items()):
+    Several self-hosted series expected under one label set are a :class:`Collision` (their
+    points are not compared: the workspace's one series cannot match them all). A workspace
+    series no self-hosted series is expected under is *unexpected* when the rules do not
+    send it there (:func:`_unexpected`), else missing in the self-hosted store."""
+    tally = _Tally(tolerance, limit)
+    targets: dict[Labels, list[Labels]] = {}  # workspace label set -> self-hosted series
+    for labels in sorted(self_hosted):
         target = labels if expected is None else expected(labels)
         if target is None:
-            not_migrated.append(labels)
-            count(labels, "not_migrated")
-            continue
+            tally.not_migrated.append(labels)
+            tally.count(labels, "not_migrated")
+        else:
+            targets.setdefault(target, []).append(labels)
+    for target, sources in targets.items():
         theirs = workspace.get(target)
+        if len(sources) > 1:
+            tally.collisions.append(Collision(target, tuple(sources)))
+            for labels in sources:
+                tally.count(labels, "colliding")
         if theirs is None:
-            missing_ws.append(labels)
-            count(labels, "missing_in_workspace")
-            continue
-        seen.add(target)
-        count(labels, "in_both")
-        points += len(mine.keys() | theirs.keys())
-        found = _point_differences(labels, mine, theirs, tolerance)
-        if found:
-            differing_series += 1
-            differing_points += len(found)
-            count(labels, "differing")
-            differences.extend(found[: max(0, limit - len(differences))])
-    missing_sh = [labels for labels in sorted(workspace) if labels not in seen]
+            tally.missing_ws.extend(sources)
+            for labels in sources:
+                tally.count(labels, "missing_in_workspace")
+        elif len(sources) == 1:
+            tally.pair(sources[0], self_hosted[sources[0]], theirs)
+    families = {family_of(target) for target in targets}
+    unmatched = [labels for labels in sorted(workspace) if labels not in targets]
+    unexpected = [w for w in unmatched if _unexpected(w, self_hosted, expected, families)]
+    missing_sh = [w for w in unmatched if w not in set(unexpected)]
+    for labels in unexpected:
+        tally.count(labels, "unexpected_in_workspace")
     for labels in missing_sh:
-        count(labels, "missing_in_self_hosted")
+        tally.count(labels, "missing_in_self_hosted")
     return Parity(
-        series_compared=len(seen),
-        points_compared=points,
-        missing_in_workspace=tuple(missing_ws),
+        series_compared=tally.compared,
+        points_compared=tally.points,
+        missing_in_workspace=tuple(tally.missing_ws),
         missing_in_self_hosted=tuple(missing_sh),
-        not_migrated=tuple(not_migrated),
-        differing_series=differing_series,
-        differing_points=differing_points,
-        differences=tuple(differences),
-        families={name: FamilyCounts(**c) for name, c in sorted(families.items())},
+        unexpected_in_workspace=tuple(unexpected),
+        collisions=tuple(tally.collisions),
+        not_migrated=tuple(tally.not_migrated),
+        differing_series=tally.differing_series,
+        differing_points=tally.differing_points,
+        differences=tuple(tally.differences),
+        families={name: FamilyCounts(**c) for name, c in sorted(tally.families.items())},
     )
+
+
+def _unexpected(
+    labels: Labels, self_hosted: Series, expected: Expected | None, families: set[str]
+) -> bool:
+    """Whether a workspace series that no self-hosted series is expected under is one the
+    rules do not send there: the self-hosted store has it, and the rules send it elsewhere
+    or nowhere; or the rules applied to its labels do not give them back, and no
+    self-hosted series of the answer is expected in its family (which a renaming rule, e.g.
+    name escaping, would explain: then it is missing in the self-hosted store)."""
+    if expected is None:
+        return False
+    if labels in self_hosted:
+        return True  # else it would have been expected under its own labels
+    return expected(labels) != labels and family_of(labels) not in families
 
 
 def _point_differences(

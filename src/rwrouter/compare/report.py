@@ -5,7 +5,9 @@ run is an :class:`Outcome` (seconds from sending the request to the whole answer
 why there is no answer: a timeout, an error). :func:`side_stats` gives p50 and p95 of the
 answered runs; :class:`QueryReport` adds the speed-up (self-hosted p50 / workspace p50: above
 1, the workspace is faster) and the parity (:mod:`rwrouter.compare.parity`) of the first
-answer of each store. :func:`exit_code` is the command's status.
+answer of each store: its :attr:`QueryReport.status` is ``parity``, ``differences``, ``no
+data`` (nothing to compare: not parity) or ``not compared``. :func:`exit_code` is the
+command's status.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ __all__ = [
 ]
 
 EXIT_PARITY = 0  # every query answered by both stores, with the same result
-EXIT_DIFFERENCES = 1  # some query's results differ (series missing, values)
+EXIT_DIFFERENCES = 1  # some query's results differ (series missing, values), or has no data
 EXIT_NOT_COMPARED = 3  # no difference found, but some query failed or timed out on a store
 # (2 is a usage or configuration error, as for every rwrouter command)
 
@@ -120,17 +122,21 @@ class QueryReport:
 
     @property
     def status(self) -> str:
-        """``parity``, ``differences`` or ``not compared``."""
+        """``parity``, ``differences``, ``no data`` (both answered, nothing to compare:
+        :attr:`~rwrouter.compare.parity.Parity.no_data`) or ``not compared``."""
         if self.parity is None:
             return "not compared"
+        if self.parity.no_data:
+            return "no data"
         return "parity" if self.parity.equal else "differences"
 
 
 def exit_code(reports: Sequence[QueryReport]) -> int:
-    """:data:`EXIT_DIFFERENCES` if any query differs, else :data:`EXIT_NOT_COMPARED` if
-    any was not compared (a store timed out or failed every run) or a run failed, else
+    """:data:`EXIT_DIFFERENCES` if any query differs or has no data (a query that finds
+    nothing proves nothing: a typo looks like that), else :data:`EXIT_NOT_COMPARED` if any
+    was not compared (a store timed out or failed every run) or a run failed, else
     :data:`EXIT_PARITY`."""
-    if any(r.status == "differences" for r in reports):
+    if any(r.status in ("differences", "no data") for r in reports):
         return EXIT_DIFFERENCES
     failed = any(s.answered < s.runs for r in reports for s in (r.self_hosted, r.workspace))
     if failed or any(r.status == "not compared" for r in reports):
@@ -172,9 +178,24 @@ def _missing(what: str, series: Sequence[Any], limit: int) -> list[str]:
     return lines
 
 
+def _no_data_line(parity: Parity) -> str:
+    if parity.not_migrated:
+        return (
+            f"  parity: NO DATA: the {len(parity.not_migrated):,} self-hosted series are not "
+            "migrated (the configuration does not send them to the workspace) and the "
+            "workspace has none: nothing compared; query a migrated family"
+        )
+    return (
+        "  parity: NO DATA: neither store has a series for this query in the range: nothing "
+        "compared; check the query (metric name, label values) and --range/--end"
+    )
+
+
 def _parity_lines(parity: Parity | None, tolerance: float, limit: int) -> list[str]:
     if parity is None:
         return ["  parity: not compared (a store gave no answer)"]
+    if parity.no_data:
+        return [_no_data_line(parity)]
     verdict = "equal" if parity.equal else "DIFFERENT"
     lines = [
         f"  parity: {verdict}: {parity.series_compared:,} series in both stores, "
@@ -187,6 +208,19 @@ def _parity_lines(parity: Parity | None, tolerance: float, limit: int) -> list[s
         )
     lines += _missing("missing in the workspace", parity.missing_in_workspace, limit)
     lines += _missing("missing in the self-hosted store", parity.missing_in_self_hosted, limit)
+    lines += _missing(
+        "in the workspace but not routed there by the rules (unexpected)",
+        parity.unexpected_in_workspace,
+        limit,
+    )
+    if parity.collisions:
+        merged = sum(len(c.self_hosted) for c in parity.collisions)
+        lines.append(
+            f"  {len(parity.collisions):,} workspace series each made of several self-hosted "
+            f"series ({merged:,} in all: the rules give them one label set, their samples "
+            "collide there), e.g.:"
+        )
+        lines += [f"    {c.text()}" for c in parity.collisions[:limit]]
     if parity.differing_series:
         lines.append(
             f"  {parity.differing_series:,} series with differing points "
@@ -222,7 +256,7 @@ def format_report(
 def summary_line(reports: Sequence[QueryReport], *, when: str) -> str:
     """One line for a migration log: when (``when``, e.g. an RFC 3339 time), queries, the
     median speed-up, each store's median p50, parity counts and the failures."""
-    count = {s: sum(r.status == s for r in reports) for s in ("parity", "differences")}
+    count = {s: sum(r.status == s for r in reports) for s in ("parity", "differences", "no data")}
     speedups = [r.speedup for r in reports if r.speedup is not None]
     p50 = {
         side: [s.p50 for r in reports if (s := _stats(r, side)).p50 is not None] for side in SIDES
@@ -235,6 +269,8 @@ def summary_line(reports: Sequence[QueryReport], *, when: str) -> str:
             f"{statistics.median(speedups):.2f}x"
         )
     parts.append(f"parity {count['parity']}/{len(reports)}, differences {count['differences']}")
+    if count["no data"]:
+        parts[-1] += f", no data {count['no data']}"
     for side in SIDES:
         timeouts = sum(_stats(r, side).timeouts > 0 for r in reports)
         errors = sum(_stats(r, side).errors > 0 for r in reports)
@@ -303,16 +339,24 @@ def _parity_json(p: Parity, limit: int) -> dict[str, Any]:
 
     return {
         "equal": p.equal,
+        "no_data": p.no_data,
         "series_compared": p.series_compared,
         "points_compared": p.points_compared,
         "missing_in_workspace": len(p.missing_in_workspace),
         "missing_in_self_hosted": len(p.missing_in_self_hosted),
+        "unexpected_in_workspace": len(p.unexpected_in_workspace),
+        "collisions": len(p.collisions),
         "not_migrated": len(p.not_migrated),
         "differing_series": p.differing_series,
         "differing_points": p.differing_points,
         "examples": {
             "missing_in_workspace": listed(p.missing_in_workspace),
             "missing_in_self_hosted": listed(p.missing_in_self_hosted),
+            "unexpected_in_workspace": listed(p.unexpected_in_workspace),
+            "collisions": [
+                {"workspace": format_labels(c.workspace), "self_hosted": listed(c.self_hosted)}
+                for c in p.collisions[:limit]
+            ],
             "differences": [
                 {
                     "series": format_labels(d.labels),
@@ -328,6 +372,8 @@ def _parity_json(p: Parity, limit: int) -> dict[str, Any]:
                 "in_both": c.in_both,
                 "missing_in_workspace": c.missing_in_workspace,
                 "missing_in_self_hosted": c.missing_in_self_hosted,
+                "unexpected_in_workspace": c.unexpected_in_workspace,
+                "colliding": c.colliding,
                 "differing": c.differing,
                 "not_migrated": c.not_migrated,
             }

@@ -137,9 +137,14 @@ def http_url(value: str | None, path: str, *, userinfo: bool) -> str:
 
 
 def headers(f: Fields, ctx: Context, *, sigv4: bool) -> tuple[tuple[str, str], ...]:
-    raw = f.raw("headers") or {}
+    raw = f.raw("headers")  # None: absent or null (Fields); 0, false, "" are no mapping
+    if raw is None:
+        raw = {}
     if not isinstance(raw, dict):
-        raise ConfigError(f.at("headers"), "expected a mapping of header name to value")
+        raise ConfigError(
+            f.at("headers"),
+            f"expected a mapping of header name to value, got {kind_of(raw, f.at('headers'))}",
+        )
     seen: set[str] = set()
     headers = []
     for name, value in raw.items():

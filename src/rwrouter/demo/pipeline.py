@@ -262,7 +262,7 @@ class DemoPipeline:
             verified_signatures=self.double.verified_signatures,
             requests=self.double.request_count,
             rejections=dict(self.double.rejections),
-            queries=len(self.double.queries),
+            queries=self.double.query_count,
             query_rejections=dict(self.double.query_rejections),
             self_hosted_by_name=by_name,
             self_hosted_error=error,

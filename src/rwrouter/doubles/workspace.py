@@ -16,7 +16,10 @@ runs before check 12: a request whose first series names a replica (``__replica_
 cluster (``cluster``) other than the elected one is answered 202 "replicas did not match" and
 not stored (reason ``ha_replica``); an accepted one is stored without its replica label.
 
-A backend (``backends={workspace id: Prometheus URL}``,
+Records: ``requests`` and ``queries`` keep the last requests
+(:class:`~rwrouter.doubles.workspace_records.RecordRing`, 10,000 each), ``request_count``,
+``query_count`` and the rejection counters count them all: a long ``rwrouter demo`` does not
+grow. A backend (``backends={workspace id: Prometheus URL}``,
 :mod:`rwrouter.doubles.workspace_backend`) stores for real: the accepted part of a write request
 (nothing of a refused request, series or sample) is written into that Prometheus before the
 double answers; 16: when the backend does not take it, the answer is 503 ``backend_unavailable``
@@ -52,6 +55,7 @@ from rwrouter.doubles.workspace_records import (
     MISSING_AUTH,
     Fault,
     ManualClock,
+    RecordRing,
     RequestRecord,
     aws_error,
     record_of,
@@ -110,11 +114,13 @@ class WorkspaceDouble:
         now = clock()
         self.stores = {ws: WorkspaceStore(limits=self.limits, now_s=now) for ws in workspaces}
         self.latency_s = 0.0
-        self.requests: list[RequestRecord] = []  # write requests (and unknown paths)
+        self.requests = RecordRing()  # the last write requests (and unknown paths)
         self.rejections: collections.Counter[str] = collections.Counter()
-        self.backends = {
-            ws: Backend(url, timeout_s=backend_timeout_s) for ws, url in (backends or {}).items()
-        }
+        self._host, self._port = host, port
+        self._runner: web.AppRunner | None = None
+        self.backends: dict[str, Backend] = {}
+        for ws, url in (backends or {}).items():
+            self.add_backend(ws, url, timeout_s=backend_timeout_s)
         self.query_api = QueryAPI(
             workspaces=self.stores, backends=self.backends, verify=self._verify
         )
@@ -122,8 +128,6 @@ class WorkspaceDouble:
         self.queries, self.query_rejections = self.query_api.records, self.query_api.rejections
         self.verified_signatures = 0
         self._faults: collections.deque[Fault] = collections.deque()
-        self._host, self._port = host, port
-        self._runner: web.AppRunner | None = None
         self._stopping = asyncio.Event()
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -167,7 +171,8 @@ class WorkspaceDouble:
         """Give ``workspace_id`` a backend Prometheus at ``url``; before :meth:`start` only."""
         if self._runner is not None:
             raise RuntimeError("add_backend: the double is already started")
-        self.backends[workspace_id] = Backend(url, timeout_s=timeout_s)
+        cap = self.limits.max_query_answer_bytes
+        self.backends[workspace_id] = Backend(url, timeout_s=timeout_s, max_answer_bytes=cap)
 
     def add_key(
         self,
@@ -211,7 +216,13 @@ class WorkspaceDouble:
 
     @property
     def request_count(self) -> int:
-        return len(self.requests)
+        """Write requests (and unknown paths) answered so far; ``requests`` keeps the last."""
+        return self.requests.total
+
+    @property
+    def query_count(self) -> int:
+        """Query API requests answered so far; ``queries`` keeps the last."""
+        return self.queries.total
 
     @property
     def last_request(self) -> RequestRecord | None:
@@ -224,7 +235,7 @@ class WorkspaceDouble:
             "requests": self.request_count,
             "verified_signatures": self.verified_signatures,
             "rejections": dict(self.rejections),
-            "queries": len(self.queries),
+            "queries": self.query_count,
             "query_rejections": dict(self.query_rejections),
             "backends": {
                 ws: {"url": b.url, "writes": b.writes, "series": b.written_series}

@@ -8,7 +8,10 @@ A :class:`Backend` holds one aiohttp client session (opened by :meth:`Backend.st
   ``<url>/api/v1/write`` (Prometheus ``--web.enable-remote-write-receiver``); writes of one
   workspace go one at a time, in the order the double accepted them.
 - :meth:`Backend.query` forwards a query (method, ``api/v1/...`` path, raw query string, form
-  body) to ``<url>/api/v1/...`` and returns the backend's status, body and content type.
+  body) to ``<url>/api/v1/...`` and returns the backend's status, body and content type, the
+  body read up to ``max_answer_bytes`` (``Limits.max_query_answer_bytes``, 64 MiB): a larger
+  answer is not buffered but refused as the workspace refuses a query over its limits, 422
+  with a Prometheus API error (:func:`too_large_answer`).
 
 Both raise :class:`BackendError` when the backend does not answer (refused connection,
 ``timeout_s`` passed); :meth:`Backend.write` also when it answers other than 2xx.
@@ -17,12 +20,15 @@ Both raise :class:`BackendError` when the backend does not answer (refused conne
 out-of-order window as wide as the double's (``Limits.out_of_order_window_s``, the workspace's
 1 min), so that what the double accepts out of order is not refused by the backend.
 Source: managed-workspace.md "Quotas that matter" (out-of-order window), Prometheus
-``storage.tsdb.out_of_order_time_window`` (since 2.39).
+``storage.tsdb.out_of_order_time_window`` (since 2.39); Prometheus HTTP API docs (422 when an
+expression cannot be executed), Cortex ``pkg/util/limiter`` (``ErrMaxDataBytesHit``: "the
+query hit the aggregated data size limit (limit: N bytes)", answered 422 ``execution``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from dataclasses import dataclass
 
@@ -43,6 +49,7 @@ __all__ = [
     "no_backend",
     "query_failure",
     "query_methods",
+    "too_large_answer",
     "write_failure",
 ]
 
@@ -71,11 +78,21 @@ _RW1_HEADERS = {
 
 @dataclass(frozen=True)
 class QueryAnswer:
-    """The backend's answer to a query: HTTP status, body bytes, ``Content-Type``."""
+    """The backend's answer to a query: HTTP status, body bytes, ``Content-Type``;
+    ``too_large``: the answer was over the cap, and this is :func:`too_large_answer`."""
 
     status: int
     body: bytes
     content_type: str
+    too_large: bool = False
+
+
+def too_large_answer(limit: int) -> QueryAnswer:
+    """What the double answers for a backend answer over ``limit`` bytes: 422 with the
+    Prometheus API error Cortex gives for a query over its data size limit."""
+    error = f"expanding series: the query hit the aggregated data size limit (limit: {limit} bytes)"
+    body = json.dumps({"status": "error", "errorType": "execution", "error": error})
+    return QueryAnswer(422, body.encode(), "application/json", too_large=True)
 
 
 def backend_config(*, out_of_order_window_s: float = 60.0) -> str:
@@ -93,9 +110,12 @@ class Backend:
     """The Prometheus at ``url`` (``http://host:port``, no trailing path) behind a workspace.
     Use from the loop that started it."""
 
-    def __init__(self, url: str, *, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, url: str, *, timeout_s: float = 30.0, max_answer_bytes: int = 64 << 20
+    ) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        self.max_answer_bytes = max_answer_bytes
         self.writes = 0  # requests it took
         self.written_series = 0  # series in them
         self._session: aiohttp.ClientSession | None = None
@@ -137,7 +157,8 @@ class Backend:
         self, *, method: str, api_path: str, raw_query: str, body: bytes, content_type: str
     ) -> QueryAnswer:
         """Forward one query: ``method`` (GET/POST) to ``<url>/<api_path>?<raw_query>`` with
-        ``body`` (a POST's form) and its ``content_type``. Any answer is returned as is;
+        ``body`` (a POST's form) and its ``content_type``. Any answer up to
+        ``max_answer_bytes`` is returned as is, a larger one as :func:`too_large_answer`;
         :class:`BackendError` when none comes within ``timeout_s``."""
         url = f"{self.url}/{api_path}" + (f"?{raw_query}" if raw_query else "")
         headers = {"Content-Type": content_type} if body and content_type else {}
@@ -145,11 +166,25 @@ class Backend:
             async with self._client().request(
                 method, url, data=body or None, headers=headers
             ) as answer:
-                payload = await answer.read()
+                payload = await self._read(answer)
+                if payload is None:
+                    return too_large_answer(self.max_answer_bytes)
                 kind = answer.headers.get("Content-Type", "application/json")
                 return QueryAnswer(answer.status, payload, kind)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise _unreachable(url, exc, self.timeout_s) from exc
+
+    async def _read(self, answer: aiohttp.ClientResponse) -> bytes | None:
+        """The body, or None as soon as it is over ``max_answer_bytes``."""
+        if (answer.content_length or 0) > self.max_answer_bytes:
+            return None
+        chunks, size = [], 0
+        async for chunk in answer.content.iter_chunked(1 << 16):
+            size += len(chunk)
+            if size > self.max_answer_bytes:
+                return None
+            chunks.append(chunk)
+        return b"".join(chunks)
 
 
 def _unreachable(url: str, exc: BaseException, timeout_s: float) -> BackendError:

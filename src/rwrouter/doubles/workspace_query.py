@@ -2,13 +2,16 @@
 ``series``, ``labels`` (GET, POST form) and ``label/<name>/values`` (GET), answered by the
 workspace's backend Prometheus (:mod:`rwrouter.doubles.workspace_backend`).
 
-Checks, first failing wins: 1 method (403 Missing Authentication Token), 501 ``no_backend``
-when the workspace has no backend (before the signature: nothing could answer), 2-8 SigV4 of
+Checks, first failing wins: 1 method (403 Missing Authentication Token), 2-8 SigV4 of
 method, path, query string and form body, exactly as for a write (service ``aps``), 9 unknown
-workspace (404); then the query is forwarded and the backend's answer returned as is (status,
-body, ``Content-Type``); 16: a backend that does not answer gives 503 (504 after its timeout),
-reason ``backend_unavailable``. Source: managed-workspace.md "Query API"; AMP API reference
-(QueryMetrics, GetSeries, GetLabels: GET and POST, label values GET only).
+workspace (404), then 501 ``no_backend`` when the workspace has no backend (after the
+signature: an unsigned request learns nothing about which workspaces exist); then the query
+is forwarded and the backend's answer returned as is (status, body, ``Content-Type``), but
+for one over ``Limits.max_query_answer_bytes``: 422 (reason ``too_large``, never buffered
+whole); 16: a backend that does not answer gives 503 (504 after its timeout), reason
+``backend_unavailable``. ``records`` keeps the last requests (:class:`RecordRing`), its
+``total`` and ``rejections`` count them all. Source: managed-workspace.md "Query API"; AMP
+API reference (QueryMetrics, GetSeries, GetLabels: GET and POST, label values GET only).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from rwrouter.doubles.workspace_backend import (
     query_failure,
     query_methods,
 )
-from rwrouter.doubles.workspace_records import MISSING_AUTH, RequestRecord, aws_error, record_of
+from rwrouter.doubles.workspace_records import MISSING_AUTH, RecordRing, aws_error, record_of
 
 __all__ = ["QueryAPI"]
 
@@ -47,23 +50,23 @@ class QueryAPI:
         self.workspaces = workspaces
         self.backends = backends
         self.verify = verify
-        self.records: list[RequestRecord] = []
+        self.records = RecordRing()
         self.rejections: collections.Counter[str] = collections.Counter()
 
     def check(
         self, request: web.Request, body: bytes, workspace_id: str, api_path: str
     ) -> Verified | Rejection:
-        """Checks 1, no backend, 2-8 and 9 (the module's list) of one query."""
+        """Checks 1, 2-8, 9 and no backend (the module's list) of one query."""
         if request.method not in query_methods(api_path):
             return MISSING_AUTH
-        if workspace_id in self.workspaces and workspace_id not in self.backends:
-            return no_backend(workspace_id)
         verdict = self.verify(request, body)
         if isinstance(verdict, Rejection):
             return verdict
         if workspace_id not in self.workspaces:
             message = f"Workspace not found: {workspace_id}"
             return Rejection(9, 404, "unknown_workspace", message, "ResourceNotFoundException")
+        if workspace_id not in self.backends:
+            return no_backend(workspace_id)
         return verdict
 
     async def answer(
@@ -84,7 +87,12 @@ class QueryAPI:
                 verdict = query_failure(exc)
             else:
                 signed, key = verdict.signed_headers, verdict.access_key
-                self.records.append(record_of(request, answer.status, "", "", signed, key, None))
+                reason = "too_large" if answer.too_large else ""
+                if reason:
+                    self.rejections[reason] += 1
+                self.records.append(
+                    record_of(request, answer.status, reason, "", signed, key, None)
+                )
                 headers = {
                     "Content-Type": answer.content_type,
                     "x-amzn-RequestId": str(uuid.uuid4()),

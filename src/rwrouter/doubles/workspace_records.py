@@ -1,9 +1,10 @@
 """The workspace double's small value types: its settable clock, scripted faults, the record of
-each request it saw, the AWS-style error answer and the spec's check number of each reason
-(:mod:`rwrouter.doubles.workspace` re-exports them)."""
+each request it saw (the last ones kept: :class:`RecordRing`), the AWS-style error answer and
+the spec's check number of each reason (:mod:`rwrouter.doubles.workspace` re-exports them)."""
 
 from __future__ import annotations
 
+import collections
 import time
 import uuid
 from collections.abc import Mapping
@@ -15,9 +16,11 @@ from rwrouter.doubles.sigv4_verify import Rejection
 
 __all__ = [
     "CHECK_OF_REASON",
+    "MAX_RECORDS",
     "MISSING_AUTH",
     "Fault",
     "ManualClock",
+    "RecordRing",
     "RequestRecord",
     "aws_error",
     "record_of",
@@ -70,6 +73,24 @@ class RequestRecord:
     check: int | None  # the spec's number of the failing check, None when accepted
     received_at: float = 0.0  # time.monotonic() when the request arrived
     counted: int = 0  # samples+exemplars+metadata the rate limiter took (Outcome.counted)
+
+
+#: Request records a double keeps (the last ones); its counters count every request.
+MAX_RECORDS = 10_000
+
+
+class RecordRing(collections.deque[RequestRecord]):
+    """The last ``maxlen`` records (a deque: iterate, ``[-1]``, ``len``), and ``total``: how
+    many were ever appended. Bounds the double's memory over a long run (``rwrouter
+    demo``) while tests read the recent requests."""
+
+    def __init__(self, maxlen: int = MAX_RECORDS) -> None:
+        super().__init__(maxlen=maxlen)
+        self.total = 0
+
+    def append(self, record: RequestRecord) -> None:
+        self.total += 1
+        super().append(record)
 
 
 CHECK_OF_REASON = {

@@ -53,6 +53,9 @@ class Limits:
     # about an hour on Cortex (half a 2 h block). 0 (the double's default) turns it off, so
     # tests may send fixed timestamps; set it where a test needs the bound.
     out_of_bounds_s: float = 0.0
+    # The largest query answer the double passes on from its backend (bytes); over it, 422
+    # as Cortex's query limits answer (workspace_backend.too_large_answer).
+    max_query_answer_bytes: int = 64 << 20
 
 
 @dataclass(frozen=True)

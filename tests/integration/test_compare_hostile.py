@@ -1,0 +1,69 @@
+"""``rwrouter compare``'s client against a store that answers 200 with what is not a range
+query result: each answer fails that run (an Outcome with a one-line error, no series), never
+the command. An aiohttp server on 127.0.0.1 serves the hostile bodies, as raw text."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from rwrouter.auth.schemes import NoAuth
+from rwrouter.compare.client import Store, query_url, run_once
+from rwrouter.compare.targets import Window
+
+pytestmark = pytest.mark.timeout(20)
+
+
+def matrix(result: str) -> str:
+    return '{"status":"success","data":{"resultType":"matrix","result":[' + result + "]}}"
+
+
+HISTOGRAM = '{"count": "1", "sum": "1", "buckets": [[null, "0", "1", "1"]]}'
+
+BODIES = {
+    "infinity_timestamp": matrix('{"metric": {}, "values": [[Infinity, "1"]]}'),
+    "huge_timestamp": matrix('{"metric": {}, "values": [[1e308, "1"]]}'),
+    "null_boundary_rule": matrix('{"metric": {}, "histograms": [[1, ' + HISTOGRAM + "]]}"),
+    "duplicate_timestamp": matrix('{"metric": {}, "values": [[1, "1"], [1, "5"]]}'),
+    "deep_nesting": "[" * 200_000 + "]" * 200_000,
+}
+
+
+@pytest.fixture
+async def hostile() -> AsyncIterator[str]:
+    async def answer(request: web.Request) -> web.Response:
+        body = BODIES[request.match_info["mode"]]
+        return web.Response(text=body, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/{mode}/api/v1/query_range", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    yield f"http://127.0.0.1:{port}"
+    await runner.cleanup()
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason"),
+    [
+        pytest.param("infinity_timestamp", "a timestamp of values is not finite", id="infinity"),
+        pytest.param("huge_timestamp", "a timestamp of values is out of range", id="1e308"),
+        pytest.param("null_boundary_rule", "boundary rule is not 0-3: None", id="null_rule"),
+        pytest.param("duplicate_timestamp", "two points of one series at the same", id="dup_ts"),
+        pytest.param("deep_nesting", "[[[[", id="deep_nesting"),
+    ],
+)
+async def test_a_malformed_answer_fails_its_run(hostile: str, mode: str, reason: str) -> None:
+    store = Store("workspace", f"{hostile}/{mode}", NoAuth(), ssl=None, proxy=None)
+    url = query_url(store.base, "up", Window(0.0, 60.0, 15.0))
+    async with aiohttp.ClientSession() as session:
+        outcome, series = await run_once(session, store, url, timeout=10.0)
+    assert series is None and outcome.seconds is None and not outcome.timed_out
+    assert outcome.error is not None and outcome.error.startswith("HTTP 200: ")
+    assert reason in outcome.error and "\n" not in outcome.error
