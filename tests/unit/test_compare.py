@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from rwrouter.cli.compare import expected_in_workspace
-from rwrouter.compare.client import query_url
+from rwrouter.compare.client import query_form, query_url
 from rwrouter.compare.parity import (
     NO_NAME,
     AnswerError,
@@ -464,17 +464,17 @@ def test_parse_queries_refuses_an_empty_file() -> None:
     [
         pytest.param(
             {"now": 1000.0, "range_s": 300.0, "step_s": 30.0, "end": None},
-            Window(690.0, 990.0, 30.0),
+            Window(690_000, 990_000, 30_000),
             id="end_aligned_to_step",
         ),
         pytest.param(
             {"now": 1000.0, "range_s": 86400.0, "step_s": None, "end": 90000.0},
-            Window(3600.0, 90000.0, 345.0),
-            id="default_step_range_over_250",
+            Window(3_105_000, 89_700_000, 345_000),
+            id="default_step_range_over_250_start_and_end_aligned",
         ),
         pytest.param(
             {"now": 1000.0, "range_s": 60.0, "step_s": None, "end": 500.5},
-            Window(440.5, 500.5, 1.0),
+            Window(440_000, 500_000, 1_000),
             id="default_step_at_least_1s",
         ),
     ],
@@ -484,20 +484,19 @@ def test_window(kwargs: dict[str, Any], expected: Window) -> None:
 
 
 def test_window_refuses_more_points_than_prometheus_answers() -> None:
-    with pytest.raises(ValueError, match=f"at most {MAX_POINTS:,}"):
-        window(now=0.0, range_s=86400.0, step_s=1.0, end=None)
+    with pytest.raises(ConfigError, match=f"at most {MAX_POINTS:,}"):
+        window(now=1e9, range_s=86400.0, step_s=1.0, end=None)
 
 
 # --------------------------------------------------------------------------------------------
-# the query URL (signed as sent) and the labels the workspace holds a series under
+# the query (signed as sent) and the labels the workspace holds a series under
 
 
-def test_query_url_is_in_sigv4_canonical_form() -> None:
-    url = query_url("http://w/workspaces/ws-1", 'avg by (a) (m{x=~"a|b"}) / 2', Window(1, 2.5, 1))
-    path, _, raw = url.partition("?")
-    assert path == "http://w/workspaces/ws-1/api/v1/query_range"
+def test_query_form_is_in_sigv4_canonical_form() -> None:
+    assert query_url("http://w/workspaces/ws-1") == "http://w/workspaces/ws-1/api/v1/query_range"
+    raw = query_form('avg by (a) (m{x=~"a|b"}) / 2', Window(1_000, 2_500, 1_000)).decode()
     assert raw == canonical_query(raw)  # what the verifier computes is what was signed
-    assert raw.startswith("end=2.500&query=avg%20by%20%28a%29") and raw.endswith("&step=1")
+    assert raw.startswith("end=2.5&query=avg%20by%20%28a%29") and raw.endswith("&step=1")
 
 
 def test_expected_in_workspace_applies_the_rules_and_escaping() -> None:

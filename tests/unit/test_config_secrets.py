@@ -8,15 +8,18 @@ tests/integration/test_reload_secrets.py."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from rwrouter.auth.schemes import HeaderAuth
 from rwrouter.cli import main
 from rwrouter.config import load_config, parse_config, redact_url
+from rwrouter.config.files import SECRET_FILE_MAX_BYTES
 from rwrouter.config.values import is_secret, show
-from rwrouter.errors import ConfigError
+from rwrouter.errors import ConfigError, CredentialsError
 from tests.support.secret_configs import BAD_SECRETS, GOOD_SECRETS, SecretCase
 
 
@@ -163,6 +166,65 @@ def test_secret_files_with_a_line_break_inside_are_refused_at_load(
     assert info.value.path.endswith("_file")
     assert "line break" in info.value.reason
     assert content.strip() not in str(info.value)
+
+
+def _fifo(tmp_path: Path) -> str:
+    os.mkfifo(tmp_path / "fifo")
+    return str(tmp_path / "fifo")
+
+
+def _big(tmp_path: Path) -> str:
+    (tmp_path / "big").write_bytes(b"x" * (SECRET_FILE_MAX_BYTES + 1))
+    return str(tmp_path / "big")
+
+
+UNBOUNDED_FILES = [
+    pytest.param(
+        "authorization: {credentials_file: %s}",
+        lambda _: "/dev/zero",
+        "is not a regular file",
+        id="credentials_file_dev_zero",
+    ),
+    pytest.param(
+        "basic_auth: {username: u, password_file: %s}",
+        _big,
+        f"is over {SECRET_FILE_MAX_BYTES:,} bytes",
+        id="password_file_too_large",
+    ),
+    pytest.param("tls_config: {ca_file: %s}", _fifo, "is not a regular file", id="ca_file_fifo"),
+    pytest.param(
+        "tls_config: {ca_file: %s}", lambda p: str(p), "is a directory", id="ca_file_directory"
+    ),
+]
+
+
+@pytest.mark.timeout(10)  # a FIFO opened for reading waits for a writer: it must not
+@pytest.mark.parametrize(("section", "path_of", "reason"), UNBOUNDED_FILES)
+def test_files_that_are_not_small_regular_files_are_refused_at_load(
+    tmp_path: Path, section: str, path_of: Callable[[Path], str], reason: str
+) -> None:
+    config = tmp_path / "rwrouter.yaml"
+    config.write_text(BASE + "    " + section % path_of(tmp_path) + "\n")
+    with pytest.raises(ConfigError, match=reason) as info:
+        load_config(config, env={})
+    assert info.value.path.startswith("remote_write[0].") and info.value.path.endswith("_file")
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(
+    "path_of",
+    [
+        pytest.param(lambda _: "/dev/zero", id="device"),
+        pytest.param(_fifo, id="fifo"),
+        pytest.param(_big, id="too_large"),
+    ],
+)
+async def test_a_secret_file_read_at_send_time_is_bounded(
+    tmp_path: Path, path_of: Callable[[Path], str]
+) -> None:
+    auth = HeaderAuth(scheme="Bearer", secret=None, secret_file=path_of(tmp_path))
+    with pytest.raises(CredentialsError, match=r"reading .* failed"):
+        await auth.headers(url="http://h/write", body=b"", base={})
 
 
 def test_check_config_escapes_control_characters_in_names(

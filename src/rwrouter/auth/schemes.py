@@ -17,6 +17,7 @@ from typing import Protocol
 
 from rwrouter.auth.credentials import CredentialsSource, open_source, profile_region, sign
 from rwrouter.config import SigV4Config
+from rwrouter.config.files import SECRET_FILE_MAX_BYTES, read_regular
 from rwrouter.errors import ConfigError, CredentialsError
 
 #: Answers after which SigV4 credentials are refreshed and the request retried once.
@@ -60,7 +61,8 @@ class HeaderAuth(NoAuth):
     """An ``Authorization`` header: ``Basic`` from user + password, or ``<type> <credentials>``.
 
     ``secret``/``secret_file``: the password (basic) or credentials; the file is read per
-    request (it is small) so rotation needs no restart.
+    request (at most :data:`~rwrouter.config.files.SECRET_FILE_MAX_BYTES`, a regular file
+    only: :func:`~rwrouter.config.files.read_regular`) so rotation needs no restart.
     """
 
     def __init__(
@@ -81,8 +83,11 @@ class HeaderAuth(NoAuth):
         secret = self._secret or ""
         if self._secret_file is not None:
             try:
-                secret = (await asyncio.to_thread(self._secret_file.read_text)).strip()
-            except (OSError, UnicodeDecodeError) as exc:
+                content = await asyncio.to_thread(
+                    read_regular, self._secret_file, SECRET_FILE_MAX_BYTES
+                )
+                secret = content.decode("utf-8").strip()
+            except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
                 raise CredentialsError(f"reading {self._secret_file} failed: {exc}") from exc
         if self._username is not None:
             token = base64.b64encode(f"{self._username}:{secret}".encode()).decode()

@@ -24,8 +24,17 @@ configuration gives it there (escaped names included). A run that times out
 (``--timeout``) or fails is reported, not raised. Then one summary line for a migration log.
 ``--json`` prints the same as one JSON document.
 
-Exit 0: every query answered by both stores, same results; 1: some query's results differ;
-3: no difference, but some run timed out or failed; 2: usage or configuration error.
+Exit status (:data:`EXIT_HELP`): 0 every query answered by both stores, same results; 1
+some query's results differ or have no data (nothing to compare: check the query), and only
+then; 2 a usage or configuration error, found before
+any query is sent: a bad flag value (``--end`` not a time in 1970-9999, a range or step
+under 1 ms or over Prometheus's 11,000 steps, ``--timeout 0s``, ...), a bad URL (``user:
+password@``, a query string, not http(s)), an unreadable or oversized ``--queries`` file, no
+AWS credentials, an unreadable TLS file; 3 no difference found, but some run timed out or
+failed (no answer, an error answer, a redirect, an answer over ``--max-answer-bytes`` or
+not a range query result) — or the command was interrupted or hit a bug in rwrouter (its
+traceback is printed; 1 is never a crash). Every expected failure is one line, never a
+traceback.
 """
 
 from __future__ import annotations
@@ -34,11 +43,14 @@ import argparse
 import asyncio
 import datetime as dt
 import json
+import math
+import sys
 import time
+import traceback
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from rwrouter.errors import ConfigError, InvariantError
+from rwrouter.errors import ConfigError, CredentialsError, InvariantError
 from rwrouter.logs import escape
 
 if TYPE_CHECKING:
@@ -47,6 +59,20 @@ if TYPE_CHECKING:
     from rwrouter.compare.report import QueryReport
     from rwrouter.compare.targets import Window
     from rwrouter.config import Config
+    from rwrouter.config.model import DestinationConfig
+
+EXIT_HELP = (
+    "Exit 0 parity, 1 results differ or no data, 2 usage or configuration error (flags, URLs, "
+    "credentials, files), 3 a run timed out or failed (or an internal error)."
+)
+#: The largest ``--queries`` file read (bytes): some thousand queries.
+MAX_QUERIES_BYTES = 1 << 20
+#: The most runs per store and query (``--repeat``).
+MAX_REPEAT = 1000
+#: The longest ``--timeout`` (seconds): a day.
+MAX_TIMEOUT_S = 86_400.0
+#: ``--max-answer-bytes`` bounds (bytes): 1 KiB to 4 GiB.
+ANSWER_BYTES_RANGE = (1 << 10, 4 << 30)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -57,25 +83,27 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Run range queries against the self-hosted store and the workspace "
         "(signed with the destination's SigV4 credentials): p50/p95 latency on each side, "
         "their ratio, result parity (series, values within a tolerance) and a summary line. "
-        "Exit 0 parity, 1 differences, 3 a run timed out or failed, 2 usage.",
+        "Queries are POSTed (form body); redirects are not followed. " + EXIT_HELP,
     )
     p.add_argument("--config", required=True, metavar="FILE", help="rwrouter's configuration")
     p.add_argument(
         "--query", action="append", default=[], metavar="PROMQL", help="a query (repeatable)"
     )
     p.add_argument(
-        "--queries", metavar="FILE", help="a file of queries: one per line, # comment lines"
+        "--queries",
+        metavar="FILE",
+        help="a file of queries: one per line, # comment lines (a regular UTF-8 file of at "
+        "most 1 MiB)",
     )
     p.add_argument("--range", default="1h", help="how far back from --end (default 1h)")
     p.add_argument("--step", default=None, help="resolution (default: range/250, at least 1s)")
     p.add_argument(
         "--end",
         default=None,
-        help="end of the range: RFC 3339 or unix seconds (default: now, down to a whole step)",
+        help="end of the range: RFC 3339 or unix seconds, in 1970-9999 (default: now); "
+        "start and end are rounded down to multiples of the step",
     )
-    p.add_argument("--repeat", type=_positive, default=5, help="runs per store (default 5)")
-    p.add_argument("--timeout", default="2m", help="per run (default 2m, Prometheus's own)")
-    p.add_argument("--tolerance", type=_tolerance, default=1e-9, help="relative (default 1e-9)")
+    _add_limits(p)
     p.add_argument(
         "--self-hosted",
         dest="self_hosted",
@@ -95,9 +123,28 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=cmd_compare)
 
 
+def _add_limits(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--repeat", type=_positive, default=5, help=f"runs per store, 1-{MAX_REPEAT} (default 5)"
+    )
+    p.add_argument(
+        "--timeout", default="2m", help="per run, over 0 and at most 1d (default 2m, Prometheus's)"
+    )
+    p.add_argument(
+        "--tolerance", type=_tolerance, default=1e-9, help="relative, in [0, 1) (default 1e-9)"
+    )
+    p.add_argument(
+        "--max-answer-bytes",
+        default="64MiB",
+        metavar="SIZE",
+        help="the largest answer read, e.g. 64MiB (default; 1KiB-4GiB): a parsed answer takes "
+        "about 14 times its size; a larger answer fails its run",
+    )
+
+
 def _positive(text: str) -> int:
-    if not (text.isascii() and text.isdigit() and int(text) > 0):
-        raise argparse.ArgumentTypeError(f"expected a whole number > 0, got {text!r}")
+    if not (text.isascii() and text.isdigit() and 0 < int(text) <= MAX_REPEAT):
+        raise argparse.ArgumentTypeError(f"expected a whole number 1-{MAX_REPEAT}, got {text!r}")
     return int(text)
 
 
@@ -106,7 +153,7 @@ def _tolerance(text: str) -> float:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not 0 <= value < 1:
+    if not 0 <= value < 1:  # NaN is refused too: every comparison with it is false
         raise argparse.ArgumentTypeError(f"expected a relative tolerance in [0, 1), got {text!r}")
     return value
 
@@ -117,7 +164,25 @@ def _seconds(text: str, flag: str) -> float:
     return parse_duration(text, flag)
 
 
+def _timeout(text: str) -> float:
+    seconds = _seconds(text, "--timeout")
+    if not 0 < seconds <= MAX_TIMEOUT_S:
+        raise ConfigError("--timeout", f"expected a duration over 0 and at most 1d, got {text!r}")
+    return seconds
+
+
+def _answer_bytes(text: str) -> int:
+    from rwrouter.config import parse_size
+
+    size = parse_size(text, "--max-answer-bytes")
+    low, high = ANSWER_BYTES_RANGE
+    if not low <= size <= high:
+        raise ConfigError("--max-answer-bytes", f"expected 1KiB to 4GiB, got {text!r}")
+    return size
+
+
 def _end(text: str | None) -> float | None:
+    """``--end`` in unix seconds (its range is :func:`~rwrouter.compare.targets.window`'s)."""
     if text is None:
         return None
     try:
@@ -130,18 +195,24 @@ def _end(text: str | None) -> float | None:
         raise ConfigError("--end", f"expected RFC 3339 or unix seconds, got {text!r}") from None
     if moment.tzinfo is None:
         raise ConfigError("--end", f"give a time zone (e.g. Z): {text!r}")
-    return moment.timestamp()
+    try:
+        return moment.timestamp()
+    except (OverflowError, ValueError):  # a time zone pushing it out of datetime's range
+        raise ConfigError("--end", f"expected a time in 1970-9999, got {text!r}") from None
 
 
 def _queries(args: argparse.Namespace) -> list[str]:
     from rwrouter.compare.targets import parse_queries
+    from rwrouter.config.files import read_regular
 
     queries = [q for q in args.query if q.strip()]
     if args.queries is not None:
         try:
-            with open(args.queries, encoding="utf-8") as file:
-                queries += parse_queries(file.read())
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            text = read_regular(args.queries, MAX_QUERIES_BYTES).decode("utf-8")
+            queries += parse_queries(text)
+        except OSError as exc:
+            raise ConfigError("--queries", f"{args.queries}: {exc.strerror}") from None
+        except ValueError as exc:  # not a regular file, too large, not UTF-8, no query
             raise ConfigError("--queries", f"{args.queries}: {exc}") from None
     if not queries:
         raise ConfigError("compare", "give --query PROMQL or --queries FILE")
@@ -178,10 +249,28 @@ def expected_in_workspace(config: Config, workspace: str) -> Expected:
     return expected
 
 
+async def _open(role: str, dest: DestinationConfig, base: str, *, index: int) -> Store:
+    """:func:`~rwrouter.compare.client.open_store`, its failures as ConfigError (exit 2): no
+    usable credentials, a TLS file that cannot be used."""
+    from rwrouter.compare.client import open_store
+
+    path = f"remote_write[{index}]"
+    try:
+        return await open_store(role, base, dest, index=index)
+    except CredentialsError as exc:
+        raise ConfigError(path + (".sigv4" if dest.sigv4 else ""), str(exc)) from None
+    except OSError as exc:  # ssl.SSLError is an OSError
+        raise ConfigError(f"{path}.tls_config", f"cannot use a TLS file: {exc}") from None
+
+
 async def _compare(
-    args: argparse.Namespace, config: Config, window: Window, queries: Sequence[str]
+    args: argparse.Namespace,
+    config: Config,
+    window: Window,
+    queries: Sequence[str],
+    limits: tuple[float, int],
 ) -> list[QueryReport]:
-    from rwrouter.compare.client import open_store, run_queries
+    from rwrouter.compare.client import run_queries
     from rwrouter.compare.parity import compare
     from rwrouter.compare.report import QueryReport, side_stats
     from rwrouter.compare.targets import choose_destinations, store_url
@@ -189,22 +278,19 @@ async def _compare(
     ws, sh = choose_destinations(
         config, workspace=args.workspace_name, self_hosted=args.self_hosted_name
     )
+    sh_base = store_url(sh, args.self_hosted, "--self-hosted")
+    ws_base = store_url(ws, args.workspace, "--workspace")
     index = {d.name: i for i, d in enumerate(config.remote_write)}
     stores: tuple[Store, Store] = (
-        await open_store(
-            "self-hosted",
-            store_url(sh, args.self_hosted, "--self-hosted"),
-            sh,
-            index=index[sh.name],
-        ),
-        await open_store(
-            "workspace", store_url(ws, args.workspace, "--workspace"), ws, index=index[ws.name]
-        ),
+        await _open("self-hosted", sh, sh_base, index=index[sh.name]),
+        await _open("workspace", ws, ws_base, index=index[ws.name]),
     )
     expected = expected_in_workspace(config, ws.name)
-    timeout = _seconds(args.timeout, "--timeout")
+    timeout, max_bytes = limits
     reports: list[QueryReport] = []
-    queried = run_queries(stores, queries, window, repeat=args.repeat, timeout=timeout)
+    queried = run_queries(
+        stores, queries, window, repeat=args.repeat, timeout=timeout, max_answer_bytes=max_bytes
+    )
     async for runs in queried:
         query = queries[len(reports)]
         (sh_runs, sh_first), (ws_runs, ws_first) = runs["self-hosted"], runs["workspace"]
@@ -226,10 +312,40 @@ async def _compare(
     return reports
 
 
+def json_safe(value: Any) -> Any:
+    """``value`` (JSON-ready: dicts, lists, scalars) with every NaN or infinite float as
+    Prometheus's JSON spells it, a string (``"NaN"``, ``"+Inf"``, ``"-Inf"``): JSON has no
+    such numbers, and ``json.dumps`` would write invalid JSON for them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
+    return value
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
-    """``rwrouter compare``: print the report; the exit code of
-    :func:`rwrouter.compare.report.exit_code` (2 for usage/configuration errors, raised as
-    ConfigError)."""
+    """``rwrouter compare``: print the report; the exit status of
+    :func:`rwrouter.compare.report.exit_code` (0, 1, 3), 2 for a usage or configuration
+    error (raised as ConfigError, printed by :func:`rwrouter.cli.main`), 3 when interrupted
+    or for a bug (its traceback printed): never 1, which says the results differ."""
+    from rwrouter.compare.report import EXIT_NOT_COMPARED
+
+    try:
+        return _cmd_compare(args)
+    except ConfigError:
+        raise
+    except KeyboardInterrupt:
+        print("rwrouter compare: interrupted", file=sys.stderr)
+        return EXIT_NOT_COMPARED
+    except Exception:  # a bug in rwrouter: say so, with its traceback, but never exit 1
+        print("rwrouter compare: internal error (a bug in rwrouter):", file=sys.stderr)
+        traceback.print_exc()
+        return EXIT_NOT_COMPARED
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
     from rwrouter.compare.report import exit_code, format_report, summary_line, to_json
     from rwrouter.compare.targets import window
     from rwrouter.config import load_config
@@ -237,20 +353,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     queries = _queries(args)
     step = None if args.step is None else _seconds(args.step, "--step")
-    try:
-        span = window(
-            now=time.time(),
-            range_s=_seconds(args.range, "--range"),
-            step_s=step,
-            end=_end(args.end),
-        )
-    except ValueError as exc:
-        raise ConfigError("--range/--step", str(exc)) from None
-    reports = asyncio.run(_compare(args, config, span, queries))
+    span = window(
+        now=time.time(), range_s=_seconds(args.range, "--range"), step_s=step, end=_end(args.end)
+    )
+    limits = (_timeout(args.timeout), _answer_bytes(args.max_answer_bytes))
+    reports = asyncio.run(_compare(args, config, span, queries, limits))
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     summary = summary_line(reports, when=when)
     if args.json:
-        print(json.dumps(to_json(reports, tolerance=args.tolerance, summary=summary), indent=2))
+        document = json_safe(to_json(reports, tolerance=args.tolerance, summary=summary))
+        print(json.dumps(document, indent=2, allow_nan=False))
     else:
         text = format_report(reports, tolerance=args.tolerance, summary=summary)
         print("\n".join(map(escape, text.split("\n"))))  # queries and labels: outside data

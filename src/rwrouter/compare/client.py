@@ -1,14 +1,29 @@
 """The I/O of ``rwrouter compare``: range queries to the two stores, timed (aiohttp client).
 
 A :class:`Store` is one store's query API base and how its requests authenticate: a
-destination with ``sigv4`` signs each ``GET .../api/v1/query_range`` with its own credentials
+destination with ``sigv4`` signs each ``POST .../api/v1/query_range`` with its own credentials
 (:mod:`rwrouter.auth.credentials`, service ``aps`` unless the block says otherwise; after a
 401 or 403 the credentials are refreshed and the run is sent once more, as remote write
 does), one with ``basic_auth`` or ``authorization`` sends that, and its ``tls_config`` and
 ``proxy_url`` apply. :func:`run_query` runs a query ``repeat`` times on both stores, one
 request at a time, alternating which store goes first; every run is bounded by ``timeout``
-seconds and its answer by :data:`MAX_ANSWER_BYTES`. Nothing here raises for what a store
-answers: a timeout or an error is an :class:`~rwrouter.compare.report.Outcome`.
+seconds and its answer by ``max_answer_bytes`` (default :data:`MAX_ANSWER_BYTES`).
+
+Every query is a POST with an ``application/x-www-form-urlencoded`` body (``query``,
+``start``, ``end``, ``step``), never a GET: Prometheus (HTTP API: "You can URL-encode these
+parameters directly in the request body by using the POST method and Content-Type:
+application/x-www-form-urlencoded header. This is useful when specifying a large query that
+may breach server-side URL character limits") and the managed workspace (AMP API reference,
+QueryMetrics: "Valid HTTP verbs: GET, POST"; Grafana's Prometheus data source posts its
+queries so by default) both take it, so a long query (a ~24 KB one gets 400 from Prometheus
+as a GET) needs no second code path; SigV4 signs the body's sha256, so what is signed is
+what is sent.
+
+Redirects are not followed: a 3xx fails that run, naming the host it points to (following
+it would send the workspace's signed headers, session token included, to another host and
+report parity against that host's data). Nothing here raises for what a store answers: a
+timeout, an error, an answer too large or not a range query result (not JSON, nested too
+deep to parse, ...) is an :class:`~rwrouter.compare.report.Outcome` of that run.
 """
 
 from __future__ import annotations
@@ -19,7 +34,7 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urljoin, urlsplit
 
 import aiohttp
 import yarl
@@ -28,15 +43,31 @@ from rwrouter.auth.credentials import sign
 from rwrouter.auth.schemes import Authenticator, SigV4, authenticator_for
 from rwrouter.compare.parity import AnswerError, Matrix, parse_matrix
 from rwrouter.compare.report import Outcome
-from rwrouter.compare.targets import Window
+from rwrouter.compare.targets import Window, seconds_text
 from rwrouter.config.model import DestinationConfig
+from rwrouter.errors import CredentialsError
 from rwrouter.send.transport import ssl_context_for
 
-__all__ = ["MAX_ANSWER_BYTES", "Store", "open_store", "run_queries", "run_query"]
+__all__ = [
+    "FORM",
+    "MAX_ANSWER_BYTES",
+    "Store",
+    "open_store",
+    "query_form",
+    "query_url",
+    "run_queries",
+    "run_query",
+]
 
-#: The largest answer read (bytes): a 24 h range at 30 s of 1,000 series is about 100 MiB.
-MAX_ANSWER_BYTES = 512 << 20
+#: The default largest answer read (bytes). A parsed answer takes about 14 times its size
+#: (measured: ``json.loads`` and :func:`~rwrouter.compare.parity.parse_matrix` of Prometheus
+#: matrices; more by RSS), and the first answers of both stores are held together: 64 MiB
+#: keeps ``rwrouter compare`` within about 1.5 GB. A 24 h range at 30 s (2,880 points) of
+#: 200 series is about 36 MiB; for more, narrow the query or the range, or raise
+#: ``--max-answer-bytes``.
+MAX_ANSWER_BYTES = 64 << 20
 USER_AGENT = "rwrouter-compare"
+FORM = "application/x-www-form-urlencoded"
 
 
 @dataclass(frozen=True)
@@ -60,86 +91,140 @@ async def open_store(role: str, base: str, dest: DestinationConfig, *, index: in
     return Store(role=role, base=base, auth=auth, ssl=context, proxy=dest.proxy_url)
 
 
-def query_url(base: str, query: str, window: Window) -> str:
-    """``base/api/v1/query_range?`` with ``end``, ``query``, ``start``, ``step`` sorted and
+def query_url(base: str) -> str:
+    """The range query endpoint of a query API ``base``: ``base/api/v1/query_range``."""
+    return f"{base}/api/v1/query_range"
+
+
+def query_form(query: str, window: Window) -> bytes:
+    """The POST body of a range query: ``end``, ``query``, ``start``, ``step`` sorted and
     encoded as SigV4's canonical query string wants them (RFC 3986 unreserved characters
-    kept, every other byte ``%XX``), so that the URL sent is the one signed."""
+    kept, every other byte ``%XX``); times and step exact (:func:`seconds_text`)."""
     params = sorted(
         {
             "query": query,
-            "start": f"{window.start:.3f}",
-            "end": f"{window.end:.3f}",
-            "step": f"{window.step:g}",
+            "start": seconds_text(window.start_ms),
+            "end": seconds_text(window.end_ms),
+            "step": seconds_text(window.step_ms),
         }.items()
     )
-    return f"{base}/api/v1/query_range?{urlencode(params, quote_via=quote, safe='-_.~')}"
+    return urlencode(params, quote_via=quote, safe="-_.~").encode("ascii")
 
 
-async def _headers(store: Store, url: str) -> dict[str, str]:
+async def _headers(store: Store, url: str, body: bytes) -> dict[str, str]:
     if isinstance(store.auth, SigV4):
         source = store.auth.source
         headers = sign(
-            method="GET",
+            method="POST",
             url=url,
             headers={},
-            body=b"",
+            body=body,
             credentials=await source.frozen(),
             region=source.region,
             service=source.service,
-            fixed={},
+            fixed={"Content-Type": FORM},
         )
     else:
-        headers = await store.auth.headers(url=url, body=b"", base={})
+        headers = await store.auth.headers(url=url, body=body, base={"Content-Type": FORM})
     return {**headers, "User-Agent": USER_AGENT, "Accept": "application/json"}
 
 
-async def _read(response: aiohttp.ClientResponse) -> bytes:
-    chunks, size = [], 0
+def too_large(limit: int) -> AnswerError:
+    """The failure of an answer over ``limit`` bytes, saying what to do."""
+    return AnswerError(
+        f"answer over {limit:,} bytes: narrow the query or --range, use a larger --step, "
+        "or raise --max-answer-bytes"
+    )
+
+
+async def _read(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    if (response.content_length or 0) > limit:
+        raise too_large(limit)
+    body = bytearray()
     async for chunk in response.content.iter_chunked(1 << 16):
-        size += len(chunk)
-        if size > MAX_ANSWER_BYTES:
-            raise AnswerError(f"answer over {MAX_ANSWER_BYTES:,} bytes (use a larger --step)")
-        chunks.append(chunk)
-    return b"".join(chunks)
+        if len(body) + len(chunk) > limit:
+            raise too_large(limit)
+        body += chunk
+    return bytes(body)
 
 
 async def _attempt(
-    session: aiohttp.ClientSession, store: Store, url: str
-) -> tuple[int, bytes, float]:
-    headers = await _headers(store, url)
+    session: aiohttp.ClientSession, store: Store, url: str, body: bytes, limit: int
+) -> tuple[int, str | None, bytes, float]:
+    headers = await _headers(store, url, body)
     began = time.perf_counter()
-    async with session.get(
+    async with session.post(
         yarl.URL(url, encoded=True),
+        data=body,
         headers=headers,
         ssl=store.ssl if store.ssl is not None else True,
         proxy=store.proxy,
+        allow_redirects=False,
     ) as response:
-        body = await _read(response)
-    return response.status, body, time.perf_counter() - began
+        answer = await _read(response, limit)
+    location = response.headers.get("Location")
+    return response.status, location, answer, time.perf_counter() - began
+
+
+def redirect_reason(status: int, url: str, location: str | None) -> str:
+    """The one-line failure of a 3xx answer to ``url``: the host (and port) its ``Location``
+    points to, never its userinfo, path or query string."""
+    if location is None:
+        return f"HTTP {status}: a redirect without a Location (redirects are not followed)"
+    try:
+        target = urlsplit(urljoin(url, location))
+        host = target.hostname or "?"
+        where = f"{host}:{target.port}" if target.port is not None else host
+    except ValueError:
+        where = "an invalid URL"
+    return (
+        f"HTTP {status}: redirected to {where} (redirects are not followed: "
+        "give the final URL with --self-hosted/--workspace)"
+    )
 
 
 async def run_once(
-    session: aiohttp.ClientSession, store: Store, url: str, *, timeout: float
+    session: aiohttp.ClientSession,
+    store: Store,
+    body: bytes,
+    *,
+    timeout: float,
+    max_answer_bytes: int = MAX_ANSWER_BYTES,
 ) -> tuple[Outcome, Matrix | None]:
-    """One run of ``url`` on ``store`` within ``timeout`` seconds (signing included): its
+    """One run of the range query ``body`` (:func:`query_form`) on ``store`` within
+    ``timeout`` seconds (signing included), reading at most ``max_answer_bytes``: its
     :class:`Outcome` and, for a 200 range query result, its series."""
+    url = query_url(store.base)
     try:
         async with asyncio.timeout(timeout):
-            status, body, seconds = await _attempt(session, store, url)
+            status, location, answer, seconds = await _attempt(
+                session, store, url, body, max_answer_bytes
+            )
             if status in (401, 403) and await store.auth.refresh_after(status=status, body_text=""):
-                status, body, seconds = await _attempt(session, store, url)
+                status, location, answer, seconds = await _attempt(
+                    session, store, url, body, max_answer_bytes
+                )
     except TimeoutError:
         return Outcome(None, timed_out=True, error=f"timed out after {timeout:g}s"), None
-    except (aiohttp.ClientError, OSError, AnswerError) as exc:
+    except (aiohttp.ClientError, OSError, AnswerError, CredentialsError) as exc:
         return Outcome(None, error=_one_line(f"no answer: {exc}")), None
+    if 300 <= status < 400:
+        return Outcome(None, error=_one_line(redirect_reason(status, url, location))), None
+    return _judge(status, answer, seconds)
+
+
+def _judge(status: int, answer: bytes, seconds: float) -> tuple[Outcome, Matrix | None]:
     try:
-        document = json.loads(body)
+        document = json.loads(answer)
         if status != 200 and not isinstance(document, Mapping):
             raise ValueError
         matrix = parse_matrix(document)
-    except (ValueError, AnswerError, RecursionError) as exc:  # JSONDecodeError: a ValueError
-        reason = str(exc) if isinstance(exc, AnswerError) else body[:200].decode(errors="replace")
+    except (ValueError, AnswerError) as exc:  # JSONDecodeError, UnicodeDecodeError: ValueError
+        reason = str(exc) if isinstance(exc, AnswerError) else answer[:200].decode(errors="replace")
         return Outcome(None, error=_one_line(f"HTTP {status}: {reason}")), None
+    except RecursionError:
+        reason = "not a range query result: JSON nested too deep to parse"
+        return Outcome(None, error=f"HTTP {status}: {reason}"), None
     if status != 200:
         return Outcome(None, error=f"HTTP {status}"), None
     return Outcome(seconds), matrix
@@ -157,15 +242,19 @@ async def run_query(
     *,
     repeat: int,
     timeout: float,
+    max_answer_bytes: int = MAX_ANSWER_BYTES,
 ) -> dict[str, tuple[list[Outcome], Matrix | None]]:
     """Run ``query`` ``repeat`` times on both ``stores`` (self-hosted, workspace), one
-    request at a time, the store that goes first alternating run by run. Returns, by role,
-    every run's :class:`Outcome` and the series of the first answer (None: none)."""
+    request at a time, the store that goes first alternating run by run (:func:`run_once`).
+    Returns, by role, every run's :class:`Outcome` and the series of the first answer
+    (None: none)."""
     results: dict[str, tuple[list[Outcome], Matrix | None]] = {s.role: ([], None) for s in stores}
+    body = query_form(query, window)
     for run in range(repeat):
         for store in stores if run % 2 == 0 else stores[::-1]:
-            url = query_url(store.base, query, window)
-            outcome, matrix = await run_once(session, store, url, timeout=timeout)
+            outcome, matrix = await run_once(
+                session, store, body, timeout=timeout, max_answer_bytes=max_answer_bytes
+            )
             outcomes, first = results[store.role]
             outcomes.append(outcome)
             results[store.role] = (outcomes, first if first is not None else matrix)
@@ -179,10 +268,19 @@ async def run_queries(
     *,
     repeat: int,
     timeout: float,
+    max_answer_bytes: int = MAX_ANSWER_BYTES,
 ) -> AsyncIterator[dict[str, tuple[list[Outcome], Matrix | None]]]:
     """:func:`run_query` for each of ``queries`` in turn, on one HTTP session, yielding each
     query's results as they come (the caller compares them and lets them go: one query's
     answers are held at a time)."""
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as session:
         for query in queries:
-            yield await run_query(session, stores, query, window, repeat=repeat, timeout=timeout)
+            yield await run_query(
+                session,
+                stores,
+                query,
+                window,
+                repeat=repeat,
+                timeout=timeout,
+                max_answer_bytes=max_answer_bytes,
+            )

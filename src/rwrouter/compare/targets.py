@@ -25,14 +25,17 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 from rwrouter.config.model import Config, DestinationConfig
+from rwrouter.config.values import redact_url
 from rwrouter.errors import ConfigError
 
 __all__ = [
     "MAX_POINTS",
     "Window",
+    "check_base",
     "choose_destinations",
     "parse_queries",
     "query_base",
+    "store_url",
     "window",
 ]
 
@@ -88,36 +91,61 @@ def choose_destinations(
     return ws, _pick(others, self_hosted, "self-hosted", "--self-hosted-name")
 
 
-def store_url(dest: DestinationConfig, override: str | None, flag: str) -> str:
-    """The query API base of a store: ``override`` (trailing ``/`` removed), else derived
-    from ``dest.url`` (:func:`query_base`). Raises ConfigError naming ``flag`` when neither
-    gives one, or the override is not an http(s) URL."""
-    if override is not None:
-        parts = urlsplit(override)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ConfigError(
-                flag, f"expected an http(s) URL such as http://host:9090, got {override!r}"
-            )
-        return override.rstrip("/")
-    base = query_base(dest.url)
-    if base is None:
+def check_base(url: str, flag: str) -> str:
+    """``url`` (trailing ``/`` removed) if it is a usable Prometheus API base: http or https,
+    a host (and a valid port), no ``user:password@`` (it would be shown in the report and the
+    process list: use the destination's ``basic_auth``), no query string or fragment (the API
+    path is appended to it). Raises ConfigError naming ``flag``; the message never shows a
+    URL with an ``@`` and shows others :func:`~rwrouter.config.redact_url`-ed."""
+    if "@" in url:
         raise ConfigError(
             flag,
-            f"cannot derive the query URL of destination {dest.name!r} from {dest.url!r} "
-            f"(not .../api/v1/write or .../api/v1/remote_write): give {flag} URL",
+            "a URL with user:password@ (an @) is refused, as it would be printed: "
+            "use the destination's basic_auth",
         )
-    return base
+    shown = redact_url(url)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError for a bad port)
+    except ValueError:
+        raise ConfigError(flag, f"not a valid URL: {shown!r}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(flag, f"expected an http(s) URL such as http://host:9090, got {shown!r}")
+    if "?" in url or "#" in url:
+        raise ConfigError(
+            flag, f"a query string or fragment cannot take an API path after it: {shown!r}"
+        )
+    return url.rstrip("/")
+
+
+def store_url(dest: DestinationConfig, override: str | None, flag: str) -> str:
+    """The query API base of a store: ``override`` (:func:`check_base`), else derived from
+    ``dest.url`` (:func:`query_base`). Raises ConfigError naming ``flag`` when neither gives
+    one, the override is not a usable base, or the remote write URL has a query string or
+    fragment (the query API would not get it: give ``flag``)."""
+    if override is not None:
+        return check_base(override, flag)
+    base = query_base(dest.url)
+    if base is None or "?" in dest.url or "#" in dest.url:
+        raise ConfigError(
+            flag,
+            f"cannot derive the query URL of destination {dest.name!r} from "
+            f"{redact_url(dest.url)!r} (not .../api/v1/write or .../api/v1/remote_write, "
+            f"without a query string): give {flag} URL",
+        )
+    return check_base(base, flag)
 
 
 def parse_queries(text: str) -> list[str]:
-    """The queries of a file: one per line; blank lines and lines whose first non-blank
-    character is ``#`` are skipped (a ``#`` later in a line is PromQL's own comment and stays
-    in the query). Raises ValueError when there is none."""
-    queries = [
-        line.strip()
-        for line in text.splitlines()
-        if line.strip() and not line.strip().startswith("#")
-    ]
+    """The queries of a file: one per line, lines ending at ``\\n`` (or ``\\r\\n``) only
+    (not at ``\\v``, ``\\f``, ``\\x1c``, U+2028 or the other characters
+    :meth:`str.splitlines` breaks at: a query holding one stays one query, which the store
+    judges); a leading UTF-8 byte order mark is dropped; blank lines and lines whose first
+    non-blank character is ``#`` are skipped (a ``#`` later in a line is PromQL's own comment
+    and stays in the query).
+    Raises ValueError when there is none."""
+    lines = (line.strip() for line in text.removeprefix("\ufeff").split("\n"))
+    queries = [line for line in lines if line and not line.startswith("#")]
     if not queries:
         raise ValueError("no query in the file (one PromQL query per line, # comments)")
     return queries
@@ -125,11 +153,37 @@ def parse_queries(text: str) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class Window:
-    """A range query's ``start`` and ``end`` (unix seconds) and ``step`` (seconds)."""
+    """A range query's ``start_ms`` and ``end_ms`` (ms since the epoch) and ``step_ms``
+    (ms): whole milliseconds, Prometheus's resolution, so that they are sent exactly
+    (:func:`seconds_text`). ``start``, ``end`` (unix seconds) and ``step`` (seconds) are the
+    same as floats, for the report."""
 
-    start: float
-    end: float
-    step: float
+    start_ms: int
+    end_ms: int
+    step_ms: int
+
+    @property
+    def start(self) -> float:
+        return self.start_ms / 1000
+
+    @property
+    def end(self) -> float:
+        return self.end_ms / 1000
+
+    @property
+    def step(self) -> float:
+        return self.step_ms / 1000
+
+
+def seconds_text(ms: int) -> str:
+    """``ms`` (>= 0) as exact decimal seconds, as the query API takes times and steps:
+    ``15``, ``0.5``, ``1700000000.123`` (never rounded, never an exponent)."""
+    whole, frac = divmod(ms, 1000)
+    return f"{whole}.{frac:03d}".rstrip("0").rstrip(".") if frac else str(whole)
+
+
+#: The last second datetime can show (9999-12-31T23:59:59Z): the latest ``--end``.
+LATEST_S = 253_402_300_799
 
 
 def default_step(range_s: float) -> float:
@@ -137,19 +191,39 @@ def default_step(range_s: float) -> float:
     return float(max(1, math.floor(range_s / 250)))
 
 
+def _ms(seconds: float, flag: str, low_ms: int, high_ms: int, expected: str) -> int:
+    if not math.isfinite(seconds) or not low_ms <= round(seconds * 1000) <= high_ms:
+        raise ConfigError(flag, f"expected {expected}, got {seconds!r}")
+    return round(seconds * 1000)
+
+
 def window(*, now: float, range_s: float, step_s: float | None, end: float | None) -> Window:
-    """The window of every query: ending at ``end`` (unix seconds) or at ``now`` rounded
-    down to a multiple of the step (as Grafana aligns it: both stores then evaluate at the
-    same timestamps run after run), ``range_s`` long, every ``step_s`` seconds (default:
-    :func:`default_step`). Raises ValueError for a range or step <= 0, or more than
-    :data:`MAX_POINTS` points per series."""
+    """The window of every query: ``range_s`` long, every ``step_s`` seconds (default:
+    :func:`default_step`), ending at ``end`` (unix seconds; default ``now``); ``start`` and
+    ``end`` are rounded down to multiples of the step, as Grafana and the Prometheus UI
+    align them and as a Cortex-style query frontend (the managed workspace's) aligns them
+    itself ("align queries with step"): both stores then evaluate at the same timestamps,
+    run after run, and the window covers at least ``range_s``.
+
+    Raises ConfigError naming the flag for a time that is not finite or outside 1970-9999
+    (``--end``, and the start it gives with ``--range``), a range or step under 1 ms (whole
+    ms: Prometheus's resolution), or more than :data:`MAX_POINTS` steps, which Prometheus
+    refuses ("exceeded maximum resolution of 11,000 points per timeseries": web/api/v1/
+    api.go, ``end.Sub(start)/step > 11000``)."""
+    latest_ms = LATEST_S * 1000
+    range_ms = _ms(range_s, "--range", 1, latest_ms, "a duration from 1ms to 8,000 years")
     step = default_step(range_s) if step_s is None else step_s
-    if range_s <= 0 or step <= 0:
-        raise ValueError("--range and --step must be more than 0")
-    if range_s / step + 1 > MAX_POINTS:
-        raise ValueError(
-            f"{range_s / step + 1:,.0f} points per series: Prometheus answers at most "
-            f"{MAX_POINTS:,} (use a larger --step)"
+    step_ms = _ms(step, "--step", 1, latest_ms, "a duration from 1ms to 8,000 years")
+    stop_ms = _ms(now if end is None else end, "--end", 0, latest_ms, "a time in 1970-9999")
+    stop_ms -= stop_ms % step_ms
+    start_ms = stop_ms - range_ms
+    start_ms -= start_ms % step_ms
+    if start_ms < 0:
+        raise ConfigError("--range", f"{seconds_text(range_ms)}s before --end is before 1970")
+    if (stop_ms - start_ms) // step_ms > MAX_POINTS:
+        raise ConfigError(
+            "--step",
+            f"{(stop_ms - start_ms) // step_ms + 1:,} points per series: Prometheus answers "
+            f"at most {MAX_POINTS:,} steps (use a larger --step)",
         )
-    stop = end if end is not None else math.floor(now / step) * step
-    return Window(start=stop - range_s, end=stop, step=step)
+    return Window(start_ms=start_ms, end_ms=stop_ms, step_ms=step_ms)

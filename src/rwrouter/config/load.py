@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterator, Mapping
 
 from rwrouter.config.client import LINE_BREAK
+from rwrouter.config.files import SECRET_FILE_MAX_BYTES, TLS_FILE_MAX_BYTES, read_regular
 from rwrouter.config.model import Config
 from rwrouter.config.parse import parse_config
 from rwrouter.errors import ConfigError
@@ -80,18 +81,23 @@ SECRET_FILE_KEYS = frozenset(("password_file", "credentials_file"))
 
 def check_files(config: Config) -> None:
     """Raise ConfigError (naming the key path and the file) unless every ``*_file`` of
-    ``config`` is a readable regular file, and every secret file (``password_file``,
+    ``config`` is a readable regular file of at most its limit
+    (:func:`rwrouter.config.files.read_regular`: :data:`SECRET_FILE_MAX_BYTES` for a secret
+    file, :data:`TLS_FILE_MAX_BYTES` for a TLS file; a FIFO or a device is refused, never
+    waited on or read without end), and every secret file (``password_file``,
     ``credentials_file``) holds no line break once stripped, as the sender strips it (its
     content is never shown)."""
     for key_path, file_path in _file_paths(config):
-        if os.path.isdir(file_path):
-            raise ConfigError(key_path, f"{file_path!r} is a directory, not a file")
+        secret = key_path.rpartition(".")[2] in SECRET_FILE_KEYS
         try:
-            with open(file_path, "rb") as file:
-                content = file.read() if key_path.rpartition(".")[2] in SECRET_FILE_KEYS else b""
+            content = read_regular(
+                file_path, SECRET_FILE_MAX_BYTES if secret else TLS_FILE_MAX_BYTES
+            )
         except OSError as exc:
             raise ConfigError(key_path, f"cannot read {file_path!r}: {exc.strerror}") from None
-        if b"\r" in content.strip() or b"\n" in content.strip():
+        except ValueError as exc:
+            raise ConfigError(key_path, f"{file_path!r} {exc}") from None
+        if secret and (b"\r" in content.strip() or b"\n" in content.strip()):
             raise ConfigError(key_path, f"the content of {file_path!r} {LINE_BREAK}")
 
 
