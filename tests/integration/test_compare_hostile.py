@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 
 from rwrouter.auth.schemes import NoAuth
-from rwrouter.compare.client import Store, query_url, run_once
+from rwrouter.compare.client import Store, query_form, run_once
 from rwrouter.compare.targets import Window
 
 pytestmark = pytest.mark.timeout(20)
@@ -39,7 +39,7 @@ async def hostile() -> AsyncIterator[str]:
         return web.Response(text=body, content_type="application/json")
 
     app = web.Application()
-    app.router.add_get("/{mode}/api/v1/query_range", answer)
+    app.router.add_post("/{mode}/api/v1/query_range", answer)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -56,14 +56,14 @@ async def hostile() -> AsyncIterator[str]:
         pytest.param("huge_timestamp", "a timestamp of values is out of range", id="1e308"),
         pytest.param("null_boundary_rule", "boundary rule is not 0-3: None", id="null_rule"),
         pytest.param("duplicate_timestamp", "two points of one series at the same", id="dup_ts"),
-        pytest.param("deep_nesting", "[[[[", id="deep_nesting"),
+        pytest.param("deep_nesting", "JSON nested too deep", id="deep_nesting"),
     ],
 )
 async def test_a_malformed_answer_fails_its_run(hostile: str, mode: str, reason: str) -> None:
     store = Store("workspace", f"{hostile}/{mode}", NoAuth(), ssl=None, proxy=None)
-    url = query_url(store.base, "up", Window(0.0, 60.0, 15.0))
+    body = query_form("up", Window(0, 60_000, 15_000))
     async with aiohttp.ClientSession() as session:
-        outcome, series = await run_once(session, store, url, timeout=10.0)
+        outcome, series = await run_once(session, store, body, timeout=10.0)
     assert series is None and outcome.seconds is None and not outcome.timed_out
     assert outcome.error is not None and outcome.error.startswith("HTTP 200: ")
     assert reason in outcome.error and "\n" not in outcome.error
