@@ -131,6 +131,9 @@ def test_the_printed_compare_command_finds_parity(pipeline: DemoPipeline) -> Non
     assert command[:2] == ["rwrouter", "compare"]
     run = [sys.executable, "-m", "rwrouter", *command[1:], "--range", "30s", "--step", "1s"]
     run += ["--json", "--repeat", "2", "--timeout", "10s"]
+    # A plain selector too: its series carry the sender's external labels in the workspace
+    # only; the printed --external-label makes them compare equal (without it: differences).
+    run += ["--query", 'DCGM_FI_DEV_GPU_UTIL{gpu="0"}']
 
     def parity() -> dict[str, Any] | None:
         done = subprocess.run(run, capture_output=True, text=True, timeout=60, check=False)
@@ -139,9 +142,11 @@ def test_the_printed_compare_command_finds_parity(pipeline: DemoPipeline) -> Non
         return report if done.returncode == 0 else None
 
     report = wait_for(parity, timeout=40, interval=2, what="parity of the demo's compare query")
-    (query,) = report["queries"]
-    assert query["parity"]["equal"] and query["parity"]["series_compared"] == 1  # one node
-    assert query["parity"]["points_compared"] > 0
+    aggregated, plain = report["queries"]
+    assert aggregated["parity"]["equal"] and aggregated["parity"]["series_compared"] == 1
+    assert plain["parity"]["equal"] and plain["parity"]["series_compared"] == 1  # one node
+    assert aggregated["parity"]["points_compared"] > 0 and plain["parity"]["points_compared"] > 0
+    assert "--external-label" in command
 
 
 def test_unsigned_queries_are_query_rejections_not_write_rejections(

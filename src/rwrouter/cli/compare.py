@@ -117,6 +117,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="the workspace's API base, https://aps-workspaces.<region>.amazonaws.com/"
         "workspaces/<id> (default: from its remote write URL)",
     )
+    p.add_argument(
+        "--external-label",
+        dest="external_labels",
+        action="append",
+        default=[],
+        type=_external_label,
+        metavar="NAME=VALUE",
+        help="an external label of the sender (repeatable): when --self-hosted is the sender "
+        "itself, its TSDB lacks the external labels its remote write adds; series are "
+        "compared as the sender sends them, without these labels",
+    )
     p.add_argument("--self-hosted-name", metavar="NAME", help="the self-hosted destination")
     p.add_argument("--workspace-name", metavar="NAME", help="the workspace destination")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -146,6 +157,15 @@ def _positive(text: str) -> int:
     if not (text.isascii() and text.isdigit() and 0 < int(text) <= MAX_REPEAT):
         raise argparse.ArgumentTypeError(f"expected a whole number 1-{MAX_REPEAT}, got {text!r}")
     return int(text)
+
+
+def _external_label(text: str) -> tuple[str, str]:
+    from rwrouter.compare.external import parse_external_label
+
+    try:
+        return parse_external_label(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _tolerance(text: str) -> float:
@@ -271,10 +291,15 @@ async def _compare(
     limits: tuple[float, int],
 ) -> list[QueryReport]:
     from rwrouter.compare.client import run_queries
+    from rwrouter.compare.external import ExternalLabels
     from rwrouter.compare.parity import compare
     from rwrouter.compare.report import QueryReport, side_stats
     from rwrouter.compare.targets import choose_destinations, store_url
 
+    external = ExternalLabels(tuple(args.external_labels))
+    names = [name for name, _ in external.pairs]
+    if len(set(names)) < len(names):
+        raise ConfigError("--external-label", f"a label name given twice: {names}")
     ws, sh = choose_destinations(
         config, workspace=args.workspace_name, self_hosted=args.self_hosted_name
     )
@@ -285,7 +310,7 @@ async def _compare(
         await _open("self-hosted", sh, sh_base, index=index[sh.name]),
         await _open("workspace", ws, ws_base, index=index[ws.name]),
     )
-    expected = expected_in_workspace(config, ws.name)
+    expected = external.expected(expected_in_workspace(config, ws.name))
     timeout, max_bytes = limits
     reports: list[QueryReport] = []
     queried = run_queries(
@@ -296,7 +321,8 @@ async def _compare(
         (sh_runs, sh_first), (ws_runs, ws_first) = runs["self-hosted"], runs["workspace"]
         parity = None
         if sh_first is not None and ws_first is not None:
-            parity = compare(sh_first, ws_first, tolerance=args.tolerance, expected=expected)
+            ws_series = external.workspace(ws_first)
+            parity = compare(sh_first, ws_series, tolerance=args.tolerance, expected=expected)
         reports.append(
             QueryReport(
                 query=query,

@@ -13,11 +13,13 @@ command's status.
 from __future__ import annotations
 
 import datetime as dt
+import shlex
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rwrouter.compare.external import labels_only_in_workspace
 from rwrouter.compare.parity import NO_NAME, Parity
 from rwrouter.config.values import format_duration
 from rwrouter.relabel.series import format_labels
@@ -208,6 +210,13 @@ def _parity_lines(parity: Parity | None, tolerance: float, limit: int) -> list[s
         )
     lines += _missing("missing in the workspace", parity.missing_in_workspace, limit)
     lines += _missing("missing in the self-hosted store", parity.missing_in_self_hosted, limit)
+    extra = labels_only_in_workspace(parity.missing_in_self_hosted, parity.missing_in_workspace)
+    if extra:
+        flags = " ".join(f"--external-label {shlex.quote(f'{n}={v}')}" for n, v in extra)
+        lines.append(
+            f"  hint: the workspace's series carry {format_labels(extra)} that the self-hosted "
+            f"ones lack: the sender's external labels? compare with {flags}"
+        )
     lines += _missing(
         "in the workspace but not routed there by the rules (unexpected)",
         parity.unexpected_in_workspace,
@@ -349,6 +358,9 @@ def _parity_json(p: Parity, limit: int) -> dict[str, Any]:
         "not_migrated": len(p.not_migrated),
         "differing_series": p.differing_series,
         "differing_points": p.differing_points,
+        "labels_only_in_workspace": dict(
+            labels_only_in_workspace(p.missing_in_self_hosted, p.missing_in_workspace)
+        ),
         "examples": {
             "missing_in_workspace": listed(p.missing_in_workspace),
             "missing_in_self_hosted": listed(p.missing_in_self_hosted),

@@ -22,6 +22,9 @@ JOB_BY_PREFIX = (
     ("node_.*", "node-exporter"),
     ("container_.*", "kubelet"),
 )
+#: The sender's ``global.external_labels``: its remote write adds them, its own TSDB
+#: lacks them (``rwrouter compare --external-label``).
+SENDER_EXTERNAL_LABELS = (("prometheus", "demo-sender"),)
 
 
 def _duration(seconds: float) -> str:
@@ -53,7 +56,7 @@ def sender_config(
             "scrape_interval": _duration(scrape_interval_s),
             "scrape_timeout": _duration(min(10.0, scrape_interval_s)),
             "evaluation_interval": _duration(scrape_interval_s),
-            "external_labels": {"prometheus": "demo-sender"},
+            "external_labels": dict(SENDER_EXTERNAL_LABELS),
         },
         "scrape_configs": [
             {

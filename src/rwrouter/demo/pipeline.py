@@ -28,7 +28,12 @@ from pathlib import Path
 from types import FrameType
 
 from rwrouter.demo.binaries import ensure_prometheus, prometheus_version
-from rwrouter.demo.configs import router_config, self_hosted_config, sender_config
+from rwrouter.demo.configs import (
+    SENDER_EXTERNAL_LABELS,
+    router_config,
+    self_hosted_config,
+    sender_config,
+)
 from rwrouter.demo.exporter import ExporterFleet
 from rwrouter.demo.summary import (
     SERIES_BY_NAME,
@@ -240,8 +245,9 @@ class DemoPipeline:
         if self.sender is None:
             raise RuntimeError("the demo is not running")
         config = self.workdir / "rwrouter.yaml"
+        external = "".join(f" --external-label {n}={v}" for n, v in SENDER_EXTERNAL_LABELS)
         return (
-            f"rwrouter compare --config {config} --self-hosted {self.sender.url} "
+            f"rwrouter compare --config {config} --self-hosted {self.sender.url}{external} "
             f"--query '{COMPARE_QUERY}'"
         )
 
