@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from rwrouter.auth.schemes import NoAuth
+from rwrouter.auth.schemes import HeaderAuth, NoAuth
 from rwrouter.compare.client import Store, query_form, run_once
 from rwrouter.compare.targets import Window
 
@@ -35,7 +35,14 @@ BODIES = {
 @pytest.fixture
 async def hostile() -> AsyncIterator[str]:
     async def answer(request: web.Request) -> web.Response:
-        body = BODIES[request.match_info["mode"]]
+        mode = request.match_info["mode"]
+        if mode == "echo_json":  # an error that quotes the request's credentials
+            error = f"bad credentials: {request.headers.get('Authorization')}"
+            return web.json_response({"status": "error", "error": error}, status=400)
+        if mode == "echo_text":
+            text = "".join(f"{k}: {v}\n" for k, v in request.headers.items())
+            return web.Response(text=text, status=502)
+        body = BODIES[mode]
         return web.Response(text=body, content_type="application/json")
 
     app = web.Application()
@@ -67,3 +74,26 @@ async def test_a_malformed_answer_fails_its_run(hostile: str, mode: str, reason:
     assert series is None and outcome.seconds is None and not outcome.timed_out
     assert outcome.error is not None and outcome.error.startswith("HTTP 200: ")
     assert reason in outcome.error and "\n" not in outcome.error
+
+
+BEARER = "s3cr3t-token-value-0123456789"
+
+
+@pytest.mark.parametrize(
+    ("mode", "status"),
+    [
+        pytest.param("echo_json", 400, id="json_error_quotes_the_header"),
+        pytest.param("echo_text", 502, id="text_echoes_every_header"),
+    ],
+)
+async def test_a_store_that_echoes_credentials_gets_them_redacted(
+    hostile: str, mode: str, status: int
+) -> None:
+    auth = HeaderAuth(scheme="Bearer", secret=BEARER, secret_file=None)
+    store = Store("self-hosted", f"{hostile}/{mode}", auth, ssl=None, proxy=None)
+    body = query_form("up", Window(0, 60_000, 15_000))
+    async with aiohttp.ClientSession() as session:
+        outcome, series = await run_once(session, store, body, timeout=10.0)
+    assert series is None and outcome.error is not None
+    assert outcome.error.startswith(f"HTTP {status}: ") and "<secret>" in outcome.error
+    assert BEARER[:8] not in outcome.error, outcome.error

@@ -17,6 +17,7 @@ import pytest
 
 from rwrouter.cli import main
 from rwrouter.cli.compare import MAX_QUERIES_BYTES, json_safe
+from rwrouter.compare.client import redact, secrets_of
 from rwrouter.compare.targets import (
     LATEST_S,
     MAX_POINTS,
@@ -358,3 +359,42 @@ def test_an_interruption_or_a_bug_exits_3_never_1(
     code = main(["compare", "--config", _config(tmp_path), "--query", "up"])
     assert code == 3
     assert says in capsys.readouterr().err
+
+
+SIGV4_AUTH = (
+    "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE12345/20261206/us-east-1/aps/aws4_request, "
+    "SignedHeaders=content-type;host;x-amz-date, Signature=" + "ab12" * 16
+)
+
+
+@pytest.mark.parametrize(
+    ("headers", "echoed", "left"),
+    [
+        pytest.param(
+            {"Authorization": SIGV4_AUTH, "X-Amz-Date": "20261206T000000Z"},
+            "no: Signature=" + "ab12" * 16 + " by AKIDEXAMPLE12345 at 20261206T000000Z",
+            "no: Signature=<secret> by <secret> at 20261206T000000Z",
+            id="sigv4_parts",
+        ),
+        pytest.param(
+            {"X-Amz-Security-Token": "FwoGZXIvYXdzEBYaDH" * 8},
+            "token " + "FwoGZXIvYXdzEBYaDH" * 8,
+            "token <secret>",
+            id="session_token",
+        ),
+        pytest.param(
+            {"Authorization": "Basic dXNlcjpodW50ZXIy"},
+            "got Basic dXNlcjpodW50ZXIy",
+            "got <secret>",
+            id="basic",
+        ),
+        pytest.param(
+            {"Content-Type": "application/x-www-form-urlencoded", "User-Agent": "rwrouter-compare"},
+            "want application/x-www-form-urlencoded",
+            "want application/x-www-form-urlencoded",
+            id="plain_headers_kept",
+        ),
+    ],
+)
+def test_redact_what_a_store_echoes(headers: dict[str, str], echoed: str, left: str) -> None:
+    assert redact(echoed, secrets_of(headers)) == left

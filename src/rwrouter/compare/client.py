@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import ssl
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -148,9 +149,37 @@ async def _read(response: aiohttp.ClientResponse, limit: int) -> bytes:
     return bytes(body)
 
 
+#: Headers whose values are not secret (the rest may be: a signature, a session token, a
+#: password, a configured API key).
+PLAIN_HEADERS = frozenset({"content-type", "user-agent", "accept", "x-amz-date"})
+
+
+def secrets_of(headers: Mapping[str, str]) -> list[str]:
+    """What a store must not get back into our output from ``headers`` (the request's): each
+    value of a header not in :data:`PLAIN_HEADERS`, and each part of it of 12 characters or
+    more (a signature, an access key, a base64 credential), longest first."""
+    found: set[str] = set()
+    for name, value in headers.items():
+        if name.lower() in PLAIN_HEADERS:
+            continue
+        found.add(value)
+        found.update(part for part in re.split(r"[\s,=/]+", value) if len(part) >= 12)
+    return sorted((v for v in found if v), key=len, reverse=True)
+
+
+def redact(text: str, secrets: Sequence[str]) -> str:
+    """``text`` with each of ``secrets`` replaced by ``<secret>`` (a store that echoes the
+    request's headers in its error must not put a credential into the report)."""
+    for secret in secrets:
+        text = text.replace(secret, "<secret>")
+    return text
+
+
 async def _attempt(
     session: aiohttp.ClientSession, store: Store, url: str, body: bytes, limit: int
-) -> tuple[int, str | None, bytes, float]:
+) -> tuple[int, str | None, bytes, float, list[str]]:
+    """One POST of ``body`` to ``url``: status, Location, the answer (at most ``limit``
+    bytes), seconds taken, and the secrets its headers held (:func:`secrets_of`)."""
     headers = await _headers(store, url, body)
     began = time.perf_counter()
     async with session.post(
@@ -163,7 +192,7 @@ async def _attempt(
     ) as response:
         answer = await _read(response, limit)
     location = response.headers.get("Location")
-    return response.status, location, answer, time.perf_counter() - began
+    return response.status, location, answer, time.perf_counter() - began, secrets_of(headers)
 
 
 def redirect_reason(status: int, url: str, location: str | None) -> str:
@@ -197,11 +226,11 @@ async def run_once(
     url = query_url(store.base)
     try:
         async with asyncio.timeout(timeout):
-            status, location, answer, seconds = await _attempt(
+            status, location, answer, seconds, secrets = await _attempt(
                 session, store, url, body, max_answer_bytes
             )
             if status in (401, 403) and await store.auth.refresh_after(status=status, body_text=""):
-                status, location, answer, seconds = await _attempt(
+                status, location, answer, seconds, secrets = await _attempt(
                     session, store, url, body, max_answer_bytes
                 )
     except TimeoutError:
@@ -210,17 +239,22 @@ async def run_once(
         return Outcome(None, error=_one_line(f"no answer: {exc}")), None
     if 300 <= status < 400:
         return Outcome(None, error=_one_line(redirect_reason(status, url, location))), None
-    return _judge(status, answer, seconds)
+    return _judge(status, answer, seconds, secrets)
 
 
-def _judge(status: int, answer: bytes, seconds: float) -> tuple[Outcome, Matrix | None]:
+def _judge(
+    status: int, answer: bytes, seconds: float, secrets: Sequence[str]
+) -> tuple[Outcome, Matrix | None]:
     try:
         document = json.loads(answer)
         if status != 200 and not isinstance(document, Mapping):
             raise ValueError
         matrix = parse_matrix(document)
     except (ValueError, AnswerError) as exc:  # JSONDecodeError, UnicodeDecodeError: ValueError
-        reason = str(exc) if isinstance(exc, AnswerError) else answer[:200].decode(errors="replace")
+        if isinstance(exc, AnswerError):
+            reason = redact(str(exc), secrets)
+        else:  # redacted before it is cut, so that no part of a secret is left
+            reason = redact(answer[: 1 << 14].decode(errors="replace"), secrets)[:200]
         return Outcome(None, error=_one_line(f"HTTP {status}: {reason}")), None
     except RecursionError:
         reason = "not a range query result: JSON nested too deep to parse"
