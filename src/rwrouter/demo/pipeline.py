@@ -48,6 +48,7 @@ from rwrouter.doubles.router import RouterProcess
 from rwrouter.doubles.workspace import INSPECT_PATH, Key, WorkspaceDouble
 from rwrouter.doubles.workspace_backend import backend_config
 from rwrouter.doubles.workspace_runner import ThreadedWorkspace, run_in_thread
+from rwrouter.doubles.workspace_store import Limits
 from rwrouter.errors import InvariantError
 
 REGION = "us-east-1"
@@ -57,6 +58,9 @@ ACCESS_KEY = "AKIAIOSFODNN7DEMOKEY"
 SECRET_KEY = "demo-secret-key-not-for-aws"
 SUMMARY_EVERY_S = 10.0
 DRAIN_TIMEOUT_S = 30.0  # how long the stop waits for rwrouter to send what it holds
+#: The double forgets a series' points older than its newest minus this (seconds): its
+#: backend Prometheus keeps them, and a long demo's memory stays bounded.
+KEEP_POINTS_S = 900.0
 #: The query the demo suggests for ``rwrouter compare`` (a family the workspace gets).
 COMPARE_QUERY = "avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)"
 RW2_SINCE = (3, 8)  # the first Prometheus whose sender speaks remote write 2.0 rc.4
@@ -96,7 +100,10 @@ class DemoPipeline:
         self.ready_timeout_s = ready_timeout_s
         self.fleet = ExporterFleet(nodes=nodes, seed=seed)
         self.double = WorkspaceDouble(
-            region=REGION, workspaces=(WORKSPACE_ID,), credentials={ACCESS_KEY: Key(SECRET_KEY)}
+            region=REGION,
+            workspaces=(WORKSPACE_ID,),
+            credentials={ACCESS_KEY: Key(SECRET_KEY)},
+            limits=Limits(keep_points_s=KEEP_POINTS_S),  # its backend keeps the data
         )
         self.workspace: ThreadedWorkspace | None = None
         self.workspace_backend: PrometheusProcess | None = None
@@ -211,7 +218,8 @@ class DemoPipeline:
 
     # -- inspection (safe from any thread: copies taken under the GIL) -----------------------
     def workspace_series(self) -> dict[LabelSet, dict[int, int]]:
-        """What the double accepted: {label set: {timestamp ms: raw value bits}}."""
+        """What the double holds: {label set: {timestamp ms: raw value bits}} (the points of
+        the last :data:`KEEP_POINTS_S` seconds and more: its backend keeps them all)."""
         stored = dict(self.double.series(WORKSPACE_ID))
         return {key: dict(series.samples) for key, series in stored.items()}
 
@@ -253,7 +261,7 @@ class DemoPipeline:
 
     def summary(self) -> Summary:
         """Gather the numbers the demo prints (bounded HTTP calls)."""
-        series = self.workspace_series()
+        series = list(self.double.series(WORKSPACE_ID))  # label sets only: no copy of points
         by_name, error = {}, ""
         try:
             if self.self_hosted is None:
@@ -264,7 +272,7 @@ class DemoPipeline:
         return Summary(
             elapsed_s=time.monotonic() - self.started_at,
             workspace_by_name=names_of(series),
-            workspace_samples=sum(len(samples) for samples in series.values()),
+            workspace_samples=self.double.sample_count(WORKSPACE_ID),
             verified_signatures=self.double.verified_signatures,
             requests=self.double.request_count,
             rejections=dict(self.double.rejections),

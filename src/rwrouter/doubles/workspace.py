@@ -49,6 +49,7 @@ from aiohttp import web
 
 from rwrouter.doubles.sigv4_verify import Key, Rejection, Verified, verify
 from rwrouter.doubles.workspace_backend import QUERY_PATH, Backend, BackendError, write_failure
+from rwrouter.doubles.workspace_decode import decode_request, is_rw2
 from rwrouter.doubles.workspace_query import QueryAPI
 from rwrouter.doubles.workspace_records import (
     CHECK_OF_REASON,
@@ -66,8 +67,6 @@ from rwrouter.doubles.workspace_store import (
     Outcome,
     Series,
     WorkspaceStore,
-    decode_request,
-    is_rw2,
 )
 
 __all__ = [
@@ -210,9 +209,9 @@ class WorkspaceDouble:
         return self.stores[workspace_id].metadata
 
     def sample_count(self, workspace_id: str = "ws-1") -> int:
-        """Accepted float samples plus histograms."""
-        stored = self.series(workspace_id).values()
-        return sum(len(s.samples) + len(s.histograms) for s in stored)
+        """Accepted float samples plus histograms, ever (points forgotten under
+        ``Limits.keep_points_s`` included)."""
+        return self.stores[workspace_id].stored_samples
 
     @property
     def request_count(self) -> int:

@@ -16,15 +16,9 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-import snappy  # type: ignore[import-untyped,unused-ignore]
-from google.protobuf.message import (  # type: ignore[import-untyped,unused-ignore]
-    DecodeError as ProtobufDecodeError,
-)
-
 from rwrouter.doubles.cortex_text import Labels, cortex_series, go_quote
 from rwrouter.wire import remote_pb2, types_pb2
 
-_SNAPPY_FRAMED_MAGIC = b"\xff\x06\x00\x00sNaPpY"
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
@@ -56,6 +50,11 @@ class Limits:
     # The largest query answer the double passes on from its backend (bytes); over it, 422
     # as Cortex's query limits answer (workspace_backend.too_large_answer).
     max_query_answer_bytes: int = 64 << 20
+    # Points (samples, histograms, exemplars) older than their series' newest point minus
+    # this are forgotten (seconds; 0, the default: kept, as tests read them back). For a
+    # double with a backend that keeps the data (the demo), so that memory stays bounded; a
+    # resent point that old is then out of order, as a real head answers it.
+    keep_points_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -128,6 +127,7 @@ class WorkspaceStore:
     def __init__(self, *, limits: Limits, now_s: float) -> None:
         self.limits = limits
         self.series: dict[Labels, Series] = {}
+        self.stored_samples = 0  # samples and histograms ever stored (forgotten ones too)
         self.metadata: dict[str, Metadata] = {}
         self._tokens = limits.ingestion_burst
         self._refilled_at = now_s
@@ -172,6 +172,7 @@ class WorkspaceStore:
             stored += self._append(labels, ts, now_ms=int(now_s * 1000), errors=errors, out=out)
             if accepted is not None and out is not None and not (out.samples or out.histograms):
                 del accepted.timeseries[-1]  # nothing of it passed (exemplars alone: none)
+        self.stored_samples += stored
         stored_metadata = self._store_metadata(request.metadata, out=accepted)
         if accepted is not None and not (accepted.timeseries or accepted.metadata):
             accepted = None
@@ -263,6 +264,8 @@ class WorkspaceStore:
             series.exemplars.append(Exemplar(exemplar_labels, value_bits, exemplar.timestamp))
         if series.samples or series.histograms or series.exemplars:
             self.series[labels] = series
+        if self.limits.keep_points_s and stored:
+            _forget_old(series, int(self.limits.keep_points_s * 1000))
         return stored
 
     def _admit(
@@ -324,6 +327,26 @@ class WorkspaceStore:
         return stored
 
 
+#: :func:`_forget_old` scans a series once it holds a multiple of this many points.
+FORGET_EVERY = 256
+
+
+def _forget_old(series: Series, keep_ms: int) -> None:
+    """Drop the points of ``series`` older than its newest minus ``keep_ms`` (amortized:
+    only when its sample or histogram count reaches a multiple of :data:`FORGET_EVERY`; its
+    exemplars then too)."""
+    scanned = False
+    for points in (series.samples, series.histograms):
+        if points and len(points) % FORGET_EVERY == 0:
+            oldest = max(points) - keep_ms
+            for ts in [ts for ts in points if ts < oldest]:
+                del points[ts]
+            scanned = True
+    if scanned and series.exemplars:
+        newest = max(e.timestamp_ms for e in series.exemplars)
+        series.exemplars[:] = [e for e in series.exemplars if e.timestamp_ms >= newest - keep_ms]
+
+
 def validate_labels(labels: Labels, limits: Limits) -> tuple[str, str] | None:
     """Check 12 for one series: ``(reason, Cortex-style message)`` or ``None`` when valid.
 
@@ -366,29 +389,3 @@ def validate_labels(labels: Labels, limits: Limits) -> tuple[str, str] | None:
 
 def _name(labels: Labels) -> str:
     return next((value for name, value in labels if name == "__name__"), "")
-
-
-def is_rw2(content_type: str) -> bool:
-    """Whether ``Content-Type`` names the RW 2.0 message (``proto=io.prometheus.write.v2.Request``,
-    case-insensitive, possibly quoted)."""
-    _, _, params = content_type.partition(";")
-    for param in params.split(";"):
-        key, _, value = param.partition("=")
-        if key.strip().lower() == "proto":
-            return value.strip().strip('"').lower() == "io.prometheus.write.v2.request"
-    return False
-
-
-def decode_request(body: bytes) -> remote_pb2.WriteRequest | str:
-    """Check 11: the body as a WriteRequest, or the 400 message."""
-    if body.startswith(_SNAPPY_FRAMED_MAGIC):
-        return "snappy: corrupt input (framed/stream format; remote write needs the block format)"
-    try:
-        raw = snappy.uncompress(body)
-    except Exception as exc:  # python-snappy raises several types
-        return f"snappy: corrupt input: {exc}"
-    try:
-        request: remote_pb2.WriteRequest = remote_pb2.WriteRequest.FromString(raw)
-    except ProtobufDecodeError as exc:
-        return f"proto: cannot parse WriteRequest: {exc}"
-    return request
