@@ -409,3 +409,14 @@ def test_a_store_that_does_not_answer_is_reported(
     assert result["self_hosted"]["answered"] == 1
     assert result["workspace"]["answered"] == 0 and result["workspace"]["error"].startswith(error)
     assert report["summary"].endswith(summary)
+
+
+def test_a_query_both_stores_refuse_is_a_usage_error(tmp_path: Path, stores: Stores) -> None:
+    code, report = compare(
+        stores, config(tmp_path, stores, keep=BOTH), "--query", "avg(", "--repeat", "1"
+    )
+    (result,) = report["queries"]
+    assert (code, result["status"]) == (2, "bad query"), report
+    for side in ("self_hosted", "workspace"):
+        assert result[side]["error"].startswith("HTTP 400: bad_data: "), result[side]
+    assert "bad query 1" in report["summary"]

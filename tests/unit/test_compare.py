@@ -24,6 +24,7 @@ from rwrouter.compare.report import (
     EXIT_DIFFERENCES,
     EXIT_NOT_COMPARED,
     EXIT_PARITY,
+    EXIT_USAGE,
     Outcome,
     QueryReport,
     exit_code,
@@ -31,8 +32,8 @@ from rwrouter.compare.report import (
     percentile,
     side_stats,
     summary_line,
-    to_json,
 )
+from rwrouter.compare.report_json import to_json
 from rwrouter.compare.targets import (
     MAX_POINTS,
     Window,
@@ -290,6 +291,7 @@ def report(sh: list[Outcome], ws: list[Outcome], workspace: Matrix | None) -> Qu
 FAST = [Outcome(0.1), Outcome(0.1)]
 SLOW = [Outcome(2.0), Outcome(3.0)]
 TIMEOUT = [Outcome(None, timed_out=True, error="timed out after 1s")] * 2
+BAD = [Outcome(None, error='HTTP 400: bad_data: invalid parameter "query": 1:5: parse error')] * 2
 
 
 @pytest.mark.parametrize(
@@ -316,6 +318,16 @@ TIMEOUT = [Outcome(None, timed_out=True, error="timed out after 1s")] * 2
             "parity",
             "workspace timed out on 1 query",
             id="one_run_timed_out",
+        ),
+        pytest.param(
+            [report(BAD, BAD, None)], EXIT_USAGE, "bad query", "bad query 1", id="bad_query"
+        ),
+        pytest.param(
+            [report(BAD, FAST, None)],
+            EXIT_NOT_COMPARED,
+            "not compared",
+            "self-hosted failed on 1 query",
+            id="refused_by_one_store_only",
         ),
     ],
 )

@@ -31,8 +31,8 @@ from rwrouter.compare.report import (
     format_report,
     side_stats,
     summary_line,
-    to_json,
 )
+from rwrouter.compare.report_json import to_json
 from rwrouter.config import parse_config
 
 

@@ -30,7 +30,8 @@ then; 2 a usage or configuration error, found before
 any query is sent: a bad flag value (``--end`` not a time in 1970-9999, a range or step
 under 1 ms or over Prometheus's 11,000 steps, ``--timeout 0s``, ...), a bad URL (``user:
 password@``, a query string, not http(s)), an unreadable or oversized ``--queries`` file, no
-AWS credentials, an unreadable TLS file; 3 no difference found, but some run timed out or
+AWS credentials, an unreadable TLS file — or a query both stores refuse as ``bad_data``
+(status ``bad query``); 3 no difference found, but some run timed out or
 failed (no answer, an error answer, a redirect, an answer over ``--max-answer-bytes`` or
 not a range query result) — or the command was interrupted or hit a bug in rwrouter (its
 traceback is printed; 1 is never a crash). Every expected failure is one line, never a
@@ -63,7 +64,8 @@ if TYPE_CHECKING:
 
 EXIT_HELP = (
     "Exit 0 parity, 1 results differ or no data, 2 usage or configuration error (flags, URLs, "
-    "credentials, files), 3 a run timed out or failed (or an internal error)."
+    "credentials, files, a query both stores refuse), 3 a run timed out or failed (or an "
+    "internal error)."
 )
 #: The largest ``--queries`` file read (bytes): some thousand queries.
 MAX_QUERIES_BYTES = 1 << 20
@@ -372,7 +374,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from rwrouter.compare.report import exit_code, format_report, summary_line, to_json
+    from rwrouter.compare.report import exit_code, format_report, summary_line
+    from rwrouter.compare.report_json import to_json
     from rwrouter.compare.targets import window
     from rwrouter.config import load_config
 

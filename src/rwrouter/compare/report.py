@@ -1,4 +1,5 @@
-"""The report of ``rwrouter compare`` (pure): latency per store, parity, summary line, JSON.
+"""The report of ``rwrouter compare`` (pure): latency per store, parity, summary line (the
+JSON form: :mod:`rwrouter.compare.report_json`).
 
 Each query is run ``repeat`` times against each store (:mod:`rwrouter.compare.client`); each
 run is an :class:`Outcome` (seconds from sending the request to the whole answer read, or
@@ -28,6 +29,7 @@ __all__ = [
     "EXIT_DIFFERENCES",
     "EXIT_NOT_COMPARED",
     "EXIT_PARITY",
+    "EXIT_USAGE",
     "Outcome",
     "QueryReport",
     "SideStats",
@@ -35,14 +37,18 @@ __all__ = [
     "format_report",
     "percentile",
     "side_stats",
+    "stats_of",
     "summary_line",
-    "to_json",
 ]
 
 EXIT_PARITY = 0  # every query answered by both stores, with the same result
 EXIT_DIFFERENCES = 1  # some query's results differ (series missing, values), or has no data
+EXIT_USAGE = 2  # a usage or configuration error, as for every rwrouter command; here also a
+# query both stores refuse as bad_data (PromQL that does not parse, a bad matcher)
 EXIT_NOT_COMPARED = 3  # no difference found, but some query failed or timed out on a store
-# (2 is a usage or configuration error, as for every rwrouter command)
+#: How a store's error starts when it refuses the query itself (Prometheus HTTP API: 400,
+#: ``errorType`` ``bad_data``).
+BAD_QUERY = "HTTP 400: bad_data"
 
 SIDES = ("self-hosted", "workspace")
 
@@ -125,8 +131,12 @@ class QueryReport:
     @property
     def status(self) -> str:
         """``parity``, ``differences``, ``no data`` (both answered, nothing to compare:
-        :attr:`~rwrouter.compare.parity.Parity.no_data`) or ``not compared``."""
+        :attr:`~rwrouter.compare.parity.Parity.no_data`), ``bad query`` (both stores refuse
+        it as ``bad_data`` every run) or ``not compared``."""
         if self.parity is None:
+            sides = (self.self_hosted, self.workspace)
+            if all(not s.answered and (s.error or "").startswith(BAD_QUERY) for s in sides):
+                return "bad query"
             return "not compared"
         if self.parity.no_data:
             return "no data"
@@ -134,10 +144,13 @@ class QueryReport:
 
 
 def exit_code(reports: Sequence[QueryReport]) -> int:
-    """:data:`EXIT_DIFFERENCES` if any query differs or has no data (a query that finds
+    """:data:`EXIT_USAGE` if both stores refuse a query (``bad query``), else
+    :data:`EXIT_DIFFERENCES` if any query differs or has no data (a query that finds
     nothing proves nothing: a typo looks like that), else :data:`EXIT_NOT_COMPARED` if any
     was not compared (a store timed out or failed every run) or a run failed, else
     :data:`EXIT_PARITY`."""
+    if any(r.status == "bad query" for r in reports):
+        return EXIT_USAGE
     if any(r.status in ("differences", "no data") for r in reports):
         return EXIT_DIFFERENCES
     failed = any(s.answered < s.runs for r in reports for s in (r.self_hosted, r.workspace))
@@ -256,7 +269,10 @@ def format_report(
         lines.append(_side_line("workspace", r.workspace))
         if r.speedup is not None:
             lines.append(f"  speed-up: {r.speedup:.2f}x (self-hosted p50 / workspace p50)")
-        lines += _parity_lines(r.parity, tolerance, limit)
+        if r.status == "bad query":
+            lines.append("  parity: not compared: both stores refuse the query: fix it")
+        else:
+            lines += _parity_lines(r.parity, tolerance, limit)
         lines.append("")
     lines.append(summary)
     return "\n".join(lines)
@@ -265,10 +281,11 @@ def format_report(
 def summary_line(reports: Sequence[QueryReport], *, when: str) -> str:
     """One line for a migration log: when (``when``, e.g. an RFC 3339 time), queries, the
     median speed-up, each store's median p50, parity counts and the failures."""
-    count = {s: sum(r.status == s for r in reports) for s in ("parity", "differences", "no data")}
+    kinds = ("parity", "differences", "no data", "bad query")
+    count = {s: sum(r.status == s for r in reports) for s in kinds}
     speedups = [r.speedup for r in reports if r.speedup is not None]
     p50 = {
-        side: [s.p50 for r in reports if (s := _stats(r, side)).p50 is not None] for side in SIDES
+        side: [s.p50 for r in reports if (s := stats_of(r, side)).p50 is not None] for side in SIDES
     }
     parts = [f"rwrouter compare {when}: {_queries(len(reports))}"]
     if speedups:
@@ -278,11 +295,12 @@ def summary_line(reports: Sequence[QueryReport], *, when: str) -> str:
             f"{statistics.median(speedups):.2f}x"
         )
     parts.append(f"parity {count['parity']}/{len(reports)}, differences {count['differences']}")
-    if count["no data"]:
-        parts[-1] += f", no data {count['no data']}"
+    for kind in ("no data", "bad query"):
+        if count[kind]:
+            parts[-1] += f", {kind} {count[kind]}"
     for side in SIDES:
-        timeouts = sum(_stats(r, side).timeouts > 0 for r in reports)
-        errors = sum(_stats(r, side).errors > 0 for r in reports)
+        timeouts = sum(stats_of(r, side).timeouts > 0 for r in reports)
+        errors = sum(stats_of(r, side).errors > 0 for r in reports)
         failures = [
             f"{what} on {_queries(n)}"
             for what, n in (("timed out", timeouts), ("failed", errors))
@@ -297,98 +315,6 @@ def _queries(n: int) -> str:
     return f"{n} query" if n == 1 else f"{n} queries"
 
 
-def _stats(report: QueryReport, side: str) -> SideStats:
+def stats_of(report: QueryReport, side: str) -> SideStats:
+    """``report``'s stats of ``side`` (one of :data:`SIDES`)."""
     return report.self_hosted if side == "self-hosted" else report.workspace
-
-
-def to_json(
-    reports: Sequence[QueryReport], *, tolerance: float, summary: str, limit: int = 100
-) -> dict[str, Any]:
-    """The report as JSON-ready values: ``queries`` (one object per query: window, status,
-    speed-up, each store's stats in seconds, parity with up to ``limit`` series listed per
-    kind), ``tolerance``, ``summary`` and ``exit_code``."""
-    return {
-        "queries": [_query_json(r, limit) for r in reports],
-        "tolerance": tolerance,
-        "summary": summary,
-        "exit_code": exit_code(reports),
-    }
-
-
-def _query_json(r: QueryReport, limit: int) -> dict[str, Any]:
-    sides = {
-        side.replace("-", "_"): {
-            "url": r.urls.get(side),
-            "runs": s.runs,
-            "answered": s.answered,
-            "timeouts": s.timeouts,
-            "errors": s.errors,
-            "error": s.error,
-            "p50_seconds": s.p50,
-            "p95_seconds": s.p95,
-        }
-        for side in SIDES
-        for s in (_stats(r, side),)
-    }
-    return {
-        "query": r.query,
-        "start": r.start,
-        "end": r.end,
-        "step_seconds": r.step,
-        "status": r.status,
-        "speedup": r.speedup,
-        **sides,
-        "parity": None if r.parity is None else _parity_json(r.parity, limit),
-    }
-
-
-def _parity_json(p: Parity, limit: int) -> dict[str, Any]:
-    def listed(series: Sequence[Any]) -> list[str]:
-        return [format_labels(labels) for labels in series[:limit]]
-
-    return {
-        "equal": p.equal,
-        "no_data": p.no_data,
-        "series_compared": p.series_compared,
-        "points_compared": p.points_compared,
-        "missing_in_workspace": len(p.missing_in_workspace),
-        "missing_in_self_hosted": len(p.missing_in_self_hosted),
-        "unexpected_in_workspace": len(p.unexpected_in_workspace),
-        "collisions": len(p.collisions),
-        "not_migrated": len(p.not_migrated),
-        "differing_series": p.differing_series,
-        "differing_points": p.differing_points,
-        "labels_only_in_workspace": dict(
-            labels_only_in_workspace(p.missing_in_self_hosted, p.missing_in_workspace)
-        ),
-        "examples": {
-            "missing_in_workspace": listed(p.missing_in_workspace),
-            "missing_in_self_hosted": listed(p.missing_in_self_hosted),
-            "unexpected_in_workspace": listed(p.unexpected_in_workspace),
-            "collisions": [
-                {"workspace": format_labels(c.workspace), "self_hosted": listed(c.self_hosted)}
-                for c in p.collisions[:limit]
-            ],
-            "differences": [
-                {
-                    "series": format_labels(d.labels),
-                    "timestamp": d.timestamp_ms / 1000,
-                    "self_hosted": d.self_hosted,
-                    "workspace": d.workspace,
-                }
-                for d in p.differences[:limit]
-            ],
-        },
-        "families": {
-            name: {
-                "in_both": c.in_both,
-                "missing_in_workspace": c.missing_in_workspace,
-                "missing_in_self_hosted": c.missing_in_self_hosted,
-                "unexpected_in_workspace": c.unexpected_in_workspace,
-                "colliding": c.colliding,
-                "differing": c.differing,
-                "not_migrated": c.not_migrated,
-            }
-            for name, c in p.families.items()
-        },
-    }
