@@ -179,6 +179,9 @@ def notes(raw: object, path: str) -> tuple[ConfigNote, ...]:
     its :data:`FLAGS` set to their noted value, and :func:`_dumped_defaults`."""
     found: list[ConfigNote] = []
     for i, item in enumerate(raw if isinstance(raw, list) else ()):
+        if not isinstance(item, dict) or not all(isinstance(k, str) for k in item):
+            continue  # refused by parse_destinations, with the other mistakes
+            continue
         f = Fields(item, f"{path}[{i}]", known=tuple(item))
         found += _flag_notes(f, "destination") + _dumped_defaults(f)
         sigv4 = f.raw("sigv4")
