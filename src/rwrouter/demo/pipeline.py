@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from rwrouter.demo.binaries import ensure_prometheus, prometheus_version
+from rwrouter.demo.binaries import ensure_prometheus, prometheus_version, this_rwrouter
 from rwrouter.demo.configs import router_config, self_hosted_config, sender_config
 from rwrouter.demo.exporter import ExporterFleet
 from rwrouter.demo.summary import (
@@ -70,7 +70,8 @@ class DemoPipeline:
     ``prometheus``: the Prometheus binary both Prometheus processes run (default Debian's);
     ``remote_write_2``: it is a Prometheus >= 3.8, so the sender writes remote write 2.0 (with
     each series' metadata: ``--enable-feature=metadata-wal-records``) and rwrouter sends 2.0
-    to the self-hosted store.
+    to the self-hosted store. ``rwrouter``: how the commands it prints call rwrouter (default:
+    as this process was started, :func:`~rwrouter.demo.binaries.this_rwrouter`).
     """
 
     def __init__(
@@ -83,7 +84,9 @@ class DemoPipeline:
         ready_timeout_s: float = 30.0,
         prometheus: str | None = None,
         remote_write_2: bool = False,
+        rwrouter: str | None = None,
     ) -> None:
+        self.rwrouter = this_rwrouter() if rwrouter is None else rwrouter
         self.prometheus = prometheus
         self.remote_write_2 = remote_write_2
         self.workdir = Path(workdir)
@@ -141,6 +144,7 @@ class DemoPipeline:
                 self_hosted_url=self.self_hosted.url,
                 batch_send_deadline_s=min(2.0, self.scrape_interval_s),
                 remote_write_2=self.remote_write_2,
+                rwrouter=self.rwrouter,
             )
         )
         self.router = RouterProcess(
@@ -226,7 +230,8 @@ class DemoPipeline:
         if self.router is not None:
             urls["rwrouter status page"] = f"{self.router.url}/"
             urls["rwrouter metrics"] = f"{self.router.url}/metrics"
-            urls["rwrouter audit (or: rwrouter audit --url ...)"] = f"{self.router.url}/-/audit"
+            audit = f"rwrouter audit (or: {self.rwrouter} audit --url {self.router.url})"
+            urls[audit] = f"{self.router.url}/-/audit"
         urls["rwrouter config"] = str(self.workdir / "rwrouter.yaml")
         return urls
 
@@ -241,7 +246,7 @@ class DemoPipeline:
             raise RuntimeError("the demo is not running")
         config = self.workdir / "rwrouter.yaml"
         return (
-            f"rwrouter compare --config {config} --self-hosted {self.sender.url} "
+            f"{self.rwrouter} compare --config {config} --self-hosted {self.sender.url} "
             f"--query '{COMPARE_QUERY}'"
         )
 
