@@ -325,8 +325,13 @@ SEVERAL = [  # several_mistakes.bad.yml: every independent mistake, in the order
         pytest.param(
             "remote_write:\n  - url: http://a/x\n    sigv4: {regoin: x, role: y}\n"
             "    tls_config: {ca: x, server_nam: y}\n    ha_dedup: {cluster: x}\n",
-            [f"{RW0}.sigv4.regoin", f"{RW0}.sigv4.role", f"{RW0}.tls_config.ca"]
-            + [f"{RW0}.tls_config.server_nam", f"{RW0}.ha_dedup.cluster"],
+            [
+                f"{RW0}.sigv4.regoin",
+                f"{RW0}.sigv4.role",
+                f"{RW0}.tls_config.ca",
+                f"{RW0}.tls_config.server_nam",
+                f"{RW0}.ha_dedup.cluster",
+            ],
             id="every_sub_section_s_keys",
         ),
         pytest.param(
@@ -338,8 +343,11 @@ SEVERAL = [  # several_mistakes.bad.yml: every independent mistake, in the order
         pytest.param(
             "remote_write:\n  - url: http://a/x\n    queue_config: {max_shards: -1, min_shards: 9,"
             " min_backoff: 1, max_backoff: 1ms, burst_samples: 0, max_samples_per_send: x}\n",
-            [f"{RW0}.queue_config.max_shards", f"{RW0}.queue_config.max_samples_per_send"]
-            + [f"{RW0}.queue_config.min_backoff"],
+            [
+                f"{RW0}.queue_config.max_shards",
+                f"{RW0}.queue_config.max_samples_per_send",
+                f"{RW0}.queue_config.min_backoff",
+            ],
             id="a_check_of_two_keys_waits_for_both",
         ),
         pytest.param(
@@ -1681,3 +1689,30 @@ def test_booleans_are_yaml_1_1_as_documented(word: str, expected: bool | None) -
             parse_config(text, env={})
     else:
         assert parse_config(text, env={}).remote_write[0].send_exemplars is expected
+
+
+@pytest.mark.parametrize(
+    ("region", "env", "expected"),
+    [
+        pytest.param("ap-south-1", {"AWS_REGION": "x"}, ("ap-south-1", "sigv4.region"), id="file"),
+        pytest.param(
+            None,
+            {"AWS_REGION": "eu-west-1", "AWS_DEFAULT_REGION": "us-west-2"},
+            ("eu-west-1", "AWS_REGION"),
+            id="aws_region_first",
+        ),
+        pytest.param(
+            None,
+            {"AWS_REGION": "", "AWS_DEFAULT_REGION": "eu-west-1"},
+            ("eu-west-1", "AWS_DEFAULT_REGION"),
+            id="aws_default_region",
+        ),
+        pytest.param(None, {"AWS_PROFILE": "writer"}, None, id="profile_is_looked_up_apart"),
+    ],
+)
+def test_the_signing_region_says_where_it_came_from(
+    region: str | None, env: dict[str, str], expected: tuple[str, str] | None
+) -> None:
+    v4 = SigV4Config(region=region)
+    assert v4.region_source(env) == expected
+    assert v4.signing_region(env) == (None if expected is None else expected[0])
