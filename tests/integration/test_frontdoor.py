@@ -429,10 +429,13 @@ RELOAD_CLI = [
     ("admin_reloads", True, "basic_auth: {username: alice, password: s3cret-pw}\n", 0,
      "configuration reloaded: kept a"),
     ("reader_refused", True, "basic_auth: {username: bob, password: s3cret-pw}\n", 1,
-     "answered 403"),
+     "answered 403: credential 'bob' lacks the admin role (give --http.config.file the "
+     "credential of a user with the admin role)\n"),
     ("no_credential", True, None, 1, "answered 401"),
     ("lifecycle_off", False, "basic_auth: {username: alice, password: s3cret-pw}\n", 1,
-     "answered 403: Lifecycle API is not enabled."),
+     "answered 403: Lifecycle API is not enabled. (the router serves POST /-/reload only "
+     "when started with --web.enable-lifecycle; or send it SIGHUP: `rwrouter reload --pid "
+     "PID`)\n"),
 ]  # fmt: skip
 
 
