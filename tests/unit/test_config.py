@@ -211,7 +211,10 @@ BAD = {
         "storage.fsync_intervall: unknown key",
         "did you mean 'fsync_interval'",
     ],
-    "prometheus_storage_section": ["storage.tsdb: unknown key"],
+    "prometheus_storage_section": [
+        "storage.tsdb: a Prometheus setting (of its TSDB), not read by rwrouter: rwrouter's "
+        "storage section holds its queues (path, fsync, fsync_interval, rejected_max_bytes)"
+    ],
     "queue_bad_on_full": [
         f"{RW0}.queue_config.on_full: expected one of backpressure, drop_oldest, got 'block'"
     ],

@@ -291,14 +291,26 @@ def _register_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "workspace and a second Prometheus as the self-hosted store; prints what each store "
         "received every ten seconds until Ctrl-C (or --duration).",
     )
-    demo.add_argument("--nodes", type=int, default=2, help="simulated GPU nodes (8 GPUs each)")
+    demo.add_argument(
+        "--nodes",
+        type=int,
+        default=2,
+        metavar="N",
+        help="simulated GPU nodes, 8 GPUs each (default: %(default)s)",
+    )
     demo.add_argument(
         "--duration",
         type=float,
         default=None,
+        metavar="SECONDS",
         help="stop after this many seconds (default: run until Ctrl-C)",
     )
-    demo.add_argument("--workdir", default=None, help="where to keep the demo's data")
+    demo.add_argument(
+        "--workdir",
+        default=None,
+        metavar="DIR",
+        help="where to keep the demo's data (default: a temporary directory, removed on exit)",
+    )
     demo.add_argument(
         "--prometheus",
         default=None,
