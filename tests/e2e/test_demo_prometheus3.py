@@ -52,6 +52,7 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoPipeline]
         nodes=1,
         scrape_interval_s=1.0,
         prometheus=binary,
+        rwrouter=f"{shlex.quote(sys.executable)} -m rwrouter",
         remote_write_2=True,
     )
     demo.start()
@@ -128,8 +129,8 @@ def test_the_printed_compare_command_finds_parity(pipeline: DemoPipeline) -> Non
     """The command the demo prints, run as printed (its own rwrouter), once both stores hold
     a few scrapes of the query's family: every query answered, the same results (exit 0)."""
     command = shlex.split(pipeline.compare_command)
-    assert command[:2] == ["rwrouter", "compare"]
-    run = [sys.executable, "-m", "rwrouter", *command[1:], "--range", "30s", "--step", "1s"]
+    assert command[:4] == [sys.executable, "-m", "rwrouter", "compare"]
+    run = [*command, "--range", "30s", "--step", "1s"]
     run += ["--json", "--repeat", "2", "--timeout", "10s"]
     # A plain selector too: its series carry the sender's external labels in the workspace
     # only; the printed --external-label makes them compare equal (without it: differences).

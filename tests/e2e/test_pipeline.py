@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import struct
 import subprocess
 import sys
@@ -105,8 +106,9 @@ def test_cli_demo_runs_prints_summary_and_leaves_no_process(tmp_path: Path) -> N
     once = (
         "  workspace query (SigV4, service aps): http://127.0.0.1:",
         "  self-hosted query: http://127.0.0.1:",
-        "  compare the workspace with the sender's own copy: rwrouter compare --config "
-        f"{workdir / 'rwrouter.yaml'} --self-hosted http://127.0.0.1:",
+        # started as `python -m rwrouter`: the printed command calls it so (it runs if pasted)
+        f"  compare the workspace with the sender's own copy: {shlex.quote(sys.executable)} -m "
+        f"rwrouter compare --config {workdir / 'rwrouter.yaml'} --self-hosted http://127.0.0.1:",
         "  rwrouter status page: http://127.0.0.1:",
     )
     assert [out.count(text) for text in once] == [1] * len(once), out[-3000:]

@@ -429,10 +429,13 @@ RELOAD_CLI = [
     ("admin_reloads", True, "basic_auth: {username: alice, password: s3cret-pw}\n", 0,
      "configuration reloaded: kept a"),
     ("reader_refused", True, "basic_auth: {username: bob, password: s3cret-pw}\n", 1,
-     "answered 403"),
+     "answered 403: credential 'bob' lacks the admin role (give --http.config.file the "
+     "credential of a user with the admin role)\n"),
     ("no_credential", True, None, 1, "answered 401"),
     ("lifecycle_off", False, "basic_auth: {username: alice, password: s3cret-pw}\n", 1,
-     "answered 403: Lifecycle API is not enabled."),
+     "answered 403: Lifecycle API is not enabled. (the router serves POST /-/reload only "
+     "when started with --web.enable-lifecycle; or send it SIGHUP: `rwrouter reload --pid "
+     "PID`)\n"),
 ]  # fmt: skip
 
 
@@ -492,3 +495,31 @@ def test_rwrouter_reload_pid_sends_sighup(tmp_path: Path) -> None:
         child.stdout.close()
     code, _, err = _run_reload("--pid", str(child.pid))  # gone now
     assert code == 1 and f"cannot signal process {child.pid}" in err
+
+
+@pytest.mark.parametrize(
+    ("lifecycle", "listed"),
+    [pytest.param(True, True, id="lifecycle"), pytest.param(False, False, id="no_lifecycle")],
+)
+async def test_the_plain_text_index_lists_reload_only_when_served(
+    start: Start,
+    http: aiohttp.ClientSession,
+    fresh_capture: CaptureServer,
+    lifecycle: bool,
+    listed: bool,
+) -> None:
+    router = await start(None, lifecycle=lifecycle)
+    async with http.post(router.url + "/api/v1/write", data=BODY, headers=HEADERS) as resp:
+        assert resp.status == 204
+    await eventually(lambda: fresh_capture.sample_count("/a") == 1)
+    lines: list[str] = []
+    deadline = time.monotonic() + 10
+    while "    unsent (queued, not sent yet): nothing: all sent" not in lines:  # kept 1 s
+        assert time.monotonic() < deadline, lines
+        async with http.get(router.url + "/") as resp:  # curl's Accept: */*
+            assert resp.status == 200
+            lines = (await resp.text()).splitlines()
+        await asyncio.sleep(0.05)
+    assert ("POST /-/reload (--web.enable-lifecycle)" in lines) == listed
+    assert any(line.startswith("    disk used / max_disk_bytes: ") for line in lines)
+    assert any(line.startswith("    queue in memory: ") for line in lines)

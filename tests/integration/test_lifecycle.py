@@ -72,6 +72,59 @@ async def reload(http: aiohttp.ClientSession, router: RouterServer) -> tuple[int
         return resp.status, await resp.text()
 
 
+WITH_SHADOWS = """
+server: {{listen_address: "127.0.0.1:0", shutdown_timeout: 1s}}
+storage: {{path: "{storage}"}}
+remote_write:
+  - {{name: a, url: "{url}/a", queue_config: {{batch_send_deadline: 5ms}}}}
+  - {{name: b, url: "{url}/b", {b}}}
+  - {{name: s, shadow: true, write_relabel_configs: [{{regex: "{s}", source_labels: [__name__],
+     action: keep}}]}}
+{more}"""
+
+
+@pytest.mark.parametrize(
+    ("change", "summary"),
+    [
+        pytest.param({}, "kept a,b,s", id="nothing"),
+        pytest.param({"s": "DCGM_.*"}, "kept a,b; changed s", id="shadow_rules_changed"),
+        pytest.param(
+            {"more": "  - {name: t, shadow: true}\n"}, "kept a,b,s; added t", id="shadow_added"
+        ),
+        pytest.param({"b": "shadow: true"}, "kept a,s; changed b", id="sending_becomes_shadow"),
+        pytest.param(
+            {"b": "queue_config: {max_shards: 2}"}, "kept a,s; changed b", id="sending_changed"
+        ),
+    ],
+)
+async def test_the_reload_summary_names_every_destination_shadows_included(
+    start_from_file: Start,
+    fresh_capture: CaptureServer,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+    change: dict[str, str],
+    summary: str,
+) -> None:
+    config = tmp_path / "rwrouter.yaml"
+    base = {
+        "b": "queue_config: {batch_send_deadline: 5ms}",
+        "s": "DCGM_FI_DEV_GPU_UTIL",
+        "more": "",
+    }
+    where = {"storage": tmp_path / "data", "url": fresh_capture.url("").rstrip("/")}
+
+    def write(**settings: str) -> None:
+        config.write_text(WITH_SHADOWS.format(**where, **{**base, **settings}))
+
+    write()
+    router = await start_from_file(config)
+    write(**change)
+    status, text = await reload(http, router)
+    assert status == 200, text
+    assert text.strip() == f"configuration reloaded: {summary}"
+    assert (await post_write(http, router, body(0)))[0] == 204  # it still takes writes
+
+
 async def test_reload_keeps_unchanged_destination_queues_and_replaces_changed_ones(
     start_from_file: Start,
     fresh_capture: CaptureServer,
@@ -87,7 +140,7 @@ async def test_reload_keeps_unchanged_destination_queues_and_replaces_changed_on
     write_config(config, fresh_capture, extra_a=", max_samples_per_send: 100")
     status, text = await reload(http, router)
     assert status == 200, text
-    assert "kept b" in text and "replaced a" in text
+    assert "kept b" in text and "changed a" in text
     a_after, b_after = router.fanout.destinations
     assert b_after is b_before  # unchanged: the same queue and senders
     assert a_after is not a_before
@@ -210,7 +263,7 @@ async def test_backlog_of_a_replaced_destination_is_handed_to_the_new_one(
     status, text = await reload(http, router)
     took = time.monotonic() - started
     print(f"reload with b's batch retried: {took:.2f} s")
-    assert status == 200 and "replaced b" in text, text
+    assert status == 200 and "changed b" in text, text
     assert took < 5  # not HANDOVER_TIMEOUT (10 s): the retries stop at the handover
     assert (await post_write(http, router, body(3)))[0] == 204
     await eventually(lambda: fresh_capture.sample_count("/b") == 20)

@@ -15,14 +15,19 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rwrouter.cli import main
+from rwrouter.config import parse_config
+from rwrouter.config.promkeys import PROMETHEUS_ONLY
+from rwrouter.errors import ConfigError
 from tests.support.peers import peer_binary, version_line
 from tests.support.promdump import (
     EXPECTED_NOTES,
     FIXTURES,
     REGENERATE,
     dumped_remote_write,
+    dumped_whole_config,
     fixture_text,
 )
 from tests.support.prometheus import prometheus_binary
@@ -91,3 +96,30 @@ def test_a_dumped_remote_write_block_loads_in_check_config(
         f"{fixture} differs from what {binary} writes now: rerun with {REGENERATE}=1 to "
         "regenerate it, and check the unit tests that read it"
     )
+
+
+def test_every_prometheus_key_of_a_whole_dump_is_named_a_prometheus_setting(
+    tmp_path: Path,
+) -> None:
+    """A whole ``prometheus.yml``, as a real Prometheus 3 dumps it, pasted into rwrouter's
+    file: each top-level, ``global`` and ``storage`` key rwrouter does not read is refused
+    as "a Prometheus setting" (never "unknown key"), and PROMETHEUS_ONLY lists each one the
+    dump has; the rest (``remote_write``, ``global.metric_name_validation_scheme``) loads."""
+    dumped = dumped_whole_config(peer_binary("prometheus"), tmp_path / "prometheus")
+    with pytest.raises(ConfigError) as info:
+        parse_config(yaml.safe_dump(dumped, sort_keys=False), env={})
+    errors = getattr(info.value, "errors", (info.value,))
+    reasons = {e.path: e.reason for e in errors}
+    assert reasons.pop("global.external_labels").startswith("not supported by rwrouter (add")
+    assert all(r.startswith("a Prometheus setting") for r in reasons.values()), reasons
+    expected = {key for key in dumped if key not in ("global", "storage", "remote_write")}
+    expected |= {f"global.{k}" for k in dumped["global"]} - {
+        "global.metric_name_validation_scheme",
+        "global.external_labels",
+    }
+    expected |= {f"storage.{k}" for k in dumped["storage"]}
+    assert set(reasons) == expected
+    listed = {*PROMETHEUS_ONLY["top"]}
+    listed |= {f"global.{k}" for k in PROMETHEUS_ONLY["global"]}
+    listed |= {f"storage.{k}" for k in PROMETHEUS_ONLY["storage"]}
+    assert expected <= listed

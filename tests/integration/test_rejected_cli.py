@@ -441,3 +441,58 @@ def test_replay_in_the_destinations_protocol(
             == write_v2_pb2.Sample(value=2.5, timestamp=5_000).SerializeToString()
         )
     assert "delivered 1 of 1 batches" in capsys.readouterr().out
+
+
+RELATIVE = (
+    "storage: {path: data}\nremote_write:\n  - {name: workspace, url: 'http://127.0.0.1:9/x'}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("config_text", "cwd", "made", "expected"),
+    [
+        pytest.param(
+            RELATIVE,
+            "elsewhere",
+            False,
+            "destination workspace: no rejected batches (data/rejected/workspace does not "
+            "exist: storage.path 'data' is relative to the current directory, {tmp}/elsewhere, "
+            "as rwrouter run resolves it; run this in rwrouter run's working directory, or "
+            "make storage.path absolute)",
+            id="relative_path_from_another_directory",
+        ),
+        pytest.param(
+            RELATIVE,
+            "",
+            True,
+            "destination workspace: no rejected batches (data/rejected/workspace)",
+            id="relative_path_where_run_runs",
+        ),
+        pytest.param(
+            RELATIVE.replace("path: data", "path: {tmp}/gone"),
+            "",
+            False,
+            "destination workspace: no rejected batches ({tmp}/gone/rejected/workspace does "
+            "not exist)",
+            id="absolute_path_missing",
+        ),
+    ],
+)
+def test_an_empty_list_says_where_it_looked(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    config_text: str,
+    cwd: str,
+    made: bool,
+    expected: str,
+) -> None:
+    config = tmp_path / "rwrouter.yaml"
+    config.write_text(config_text.replace("{tmp}", str(tmp_path)))
+    (tmp_path / "elsewhere").mkdir()
+    if made:  # rwrouter run made it (an empty store)
+        (tmp_path / "data" / "rejected" / "workspace").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / cwd)
+    assert main(["list", "--config", str(config)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [expected.replace("{tmp}", str(tmp_path)), "no rejected batches"]

@@ -137,7 +137,7 @@ async def test_a_reload_replaces_a_failed_destination_even_unchanged(
     async with http.post(router.url + "/-/reload") as resp:  # the same file
         assert resp.status == 200
         summary = await resp.text()
-    assert "replaced broken" in summary and "kept healthy" in summary
+    assert "restarted broken" in summary and "kept healthy" in summary
     await eventually(lambda: fresh_capture.sample_count("/broken") == 2 * SERIES)
     assert (await ready(http, router))[0] == 200
     assert metric_value(router, "rwrouter_destination_failed", destination="broken") == 0

@@ -5,7 +5,8 @@
 with a region, queue_config, metadata_config, write_relabel_configs, basic_auth and
 authorization from files, tls_config, proxy_url; ``protobuf_message``, ``round_robin_dns``,
 ``sample_age_limit`` and ``sigv4.service_name`` for Prometheus 3 only: 2.42 refuses them).
-:func:`dumped_remote_write` starts a Prometheus with it and returns the dumped list;
+:func:`dumped_remote_write` starts a Prometheus with it and returns the dumped list
+(:func:`dumped_whole_config`: the whole dump of a ``prometheus.yml`` with every section);
 :func:`fixture_text` is that list as the checked-in fixture
 ``tests/testdata/promdump/prometheus-<generation>.yml`` holds it (the work directory written
 as ``/etc/prometheus``). ``RWROUTER_REGENERATE_PROMDUMP=1`` makes the integration test
@@ -29,7 +30,9 @@ __all__ = [
     "EXPECTED_NOTES",
     "FIXTURES",
     "REGENERATE",
+    "WHOLE_CONFIG",
     "dumped_remote_write",
+    "dumped_whole_config",
     "fixture_text",
     "sender_config",
 ]
@@ -126,6 +129,44 @@ def dumped_remote_write(binary: str, generation: int, workdir: Path) -> list[dic
             dumped = yaml.safe_load(json.load(answer)["data"]["yaml"])
     block: list[dict[str, Any]] = dumped["remote_write"]
     return block
+
+
+#: A ``prometheus.yml`` with every top-level section Prometheus 3 has (besides
+#: ``remote_write``), each set so that its dump writes it, and global keys besides the
+#: scrape interval: what a user pastes whole into rwrouter's file.
+WHOLE_CONFIG: dict[str, Any] = {
+    "global": {
+        "scrape_interval": "15s",
+        "evaluation_interval": "30s",
+        "external_labels": {"cluster": "gpu"},
+        "query_log_file": "query.log",
+    },
+    "runtime": {"gogc": 75},
+    "rule_files": ["rules.yml"],
+    "scrape_configs": [{"job_name": "none", "static_configs": [{"targets": ["127.0.0.1:9"]}]}],
+    "alerting": {"alertmanagers": [{"static_configs": [{"targets": ["127.0.0.1:9"]}]}]},
+    "storage": {
+        "tsdb": {"out_of_order_time_window": "10m"},
+        "exemplars": {"max_exemplars": 1000},
+    },
+    "tracing": {"endpoint": "127.0.0.1:9", "insecure": True},
+    "otlp": {"promote_resource_attributes": ["service.name"]},
+    "remote_read": [{"url": "http://127.0.0.1:9/api/v1/read"}],
+    "remote_write": [{"name": "self-hosted", "url": "http://127.0.0.1:9/api/v1/write"}],
+}
+
+
+def dumped_whole_config(binary: str, workdir: Path) -> dict[str, Any]:
+    """Start ``binary`` (a Prometheus 3) in ``workdir`` with :data:`WHOLE_CONFIG` and return
+    its whole ``/api/v1/status/config``, parsed."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "rules.yml").write_text("groups: []\n")
+    config = yaml.safe_dump(WHOLE_CONFIG, sort_keys=False)
+    with PrometheusProcess.start(config, workdir=workdir, binary=binary) as prom:
+        url = f"{prom.url}/api/v1/status/config"
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            dumped: dict[str, Any] = yaml.safe_load(json.load(answer)["data"]["yaml"])
+    return dumped
 
 
 def fixture_text(block: list[dict[str, Any]], workdir: Path, *, version: str) -> str:

@@ -108,3 +108,22 @@ def test_each_command_help_has_a_whole_description(
     description = out.split("\n\n")[1]
     assert not description.startswith(("options:", "positional arguments:")), out
     assert description.rstrip().endswith("."), description
+
+
+@pytest.mark.parametrize(
+    ("flag", "default"),
+    [
+        pytest.param("--nodes N", "(default: 2)", id="nodes"),
+        pytest.param("--duration SECONDS", "(default: run until Ctrl-C)", id="duration"),
+        pytest.param(
+            "--workdir DIR", "(default: a temporary directory, removed on exit)", id="dir"
+        ),
+        pytest.param("--prometheus PATH", "(default: Debian's)", id="prometheus"),
+    ],
+)
+def test_demo_help_shows_each_default(
+    flag: str, default: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = " ".join(_help(["demo"], capsys).split())  # argparse wraps the help lines
+    after = out.split(f"{flag} ", 1)[1]
+    assert after.split(" --", 1)[0].count(default) == 1, after

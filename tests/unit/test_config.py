@@ -217,7 +217,10 @@ BAD = {
         "storage.fsync_intervall: unknown key",
         "did you mean 'fsync_interval'",
     ],
-    "prometheus_storage_section": ["storage.tsdb: unknown key"],
+    "prometheus_storage_section": [
+        "storage.tsdb: a Prometheus setting (of its TSDB), not read by rwrouter: rwrouter's "
+        "storage section holds its queues (path, fsync, fsync_interval, rejected_max_bytes)"
+    ],
     "queue_bad_on_full": [
         f"{RW0}.queue_config.on_full: expected one of backpressure, drop_oldest, got 'block'"
     ],
@@ -263,7 +266,28 @@ BAD = {
     ],
     "queue_zero_burst_samples": [f"{RW0}.queue_config.burst_samples: must be >= 1, got 0"],
     "several_mistakes": ["server.listen_adress: unknown key", "remote_write[1].url: expected"],
+    "one_destination_many_mistakes": [
+        f"{RW0}.url: environment variable AMP_WORKSPACE_ID is not set",
+        f"{RW0}.url: environment variable AMP_PATH is not set",
+        "remote_write[1].name: duplicate destination name 'workspace'",
+    ],
 }
+
+ONE_DESTINATION = [  # one_destination_many_mistakes.bad.yml: all thirteen, in one run
+    f"{RW0}.url",  # AMP_WORKSPACE_ID
+    f"{RW0}.url",  # AMP_PATH
+    f"{RW0}.sigv4.servce",
+    f"{RW0}.write_relabel_configs[0].regex",
+    f"{RW0}.write_relabel_configs[1].modulus",
+    f"{RW0}.queue_config.max_shards",
+    f"{RW0}.queue_config.min_backoff",
+    f"{RW0}.queue_config.retry_on_http_429",
+    f"{RW0}.metadata_config.send",
+    f"{RW0}.protobuf_message",
+    "remote_write[1].remote_timeout",
+    f"{RW0}.fallback",
+    "remote_write[1].name",
+]
 
 SEVERAL = [  # several_mistakes.bad.yml: every independent mistake, in the order of the file
     "server.listen_adress",
@@ -296,6 +320,67 @@ SEVERAL = [  # several_mistakes.bad.yml: every independent mistake, in the order
             "storage: {path: ''}\nremote_write:\n  - {url: http://a/x}\n",
             ["storage.path"],
             id="a_single_mistake_is_a_plain_config_error",
+        ),
+        pytest.param(
+            (TESTDATA / "one_destination_many_mistakes.bad.yml").read_text(),
+            ONE_DESTINATION,
+            id="every_mistake_of_one_destination",
+        ),
+        pytest.param(
+            "remote_write:\n  - {url: 'http://${A}:${B}/x', proxy_url: 'http://${A}:1'}\n",
+            [f"{RW0}.url", f"{RW0}.url", f"{RW0}.proxy_url"],
+            id="every_unset_variable_of_a_url",
+        ),
+        pytest.param(
+            "remote_write:\n  - url: http://a/x\n    sigv4: {regoin: x, role: y}\n"
+            "    tls_config: {ca: x, server_nam: y}\n    ha_dedup: {cluster: x}\n",
+            [
+                f"{RW0}.sigv4.regoin",
+                f"{RW0}.sigv4.role",
+                f"{RW0}.tls_config.ca",
+                f"{RW0}.tls_config.server_nam",
+                f"{RW0}.ha_dedup.cluster",
+            ],
+            id="every_sub_section_s_keys",
+        ),
+        pytest.param(
+            "relabel_configs:\n  - {regex: '(('}\n  - {action: hashmod, target_label: t}\n"
+            "  - {action: nope}\nremote_write:\n  - {url: http://a/x}\n",
+            ["relabel_configs[0].regex", "relabel_configs[1].modulus", "relabel_configs[2].action"],
+            id="every_broken_rule",
+        ),
+        pytest.param(
+            "remote_write:\n  - url: http://a/x\n    queue_config: {max_shards: -1, min_shards: 9,"
+            " min_backoff: 1, max_backoff: 1ms, burst_samples: 0, max_samples_per_send: x}\n",
+            [
+                f"{RW0}.queue_config.max_shards",
+                f"{RW0}.queue_config.max_samples_per_send",
+                f"{RW0}.queue_config.min_backoff",
+            ],
+            id="a_check_of_two_keys_waits_for_both",
+        ),
+        pytest.param(
+            "remote_write:\n  - {url: http://a/x, max_shards: 2, queue_config: {min_shards: 3,"
+            " max_shards: 2}}\n",
+            [f"{RW0}.max_shards", f"{RW0}.queue_config.min_shards"],
+            id="a_check_of_two_valid_keys_still_runs",
+        ),
+        pytest.param(
+            "remote_write:\n  - {name: s, shadow: maybe}\n  - {name: '', url: http://b/x}\n",
+            [f"{RW0}.shadow", "remote_write[1].name"],
+            id="a_broken_shadow_does_not_make_url_required",
+        ),
+        pytest.param(
+            "remote_write:\n  - {shadow: true}\n",
+            [f"{RW0}.name"],
+            id="a_shadow_without_url_needs_a_name",
+        ),
+        pytest.param(
+            "remote_write:\n  - just-a-string\n  - {url: http://b/x, fallback: true}\n"
+            "  - {name: n, url: http://c/x, fallback: true}\n  - {name: n, url: http://d/x,"
+            " fallback: true}\n",
+            [RW0, "remote_write[3].name"],
+            id="an_unreadable_destination_skips_the_fallback_check_only",
         ),
     ],
 )
@@ -1613,3 +1698,30 @@ def test_booleans_are_yaml_1_1_as_documented(word: str, expected: bool | None) -
             parse_config(text, env={})
     else:
         assert parse_config(text, env={}).remote_write[0].send_exemplars is expected
+
+
+@pytest.mark.parametrize(
+    ("region", "env", "expected"),
+    [
+        pytest.param("ap-south-1", {"AWS_REGION": "x"}, ("ap-south-1", "sigv4.region"), id="file"),
+        pytest.param(
+            None,
+            {"AWS_REGION": "eu-west-1", "AWS_DEFAULT_REGION": "us-west-2"},
+            ("eu-west-1", "AWS_REGION"),
+            id="aws_region_first",
+        ),
+        pytest.param(
+            None,
+            {"AWS_REGION": "", "AWS_DEFAULT_REGION": "eu-west-1"},
+            ("eu-west-1", "AWS_DEFAULT_REGION"),
+            id="aws_default_region",
+        ),
+        pytest.param(None, {"AWS_PROFILE": "writer"}, None, id="profile_is_looked_up_apart"),
+    ],
+)
+def test_the_signing_region_says_where_it_came_from(
+    region: str | None, env: dict[str, str], expected: tuple[str, str] | None
+) -> None:
+    v4 = SigV4Config(region=region)
+    assert v4.region_source(env) == expected
+    assert v4.signing_region(env) == (None if expected is None else expected[0])

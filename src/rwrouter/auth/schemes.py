@@ -140,9 +140,7 @@ async def authenticator_for(destination: object, *, path: str) -> Authenticator:
     if v4 is not None:
         region = await asyncio.to_thread(sigv4_region, v4)
         if not region:
-            raise ConfigError(
-                f"{path}.sigv4.region", "not set, nor in AWS_REGION or the AWS profile"
-            )
+            raise ConfigError(f"{path}.sigv4.region", REGION_NOT_SET)
         source = await open_source(
             None,
             region=region,
@@ -171,10 +169,31 @@ async def authenticator_for(destination: object, *, path: str) -> Authenticator:
     return NoAuth()
 
 
+#: Why a sigv4 destination without a region anywhere is refused (the signer needs one): the
+#: places :func:`sigv4_region` looks, in its order.
+REGION_NOT_SET = (
+    "not set, nor in AWS_REGION, AWS_DEFAULT_REGION or the AWS profile's region "
+    "(sigv4.profile, else AWS_PROFILE, else default)"
+)
+
+
 def sigv4_region(v4: SigV4Config) -> str | None:
     """The signing region of a ``sigv4`` block: its ``region``, else ``AWS_REGION`` /
     ``AWS_DEFAULT_REGION``, else the AWS profile's region. BLOCKING (may read AWS files)."""
-    return v4.signing_region(os.environ) or profile_region(v4.profile)
+    found = sigv4_region_source(v4)
+    return None if found is None else found[0]
+
+
+def sigv4_region_source(v4: SigV4Config) -> tuple[str, str] | None:
+    """:func:`sigv4_region` and where it came from (``sigv4.region``, ``AWS_REGION``,
+    ``AWS_DEFAULT_REGION``, ``the AWS profile 'NAME'``), or None when none is set. BLOCKING
+    (may read AWS files)."""
+    found = v4.region_source(os.environ)
+    if found is not None:
+        return found
+    region = profile_region(v4.profile)
+    profile = v4.profile or os.environ.get("AWS_PROFILE") or "default"
+    return None if region is None else (region, f"the AWS profile {profile!r}")
 
 
 def _text(secret: object) -> str | None:

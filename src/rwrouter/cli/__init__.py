@@ -103,9 +103,6 @@ async def serve(
     return 0
 
 
-#: Why check-config refuses a sigv4 destination without a region (the signer needs one).
-REGION_NOT_SET = "not set, nor in AWS_REGION or the AWS profile"
-
 #: What ``rwrouter run`` without ``--config`` (and ``rwrouter`` alone) says (exit status 2).
 RUN_NEEDS_CONFIG = "rwrouter run needs --config FILE (the demo is `rwrouter demo`)"
 
@@ -161,7 +158,7 @@ def _workers(text: str) -> int:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
-    from rwrouter.auth.schemes import sigv4_region
+    from rwrouter.auth.schemes import REGION_NOT_SET, sigv4_region_source
     from rwrouter.config import describe_config, load_config
     from rwrouter.config.advice import config_warnings
     from rwrouter.routing import build_router
@@ -170,10 +167,15 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         raise ConfigError("check-config", "give the configuration file: FILE or --config FILE")
     config = load_config(args.file or args.config_file)
     build_router(config)  # what only the router refuses (a series budget with __tenant__ rules)
+    regions = {  # where each sigv4 destination's region comes from, as run resolves it
+        i: sigv4_region_source(dest.sigv4)
+        for i, dest in enumerate(config.remote_write)
+        if dest.sigv4 is not None
+    }
     regionless = [
         ConfigError(f"remote_write[{i}].sigv4.region", REGION_NOT_SET)
-        for i, dest in enumerate(config.remote_write)
-        if dest.sigv4 is not None and not sigv4_region(dest.sigv4)
+        for i, found in regions.items()
+        if found is None
     ]
     if regionless:
         raise ConfigErrors.of(regionless)
@@ -181,7 +183,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         print(f"rwrouter: configuration note: {escape(note)}", file=sys.stderr)
     for warning in config_warnings(config):  # valid, but works against another setting
         print(f"rwrouter: configuration warning: {escape(warning)}", file=sys.stderr)
-    text = describe_config(config)  # names and rules may hold control characters
+    resolved = {i: found for i, found in regions.items() if found is not None}
+    text = describe_config(config, regions=resolved)  # may hold control characters
     if args.web_config_file is not None:
         from rwrouter.config.webmodel import describe_web_config
 
@@ -288,14 +291,26 @@ def _register_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "workspace and a second Prometheus as the self-hosted store; prints what each store "
         "received every ten seconds until Ctrl-C (or --duration).",
     )
-    demo.add_argument("--nodes", type=int, default=2, help="simulated GPU nodes (8 GPUs each)")
+    demo.add_argument(
+        "--nodes",
+        type=int,
+        default=2,
+        metavar="N",
+        help="simulated GPU nodes, 8 GPUs each (default: %(default)s)",
+    )
     demo.add_argument(
         "--duration",
         type=float,
         default=None,
+        metavar="SECONDS",
         help="stop after this many seconds (default: run until Ctrl-C)",
     )
-    demo.add_argument("--workdir", default=None, help="where to keep the demo's data")
+    demo.add_argument(
+        "--workdir",
+        default=None,
+        metavar="DIR",
+        help="where to keep the demo's data (default: a temporary directory, removed on exit)",
+    )
     demo.add_argument(
         "--prometheus",
         default=None,

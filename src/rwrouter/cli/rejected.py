@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -75,15 +76,34 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_as_json(listed), indent=2))
     else:
-        print(_as_text(listed))
+        print(_as_text(listed, storage_path=config.storage.path))
     return 0
 
 
-def _as_text(listed: list[tuple[str, DeadLetterStore, list[DeadLetter]]]) -> str:
+def where(store: DeadLetterStore, *, storage_path: str) -> str:
+    """The store's directory as ``list`` and ``replay`` show it when it holds nothing; when it
+    does not exist, saying so and, for a relative ``storage_path`` (``storage.path``), what it
+    is relative to: the current directory, as ``rwrouter run`` resolves it."""
+    directory = store.directory
+    if directory.is_dir():
+        return str(directory)
+    if os.path.isabs(storage_path):
+        return f"{directory} does not exist"
+    return (
+        f"{directory} does not exist: storage.path {storage_path!r} is relative to the current "
+        f"directory, {os.getcwd()}, as rwrouter run resolves it; run this in rwrouter run's "
+        "working directory, or make storage.path absolute"
+    )
+
+
+def _as_text(
+    listed: list[tuple[str, DeadLetterStore, list[DeadLetter]]], *, storage_path: str
+) -> str:
     lines = []
     for name, store, entries in listed:
         if not entries:
-            lines.append(f"destination {name}: no rejected batches ({store.directory})")
+            shown = where(store, storage_path=storage_path)
+            lines.append(f"destination {name}: no rejected batches ({shown})")
             continue
         lines.append(
             f"destination {name}: {len(entries)} rejected batches, "
@@ -117,13 +137,16 @@ def _as_text(listed: list[tuple[str, DeadLetterStore, list[DeadLetter]]]) -> str
 
 def _as_json(listed: list[tuple[str, DeadLetterStore, list[DeadLetter]]]) -> dict[str, Any]:
     """``{"destinations": [{"destination", "directory", "size_bytes", "entries": [...]}],
-    "total": {"entries", "series", "samples", "body_bytes"}}``; entries carry the
+    "total": {"entries", "series", "samples", "body_bytes"}}`` (``directory_exists``: false
+    when the store's directory is not there, e.g. a relative storage.path read from another
+    directory than rwrouter run's); entries carry the
     :class:`DeadLetter` fields plus ``time`` (ISO 8601, UTC)."""
     return {
         "destinations": [
             {
                 "destination": name,
                 "directory": str(store.directory),
+                "directory_exists": store.directory.is_dir(),
                 "size_bytes": store.size_bytes,
                 "entries": [{**asdict(e), "time": _utc(e.at_ms, iso=True)} for e in entries],
             }
@@ -193,7 +216,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     store = _store(config, dest)
     entries = store.entries()
     if not entries:
-        print(f"destination {dest.name}: no rejected batches ({store.directory})")
+        shown = where(store, storage_path=config.storage.path)
+        print(f"destination {dest.name}: no rejected batches ({shown})")
         return 0
     if args.dry_run:
         return _dry_run(dest, store, entries)

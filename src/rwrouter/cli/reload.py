@@ -9,7 +9,8 @@ By default it POSTs ``/-/reload`` to the router (``--url``; by default the liste
 SIGHUP to that process instead (``kill -HUP PID``; SIGHUP always reloads; in the image the
 router is PID 1).
 
-Prints the router's answer (what the reload changed) or why it failed. Exit 0 when the
+Prints the router's answer (what the reload changed: kept, changed, restarted, added and
+removed destinations) or why it failed, with what to do about a 403. Exit 0 when the
 configuration was reloaded (or the signal sent); 1 when the router refused (403: lifecycle
 off or no admin role; 500: the new file is bad and the running configuration stays),
 cannot be reached, or the process does not exist.
@@ -79,10 +80,27 @@ def cmd_reload(args: argparse.Namespace) -> int:
             answer = response.read().decode(errors="replace").strip()
     except urllib.error.HTTPError as exc:
         reason = exc.read().decode(errors="replace").strip() or exc.reason
-        print(f"rwrouter reload: {address} answered {exc.code}: {escape(reason)}", file=sys.stderr)
+        print(
+            f"rwrouter reload: {address} answered {exc.code}: {escape(reason)}{_hint(reason)}",
+            file=sys.stderr,
+        )
         return 1
     except (urllib.error.URLError, OSError) as exc:
         print(f"rwrouter reload: cannot reach {address}: {exc}", file=sys.stderr)
         return 1
     print(escape(answer) or "configuration reloaded")
     return 0
+
+
+def _hint(reason: str) -> str:
+    """What to do about a refusal whose text is ``reason`` (the router's answer), or ""."""
+    from rwrouter.server.frontdoor import LIFECYCLE_OFF
+
+    if reason == LIFECYCLE_OFF:
+        return (
+            " (the router serves POST /-/reload only when started with "
+            "--web.enable-lifecycle; or send it SIGHUP: `rwrouter reload --pid PID`)"
+        )
+    if "lacks the admin role" in reason:
+        return " (give --http.config.file the credential of a user with the admin role)"
+    return ""

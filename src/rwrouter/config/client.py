@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from rwrouter.config.collect import Collector
 from rwrouter.config.model import Authorization, BasicAuth, SigV4Config, TLSConfig
 from rwrouter.config.promkeys import GO_TLS_VERSIONS, REFUSED, flag_keys, read_flags
 from rwrouter.config.values import (
@@ -191,8 +192,24 @@ def tenant_header(f: Fields, *, sigv4: bool) -> str | None:
     return name
 
 
-def auth(f: Fields, ctx: Context) -> dict[str, Any]:
-    """The (at most one) auth section: ``{"sigv4": SigV4Config}`` etc., or ``{}``."""
+def _block(
+    parent: Fields,
+    key: str,
+    errors: Collector | None,
+    *,
+    known: tuple[str, ...],
+    unsupported: Mapping[str, str],
+) -> Fields:
+    """The section ``key`` of ``parent``; with ``errors``, its unknown and unsupported keys
+    are kept there and its known keys still read (:meth:`Collector.fields`)."""
+    if errors is None:
+        return Fields(parent.raw(key), parent.at(key), known=known, unsupported=unsupported)
+    return errors.fields(parent.raw(key), parent.at(key), known=known, unsupported=unsupported)
+
+
+def auth(f: Fields, ctx: Context, *, errors: Collector | None = None) -> dict[str, Any]:
+    """The (at most one) auth section: ``{"sigv4": SigV4Config}`` etc., or ``{}``. With
+    ``errors``, the section's unknown keys are kept there (its values are still checked)."""
     parsers = {"sigv4": _sigv4, "basic_auth": _basic_auth, "authorization": _authorization}
     present = [key for key in parsers if key in f.nulls or f.has(key)]
     if len(present) > 1:
@@ -207,13 +224,14 @@ def auth(f: Fields, ctx: Context) -> dict[str, Any]:
     if key in f.nulls:
         hint = " (write `sigv4: {}` for the AWS default credential chain)" if key == "sigv4" else ""
         raise ConfigError(f.at(key), f"is empty{hint}")
-    return {key: parsers[key](f, ctx)}
+    return {key: parsers[key](f, ctx, errors)}
 
 
-def _sigv4(parent: Fields, ctx: Context) -> SigV4Config:
-    f = Fields(
-        parent.raw("sigv4"),
-        parent.at("sigv4"),
+def _sigv4(parent: Fields, ctx: Context, errors: Collector | None) -> SigV4Config:
+    f = _block(
+        parent,
+        "sigv4",
+        errors,
         known=(*field_names(SigV4Config), "service_name", *flag_keys("sigv4")),
         unsupported=REFUSED["sigv4"],
     )
@@ -246,10 +264,11 @@ def _service(f: Fields) -> str:
     return service
 
 
-def _basic_auth(parent: Fields, ctx: Context) -> BasicAuth:
-    f = Fields(
-        parent.raw("basic_auth"),
-        parent.at("basic_auth"),
+def _basic_auth(parent: Fields, ctx: Context, errors: Collector | None) -> BasicAuth:
+    f = _block(
+        parent,
+        "basic_auth",
+        errors,
         known=field_names(BasicAuth),
         unsupported=REFUSED["basic_auth"],
     )
@@ -267,10 +286,11 @@ def _basic_auth(parent: Fields, ctx: Context) -> BasicAuth:
     )
 
 
-def _authorization(parent: Fields, ctx: Context) -> Authorization:
-    f = Fields(
-        parent.raw("authorization"),
-        parent.at("authorization"),
+def _authorization(parent: Fields, ctx: Context, errors: Collector | None) -> Authorization:
+    f = _block(
+        parent,
+        "authorization",
+        errors,
         known=field_names(Authorization),
         unsupported=REFUSED["authorization"],
     )
@@ -291,10 +311,12 @@ def _authorization(parent: Fields, ctx: Context) -> Authorization:
     )
 
 
-def tls(parent: Fields, ctx: Context) -> TLSConfig:
-    f = Fields(
-        parent.raw("tls_config"),
-        parent.at("tls_config"),
+def tls(parent: Fields, ctx: Context, *, errors: Collector | None = None) -> TLSConfig:
+    """The ``tls_config`` section; with ``errors``, as :func:`auth`."""
+    f = _block(
+        parent,
+        "tls_config",
+        errors,
         known=field_names(TLSConfig),
         unsupported=REFUSED["tls_config"],
     )

@@ -33,7 +33,19 @@ class SigV4Config:
 
     def signing_region(self, env: Mapping[str, str]) -> str | None:
         """``region``, else ``AWS_REGION``, else ``AWS_DEFAULT_REGION`` from ``env``."""
-        return self.region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None
+        found = self.region_source(env)
+        return None if found is None else found[0]
+
+    def region_source(self, env: Mapping[str, str]) -> tuple[str, str] | None:
+        """:meth:`signing_region` and where it came from: ``sigv4.region``, ``AWS_REGION``
+        or ``AWS_DEFAULT_REGION``; None when none is set (the AWS profile's region is
+        looked up by :func:`rwrouter.auth.schemes.sigv4_region_source`, which reads files)."""
+        if self.region:
+            return self.region, "sigv4.region"
+        for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+            if env.get(name):
+                return env[name], name
+        return None
 
     @property
     def credential_source(self) -> str:

@@ -1,18 +1,20 @@
 """Collecting a configuration's independent mistakes (pure), so that ``check-config`` reports
 them all, one line each, instead of only the first.
 
-A part of the file that can be checked on its own (a top-level section, a destination, the
-keys of one mapping) is parsed under :meth:`Collector.attempt`: its ConfigError is kept and
-parsing goes on with the next part; :meth:`Collector.check` then raises the one error, or a
-:class:`~rwrouter.errors.ConfigErrors` of all, in the order of the file. What depends on
-several parts (destination names unique, series budgets, queue paths) is checked only once
-every part parsed (:attr:`Collector.ok`), so that no error follows from another.
+A part of the file that can be checked on its own (a top-level section; within a destination
+each key, each sub-section and each relabel rule; the keys of one mapping) is parsed under
+:meth:`Collector.attempt` or :meth:`Collector.values`: its ConfigError is kept and parsing
+goes on with the next part; :meth:`Collector.check` then raises the one error, or a
+:class:`~rwrouter.errors.ConfigErrors` of all, in the order met. A check that reads several
+parts runs only when those parts parsed (``min_shards <= max_shards`` when both did;
+destination names unique among the names that parsed), so that no error follows from
+another; what spans sections (series budgets, queue paths) waits for :attr:`Collector.ok`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from rwrouter.config.values import Fields
 from rwrouter.errors import ConfigError, ConfigErrors
@@ -41,6 +43,22 @@ class Collector:
         except ConfigError as exc:
             self._errors.append(exc)
             return fallback
+
+    def keep(self, error: ConfigError) -> None:
+        """Keep ``error`` (a check that found a mistake)."""
+        self._errors.append(error)
+
+    def values(self, readers: Mapping[str, Callable[[], Any]]) -> dict[str, Any]:
+        """Each reader's value by key, every reader run; a reader that raised ConfigError is
+        left out (its error kept), so ``Model(**values)`` takes the default there and a check
+        that reads a key runs only when ``key in values``."""
+        found: dict[str, Any] = {}
+        for key, read in readers.items():
+            try:
+                found[key] = read()
+            except ConfigError as exc:
+                self._errors.append(exc)
+        return found
 
     def fields(
         self,

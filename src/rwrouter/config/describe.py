@@ -8,6 +8,7 @@ header values are not shown, URLs go through :func:`~rwrouter.config.values.reda
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 from rwrouter.config.model import (
     AuditConfig,
@@ -27,10 +28,13 @@ from rwrouter.relabel.names import go_quote, is_legacy_label_name
 __all__ = ["describe_config", "describe_rule", "label_name", "memory_estimate"]
 
 
-def describe_config(config: Config) -> str:
+def describe_config(config: Config, *, regions: Mapping[int, tuple[str, str]] | None = None) -> str:
     """Multi-line text: server settings, storage, global rules, then each destination with its
     name, URL, fallback flag, auth mode, queue settings and rules (one per line). Ends with a
-    newline."""
+    newline. ``regions``: by destination index, a sigv4 destination's signing region and where
+    it came from (:func:`rwrouter.auth.schemes.sigv4_region_source`: ``check-config``
+    resolves it as ``run`` does); one not set in the file and not given shows as "(from the
+    AWS environment)"."""
     server = config.server
     lines = [
         f"config: {config.source}",
@@ -56,8 +60,8 @@ def describe_config(config: Config) -> str:
         "relabel_configs (global, applied to every series before fan-out):",
         *_rules(config.relabel_configs),
     ]
-    for dest in config.remote_write:
-        lines.extend(_destination(dest))
+    for i, dest in enumerate(config.remote_write):
+        lines.extend(_destination(dest, (regions or {}).get(i)))
     lines.append(_memory(config))
     return "\n".join(lines) + "\n"
 
@@ -131,7 +135,7 @@ def _budget(dest: DestinationConfig) -> str:
     )
 
 
-def _destination(dest: DestinationConfig) -> list[str]:
+def _destination(dest: DestinationConfig, region: tuple[str, str] | None) -> list[str]:
     role = (
         "yes: receives the series no non-fallback, non-shadow destination kept"
         if dest.fallback
@@ -156,7 +160,7 @@ def _destination(dest: DestinationConfig) -> list[str]:
     if dest.series_limit is not None:
         lines.append(f"  series_limit: {_budget(dest)}")
     lines += [
-        f"  auth: {_auth(dest)}",
+        f"  auth: {_auth(dest, region)}",
         f"  protocol: {_protocol(dest)}",
         f"  metric_name_escaping_scheme: {_escaping(dest)}",
         f"  remote_timeout: {format_duration(dest.remote_timeout)}",
@@ -235,10 +239,12 @@ def _escaping(dest: DestinationConfig) -> str:
     return f"{scheme} (names outside the legacy character set are escaped; {why})"
 
 
-def _auth(dest: DestinationConfig) -> str:
+def _auth(dest: DestinationConfig, resolved: tuple[str, str] | None) -> str:
     if dest.sigv4 is not None:
         sig = dest.sigv4
         region = sig.region or "(from the AWS environment)"
+        if resolved is not None and not sig.region:
+            region = f"{resolved[0]} (from {resolved[1]})"
         return f"sigv4 region={region} service={sig.service} credentials={sig.credential_source}"
     if dest.basic_auth is not None:
         basic = dest.basic_auth

@@ -10,9 +10,9 @@ setting (``follow_redirects``, ``oauth2``, ...) are read or refused as
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from enum import StrEnum
-from typing import Any, TypeVar
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 from rwrouter.config.budget import QUOTA_MARGIN, OnSeriesLimit
@@ -27,102 +27,105 @@ from rwrouter.config.client import (
 )
 from rwrouter.config.collect import Collector
 from rwrouter.config.model import (
-    SIGV4_MAX_REQUEST_BYTES,
     DestinationConfig,
     EscapingScheme,
     HaDedupConfig,
     MetadataConfig,
-    OnFull,
     QueueConfig,
 )
 from rwrouter.config.promkeys import REFUSED, flag_keys, read_flags
+from rwrouter.config.queues import choice, enum_choice, parse_metadata, parse_queue
 from rwrouter.config.sections import misplaced
 from rwrouter.config.values import Fields, field_names, kind_of, show
-from rwrouter.errors import ConfigError
+from rwrouter.errors import ConfigError, ConfigErrors
 from rwrouter.protocol import MESSAGES
-from rwrouter.relabel import RelabelConfig, parse_relabel_configs
+from rwrouter.relabel import RelabelConfig, parse_relabel_config
 from rwrouter.relabel.names import is_utf8_label_name
 
-__all__ = ["check_budgets", "choice", "parse_destinations", "parse_rules"]
-
-
-def choice(f: Fields, key: str, default: str, choices: Sequence[str]) -> str:
-    """``key``'s value, one of ``choices`` (``default`` when absent). Raises ConfigError
-    listing them otherwise."""
-    value = f.string(key, default) or ""
-    if value not in choices:
-        raise ConfigError(
-            f.at(key), f"expected one of {', '.join(choices)}, got {show(value, f.at(key))}"
-        )
-    return value
-
-
-E = TypeVar("E", bound=StrEnum)
-
-
-def enum_choice(f: Fields, key: str, default: E, enum: type[E]) -> E:
-    """``key``'s value as a member of ``enum`` (:func:`choice` of its values, in order)."""
-    return enum(choice(f, key, default, tuple(enum)))
+__all__ = ["check_budgets", "choice", "enum_choice", "parse_destinations", "parse_rules"]
 
 
 def parse_rules(raw: object, path: str, scheme: str) -> tuple[RelabelConfig, ...]:
-    """The rules at ``path``, validated under the name validation ``scheme``."""
+    """The rules at ``path``, validated under the name validation ``scheme``; each rule is
+    checked on its own: every broken rule is reported (ConfigErrors), not only the first."""
     if raw is None:
         return ()
     if not isinstance(raw, list):
         raise ConfigError(path, "expected a list of relabel rules")
-    return parse_relabel_configs(raw, path, scheme=scheme)
+    errors = Collector()
+    readers: dict[str, Callable[[], RelabelConfig]] = {
+        str(i): functools.partial(parse_relabel_config, item, f"{path}[{i}]", scheme=scheme)
+        for i, item in enumerate(raw)
+    }
+    rules = errors.values(readers)
+    errors.check()
+    return tuple(rules.values())
 
 
 def parse_destinations(
     raw: object, path: str, ctx: Context, scheme: str
 ) -> tuple[DestinationConfig, ...]:
+    """The ``remote_write`` list ``raw`` at ``path``; every independent mistake of every
+    destination is reported (ConfigErrors), then those across destinations (all of them
+    fallbacks, a duplicate name) among the values that parsed."""
     if raw is None or raw == []:
         raise ConfigError(path, "at least one destination is required")
     if not isinstance(raw, list):
         raise ConfigError(path, f"expected a list of destinations, got {kind_of(raw, path)}")
     errors = Collector()  # each destination's mistakes, then the next destination's
-    parsed: list[DestinationConfig] = []
+    parsed: list[DestinationConfig | None] = []
     for i, item in enumerate(raw):
 
         def one(item: object = item, at: str = f"{path}[{i}]") -> DestinationConfig:
-            return _destination(
-                errors.fields(
-                    item,
-                    at,
-                    known=field_names(DestinationConfig) + flag_keys("destination"),
-                    unsupported=REFUSED["destination"],
-                    elsewhere=misplaced("destination"),
-                ),
-                ctx,
-                scheme,
+            fields = errors.fields(
+                item,
+                at,
+                known=field_names(DestinationConfig) + flag_keys("destination"),
+                unsupported=REFUSED["destination"],
+                elsewhere=misplaced("destination"),
             )
+            return _destination(fields, ctx, scheme, errors)
 
-        dest = errors.attempt(one, None)
-        if dest is not None:
-            parsed.append(dest)
+        parsed.append(errors.attempt(one, None))
+    if all(d is not None for d in parsed):  # one unreadable could be the non-fallback one
+        errors.attempt(lambda: _not_all_fallbacks(parsed, path), None)
+    errors.attempt(lambda: _unique(parsed, path), None)
     errors.check()
-    return _checked(parsed, path)
+    return _named([d for d in parsed if d is not None])
 
 
-def _checked(parsed: list[DestinationConfig], path: str) -> tuple[DestinationConfig, ...]:
-    """What holds across destinations: one that is not a fallback, unique names."""
-    if all(d.fallback for d in parsed):
+def _not_all_fallbacks(parsed: Sequence[DestinationConfig | None], path: str) -> None:
+    """At least one destination is not a fallback (a broken ``fallback`` value counts as
+    not one: no error follows from it)."""
+    if all(d is not None and d.fallback for d in parsed):
         raise ConfigError(f"{path}[0].fallback", "at least one destination must not be a fallback")
-    return _named(parsed, path)
 
 
-def _named(parsed: list[DestinationConfig], path: str) -> tuple[DestinationConfig, ...]:
-    """Check explicit names are unique; name the others after their URL host (+ ``-<index>``)."""
+def _unique(parsed: Sequence[DestinationConfig | None], path: str) -> None:
+    """The explicit names (those that parsed) are unique: one error per repeated name."""
     taken: dict[str, int] = {}
+    problems = []
     for i, dest in enumerate(parsed):
+        if dest is None or not dest.name:
+            continue
         if dest.name in taken:
-            raise ConfigError(
-                f"{path}[{i}].name",
-                f"duplicate destination name {dest.name!r} (also {path}[{taken[dest.name]}].name)",
+            problems.append(
+                ConfigError(
+                    f"{path}[{i}].name",
+                    f"duplicate destination name {dest.name!r} "
+                    f"(also {path}[{taken[dest.name]}].name)",
+                )
             )
-        if dest.name:
+        else:
             taken[dest.name] = i
+    if problems:
+        raise ConfigErrors.of(problems)
+
+
+def _named(parsed: list[DestinationConfig]) -> tuple[DestinationConfig, ...]:
+    """Name the destinations without one after their URL host (+ ``-<index>``); the explicit
+    names are unique (:func:`_unique`)."""
+    taken = {dest.name: i for i, dest in enumerate(parsed) if dest.name}
     hosts = [urlsplit(d.url).hostname or "" for d in parsed]
     named = []
     for i, dest in enumerate(parsed):
@@ -136,68 +139,105 @@ def _named(parsed: list[DestinationConfig], path: str) -> tuple[DestinationConfi
     return tuple(named)
 
 
-def _destination(f: Fields, ctx: Context, scheme: str) -> DestinationConfig:
+def _destination(f: Fields, ctx: Context, scheme: str, errors: Collector) -> DestinationConfig:
+    """One destination; each key and section is checked on its own, its mistakes kept in
+    ``errors`` (a broken value is replaced by its default: the DestinationConfig returned is
+    only used when ``errors`` stays empty, and for the checks across destinations)."""
     default = DestinationConfig(name="", url="")
-    name = f.string("name")
-    if name is not None and not name.strip():
-        raise ConfigError(f.at("name"), "must not be empty")
-    shadow = f.boolean("shadow", default.shadow)
-    if shadow and not f.has("url") and not name:
-        raise ConfigError(f.at("name"), "a shadow destination without url needs a name")
+    # The key, valid or not, decides the defaults and checks that depend on it.
+    sigv4 = f.has("sigv4") or "sigv4" in f.nulls
+    name = errors.attempt(lambda: _name(f), None)
+    shadow = errors.attempt(lambda: f.boolean("shadow", default.shadow), None)
     # url before auth: errors come in the order a reader meets the keys.
-    url = (
-        ""
-        if shadow and not f.has("url")
-        else http_url(env_string(f, "url", ctx), f.at("url"), userinfo=False)
-    )
-    auth_section = auth(f, ctx)
-    proxy = env_string(f, "proxy_url", ctx)
-    read_flags(f, "destination")  # follow_redirects, enable_http2, ...: notes or refusals
+    url = errors.attempt(lambda: _url(f, ctx, name=name, shadow=shadow), "")
+    none: dict[str, Any] = {}
+    auth_section = errors.attempt(lambda: auth(f, ctx, errors=errors), none)
+    errors.attempt(lambda: read_flags(f, "destination"), None)  # notes or refusals
     return DestinationConfig(
         name=name or "",
         url=url,
-        remote_timeout=f.duration("remote_timeout", default.remote_timeout),
-        headers=headers(f, ctx, sigv4="sigv4" in auth_section),
-        tenant_header=tenant_header(f, sigv4="sigv4" in auth_section),
-        write_relabel_configs=parse_rules(
-            f.raw("write_relabel_configs"), f.at("write_relabel_configs"), scheme
-        ),
-        tls_config=tls(f, ctx) if f.has("tls_config") else None,
-        proxy_url=None if proxy is None else http_url(proxy, f.at("proxy_url"), userinfo=True),
-        queue_config=_queue(
-            _section(f, "queue_config", QueueConfig), sigv4="sigv4" in auth_section
-        ),
-        metadata_config=_metadata(_section(f, "metadata_config", MetadataConfig)),
-        send_exemplars=f.boolean("send_exemplars", default.send_exemplars),
-        send_native_histograms=f.boolean("send_native_histograms", default.send_native_histograms),
-        fallback=f.boolean("fallback", default.fallback),
-        shadow=shadow,
-        audit=f.boolean("audit", default.audit),
-        ha_dedup=_ha_dedup(f),
-        protobuf_message=choice(f, "protobuf_message", default.protobuf_message, MESSAGES),
-        **_budget(f, default),
-        # The managed workspace refuses UTF-8 names (400): a sigv4 destination escapes them.
-        metric_name_escaping_scheme=enum_choice(
-            f,
-            "metric_name_escaping_scheme",
-            EscapingScheme.UNDERSCORES
-            if "sigv4" in auth_section
-            else default.metric_name_escaping_scheme,
-            EscapingScheme,
-        ),
+        shadow=bool(shadow),
+        **_settings(f, ctx, scheme, errors, sigv4=sigv4),
+        **errors.attempt(lambda: _budget(f, default), none),
         **auth_section,
     )
 
 
-def _section(dest: Fields, key: str, model: type) -> Fields:
-    """The destination's section ``key``, whose keys are the fields of ``model``."""
-    return Fields(dest.raw(key), dest.at(key), known=field_names(model), elsewhere=misplaced(key))
+def _name(f: Fields) -> str:
+    """``name`` ("" when absent); not blank."""
+    name = f.string("name") or ""
+    if f.has("name") and not name.strip():
+        raise ConfigError(f.at("name"), "must not be empty")
+    return name
+
+
+def _url(f: Fields, ctx: Context, *, name: str | None, shadow: bool | None) -> str:
+    """``url`` (``${VAR}`` expanded): required, except on a shadow destination with a
+    ``name`` ("" then). ``name``/``shadow`` None: that key is broken (its error is kept), so
+    whether ``url`` may be absent is not known: no error then."""
+    if not f.has("url") and (shadow is None or shadow):
+        if shadow and name == "":
+            raise ConfigError(f.at("name"), "a shadow destination without url needs a name")
+        return ""
+    return http_url(env_string(f, "url", ctx), f.at("url"), userinfo=False)
+
+
+def _settings(
+    f: Fields, ctx: Context, scheme: str, errors: Collector, *, sigv4: bool
+) -> dict[str, Any]:
+    """The destination's other keys, each read on its own (:meth:`Collector.values`)."""
+    d = DestinationConfig(name="", url="")
+    readers: dict[str, Callable[[], Any]] = {
+        "remote_timeout": lambda: f.duration("remote_timeout", d.remote_timeout),
+        "headers": lambda: headers(f, ctx, sigv4=sigv4),
+        "tenant_header": lambda: tenant_header(f, sigv4=sigv4),
+        "write_relabel_configs": lambda: parse_rules(
+            f.raw("write_relabel_configs"), f.at("write_relabel_configs"), scheme
+        ),
+        "tls_config": lambda: tls(f, ctx, errors=errors) if f.has("tls_config") else None,
+        "proxy_url": lambda: _proxy(f, ctx),
+        "queue_config": lambda: parse_queue(
+            _section(errors, f, "queue_config", QueueConfig), errors, sigv4=sigv4
+        ),
+        "metadata_config": lambda: parse_metadata(
+            _section(errors, f, "metadata_config", MetadataConfig), errors
+        ),
+        "send_exemplars": lambda: f.boolean("send_exemplars", d.send_exemplars),
+        "send_native_histograms": lambda: f.boolean(
+            "send_native_histograms", d.send_native_histograms
+        ),
+        "fallback": lambda: f.boolean("fallback", d.fallback),
+        "audit": lambda: f.boolean("audit", d.audit),
+        "ha_dedup": lambda: _ha_dedup(f, errors),
+        "protobuf_message": lambda: choice(f, "protobuf_message", d.protobuf_message, MESSAGES),
+        # The managed workspace refuses UTF-8 names (400): a sigv4 destination escapes them.
+        "metric_name_escaping_scheme": lambda: enum_choice(
+            f,
+            "metric_name_escaping_scheme",
+            EscapingScheme.UNDERSCORES if sigv4 else d.metric_name_escaping_scheme,
+            EscapingScheme,
+        ),
+    }
+    return errors.values(readers)
+
+
+def _proxy(f: Fields, ctx: Context) -> str | None:
+    proxy = env_string(f, "proxy_url", ctx)
+    return None if proxy is None else http_url(proxy, f.at("proxy_url"), userinfo=True)
+
+
+def _section(errors: Collector, dest: Fields, key: str, model: type) -> Fields:
+    """The destination's section ``key``, whose keys are the fields of ``model`` (its
+    unknown keys kept in ``errors``)."""
+    return errors.fields(
+        dest.raw(key), dest.at(key), known=field_names(model), elsewhere=misplaced(key)
+    )
 
 
 _HA_KEYS = field_names(HaDedupConfig)
 
 
-def _ha_dedup(dest: Fields) -> HaDedupConfig | None:
+def _ha_dedup(dest: Fields, errors: Collector) -> HaDedupConfig | None:
     """The ``ha_dedup`` section (None when absent): two different, non-empty label names (any
     UTF-8 name, as Prometheus ``external_labels`` may hold) and a positive
     ``failover_timeout``."""
@@ -205,7 +245,7 @@ def _ha_dedup(dest: Fields) -> HaDedupConfig | None:
         raise ConfigError(dest.at("ha_dedup"), "is empty (write `ha_dedup: {}` for the defaults)")
     if not dest.has("ha_dedup"):
         return None
-    f = Fields(
+    f = errors.fields(
         dest.raw("ha_dedup"), dest.at("ha_dedup"), known=_HA_KEYS, elsewhere=misplaced("ha_dedup")
     )
     d = HaDedupConfig()
@@ -289,61 +329,3 @@ def check_budgets(destinations: Sequence[DestinationConfig], quota: int, path: s
                 "(audit.series_limit), which refuses new series with 400: leave a margin "
                 "(other writers, collisions of the count) or set series_limit_near_quota: true",
             )
-
-
-def _queue(f: Fields, *, sigv4: bool) -> QueueConfig:
-    d = QueueConfig()
-    request_bytes = SIGV4_MAX_REQUEST_BYTES if sigv4 else d.max_request_bytes
-    queue = QueueConfig(
-        capacity=f.integer("capacity", d.capacity, minimum=1),
-        min_shards=f.integer("min_shards", d.min_shards, minimum=1),
-        max_shards=f.integer("max_shards", d.max_shards, minimum=1),
-        max_samples_per_send=f.integer("max_samples_per_send", d.max_samples_per_send, minimum=1),
-        batch_send_deadline=f.duration("batch_send_deadline", d.batch_send_deadline),
-        min_backoff=f.duration("min_backoff", d.min_backoff),
-        max_backoff=f.duration("max_backoff", d.max_backoff),
-        retry_on_http_429=f.boolean("retry_on_http_429", d.retry_on_http_429),
-        max_memory_bytes=f.size("max_memory_bytes", d.max_memory_bytes),
-        max_disk_bytes=f.size("max_disk_bytes", d.max_disk_bytes),
-        on_full=enum_choice(f, "on_full", d.on_full, OnFull),
-        max_request_bytes=f.size("max_request_bytes", request_bytes),
-        max_retry_duration=f.duration("max_retry_duration", d.max_retry_duration, positive=False),
-        max_retry_duration_on_http_429=f.duration(
-            "max_retry_duration_on_http_429", d.max_retry_duration_on_http_429, positive=False
-        ),
-        # Prometheus's key: 0 (its default) turns it off
-        sample_age_limit=f.duration("sample_age_limit", d.sample_age_limit, positive=False),
-    )
-    queue = _pacing(f, queue)
-    if queue.min_shards > queue.max_shards:
-        raise ConfigError(f.at("min_shards"), f"must be <= max_shards ({queue.max_shards})")
-    if queue.min_backoff > queue.max_backoff:
-        raise ConfigError(f.at("min_backoff"), "must be <= max_backoff")
-    return queue
-
-
-def _pacing(f: Fields, queue: QueueConfig) -> QueueConfig:
-    """``max_samples_per_second`` (0 or absent: not paced) and ``burst_samples`` (default:
-    one second's worth, at least ``max_samples_per_send``; only with a rate)."""
-    rate = f.integer("max_samples_per_second", 0, minimum=0)
-    if not rate:
-        if f.has("burst_samples"):
-            why = "is 0 (off)" if f.has("max_samples_per_second") else "is not set"
-            raise ConfigError(
-                f.at("burst_samples"),
-                f"does nothing: pacing is off, max_samples_per_second {why}; set "
-                "max_samples_per_second to the samples a second to pace at, or remove "
-                "burst_samples",
-            )
-        return queue
-    burst = f.integer("burst_samples", max(rate, queue.max_samples_per_send), minimum=1)
-    return dataclasses.replace(queue, max_samples_per_second=float(rate), burst_samples=burst)
-
-
-def _metadata(f: Fields) -> MetadataConfig:
-    d = MetadataConfig()
-    return MetadataConfig(
-        send=f.boolean("send", d.send),
-        send_interval=f.duration("send_interval", d.send_interval),
-        max_samples_per_send=f.integer("max_samples_per_send", d.max_samples_per_send, minimum=1),
-    )

@@ -33,7 +33,7 @@ from rwrouter.config.model import (
     ValidationScheme,
 )
 from rwrouter.config.paths import check_destination_paths
-from rwrouter.config.promkeys import notes
+from rwrouter.config.promkeys import PROMETHEUS_ONLY, notes
 from rwrouter.config.sections import TOP_KEYS, misplaced
 from rwrouter.config.values import Fields, field_names, format_size, kind_of, show
 from rwrouter.errors import ConfigError
@@ -44,52 +44,23 @@ _PROMETHEUS_ONLY = (
     "a Prometheus setting, not read by rwrouter "
     "(its keys: global, server, storage, relabel_cache, audit, relabel_configs, remote_write)"
 )
-_TOP_UNSUPPORTED = dict.fromkeys(
-    (
-        "scrape_configs",
-        "scrape_config_files",
-        "rule_files",
-        "alerting",
-        "remote_read",
-        "tracing",
-        "otlp",
-        "runtime",
-    ),
-    _PROMETHEUS_ONLY,
-)
+_TOP_UNSUPPORTED = dict.fromkeys(PROMETHEUS_ONLY["top"], _PROMETHEUS_ONLY)
 _GLOBAL_PROMETHEUS_ONLY = (
     "a Prometheus setting, not read by rwrouter (its global key: metric_name_validation_scheme)"
 )
 _GLOBAL_UNSUPPORTED = {
-    **dict.fromkeys(
-        (
-            "scrape_interval",
-            "scrape_timeout",
-            "scrape_protocols",
-            "evaluation_interval",
-            "rule_query_offset",
-            "query_log_file",
-            "scrape_failure_log_file",
-            "body_size_limit",
-            "sample_limit",
-            "label_limit",
-            "label_name_length_limit",
-            "label_value_length_limit",
-            "target_limit",
-            "keep_dropped_targets",
-            "always_scrape_classic_histograms",
-            "convert_classic_histograms_to_nhcb",
-            "scrape_native_histograms",
-            "extra_scrape_metrics",
-        ),
-        _GLOBAL_PROMETHEUS_ONLY,
-    ),
+    **dict.fromkeys(PROMETHEUS_ONLY["global"], _GLOBAL_PROMETHEUS_ONLY),
     "external_labels": f"{NOT_SUPPORTED} (add the labels with a relabel_configs replace rule)",
     "metric_name_escaping_scheme": (
         "a Prometheus scrape setting; rwrouter escapes per destination: set "
         "remote_write[].metric_name_escaping_scheme"
     ),
 }
+_STORAGE_UNSUPPORTED = dict.fromkeys(
+    PROMETHEUS_ONLY["storage"],
+    "a Prometheus setting (of its TSDB), not read by rwrouter: rwrouter's storage section "
+    f"holds its queues ({', '.join(field_names(StorageConfig))})",
+)
 
 
 def parse_config(
@@ -117,7 +88,10 @@ def parse_config(
             lambda: _server(_section(errors, top, "server", ServerConfig)), ServerConfig()
         ),
         storage=errors.attempt(
-            lambda: _storage(_section(errors, top, "storage", StorageConfig)), StorageConfig()
+            lambda: _storage(
+                _section(errors, top, "storage", StorageConfig, unsupported=_STORAGE_UNSUPPORTED)
+            ),
+            StorageConfig(),
         ),
         relabel_cache=errors.attempt(
             lambda: _relabel_cache(_section(errors, top, "relabel_cache", RelabelCacheConfig)),
@@ -165,10 +139,23 @@ def _check_across(config: Config) -> None:
     )
 
 
-def _section(errors: Collector, top: Fields, key: str, model: type) -> Fields:
-    """The top-level section ``key``, whose keys are the fields of ``model`` (unknown keys
-    kept in ``errors``)."""
-    return errors.fields(top.raw(key), key, known=field_names(model), elsewhere=misplaced(key))
+def _section(
+    errors: Collector,
+    top: Fields,
+    key: str,
+    model: type,
+    *,
+    unsupported: Mapping[str, str] | None = None,
+) -> Fields:
+    """The top-level section ``key``, whose keys are the fields of ``model`` (unknown keys,
+    and those of ``unsupported`` with its reason, kept in ``errors``)."""
+    return errors.fields(
+        top.raw(key),
+        key,
+        known=field_names(model),
+        unsupported=unsupported,
+        elsewhere=misplaced(key),
+    )
 
 
 def _global(f: Fields) -> GlobalConfig:

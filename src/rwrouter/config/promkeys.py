@@ -30,7 +30,16 @@ from rwrouter.config.model import ConfigNote
 from rwrouter.config.values import Fields
 from rwrouter.errors import ConfigError
 
-__all__ = ["FLAGS", "GO_TLS_VERSIONS", "REFUSED", "Flag", "flag_keys", "notes", "read_flags"]
+__all__ = [
+    "FLAGS",
+    "GO_TLS_VERSIONS",
+    "PROMETHEUS_ONLY",
+    "REFUSED",
+    "Flag",
+    "flag_keys",
+    "notes",
+    "read_flags",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +156,47 @@ REFUSED: Mapping[str, Mapping[str, str]] = {
 }
 """Section -> key -> the reason it is refused, with what to write instead."""
 
+PROMETHEUS_ONLY: Mapping[str, tuple[str, ...]] = {
+    "top": (
+        "scrape_configs",
+        "scrape_config_files",
+        "rule_files",
+        "alerting",
+        "remote_read",
+        "tracing",
+        "otlp",
+        "runtime",
+    ),
+    "global": (
+        "scrape_interval",
+        "scrape_timeout",
+        "scrape_protocols",
+        "evaluation_interval",
+        "rule_query_offset",
+        "query_log_file",
+        "scrape_failure_log_file",
+        "body_size_limit",
+        "sample_limit",
+        "label_limit",
+        "label_name_length_limit",
+        "label_value_length_limit",
+        "target_limit",
+        "keep_dropped_targets",
+        "always_scrape_classic_histograms",
+        "convert_classic_histograms_to_nhcb",
+        "scrape_native_histograms",
+        "extra_scrape_metrics",
+    ),
+    "storage": ("tsdb", "exemplars"),
+}
+"""Section of rwrouter's file (``top``, and the two that share a Prometheus section's name,
+``global`` and ``storage``) -> the keys a Prometheus configuration has there that rwrouter
+does not read: a pasted ``prometheus.yml`` or ``/api/v1/status/config`` dump gets "a
+Prometheus setting" for each, not "unknown key". Sources: Prometheus 3.16
+``config/config.go`` (``Config``, ``GlobalConfig``, ``StorageConfig``: ``tsdb``,
+``exemplars``); ``tests/integration/test_prometheus_paste.py`` checks them against the dump
+of a real Prometheus 3 with every section set."""
+
 GO_TLS_VERSIONS: Mapping[int, str] = {769: "TLS10", 770: "TLS11", 771: "TLS12", 772: "TLS13"}
 """``tls_config.min_version`` as Prometheus 2.x's ``/api/v1/status/config`` writes it: Go's
 ``crypto/tls`` constant (``tls.VersionTLS12`` = 0x0303 = 771; prometheus/common before its
@@ -179,6 +229,9 @@ def notes(raw: object, path: str) -> tuple[ConfigNote, ...]:
     its :data:`FLAGS` set to their noted value, and :func:`_dumped_defaults`."""
     found: list[ConfigNote] = []
     for i, item in enumerate(raw if isinstance(raw, list) else ()):
+        if not isinstance(item, dict) or not all(isinstance(k, str) for k in item):
+            continue  # refused by parse_destinations, with the other mistakes
+            continue
         f = Fields(item, f"{path}[{i}]", known=tuple(item))
         found += _flag_notes(f, "destination") + _dumped_defaults(f)
         sigv4 = f.raw("sigv4")

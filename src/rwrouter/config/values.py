@@ -211,20 +211,28 @@ _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 def expand_env(text: str, env: Mapping[str, str], path: str) -> str:
     """Replace each ``${NAME}`` in ``text`` with ``env[NAME]``; ``$NAME`` and ``$1`` stay as is.
 
-    Raises ConfigError naming ``path`` and the variable when it is unset or badly named.
+    Raises ConfigError naming ``path`` and the variable when it is unset or badly named; for
+    several such references, a ConfigErrors with one error each, in the order of ``text``
+    (a URL needing ``${AWS_REGION}`` and ``${AMP_WORKSPACE_ID}`` names both at once).
     """
+    problems: list[ConfigError] = []
 
     def substitute(match: re.Match[str]) -> str:
         name = match.group(1)
         if not _ENV_NAME_RE.fullmatch(name):
-            raise ConfigError(
-                path, f"invalid environment variable reference {show(match.group(0), path)}"
-            )
-        if name not in env:
-            raise ConfigError(path, f"environment variable {name} is not set")
-        return env[name]
+            reason = f"invalid environment variable reference {show(match.group(0), path)}"
+        elif name not in env:
+            reason = f"environment variable {name} is not set"
+        else:
+            return env[name]
+        if all(p.reason != reason for p in problems):
+            problems.append(ConfigError(path, reason))
+        return ""
 
-    return _ENV_RE.sub(substitute, text)
+    expanded = _ENV_RE.sub(substitute, text)
+    if problems:
+        raise ConfigErrors.of(problems)
+    return expanded
 
 
 def field_names(cls: type) -> tuple[str, ...]:

@@ -96,12 +96,14 @@ def router_config(
     self_hosted_url: str,
     batch_send_deadline_s: float,
     remote_write_2: bool = False,
+    rwrouter: str = "rwrouter",
 ) -> str:
     """rwrouter's config: the allowlisted DCGM series to the workspace, the rest to the
     self-hosted Prometheus (``fallback: true``; in remote write 2.0 with ``remote_write_2``, a
     Prometheus 3 store). The audit counts what the workspace gets (``audit: true``) and what
     it would get with every DCGM family (a ``shadow`` destination: counted, never sent):
-    ``rwrouter audit``, ``GET /-/audit``, the status page."""
+    ``rwrouter audit``, ``GET /-/audit``, the status page. ``rwrouter``: how its "Check it
+    with" comment calls rwrouter (:func:`~rwrouter.demo.binaries.rwrouter_command`)."""
     queue = {"batch_send_deadline": _duration(batch_send_deadline_s), "max_backoff": "2s"}
     config = {
         "server": {"listen_address": f"127.0.0.1:{listen_port}", "shutdown_timeout": "5s"},
@@ -135,7 +137,7 @@ def router_config(
     return _dump(
         config,
         "rwrouter demo config: critical GPU series -> the workspace double (SigV4), the rest ->"
-        " the self-hosted Prometheus.\n# Check it with: rwrouter check-config <this file>",
+        f" the self-hosted Prometheus.\n# Check it with: {rwrouter} check-config <this file>",
     )
 
 

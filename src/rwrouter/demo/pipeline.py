@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from rwrouter.demo.binaries import ensure_prometheus, prometheus_version
+from rwrouter.demo.binaries import ensure_prometheus, prometheus_version, this_rwrouter
 from rwrouter.demo.configs import (
     SENDER_EXTERNAL_LABELS,
     router_config,
@@ -79,7 +79,8 @@ class DemoPipeline:
     ``prometheus``: the Prometheus binary both Prometheus processes run (default Debian's);
     ``remote_write_2``: it is a Prometheus >= 3.8, so the sender writes remote write 2.0 (with
     each series' metadata: ``--enable-feature=metadata-wal-records``) and rwrouter sends 2.0
-    to the self-hosted store.
+    to the self-hosted store. ``rwrouter``: how the commands it prints call rwrouter (default:
+    as this process was started, :func:`~rwrouter.demo.binaries.this_rwrouter`).
     """
 
     def __init__(
@@ -92,7 +93,9 @@ class DemoPipeline:
         ready_timeout_s: float = 30.0,
         prometheus: str | None = None,
         remote_write_2: bool = False,
+        rwrouter: str | None = None,
     ) -> None:
+        self.rwrouter = this_rwrouter() if rwrouter is None else rwrouter
         self.prometheus = prometheus
         self.remote_write_2 = remote_write_2
         self.workdir = Path(workdir)
@@ -153,6 +156,7 @@ class DemoPipeline:
                 self_hosted_url=self.self_hosted.url,
                 batch_send_deadline_s=min(2.0, self.scrape_interval_s),
                 remote_write_2=self.remote_write_2,
+                rwrouter=self.rwrouter,
             )
         )
         self.router = RouterProcess(
@@ -239,7 +243,8 @@ class DemoPipeline:
         if self.router is not None:
             urls["rwrouter status page"] = f"{self.router.url}/"
             urls["rwrouter metrics"] = f"{self.router.url}/metrics"
-            urls["rwrouter audit (or: rwrouter audit --url ...)"] = f"{self.router.url}/-/audit"
+            audit = f"rwrouter audit (or: {self.rwrouter} audit --url {self.router.url})"
+            urls[audit] = f"{self.router.url}/-/audit"
         urls["rwrouter config"] = str(self.workdir / "rwrouter.yaml")
         return urls
 
@@ -255,7 +260,7 @@ class DemoPipeline:
         config = self.workdir / "rwrouter.yaml"
         external = "".join(f" --external-label {n}={v}" for n, v in SENDER_EXTERNAL_LABELS)
         return (
-            f"rwrouter compare --config {config} --self-hosted {self.sender.url}{external} "
+            f"{self.rwrouter} compare --config {config} --self-hosted {self.sender.url}{external} "
             f"--query '{COMPARE_QUERY}'"
         )
 

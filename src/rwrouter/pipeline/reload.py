@@ -15,6 +15,8 @@ Rules (what an operator of Prometheus expects from ``SIGHUP`` / ``POST /-/reload
 - A destination whose senders stopped on a bug (:attr:`Destination.failed`) is replaced even
   when its settings are unchanged: a reload is how the operator restarts it.
 - A removed destination stops; its queue stays on disk (sent again if it comes back).
+- A shadow destination (counted by the audit only: no queue, no senders) takes effect with the
+  new rules; the summary says whether it was kept, changed, added or removed all the same.
 - ``server`` and ``storage`` settings need a restart: a change is reported, not applied.
 """
 
@@ -41,10 +43,14 @@ HANDOVER_TIMEOUT = 10.0  # seconds a replaced destination's batch in flight may 
 
 @dataclass(slots=True)
 class ReloadSummary:
-    """Destination names by what the reload did to them, and settings left for a restart."""
+    """Destination names (shadow ones included), in the order of the new file, by what the
+    reload did: ``kept`` (same entry), ``changed`` (another entry under the same name: a
+    sending one is replaced), ``restarted`` (same entry, but its senders had stopped on a
+    bug: replaced), ``added``, ``removed``; and the sections left for a restart."""
 
     kept: list[str] = field(default_factory=list)
-    replaced: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    restarted: list[str] = field(default_factory=list)
     added: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     restart_needed: list[str] = field(default_factory=list)
@@ -68,7 +74,7 @@ async def reconfigure(
     wanted, built = await _plan(fanout, running, new, summary, metrics=metrics)
     keep = {id(dest) for dest in wanted if dest is not None}
     retired = [dest for dest in fanout.destinations if id(dest) not in keep]
-    summary.removed = [d.name for d in retired if d.name not in summary.replaced]
+    gone = _removed(running, new, retired, summary)
     # The retired senders stop first, while requests still flow (appends go on to disk);
     # only closing their queues and opening the successors' holds new requests back.
     await asyncio.gather(
@@ -77,7 +83,7 @@ async def reconfigure(
     async with fanout.paused():
         for dest in retired:
             left = await dest.close()
-            if dest.name in summary.removed:
+            if dest.name in gone:
                 metrics.forget_destination(dest.name)
                 if left:
                     log.warning(
@@ -111,6 +117,17 @@ async def reconfigure(
     return summary
 
 
+def _removed(
+    running: Config, new: Config, retired: list[Destination], summary: ReloadSummary
+) -> set[str]:
+    """Fill ``summary.removed`` (the names ``new`` no longer has); returns the names of the
+    retired destinations that stop sending under their name (removed, or now a shadow)."""
+    names = {d.name for d in new.remote_write}
+    summary.removed = [d.name for d in running.remote_write if d.name not in names]
+    sending = {d.name for d in new.remote_write if not d.shadow}
+    return {d.name for d in retired if d.name not in sending}
+
+
 def _router(config: Config, running: Router, stores: StoreOf | None) -> Router:
     """The router of ``config`` (its budgets in ``stores``, if any), its series budgets'
     counts carried over from ``running`` (the series a destination has are still active at
@@ -126,23 +143,30 @@ async def _plan(
 ) -> tuple[list[Destination | None], dict[int, Destination]]:
     """The sending destinations of ``new`` in config order: a running one kept as it is
     (unless its send loop failed), or None where a new one was built (``built``, by that
-    index); fills ``summary``'s kept, replaced and added lists."""
+    index); fills ``summary``'s kept, changed, restarted and added lists (shadow
+    destinations too, by their entries in ``running``)."""
     current = {dest.name: dest for dest in fanout.destinations}
+    before = {config.name: config for config in running.remote_write}
     wanted: list[Destination | None] = []  # the sending destinations, in config order
     built: dict[int, Destination] = {}  # by index in wanted
     for i, config in enumerate(new.remote_write):
-        if config.shadow:  # counted by the audit only: no queue, no senders
-            continue
         old = current.get(config.name)
         if old is not None and old.config == config and not old.failed:
             wanted.append(old)
+        elif not config.shadow:  # a shadow is counted by the audit only: no queue, no senders
+            built[len(wanted)] = await build_destination(
+                config, i, storage=running.storage, metrics=metrics
+            )
+            wanted.append(None)
+        was = before.get(config.name)
+        if was is None:
+            summary.added.append(config.name)
+        elif was != config:
+            summary.changed.append(config.name)
+        elif old is not None and old.failed:
+            summary.restarted.append(config.name)
+        else:
             summary.kept.append(config.name)
-            continue
-        built[len(wanted)] = await build_destination(
-            config, i, storage=running.storage, metrics=metrics
-        )
-        wanted.append(None)
-        (summary.replaced if old is not None else summary.added).append(config.name)
     return wanted, built
 
 
@@ -151,7 +175,8 @@ def _log(summary: ReloadSummary) -> None:
         kv(
             msg="configuration reloaded",
             kept=",".join(summary.kept) or "-",
-            replaced=",".join(summary.replaced) or "-",
+            changed=",".join(summary.changed) or "-",
+            restarted=",".join(summary.restarted) or "-",
             added=",".join(summary.added) or "-",
             removed=",".join(summary.removed) or "-",
             restart_needed=",".join(summary.restart_needed) or "-",

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import importlib.resources
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -46,6 +47,7 @@ from rwrouter.reasons import RefuseReason
 from rwrouter.server.bodies import BodyGate, ClientGone, ReadWaitTimeout, read_body
 from rwrouter.server.decoders import LARGE_BODY, Busy, Decoders, work_size
 from rwrouter.server.frontdoor import write_tenant
+from rwrouter.server.index import index_text
 from rwrouter.server.reads import AuditAnswers, AuditReport, StatusAnswers, audit_query
 from rwrouter.wire import declared_size
 from rwrouter.wire.accelerator import ACCELERATED
@@ -74,6 +76,7 @@ EXPOSE: web.AppKey[Expose] = web.AppKey("expose")  # rwrouter run --workers: all
 AUDIT: web.AppKey[AuditReport] = web.AppKey("audit")  # rwrouter run --workers: all workers'
 AUDIT_ANSWERS = web.AppKey("audit_answers", AuditAnswers)  # GET /-/audit, built and kept
 STATUS_ANSWERS = web.AppKey("status_answers", StatusAnswers)  # GET /-/status, built and kept
+LIFECYCLE = web.AppKey("lifecycle", bool)  # POST /-/reload served (--web.enable-lifecycle)
 
 WRITE_PATHS = ("/api/v1/write", "/api/v1/push")
 _REASONS = {
@@ -323,24 +326,13 @@ def _json_answer(body: bytes, *, age: float) -> web.Response:
 
 async def handle_index(request: web.Request) -> web.Response:
     """``GET /``: the status page for a browser (``Accept: text/html``), else a plain-text
-    list of the endpoints and destinations."""
+    list of the endpoints and the destinations' queues (:func:`index_text`, from the
+    ``GET /-/status`` figures)."""
     if "text/html" in request.headers.get("Accept", ""):
         return web.Response(text=status_page(), content_type="text/html")
-    lines = ["rwrouter", "", "POST /api/v1/write (also /api/v1/push): remote write 1.0 and 2.0", ""]
-    lines += [
-        "GET /metrics",
-        "GET /-/status (JSON; / in a browser: the status page)",
-        "GET /-/audit (JSON: active series and cost of the audited destinations)",
-        "GET /-/healthy",
-        "GET /-/ready",
-        "POST /-/reload",
-        "",
-    ]
-    lines += ["destinations:"]
-    for dest in request.app[FANOUT].destinations:
-        disk, cap = dest.queue.size_bytes, dest.config.queue_config.max_disk_bytes
-        lines.append(f"  {dest.name}: disk queue {disk} / {cap} bytes, in memory {dest.pending}")
-    return web.Response(text="\n".join(lines) + "\n")
+    app = request.app
+    body, _ = await app[STATUS_ANSWERS].answer(app[EXPOSE])
+    return web.Response(text=index_text(json.loads(body), lifecycle=app[LIFECYCLE]))
 
 
 async def _shutdown_decoders(app: web.Application) -> None:
@@ -368,6 +360,7 @@ def make_app(
     app[BODIES] = BodyGate.of(settings)
     app[REFUSALS_LOGGED] = Throttle()
     app[RELOAD] = _no_reload
+    app[LIFECYCLE] = front_door is None or front_door.lifecycle
     app[BALANCE] = None
 
     async def expose() -> tuple[bytes, str]:
