@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 import yaml  # type: ignore[import-untyped,unused-ignore]
 
+from rwrouter.doubles.workspace_store import Limits
+
 #: Series the managed workspace keeps (shared/reference/workload.md "Routing").
 ALLOWLIST = "DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_MEM_COPY_UTIL|DCGM_FI_PROF_.*"
 SCRAPE_JOB = "gpu-node"
@@ -25,6 +27,9 @@ JOB_BY_PREFIX = (
 #: The sender's ``global.external_labels``: its remote write adds them, its own TSDB
 #: lacks them (``rwrouter compare --external-label``).
 SENDER_EXTERNAL_LABELS = (("prometheus", "demo-sender"),)
+#: The workspace double's limits: it forgets a series' points older than its newest minus
+#: 15 minutes (its backend Prometheus keeps them), so a long demo's memory stays bounded.
+WORKSPACE_LIMITS = Limits(keep_points_s=900.0)
 
 
 def _duration(seconds: float) -> str:

@@ -30,6 +30,7 @@ from types import FrameType
 from rwrouter.demo.binaries import ensure_prometheus, prometheus_version, this_rwrouter
 from rwrouter.demo.configs import (
     SENDER_EXTERNAL_LABELS,
+    WORKSPACE_LIMITS,
     router_config,
     self_hosted_config,
     sender_config,
@@ -48,7 +49,6 @@ from rwrouter.doubles.router import RouterProcess
 from rwrouter.doubles.workspace import INSPECT_PATH, Key, WorkspaceDouble
 from rwrouter.doubles.workspace_backend import backend_config
 from rwrouter.doubles.workspace_runner import ThreadedWorkspace, run_in_thread
-from rwrouter.doubles.workspace_store import Limits
 from rwrouter.errors import InvariantError
 
 REGION = "us-east-1"
@@ -58,9 +58,6 @@ ACCESS_KEY = "AKIAIOSFODNN7DEMOKEY"
 SECRET_KEY = "demo-secret-key-not-for-aws"
 SUMMARY_EVERY_S = 10.0
 DRAIN_TIMEOUT_S = 30.0  # how long the stop waits for rwrouter to send what it holds
-#: The double forgets a series' points older than its newest minus this (seconds): its
-#: backend Prometheus keeps them, and a long demo's memory stays bounded.
-KEEP_POINTS_S = 900.0
 #: The query the demo suggests for ``rwrouter compare`` (a family the workspace gets).
 COMPARE_QUERY = "avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)"
 RW2_SINCE = (3, 8)  # the first Prometheus whose sender speaks remote write 2.0 rc.4
@@ -102,11 +99,9 @@ class DemoPipeline:
         self.scrape_interval_s = scrape_interval_s
         self.ready_timeout_s = ready_timeout_s
         self.fleet = ExporterFleet(nodes=nodes, seed=seed)
+        keys, ws = {ACCESS_KEY: Key(SECRET_KEY)}, (WORKSPACE_ID,)
         self.double = WorkspaceDouble(
-            region=REGION,
-            workspaces=(WORKSPACE_ID,),
-            credentials={ACCESS_KEY: Key(SECRET_KEY)},
-            limits=Limits(keep_points_s=KEEP_POINTS_S),  # its backend keeps the data
+            region=REGION, workspaces=ws, credentials=keys, limits=WORKSPACE_LIMITS
         )
         self.workspace: ThreadedWorkspace | None = None
         self.workspace_backend: PrometheusProcess | None = None
@@ -222,8 +217,8 @@ class DemoPipeline:
 
     # -- inspection (safe from any thread: copies taken under the GIL) -----------------------
     def workspace_series(self) -> dict[LabelSet, dict[int, int]]:
-        """What the double holds: {label set: {timestamp ms: raw value bits}} (the points of
-        the last :data:`KEEP_POINTS_S` seconds and more: its backend keeps them all)."""
+        """What the double holds: {label set: {timestamp ms: raw value bits}} (recent points:
+        ``WORKSPACE_LIMITS``; its backend keeps them all)."""
         stored = dict(self.double.series(WORKSPACE_ID))
         return {key: dict(series.samples) for key, series in stored.items()}
 
