@@ -8,6 +8,8 @@ rule set to {series index: the label set delivered}; an index that is absent was
   ``write_relabel_configs``, each to its own path ``/<prefix>/<rule set>`` on the capture
   server; the series are written to Prometheus's remote-write receiver (RW 1.0, names as they
   are) and we wait until Prometheus's own counters say each queue handled them all.
+  Before the series, a probe sample an hour old (which no queue sends) makes sure every
+  queue's WAL watcher is reading (:func:`_wait_watchers_reading`).
 - :func:`rwrouter_outcomes`: a ``python -m rwrouter run`` with one destination per rule set.
 - :func:`engine_outcomes`: ``rwrouter.relabel.process`` alone.
 
@@ -90,15 +92,63 @@ def prometheus_outcomes(
     queue handled every sample, stop it; what each queue sent."""
     config = prometheus_config(capture, rule_sets, prefix=prefix, scheme=scheme)
     with PrometheusProcess.start(config, binary=binary) as prom:
+        deadline = time.monotonic() + timeout
+        _wait_watchers_reading(prom, rule_sets, deadline)
         timestamp_ms = int(time.time() * 1000) + 1000  # after each queue's WAL-watcher start
         status, answer = prom.write(_body(series, timestamp_ms))
         assert status == 204, answer
-        deadline = time.monotonic() + timeout
+        nudge_at = time.monotonic() + 1.0
         while not _prometheus_done(prom, capture, rule_sets, len(series), prefix):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"queues did not finish:\n{prom.log_text()[-3000:]}")
+            if time.monotonic() > nudge_at:  # a watcher missed the notification: another
+                _write_probe(prom)
+                nudge_at = time.monotonic() + 1.0
             time.sleep(0.05)
     return {name: delivered(capture, f"/{prefix}/{name}") for name in rule_sets}
+
+
+#: The series of :func:`_wait_watchers_reading`'s samples: an hour old, so no queue sends them
+#: (a WAL watcher sends only samples newer than its own start, ``startTimestamp`` in
+#: ``tsdb/wlog/watcher.go``), and no rule set's outcome can hold them.
+PROBE = {"__name__": "conformance_wal_probe"}
+PROBE_AGE_MS = 3_600_000
+
+
+def _wait_watchers_reading(prom: PrometheusProcess, rule_sets: RuleSets, deadline: float) -> None:
+    """Return once every queue's WAL watcher has read a samples record: it is past its start
+    and waits for the WAL's write notifications. Prometheus 3's watcher drops a notification
+    it is not waiting for (``notifications_skipped``) and reads again only after its 15 s
+    ``readTimeout``: written too early, the series would wait that long in some queues. Each
+    round writes a probe (:func:`_write_probe`) and polls the watchers'
+    ``prometheus_wal_watcher_records_read_total{type="samples"}`` for half a second. (A
+    watcher busy reading can miss a later notification too: :func:`prometheus_outcomes`
+    writes a probe again every second the queues are not done.)"""
+    read = set[str | None]()
+    while True:
+        _write_probe(prom)
+        settle = time.monotonic() + 0.5
+        while time.monotonic() < min(settle, deadline):
+            read = {
+                sample.labels.get("consumer")
+                for sample in prom.metrics()
+                if sample.name == "prometheus_wal_watcher_records_read_total"
+                and sample.labels.get("type") == "samples"
+                and sample.value > 0
+            }
+            if read >= set(rule_sets):
+                return
+            time.sleep(0.05)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"WAL watchers not reading: {sorted(set(rule_sets) - read)}")
+
+
+def _write_probe(prom: PrometheusProcess) -> None:
+    """Write one sample of :data:`PROBE`, :data:`PROBE_AGE_MS` old: a WAL write that notifies
+    every watcher and that no queue sends."""
+    sample = (int(time.time() * 1000) - PROBE_AGE_MS, -1.0)  # index -1 if ever delivered
+    status, answer = prom.write(build_body([Series(label_set(PROBE), [sample])]))
+    assert status == 204, answer
 
 
 def _prometheus_done(
@@ -163,12 +213,14 @@ def rwrouter_outcomes(
         while not _router_done(router, capture, rule_sets, len(series), prefix):
             assert time.monotonic() < deadline, "rwrouter did not deliver everything in time"
             time.sleep(0.05)
-        invalid = {
-            name: router.metric_value(
-                "rwrouter_samples_dropped_total", destination=name, reason="invalid"
-            )
-            for name in rule_sets
-        }
+        invalid = dict.fromkeys(rule_sets, 0.0)
+        for sample in router.metrics():  # one scrape: ~0.1 s each with ~70 destinations
+            if sample.name == "rwrouter_samples_dropped_total" and (
+                sample.labels.get("reason") == "invalid"
+            ):
+                name = sample.labels.get("destination", "")
+                if name in invalid:
+                    invalid[name] += sample.value
     finally:
         router.stop()
     return {name: delivered(capture, f"/{prefix}/{name}") for name in rule_sets}, invalid

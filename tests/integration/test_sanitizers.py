@@ -1,17 +1,18 @@
 """The compiled accelerator under AddressSanitizer and UndefinedBehaviorSanitizer: a copy of
 the package with ``_scan.c`` built ``-fsanitize=address,undefined -fno-sanitize-recover``
 runs the differential tests (the unit tests that compare it with the pure-Python references:
-:data:`DIFFERENTIAL`) and a few edge shapes, so an out-of-bounds access, a use after free or
-undefined behaviour (e.g. ``memcpy`` from a NULL buffer for an empty series) fails the test
-instead of passing unnoticed; so do the compiled loop's allocation-failure paths
-(:data:`FAULTS`). Each run first checks that it imported the sanitized module.
+:data:`DIFFERENTIAL`, its two groups in two processes at once) and a few edge shapes, so an
+out-of-bounds access, a use after free or undefined behaviour (e.g. ``memcpy`` from a NULL
+buffer for an empty series) fails the test instead of passing unnoticed; so do the compiled
+loop's allocation-failure paths (:data:`FAULTS`). Each run first checks that it imported the
+sanitized module.
 
 Any sanitizer report fails: the runtimes write their reports to files (``log_path``, also
 for the processes the tests start) and the test fails when there is one, on top of the exit
 status (both runtimes halt at the first error). Skipped where gcc has no sanitizer runtimes
 (``gcc -print-file-name`` then answers the bare file name). Leak detection is off: CPython's
-own allocations at exit would be reported. About 60 s on 2 cores: 10 s to build, 50 s of
-tests at the examples their ``@settings`` give.
+own allocations at exit would be reported. About 60 s on 2 cores: 10 s to build, 45 s of
+tests at the examples their ``@settings`` give, the two groups side by side.
 """
 
 from __future__ import annotations
@@ -22,26 +23,33 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIMES = ("libasan.so", "libubsan.so")
+# Two groups of about equal time (about 43 s each here, most of it Hypothesis), run at once:
+# one per core of a 2-core machine, every file once.
 DIFFERENTIAL = (
-    "tests/unit/test_scan_paths.py",  # scan_request, the label codec, LabelCache
-    "tests/unit/test_scan_escaping.py",  # signature, the template shortcut
-    "tests/unit/test_scan_fallbacks.py",  # the shapes handed to split_series
-    "tests/unit/test_rw2_paths.py",  # rw2_to_rw1
-    "tests/unit/test_rw2_scan.py",  # scan_rw2: RW 2.0 routed in one pass
-    "tests/unit/test_rw2_in.py",  # rw2_to_rw1: every field and refusal, on both paths
-    "tests/unit/test_rw2_out_paths.py",  # encode_v2, strip_start_timestamps
-    "tests/unit/test_rw2_out.py",  # the same, read back with the generated protobuf code
-    "tests/unit/test_relabel_compiled.py",  # relabel_program, the compiled rule loop
-    "tests/unit/test_route_compiled.py",  # route_labels: the decoder, its tables, the miss
-    "tests/unit/test_audit.py",  # count_share: the audit's count, against its reference
-    "tests/unit/test_sample_age.py",  # sample_ages: the sample age limit's scan
-    "tests/unit/test_series_budget_routing.py",  # the loops' review of misses (series budget)
+    (
+        "tests/unit/test_scan_paths.py",  # scan_request, the label codec, LabelCache
+        "tests/unit/test_rw2_paths.py",  # rw2_to_rw1
+        "tests/unit/test_route_compiled.py",  # route_labels: the decoder, its tables, the miss
+        "tests/unit/test_rw2_in.py",  # rw2_to_rw1: every field and refusal, on both paths
+        "tests/unit/test_scan_escaping.py",  # signature, the template shortcut
+    ),
+    (
+        "tests/unit/test_rw2_scan.py",  # scan_rw2: RW 2.0 routed in one pass
+        "tests/unit/test_rw2_out_paths.py",  # encode_v2, strip_start_timestamps
+        "tests/unit/test_relabel_compiled.py",  # relabel_program, the compiled rule loop
+        "tests/unit/test_audit.py",  # count_share: the audit's count, against its reference
+        "tests/unit/test_rw2_out.py",  # the same, read back with the generated protobuf code
+        "tests/unit/test_sample_age.py",  # sample_ages: the sample age limit's scan
+        "tests/unit/test_series_budget_routing.py",  # the loops' review of misses (budget)
+        "tests/unit/test_scan_fallbacks.py",  # the shapes handed to split_series
+    ),
 )
 # The first lines of every sanitized run: the module imported is the sanitized copy's.
 SANITIZED = (
@@ -262,7 +270,15 @@ def test_allocation_failures_under_sanitizers(sanitized: dict[str, str], tmp_pat
 
 @pytest.mark.timeout(420)
 def test_differential_tests_under_sanitizers(sanitized: dict[str, str], tmp_path: Path) -> None:
-    args = ["-q", "-x", "-p", "no:cacheprovider", "-p", "no:randomly", *DIFFERENTIAL]
-    code = f"import sys, pytest\nsys.exit(pytest.main({args!r}))\n"
-    out = _run(sanitized, code, tmp_path, timeout=360)
-    assert " passed" in out and " failed" not in out, out[-3000:]
+    def run(group: int) -> str:
+        files = DIFFERENTIAL[group]
+        args = ["-q", "-x", "-p", "no:cacheprovider", "-p", "no:randomly", *files]
+        code = f"import sys, pytest\nsys.exit(pytest.main({args!r}))\n"
+        reports = tmp_path / f"group-{group}"
+        reports.mkdir()
+        return _run(sanitized, code, reports, timeout=360)
+
+    with ThreadPoolExecutor(len(DIFFERENTIAL)) as pool:  # each waits on its own process
+        outs = list(pool.map(run, range(len(DIFFERENTIAL))))
+    for out in outs:
+        assert " passed" in out and " failed" not in out, out[-3000:]

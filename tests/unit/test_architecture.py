@@ -466,16 +466,25 @@ _IMPORT_ALL = textwrap.dedent(
 
 def test_every_module_imports_alone_in_a_fresh_interpreter(tmp_path: Path) -> None:
     names = sorted(MODULES)
-    proc = subprocess.run(
-        [sys.executable, "-c", _IMPORT_ALL, json.dumps(names)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    halves = (names[0::2], names[1::2])  # two interpreters at once: one per core of CI's two
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _IMPORT_ALL, json.dumps(half)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+        )
+        for half in halves
+    ]
+    results: dict[str, str | None] = {}
+    for proc in procs:
+        try:
+            stdout, stderr = proc.communicate(timeout=120)
+        finally:
+            proc.kill()
+        assert proc.returncode == 0, stderr
+        results.update(json.loads(stdout.strip().splitlines()[-1]))
     assert sorted(results) == names
     problems = {name: problem for name, problem in results.items() if problem}
     assert not problems, "\n\n".join(f"{n}:\n{p}" for n, p in problems.items())
