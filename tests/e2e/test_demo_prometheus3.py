@@ -8,6 +8,7 @@ import json
 import shlex
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -137,12 +138,14 @@ def test_the_printed_compare_command_finds_parity(pipeline: DemoPipeline) -> Non
     run += ["--query", 'DCGM_FI_DEV_GPU_UTIL{gpu="0"}']
 
     def parity() -> dict[str, Any] | None:
-        done = subprocess.run(run, capture_output=True, text=True, timeout=60, check=False)
+        # An --end of a few seconds ago (the default, 30 s ago, would need a minute of data).
+        end = ["--end", f"{time.time() - 5:.3f}"]
+        done = subprocess.run(run + end, capture_output=True, text=True, timeout=60, check=False)
         assert done.returncode in (0, 1), done.stderr
         report: dict[str, Any] = json.loads(done.stdout)
         return report if done.returncode == 0 else None
 
-    report = wait_for(parity, timeout=40, interval=2, what="parity of the demo's compare query")
+    report = wait_for(parity, timeout=60, interval=2, what="parity of the demo's compare query")
     aggregated, plain = report["queries"]
     assert aggregated["parity"]["equal"] and aggregated["parity"]["series_compared"] == 1
     assert plain["parity"]["equal"] and plain["parity"]["series_compared"] == 1  # one node

@@ -151,13 +151,13 @@ remote_write:
         pytest.param(
             "big",
             ("--max-answer-bytes", "128KiB"),
-            "no answer: answer over 131,072 bytes: narrow the query or --range",
+            "answer over 131,072 bytes: narrow the query or --range",
             id="answer_over_the_cap_chunked",
         ),
         pytest.param(
             "declared",
             ("--max-answer-bytes", "128KiB"),
-            "no answer: answer over 131,072 bytes",
+            "answer over 131,072 bytes",
             id="answer_declared_over_the_cap",
         ),
     ],

@@ -29,6 +29,7 @@ from rwrouter.compare.report import (
     QueryReport,
     exit_code,
     format_report,
+    newest_only,
     percentile,
     side_stats,
     summary_line,
@@ -237,7 +238,8 @@ def test_compare_names_what_differs_by_family() -> None:
     workspace = {UTIL: {1000: 50.0, 2000: 61.0}, AVG: {1000: 1.0}}
     p = compare(BOTH, workspace, tolerance=1e-9, limit=1)
     assert [d.text() for d in p.differences] == [
-        'DCGM_FI_DEV_GPU_UTIL{Hostname="n1", gpu="0"} at 2: self-hosted 60, workspace 61'
+        'DCGM_FI_DEV_GPU_UTIL{Hostname="n1", gpu="0"} at 1970-01-01T00:00:02.000Z: '
+        "self-hosted 60, workspace 61"
     ]
     assert p.families["DCGM_FI_DEV_FB_USED"].missing_in_workspace == 1
     assert p.families["DCGM_FI_DEV_GPU_UTIL"].differing == 1
@@ -475,19 +477,29 @@ def test_parse_queries_refuses_an_empty_file() -> None:
     ("kwargs", "expected"),
     [
         pytest.param(
-            {"now": 1000.0, "range_s": 300.0, "step_s": 30.0, "end": None},
+            {"now": 1030.0, "range_s": 300.0, "step_s": 30.0, "end": None},
             Window(690_000, 990_000, 30_000),
-            id="end_aligned_to_step",
+            id="default_end_30s_ago_aligned_to_step",
         ),
         pytest.param(
             {"now": 1000.0, "range_s": 86400.0, "step_s": None, "end": 90000.0},
-            Window(3_105_000, 89_700_000, 345_000),
-            id="default_step_range_over_250_start_and_end_aligned",
+            Window(3_600_000, 90_000_000, 600_000),
+            id="default_step_24h_is_10m_window_exactly_the_range",
+        ),
+        pytest.param(
+            {"now": 1e9, "range_s": 3600.0, "step_s": None, "end": 7207.0},
+            Window(3_600_000, 7_200_000, 15_000),
+            id="default_step_1h_is_15s_not_14s",
         ),
         pytest.param(
             {"now": 1000.0, "range_s": 60.0, "step_s": None, "end": 500.5},
             Window(440_000, 500_000, 1_000),
             id="default_step_at_least_1s",
+        ),
+        pytest.param(
+            {"now": 1000.0, "range_s": 86400.0 * 365 * 8, "step_s": None, "end": 1e10},
+            Window(9_746_956_800_000, 9_999_936_000_000, 86_400_000 * 12),
+            id="default_step_beyond_6h_whole_days",
         ),
     ],
 )
@@ -531,3 +543,42 @@ remote_write:
     assert expected(FB) is None  # not migrated
     assert expected(AVG) == AVG  # no name: an aggregation, as it is
     assert expected((("__name__", "gpu.temp"),)) == (("__name__", "gpu_temp"),)
+
+
+NEWEST = {UTIL: {3_540_000: 1.0, 3_570_000: 1.0, 3_600_000: 1.0}}
+
+
+@pytest.mark.parametrize(
+    ("workspace", "hint"),
+    [
+        pytest.param({UTIL: {3_540_000: 1.0, 3_570_000: 1.0}}, True, id="newest_point_missing"),
+        pytest.param({UTIL: {3_540_000: 1.0}}, True, id="newest_two_timestamps"),
+        pytest.param({UTIL: {3_570_000: 1.0, 3_600_000: 1.0}}, False, id="an_older_point"),
+        pytest.param({UTIL: {3_540_000: 1.0, 3_570_000: 1.0}, FB: {1: 1.0}}, False, id="missing"),
+        pytest.param(NEWEST, False, id="equal"),
+    ],
+)
+def test_a_store_behind_gets_a_hint(workspace: Matrix, hint: bool) -> None:
+    r = QueryReport(
+        query="DCGM_FI_DEV_GPU_UTIL",
+        start=3000.0,
+        end=3600.0,
+        step=30.0,
+        self_hosted=side_stats(FAST),
+        workspace=side_stats(FAST),
+        parity=compare(NEWEST, workspace, tolerance=0.0),
+        urls={},
+    )
+    text = format_report([r], tolerance=0.0, summary="s")
+    assert newest_only(r) == hint and ("give an --end further back" in text) == hint
+
+
+def test_a_difference_names_its_time_in_rfc3339() -> None:
+    parity = compare({UTIL: {1_796_576_685_250: 1.0}}, {UTIL: {}}, tolerance=0.0)
+    (difference,) = parity.differences
+    assert " at 2026-12-06T17:04:45.250Z: self-hosted 1, workspace absent" in difference.text()
+
+
+def test_a_bad_query_is_not_also_counted_as_failed() -> None:
+    summary = summary_line([report(BAD, BAD, None)], when="w")
+    assert "bad query 1" in summary and "failed" not in summary

@@ -96,8 +96,8 @@ def test_expected(labels: Labels, target: Labels | None) -> None:
         pytest.param({(*GPU, ("region", "us")): {}}, [(*GPU, ("region", "us"))], id="other_value"),
     ],
 )
-def test_workspace(answer: dict[Labels, dict[int, float]], keys: list[Labels]) -> None:
-    assert sorted(EXT.workspace(answer)) == sorted(keys)
+def test_keyed(answer: dict[Labels, dict[int, float]], keys: list[Labels]) -> None:
+    assert sorted(EXT.keyed(answer)) == sorted(keys)
 
 
 @pytest.mark.parametrize(
@@ -134,6 +134,11 @@ def test_labels_only_in_workspace(
             id="quoted_for_the_shell",
         ),
         pytest.param(("gpu", "1"), None, id="a_label_both_have_is_no_hint"),
+        pytest.param(
+            ("prometheus", "a\nrwrouter compare fake"),
+            "compare with --external-label NAME=VALUE for each",
+            id="a_newline_is_not_pasted",
+        ),
     ],
 )
 def test_the_report_hints_at_the_flag(workspace_extra: tuple[str, str], hint: str | None) -> None:
@@ -152,3 +157,22 @@ def test_the_report_hints_at_the_flag(workspace_extra: tuple[str, str], hint: st
     )
     text = format_report([r], tolerance=0.0, summary="s")
     assert ("hint:" in text) == (hint is not None) and (hint is None or hint in text), text
+    assert not any(line.startswith("rwrouter compare fake") for line in text.splitlines())
+
+
+def test_a_self_hosted_store_that_has_the_label_too() -> None:
+    """A federating self-hosted store holds the external label as the workspace does: a series
+    the rules do not send is unexpected in the workspace, not missing in the self-hosted."""
+    kept, dropped = (("__name__", "up"), ("job", "kept")), (("__name__", "up"), ("job", "x"))
+    p = ("prometheus", "sender")
+    self_hosted = {tuple(sorted((*kept, p))): {1: 1.0}, tuple(sorted((*dropped, p))): {1: 1.0}}
+    workspace = dict(self_hosted)
+
+    def rules(labels: Labels) -> Labels | None:
+        return labels if ("job", "kept") in labels else None
+
+    parity = compare(
+        EXT.keyed(self_hosted), EXT.keyed(workspace), tolerance=0.0, expected=EXT.expected(rules)
+    )
+    assert parity.series_compared == 1 and not parity.missing_in_self_hosted
+    assert parity.unexpected_in_workspace == (dropped,)

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from rwrouter.cli import main
-from rwrouter.cli.compare import MAX_QUERIES_BYTES, json_safe
+from rwrouter.cli.compare import MAX_QUERIES_BYTES
 from rwrouter.compare.client import redact, secrets_of
+from rwrouter.compare.report_json import json_safe
 from rwrouter.compare.targets import (
     LATEST_S,
     MAX_POINTS,
@@ -41,6 +42,8 @@ NOW = 1_700_000_000.0
         pytest.param({"end": float("nan")}, "--end", "a time in 1970-9999", id="end_nan"),
         pytest.param({"end": float("inf")}, "--end", "a time in 1970-9999", id="end_inf"),
         pytest.param({"end": 1e20}, "--end", "a time in 1970-9999", id="end_1e20"),
+        pytest.param({"end": 1e306}, "--end", "a time in 1970-9999", id="end_1e306_overflows_ms"),
+        pytest.param({"range_s": 1e307}, "--range", "a duration", id="range_1e307"),
         pytest.param({"end": -62135596800.0}, "--end", "a time in 1970-9999", id="end_year_1"),
         pytest.param({"end": LATEST_S + 1.0}, "--end", "a time in 1970-9999", id="end_year_10000"),
         pytest.param({"range_s": float("inf")}, "--range", "from 1ms", id="range_inf"),
@@ -224,6 +227,7 @@ USAGE_ERRORS = [
     pytest.param(("--end", "nan"), "--end", id="end_nan"),
     pytest.param(("--end", "inf"), "--end", id="end_inf"),
     pytest.param(("--end", "1e20"), "--end", id="end_1e20"),
+    pytest.param(("--end", "1e306"), "--end", id="end_1e306"),
     pytest.param(("--end", "0001-01-01T00:00:00Z"), "--end", id="end_year_1"),
     pytest.param(("--end", "0001-01-01T00:00:00+01:00"), "--end", id="end_before_year_1"),
     pytest.param(("--end", "tomorrow"), "--end", id="end_not_a_time"),
@@ -373,7 +377,7 @@ SIGV4_AUTH = (
         pytest.param(
             {"Authorization": SIGV4_AUTH, "X-Amz-Date": "20261206T000000Z"},
             "no: Signature=" + "ab12" * 16 + " by AKIDEXAMPLE12345 at 20261206T000000Z",
-            "no: Signature=<secret> by <secret> at 20261206T000000Z",
+            "no: <secret> by <secret> at 20261206T000000Z",
             id="sigv4_parts",
         ),
         pytest.param(
@@ -387,6 +391,18 @@ SIGV4_AUTH = (
             "got Basic dXNlcjpodW50ZXIy",
             "got <secret>",
             id="basic",
+        ),
+        pytest.param(
+            {"Authorization": "Basic dXNlcjpwdw=="},
+            "decoded dXNlcjpwdw and padded dXNlcjpwdw==",
+            "decoded <secret> and padded <secret>",
+            id="short_basic_without_its_prefix_or_padding",
+        ),
+        pytest.param(
+            {"X-Amz-Security-Token": "IQoJb3JpZ2luX2Vj+MSJHMEUCIQD/abc=="},
+            "token=IQoJb3JpZ2luX2Vj%2BMSJHMEUCIQD%2Fabc%3D%3D sent",
+            "token=<secret> sent",
+            id="session_token_percent_encoded",
         ),
         pytest.param(
             {"Content-Type": "application/x-www-form-urlencoded", "User-Agent": "rwrouter-compare"},

@@ -26,16 +26,15 @@ configuration gives it there (escaped names included). A run that times out
 
 Exit status (:data:`EXIT_HELP`): 0 every query answered by both stores, same results; 1
 some query's results differ or have no data (nothing to compare: check the query), and only
-then; 2 a usage or configuration error, found before
-any query is sent: a bad flag value (``--end`` not a time in 1970-9999, a range or step
-under 1 ms or over Prometheus's 11,000 steps, ``--timeout 0s``, ...), a bad URL (``user:
-password@``, a query string, not http(s)), an unreadable or oversized ``--queries`` file, no
-AWS credentials, an unreadable TLS file — or a query both stores refuse as ``bad_data``
-(status ``bad query``); 3 no difference found, but some run timed out or
-failed (no answer, an error answer, a redirect, an answer over ``--max-answer-bytes`` or
-not a range query result) — or the command was interrupted or hit a bug in rwrouter (its
-traceback is printed; 1 is never a crash). Every expected failure is one line, never a
-traceback.
+then; 2 a usage or configuration error, found before any query is sent: a bad flag value
+(``--end`` not a time in 1970-9999, a range or step under 1 ms or over Prometheus's 11,000
+steps, ``--timeout 0s``, ...), a bad URL (``user:password@``, a query string, not http(s)),
+an unreadable or oversized ``--queries`` file, no AWS credentials, an unreadable TLS file —
+or a query both stores refuse as ``bad_data`` (status ``bad query``); 3 no difference found,
+but some run timed out or failed (no answer, an error answer, a redirect, an answer over
+``--max-answer-bytes`` or not a range query result) — or the command was interrupted or hit
+a bug in rwrouter (its traceback is printed; 1 is never a crash). Every expected failure is
+one line, never a traceback.
 """
 
 from __future__ import annotations
@@ -44,12 +43,11 @@ import argparse
 import asyncio
 import datetime as dt
 import json
-import math
 import sys
 import time
 import traceback
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rwrouter.errors import ConfigError, CredentialsError, InvariantError
 from rwrouter.logs import escape
@@ -98,14 +96,26 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "most 1 MiB)",
     )
     p.add_argument("--range", default="1h", help="how far back from --end (default 1h)")
-    p.add_argument("--step", default=None, help="resolution (default: range/250, at least 1s)")
+    p.add_argument(
+        "--step",
+        default=None,
+        help="resolution (default: about range/250, rounded up to 1s, 2s, 5s, 10s, 15s, 30s, "
+        "1m, ...)",
+    )
     p.add_argument(
         "--end",
         default=None,
-        help="end of the range: RFC 3339 or unix seconds, in 1970-9999 (default: now); "
+        help="end of the range: RFC 3339 or unix seconds, in 1970-9999 (default: 30s ago); "
         "start and end are rounded down to multiples of the step",
     )
     _add_limits(p)
+    _add_stores(p)
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_compare)
+
+
+def _add_stores(p: argparse.ArgumentParser) -> None:
+    """Where the stores are, which destinations they are, and the sender's external labels."""
     p.add_argument(
         "--self-hosted",
         dest="self_hosted",
@@ -132,8 +142,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--self-hosted-name", metavar="NAME", help="the self-hosted destination")
     p.add_argument("--workspace-name", metavar="NAME", help="the workspace destination")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.set_defaults(func=cmd_compare)
 
 
 def _add_limits(p: argparse.ArgumentParser) -> None:
@@ -294,7 +302,7 @@ async def _compare(
 ) -> list[QueryReport]:
     from rwrouter.compare.client import run_queries
     from rwrouter.compare.external import ExternalLabels
-    from rwrouter.compare.parity import compare
+    from rwrouter.compare.parity import Matrix, Parity, compare
     from rwrouter.compare.report import QueryReport, side_stats
     from rwrouter.compare.targets import choose_destinations, store_url
 
@@ -315,16 +323,23 @@ async def _compare(
     expected = external.expected(expected_in_workspace(config, ws.name))
     timeout, max_bytes = limits
     reports: list[QueryReport] = []
+
+    def judge(self_hosted: Matrix, workspace: Matrix) -> Parity:
+        sh_series, ws_series = external.keyed(self_hosted), external.keyed(workspace)
+        return compare(sh_series, ws_series, tolerance=args.tolerance, expected=expected)
+
     queried = run_queries(
-        stores, queries, window, repeat=args.repeat, timeout=timeout, max_answer_bytes=max_bytes
+        stores,
+        queries,
+        window,
+        judge,
+        repeat=args.repeat,
+        timeout=timeout,
+        max_answer_bytes=max_bytes,
     )
-    async for runs in queried:
+    async for runs, parity in queried:
         query = queries[len(reports)]
-        (sh_runs, sh_first), (ws_runs, ws_first) = runs["self-hosted"], runs["workspace"]
-        parity = None
-        if sh_first is not None and ws_first is not None:
-            ws_series = external.workspace(ws_first)
-            parity = compare(sh_first, ws_series, tolerance=args.tolerance, expected=expected)
+        sh_runs, ws_runs = runs["self-hosted"], runs["workspace"]
         reports.append(
             QueryReport(
                 query=query,
@@ -338,19 +353,6 @@ async def _compare(
             )
         )
     return reports
-
-
-def json_safe(value: Any) -> Any:
-    """``value`` (JSON-ready: dicts, lists, scalars) with every NaN or infinite float as
-    Prometheus's JSON spells it, a string (``"NaN"``, ``"+Inf"``, ``"-Inf"``): JSON has no
-    such numbers, and ``json.dumps`` would write invalid JSON for them."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
-    if isinstance(value, dict):
-        return {key: json_safe(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(item) for item in value]
-    return value
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -390,7 +392,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     summary = summary_line(reports, when=when)
     if args.json:
-        document = json_safe(to_json(reports, tolerance=args.tolerance, summary=summary))
+        document = to_json(reports, tolerance=args.tolerance, summary=summary)
         print(json.dumps(document, indent=2, allow_nan=False))
     else:
         text = format_report(reports, tolerance=args.tolerance, summary=summary)

@@ -10,7 +10,8 @@ reason: the command reports the run as failed, it never compares half-read answe
 The format, as Prometheus writes it (HTTP API docs, "Expression query result formats",
 "Range vectors", "Native histograms"):
 
-- ``metric``: an object of label name to label value, both strings, names not empty;
+- ``metric``: an object of label name to label value, both strings of valid UTF-8 (no
+  lone surrogate), names not empty;
   no two series with the same labels;
 - ``values``: ``[<unix seconds>, "<value>"]`` pairs: the timestamp a JSON number (not a
   boolean, finite, within int64 milliseconds), the value a string: a decimal number, or
@@ -121,6 +122,11 @@ def _labels(metric: object) -> Labels:
             raise AnswerError(
                 f"label {_repr(name)} has a value that is not a string: {_repr(value)}"
             )
+        try:  # JSON's \ud800 escapes decode to lone surrogates, which no label holds
+            name.encode()
+            value.encode()
+        except UnicodeEncodeError:
+            raise AnswerError(f"label {_repr(name)} is not valid UTF-8: {_repr(value)}") from None
     return tuple(sorted(metric.items()))
 
 

@@ -33,9 +33,10 @@ import json
 import re
 import ssl
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from urllib.parse import quote, urlencode, urljoin, urlsplit
+from typing import TypeVar
+from urllib.parse import quote, quote_plus, urlencode, urljoin, urlsplit
 
 import aiohttp
 import yarl
@@ -62,12 +63,14 @@ __all__ = [
 
 #: The default largest answer read (bytes). A parsed answer takes about 14 times its size
 #: (measured: ``json.loads`` and :func:`~rwrouter.compare.parity.parse_matrix` of Prometheus
-#: matrices; more by RSS), and the first answers of both stores are held together: 64 MiB
-#: keeps ``rwrouter compare`` within about 1.5 GB. A 24 h range at 30 s (2,880 points) of
+#: matrices; more by RSS); the first answers of both stores are held until both are in
+#: (:func:`run_query`), and one more is read meanwhile: 64 MiB keeps ``rwrouter compare``
+#: within about 2 GB. A 24 h range at 30 s (2,880 points) of
 #: 200 series is about 36 MiB; for more, narrow the query or the range, or raise
 #: ``--max-answer-bytes``.
 MAX_ANSWER_BYTES = 64 << 20
 USER_AGENT = "rwrouter-compare"
+R = TypeVar("R")  # what run_query's judge makes of both stores' first answers
 FORM = "application/x-www-form-urlencoded"
 
 
@@ -155,15 +158,22 @@ PLAIN_HEADERS = frozenset({"content-type", "user-agent", "accept", "x-amz-date"}
 
 
 def secrets_of(headers: Mapping[str, str]) -> list[str]:
-    """What a store must not get back into our output from ``headers`` (the request's): each
-    value of a header not in :data:`PLAIN_HEADERS`, and each part of it of 12 characters or
-    more (a signature, an access key, a base64 credential), longest first."""
-    found: set[str] = set()
-    for name, value in headers.items():
-        if name.lower() in PLAIN_HEADERS:
-            continue
-        found.add(value)
-        found.update(part for part in re.split(r"[\s,=/]+", value) if len(part) >= 12)
+    """What a store must not get back into our output from ``headers`` (the request's), longest
+    first: each value of a header not in :data:`PLAIN_HEADERS`; each of its words (split at
+    spaces and commas: a ``Basic`` credential, SigV4's ``Signature=...``), with and without
+    base64 padding; the value of each ``key=value`` word and its part before a ``/`` (the
+    access key of ``Credential=AKID/date/...``) — those of 8 characters or more — and each of
+    these percent-encoded as a URL would carry it."""
+    values = {v for k, v in headers.items() if k.lower() not in PLAIN_HEADERS}
+    parts: set[str] = set()
+    for value in values:
+        for word in re.split(r"[\s,]+", value):
+            parts.update((word, word.rstrip("=")))
+            key, sep, rest = word.partition("=")
+            if sep and key.isalpha() and rest:
+                parts.update((rest, rest.split("/")[0]))
+    found = values | {p for p in parts if len(p) >= 8}
+    found |= {quote(v, safe="") for v in found} | {quote_plus(v) for v in found}
     return sorted((v for v in found if v), key=len, reverse=True)
 
 
@@ -235,7 +245,9 @@ async def run_once(
                 )
     except TimeoutError:
         return Outcome(None, timed_out=True, error=f"timed out after {timeout:g}s"), None
-    except (aiohttp.ClientError, OSError, AnswerError, CredentialsError) as exc:
+    except AnswerError as exc:  # over max_answer_bytes: what to do, not "no answer"
+        return Outcome(None, error=_one_line(str(exc))), None
+    except (aiohttp.ClientError, OSError, CredentialsError) as exc:
         return Outcome(None, error=_one_line(f"no answer: {exc}")), None
     if 300 <= status < 400:
         return Outcome(None, error=_one_line(redirect_reason(status, url, location))), None
@@ -249,6 +261,11 @@ def _judge(
         document = json.loads(answer)
         if status != 200 and not isinstance(document, Mapping):
             raise ValueError
+        if isinstance(document, Mapping) and document.get("status") != "success":
+            # an error answer's text is cut to one line later: redacted before, as a whole
+            document = {
+                k: redact(v, secrets) if isinstance(v, str) else v for k, v in document.items()
+            }
         matrix = parse_matrix(document)
     except (ValueError, AnswerError) as exc:  # JSONDecodeError, UnicodeDecodeError: ValueError
         if isinstance(exc, AnswerError):
@@ -265,6 +282,9 @@ def _judge(
 
 
 def _one_line(text: str) -> str:
+    """``text`` on one line of at most 300 characters, printable as UTF-8 (a lone surrogate
+    from a JSON ``\\ud800`` escape becomes ``\\ud800``)."""
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return " ".join(text.split())[:300]
 
 
@@ -273,40 +293,50 @@ async def run_query(
     stores: tuple[Store, Store],
     query: str,
     window: Window,
+    judge: Callable[[Matrix, Matrix], R],
     *,
     repeat: int,
     timeout: float,
     max_answer_bytes: int = MAX_ANSWER_BYTES,
-) -> dict[str, tuple[list[Outcome], Matrix | None]]:
+) -> tuple[dict[str, list[Outcome]], R | None]:
     """Run ``query`` ``repeat`` times on both ``stores`` (self-hosted, workspace), one
     request at a time, the store that goes first alternating run by run (:func:`run_once`).
-    Returns, by role, every run's :class:`Outcome` and the series of the first answer
-    (None: none)."""
-    results: dict[str, tuple[list[Outcome], Matrix | None]] = {s.role: ([], None) for s in stores}
+    Returns every run's :class:`Outcome` by role, and ``judge(self-hosted series, workspace
+    series)`` of each store's first answer (None: a store never answered). ``judge`` runs as
+    soon as both first answers are in, and they are let go then: at most two parsed answers
+    and the one being read are held at a time."""
+    outcomes: dict[str, list[Outcome]] = {s.role: [] for s in stores}
+    first: dict[str, Matrix] = {}
+    judged: R | None = None
+    done = False
     body = query_form(query, window)
     for run in range(repeat):
         for store in stores if run % 2 == 0 else stores[::-1]:
             outcome, matrix = await run_once(
                 session, store, body, timeout=timeout, max_answer_bytes=max_answer_bytes
             )
-            outcomes, first = results[store.role]
-            outcomes.append(outcome)
-            results[store.role] = (outcomes, first if first is not None else matrix)
-    return results
+            outcomes[store.role].append(outcome)
+            if matrix is not None and not done:
+                first.setdefault(store.role, matrix)
+            del matrix
+            if not done and len(first) == 2:
+                judged, done = judge(first["self-hosted"], first["workspace"]), True
+                first.clear()
+    return outcomes, judged
 
 
 async def run_queries(
     stores: tuple[Store, Store],
     queries: Sequence[str],
     window: Window,
+    judge: Callable[[Matrix, Matrix], R],
     *,
     repeat: int,
     timeout: float,
     max_answer_bytes: int = MAX_ANSWER_BYTES,
-) -> AsyncIterator[dict[str, tuple[list[Outcome], Matrix | None]]]:
+) -> AsyncIterator[tuple[dict[str, list[Outcome]], R | None]]:
     """:func:`run_query` for each of ``queries`` in turn, on one HTTP session, yielding each
-    query's results as they come (the caller compares them and lets them go: one query's
-    answers are held at a time)."""
+    query's outcomes and judgement as they come."""
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as session:
         for query in queries:
             yield await run_query(
@@ -314,6 +344,7 @@ async def run_queries(
                 stores,
                 query,
                 window,
+                judge,
                 repeat=repeat,
                 timeout=timeout,
                 max_answer_bytes=max_answer_bytes,

@@ -8,8 +8,8 @@ plain selector finds every series missing on both sides. :class:`ExternalLabels`
 comparison see both stores as the sender does: a self-hosted series gets the external labels
 it lacks before the router's rules are applied (the rules saw them), and then, on both sides,
 a label equal to an external label (same name and value) is left out of the label set that
-is compared. An aggregation's result (``avg by (Hostname) (...)``) has none of them, and is
-compared as it is.
+is compared (:meth:`ExternalLabels.keyed`). An aggregation's result
+(``avg by (Hostname) (...)``) has none of them, and is compared as it is.
 
 :func:`labels_only_in_workspace` finds the other case: labels that every series missing in
 the self-hosted store has and no series missing in the workspace has, the likely external
@@ -77,12 +77,14 @@ class ExternalLabels:
 
         return expected
 
-    def workspace(
+    def keyed(
         self, series: Mapping[Labels, Mapping[int, Value]]
     ) -> dict[Labels, Mapping[int, Value]]:
-        """The workspace's answer keyed by stripped label sets. Two series that become one
-        when stripped (one with an external label, one without) keep their own label sets,
-        so that neither hides the other."""
+        """An answer (either store's) keyed by stripped label sets: the workspace's copies
+        carry the external labels, and a self-hosted store that is not the sender (a
+        federating one) may too. Two series that become one when stripped (one with an
+        external label, one without) keep their own label sets, so that neither hides the
+        other."""
         stripped: dict[Labels, list[Labels]] = {}
         for labels in series:
             stripped.setdefault(self.strip(labels), []).append(labels)

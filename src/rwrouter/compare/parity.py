@@ -17,6 +17,7 @@ should hold.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -81,11 +82,21 @@ class Difference:
     workspace: str
 
     def text(self) -> str:
-        """``<series> at <unix seconds>: self-hosted <v>, workspace <v>``."""
+        """``<series> at <RFC 3339 time, ms>: self-hosted <v>, workspace <v>``."""
         return (
-            f"{format_labels(self.labels)} at {self.timestamp_ms / 1000:g}: "
+            f"{format_labels(self.labels)} at {rfc3339_ms(self.timestamp_ms)}: "
             f"self-hosted {self.self_hosted}, workspace {self.workspace}"
         )
+
+
+def rfc3339_ms(ms: int) -> str:
+    """``ms`` since the epoch as RFC 3339 UTC to the millisecond
+    (``2026-12-06T17:00:15.000Z``); outside datetime's years, exact unix seconds."""
+    try:
+        moment = dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+    except (OverflowError, ValueError, OSError):
+        return f"{ms / 1000:.3f}"
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +138,8 @@ class FamilyCounts:
 class Parity:
     """What :func:`compare` found. ``series_compared``: series whose points were compared
     (``points_compared``); ``differences`` holds the first ``limit`` differing points
-    (``differing_points`` counts them all); ``families`` the counts by metric name."""
+    (``differing_points`` counts them all, ``first_difference_ms`` is the earliest one's
+    time); ``families`` the counts by metric name."""
 
     series_compared: int
     points_compared: int
@@ -140,6 +152,8 @@ class Parity:
     differing_points: int
     differences: tuple[Difference, ...]
     families: Mapping[str, FamilyCounts]
+    #: The earliest timestamp (ms since epoch) of any differing point; None: none differs.
+    first_difference_ms: int | None = None
 
     @property
     def equal(self) -> bool:
@@ -177,6 +191,7 @@ class _Tally:
         self.collisions: list[Collision] = []
         self.differences: list[Difference] = []
         self.compared = self.points = self.differing_series = self.differing_points = 0
+        self.first_difference_ms: int | None = None
 
     def count(self, labels: Labels, field: str) -> None:
         counts = self.families.setdefault(family_of(labels), {})
@@ -191,6 +206,9 @@ class _Tally:
         if found:
             self.differing_series += 1
             self.differing_points += len(found)
+            first = found[0].timestamp_ms  # found is in timestamp order
+            if self.first_difference_ms is None or first < self.first_difference_ms:
+                self.first_difference_ms = first
             self.count(labels, "differing")
             self.differences.extend(found[: max(0, self.limit - len(self.differences))])
 
@@ -251,6 +269,7 @@ def compare(
         not_migrated=tuple(tally.not_migrated),
         differing_series=tally.differing_series,
         differing_points=tally.differing_points,
+        first_difference_ms=tally.first_difference_ms,
         differences=tuple(tally.differences),
         families={name: FamilyCounts(**c) for name, c in sorted(tally.families.items())},
     )

@@ -35,6 +35,7 @@ __all__ = [
     "SideStats",
     "exit_code",
     "format_report",
+    "newest_only",
     "percentile",
     "side_stats",
     "stats_of",
@@ -143,6 +144,17 @@ class QueryReport:
         return "parity" if self.parity.equal else "differences"
 
 
+def newest_only(report: QueryReport) -> bool:
+    """Whether the only findings of ``report`` are points that differ at the window's newest
+    two timestamps (``end - step`` and ``end``: one store not caught up yet, most likely)."""
+    p = report.parity
+    if p is None or p.first_difference_ms is None or p.missing_in_workspace:
+        return False
+    if p.missing_in_self_hosted or p.unexpected_in_workspace or p.collisions:
+        return False
+    return p.first_difference_ms >= round((report.end - report.step) * 1000)
+
+
 def exit_code(reports: Sequence[QueryReport]) -> int:
     """:data:`EXIT_USAGE` if both stores refuse a query (``bad query``), else
     :data:`EXIT_DIFFERENCES` if any query differs or has no data (a query that finds
@@ -225,7 +237,12 @@ def _parity_lines(parity: Parity | None, tolerance: float, limit: int) -> list[s
     lines += _missing("missing in the self-hosted store", parity.missing_in_self_hosted, limit)
     extra = labels_only_in_workspace(parity.missing_in_self_hosted, parity.missing_in_workspace)
     if extra:
-        flags = " ".join(f"--external-label {shlex.quote(f'{n}={v}')}" for n, v in extra)
+        pairs = [f"{n}={v}" for n, v in extra]
+        flags = (  # a label that does not print (a newline) is not pasted into a command
+            " ".join(f"--external-label {shlex.quote(p)}" for p in pairs)
+            if all(p.isprintable() for p in pairs)
+            else "--external-label NAME=VALUE for each"
+        )
         lines.append(
             f"  hint: the workspace's series carry {format_labels(extra)} that the self-hosted "
             f"ones lack: the sender's external labels? compare with {flags}"
@@ -273,6 +290,12 @@ def format_report(
             lines.append("  parity: not compared: both stores refuse the query: fix it")
         else:
             lines += _parity_lines(r.parity, tolerance, limit)
+        if newest_only(r):
+            lines.append(
+                "  hint: every difference is at the window's newest two timestamps: a store may be "
+                "behind still (remote write and ingestion take seconds); give an --end "
+                "further back"
+            )
         lines.append("")
     lines.append(summary)
     return "\n".join(lines)
@@ -298,9 +321,10 @@ def summary_line(reports: Sequence[QueryReport], *, when: str) -> str:
     for kind in ("no data", "bad query"):
         if count[kind]:
             parts[-1] += f", {kind} {count[kind]}"
+    others = [r for r in reports if r.status != "bad query"]  # those are counted above
     for side in SIDES:
-        timeouts = sum(stats_of(r, side).timeouts > 0 for r in reports)
-        errors = sum(stats_of(r, side).errors > 0 for r in reports)
+        timeouts = sum(stats_of(r, side).timeouts > 0 for r in others)
+        errors = sum(stats_of(r, side).errors > 0 for r in others)
         failures = [
             f"{what} on {_queries(n)}"
             for what, n in (("timed out", timeouts), ("failed", errors))

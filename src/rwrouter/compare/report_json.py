@@ -4,6 +4,7 @@ text report (:mod:`rwrouter.compare.report`), one object per query.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,7 +13,7 @@ from rwrouter.compare.parity import Parity
 from rwrouter.compare.report import SIDES, QueryReport, exit_code, stats_of
 from rwrouter.relabel.series import format_labels
 
-__all__ = ["to_json"]
+__all__ = ["json_safe", "to_json"]
 
 
 def to_json(
@@ -21,12 +22,13 @@ def to_json(
     """The report as JSON-ready values: ``queries`` (one object per query: window, status,
     speed-up, each store's stats in seconds, parity with up to ``limit`` series listed per
     kind), ``tolerance``, ``summary`` and ``exit_code``."""
-    return {
+    document = {
         "queries": [_query_json(r, limit) for r in reports],
         "tolerance": tolerance,
         "summary": summary,
         "exit_code": exit_code(reports),
     }
+    return json_safe(document)  # type: ignore[no-any-return]
 
 
 def _query_json(r: QueryReport, limit: int) -> dict[str, Any]:
@@ -106,3 +108,16 @@ def _parity_json(p: Parity, limit: int) -> dict[str, Any]:
             for name, c in p.families.items()
         },
     }
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` (JSON-ready: dicts, lists, scalars) with every NaN or infinite float as
+    Prometheus's JSON spells it, a string (``"NaN"``, ``"+Inf"``, ``"-Inf"``): JSON has no
+    such numbers, and ``json.dumps`` would write invalid JSON for them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
+    return value

@@ -13,8 +13,7 @@ remote write URL when that ends in ``/api/v1/remote_write`` (the managed workspa
 
 Sources: AWS "Amazon Managed Service for Prometheus HTTP APIs" (``RemoteWrite`` and
 ``QueryMetrics`` under ``/workspaces/<id>/api/v1/``); Prometheus HTTP API ("Range queries":
-at most 11,000 points per series); the Prometheus web UI's default step (range / 250, at
-least 1 s).
+at most 11,000 points per series); the Prometheus web UI's default step (range / 250).
 """
 
 from __future__ import annotations
@@ -186,20 +185,39 @@ def seconds_text(ms: int) -> str:
 LATEST_S = 253_402_300_799
 
 
+#: Round steps (seconds) :func:`default_step` picks from: what dashboards offer.
+ROUND_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600)
+#: How far back from now the default ``--end`` is (seconds): a sample reaches the
+#: workspace after the sender's and rwrouter's batching and the workspace's ingestion, some
+#: seconds; the newest points are not in both stores yet.
+DEFAULT_LAG_S = 30.0
+
+
 def default_step(range_s: float) -> float:
-    """The Prometheus web UI's step for a range: ``range / 250`` whole seconds, at least 1."""
-    return float(max(1, math.floor(range_s / 250)))
+    """About 250 points per series, as the Prometheus web UI picks (``range / 250``), rounded
+    up to a round step (:data:`ROUND_STEPS`; whole days beyond), so that a range that is a
+    multiple of it (``1h``: 15 s; ``24h``: 10 min) gives a window of exactly that range."""
+    wanted = range_s / 250
+    for step in ROUND_STEPS:
+        if step >= wanted:
+            return float(step)
+    return float(86400 * math.ceil(wanted / 86400))
 
 
 def _ms(seconds: float, flag: str, low_ms: int, high_ms: int, expected: str) -> int:
-    if not math.isfinite(seconds) or not low_ms <= round(seconds * 1000) <= high_ms:
+    # Bounded before it is multiplied: 1e306 s would be an infinite number of ms.
+    if not math.isfinite(seconds) or not low_ms - 1000 <= seconds * 1000 <= high_ms + 1000:
         raise ConfigError(flag, f"expected {expected}, got {seconds!r}")
-    return round(seconds * 1000)
+    ms = round(seconds * 1000)
+    if not low_ms <= ms <= high_ms:
+        raise ConfigError(flag, f"expected {expected}, got {seconds!r}")
+    return ms
 
 
 def window(*, now: float, range_s: float, step_s: float | None, end: float | None) -> Window:
     """The window of every query: ``range_s`` long, every ``step_s`` seconds (default:
-    :func:`default_step`), ending at ``end`` (unix seconds; default ``now``); ``start`` and
+    :func:`default_step`), ending at ``end`` (unix seconds; default ``now`` less
+    :data:`DEFAULT_LAG_S`); ``start`` and
     ``end`` are rounded down to multiples of the step, as Grafana and the Prometheus UI
     align them and as a Cortex-style query frontend (the managed workspace's) aligns them
     itself ("align queries with step"): both stores then evaluate at the same timestamps,
@@ -214,7 +232,8 @@ def window(*, now: float, range_s: float, step_s: float | None, end: float | Non
     range_ms = _ms(range_s, "--range", 1, latest_ms, "a duration from 1ms to 8,000 years")
     step = default_step(range_s) if step_s is None else step_s
     step_ms = _ms(step, "--step", 1, latest_ms, "a duration from 1ms to 8,000 years")
-    stop_ms = _ms(now if end is None else end, "--end", 0, latest_ms, "a time in 1970-9999")
+    stop = now - DEFAULT_LAG_S if end is None else end
+    stop_ms = _ms(stop, "--end", 0, latest_ms, "a time in 1970-9999")
     stop_ms -= stop_ms % step_ms
     start_ms = stop_ms - range_ms
     start_ms -= start_ms % step_ms
