@@ -1682,22 +1682,56 @@ def test_the_docs_list_exactly_the_durations_where_zero_is_allowed() -> None:
     }
 
 
+# go-yaml v2 resolve.go (Prometheus's YAML parser): the YAML 1.1 boolean words.
+GO_YAML_V2_TRUE = ("y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON")
+GO_YAML_V2_FALSE = ("n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF")
+
+
 @pytest.mark.parametrize(
     ("word", "expected"),
     [
-        *(pytest.param(w, True, id=f"true_{w}") for w in ("true", "True", "TRUE", "yes", "On")),
-        *(pytest.param(w, False, id=f"false_{w}") for w in ("false", "no", "NO", "off", "Off")),
-        *(pytest.param(w, None, id=f"refused_{w}") for w in ('"true"', "1", "y", "n", "tRue")),
+        *(pytest.param(w, True, id=f"true_{w}") for w in GO_YAML_V2_TRUE),
+        *(pytest.param(w, False, id=f"false_{w}") for w in GO_YAML_V2_FALSE),
+        *(
+            pytest.param(w, None, id=f"refused_{w}")
+            for w in ('"true"', "'y'", "1", "tRue", "yEs", "ye", "nO")
+        ),
     ],
 )
-def test_booleans_are_yaml_1_1_as_documented(word: str, expected: bool | None) -> None:
-    """docs/configuration.md ("Types are checked"): YAML 1.1's boolean words, nothing else."""
+def test_booleans_are_go_yaml_v2_s_as_documented(word: str, expected: bool | None) -> None:
+    """docs/configuration.md ("Types are checked"): go-yaml v2's boolean words, nothing else
+    (a quoted word is a string there too)."""
     text = f"remote_write:\n  - url: http://a/x\n    send_exemplars: {word}\n"
     if expected is None:
         with pytest.raises(ConfigError, match="expected true or false"):
             parse_config(text, env={})
     else:
         assert parse_config(text, env={}).remote_write[0].send_exemplars is expected
+
+
+def test_the_docs_list_go_yaml_v2_s_boolean_words() -> None:
+    paragraph = (ROOT / "docs" / "configuration.md").read_text().split("- Types are checked")[1]
+    paragraph = paragraph.split("\n- ", 1)[0]
+    for word in GO_YAML_V2_TRUE + GO_YAML_V2_FALSE:
+        assert f"`{word}`" in paragraph, word
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        pytest.param("y", "y", id="plain_y"),
+        pytest.param("N", "N", id="plain_N"),
+        pytest.param("'n'", "n", id="quoted_n"),
+    ],
+)
+def test_a_short_boolean_word_is_a_string_in_a_string_field(value: str, expected: str) -> None:
+    """go-yaml v2 decodes a plain ``y`` into a string field as the text itself."""
+    text = (
+        "remote_write:\n  - url: http://a/x\n    write_relabel_configs:\n"
+        f"      - {{target_label: t, replacement: {value}}}\n"
+    )
+    rule = parse_config(text, env={}).remote_write[0].write_relabel_configs[0]
+    assert rule.replacement == expected
 
 
 @pytest.mark.parametrize(
