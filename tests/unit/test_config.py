@@ -266,6 +266,11 @@ BAD = {
     ],
     "queue_zero_burst_samples": [f"{RW0}.queue_config.burst_samples: must be >= 1, got 0"],
     "several_mistakes": ["server.listen_adress: unknown key", "remote_write[1].url: expected"],
+    "every_section_in_one_run": [
+        "global.metric_name_validation_scheme: expected one of",
+        "remote_write[1].tls_config.ca_file: ",
+        "is not a PEM certificate (no certificate or crl found)",
+    ],
     "one_destination_many_mistakes": [
         f"{RW0}.url: environment variable AMP_WORKSPACE_ID is not set",
         f"{RW0}.url: environment variable AMP_PATH is not set",
@@ -299,11 +304,84 @@ SEVERAL = [  # several_mistakes.bad.yml: every independent mistake, in the order
 ]
 
 
+EVERY_SECTION = [  # every_section_in_one_run.bad.yml: all nineteen, in one run
+    "global.metric_name_validation_scheme",
+    "server.listen_address",
+    "server.read_timeout",
+    "server.shutdown_timeout",
+    "server.max_connections",
+    "storage.path",
+    "storage.fsync",
+    "relabel_cache.max_entries",
+    "relabel_cache.max_age",
+    "audit.window",
+    "audit.currency",
+    "relabel_configs[0].bogus",
+    "relabel_configs[0].other",
+    "relabel_configs[0].regex",
+    f"{RW0}.headers.Authorization",
+    f"{RW0}.headers.X-Amz-Date",
+    "remote_write[1].sigv4.region",
+    # then the files the destinations name, read once the text is parsed
+    f"{RW0}.basic_auth.password_file",
+    "remote_write[1].tls_config.ca_file",
+]
+
+
+def test_every_mistake_of_every_section_and_file_in_one_run() -> None:
+    with pytest.raises(ConfigErrors) as info:
+        load_config(TESTDATA / "every_section_in_one_run.bad.yml", env={})
+    assert [e.path for e in info.value.errors] == EVERY_SECTION
+
+
 @pytest.mark.parametrize(
     ("text", "paths"),
     [
         pytest.param(
             (TESTDATA / "several_mistakes.bad.yml").read_text(), SEVERAL, id="every_section"
+        ),
+        pytest.param(
+            "server: {listen_address: '0.0.0.0:99999', shutdown_timeout: forever}\n"
+            "remote_write:\n  - {url: http://a/x}\n",
+            ["server.listen_address", "server.shutdown_timeout"],
+            id="every_bad_server_value",
+        ),
+        pytest.param(
+            "server: {read_timeout: soon, shutdown_timeout: forever, max_request_bytes: 2MiB,"
+            " max_buffered_body_bytes: 1MiB}\nremote_write:\n  - {url: http://a/x}\n",
+            ["server.read_timeout", "server.shutdown_timeout", "server.max_buffered_body_bytes"],
+            id="server_values_then_the_check_of_two",
+        ),
+        pytest.param(
+            "storage: {path: '', fsync: x, fsync_interval: 0}\naudit: {window: x, max_series: 0}"
+            "\nrelabel_cache: {max_bytes: x, max_tenants: 0}\nremote_write:\n  - {url: http://a/x}\n",
+            [
+                "storage.path",
+                "storage.fsync",
+                "storage.fsync_interval",
+                "relabel_cache.max_bytes",
+                "relabel_cache.max_tenants",
+                "audit.window",
+                "audit.max_series",
+            ],
+            id="every_bad_storage_relabel_cache_and_audit_value",
+        ),
+        pytest.param(
+            "relabel_configs:\n  - {bogus: 1, other: 2, regex: '['}\n"
+            "remote_write:\n  - {url: http://a/x}\n",
+            ["relabel_configs[0].bogus", "relabel_configs[0].other", "relabel_configs[0].regex"],
+            id="every_unknown_key_of_a_rule_and_its_regex",
+        ),
+        pytest.param(
+            "remote_write:\n  - url: http://a/x\n    headers: {Authorization: x, X-Amz-Date: y,"
+            " 'a b': z, X-Ok: 1}\n",
+            [
+                f"{RW0}.headers.Authorization",
+                f"{RW0}.headers.X-Amz-Date",
+                f"{RW0}.headers.a b",
+                f"{RW0}.headers.X-Ok",
+            ],
+            id="every_bad_header",
         ),
         pytest.param(
             "remote_write:\n  - {url: http://a/x, shards: 2, retries: 1}\n",
