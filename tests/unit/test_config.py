@@ -266,6 +266,11 @@ BAD = {
     ],
     "queue_zero_burst_samples": [f"{RW0}.queue_config.burst_samples: must be >= 1, got 0"],
     "several_mistakes": ["server.listen_adress: unknown key", "remote_write[1].url: expected"],
+    "every_section_in_one_run": [
+        "global.metric_name_validation_scheme: expected one of",
+        "remote_write[1].tls_config.ca_file: ",
+        "is not a PEM certificate (no certificate or crl found)",
+    ],
     "one_destination_many_mistakes": [
         f"{RW0}.url: environment variable AMP_WORKSPACE_ID is not set",
         f"{RW0}.url: environment variable AMP_PATH is not set",
@@ -299,11 +304,84 @@ SEVERAL = [  # several_mistakes.bad.yml: every independent mistake, in the order
 ]
 
 
+EVERY_SECTION = [  # every_section_in_one_run.bad.yml: all nineteen, in one run
+    "global.metric_name_validation_scheme",
+    "server.listen_address",
+    "server.read_timeout",
+    "server.shutdown_timeout",
+    "server.max_connections",
+    "storage.path",
+    "storage.fsync",
+    "relabel_cache.max_entries",
+    "relabel_cache.max_age",
+    "audit.window",
+    "audit.currency",
+    "relabel_configs[0].bogus",
+    "relabel_configs[0].other",
+    "relabel_configs[0].regex",
+    f"{RW0}.headers.Authorization",
+    f"{RW0}.headers.X-Amz-Date",
+    "remote_write[1].sigv4.region",
+    # then the files the destinations name, read once the text is parsed
+    f"{RW0}.basic_auth.password_file",
+    "remote_write[1].tls_config.ca_file",
+]
+
+
+def test_every_mistake_of_every_section_and_file_in_one_run() -> None:
+    with pytest.raises(ConfigErrors) as info:
+        load_config(TESTDATA / "every_section_in_one_run.bad.yml", env={})
+    assert [e.path for e in info.value.errors] == EVERY_SECTION
+
+
 @pytest.mark.parametrize(
     ("text", "paths"),
     [
         pytest.param(
             (TESTDATA / "several_mistakes.bad.yml").read_text(), SEVERAL, id="every_section"
+        ),
+        pytest.param(
+            "server: {listen_address: '0.0.0.0:99999', shutdown_timeout: forever}\n"
+            "remote_write:\n  - {url: http://a/x}\n",
+            ["server.listen_address", "server.shutdown_timeout"],
+            id="every_bad_server_value",
+        ),
+        pytest.param(
+            "server: {read_timeout: soon, shutdown_timeout: forever, max_request_bytes: 2MiB,"
+            " max_buffered_body_bytes: 1MiB}\nremote_write:\n  - {url: http://a/x}\n",
+            ["server.read_timeout", "server.shutdown_timeout", "server.max_buffered_body_bytes"],
+            id="server_values_then_the_check_of_two",
+        ),
+        pytest.param(
+            "storage: {path: '', fsync: x, fsync_interval: 0}\naudit: {window: x, max_series: 0}"
+            "\nrelabel_cache: {max_bytes: x, max_tenants: 0}\nremote_write:\n  - {url: http://a/x}\n",
+            [
+                "storage.path",
+                "storage.fsync",
+                "storage.fsync_interval",
+                "relabel_cache.max_bytes",
+                "relabel_cache.max_tenants",
+                "audit.window",
+                "audit.max_series",
+            ],
+            id="every_bad_storage_relabel_cache_and_audit_value",
+        ),
+        pytest.param(
+            "relabel_configs:\n  - {bogus: 1, other: 2, regex: '['}\n"
+            "remote_write:\n  - {url: http://a/x}\n",
+            ["relabel_configs[0].bogus", "relabel_configs[0].other", "relabel_configs[0].regex"],
+            id="every_unknown_key_of_a_rule_and_its_regex",
+        ),
+        pytest.param(
+            "remote_write:\n  - url: http://a/x\n    headers: {Authorization: x, X-Amz-Date: y,"
+            " 'a b': z, X-Ok: 1}\n",
+            [
+                f"{RW0}.headers.Authorization",
+                f"{RW0}.headers.X-Amz-Date",
+                f"{RW0}.headers.a b",
+                f"{RW0}.headers.X-Ok",
+            ],
+            id="every_bad_header",
         ),
         pytest.param(
             "remote_write:\n  - {url: http://a/x, shards: 2, retries: 1}\n",
@@ -1682,22 +1760,56 @@ def test_the_docs_list_exactly_the_durations_where_zero_is_allowed() -> None:
     }
 
 
+# go-yaml v2 resolve.go (Prometheus's YAML parser): the YAML 1.1 boolean words.
+GO_YAML_V2_TRUE = ("y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON")
+GO_YAML_V2_FALSE = ("n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF")
+
+
 @pytest.mark.parametrize(
     ("word", "expected"),
     [
-        *(pytest.param(w, True, id=f"true_{w}") for w in ("true", "True", "TRUE", "yes", "On")),
-        *(pytest.param(w, False, id=f"false_{w}") for w in ("false", "no", "NO", "off", "Off")),
-        *(pytest.param(w, None, id=f"refused_{w}") for w in ('"true"', "1", "y", "n", "tRue")),
+        *(pytest.param(w, True, id=f"true_{w}") for w in GO_YAML_V2_TRUE),
+        *(pytest.param(w, False, id=f"false_{w}") for w in GO_YAML_V2_FALSE),
+        *(
+            pytest.param(w, None, id=f"refused_{w}")
+            for w in ('"true"', "'y'", "1", "tRue", "yEs", "ye", "nO")
+        ),
     ],
 )
-def test_booleans_are_yaml_1_1_as_documented(word: str, expected: bool | None) -> None:
-    """docs/configuration.md ("Types are checked"): YAML 1.1's boolean words, nothing else."""
+def test_booleans_are_go_yaml_v2_s_as_documented(word: str, expected: bool | None) -> None:
+    """docs/configuration.md ("Types are checked"): go-yaml v2's boolean words, nothing else
+    (a quoted word is a string there too)."""
     text = f"remote_write:\n  - url: http://a/x\n    send_exemplars: {word}\n"
     if expected is None:
         with pytest.raises(ConfigError, match="expected true or false"):
             parse_config(text, env={})
     else:
         assert parse_config(text, env={}).remote_write[0].send_exemplars is expected
+
+
+def test_the_docs_list_go_yaml_v2_s_boolean_words() -> None:
+    paragraph = (ROOT / "docs" / "configuration.md").read_text().split("- Types are checked")[1]
+    paragraph = paragraph.split("\n- ", 1)[0]
+    for word in GO_YAML_V2_TRUE + GO_YAML_V2_FALSE:
+        assert f"`{word}`" in paragraph, word
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        pytest.param("y", "y", id="plain_y"),
+        pytest.param("N", "N", id="plain_N"),
+        pytest.param("'n'", "n", id="quoted_n"),
+    ],
+)
+def test_a_short_boolean_word_is_a_string_in_a_string_field(value: str, expected: str) -> None:
+    """go-yaml v2 decodes a plain ``y`` into a string field as the text itself."""
+    text = (
+        "remote_write:\n  - url: http://a/x\n    write_relabel_configs:\n"
+        f"      - {{target_label: t, replacement: {value}}}\n"
+    )
+    rule = parse_config(text, env={}).remote_write[0].write_relabel_configs[0]
+    assert rule.replacement == expected
 
 
 @pytest.mark.parametrize(

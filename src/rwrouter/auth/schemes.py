@@ -18,6 +18,7 @@ from typing import Protocol
 from rwrouter.auth.credentials import CredentialsSource, open_source, profile_region, sign
 from rwrouter.config import SigV4Config
 from rwrouter.config.files import SECRET_FILE_MAX_BYTES, read_regular
+from rwrouter.config.workspace import signing_region_error
 from rwrouter.errors import ConfigError, CredentialsError
 
 #: Answers after which SigV4 credentials are refreshed and the request retried once.
@@ -135,12 +136,20 @@ class SigV4(NoAuth):
 async def authenticator_for(destination: object, *, path: str) -> Authenticator:
     """Build the authenticator of a destination config (``sigv4``, ``basic_auth``,
     ``authorization`` or none). Raises ConfigError (naming ``path``) when SigV4 has no region
-    and none is set in the environment; CredentialsError when no AWS credentials are found."""
+    and none is set in the environment, or when it is not the region of the destination's
+    workspace URL (:func:`rwrouter.config.workspace.signing_region_error`: every request
+    would be refused); CredentialsError when no AWS credentials are found."""
     v4 = getattr(destination, "sigv4", None)
     if v4 is not None:
-        region = await asyncio.to_thread(sigv4_region, v4)
-        if not region:
+        found = await asyncio.to_thread(sigv4_region_source, v4)
+        if not found:
             raise ConfigError(f"{path}.sigv4.region", REGION_NOT_SET)
+        region, origin = found
+        mismatch = signing_region_error(
+            getattr(destination, "url", ""), region, origin, f"{path}.sigv4.region"
+        )
+        if mismatch is not None:
+            raise mismatch
         source = await open_source(
             None,
             region=region,

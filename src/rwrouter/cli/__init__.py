@@ -37,6 +37,8 @@ from rwrouter.errors import ConfigError, ConfigErrors, RwrouterError
 from rwrouter.logs import escape, kv, setup_logging
 
 if TYPE_CHECKING:
+    from rwrouter.config import Config
+    from rwrouter.config.collect import Collector
     from rwrouter.config.webmodel import WebConfig
     from rwrouter.server.frontdoor import DoorOptions
     from rwrouter.server.workers import WorkerSpec
@@ -143,8 +145,14 @@ def load_web_config(path: str) -> WebConfig:
     try:
         return load(path)
     except ConfigError as exc:
-        key = f"{path}: {exc.path}" if exc.path else path
-        raise ConfigError(f"--web.config.file {key}", exc.reason) from None
+        named = [
+            ConfigError(
+                f"--web.config.file {path}: {e.path}" if e.path else f"--web.config.file {path}",
+                e.reason,
+            )
+            for e in getattr(exc, "errors", (exc,))
+        ]
+        raise ConfigErrors.of(named) from None
 
 
 def _workers(text: str) -> int:
@@ -158,39 +166,58 @@ def _workers(text: str) -> int:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
-    from rwrouter.auth.schemes import REGION_NOT_SET, sigv4_region_source
+    """Every mistake in one run, one line each: the file's and its files' (load_config),
+    the router's, each sigv4 destination's signing region, the web configuration file's."""
     from rwrouter.config import describe_config, load_config
     from rwrouter.config.advice import config_warnings
-    from rwrouter.routing import build_router
+    from rwrouter.config.collect import Collector
 
     if (args.file is None) == (args.config_file is None):
         raise ConfigError("check-config", "give the configuration file: FILE or --config FILE")
-    config = load_config(args.file or args.config_file)
-    build_router(config)  # what only the router refuses (a series budget with __tenant__ rules)
-    regions = {  # where each sigv4 destination's region comes from, as run resolves it
-        i: sigv4_region_source(dest.sigv4)
-        for i, dest in enumerate(config.remote_write)
-        if dest.sigv4 is not None
-    }
-    regionless = [
-        ConfigError(f"remote_write[{i}].sigv4.region", REGION_NOT_SET)
-        for i, found in regions.items()
-        if found is None
-    ]
-    if regionless:
-        raise ConfigErrors.of(regionless)
+    errors = Collector()
+    config = errors.attempt(lambda: load_config(args.file or args.config_file), None)
+    regions = {} if config is None else _checked_regions(config, errors)
+    web = None
+    if args.web_config_file is not None:
+        web = errors.attempt(lambda: load_web_config(args.web_config_file), None)
+    errors.check()
+    if config is None:  # cannot happen: load_config raised
+        return 2
     for note in config.notes:  # a Prometheus key accepted, with what applies here
         print(f"rwrouter: configuration note: {escape(note)}", file=sys.stderr)
     for warning in config_warnings(config):  # valid, but works against another setting
         print(f"rwrouter: configuration warning: {escape(warning)}", file=sys.stderr)
-    resolved = {i: found for i, found in regions.items() if found is not None}
-    text = describe_config(config, regions=resolved)  # may hold control characters
-    if args.web_config_file is not None:
+    text = describe_config(config, regions=regions)  # may hold control characters
+    if web is not None:
         from rwrouter.config.webmodel import describe_web_config
 
-        text += "\n" + describe_web_config(load_web_config(args.web_config_file))
+        text += "\n" + describe_web_config(web)
     print("\n".join(map(escape, text.split("\n"))))
     return 0
+
+
+def _checked_regions(config: Config, errors: Collector) -> dict[int, tuple[str, str]]:
+    """What only the router refuses (a series budget with ``__tenant__`` rules), and where
+    each sigv4 destination's region comes from, as run resolves it: its errors (no region, or
+    not the workspace URL's) kept in ``errors``; the regions found, by destination index."""
+    from rwrouter.auth.schemes import REGION_NOT_SET, sigv4_region_source
+    from rwrouter.config.workspace import signing_region_error
+    from rwrouter.routing import build_router
+
+    errors.attempt(lambda: build_router(config), None)
+    regions = {}
+    for i, dest in enumerate(config.remote_write):
+        found = None if dest.sigv4 is None else sigv4_region_source(dest.sigv4)
+        path = f"remote_write[{i}].sigv4.region"
+        if dest.sigv4 is not None and found is None:
+            errors.keep(ConfigError(path, REGION_NOT_SET))
+        elif found is not None:
+            regions[i] = found
+            if found[1] != "sigv4.region":  # the file's own region is checked at parse
+                mismatch = signing_region_error(dest.url, *found, path)
+                if mismatch is not None:
+                    errors.keep(mismatch)
+    return regions
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

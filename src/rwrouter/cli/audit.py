@@ -33,7 +33,9 @@ import urllib.request
 from typing import Any
 
 from rwrouter.auth.schemes import authenticator_for
+from rwrouter.config.files import CONFIG_FILE_MAX_BYTES, read_regular
 from rwrouter.config.httpclient import HTTPClientConfig, parse_http_client_config
+from rwrouter.errors import ConfigError
 from rwrouter.logs import escape
 from rwrouter.send.transport import ssl_context_for
 
@@ -236,8 +238,10 @@ def router_request(
     OSError when it or a file it names cannot be read, CredentialsError for a secret file."""
     client = HTTPClientConfig()
     if path is not None:
-        with open(path, encoding="utf-8") as file:
-            text = file.read()
+        try:  # a regular file, bounded: a FIFO or /dev/zero is refused, not read
+            text = read_regular(path, CONFIG_FILE_MAX_BYTES).decode("utf-8")
+        except ValueError as exc:  # UnicodeDecodeError too
+            raise ConfigError("--http.config.file", f"{path!r} {exc}") from None
         base_dir = os.path.dirname(os.path.abspath(path))
         client = parse_http_client_config(text, source=path, env=os.environ, base_dir=base_dir)
     authenticator = asyncio.run(authenticator_for(client, path="http_config"))

@@ -27,7 +27,7 @@ from rwrouter.config.values import (
     kind_of,
     show,
 )
-from rwrouter.errors import ConfigError
+from rwrouter.errors import ConfigError, ConfigErrors
 from rwrouter.protocol import NEVER_SIGNED
 
 __all__ = [
@@ -66,10 +66,14 @@ _TLS_VERSIONS = ("TLS10", "TLS11", "TLS12", "TLS13")
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Context:
-    """What the parser needs besides the YAML: the environment, the config file's directory."""
+    """What the parser needs besides the YAML: the environment, the config file's directory;
+    ``files``, when given, gets each ``*_file`` met: ``(key path, file path)``, for the
+    caller to check (:func:`rwrouter.config.load.load_config`), even in a section that has
+    other mistakes."""
 
     env: Mapping[str, str]
     base_dir: str | None
+    files: list[tuple[str, str]] | None = None
 
 
 def env_string(f: Fields, key: str, ctx: Context) -> str | None:
@@ -111,9 +115,12 @@ def _file(f: Fields, key: str, ctx: Context) -> str | None:
     value = env_string(f, key, ctx)
     if value is not None and not value:
         raise ConfigError(f.at(key), "must not be empty")
-    if value is None or ctx.base_dir is None:
-        return value
-    return os.path.join(ctx.base_dir, value)
+    if value is None:
+        return None
+    joined = value if ctx.base_dir is None else os.path.join(ctx.base_dir, value)
+    if ctx.files is not None:
+        ctx.files.append((f.at(key), joined))
+    return joined
 
 
 def http_url(value: str | None, path: str, *, userinfo: bool) -> str:
@@ -147,27 +154,39 @@ def headers(f: Fields, ctx: Context, *, sigv4: bool) -> tuple[tuple[str, str], .
             f"expected a mapping of header name to value, got {kind_of(raw, f.at('headers'))}",
         )
     seen: set[str] = set()
-    headers = []
-    for name, value in raw.items():
+    headers, problems = [], []
+    for name, value in raw.items():  # every bad header reported (ConfigErrors)
         path = f"{f.at('headers')}.{name}"
-        lower = str(name).lower()
-        if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name) or lower in seen:
-            raise ConfigError(path, "invalid or repeated header name")
-        if lower == "authorization":
-            raise ConfigError(
-                path, "reserved header: set it with basic_auth, authorization or sigv4 instead"
-            )
-        if lower in _RESERVED_HEADERS or lower.startswith("x-amz-"):
-            raise ConfigError(path, "reserved header: rwrouter sets it itself, it must not be set")
-        if sigv4 and lower == "x-scope-orgid":
-            raise ConfigError(path, "must not be sent to a sigv4 (managed workspace) destination")
-        if sigv4 and lower in NEVER_SIGNED:
-            raise ConfigError(path, "cannot be sent to a sigv4 destination: it would not be signed")
-        if not isinstance(value, str):
-            raise ConfigError(path, f"expected a string, got {kind_of(value, path)} (quote it)")
-        seen.add(lower)
-        headers.append((name, header_text(expand_env(value, ctx.env, path), path)))
+        try:
+            headers.append((name, _header(name, value, path, ctx, sigv4=sigv4, seen=seen)))
+        except ConfigError as exc:
+            problems.append(exc)
+    if problems:
+        raise ConfigErrors.of(problems)
     return tuple(headers)
+
+
+def _header(
+    name: object, value: object, path: str, ctx: Context, *, sigv4: bool, seen: set[str]
+) -> str:
+    """The value of the header ``name`` (its ``${VAR}`` expanded); ``seen`` gets its name."""
+    lower = str(name).lower()
+    if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name) or lower in seen:
+        raise ConfigError(path, "invalid or repeated header name")
+    seen.add(lower)
+    if lower == "authorization":
+        raise ConfigError(
+            path, "reserved header: set it with basic_auth, authorization or sigv4 instead"
+        )
+    if lower in _RESERVED_HEADERS or lower.startswith("x-amz-"):
+        raise ConfigError(path, "reserved header: rwrouter sets it itself, it must not be set")
+    if sigv4 and lower == "x-scope-orgid":
+        raise ConfigError(path, "must not be sent to a sigv4 (managed workspace) destination")
+    if sigv4 and lower in NEVER_SIGNED:
+        raise ConfigError(path, "cannot be sent to a sigv4 destination: it would not be signed")
+    if not isinstance(value, str):
+        raise ConfigError(path, f"expected a string, got {kind_of(value, path)} (quote it)")
+    return header_text(expand_env(value, ctx.env, path), path)
 
 
 def tenant_header(f: Fields, *, sigv4: bool) -> str | None:

@@ -37,6 +37,7 @@ from rwrouter.config.promkeys import REFUSED, flag_keys, read_flags
 from rwrouter.config.queues import choice, enum_choice, parse_metadata, parse_queue
 from rwrouter.config.sections import misplaced
 from rwrouter.config.values import Fields, field_names, kind_of, show
+from rwrouter.config.workspace import signing_region_error
 from rwrouter.errors import ConfigError, ConfigErrors
 from rwrouter.protocol import MESSAGES
 from rwrouter.relabel import RelabelConfig, parse_relabel_config
@@ -152,6 +153,11 @@ def _destination(f: Fields, ctx: Context, scheme: str, errors: Collector) -> Des
     url = errors.attempt(lambda: _url(f, ctx, name=name, shadow=shadow), "")
     none: dict[str, Any] = {}
     auth_section = errors.attempt(lambda: auth(f, ctx, errors=errors), none)
+    v4 = auth_section.get("sigv4")
+    if v4 is not None and v4.region and url:  # the file contradicts itself
+        mismatch = signing_region_error(url, v4.region, "sigv4.region", f.at("sigv4.region"))
+        if mismatch is not None:
+            errors.keep(mismatch)
     errors.attempt(lambda: read_flags(f, "destination"), None)  # notes or refusals
     return DestinationConfig(
         name=name or "",

@@ -8,16 +8,31 @@ of the offending line (which would print whatever is written there, a password i
 
 from __future__ import annotations
 
+import re
+
 import yaml
 
+from rwrouter.config.values import ShortBool
 from rwrouter.errors import ConfigError
 
 __all__ = ["load_yaml"]
 
+_SHORT_BOOL = "tag:rwrouter,2025:short-bool"
+
+
+class _Loader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that reads a plain ``y``/``Y``/``n``/``N`` as a
+    :class:`~rwrouter.config.values.ShortBool` (YAML 1.1 booleans PyYAML leaves as strings;
+    go-yaml v2, so Prometheus, reads them as booleans)."""
+
+
+_Loader.add_implicit_resolver(_SHORT_BOOL, re.compile(r"^[yYnN]$"), list("yYnN"))
+_Loader.add_constructor(_SHORT_BOOL, lambda loader, node: ShortBool(node.value))
+
 
 def load_yaml(text: str, source: str) -> object:
     """``yaml.safe_load`` that also refuses duplicate keys in a mapping."""
-    loader = yaml.SafeLoader(text)
+    loader = _Loader(text)
     loader.name = source  # shown in YAML error marks
     try:
         node = loader.get_single_node()

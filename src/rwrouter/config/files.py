@@ -1,6 +1,7 @@
-"""Reading the small files a configuration names, bounded: a destination's secret files
+"""Reading the configuration files and the small files they name, bounded: the files of
+``--config``, ``--web.config.file`` and ``--http.config.file``, a destination's secret files
 (``password_file``, ``credentials_file``) and TLS files (``ca_file``, ``cert_file``,
-``key_file``).
+``key_file``), the web configuration's token files, certificate, key and client CA.
 
 :func:`read_regular` opens a file without blocking and reads it only if it is a regular file
 (after symlinks) of at most a limit, so that a FIFO does not hang ``check-config`` and
@@ -14,7 +15,11 @@ from __future__ import annotations
 import os
 import stat
 
-__all__ = ["SECRET_FILE_MAX_BYTES", "TLS_FILE_MAX_BYTES", "read_regular"]
+__all__ = ["CONFIG_FILE_MAX_BYTES", "SECRET_FILE_MAX_BYTES", "TLS_FILE_MAX_BYTES", "read_regular"]
+
+#: The largest configuration file read (bytes): ``--config``, ``--web.config.file``,
+#: ``--http.config.file`` (a large router's file, with its rules, is some tens of KB).
+CONFIG_FILE_MAX_BYTES = 16 << 20
 
 #: The largest ``password_file`` or ``credentials_file`` read (bytes).
 SECRET_FILE_MAX_BYTES = 64 << 10

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
 
 from rwrouter.config.client import NOT_SUPPORTED, Context
 from rwrouter.config.collect import Collector
@@ -64,12 +63,19 @@ _STORAGE_UNSUPPORTED = dict.fromkeys(
 
 
 def parse_config(
-    text: str, *, env: Mapping[str, str], source: str = "<string>", base_dir: str | None = None
+    text: str,
+    *,
+    env: Mapping[str, str],
+    source: str = "<string>",
+    base_dir: str | None = None,
+    files: list[tuple[str, str]] | None = None,
 ) -> Config:
     """Parse and validate a configuration file's text; raises ConfigError naming the key path.
 
     ``env`` supplies ``${VAR}`` values; ``base_dir``, when given, is joined to relative ``*_file``
-    paths (as Prometheus resolves them against the config file's directory). Reads no files.
+    paths (as Prometheus resolves them against the config file's directory). Reads no files:
+    ``files``, when given, gets each ``*_file`` named, ``(key path, file path)``, also when
+    the file has mistakes elsewhere (the caller checks them: every mistake in one run).
     """
     errors = Collector()  # every independent mistake, not only the first (check-config)
     top = errors.fields(
@@ -79,26 +85,29 @@ def parse_config(
         unsupported=_TOP_UNSUPPORTED,
         elsewhere=misplaced("top"),
     )
-    ctx = Context(env=env, base_dir=base_dir)
+    ctx = Context(env=env, base_dir=base_dir, files=files)
     global_ = errors.attempt(lambda: _global_section(errors, top), GlobalConfig())
     scheme = global_.metric_name_validation_scheme
     config = Config(
         global_=global_,
         server=errors.attempt(
-            lambda: _server(_section(errors, top, "server", ServerConfig)), ServerConfig()
+            lambda: _server(_section(errors, top, "server", ServerConfig), errors), ServerConfig()
         ),
         storage=errors.attempt(
             lambda: _storage(
-                _section(errors, top, "storage", StorageConfig, unsupported=_STORAGE_UNSUPPORTED)
+                _section(errors, top, "storage", StorageConfig, unsupported=_STORAGE_UNSUPPORTED),
+                errors,
             ),
             StorageConfig(),
         ),
         relabel_cache=errors.attempt(
-            lambda: _relabel_cache(_section(errors, top, "relabel_cache", RelabelCacheConfig)),
+            lambda: _relabel_cache(
+                _section(errors, top, "relabel_cache", RelabelCacheConfig), errors
+            ),
             RelabelCacheConfig(),
         ),
         audit=errors.attempt(
-            lambda: _audit(_section(errors, top, "audit", AuditConfig)), AuditConfig()
+            lambda: _audit(_section(errors, top, "audit", AuditConfig), errors), AuditConfig()
         ),
         relabel_configs=errors.attempt(
             lambda: parse_rules(top.raw("relabel_configs"), "relabel_configs", scheme), ()
@@ -171,84 +180,106 @@ def _global(f: Fields) -> GlobalConfig:
     return GlobalConfig(metric_name_validation_scheme=ValidationScheme(scheme))
 
 
-def _server(f: Fields) -> ServerConfig:
-    default = ServerConfig()
-    max_request_bytes = f.size("max_request_bytes", default.max_request_bytes)
-    return ServerConfig(
-        listen_address=parse_listen_address(
-            f.string("listen_address", default.listen_address), f.at("listen_address")
-        ),
-        max_request_bytes=max_request_bytes,
-        max_decoded_bytes=f.size("max_decoded_bytes", default.max_decoded_bytes),
-        queue_full_retry_after=f.duration("queue_full_retry_after", default.queue_full_retry_after),
-        read_timeout=f.duration("read_timeout", default.read_timeout),
-        shutdown_timeout=f.duration("shutdown_timeout", default.shutdown_timeout, positive=False),
-        **_connection_bounds(f, default=default, max_request_bytes=max_request_bytes),
+def _server(f: Fields, errors: Collector) -> ServerConfig:
+    """The ``server`` section; each key is checked on its own (every bad value reported),
+    then ``max_buffered_body_bytes`` >= ``max_request_bytes`` when both parsed (one largest
+    body must fit)."""
+    d = ServerConfig()
+    found = errors.values(
+        {
+            "listen_address": lambda: parse_listen_address(
+                f.string("listen_address", d.listen_address), f.at("listen_address")
+            ),
+            "max_request_bytes": lambda: f.size("max_request_bytes", d.max_request_bytes),
+            "max_decoded_bytes": lambda: f.size("max_decoded_bytes", d.max_decoded_bytes),
+            "queue_full_retry_after": lambda: f.duration(
+                "queue_full_retry_after", d.queue_full_retry_after
+            ),
+            "read_timeout": lambda: f.duration("read_timeout", d.read_timeout),
+            "shutdown_timeout": lambda: f.duration(
+                "shutdown_timeout", d.shutdown_timeout, positive=False
+            ),
+            "max_concurrent_reads": lambda: f.integer(
+                "max_concurrent_reads", d.max_concurrent_reads, minimum=1
+            ),
+            "max_buffered_body_bytes": lambda: f.size(
+                "max_buffered_body_bytes", d.max_buffered_body_bytes
+            ),
+            "read_wait_timeout": lambda: f.duration("read_wait_timeout", d.read_wait_timeout),
+            "header_read_timeout": lambda: f.duration("header_read_timeout", d.header_read_timeout),
+            "idle_timeout": lambda: f.duration("idle_timeout", d.idle_timeout),
+            "max_connections": lambda: f.integer("max_connections", d.max_connections, minimum=1),
+        }
     )
-
-
-def _connection_bounds(
-    f: Fields, *, default: ServerConfig, max_request_bytes: int
-) -> dict[str, Any]:
-    """The ``server`` keys that bound connections and bodies (:class:`ServerConfig`).
-    ``max_buffered_body_bytes`` must hold one largest body (``max_request_bytes``)."""
-    buffered = f.size("max_buffered_body_bytes", default.max_buffered_body_bytes)
-    if buffered < max_request_bytes:
-        raise ConfigError(
-            f.at("max_buffered_body_bytes"),
-            f"must be at least max_request_bytes ({format_size(max_request_bytes)}): "
-            f"one largest body must fit, got {format_size(buffered)}",
+    request, buffered = found.get("max_request_bytes"), found.get("max_buffered_body_bytes")
+    if request is not None and buffered is not None and buffered < request:
+        errors.keep(
+            ConfigError(
+                f.at("max_buffered_body_bytes"),
+                f"must be at least max_request_bytes ({format_size(request)}): "
+                f"one largest body must fit, got {format_size(buffered)}",
+            )
         )
-    return {
-        "max_concurrent_reads": f.integer(
-            "max_concurrent_reads", default.max_concurrent_reads, minimum=1
-        ),
-        "max_buffered_body_bytes": buffered,
-        "read_wait_timeout": f.duration("read_wait_timeout", default.read_wait_timeout),
-        "header_read_timeout": f.duration("header_read_timeout", default.header_read_timeout),
-        "idle_timeout": f.duration("idle_timeout", default.idle_timeout),
-        "max_connections": f.integer("max_connections", default.max_connections, minimum=1),
-    }
+    return ServerConfig(**found)
 
 
-def _storage(f: Fields) -> StorageConfig:
+def _storage(f: Fields, errors: Collector) -> StorageConfig:
+    """The ``storage`` section, each key checked on its own."""
     d = StorageConfig()
-    path = f.string("path", d.path)
-    if not path:
-        raise ConfigError(f.at("path"), "must not be empty")
     return StorageConfig(
-        path=path,
-        fsync=enum_choice(f, "fsync", d.fsync, Fsync),
-        fsync_interval=f.duration("fsync_interval", d.fsync_interval),
-        rejected_max_bytes=f.size("rejected_max_bytes", d.rejected_max_bytes),
+        **errors.values(
+            {
+                "path": lambda: _not_empty(f, "path", d.path),
+                "fsync": lambda: enum_choice(f, "fsync", d.fsync, Fsync),
+                "fsync_interval": lambda: f.duration("fsync_interval", d.fsync_interval),
+                "rejected_max_bytes": lambda: f.size("rejected_max_bytes", d.rejected_max_bytes),
+            }
+        )
     )
 
 
-def _relabel_cache(f: Fields) -> RelabelCacheConfig:
+def _not_empty(f: Fields, key: str, default: str, *, blank: bool = True) -> str:
+    """The string at ``key``; empty (or, unless ``blank``, only spaces) is an error."""
+    value = f.string(key, default) or ""
+    if not (value if blank else value.strip()):
+        raise ConfigError(f.at(key), "must not be empty")
+    return value
+
+
+def _relabel_cache(f: Fields, errors: Collector) -> RelabelCacheConfig:
+    """The ``relabel_cache`` section, each key checked on its own."""
     d = RelabelCacheConfig()
     return RelabelCacheConfig(
-        max_entries=f.integer("max_entries", d.max_entries, minimum=1),
-        max_bytes=f.size("max_bytes", d.max_bytes),
-        max_age=f.duration("max_age", d.max_age),
-        max_tenants=f.integer("max_tenants", d.max_tenants, minimum=1),
+        **errors.values(
+            {
+                "max_entries": lambda: f.integer("max_entries", d.max_entries, minimum=1),
+                "max_bytes": lambda: f.size("max_bytes", d.max_bytes),
+                "max_age": lambda: f.duration("max_age", d.max_age),
+                "max_tenants": lambda: f.integer("max_tenants", d.max_tenants, minimum=1),
+            }
+        )
     )
 
 
-def _audit(f: Fields) -> AuditConfig:
+def _audit(f: Fields, errors: Collector) -> AuditConfig:
+    """The ``audit`` section, each key checked on its own."""
     d = AuditConfig()
-    currency = f.string("currency", d.currency) or ""
-    if not currency.strip():
-        raise ConfigError(f.at("currency"), "must not be empty")
     return AuditConfig(
-        window=f.duration("window", d.window),
-        series_limit=f.integer("series_limit", d.series_limit, minimum=1),
-        max_series=f.integer("max_series", d.max_series, minimum=1),
-        rate_window=f.duration("rate_window", d.rate_window),
-        price_tiers=_price_tiers(f.raw("price_tiers"), f.at("price_tiers"))
-        if f.has("price_tiers")
-        else d.price_tiers,
-        currency=currency,
-        refresh=f.duration("refresh", d.refresh, positive=False),
+        **errors.values(
+            {
+                "window": lambda: f.duration("window", d.window),
+                "series_limit": lambda: f.integer("series_limit", d.series_limit, minimum=1),
+                "max_series": lambda: f.integer("max_series", d.max_series, minimum=1),
+                "rate_window": lambda: f.duration("rate_window", d.rate_window),
+                "price_tiers": lambda: (
+                    _price_tiers(f.raw("price_tiers"), f.at("price_tiers"))
+                    if f.has("price_tiers")
+                    else d.price_tiers
+                ),
+                "currency": lambda: _not_empty(f, "currency", d.currency, blank=False),
+                "refresh": lambda: f.duration("refresh", d.refresh, positive=False),
+            }
+        )
     )
 
 

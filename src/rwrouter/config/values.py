@@ -21,6 +21,7 @@ from rwrouter.errors import ConfigError, ConfigErrors
 __all__ = [
     "Fields",
     "Secret",
+    "ShortBool",
     "expand_env",
     "field_names",
     "format_duration",
@@ -269,6 +270,17 @@ def _unknown(key: str, known: tuple[str, ...], elsewhere: Mapping[str, str]) -> 
     return f"unknown key (did you mean {close[0]!r}?)" if close else "unknown key"
 
 
+class ShortBool(str):
+    """A plain (unquoted) ``y``, ``Y``, ``n`` or ``N`` of the file: a boolean to go-yaml v2
+    (Prometheus's YAML parser; resolve.go: ``y Y yes Yes YES true True TRUE on On ON`` and
+    ``n N no No NO false False FALSE off Off OFF``) where one is expected, the string itself
+    elsewhere (go-yaml v2 decodes a string field to the text). PyYAML reads the others as
+    booleans already; :mod:`rwrouter.config.document` reads these four as this class, a
+    ``str`` that :meth:`Fields.boolean` takes (``y``/``Y`` true)."""
+
+    __slots__ = ()
+
+
 class Fields:
     """The keys of one YAML mapping, read with type checks; errors name ``path.key``.
 
@@ -333,6 +345,8 @@ class Fields:
 
     def boolean(self, key: str, default: bool) -> bool:
         value = self._raw.get(key, default)
+        if isinstance(value, ShortBool):  # a plain y/Y/n/N (go-yaml v2 reads a boolean)
+            return value in ("y", "Y")
         if not isinstance(value, bool):
             raise ConfigError(
                 self.at(key), f"expected true or false, got {kind_of(value, self.at(key))}"

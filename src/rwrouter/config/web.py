@@ -76,7 +76,7 @@ __all__ = [
 _BCRYPT = re.compile(r"\$2[abxy]\$(\d\d)\$[./A-Za-z0-9]{53}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 E = TypeVar("E", bound=StrEnum)
-ReadFile = Callable[[str], bytes]  # a path -> its content; raises OSError
+ReadFile = Callable[[str], bytes]  # a path -> its content; raises OSError or ValueError
 
 
 def parse_web_config(text: str, *, source: str, base_dir: str, read_file: ReadFile) -> WebConfig:
@@ -185,6 +185,8 @@ def _read_token(path: str, key_path: str, read_file: ReadFile) -> Secret:
         data = read_file(path)
     except OSError as exc:
         raise ConfigError(key_path, f"cannot read {path!r}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # not a small regular file (rwrouter.config.files.read_regular)
+        raise ConfigError(key_path, f"{path!r} {exc}") from None
     try:
         token = data.decode("utf-8").strip()
     except UnicodeDecodeError:

@@ -258,7 +258,8 @@ async def build_destination(
 
     Raises ConfigError / CredentialsError when its auth cannot be set up.
     """
-    auth = await authenticator_for(dest, path=f"remote_write[{index}]")
+    path = f"remote_write[{index}]"
+    auth = await authenticator_for(dest, path=path)
     log.info(
         kv(
             destination=dest.name,
@@ -269,5 +270,5 @@ async def build_destination(
         )
     )
     return make_destination(
-        dest, storage=storage, transport=transport_for(dest), auth=auth, metrics=metrics
+        dest, storage=storage, transport=transport_for(dest, path=path), auth=auth, metrics=metrics
     )

@@ -36,7 +36,7 @@ from typing import Any
 
 import re2  # type: ignore[import-untyped]
 
-from rwrouter.errors import ConfigError
+from rwrouter.errors import ConfigError, ConfigErrors
 from rwrouter.relabel.names import (
     LEGACY,
     UTF8,
@@ -276,24 +276,24 @@ def _action(value: object, path: str) -> Action | None:
 
 
 def _fields(raw: Mapping[Any, Any], path: str) -> dict[str, Any]:
-    for key in raw:
-        if key not in _KNOWN_KEYS:
-            raise ConfigError(f"{path}.{key}", "unknown key")
+    """The rule's values by key; every unknown key and bad value is reported (ConfigErrors)."""
+    problems = [
+        ConfigError(f"{path}.{key}", "unknown key") for key in raw if key not in _KNOWN_KEYS
+    ]
+    readers = {**dict.fromkeys(_STRING_KEYS, _string), "source_labels": _source_labels}
     fields: dict[str, Any] = {}
-    for key in _STRING_KEYS:
-        if key in raw:
-            fields[key] = _string(raw[key], f"{path}.{key}")
-    if "source_labels" in raw:
-        fields["source_labels"] = _source_labels(raw["source_labels"], f"{path}.source_labels")
-    if "modulus" in raw:
-        fields["modulus"] = _modulus(raw["modulus"], f"{path}.modulus")
-    if "action" in raw:
-        fields["action"] = _action(raw["action"], f"{path}.action")
-    if "regex" in fields:
+    for key, read in {**readers, "modulus": _modulus, "action": _action}.items():
         try:
-            fields["regex"] = Regex.compile(fields["regex"])
-        except ValueError as exc:
-            raise ConfigError(f"{path}.regex", str(exc)) from None
+            if key in raw:
+                fields[key] = read(raw[key], f"{path}.{key}")
+            if key == "regex" and key in fields:
+                fields[key] = Regex.compile(fields[key])
+        except ConfigError as exc:
+            problems.append(exc)
+        except ValueError as exc:  # the regex
+            problems.append(ConfigError(f"{path}.regex", str(exc)))
+    if problems:
+        raise ConfigErrors.of(problems)
     return fields
 
 

@@ -17,16 +17,10 @@ from typing import Protocol
 import aiohttp
 
 from rwrouter.config import DestinationConfig, TLSConfig, redact_url
+from rwrouter.config.tlsfiles import client_context
 from rwrouter.errors import TransportError
 
 BODY_HEAD_BYTES = 1024  # how much of an error answer is kept for logs
-
-_TLS_VERSIONS = {
-    "TLS10": ssl.TLSVersion.TLSv1,
-    "TLS11": ssl.TLSVersion.TLSv1_1,
-    "TLS12": ssl.TLSVersion.TLSv1_2,
-    "TLS13": ssl.TLSVersion.TLSv1_3,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,27 +121,30 @@ def _scrub(text: str) -> str:
     return " ".join(redact_url(word) if "://" in word else word for word in text.split(" "))
 
 
-def transport_for(dest: DestinationConfig) -> Transport:
-    """The transport of a ``remote_write`` entry: its URL, timeout, TLS and proxy."""
+def transport_for(dest: DestinationConfig, *, path: str | None = None) -> Transport:
+    """The transport of a ``remote_write`` entry: its URL, timeout, TLS and proxy. ``path``
+    (``remote_write[0]``) names the destination in a TLS file's ConfigError."""
+    where = f"{path}.tls_config" if path else f"tls_config (destination {dest.name!r})"
     return Transport(
         url=dest.url,
         timeout=dest.remote_timeout,
-        ssl_context=ssl_context_for(dest.tls_config) if dest.tls_config else None,
+        ssl_context=ssl_context_for(dest.tls_config, path=where) if dest.tls_config else None,
         server_hostname=dest.tls_config.server_name if dest.tls_config else None,
         proxy=dest.proxy_url,
     )
 
 
-def ssl_context_for(tls: TLSConfig) -> ssl.SSLContext:
+def ssl_context_for(tls: TLSConfig, *, path: str = "tls_config") -> ssl.SSLContext:
     """An SSL context from a ``tls_config`` (Prometheus field semantics): a destination's, or
-    that of ``rwrouter audit --http.config.file``. Raises OSError or ssl.SSLError when a file
-    cannot be read or used."""
-    ctx = ssl.create_default_context(cafile=tls.ca_file)
-    if tls.cert_file and tls.key_file:
-        ctx.load_cert_chain(tls.cert_file, tls.key_file)
-    if tls.insecure_skip_verify:
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-    if tls.min_version:
-        ctx.minimum_version = _TLS_VERSIONS[tls.min_version]
-    return ctx
+    that of ``rwrouter audit --http.config.file``
+    (:func:`rwrouter.config.tlsfiles.client_context`, as ``check-config`` loads it). Raises
+    ConfigError naming ``path.ca_file`` (``cert_file``, ``key_file``) when a file cannot be
+    read or used."""
+    return client_context(
+        path,
+        ca_file=tls.ca_file,
+        cert_file=tls.cert_file,
+        key_file=tls.key_file,
+        insecure_skip_verify=tls.insecure_skip_verify,
+        min_version=tls.min_version,
+    )

@@ -24,6 +24,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from rwrouter.config.files import (
+    CONFIG_FILE_MAX_BYTES,
+    SECRET_FILE_MAX_BYTES,
+    TLS_FILE_MAX_BYTES,
+    read_regular,
+)
 from rwrouter.config.web import (
     CIPHER_SUITES,
     CURVES,
@@ -33,7 +39,7 @@ from rwrouter.config.web import (
     WebConfig,
     parse_web_config,
 )
-from rwrouter.errors import ConfigError
+from rwrouter.errors import ConfigError, ConfigErrors
 from rwrouter.logs import kv
 
 log = logging.getLogger("rwrouter.frontdoor")
@@ -52,25 +58,50 @@ _VERIFY = {
 }
 
 
-def _read(path: str) -> bytes:
-    with open(path, "rb") as file:
-        return file.read()
+def _read_token(path: str) -> bytes:
+    """A ``token_file``: a regular file of at most SECRET_FILE_MAX_BYTES (a FIFO or a device
+    is refused, never waited on or read without end); raises OSError or ValueError."""
+    return read_regular(path, SECRET_FILE_MAX_BYTES)
 
 
 def load_web_config(path: str) -> WebConfig:
-    """Read and validate the web configuration file at ``path``, the token files it names,
-    and its certificate, key and client CA (by building the TLS context). Raises ConfigError
-    (its path prefixed with the file name's role: ``web.config.file``)."""
+    """Read and validate the web configuration file at ``path`` (a regular file of at most
+    CONFIG_FILE_MAX_BYTES), the token files it names, and its certificate, key and client CA
+    (regular files of at most TLS_FILE_MAX_BYTES, then loaded by building the TLS context).
+    Raises ConfigError (ConfigErrors for several files) naming the key."""
     try:
-        text = _read(path).decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = read_regular(path, CONFIG_FILE_MAX_BYTES).decode("utf-8")
+    except OSError as exc:
+        raise ConfigError("", f"cannot read web config file {path!r}: {exc.strerror}") from None
+    except ValueError as exc:  # UnicodeDecodeError too
         raise ConfigError("", f"cannot read web config file {path!r}: {exc}") from None
     config = parse_web_config(
-        text, source=path, base_dir=os.path.dirname(os.path.abspath(path)), read_file=_read
+        text, source=path, base_dir=os.path.dirname(os.path.abspath(path)), read_file=_read_token
     )
-    if config.tls_server_config is not None:
-        server_context(config.tls_server_config)
+    tls = config.tls_server_config
+    if tls is not None:
+        _check_tls_files(tls)
+        server_context(tls)
     return config
+
+
+def _check_tls_files(tls: TLSServerConfig) -> None:
+    """Each TLS file is a regular file of at most TLS_FILE_MAX_BYTES (OpenSSL reads them
+    from the path, without such bounds); every bad one reported."""
+    problems = []
+    named = {"cert_file": tls.cert_file, "key_file": tls.key_file}
+    if tls.client_ca_file is not None:
+        named["client_ca_file"] = tls.client_ca_file
+    for key, file in named.items():
+        try:
+            read_regular(file, TLS_FILE_MAX_BYTES)
+        except OSError as exc:
+            why = f"cannot read {file!r}: {exc.strerror}"
+            problems.append(ConfigError(f"tls_server_config.{key}", why))
+        except ValueError as exc:
+            problems.append(ConfigError(f"tls_server_config.{key}", f"{file!r} {exc}"))
+    if problems:
+        raise ConfigErrors.of(problems)
 
 
 def server_context(tls: TLSServerConfig) -> ssl.SSLContext:
