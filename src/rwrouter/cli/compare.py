@@ -289,8 +289,6 @@ async def _open(role: str, dest: DestinationConfig, base: str, *, index: int) ->
         return await open_store(role, base, dest, index=index)
     except CredentialsError as exc:
         raise ConfigError(path + (".sigv4" if dest.sigv4 else ""), str(exc)) from None
-    except OSError as exc:  # ssl.SSLError is an OSError
-        raise ConfigError(f"{path}.tls_config", f"cannot use a TLS file: {exc}") from None
 
 
 async def _compare(

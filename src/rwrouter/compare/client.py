@@ -88,10 +88,12 @@ class Store:
 
 async def open_store(role: str, base: str, dest: DestinationConfig, *, index: int) -> Store:
     """The :class:`Store` of destination ``dest`` (``remote_write[index]``) at ``base``.
-    Raises ConfigError (no signing region), CredentialsError (no AWS credentials), OSError or
-    ssl.SSLError (a TLS file)."""
-    auth = await authenticator_for(dest, path=f"remote_write[{index}]")
-    context = ssl_context_for(dest.tls_config) if dest.tls_config is not None else None
+    Raises ConfigError (no signing region; a TLS file that cannot be used, naming
+    ``remote_write[index].tls_config.<key>``), CredentialsError (no AWS credentials)."""
+    path = f"remote_write[{index}]"
+    auth = await authenticator_for(dest, path=path)
+    tls = dest.tls_config
+    context = None if tls is None else ssl_context_for(tls, path=f"{path}.tls_config")
     return Store(role=role, base=base, auth=auth, ssl=context, proxy=dest.proxy_url)
 
 
