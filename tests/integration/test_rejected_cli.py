@@ -454,27 +454,40 @@ RELATIVE = (
         pytest.param(
             RELATIVE,
             "elsewhere",
-            False,
-            "destination workspace: no rejected batches (data/rejected/workspace does not "
-            "exist: storage.path 'data' is relative to the current directory, {tmp}/elsewhere, "
-            "as rwrouter run resolves it; run this in rwrouter run's working directory, or "
-            "make storage.path absolute)",
+            "",
+            "destination workspace: no rejected batches (storage.path 'data' does not exist "
+            "here: it is relative to the current directory, {tmp}/elsewhere, as rwrouter run "
+            "resolves it; run this in rwrouter run's working directory, or make storage.path "
+            "absolute)",
             id="relative_path_from_another_directory",
         ),
         pytest.param(
             RELATIVE,
             "",
-            True,
+            "data/queue/workspace",
+            "destination workspace: no rejected batches yet (nothing refused)",
+            id="relative_path_where_run_runs_nothing_refused",
+        ),
+        pytest.param(
+            RELATIVE,
+            "",
+            "data/rejected/workspace",
             "destination workspace: no rejected batches (data/rejected/workspace)",
-            id="relative_path_where_run_runs",
+            id="relative_path_where_run_runs_store_emptied",
         ),
         pytest.param(
             RELATIVE.replace("path: data", "path: {tmp}/gone"),
             "",
-            False,
-            "destination workspace: no rejected batches ({tmp}/gone/rejected/workspace does "
-            "not exist)",
+            "",
+            "destination workspace: no rejected batches (storage.path {tmp}/gone does not exist)",
             id="absolute_path_missing",
+        ),
+        pytest.param(
+            RELATIVE.replace("path: data", "path: {tmp}/data"),
+            "elsewhere",
+            "data/queue/workspace",
+            "destination workspace: no rejected batches yet (nothing refused)",
+            id="absolute_path_nothing_refused",
         ),
     ],
 )
@@ -484,15 +497,19 @@ def test_an_empty_list_says_where_it_looked(
     capsys: pytest.CaptureFixture[str],
     config_text: str,
     cwd: str,
-    made: bool,
+    made: str,
     expected: str,
 ) -> None:
     config = tmp_path / "rwrouter.yaml"
     config.write_text(config_text.replace("{tmp}", str(tmp_path)))
     (tmp_path / "elsewhere").mkdir()
-    if made:  # rwrouter run made it (an empty store)
-        (tmp_path / "data" / "rejected" / "workspace").mkdir(parents=True)
+    if made:  # what rwrouter run made: its queue (nothing refused) or an emptied store
+        (tmp_path / made).mkdir(parents=True)
     monkeypatch.chdir(tmp_path / cwd)
     assert main(["list", "--config", str(config)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines == [expected.replace("{tmp}", str(tmp_path)), "no rejected batches"]
+    assert main(["list", "--config", str(config), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed["storage_path_exists"] is ("data" in made)
+    assert listed["destinations"][0]["directory_exists"] is ("rejected" in made)
