@@ -320,6 +320,41 @@ def test_list_empty_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert not (tmp_path / "data").exists()  # listing creates nothing
 
 
+def _time_out_of_range(path: Path) -> None:
+    text = path.read_bytes()
+    path.write_bytes(text.replace(b'"at_ms": ', b'"at_ms": 1000000000000000000', 1))
+
+
+def _fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(_time_out_of_range, id="at_ms_too_large"),
+        pytest.param(_fifo, id="fifo_named_like_an_entry"),
+    ],
+)
+@pytest.mark.timeout(30)
+def test_list_skips_a_broken_entry_and_lists_the_others(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    damage: Callable[[Path], None],
+) -> None:
+    """As the docs say: a corrupt file is skipped with a warning, the others listed (an
+    at_ms past year 9999 once failed the whole listing, exit 1; a FIFO hung it)."""
+    store = fill(tmp_path, 3)
+    broken = store.entries()[1]
+    damage(store.directory / broken.name)
+    config = write_config(tmp_path, "http://127.0.0.1:9/api/v1/write")
+    assert main(["list", "--config", str(config), "self-hosted"]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[-1].startswith("total: 2 batches, 4 series, 4 samples")
+    assert broken.name in err and "corrupt dead-letter entry skipped" in err
+
+
 UNKNOWN = [
     ("list", ["list", "nope"]),
     ("list_json", ["list", "nope", "--json"]),
