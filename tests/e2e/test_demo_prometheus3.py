@@ -164,6 +164,19 @@ def test_unsigned_queries_are_query_rejections_not_write_rejections(
     assert "queries: " in format_summary(summary)
 
 
+def test_a_signed_request_to_another_path_is_no_write_request(pipeline: DemoPipeline) -> None:
+    """A signed probe of a path the workspace does not serve (the new user's buildinfo) gets
+    403 Missing Authentication Token, as from AWS, and the summary counts it apart: not under
+    the write requests' ``rejected:``."""
+    base = pipeline.double.query_url(WORKSPACE_ID).removesuffix("/query")
+    status, payload = signed_get(f"{base}/status/buildinfo")
+    assert (status, payload) == (403, {"message": "Missing Authentication Token"})
+    summary = pipeline.summary()
+    assert summary.rejections == {} and summary.other_requests >= 1
+    text = format_summary(summary)
+    assert "rejected: none" in text and "; other requests: " in text
+
+
 def test_a_binary_that_is_no_prometheus_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

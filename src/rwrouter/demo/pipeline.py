@@ -278,6 +278,7 @@ class DemoPipeline:
             rejections=dict(self.double.rejections),
             queries=self.double.query_count,
             query_rejections=dict(self.double.query_rejections),
+            other_requests=self.double.other_count,
             self_hosted_by_name=by_name,
             self_hosted_error=error,
             router=router_counters(f"{self.router.url}/metrics")
