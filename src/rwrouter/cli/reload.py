@@ -9,6 +9,9 @@ By default it POSTs ``/-/reload`` to the router (``--url``; by default the liste
 SIGHUP to that process instead (``kill -HUP PID``; SIGHUP always reloads; in the image the
 router is PID 1).
 
+It follows no redirect: a 3xx is reported as ``redirected to HOST:PORT (not followed)``
+(exit 1), and the credential is sent nowhere else.
+
 Prints the router's answer (what the reload changed: kept, changed, restarted, added and
 removed destinations) or why it failed, with what to do about a 403. Exit 0 when the
 configuration was reloaded (or the signal sent); 1 when the router refused (403: lifecycle
@@ -23,9 +26,8 @@ import os
 import signal
 import sys
 import urllib.error
-import urllib.request
 
-from rwrouter.cli.audit import DEFAULT_URL, TIMEOUT, router_request, router_url
+from rwrouter.cli.audit import DEFAULT_URL, Redirected, open_router, router_request, router_url
 from rwrouter.logs import escape
 
 __all__ = ["register"]
@@ -76,8 +78,11 @@ def cmd_reload(args: argparse.Namespace) -> int:
     request, context = router_request(address, args.http_config_file)
     request.method, request.data = "POST", b""
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT, context=context) as response:
+        with open_router(request, context) as response:
             answer = response.read().decode(errors="replace").strip()
+    except Redirected as exc:  # the admin credential goes to the router, nowhere else
+        print(f"rwrouter reload: {address} {exc}", file=sys.stderr)
+        return 1
     except urllib.error.HTTPError as exc:
         reason = exc.read().decode(errors="replace").strip() or exc.reason
         print(
