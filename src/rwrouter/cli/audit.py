@@ -8,9 +8,10 @@ address of ``--config``, else ``http://127.0.0.1:9250``), whose destinations wit
 requests arrive; ``--http.config.file FILE`` gives the credentials and TLS settings to reach a
 router with a web configuration file (as ``promtool --http.config.file``:
 :mod:`rwrouter.config.httpclient`). No redirect is followed (:func:`open_router`: the
-credential goes to the router only): a 3xx is reported, exit 1. With ``--capture FILE`` it instead routes the requests of
-a capture file through ``--config``'s rules and counts **every** destination, offline
-(nothing is sent): try several configurations on the same traffic.
+credential goes to the router only): a 3xx is reported, exit 1. With ``--capture FILE`` it
+instead routes the requests of a capture file through ``--config``'s rules and counts
+**every** destination, offline (nothing is sent): try several configurations on the same
+traffic.
 
 ``rwrouter capture --output FILE`` records the remote write requests it receives
 (:mod:`rwrouter.server.capture`) for ``--capture``.
@@ -38,6 +39,7 @@ from typing import IO, Any
 
 from rwrouter.auth.schemes import authenticator_for
 from rwrouter.config.httpclient import HTTPClientConfig, parse_http_client_config
+from rwrouter.errors import RedirectError
 from rwrouter.logs import escape
 from rwrouter.send.transport import ssl_context_for
 
@@ -184,7 +186,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     try:
         with open_router(request, context) as response:
             report = json.load(response)
-    except Redirected as exc:
+    except RedirectError as exc:
         print(f"rwrouter audit: {address} {exc}", file=sys.stderr)
         return 1
     except urllib.error.HTTPError as exc:
@@ -208,7 +210,7 @@ def _budgets(address: str, http_config_file: str | None) -> dict[str, Any]:
     try:
         with open_router(request, context) as response:
             status = json.load(response)
-    except (Redirected, urllib.error.URLError, OSError, ValueError):
+    except (RedirectError, urllib.error.URLError, OSError, ValueError):
         return {}
     return {
         name: {
@@ -235,20 +237,15 @@ def _budget_lines(budgets: dict[str, Any]) -> list[str]:
     return lines
 
 
-class Redirected(Exception):
-    """The router's address answered a redirect, not followed: the request carries the admin
-    or reader credential of ``--http.config.file``, which must not go to another host (Go's
-    client, and so promtool, would follow it; urllib would too, keeping ``Authorization``)."""
-
-    def __init__(self, status: int, location: str) -> None:
-        parts = urllib.parse.urlsplit(location)
-        try:
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-        except ValueError:  # a port that is not one: shown as it came
-            port = None
-        where = f"{parts.hostname}:{port}" if parts.hostname and port else location
-        super().__init__(f"redirected to {where} (not followed)")
-        self.status, self.location = status, location
+def _host_port(location: str) -> str:
+    """``host:port`` of a redirect's target (the scheme's port when it names none), or the
+    location as it came when it has no host."""
+    parts = urllib.parse.urlsplit(location)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:  # a port that is not one
+        return location
+    return f"{parts.hostname}:{port}" if parts.hostname else location
 
 
 class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
@@ -262,16 +259,18 @@ class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
         newurl: str,
     ) -> urllib.request.Request | None:
         fp.close()
-        raise Redirected(code, newurl)
+        message = f"redirected to {_host_port(newurl)} (not followed)"
+        raise RedirectError(message, location=newurl)
 
 
 def open_router(
     request: urllib.request.Request, context: ssl.SSLContext | None
 ) -> http.client.HTTPResponse:
     """Send ``request`` (:func:`router_request`) and return the answer, within
-    :data:`TIMEOUT` seconds, following no redirect. Raises :class:`Redirected` for a 3xx
-    with a Location, urllib.error.HTTPError for another answer that is not 2xx, URLError or
-    OSError when the router cannot be reached."""
+    :data:`TIMEOUT` seconds, following no redirect: the credential is for the router only
+    (``urllib.request.urlopen`` would follow it, ``Authorization`` included). Raises
+    RedirectError for a 3xx with a Location, urllib.error.HTTPError for another answer that
+    is not 2xx, URLError or OSError when the router cannot be reached."""
     opener = urllib.request.build_opener(
         urllib.request.HTTPSHandler(context=context), _RefuseRedirects
     )

@@ -28,7 +28,8 @@ import signal
 import sys
 import urllib.error
 
-from rwrouter.cli.audit import DEFAULT_URL, Redirected, open_router, router_request, router_url
+from rwrouter.cli.audit import DEFAULT_URL, open_router, router_request, router_url
+from rwrouter.errors import RedirectError
 from rwrouter.logs import escape
 
 __all__ = ["register"]
@@ -96,7 +97,7 @@ def cmd_reload(args: argparse.Namespace) -> int:
     try:
         with open_router(request, context) as response:
             answer = response.read().decode(errors="replace").strip()
-    except Redirected as exc:  # the admin credential goes to the router, nowhere else
+    except RedirectError as exc:  # the admin credential goes to the router, nowhere else
         print(f"rwrouter reload: {address} {exc}", file=sys.stderr)
         return 1
     except urllib.error.HTTPError as exc:
