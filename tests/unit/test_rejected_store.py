@@ -13,8 +13,8 @@ from urllib.parse import unquote
 
 import pytest
 
+from rwrouter.deadletter.entry import MAGIC
 from rwrouter.deadletter.store import (
-    MAGIC,
     RESPONSE_MAX_BYTES,
     DeadLetter,
     DeadLetterStore,
