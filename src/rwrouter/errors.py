@@ -22,6 +22,8 @@ built-in base as well, so code that caught them by it still does::
     ├── WorkspaceBackendError    the workspace double's backend Prometheus took no write/answer
     ├── AnswerError              (also ValueError) a store's answer to ``rwrouter compare`` is
     │                            not a Prometheus range query result (or an error answer)
+    ├── RedirectError            the router asked by ``rwrouter reload``/``audit --url``
+    │                            answered a redirect, not followed (the credential stays)
     └── PrometheusNotFoundError  (also RuntimeError) no ``prometheus`` binary for the demo
 
 A :class:`RequestError` never becomes a 5xx answer, and it never affects the next request.
@@ -198,6 +200,18 @@ class AnswerError(RwrouterError, ValueError):
     query result: an error answer (its ``errorType`` and ``error``), another result type, a
     malformed one, or one over the size bound. The text says which
     (:mod:`rwrouter.compare.parity`); the command reports it as that store's failure."""
+
+
+class RedirectError(RwrouterError):
+    """The router asked by ``rwrouter reload --url`` or ``rwrouter audit --url`` answered a
+    redirect, which is not followed (:func:`rwrouter.cli.audit.open_router`): the request
+    carries the credential of ``--http.config.file``, for the router only. ``location``: where
+    the answer pointed; the message reads ``redirected to HOST:PORT (not followed)``. The
+    commands print it after the address asked and exit 1."""
+
+    def __init__(self, message: str, *, location: str) -> None:
+        super().__init__(message)
+        self.location = location
 
 
 class PrometheusNotFoundError(RwrouterError, RuntimeError):

@@ -20,6 +20,7 @@ __all__ = [
     "REFUSED_CONNECTION_REASONS",
     "RETRY_LABELS",
     "SAMPLE_DROP_REASONS",
+    "SAMPLE_LOSS_REASONS",
     "AuthReason",
     "ConnectionReason",
     "DropReason",
@@ -124,6 +125,26 @@ REFUSAL_REASONS = (
     DropReason.CLIENT_ERROR,
     DropReason.SERVER_ERROR,
     DropReason.REFUSED,
+)
+
+#: The drop reasons of ``rwrouter_samples_dropped_total`` that are losses: samples the sender
+#: was answered 2xx for, meant for the destination, that it will not get (a final refusal, a
+#: 2xx that wrote less, a queue dropping or finding them corrupt, names that collide once
+#: escaped, an exemplar remote write 2.0 cannot carry). The example alert
+#: ``RwrouterSamplesDropped`` (deploy/prometheus/alerts.yaml) and the dashboard's "Samples
+#: lost" panel match exactly these (tests/unit/test_loss_reasons.py). The others are not
+#: losses, as docs/runbook.md explains: ``relabel``, ``filtered`` and ``invalid`` are what the
+#: rules or the destination's settings keep out (a fallback destination gets it),
+#: ``ha_replica`` the copy of the replica not elected, ``series_limit`` the budget chosen
+#: (``on_series_limit``; alerted by ``RwrouterSeriesBudgetNearlySpent``), ``queue_full`` a
+#: 503 the sender retries (never acknowledged), ``too_old`` ``sample_age_limit`` on purpose.
+SAMPLE_LOSS_REASONS = (
+    *REFUSAL_REASONS,
+    DropReason.NOT_WRITTEN,
+    DropReason.DROP_OLDEST,
+    DropReason.CORRUPT,
+    DropReason.NAME_COLLISION,
+    DropReason.ORPHAN_EXEMPLAR,
 )
 
 #: The drop reasons of ``rwrouter_metadata_dropped_total``: metadata entries are not relabeled

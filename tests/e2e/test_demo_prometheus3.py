@@ -167,6 +167,36 @@ def test_unsigned_queries_are_query_rejections_not_write_rejections(
     assert "queries: " in format_summary(summary)
 
 
+def test_a_signed_request_to_another_path_is_no_write_request(pipeline: DemoPipeline) -> None:
+    """A signed probe of a path the workspace does not serve (the new user's buildinfo) gets
+    403 Missing Authentication Token, as from AWS, and the summary counts it apart: not under
+    the write requests' ``rejected:``."""
+    base = pipeline.double.query_url(WORKSPACE_ID).removesuffix("/query")
+    status, payload = signed_get(f"{base}/status/buildinfo")
+    assert (status, payload) == (403, {"message": "Missing Authentication Token"})
+    summary = pipeline.summary()
+    assert summary.rejections == {} and summary.other_requests >= 1
+    text = format_summary(summary)
+    assert "rejected: none" in text and "; other requests: " in text
+
+
+def test_the_audit_line_gives_the_url_then_a_command_that_runs(pipeline: DemoPipeline) -> None:
+    """One line, as the demo prints it: what it is, the URL, then the ready command."""
+    name = "audit (what each destination would cost)"
+    line = f"  {name}: {pipeline.urls[name]}"
+    assert pipeline.router is not None
+    url = pipeline.router.url
+    assert line == (
+        f"  audit (what each destination would cost): {url}/-/audit  or: "
+        f"{shlex.quote(sys.executable)} -m rwrouter audit --url {url}"
+    )
+    with urllib.request.urlopen(f"{url}/-/audit", timeout=10) as answer:
+        assert answer.status == 200 and "destinations" in json.loads(answer.read())
+    command = shlex.split(line.split("  or: ", 1)[1])
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0 and "workspace" in done.stdout, done.stderr
+
+
 def test_a_binary_that_is_no_prometheus_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -189,8 +189,25 @@ def test_output_into_a_pipe_closed_before_it_is_written_is_quiet(argv: list[str]
     assert result.stderr == ""
 
 
-@pytest.mark.parametrize("argv", [["run"], []], ids=["run_without_config", "no_command"])
-def test_run_without_config_exits_2_with_a_hint(tmp_path: Path, argv: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("argv", "last_line"),
+    [
+        pytest.param(
+            ["run"],
+            "rwrouter: error: rwrouter run needs --config FILE (the demo is `rwrouter demo`)",
+            id="run_without_config",
+        ),
+        pytest.param(
+            [],
+            "rwrouter: error: a command is needed (listed above): `rwrouter run --config FILE` "
+            "runs the router, `rwrouter demo` the local demo",
+            id="no_command",
+        ),
+    ],
+)
+def test_run_without_config_exits_2_with_a_hint(
+    tmp_path: Path, argv: list[str], last_line: str
+) -> None:
     """As a user (or a manifest missing its flag) runs it: nothing starts, exit status 2."""
     result = subprocess.run(
         [sys.executable, "-m", "rwrouter", *argv],
@@ -201,9 +218,7 @@ def test_run_without_config_exits_2_with_a_hint(tmp_path: Path, argv: list[str])
         timeout=60,
     )
     assert result.returncode == 2
-    assert result.stderr.splitlines()[-1] == (
-        "rwrouter: error: rwrouter run needs --config FILE (the demo is `rwrouter demo`)"
-    )
+    assert result.stderr.splitlines()[-1] == last_line
     assert result.stdout == "" and "Traceback" not in result.stderr
     assert list(tmp_path.iterdir()) == []  # nothing written where it ran
 

@@ -320,6 +320,41 @@ def test_list_empty_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert not (tmp_path / "data").exists()  # listing creates nothing
 
 
+def _time_out_of_range(path: Path) -> None:
+    text = path.read_bytes()
+    path.write_bytes(text.replace(b'"at_ms": ', b'"at_ms": 1000000000000000000', 1))
+
+
+def _fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(_time_out_of_range, id="at_ms_too_large"),
+        pytest.param(_fifo, id="fifo_named_like_an_entry"),
+    ],
+)
+@pytest.mark.timeout(30)
+def test_list_skips_a_broken_entry_and_lists_the_others(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    damage: Callable[[Path], None],
+) -> None:
+    """As the docs say: a corrupt file is skipped with a warning, the others listed (an
+    at_ms past year 9999 once failed the whole listing, exit 1; a FIFO hung it)."""
+    store = fill(tmp_path, 3)
+    broken = store.entries()[1]
+    damage(store.directory / broken.name)
+    config = write_config(tmp_path, "http://127.0.0.1:9/api/v1/write")
+    assert main(["list", "--config", str(config), "self-hosted"]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[-1].startswith("total: 2 batches, 4 series, 4 samples")
+    assert broken.name in err and "corrupt dead-letter entry skipped" in err
+
+
 UNKNOWN = [
     ("list", ["list", "nope"]),
     ("list_json", ["list", "nope", "--json"]),
@@ -454,27 +489,40 @@ RELATIVE = (
         pytest.param(
             RELATIVE,
             "elsewhere",
-            False,
-            "destination workspace: no rejected batches (data/rejected/workspace does not "
-            "exist: storage.path 'data' is relative to the current directory, {tmp}/elsewhere, "
-            "as rwrouter run resolves it; run this in rwrouter run's working directory, or "
-            "make storage.path absolute)",
+            "",
+            "destination workspace: no rejected batches (storage.path 'data' does not exist "
+            "here: it is relative to the current directory, {tmp}/elsewhere, as rwrouter run "
+            "resolves it; run this in rwrouter run's working directory, or make storage.path "
+            "absolute)",
             id="relative_path_from_another_directory",
         ),
         pytest.param(
             RELATIVE,
             "",
-            True,
+            "data/queue/workspace",
+            "destination workspace: no rejected batches yet (nothing refused)",
+            id="relative_path_where_run_runs_nothing_refused",
+        ),
+        pytest.param(
+            RELATIVE,
+            "",
+            "data/rejected/workspace",
             "destination workspace: no rejected batches (data/rejected/workspace)",
-            id="relative_path_where_run_runs",
+            id="relative_path_where_run_runs_store_emptied",
         ),
         pytest.param(
             RELATIVE.replace("path: data", "path: {tmp}/gone"),
             "",
-            False,
-            "destination workspace: no rejected batches ({tmp}/gone/rejected/workspace does "
-            "not exist)",
+            "",
+            "destination workspace: no rejected batches (storage.path {tmp}/gone does not exist)",
             id="absolute_path_missing",
+        ),
+        pytest.param(
+            RELATIVE.replace("path: data", "path: {tmp}/data"),
+            "elsewhere",
+            "data/queue/workspace",
+            "destination workspace: no rejected batches yet (nothing refused)",
+            id="absolute_path_nothing_refused",
         ),
     ],
 )
@@ -484,15 +532,19 @@ def test_an_empty_list_says_where_it_looked(
     capsys: pytest.CaptureFixture[str],
     config_text: str,
     cwd: str,
-    made: bool,
+    made: str,
     expected: str,
 ) -> None:
     config = tmp_path / "rwrouter.yaml"
     config.write_text(config_text.replace("{tmp}", str(tmp_path)))
     (tmp_path / "elsewhere").mkdir()
-    if made:  # rwrouter run made it (an empty store)
-        (tmp_path / "data" / "rejected" / "workspace").mkdir(parents=True)
+    if made:  # what rwrouter run made: its queue (nothing refused) or an emptied store
+        (tmp_path / made).mkdir(parents=True)
     monkeypatch.chdir(tmp_path / cwd)
     assert main(["list", "--config", str(config)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines == [expected.replace("{tmp}", str(tmp_path)), "no rejected batches"]
+    assert main(["list", "--config", str(config), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed["storage_path_exists"] is ("data" in made)
+    assert listed["destinations"][0]["directory_exists"] is ("rejected" in made)

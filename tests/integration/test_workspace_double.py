@@ -286,17 +286,6 @@ REJECTIONS: list[tuple[Any, ...]] = [
         "Missing Authentication Token",
     ),
     (
-        "1 unknown path",
-        {},
-        None,
-        None,
-        "PATH",
-        0,
-        403,
-        "missing_auth",
-        "Missing Authentication Token",
-    ),
-    (
         "2 unsigned",
         {},
         lambda h: h.clear(),
@@ -544,8 +533,7 @@ async def test_rejections_in_order_store_nothing(
     reason: str,
     fragment: str,
 ) -> None:
-    special = {"PATH": f"{ws.base_url}/api/v1/write", "GET": ws.url("ws-1")}
-    url = special.get(workspace) or ws.url(workspace)
+    url = ws.url("ws-1") if workspace == "GET" else ws.url(workspace)
     body = _body_for(body_kind, up(ts_ms=now_ms(clock)), clock)
     headers = signed(url, body, **sign_kw)
     if tamper is not None:
@@ -843,6 +831,43 @@ async def test_hanging_response_until_stopped(
     with pytest.raises(aiohttp.ClientError):
         await asyncio.wait_for(pending, 5)
     assert ws.series("ws-1") == {}
+
+
+OTHER_PATHS = [
+    pytest.param("GET", "/workspaces/ws-1/api/v1/status/buildinfo", id="signed_buildinfo"),
+    pytest.param("POST", "/api/v1/write", id="write_without_the_workspace"),
+    pytest.param("POST", "/workspaces/ws-1/api/v1/remote_write/x", id="write_path_and_more"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), OTHER_PATHS)
+async def test_other_paths_are_counted_apart_from_write_requests(
+    ws: WorkspaceDouble, http: aiohttp.ClientSession, clock: ManualClock, method: str, path: str
+) -> None:
+    """A signed request to a path the workspace does not serve gets what API Gateway answers
+    for a route it lacks, 403 Missing Authentication Token, and is neither a write request
+    nor a rejected one (a demo once showed a buildinfo probe as ``rejected: missing_auth=1``
+    under the write requests)."""
+    url, body = ws.base_url + path, b"" if method == "GET" else up(ts_ms=now_ms(clock))
+    headers = sign(
+        method=method,
+        url=url,
+        headers={},
+        body=body,
+        credentials=STATIC,
+        region=REGION,
+        service="aps",
+    )
+    async with http.request(method, url, data=body, headers=headers) as answer:
+        status, reply = answer.status, await answer.json()
+        error_type = answer.headers["x-amzn-ErrorType"]
+    assert (status, reply) == (403, {"message": "Missing Authentication Token"})
+    assert error_type == "MissingAuthenticationTokenException"
+    assert (ws.request_count, ws.rejections, ws.query_count) == (0, {}, 0)
+    assert ws.other_count == 1 and ws.others[-1].path == path
+    async with http.get(f"{ws.base_url}/_double/state") as answer:
+        state = await answer.json()
+    assert (state["other_requests"], state["requests"], state["rejections"]) == (1, 0, {})
 
 
 async def test_inspection_endpoint(

@@ -316,6 +316,30 @@ async def test_only_what_the_double_accepted_reaches_the_backend(
     assert double.backends["ws-1"].writes == 2
 
 
+async def test_the_state_counts_the_samples_written_to_the_backend(
+    make_double: Callable[..., Any], http: aiohttp.ClientSession, backend: PrometheusProcess
+) -> None:
+    """``/_double/state``'s figure of a backend is the samples written to it (it once said
+    ``series`` for the series of every write summed: the demo's sample count)."""
+    double = await make_double()
+    ts = now_ms()
+    request = remote_pb2.WriteRequest()
+    for n, points in (("1", (ts - 1000, ts)), ("2", (ts,))):
+        series = request.timeseries.add()
+        series.labels.add(name="__name__", value="q_points")
+        series.labels.add(name="n", value=n)
+        for at in points:
+            series.samples.add(value=1.0, timestamp=at)
+    assert await write(http, double, bytes(snappy.compress(request.SerializeToString()))) == (
+        200,
+        "",
+    )
+    async with http.get(f"{double.base_url}/_double/state") as answer:
+        state = await answer.json()
+    assert state["backends"] == {"ws-1": {"url": backend.url, "writes": 1, "samples": 3}}
+    assert state["workspaces"]["ws-1"]["samples"] == 3
+
+
 def request_with_invalid_series(ts_ms: int) -> bytes:
     request = remote_pb2.WriteRequest()
     for valid in ("yes", ""):  # an empty label value is refused (check 12)

@@ -1,5 +1,6 @@
-"""``rwrouter run`` needs ``--config``: without it (and for ``rwrouter`` alone) a usage error,
-exit status 2 with a one-line hint, and nothing started; the demo is ``rwrouter demo``."""
+"""``rwrouter run`` needs ``--config``: without it a usage error, exit status 2 with a one-line
+hint, and nothing started; the demo is ``rwrouter demo``. ``rwrouter`` alone prints the help
+with the list of commands (exit 2)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from rwrouter import cli
 from rwrouter.demo import pipeline
 
 HINT = "rwrouter: error: rwrouter run needs --config FILE (the demo is `rwrouter demo`)"
+RUN_HINT = HINT.removeprefix("rwrouter: error: ")
 
 
 @pytest.fixture
@@ -29,8 +31,6 @@ def demos(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
 NO_CONFIG_CASES = [
     ("run", ["run"]),
-    ("no_command", []),
-    ("no_command_with_a_global_option", ["--log-level", "debug"]),
     ("run_after_a_global_option", ["--log-level", "warning", "run"]),
     ("run_with_workers", ["run", "--workers", "2"]),
 ]
@@ -49,6 +49,29 @@ def test_run_without_config_is_a_usage_error(
     assert err.startswith("usage: rwrouter ")  # argparse's shape: usage, then the error
     assert err.rstrip("\n").splitlines()[-1] == HINT
     assert demos == []  # the demo did not start in its place
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param([], id="no_command"),
+        pytest.param(["--log-level", "debug"], id="no_command_with_a_global_option"),
+    ],
+)
+def test_no_command_prints_the_help_with_the_commands(
+    argv: list[str], demos: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Once "rwrouter run needs --config FILE", which named one command of nine."""
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("usage: rwrouter ")
+    commands = err.split("positional arguments:", 1)[1].split("options:", 1)[0]
+    listed = {line.split()[0] for line in commands.splitlines()[2:] if line[:5].strip()}
+    assert {"run", "check-config", "demo", "rejected", "reload", "compare"} <= listed
+    assert err.rstrip("\n").splitlines()[-1] == f"rwrouter: error: {cli.NO_COMMAND}"
+    assert RUN_HINT not in err and demos == []
 
 
 def test_the_demo_is_rwrouter_demo(demos: list[dict[str, Any]]) -> None:

@@ -21,6 +21,7 @@ from rwrouter.errors import (
     ListenError,
     PrometheusNotFoundError,
     QueueInUseError,
+    RedirectError,
     RequestError,
     RwrouterError,
     SeriesError,
@@ -55,6 +56,7 @@ TREE: list[tuple[type[BaseException], tuple[type[BaseException], ...], int | Non
     (SeriesError, (RwrouterError, ValueError), None),
     (WorkspaceBackendError, (RwrouterError,), None),
     (AnswerError, (RwrouterError, ValueError), None),
+    (RedirectError, (RwrouterError,), None),
     (PrometheusNotFoundError, (RwrouterError, RuntimeError), None),
     (InvariantError, (RuntimeError,), None),  # a bug: deliberately not an RwrouterError
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -12,8 +13,8 @@ from urllib.parse import unquote
 
 import pytest
 
+from rwrouter.deadletter.entry import MAGIC
 from rwrouter.deadletter.store import (
-    MAGIC,
     RESPONSE_MAX_BYTES,
     DeadLetter,
     DeadLetterStore,
@@ -308,7 +309,33 @@ def _empty(path: Path) -> None:
 
 def _unreadable_directory(path: Path) -> None:
     path.unlink()
-    path.mkdir()  # an entry name that is a directory: open() fails with an OSError
+    path.mkdir()  # an entry name that is a directory: not a regular file
+
+
+def _at_ms_beyond_datetime(path: Path) -> None:
+    # once failed the whole `rejected list` ("[Errno 75] Value too large" from the time)
+    data = path.read_bytes()
+    path.write_bytes(re.sub(rb'"at_ms": \d+', b'"at_ms": ' + str(10**20).encode(), data, count=1))
+
+
+def _header_nested_too_deep(path: Path) -> None:
+    # once a RecursionError traceback: 30000 "[" fit in the 64 KiB the header may take
+    data = path.read_bytes()
+    start = len(MAGIC)
+    end = data.index(b"\n", start)
+    path.write_bytes(data[:start] + b"[" * 30_000 + data[end:])
+
+
+def _fifo(path: Path) -> None:
+    # once hung the listing: open() of a FIFO waits for a writer
+    path.unlink()
+    os.mkfifo(path)
+
+
+def _symlink_to_another_entry(path: Path) -> None:
+    first = sorted(p for p in path.parent.iterdir() if p.name.endswith(".rej"))[0]
+    path.unlink()
+    path.symlink_to(first)
 
 
 CORRUPTIONS = [
@@ -319,6 +346,10 @@ CORRUPTIONS = [
     ("wrong_field_type", _wrong_type),
     ("empty_file", _empty),
     ("not_a_file", _unreadable_directory),
+    ("at_ms_beyond_datetime", _at_ms_beyond_datetime),
+    ("header_nested_too_deep", _header_nested_too_deep),
+    ("fifo", _fifo),
+    ("symlink", _symlink_to_another_entry),
 ]
 
 
@@ -334,7 +365,8 @@ def test_corrupt_entry_skipped_with_a_warning(
     victim = store.entries()[1]
     before = (tmp_path / victim.name).read_bytes()
     corrupt(tmp_path / victim.name)
-    assert (tmp_path / victim.name).is_dir() or (tmp_path / victim.name).read_bytes() != before
+    path = tmp_path / victim.name
+    assert not path.is_file() or path.is_symlink() or path.read_bytes() != before
     with caplog.at_level(logging.WARNING, logger="rwrouter.rejected"):
         assert [e.samples for e in store.entries()] == [0, 2]
     assert victim.name in caplog.text and "corrupt" in caplog.text

@@ -14,7 +14,8 @@ from prometheus_client import CollectorRegistry
 
 from rwrouter.auth.schemes import NoAuth
 from rwrouter.config import describe_config, parse_config
-from rwrouter.deadletter.store import MAGIC, DeadLetterStore
+from rwrouter.deadletter.entry import MAGIC
+from rwrouter.deadletter.store import DeadLetterStore
 from rwrouter.errors import ConfigError, DecodeError
 from rwrouter.metrics import Metrics
 from rwrouter.queue.records import (

@@ -8,8 +8,9 @@ store and the workspace) and ``rwrouter reload``.
 ``rwrouter run --config FILE`` runs the router (SIGHUP reloads FILE; SIGTERM drains for
 ``server.shutdown_timeout``); ``--workers N`` runs N router processes sharing the port
 (:mod:`rwrouter.server.supervisor`). ``--config`` is required: a router started without one
-would send nothing anywhere and still look healthy, so ``rwrouter run`` alone (or
-``rwrouter`` with no command) is a usage error; the local demo pipeline is ``rwrouter demo``.
+would send nothing anywhere and still look healthy, so ``rwrouter run`` alone is a usage
+error; ``rwrouter`` with no command prints the help with the list of commands (exit 2); the
+local demo pipeline is ``rwrouter demo``.
 Exit codes: 0 clean stop, 1 runtime failure, 2 bad configuration or usage.
 ``rwrouter --help`` shows :data:`DESCRIPTION` and :data:`EPILOG` (this text, for a terminal).
 """
@@ -105,8 +106,13 @@ async def serve(
     return 0
 
 
-#: What ``rwrouter run`` without ``--config`` (and ``rwrouter`` alone) says (exit status 2).
+#: What ``rwrouter run`` without ``--config`` says (exit status 2).
 RUN_NEEDS_CONFIG = "rwrouter run needs --config FILE (the demo is `rwrouter demo`)"
+#: The last line of ``rwrouter`` alone, after the help and its list of commands (exit 2).
+NO_COMMAND = (
+    "a command is needed (listed above): `rwrouter run --config FILE` runs the router, "
+    "`rwrouter demo` the local demo"
+)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -353,7 +359,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rwrouter`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command is None or (args.command == "run" and args.config is None):
+    if args.command is None:  # the help, with the commands, as git and kubectl do
+        parser.print_help(sys.stderr)
+        parser.exit(2, f"\nrwrouter: error: {NO_COMMAND}\n")
+    if args.command == "run" and args.config is None:
         parser.error(RUN_NEEDS_CONFIG)  # exit status 2, after the usage line
     setup_logging(args.log_level)
     try:

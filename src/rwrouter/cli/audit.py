@@ -7,9 +7,11 @@ address of ``--config``, else ``http://127.0.0.1:9250``), whose destinations wit
 ``shadow: true`` (counted, never sent) or ``audit: true`` (sent and counted) are counted as
 requests arrive; ``--http.config.file FILE`` gives the credentials and TLS settings to reach a
 router with a web configuration file (as ``promtool --http.config.file``:
-:mod:`rwrouter.config.httpclient`). With ``--capture FILE`` it instead routes the requests of
-a capture file through ``--config``'s rules and counts **every** destination, offline
-(nothing is sent): try several configurations on the same traffic.
+:mod:`rwrouter.config.httpclient`). No redirect is followed (:func:`open_router`: the
+credential goes to the router only): a 3xx is reported, exit 1. With ``--capture FILE`` it
+instead routes the requests of a capture file through ``--config``'s rules and counts
+**every** destination, offline (nothing is sent): try several configurations on the same
+traffic.
 
 ``rwrouter capture --output FILE`` records the remote write requests it receives
 (:mod:`rwrouter.server.capture`) for ``--capture``.
@@ -24,18 +26,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
 import json
 import os
 import ssl
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
-from typing import Any
+from email.message import Message
+from typing import IO, Any
 
 from rwrouter.auth.schemes import authenticator_for
 from rwrouter.config.files import CONFIG_FILE_MAX_BYTES, read_regular
 from rwrouter.config.httpclient import HTTPClientConfig, parse_http_client_config
-from rwrouter.errors import ConfigError
+from rwrouter.errors import ConfigError, RedirectError
 from rwrouter.logs import escape
 from rwrouter.send.transport import ssl_context_for
 
@@ -180,8 +185,11 @@ def cmd_audit(args: argparse.Namespace) -> int:
     address = f"{base}/-/audit?top={args.top}&sort={args.sort}"
     request, context = router_request(address, args.http_config_file)
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT, context=context) as response:
+        with open_router(request, context) as response:
             report = json.load(response)
+    except RedirectError as exc:
+        print(f"rwrouter audit: {address} {exc}", file=sys.stderr)
+        return 1
     except urllib.error.HTTPError as exc:
         reason = exc.read().decode(errors="replace").strip() or exc.reason
         print(f"rwrouter audit: {address} answered {exc.code}: {escape(reason)}", file=sys.stderr)
@@ -201,9 +209,9 @@ def _budgets(address: str, http_config_file: str | None) -> dict[str, Any]:
     printed anyway)."""
     request, context = router_request(address, http_config_file)
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT, context=context) as response:
+        with open_router(request, context) as response:
             status = json.load(response)
-    except (urllib.error.URLError, OSError, ValueError):
+    except (RedirectError, urllib.error.URLError, OSError, ValueError):
         return {}
     return {
         name: {
@@ -228,6 +236,47 @@ def _budget_lines(budgets: dict[str, Any]) -> list[str]:
         )
         lines += [f"  {metric}  {count:,.0f}" for metric, count in b["series_over"]]
     return lines
+
+
+def _host_port(location: str) -> str:
+    """``host:port`` of a redirect's target (the scheme's port when it names none), or the
+    location as it came when it has no host."""
+    parts = urllib.parse.urlsplit(location)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:  # a port that is not one
+        return location
+    return f"{parts.hostname}:{port}" if parts.hostname else location
+
+
+class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: Message,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        fp.close()
+        message = f"redirected to {_host_port(newurl)} (not followed)"
+        raise RedirectError(message, location=newurl)
+
+
+def open_router(
+    request: urllib.request.Request, context: ssl.SSLContext | None
+) -> http.client.HTTPResponse:
+    """Send ``request`` (:func:`router_request`) and return the answer, within
+    :data:`TIMEOUT` seconds, following no redirect: the credential is for the router only
+    (``urllib.request.urlopen`` would follow it, ``Authorization`` included). Raises
+    RedirectError for a 3xx with a Location, urllib.error.HTTPError for another answer that
+    is not 2xx, URLError or OSError when the router cannot be reached."""
+    opener = urllib.request.build_opener(
+        urllib.request.HTTPSHandler(context=context), _RefuseRedirects
+    )
+    response: http.client.HTTPResponse = opener.open(request, timeout=TIMEOUT)
+    return response
 
 
 def router_request(

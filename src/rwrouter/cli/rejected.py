@@ -74,25 +74,30 @@ def cmd_list(args: argparse.Namespace) -> int:
     stores = [(dest.name, _store(config, dest)) for _, dest in chosen]
     listed = [(name, store, store.entries()) for name, store in stores]
     if args.json:
-        print(json.dumps(_as_json(listed), indent=2))
+        print(json.dumps(_as_json(listed, storage_path=config.storage.path), indent=2))
     else:
         print(_as_text(listed, storage_path=config.storage.path))
     return 0
 
 
-def where(store: DeadLetterStore, *, storage_path: str) -> str:
-    """The store's directory as ``list`` and ``replay`` show it when it holds nothing; when it
-    does not exist, saying so and, for a relative ``storage_path`` (``storage.path``), what it
-    is relative to: the current directory, as ``rwrouter run`` resolves it."""
+def nothing_stored(store: DeadLetterStore, *, storage_path: str) -> str:
+    """What ``list`` and ``replay`` say of a store that holds nothing: ``no rejected batches
+    (<directory>)`` when its directory exists (emptied by a replay or the bound); ``no
+    rejected batches yet (nothing refused)`` when ``storage_path`` (``storage.path``) exists
+    but the store does not (the first refusal makes it); only when ``storage_path`` itself
+    does not exist, that it does not and, for a relative one, what it is relative to: the
+    current directory, as ``rwrouter run`` resolves it (this ran in another directory)."""
     directory = store.directory
     if directory.is_dir():
-        return str(directory)
+        return f"no rejected batches ({directory})"
+    if os.path.isdir(storage_path):
+        return "no rejected batches yet (nothing refused)"
     if os.path.isabs(storage_path):
-        return f"{directory} does not exist"
+        return f"no rejected batches (storage.path {storage_path} does not exist)"
     return (
-        f"{directory} does not exist: storage.path {storage_path!r} is relative to the current "
-        f"directory, {os.getcwd()}, as rwrouter run resolves it; run this in rwrouter run's "
-        "working directory, or make storage.path absolute"
+        f"no rejected batches (storage.path {storage_path!r} does not exist here: it is "
+        f"relative to the current directory, {os.getcwd()}, as rwrouter run resolves it; run "
+        "this in rwrouter run's working directory, or make storage.path absolute)"
     )
 
 
@@ -102,8 +107,8 @@ def _as_text(
     lines = []
     for name, store, entries in listed:
         if not entries:
-            shown = where(store, storage_path=storage_path)
-            lines.append(f"destination {name}: no rejected batches ({shown})")
+            empty = nothing_stored(store, storage_path=storage_path)
+            lines.append(f"destination {name}: {empty}")
             continue
         lines.append(
             f"destination {name}: {len(entries)} rejected batches, "
@@ -135,11 +140,14 @@ def _as_text(
     return "\n".join(map(escape, lines))  # a response quotes the sender's label values
 
 
-def _as_json(listed: list[tuple[str, DeadLetterStore, list[DeadLetter]]]) -> dict[str, Any]:
-    """``{"destinations": [{"destination", "directory", "size_bytes", "entries": [...]}],
-    "total": {"entries", "series", "samples", "body_bytes"}}`` (``directory_exists``: false
-    when the store's directory is not there, e.g. a relative storage.path read from another
-    directory than rwrouter run's); entries carry the
+def _as_json(
+    listed: list[tuple[str, DeadLetterStore, list[DeadLetter]]], *, storage_path: str
+) -> dict[str, Any]:
+    """``{"destinations": [{"destination", "directory", "directory_exists", "size_bytes",
+    "entries": [...]}], "storage_path_exists": bool, "total": {"entries", "series",
+    "samples", "body_bytes"}}`` (``directory_exists``: false when the store's directory is
+    not there: nothing refused yet, or, with ``storage_path_exists`` false too, a relative
+    storage.path read from another directory than rwrouter run's); entries carry the
     :class:`DeadLetter` fields plus ``time`` (ISO 8601, UTC)."""
     return {
         "destinations": [
@@ -152,6 +160,7 @@ def _as_json(listed: list[tuple[str, DeadLetterStore, list[DeadLetter]]]) -> dic
             }
             for name, store, entries in listed
         ],
+        "storage_path_exists": os.path.isdir(storage_path),
         "total": _totals([e for _, _, entries in listed for e in entries]),
     }
 
@@ -216,8 +225,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     store = _store(config, dest)
     entries = store.entries()
     if not entries:
-        shown = where(store, storage_path=config.storage.path)
-        print(f"destination {dest.name}: no rejected batches ({shown})")
+        empty = nothing_stored(store, storage_path=config.storage.path)
+        print(f"destination {dest.name}: {empty}")
         return 0
     if args.dry_run:
         return _dry_run(dest, store, entries)

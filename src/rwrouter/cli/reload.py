@@ -9,6 +9,10 @@ By default it POSTs ``/-/reload`` to the router (``--url``; by default the liste
 SIGHUP to that process instead (``kill -HUP PID``; SIGHUP always reloads; in the image the
 router is PID 1).
 
+It follows no redirect: a 3xx is reported as ``redirected to HOST:PORT (not followed)``
+(exit 1), and the credential is sent nowhere else. ``--pid`` takes a process ID >= 1 (0 or a
+negative one would signal a process group or every process: a usage error, exit 2).
+
 Prints the router's answer (what the reload changed: kept, changed, restarted, added and
 removed destinations) or why it failed, with what to do about a 403. Exit 0 when the
 configuration was reloaded (or the signal sent); 1 when the router refused (403: lifecycle
@@ -23,12 +27,14 @@ import os
 import signal
 import sys
 import urllib.error
-import urllib.request
 
-from rwrouter.cli.audit import DEFAULT_URL, TIMEOUT, router_request, router_url
+from rwrouter.cli.audit import DEFAULT_URL, open_router, router_request, router_url
+from rwrouter.errors import RedirectError
 from rwrouter.logs import escape
 
 __all__ = ["register"]
+
+MAX_PID = 2**31 - 1  # pid_t is a signed 32-bit integer (Linux's pid_max is at most 2**22)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -47,9 +53,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     where.add_argument(
         "--pid",
-        type=int,
+        type=_pid,
         metavar="PID",
-        help="send SIGHUP to this process instead of POSTing (in the image: 1)",
+        help="send SIGHUP to this process (>= 1) instead of POSTing (in the image: 1)",
     )
     reload.add_argument("--config", help="rwrouter's configuration (its listen address)")
     reload.add_argument(
@@ -60,6 +66,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "tls_config (the HTTP client configuration promtool reads)",
     )
     reload.set_defaults(func=cmd_reload)
+
+
+def _pid(text: str) -> int:
+    """A process ID for ``--pid``: 1 .. 2**31 - 1. 0, -1 and other negative values are
+    refused: kill(2) sends them to a process group or to every process the user may signal,
+    which is never what a reload means."""
+    try:
+        pid = int(text)
+    except ValueError:
+        pid = 0
+    if not 1 <= pid <= MAX_PID:
+        raise argparse.ArgumentTypeError(f"expected a process ID >= 1, got {text!r}")
+    return pid
 
 
 def cmd_reload(args: argparse.Namespace) -> int:
@@ -76,8 +95,11 @@ def cmd_reload(args: argparse.Namespace) -> int:
     request, context = router_request(address, args.http_config_file)
     request.method, request.data = "POST", b""
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT, context=context) as response:
+        with open_router(request, context) as response:
             answer = response.read().decode(errors="replace").strip()
+    except RedirectError as exc:  # the admin credential goes to the router, nowhere else
+        print(f"rwrouter reload: {address} {exc}", file=sys.stderr)
+        return 1
     except urllib.error.HTTPError as exc:
         reason = exc.read().decode(errors="replace").strip() or exc.reason
         print(

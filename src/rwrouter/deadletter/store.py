@@ -48,22 +48,20 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rwrouter.config.paths import destination_dirname
+from rwrouter.deadletter.entry import HEADER_MAX_BYTES, MAGIC, parse_header, read_entry
 from rwrouter.logs import kv
 from rwrouter.send.refusals import Kind
 from rwrouter.wire import compress
 
 log = logging.getLogger("rwrouter.rejected")
 
-MAGIC = b"rwrouter-rejected/1\n"
 SUFFIX = ".rej"
 TMP_SUFFIX = ".tmp"
 RESPONSE_MAX_BYTES = 4096  # of the destination's answer kept with an entry (UTF-8)
 STALE_TMP_SECONDS = 600.0  # a .tmp file this old is a crash leftover, not a write in progress
 TOTALS_TTL = 10.0  # seconds the cached size and count are trusted (gauges, the bound check)
-HEADER_MAX_BYTES = 64 * 1024  # the JSON line: 4 KiB of response, escaped, and a few numbers
 KINDS = tuple(kind.value for kind in Kind)  # the values: ValueError names them as they are
 _NAME = re.compile(r"\A\d{13}-\d{6}-[0-9a-f]{8}\.rej\Z")
 
@@ -195,20 +193,19 @@ class DeadLetterStore:
             return self._enforce_bound(keep=name)
 
     def entries(self) -> list[DeadLetter]:
-        """The entries, oldest first. Unreadable or corrupt files are skipped with a warning;
+        """The entries, oldest first. Unreadable or corrupt files (not a regular file, a
+        header that does not parse or does not match the file) are skipped with a warning;
         files that vanish meanwhile (removed by another process) are skipped silently."""
         found = []
-        for name in self._names():
+        for name in self._names(regular=False):
             try:
-                with open(self.directory / name, "rb") as file:
-                    head = file.read(len(MAGIC) + HEADER_MAX_BYTES)
-                    size = os.fstat(file.fileno()).st_size
-                header, start = _parse_header(head)
+                head, size = read_entry(self.directory / name, limit=len(MAGIC) + HEADER_MAX_BYTES)
+                header, start = parse_header(head)
                 if size != start + header["body_bytes"]:
                     raise ValueError(f"{size} bytes, the header says {start} + body_bytes")
             except FileNotFoundError:
                 continue
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, OverflowError) as exc:
                 log.warning(
                     kv(
                         file=self.directory / name,
@@ -225,10 +222,11 @@ class DeadLetterStore:
         """The entry's compressed body (snappy block, ready to POST).
 
         Raises FileNotFoundError when the entry was removed meanwhile, ValueError when the
-        file does not hold a valid entry (its body does not match the checksum), OSError.
+        file does not hold a valid entry (not a regular file, its body does not match the
+        checksum), OSError.
         """
-        data = (self.directory / _checked(entry.name)).read_bytes()
-        header, start = _parse_header(data[: len(MAGIC) + HEADER_MAX_BYTES])
+        data, _ = read_entry(self.directory / _checked(entry.name), limit=None)
+        header, start = parse_header(data)
         body = data[start:]
         if len(body) != header["body_bytes"] or zlib.crc32(body) != header["crc32"]:
             raise ValueError(f"{entry.name}: body does not match its header")
@@ -331,12 +329,14 @@ class DeadLetterStore:
             )
         return removed
 
-    def _names(self) -> list[str]:
-        return [name for name, _ in self._sizes()]
+    def _names(self, *, regular: bool = True) -> list[str]:
+        return [name for name, _ in self._sizes(regular=regular)]
 
-    def _sizes(self, *, clean: bool = False) -> list[tuple[str, int]]:
-        """(name, bytes) of each entry file, oldest first; ``clean``: also remove stale tmp
-        files (compared with file times, hence the real clock)."""
+    def _sizes(self, *, clean: bool = False, regular: bool = True) -> list[tuple[str, int]]:
+        """(name, bytes) of each entry file, oldest first; ``regular``: regular files only
+        (the bound and the totals; a FIFO or directory named like an entry is not one);
+        ``clean``: also remove stale tmp files (compared with file times, hence the real
+        clock)."""
         found = []
         stale_before = time.time() - STALE_TMP_SECONDS
         try:
@@ -344,7 +344,9 @@ class DeadLetterStore:
                 for item in it:
                     try:
                         if _NAME.match(item.name):
-                            found.append((item.name, item.stat().st_size))
+                            if regular and not item.is_file(follow_symlinks=False):
+                                continue
+                            found.append((item.name, item.stat(follow_symlinks=False).st_size))
                         elif clean and _stale_tmp(item, stale_before):
                             os.unlink(item.path)
                     except FileNotFoundError:
@@ -352,37 +354,6 @@ class DeadLetterStore:
         except FileNotFoundError:
             return []
         return sorted(found)
-
-
-def _parse_header(head: bytes) -> tuple[dict[str, Any], int]:
-    """The JSON header of an entry file and the offset of its body; ValueError if invalid."""
-    if not head.startswith(MAGIC):
-        raise ValueError("not a rwrouter-rejected/1 file")
-    end = head.find(b"\n", len(MAGIC))
-    if end < 0:
-        raise ValueError("header line missing or too long")
-    header = json.loads(head[len(MAGIC) : end])  # JSONDecodeError is a ValueError
-    if not isinstance(header, dict) or set(header) - {"tenant"} != _HEADER_FIELDS:
-        raise ValueError("header fields do not match the format")
-    for key, kinds in _HEADER_TYPES.items():
-        if not isinstance(header.get(key), kinds) or isinstance(header.get(key), bool):
-            raise ValueError(f"header field {key}: unexpected type")
-    return header, end + 1
-
-
-_HEADER_TYPES: dict[str, type | tuple[type, ...]] = {
-    "at_ms": int,
-    "status": (int, type(None)),
-    "reason": str,
-    "response": str,
-    "series": int,
-    "samples": int,
-    "kind": str,
-    "body_bytes": int,
-    "crc32": int,
-    "tenant": (str, type(None)),  # optional: only entries of a tenant carry it
-}
-_HEADER_FIELDS = set(_HEADER_TYPES) - {"tenant"}
 
 
 def _stale_tmp(item: os.DirEntry[str], before: float) -> bool:

@@ -238,8 +238,8 @@ class DemoPipeline:
         if self.router is not None:
             urls["rwrouter status page"] = f"{self.router.url}/"
             urls["rwrouter metrics"] = f"{self.router.url}/metrics"
-            audit = f"rwrouter audit (or: {self.rwrouter} audit --url {self.router.url})"
-            urls[audit] = f"{self.router.url}/-/audit"
+            audit = f"{self.router.url}/-/audit  or: {self.rwrouter} audit --url {self.router.url}"
+            urls["audit (what each destination would cost)"] = audit  # URL, then the command
         urls["rwrouter config"] = str(self.workdir / "rwrouter.yaml")
         return urls
 
@@ -278,6 +278,7 @@ class DemoPipeline:
             rejections=dict(self.double.rejections),
             queries=self.double.query_count,
             query_rejections=dict(self.double.query_rejections),
+            other_requests=self.double.other_count,
             self_hosted_by_name=by_name,
             self_hosted_error=error,
             router=router_counters(f"{self.router.url}/metrics")

@@ -49,6 +49,10 @@ class Summary:
     queries: int = 0
     """Requests to the workspace's query API (not write requests: never counted as refused)."""
     query_rejections: Mapping[str, int] = field(default_factory=dict)
+    other_requests: int = 0
+    """Requests to a path that is neither remote write nor the query API (e.g. a probe of
+    ``/api/v1/status/buildinfo``): answered 403 as the workspace does, never counted as
+    write requests or refused writes."""
 
 
 def series_by_name(result: list[dict[str, object]]) -> dict[str, int]:
@@ -129,10 +133,17 @@ def format_summary(summary: Summary, *, top: int = 10) -> str:
 
 
 def _queries(summary: Summary) -> str:
-    if not summary.queries:
-        return ""
-    refused = ", ".join(f"{r}={n}" for r, n in sorted(summary.query_rejections.items()))
-    return f"; queries: {summary.queries:,}" + (f" (refused: {refused})" if refused else "")
+    """``; queries: N (refused: ...)`` and ``; other requests: N (...)``, each when any."""
+    text = ""
+    if summary.queries:
+        refused = ", ".join(f"{r}={n}" for r, n in sorted(summary.query_rejections.items()))
+        text += f"; queries: {summary.queries:,}" + (f" (refused: {refused})" if refused else "")
+    if summary.other_requests:
+        text += (
+            f"; other requests: {summary.other_requests:,} (neither remote write nor the "
+            "query API: 403)"
+        )
+    return text
 
 
 def _by_name(counts: Mapping[str, int], top: int) -> list[str]:

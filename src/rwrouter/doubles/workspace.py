@@ -16,6 +16,10 @@ runs before check 12: a request whose first series names a replica (``__replica_
 cluster (``cluster``) other than the elected one is answered 202 "replicas did not match" and
 not stored (reason ``ha_replica``); an accepted one is stored without its replica label.
 
+A request to any other path (e.g. a signed ``GET .../api/v1/status/buildinfo``) gets 403
+Missing Authentication Token, as API Gateway answers a route it lacks, and is recorded apart
+(``others``, ``other_count``, ``other_requests`` of ``/_double/state``), never as a write.
+
 Records: ``requests`` and ``queries`` keep the last requests
 (:class:`~rwrouter.doubles.workspace_records.RecordRing`, 10,000 each), ``request_count``,
 ``query_count`` and the rejection counters count them all: a long ``rwrouter demo`` does not
@@ -40,7 +44,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import math
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -60,6 +63,7 @@ from rwrouter.doubles.workspace_records import (
     RequestRecord,
     aws_error,
     record_of,
+    retry_after,
 )
 from rwrouter.doubles.workspace_store import (
     Limits,
@@ -113,7 +117,8 @@ class WorkspaceDouble:
         now = clock()
         self.stores = {ws: WorkspaceStore(limits=self.limits, now_s=now) for ws in workspaces}
         self.latency_s = 0.0
-        self.requests = RecordRing()  # the last write requests (and unknown paths)
+        self.requests = RecordRing()  # the last write requests
+        self.others = RecordRing()  # the last to other paths (the module docstring)
         self.rejections: collections.Counter[str] = collections.Counter()
         self._host, self._port = host, port
         self._runner: web.AppRunner | None = None
@@ -215,8 +220,13 @@ class WorkspaceDouble:
 
     @property
     def request_count(self) -> int:
-        """Write requests (and unknown paths) answered so far; ``requests`` keeps the last."""
+        """Write requests answered so far; ``requests`` keeps the last."""
         return self.requests.total
+
+    @property
+    def other_count(self) -> int:
+        """Requests to other paths answered so far (:attr:`others` keeps the last)."""
+        return self.others.total
 
     @property
     def query_count(self) -> int:
@@ -236,8 +246,9 @@ class WorkspaceDouble:
             "rejections": dict(self.rejections),
             "queries": self.query_count,
             "query_rejections": dict(self.query_rejections),
+            "other_requests": self.other_count,
             "backends": {
-                ws: {"url": b.url, "writes": b.writes, "series": b.written_series}
+                ws: {"url": b.url, "writes": b.writes, "samples": b.written_samples}
                 for ws, b in self.backends.items()
             },
             "workspaces": {
@@ -248,15 +259,7 @@ class WorkspaceDouble:
                 }
                 for ws, store in self.stores.items()
             },
-            "last_request": None
-            if last is None
-            else {
-                "status": last.status,
-                "reason": last.reason,
-                "message": last.message,
-                "signed_headers": list(last.signed_headers),
-                "header_names": list(last.header_names),
-            },
+            "last_request": None if last is None else last.summary(),
         }
 
     # -- HTTP ------------------------------------------------------------------------------
@@ -272,6 +275,9 @@ class WorkspaceDouble:
             return await self._fault(request, self._faults.popleft(), query=query is not None)
         if query is not None:
             return await self.query_api.answer(request, body, query.group(1), query.group(2))
+        if _PATH.fullmatch(request.path) is None:
+            self.others.append(record_of(request, 403, MISSING_AUTH.reason, "", (), None, 1))
+            return aws_error(403, MISSING_AUTH.error_type, MISSING_AUTH.message)
         rejection_or_outcome, signed, access_key = self._process(request, body)
         if isinstance(rejection_or_outcome, Outcome) and rejection_or_outcome.accepted:
             rejection_or_outcome = await self._forward(request.path, rejection_or_outcome)
@@ -286,25 +292,21 @@ class WorkspaceDouble:
             status, reason, message = outcome.status, outcome.reason, outcome.message
             check = CHECK_OF_REASON.get(reason)
             counted = outcome.counted
-            response = web.Response(status=status, text=message, headers=self._headers(reason))
+            response = web.Response(
+                status=status,
+                text=message,
+                headers=retry_after(reason, self.limits.ingestion_retry_after),
+            )
         if reason:
             self.rejections[reason] += 1
         self._record(request, status, reason, message, signed, access_key, check, counted)
         return response
 
-    def _headers(self, reason: str) -> dict[str, str]:
-        """``Retry-After`` on the rate limiter's 429 when ``limits.ingestion_retry_after``
-        is set (delay-seconds, rounded up: RFC 9110 10.2.3 allows integers only)."""
-        after = self.limits.ingestion_retry_after
-        if reason != "rate_limited" or after is None:
-            return {}
-        return {"Retry-After": str(math.ceil(after))}
-
     def _process(
         self, request: web.Request, body: bytes
     ) -> tuple[Rejection | Outcome, tuple[str, ...], str | None]:
         match = _PATH.fullmatch(request.path)
-        if request.method != "POST" or match is None:
+        if request.method != "POST" or match is None:  # check 1: a GET on the write path
             return MISSING_AUTH, (), None
         verdict = self._verify(request, body)
         if isinstance(verdict, Rejection):

@@ -117,7 +117,7 @@ class Backend:
         self.timeout_s = timeout_s
         self.max_answer_bytes = max_answer_bytes
         self.writes = 0  # requests it took
-        self.written_series = 0  # series in them
+        self.written_samples = 0  # samples and histograms in them
         self._session: aiohttp.ClientSession | None = None
         self._write_lock = asyncio.Lock()
 
@@ -151,7 +151,9 @@ class Backend:
         if not 200 <= status < 300:
             raise BackendError(f"{url} answered {status}: {text[:500]}", status=status)
         self.writes += 1
-        self.written_series += len(request.timeseries)
+        self.written_samples += sum(
+            len(ts.samples) + len(ts.histograms) for ts in request.timeseries
+        )
 
     async def query(
         self, *, method: str, api_path: str, raw_query: str, body: bytes, content_type: str

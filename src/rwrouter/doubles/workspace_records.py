@@ -5,6 +5,7 @@ the spec's check number of each reason (:mod:`rwrouter.doubles.workspace` re-exp
 from __future__ import annotations
 
 import collections
+import math
 import time
 import uuid
 from collections.abc import Mapping
@@ -24,6 +25,7 @@ __all__ = [
     "RequestRecord",
     "aws_error",
     "record_of",
+    "retry_after",
 ]
 
 #: Check 1 (unknown path or method): what API Gateway answers for a route it does not have.
@@ -74,6 +76,16 @@ class RequestRecord:
     received_at: float = 0.0  # time.monotonic() when the request arrived
     counted: int = 0  # samples+exemplars+metadata the rate limiter took (Outcome.counted)
 
+    def summary(self) -> dict[str, object]:
+        """The record as ``/_double/state`` shows the last request (JSON-able)."""
+        return {
+            "status": self.status,
+            "reason": self.reason,
+            "message": self.message,
+            "signed_headers": list(self.signed_headers),
+            "header_names": list(self.header_names),
+        }
+
 
 #: Request records a double keeps (the last ones); its counters count every request.
 MAX_RECORDS = 10_000
@@ -109,6 +121,15 @@ def aws_error(status: int, error_type: str, message: str) -> web.Response:
     request id."""
     headers = {"x-amzn-ErrorType": error_type, "x-amzn-RequestId": str(uuid.uuid4())}
     return web.json_response({"message": message}, status=status, headers=headers)
+
+
+def retry_after(reason: str, after: float | None) -> dict[str, str]:
+    """``Retry-After`` on the rate limiter's 429 (reason ``rate_limited``) when ``after``
+    (``Limits.ingestion_retry_after``, seconds) is set: delay-seconds, rounded up (RFC 9110
+    10.2.3 allows integers only)."""
+    if reason != "rate_limited" or after is None:
+        return {}
+    return {"Retry-After": str(math.ceil(after))}
 
 
 def record_of(
