@@ -107,7 +107,8 @@ def test_cli_demo_runs_prints_summary_and_leaves_no_process(tmp_path: Path) -> N
         "  workspace query (SigV4, service aps): http://127.0.0.1:",
         "  self-hosted query: http://127.0.0.1:",
         # started as `python -m rwrouter`: the printed command calls it so (it runs if pasted)
-        f"  compare the workspace with the sender's own copy: {shlex.quote(sys.executable)} -m "
+        "  compare the workspace with the sender's own copy (after a minute: its --end is 30 s "
+        f"ago by default): {shlex.quote(sys.executable)} -m "
         f"rwrouter compare --config {workdir / 'rwrouter.yaml'} --self-hosted http://127.0.0.1:",
         "  rwrouter status page: http://127.0.0.1:",
     )

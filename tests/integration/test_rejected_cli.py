@@ -500,7 +500,8 @@ RELATIVE = (
             RELATIVE,
             "",
             "data/queue/workspace",
-            "destination workspace: no rejected batches yet (nothing refused)",
+            "destination workspace: no rejected batches yet (nothing refused; store "
+            "{tmp}/data/rejected/workspace)",
             id="relative_path_where_run_runs_nothing_refused",
         ),
         pytest.param(
@@ -521,7 +522,8 @@ RELATIVE = (
             RELATIVE.replace("path: data", "path: {tmp}/data"),
             "elsewhere",
             "data/queue/workspace",
-            "destination workspace: no rejected batches yet (nothing refused)",
+            "destination workspace: no rejected batches yet (nothing refused; store "
+            "{tmp}/data/rejected/workspace)",
             id="absolute_path_nothing_refused",
         ),
     ],

@@ -41,6 +41,11 @@ UNKNOWN = {k: None for k in IDLE}
             id="unsent",
         ),
         pytest.param(
+            {**BUSY, "unsent_samples": 470.0, "unsent_records": 1.0},
+            ["    unsent (queued, not sent yet): 470 samples in 1 record"],
+            id="one_record",
+        ),
+        pytest.param(
             UNKNOWN,
             [
                 "    unsent (queued, not sent yet): -",

@@ -195,7 +195,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
         print(f"rwrouter audit: {address} answered {exc.code}: {escape(reason)}", file=sys.stderr)
         return 1
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        print(f"rwrouter audit: cannot read {address}: {exc}", file=sys.stderr)
+        hint = ""
+        if isinstance(exc, urllib.error.URLError | ConnectionError):
+            hint = " (is rwrouter running there? give --config FILE for its address, or --url)"
+        print(f"rwrouter audit: cannot read {address}: {exc}{hint}", file=sys.stderr)
         return 1
     budgets = _budgets(f"{base}/-/status", args.http_config_file)
     _print(report, args, budgets)

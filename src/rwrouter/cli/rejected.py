@@ -83,15 +83,16 @@ def cmd_list(args: argparse.Namespace) -> int:
 def nothing_stored(store: DeadLetterStore, *, storage_path: str) -> str:
     """What ``list`` and ``replay`` say of a store that holds nothing: ``no rejected batches
     (<directory>)`` when its directory exists (emptied by a replay or the bound); ``no
-    rejected batches yet (nothing refused)`` when ``storage_path`` (``storage.path``) exists
-    but the store does not (the first refusal makes it); only when ``storage_path`` itself
-    does not exist, that it does not and, for a relative one, what it is relative to: the
-    current directory, as ``rwrouter run`` resolves it (this ran in another directory)."""
+    rejected batches yet (nothing refused; store <directory>)`` when ``storage_path``
+    (``storage.path``) exists but the store does not (the first refusal makes it); only
+    when ``storage_path`` itself does not exist, that it does not and, for a relative one,
+    what it is relative to: the current directory, as ``rwrouter run`` resolves it (this
+    ran in another directory)."""
     directory = store.directory
     if directory.is_dir():
         return f"no rejected batches ({directory})"
-    if os.path.isdir(storage_path):
-        return "no rejected batches yet (nothing refused)"
+    if os.path.isdir(storage_path):  # named: a relative one may be another router's
+        return f"no rejected batches yet (nothing refused; store {os.path.abspath(directory)})"
     if os.path.isabs(storage_path):
         return f"no rejected batches (storage.path {storage_path} does not exist)"
     return (

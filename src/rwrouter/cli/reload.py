@@ -108,7 +108,11 @@ def cmd_reload(args: argparse.Namespace) -> int:
         )
         return 1
     except (urllib.error.URLError, OSError) as exc:
-        print(f"rwrouter reload: cannot reach {address}: {exc}", file=sys.stderr)
+        print(
+            f"rwrouter reload: cannot reach {address}: {exc} (is rwrouter running there? "
+            "give --config FILE for its listen address, --url URL, or --pid PID)",
+            file=sys.stderr,
+        )
         return 1
     print(escape(answer) or "configuration reloaded")
     return 0

@@ -214,7 +214,8 @@ def _no_data_line(parity: Parity) -> str:
         )
     return (
         "  parity: NO DATA: neither store has a series for this query in the range: nothing "
-        "compared; check the query (metric name, label values) and --range/--end"
+        "compared; check the query (metric name, label values) and --range/--end (--end "
+        "defaults to 30 s ago: fresh data is not in the range yet)"
     )
 
 

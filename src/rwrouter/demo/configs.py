@@ -102,16 +102,20 @@ def router_config(
     batch_send_deadline_s: float,
     remote_write_2: bool = False,
     rwrouter: str = "rwrouter",
+    storage_path: str | None = None,
 ) -> str:
     """rwrouter's config: the allowlisted DCGM series to the workspace, the rest to the
     self-hosted Prometheus (``fallback: true``; in remote write 2.0 with ``remote_write_2``, a
     Prometheus 3 store). The audit counts what the workspace gets (``audit: true``) and what
     it would get with every DCGM family (a ``shadow`` destination: counted, never sent):
     ``rwrouter audit``, ``GET /-/audit``, the status page. ``rwrouter``: how its "Check it
-    with" comment calls rwrouter (:func:`~rwrouter.demo.binaries.rwrouter_command`)."""
+    with" comment calls rwrouter (:func:`~rwrouter.demo.binaries.rwrouter_command`).
+    ``storage_path``: its ``storage.path`` (the demo gives an absolute one, so that
+    ``rwrouter rejected list --config`` reads this router's store from any directory)."""
     queue = {"batch_send_deadline": _duration(batch_send_deadline_s), "max_backoff": "2s"}
     config = {
         "server": {"listen_address": f"127.0.0.1:{listen_port}", "shutdown_timeout": "5s"},
+        **({"storage": {"path": storage_path}} if storage_path else {}),
         "remote_write": [
             {
                 "name": "workspace",

@@ -152,11 +152,11 @@ class DemoPipeline:
                 batch_send_deadline_s=min(2.0, self.scrape_interval_s),
                 remote_write_2=self.remote_write_2,
                 rwrouter=self.rwrouter,
+                storage_path=str(self.workdir / "data"),
             )
         )
-        self.router = RouterProcess(
-            config_path=config_path, port=port, log_path=self.workdir / "rwrouter.log"
-        )
+        log = self.workdir / "rwrouter.log"
+        self.router = RouterProcess(config_path=config_path, port=port, log_path=log)
         self.router.wait_ready(timeout_s=self.ready_timeout_s)
         features = ("--enable-feature=metadata-wal-records",) if self.remote_write_2 else ()
         self.sender = PrometheusProcess.start(
@@ -356,10 +356,9 @@ def _run(pipeline: DemoPipeline, stop: threading.Event, duration: float | None) 
     print("rwrouter demo: running; Ctrl-C to stop", flush=True)
     for name, url in pipeline.urls.items():
         print(f"  {name}: {url}", flush=True)
-    print(
-        f"  compare the workspace with the sender's own copy: {pipeline.compare_command}",
-        flush=True,
-    )
+    compare = pipeline.compare_command
+    after = "after a minute: its --end is 30 s ago by default"
+    print(f"  compare the workspace with the sender's own copy ({after}): " + compare, flush=True)
     deadline = None if duration is None else time.monotonic() + duration
     while not stop.is_set():
         left = SUMMARY_EVERY_S if deadline is None else deadline - time.monotonic()

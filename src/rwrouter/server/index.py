@@ -52,7 +52,8 @@ def unsent(d: Mapping[str, Any]) -> str:
         return "-"
     if not samples and not records:
         return "nothing: all sent"
-    return f"{samples:,.0f} samples in {records or 0:,.0f} records"
+    records = records or 0
+    return f"{samples:,.0f} samples in {records:,.0f} record{'' if records == 1 else 's'}"
 
 
 def size(value: float | None) -> str:
