@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -17,19 +16,9 @@ from aiohttp import web
 
 from rwrouter.cli import main
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("restore_logging")]
 
 CLIENT_CONFIG = "basic_auth: {username: admin, password: s3cret-pw}\n"
-
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    """``main`` sets up logging on the root logger: undo it after."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 @contextlib.asynccontextmanager

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -24,19 +23,12 @@ from tests.support.series import Series, write_request
 T0 = 1_700_000_000.0  # unix seconds: 2023-11-14 22:13:20 UTC
 
 
+pytestmark = pytest.mark.usefixtures("restore_logging")
+
+
 def main(args: list[str]) -> int:
     """``rwrouter rejected ARGS``, in process."""
     return rwrouter_main(["rejected", *args])
-
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    """``main`` sets up logging on the root logger (to this test's stderr): undo it after."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 def write_config(tmp_path: Path, url: str, *, name: str = "self-hosted") -> Path:

@@ -7,9 +7,8 @@ tests/integration/test_reload_secrets.py."""
 
 from __future__ import annotations
 
-import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,15 +21,7 @@ from rwrouter.config.values import is_secret, show
 from rwrouter.errors import ConfigError, CredentialsError
 from tests.support.secret_configs import BAD_SECRETS, GOOD_SECRETS, SecretCase
 
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    """``main`` sets up logging on the root logger: undo it after."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 
 @pytest.mark.parametrize("case", BAD_SECRETS, ids=[c.id for c in BAD_SECRETS])

@@ -6,7 +6,7 @@ rejected list`` (whose text output is what a user reads in a terminal)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -100,16 +100,7 @@ def test_kv_of_a_field_with_every_control_is_one_clean_line() -> None:
     assert _raw_controls(line) == []
 
 
-@pytest.fixture
-def _restore_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-
-
-@pytest.mark.usefixtures("_restore_logging")
+@pytest.mark.usefixtures("restore_logging")
 @pytest.mark.parametrize(("char", "written"), [c[1:] for c in CONTROLS], ids=IDS)
 def test_rejected_list_prints_the_answer_escaped(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], char: str, written: str
