@@ -15,7 +15,15 @@ from __future__ import annotations
 import os
 import stat
 
-__all__ = ["CONFIG_FILE_MAX_BYTES", "SECRET_FILE_MAX_BYTES", "TLS_FILE_MAX_BYTES", "read_regular"]
+from rwrouter.errors import ConfigError
+
+__all__ = [
+    "CONFIG_FILE_MAX_BYTES",
+    "SECRET_FILE_MAX_BYTES",
+    "TLS_FILE_MAX_BYTES",
+    "read_named",
+    "read_regular",
+]
 
 #: The largest configuration file read (bytes): ``--config``, ``--web.config.file``,
 #: ``--http.config.file`` (a large router's file, with its rules, is some tens of KB).
@@ -56,3 +64,15 @@ def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
     if len(content) > limit:
         raise ValueError(f"is over {limit:,} bytes")
     return bytes(content)
+
+
+def read_named(key_path: str, file: str, limit: int) -> bytes:
+    """:func:`read_regular` of the ``file`` a configuration names at ``key_path``; raises
+    ConfigError naming the key: ``cannot read '<file>': <why>`` or ``'<file>' is not a
+    regular file ...`` / ``is over N bytes``."""
+    try:
+        return read_regular(file, limit)
+    except OSError as exc:
+        raise ConfigError(key_path, f"cannot read {file!r}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ConfigError(key_path, f"{file!r} {exc}") from None

@@ -12,6 +12,7 @@ from rwrouter.config.files import (
     CONFIG_FILE_MAX_BYTES,
     SECRET_FILE_MAX_BYTES,
     TLS_FILE_MAX_BYTES,
+    read_named,
     read_regular,
 )
 from rwrouter.config.model import Config
@@ -155,12 +156,8 @@ def _load_tls(section: str, files: Mapping[str, str]) -> None:
 
 def _check_file(key_path: str, file_path: str) -> None:
     secret = key_path.rpartition(".")[2] in SECRET_FILE_KEYS
-    try:
-        content = read_regular(file_path, SECRET_FILE_MAX_BYTES if secret else TLS_FILE_MAX_BYTES)
-    except OSError as exc:
-        raise ConfigError(key_path, f"cannot read {file_path!r}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise ConfigError(key_path, f"{file_path!r} {exc}") from None
+    limit = SECRET_FILE_MAX_BYTES if secret else TLS_FILE_MAX_BYTES
+    content = read_named(key_path, file_path, limit)
     if secret and (b"\r" in content.strip() or b"\n" in content.strip()):
         raise ConfigError(key_path, f"the content of {file_path!r} {LINE_BREAK}")
 

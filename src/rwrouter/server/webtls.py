@@ -28,6 +28,7 @@ from rwrouter.config.files import (
     CONFIG_FILE_MAX_BYTES,
     SECRET_FILE_MAX_BYTES,
     TLS_FILE_MAX_BYTES,
+    read_named,
     read_regular,
 )
 from rwrouter.config.web import (
@@ -94,12 +95,9 @@ def _check_tls_files(tls: TLSServerConfig) -> None:
         named["client_ca_file"] = tls.client_ca_file
     for key, file in named.items():
         try:
-            read_regular(file, TLS_FILE_MAX_BYTES)
-        except OSError as exc:
-            why = f"cannot read {file!r}: {exc.strerror}"
-            problems.append(ConfigError(f"tls_server_config.{key}", why))
-        except ValueError as exc:
-            problems.append(ConfigError(f"tls_server_config.{key}", f"{file!r} {exc}"))
+            read_named(f"tls_server_config.{key}", file, TLS_FILE_MAX_BYTES)
+        except ConfigError as exc:
+            problems.append(exc)
     if problems:
         raise ConfigErrors.of(problems)
 
